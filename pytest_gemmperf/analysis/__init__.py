@@ -1,0 +1,1 @@
+"""Analysis layer: pure functions over the canonical tables."""

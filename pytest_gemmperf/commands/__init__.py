@@ -1,0 +1,1 @@
+"""Subcommands of the ``gemmperf`` CLI (one module each)."""

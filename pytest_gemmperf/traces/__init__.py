@@ -1,0 +1,1 @@
+"""Readers: every profiler output format -> canonical tables (see schema.py)."""

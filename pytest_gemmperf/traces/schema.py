@@ -1,0 +1,356 @@
+"""The canonical tables every reader produces (DESIGN.md section 3).
+
+Times are integer nanoseconds. Identifier-like integers that a format may lack are pandas
+nullable ``Int64``; strings are ``category`` because a trace holds millions of dispatches but
+only tens to hundreds of distinct kernel names, hosts or points.
+
+Every reader ends with :func:`finalize_dispatches` (and the counter/agent equivalents): it adds
+missing columns, coerces dtypes, derives ``dur_ns``, the category and the artefact flags, and
+rejects what cannot be analysed (negative durations, no rows) with a
+:class:`~pytest_gemmperf.errors.GemmperfInputError` naming the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+
+#: Values of the ``source`` column.
+SOURCES = ("rocprofv3-csv", "rocprofv3-json", "rocpd", "torch")
+
+STR = "category"
+INT = "Int64"  # nullable
+NS = "int64"  # timestamps and durations are always present
+
+#: dispatches: column -> dtype, in canonical order.
+DISPATCH_SCHEMA: dict[str, str] = {
+    "source": STR,
+    "file": STR,  # path of the file the row came from (provenance, error messages)
+    "host": STR,
+    "pid": INT,
+    "rank": INT,  # explicit only, never guessed from file order
+    "point": STR,  # sweep point id, e.g. "ch28-th256"
+    "run": INT,  # repeat index
+    "pass": INT,  # rocprofv3 pass_N / pmc_N
+    "agent": INT,  # GPU index on the host (node id for 6.x CSV, logical index for 7.x)
+    "gpu_arch": STR,
+    "queue": INT,
+    "stream": INT,
+    "thread_id": INT,
+    "dispatch_id": INT,
+    "correlation_id": INT,
+    "kernel_id": INT,
+    "kernel": STR,  # full demangled name
+    "kernel_short": STR,  # truncated name (template args and parameters removed)
+    "category": STR,
+    "start_ns": NS,
+    "end_ns": NS,
+    "dur_ns": NS,
+    "grid_x": INT, "grid_y": INT, "grid_z": INT,  # work-items, not workgroups
+    "wg_x": INT, "wg_y": INT, "wg_z": INT,
+    "lds_bytes": INT,
+    "scratch_bytes": INT,
+    "vgpr": INT,
+    "agpr": INT,
+    "sgpr": INT,
+    # artefact flags: kept, never silently dropped
+    "zero_dur": "bool",  # end == start (firmware timestamp artefact)
+    "queue_overlap": "bool",  # starts before the previous dispatch on the same (pid, agent, queue) ended
+}
+DISPATCH_COLUMNS = tuple(DISPATCH_SCHEMA)
+
+#: Columns that identify one dispatch across the dispatches and counters tables.
+DISPATCH_KEY = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "agent",
+                "dispatch_id", "correlation_id")
+
+COUNTER_SCHEMA: dict[str, str] = {
+    **{c: DISPATCH_SCHEMA[c] for c in DISPATCH_KEY},
+    "kernel_id": INT,
+    "kernel": STR,
+    "start_ns": INT,  # 6.2 counter CSVs carry no timestamps
+    "end_ns": INT,
+    "counter": STR,
+    "value": "float64",  # summed over dimensions/instances, as rocprofv3's CSV does
+}
+COUNTER_COLUMNS = tuple(COUNTER_SCHEMA)
+
+AGENT_SCHEMA: dict[str, str] = {
+    "source": STR,
+    "file": STR,
+    "host": STR,
+    "pid": INT,
+    "handle": INT,  # JSON agent handle (run-specific, never a device number)
+    "node_id": INT,
+    "logical_id": INT,
+    "gpu_index": INT,
+    "type": STR,  # CPU | GPU | UNK
+    "gpu_arch": STR,  # gfx942, gfx950, ...
+    "gfx_target_version": INT,
+    "product": STR,  # AMD Instinct MI350X
+    "cu_count": INT,
+    "simd_per_cu": INT,
+    "wave_size": INT,
+    "max_clock_mhz": INT,
+    "xcc_count": INT,
+}
+AGENT_COLUMNS = tuple(AGENT_SCHEMA)
+
+
+@dataclass
+class Trace:
+    """What one reader returns for one input file (or one rocprofv3 output prefix)."""
+
+    dispatches: pd.DataFrame
+    counters: pd.DataFrame = field(default_factory=lambda: empty(COUNTER_SCHEMA))
+    agents: pd.DataFrame = field(default_factory=lambda: empty(AGENT_SCHEMA))
+    files: list[str] = field(default_factory=list)
+    #: free-form facts about the input: format version, rocprofv3 version guess, command line,
+    #: recorded environment, torch ops (``meta["cpu_ops"]`` DataFrame for torch traces), ...
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def empty(schema: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in schema.items()})
+
+
+def _coerce(df: pd.DataFrame, schema: dict[str, str], path: str | None) -> pd.DataFrame:
+    n = len(df)
+    out: dict[str, Any] = {}
+    for col, dtype in schema.items():
+        if col in df.columns:
+            s = df[col]
+        else:
+            s = pd.Series([pd.NA] * n if dtype in (INT, STR) else np.zeros(n, dtype=dtype),
+                          index=df.index, dtype=None if dtype in (INT, STR) else dtype)
+            if dtype == "bool":
+                s = pd.Series(np.zeros(n, dtype=bool), index=df.index)
+        try:
+            if dtype == STR:
+                if not isinstance(s.dtype, pd.CategoricalDtype):
+                    s = s.astype("object").where(s.notna(), None)
+                    s = s.astype(STR)
+            elif dtype == INT:
+                if str(s.dtype) != INT:
+                    s = pd.to_numeric(s, errors="raise").astype(INT)
+            elif str(s.dtype) != dtype:
+                s = s.astype(dtype)
+        except (ValueError, TypeError) as exc:
+            raise GemmperfInputError(path, f"column {col!r} cannot be read as {dtype}: {exc}") from None
+        out[col] = s
+    result = pd.DataFrame(out, index=df.index)
+    extra = [c for c in df.columns if c not in schema]
+    for c in extra:  # readers may carry extra provenance columns; keep them after the canon
+        result[c] = df[c]
+    return result.reset_index(drop=True)
+
+
+def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool = False,
+                        categorize_fn=None) -> pd.DataFrame:
+    """Coerce a reader's frame to the canonical dispatches table and validate it.
+
+    ``df`` must contain ``start_ns`` and ``end_ns``; ``dur_ns``, ``category``, ``kernel_short``
+    and the flags are derived here when absent.
+    """
+    if len(df) == 0 and not allow_empty:
+        raise GemmperfInputError(path, "no kernel dispatches found")
+    for col in ("start_ns", "end_ns", "kernel"):
+        if col not in df.columns:
+            raise GemmperfInputError(path, f"missing required column {col!r}")
+    if df["start_ns"].isna().any() or df["end_ns"].isna().any():
+        bad = int(np.flatnonzero((df["start_ns"].isna() | df["end_ns"].isna()).to_numpy())[0])
+        raise GemmperfInputError(path, "missing timestamp", record=f"dispatch row {bad + 1}")
+    df = df.copy(deep=False)
+    df["start_ns"] = df["start_ns"].astype(NS)
+    df["end_ns"] = df["end_ns"].astype(NS)
+    df["dur_ns"] = df["end_ns"] - df["start_ns"]
+    negative = df["dur_ns"].to_numpy() < 0
+    if negative.any():
+        i = int(np.flatnonzero(negative)[0])
+        rec = f"dispatch row {i + 1}"
+        if "dispatch_id" in df.columns and pd.notna(df["dispatch_id"].iloc[i]):
+            rec += f", dispatch_id {df['dispatch_id'].iloc[i]}"
+        raise GemmperfInputError(
+            path, f"{int(negative.sum())} dispatch(es) end before they start "
+                  f"(first: start {df['start_ns'].iloc[i]} > end {df['end_ns'].iloc[i]})", record=rec)
+    if "kernel_short" not in df.columns:
+        df["kernel_short"] = shorten_names(df["kernel"])
+    if "category" not in df.columns:
+        if categorize_fn is None:
+            from pytest_gemmperf.analysis.categories import categorize as categorize_fn
+        df["category"] = categorize_fn(df["kernel"])
+    if path is not None and "file" not in df.columns:
+        df["file"] = path
+    out = _coerce(df, DISPATCH_SCHEMA, path)
+    out["zero_dur"] = out["dur_ns"].to_numpy() == 0
+    out["queue_overlap"] = flag_queue_overlap(out)
+    return out
+
+
+def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
+    """True where a dispatch starts before the previous one on the same queue has ended.
+
+    A hardware queue executes in order, so such pairs are timestamp artefacts (real 7.x data
+    shows 1-568 ns), not concurrency. Vectorized: one stable sort, one shifted compare.
+    """
+    n = len(df)
+    if n < 2:
+        return np.zeros(n, dtype=bool)
+    keys = [c for c in ("file", "pid", "agent", "queue") if c in df.columns]
+    codes = [pd.factorize(df[c], use_na_sentinel=False)[0] for c in keys]
+    start = df["start_ns"].to_numpy()
+    end = df["end_ns"].to_numpy()
+    order = np.lexsort([start] + codes[::-1])
+    same = np.ones(n - 1, dtype=bool)
+    for c in codes:
+        cs = c[order]
+        same &= cs[1:] == cs[:-1]
+    prev_end_max = end[order]
+    # compare with the running max of previous ends inside each group
+    flagged_sorted = np.zeros(n, dtype=bool)
+    # group-wise cumulative max via segment resets
+    seg_start = np.concatenate([[True], ~same])
+    seg_id = np.cumsum(seg_start) - 1
+    running = pd.Series(prev_end_max).groupby(seg_id).cummax().to_numpy()
+    flagged_sorted[1:] = same & (start[order][1:] < running[:-1])
+    out = np.zeros(n, dtype=bool)
+    out[order] = flagged_sorted
+    return out
+
+
+def finalize_counters(df: pd.DataFrame, path: str | None, *, allow_empty: bool = True) -> pd.DataFrame:
+    if len(df) == 0 and not allow_empty:
+        raise GemmperfInputError(path, "no counter records found")
+    df = df.copy(deep=False)
+    if path is not None and "file" not in df.columns:
+        df["file"] = path
+    if "value" in df.columns:
+        v = pd.to_numeric(df["value"], errors="coerce")
+        if v.isna().any():
+            i = int(np.flatnonzero(v.isna().to_numpy())[0])
+            raise GemmperfInputError(path, f"counter value {df['value'].iloc[i]!r} is not a number",
+                                     record=f"counter row {i + 1}")
+        df["value"] = v.astype("float64")
+    return _coerce(df, COUNTER_SCHEMA, path)
+
+
+def finalize_agents(df: pd.DataFrame, path: str | None) -> pd.DataFrame:
+    df = df.copy(deep=False)
+    if path is not None and "file" not in df.columns:
+        df["file"] = path
+    return _coerce(df, AGENT_SCHEMA, path)
+
+
+def validate_dispatches(df: pd.DataFrame, path: str | None = None) -> None:
+    """Assert that ``df`` follows DISPATCH_SCHEMA (used by tests and after concatenation)."""
+    missing = [c for c in DISPATCH_COLUMNS if c not in df.columns]
+    if missing:
+        raise GemmperfInputError(path, f"dispatch table lacks columns {missing}")
+    for col, dtype in DISPATCH_SCHEMA.items():
+        actual = df[col].dtype
+        ok = isinstance(actual, pd.CategoricalDtype) if dtype == STR else str(actual) == dtype
+        if not ok:
+            raise GemmperfInputError(path, f"column {col!r} has dtype {actual}, expected {dtype}")
+    if (df["dur_ns"] < 0).any():
+        raise GemmperfInputError(path, "negative durations in dispatch table")
+    if not (df["dur_ns"] == df["end_ns"] - df["start_ns"]).all():
+        raise GemmperfInputError(path, "dur_ns != end_ns - start_ns")
+
+
+def concat_tables(frames: Iterable[pd.DataFrame], schema: dict[str, str]) -> pd.DataFrame:
+    """Concatenate canonical tables, keeping category dtypes (pandas would fall back to object)."""
+    frames = [f for f in frames if f is not None]
+    if not frames:
+        return empty(schema)
+    if len(frames) == 1:
+        return frames[0]
+    cols = list(frames[0].columns)
+    out: dict[str, Any] = {}
+    for c in cols:
+        parts = [f[c] if c in f.columns else pd.Series([pd.NA] * len(f), dtype=schema.get(c, "object"))
+                 for f in frames]
+        if schema.get(c) == STR:
+            from pandas.api.types import union_categoricals
+            parts = [p if isinstance(p.dtype, pd.CategoricalDtype) else p.astype(STR) for p in parts]
+            out[c] = pd.Series(union_categoricals([p.array for p in parts], ignore_order=True))
+        else:
+            out[c] = pd.concat(parts, ignore_index=True)
+    return pd.DataFrame(out)
+
+
+def set_columns(df: pd.DataFrame, **values: Any) -> pd.DataFrame:
+    """Return ``df`` with scalar provenance columns (point, rank, run, pass, host, pid) set."""
+    df = df.copy(deep=False)
+    for col, val in values.items():
+        dtype = DISPATCH_SCHEMA.get(col) or COUNTER_SCHEMA.get(col) or AGENT_SCHEMA.get(col)
+        if dtype == STR:
+            df[col] = pd.Categorical([val] * len(df)) if val is not None else pd.Categorical([None] * len(df))
+        elif dtype == INT:
+            df[col] = pd.array([val] * len(df), dtype=INT)
+        else:
+            df[col] = val
+    return df
+
+
+_SHORT_CACHE: dict[str, str] = {}
+
+
+def short_name(name: str) -> str:
+    """Truncate a demangled kernel name to its base name, as rocprofv3's ``-T`` does.
+
+    ``void at::native::foo<float, 4>(float*, int)`` -> ``foo``; C-named kernels such as
+    ``Cijk_...`` are returned unchanged (minus a trailing ``.kd``).
+    """
+    s = name.strip()
+    if s.endswith(" [clone .kd]"):
+        s = s[: -len(" [clone .kd]")]
+    if s.endswith(".kd"):
+        s = s[:-3]
+    # cut the parameter list: the last top-level '(' (names may contain '(anonymous namespace)')
+    depth = 0
+    cut = len(s)
+    for i in range(len(s) - 1, -1, -1):
+        ch = s[i]
+        if ch == ")":
+            depth += 1
+        elif ch == "(":
+            depth -= 1
+            if depth == 0:
+                cut = i
+                break
+    head = s[:cut] if cut > 0 else s
+    # strip template arguments at top level
+    out = []
+    depth = 0
+    for ch in head:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            out.append(ch)
+    head = "".join(out).strip()
+    # drop return type / qualifiers ("void ns::kernel" -> "kernel")
+    head = head.split(" ")[-1] if " " in head else head
+    head = head.rsplit("::", 1)[-1]
+    return head or name
+
+
+def map_categories(values: pd.Series, fn) -> pd.Series:
+    """Apply ``fn`` to each distinct value of a string column and broadcast the result.
+
+    Kernel-name columns have millions of rows but few distinct names, so per-name Python work
+    (regexes, demangling) is done once per name.
+    """
+    cat = values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype(STR)
+    mapped = np.asarray([fn(str(c)) for c in cat.cat.categories] + [None], dtype=object)
+    codes = cat.cat.codes.to_numpy()  # -1 (missing) picks the trailing None
+    return pd.Series(pd.Categorical(mapped[codes]), index=values.index)
+
+
+def shorten_names(names: pd.Series) -> pd.Series:
+    return map_categories(names, short_name)

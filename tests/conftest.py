@@ -1,0 +1,32 @@
+"""Fixtures shared by the project's own tests (no GPU needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` (real profiler files); tests using it skip when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real-data test: {SHARED_DATA} is absent (it lives beside the checkout)")
+    return SHARED_DATA
+
+
+def shared_file(rel: str) -> Path:
+    """Path of one file under ``../shared/data``; skips the test when it is missing."""
+    p = SHARED_DATA / rel
+    if not p.exists():
+        pytest.skip(f"real-data test: {p} is absent")
+    return p
