@@ -1,4 +1,336 @@
-"""pytest hooks only: options, ini, markers, fixtures, terminal summary.
+"""pytest hooks only: options, ini, markers, fixtures, sweep expansion, terminal summary.
 
-The work is done in the layers below (sweep, run, traces, analysis, gate, report).
+The work is done in the layers below (``sweep``, ``session``, ``run``, ``gate``, ``report``).
+Command-line options override ini values (``gemmperf_*``), which override the defaults.
 """
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gemmperf.session import (PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, GemmperfSession,
+                                     Options, PointRunner, parse_threshold)
+
+# the package exports the ``sweep`` decorator under the module's name
+sweep_mod = importlib.import_module("pytest_gemmperf.sweep")
+
+#: option dest -> (ini name, ini type, default, help)
+_SETTINGS: dict[str, tuple[str, str, Any, str]] = {
+    "gemmperf_channels": ("gemmperf_channels", "string", None,
+                          "values of the channels axis, e.g. 28,56 (tests that declare the axis)"),
+    "gemmperf_threads": ("gemmperf_threads", "string", None, "values of the threads axis, e.g. 256,512"),
+    "gemmperf_kernels": ("gemmperf_kernels", "linelist", None,
+                         "kernel regexes replacing the declared ones (option repeatable)"),
+    "gemmperf_axis": ("gemmperf_axis", "linelist", None,
+                      "NAME=V1,V2: values of any declared axis (option repeatable)"),
+    "gemmperf_results_dir": ("gemmperf_results_dir", "string", None,
+                             "results directory of this run (default .gemmperf/results/<timestamp>)"),
+    "gemmperf_baseline_dir": ("gemmperf_baseline_dir", "string", "baselines", "baseline store"),
+    "gemmperf_report_dir": ("gemmperf_report_dir", "string", "gemmperf-report", "report output directory"),
+    "gemmperf_backend": ("gemmperf_backend", "string", "auto", "auto | rocprofv3 | torch | replay"),
+    "gemmperf_replay": ("gemmperf_replay", "string", None,
+                        "analyse existing outputs in DIR instead of running workloads"),
+    "gemmperf_repeats": ("gemmperf_repeats", "string", "3", "processes (repeats) per sweep point"),
+    "gemmperf_threshold": ("gemmperf_threshold", "string", None,
+                           "practical threshold of the gate, e.g. 5%% or 0.05 (default: the gate's)"),
+    "gemmperf_warmup": ("gemmperf_warmup", "string", None,
+                        "dispatches per kernel and process dropped as warm-up (default: the gate's)"),
+    "gemmperf_timeout": ("gemmperf_timeout", "string", "1800", "seconds allowed per workload run"),
+    "gemmperf_gpus_per_point": ("gemmperf_gpus_per_point", "string", "0",
+                                "GPUs per point; xdist worker N gets GPUs [N*G, (N+1)*G)"),
+    "gemmperf_rocprofv3": ("gemmperf_rocprofv3", "string", "rocprofv3", "rocprofv3 executable"),
+    "gemmperf_update_baselines": ("gemmperf_update_baselines", "bool", False,
+                                  "record the results of the selected tests as their baselines"),
+    "gemmperf_warn_only": ("gemmperf_warn_only", "bool", False, "report regressions without failing"),
+}
+
+_SESSION_KEY = pytest.StashKey[GemmperfSession]()
+_AXES_KEY = pytest.StashKey[tuple]()
+_WORKERINPUT_DIR = "gemmperf_results_dir"
+_WORKERINPUT_ARGV = "gemmperf_argv"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gemmperf", "GPU kernel performance gate (pytest-gemmperf)")
+    for dest, (ini, kind, default, help_text) in _SETTINGS.items():
+        flag = "--" + dest.replace("_", "-")
+        if kind == "bool":
+            group.addoption(flag, action="store_true", default=None, dest=dest, help=help_text)
+        elif kind == "linelist":
+            group.addoption(flag, action="append", default=None, dest=dest, metavar="VALUE", help=help_text)
+        else:
+            group.addoption(flag, action="store", default=None, dest=dest, metavar="VALUE", help=help_text)
+        ini_default = {"bool": bool(default), "linelist": []}.get(kind, "" if default is None else str(default))
+        parser.addini(ini, help=help_text.replace("%%", "%"), type=kind, default=ini_default)
+
+
+def _setting(config: pytest.Config, dest: str) -> tuple[Any, str]:
+    """(value, where): the command line wins over the ini file, which wins over the default."""
+    value = config.getoption(dest)
+    if value is not None:
+        return value, "cli"
+    ini, kind, default, _ = _SETTINGS[dest]
+    value = config.getini(ini)
+    if kind == "bool":
+        return bool(value), "ini"
+    if kind == "linelist":
+        return (list(value) or None), "ini"
+    return (value if value not in ("", None) else default), "ini"
+
+
+def _path_setting(config: pytest.Config, dest: str) -> Path | None:
+    value, where = _setting(config, dest)
+    if value in (None, ""):
+        return None
+    p = Path(os.path.expanduser(str(value)))
+    if p.is_absolute():
+        return p
+    # relative command-line paths follow the invocation directory, ini paths the ini file
+    base = (config.invocation_params.dir if where == "cli"
+            else (config.inipath.parent if config.inipath else config.rootpath))
+    return (Path(base) / p).resolve()
+
+
+def _options(config: pytest.Config, results_dir: Path) -> Options:
+    def num(dest, conv):
+        value, _ = _setting(config, dest)
+        try:
+            return None if value in (None, "") else conv(value)
+        except ValueError:
+            raise pytest.UsageError(f"--{dest.replace('_', '-')}: invalid value {value!r}") from None
+
+    try:
+        threshold = parse_threshold(_setting(config, "gemmperf_threshold")[0])
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gemmperf-threshold: {exc}") from None
+    backend = _setting(config, "gemmperf_backend")[0]
+    if backend not in ("auto", "rocprofv3", "torch", "replay"):
+        raise pytest.UsageError(f"--gemmperf-backend: {backend!r} is not one of auto, rocprofv3, torch, replay")
+    replay = _path_setting(config, "gemmperf_replay")
+    if backend == "replay" and replay is None:
+        raise pytest.UsageError("--gemmperf-backend replay needs --gemmperf-replay DIR")
+    if replay is not None and not replay.is_dir():
+        raise pytest.UsageError(f"--gemmperf-replay: {replay} is not a directory")
+    repeats = num("gemmperf_repeats", int)
+    if repeats is not None and repeats < 1:
+        raise pytest.UsageError("--gemmperf-repeats must be >= 1")
+    return Options(
+        results_dir=results_dir,
+        baseline_dir=_path_setting(config, "gemmperf_baseline_dir") or config.rootpath / "baselines",
+        report_dir=_path_setting(config, "gemmperf_report_dir") or config.rootpath / "gemmperf-report",
+        backend=backend, replay_dir=replay, repeats=repeats or 3, threshold=threshold,
+        warmup=num("gemmperf_warmup", int), timeout_s=num("gemmperf_timeout", float) or 1800.0,
+        gpus_per_point=num("gemmperf_gpus_per_point", int) or 0,
+        update_baselines=bool(_setting(config, "gemmperf_update_baselines")[0]),
+        warn_only=bool(_setting(config, "gemmperf_warn_only")[0]),
+        rocprofv3=str(_setting(config, "gemmperf_rocprofv3")[0]),
+    )
+
+
+def _axis_overrides(config: pytest.Config) -> tuple[dict[str, list], list[str] | None]:
+    values: dict[str, list] = {}
+    try:
+        for dest, axis in (("gemmperf_channels", "channels"), ("gemmperf_threads", "threads")):
+            raw = _setting(config, dest)[0]
+            if raw not in (None, ""):
+                values[axis] = sweep_mod.parse_values(raw)
+        for item in _setting(config, "gemmperf_axis")[0] or ():
+            name, vals = sweep_mod.parse_axis_override(item)
+            values[name] = vals
+    except ValueError as exc:
+        raise pytest.UsageError(f"gemmperf axis override: {exc}") from None
+    kernels = _setting(config, "gemmperf_kernels")[0]
+    return values, (list(kernels) if kernels else None)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gemmperf_sweep(spec): sweep points of a gemmperf test "
+                                       "(use pytest_gemmperf.sweep(...))")
+    if _is_worker(config):
+        results_dir = Path(config.workerinput[_WORKERINPUT_DIR])
+        argv = list(config.workerinput.get(_WORKERINPUT_ARGV, []))
+    else:
+        from pytest_gemmperf.run.results import timestamped_dir
+
+        results_dir = (_path_setting(config, "gemmperf_results_dir")
+                       or timestamped_dir(config.rootpath / ".gemmperf" / "results"))
+        argv = [str(a) for a in config.invocation_params.args]
+    options = _options(config, results_dir)
+    config.stash[_SESSION_KEY] = GemmperfSession(options, argv=argv, rootdir=config.rootpath)
+    config.stash[_AXES_KEY] = _axis_overrides(config)
+    config.pluginmanager.register(_SessionHooks(config), "gemmperf-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(), "gemmperf-xdist")
+
+
+class _XdistHooks:
+    """Hands the controller's results directory to every worker, so all points of one session
+    land in one directory."""
+
+    @pytest.hookimpl
+    def pytest_configure_node(self, node) -> None:
+        session = node.config.stash[_SESSION_KEY]
+        node.workerinput[_WORKERINPUT_DIR] = str(session.results.root)
+        node.workerinput[_WORKERINPUT_ARGV] = session.argv
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker(sweep_mod.MARK_NAME)
+    if marker is None:
+        return
+    if "gemmperf_point" not in metafunc.fixturenames:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: @sweep needs the gemmperf "
+                                "(or gemmperf_point) fixture")
+    values, kernels = metafunc.config.stash[_AXES_KEY]
+    try:
+        points = sweep_mod.spec_of(marker).with_overrides(values, kernels).points()
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: {exc}") from None
+    metafunc.parametrize("gemmperf_point", points, ids=[p.id for p in points])
+
+
+@pytest.fixture
+def gemmperf_point(request: pytest.FixtureRequest) -> sweep_mod.SweepPoint:
+    """This item's sweep point (a single ``default`` point when the test declares no sweep)."""
+    values, kernels = request.config.stash[_AXES_KEY]
+    return sweep_mod.SweepSpec().with_overrides(values, kernels).points()[0]
+
+
+@pytest.fixture(scope="session")
+def gemmperf_session(pytestconfig: pytest.Config) -> GemmperfSession:
+    return pytestconfig.stash[_SESSION_KEY]
+
+
+@pytest.fixture(scope="session")
+def gemmperf_results(gemmperf_session: GemmperfSession):
+    """This session's results directory (``ResultsDir``; created when a point is profiled)."""
+    return gemmperf_session.results
+
+
+@pytest.fixture
+def gemmperf(request: pytest.FixtureRequest, gemmperf_session: GemmperfSession,
+             gemmperf_point: sweep_mod.SweepPoint) -> PointRunner:
+    """Runner of this item's sweep point: ``profile(...)`` then ``assert_no_regression(...)``.
+
+    Verdicts go to ``item.user_properties`` (JUnit XML properties; the channel xdist workers use
+    to report to the controller). Not through ``record_property``: that warns under the default
+    ``junit_family=xunit2`` although pytest writes the properties all the same."""
+    node = request.node
+    return PointRunner(gemmperf_session, gemmperf_point, node.nodeid,
+                       record_property=lambda name, value: node.user_properties.append((name, value)))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    session = config.stash.get(_SESSION_KEY, None)
+    if session is None or _is_worker(config):
+        return None
+    o = session.options
+    try:
+        backend = session.backend.describe()
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gemmperf-backend: {exc}") from None
+    return [f"gemmperf: backend {backend}; results {o.results_dir}; baselines {o.baseline_dir}"
+            + ("; updating baselines" if o.update_baselines else "")
+            + ("; warn-only" if o.warn_only else "")]
+
+
+class _SessionHooks:
+    """Per-config hooks: gathers verdicts from test reports (the only channel from xdist
+    workers to the controller), writes reports and prints the summary at the end."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.verdicts: list[dict] = []
+        self.baselines: list[tuple[str, str, str]] = []
+        self.compared = 0
+        self.report: str | None = None
+        self.report_error: str | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        status = None
+        for name, value in report.user_properties:
+            if name == PROP_VERDICTS:
+                self.verdicts.extend(json.loads(value))
+            elif name == PROP_STATUS:
+                status = str(value)
+                self.compared += status.startswith("compared")
+            elif name == f"{PROP_PREFIX}_baseline":
+                self.baselines.append((report.nodeid, status or "", str(value)))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = self.config
+        gp = config.stash.get(_SESSION_KEY, None)
+        if _is_worker(config) or gp is None or not gp.results.root.is_dir():
+            return
+        from pytest_gemmperf.run.results import link_latest
+
+        if _path_setting(config, "gemmperf_results_dir") is None:
+            link_latest(gp.results.root)
+        self._write_reports(gp)
+
+    def _write_reports(self, gp: GemmperfSession) -> None:
+        try:
+            from pytest_gemmperf.report import write_reports
+        except ImportError:
+            return  # the report layer is optional
+        try:
+            path = write_reports(gp.results.root, gp.options.report_dir)
+        except Exception as exc:  # a broken report must not hide the gate's verdicts
+            self.report_error = f"{type(exc).__name__}: {exc}"
+            return
+        self.report = str(path or gp.options.report_dir)
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        gp = config.stash.get(_SESSION_KEY, None)
+        if _is_worker(config) or gp is None or not gp.results.root.is_dir():
+            return
+        tr = terminalreporter
+        tr.section("gemmperf")
+        tr.write_line(f"results: {gp.results.root}")
+        for nodeid, status, path in self.baselines:
+            if status == "baseline-updated":
+                tr.write_line(f"baseline updated for {nodeid}: {path}")
+            else:
+                tr.write_line(f"no baseline for {nodeid} — recorded one at {path}", yellow=True)
+        tr.write_line(f"compared {self.compared} point(s) with their baselines; "
+                      f"{len(self.verdicts)} non-unchanged verdict(s)")
+        if self.verdicts:
+            tr.write_line(_format_summary_rows(self.verdicts))
+        if gp.options.warn_only and any(r["verdict"] == "regression" for r in self.verdicts):
+            tr.write_line("--gemmperf-warn-only: regressions reported, not failed", yellow=True)
+        if self.report:
+            tr.write_line(f"report: {self.report}")
+        if self.report_error:
+            tr.write_line(f"report not written: {self.report_error}", red=True)
+
+
+def _format_summary_rows(rows: list[dict], max_rows: int = 50) -> str:
+    order = {"regression": 0, "inconclusive": 1, "missing": 2, "new": 3, "improvement": 4}
+    rows = sorted(rows, key=lambda r: (order.get(r["verdict"], 9), r["test"], r["point"], -(r["ratio"] or 0)))
+
+    def f(x, spec=".3f"):
+        return "-" if x is None else format(x, spec)
+
+    table = [("verdict", "test[point]", "kernel", "metric", "ratio [CI]", "q")]
+    for r in rows[:max_rows]:
+        kernel = r["kernel"] if len(r["kernel"]) <= 48 else r["kernel"][:45] + "..."
+        table.append((r["verdict"], f"{r['test'].rsplit('::', 1)[-1]}[{r['point']}]", kernel, r["metric"],
+                      f"{f(r['ratio'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]", f(r["q_value"], ".2g")))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    if len(rows) > max_rows:
+        lines.append(f"... {len(rows) - max_rows} more")
+    return "\n".join(lines)

@@ -23,10 +23,12 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     ("attention", r"attn|attention|flash|fmha|sdpa|softmax"),
     ("normalization", r"norm|batch_?norm|layer_?norm|rms_?norm|group_?norm"),
     ("reduction", r"reduce|reduction|cub::|_sum_|argmax|argmin|scan"),
-    ("memory", r"memcpy|memset|copyBuffer|fillBuffer|__amd_rocclr_|copy_kernel|transpose|"
-               r"gpu_memcpy|gpu_memset|Memcpy|Memset"),
+    ("memory", r"^__amd_rocclr_|memcpy|memset|^MEMORY_COPY|gpu_memcpy|gpu_memset"),
     ("elementwise", r"elementwise|vectorized|unrolled_elementwise|pointwise|triton_poi|"
                     r"activation|gelu|relu|silu|add_kernel|mul_kernel|fill_kernel"),
+    # generic copy/transpose names last: torch wraps copies in elementwise kernels, which
+    # are elementwise work, not memory-engine traffic
+    ("memory", r"copy_kernel|copyBuffer|fillBuffer|transpose"),
 )
 
 

@@ -1,1 +1,178 @@
-"""report layer."""
+"""Reports people can act on: report.html, report.xlsx, CSV/JSON and a Markdown summary.
+
+:func:`write_reports` takes canonical tables (one sweep, or several for an N-way comparison)
+and an optional verdicts table; :func:`write_results_reports` does the same for a pytest
+session's results directory (docs/ARCHITECTURE.md "Results layout").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
+
+#: every output; ``formats`` picks among these groups
+FORMATS = ("html", "xlsx", "csv", "json", "md")
+
+
+def hardware_from_agents(agents: pd.DataFrame | None) -> str | None:
+    """``8 x AMD Instinct MI350X (gfx950, 256 CUs)`` from an agents table."""
+    if agents is None or len(agents) == 0 or "type" not in agents.columns:
+        return None
+    gpus = agents[agents["type"].astype(object) == "GPU"]
+    if len(gpus) == 0:
+        return None
+    key = [c for c in ("host", "gpu_index", "node_id") if c in gpus.columns]
+    gpus = gpus.drop_duplicates(key) if key else gpus
+    parts = []
+    for (product, arch, cus), grp in gpus.groupby(
+            [gpus["product"].astype(object).fillna("GPU"), gpus["gpu_arch"].astype(object).fillna("?"),
+             gpus["cu_count"].astype("Float64").fillna(-1)], sort=True):
+        extra = f"{arch}" + (f", {int(cus)} CUs" if cus >= 0 else "")
+        parts.append(f"{len(grp)} x {product} ({extra})")
+    return "; ".join(parts)
+
+
+def write_reports(out_dir: str | os.PathLike, *,
+                  dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame],
+                  verdicts: pd.DataFrame | None = None,
+                  counters: pd.DataFrame | Sequence[pd.DataFrame | None] | None = None,
+                  agents: pd.DataFrame | Sequence[pd.DataFrame | None] | None = None,
+                  meta: Mapping[str, Any] | None = None, labels: Sequence[str] | None = None,
+                  formats: Iterable[str] = FORMATS, skip: Iterable[str] = (),
+                  warmup: int = 0, top_k: int = 5,
+                  short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
+                  max_sheet_rows: int | None = None) -> dict[str, Path]:
+    """Write every report into ``out_dir``; returns ``{file name: path}``.
+
+    ``dispatches`` is one canonical dispatches table, a list of them (with ``labels``; the
+    first is the baseline of an N-way comparison) or a mapping label -> table. ``counters`` and
+    ``agents`` follow the same shape. ``verdicts`` is the gate's table, with a ``label`` column
+    naming the candidate sweep when several were compared. ``skip`` names files not to write
+    (e.g. ``kernels.csv`` when the caller writes its own).
+    """
+    formats = set(formats)
+    unknown = formats - set(FORMATS)
+    if unknown:
+        raise ValueError(f"unknown report formats {sorted(unknown)}; choose from {FORMATS}")
+    skip = set(skip)
+    out = Path(out_dir)
+    meta = dict(meta or {})
+    if "hardware" not in meta:
+        first_agents = agents if isinstance(agents, pd.DataFrame) or agents is None else \
+            next((a for a in agents if a is not None), None)
+        hw = hardware_from_agents(first_agents)
+        if hw:
+            meta["hardware"] = hw
+    data = build_report_data(dispatches, verdicts=verdicts, counters=counters, agents=agents,
+                             meta=meta, labels=labels, warmup=warmup, top_k=top_k,
+                             short_kernel_us=short_kernel_us)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return _write(data, out, formats, skip, max_sheet_rows)
+    except OSError as exc:
+        raise GemmperfInputError(out, f"cannot write report: {exc.strerror or exc}") from None
+
+
+def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
+           max_sheet_rows: int | None) -> dict[str, Path]:
+    from pytest_gemmperf.report import tables
+
+    files: dict[str, Path] = {}
+    if "csv" in formats:
+        files.update(tables.write_csvs(data, out, skip))
+    if "xlsx" in formats and "report.xlsx" not in skip:
+        from pytest_gemmperf.report.excel import DEFAULT_MAX_ROWS, write_excel
+        files["report.xlsx"] = write_excel(data, out / "report.xlsx",
+                                           max_rows=max_sheet_rows or DEFAULT_MAX_ROWS)
+    if "html" in formats and "report.html" not in skip:
+        from pytest_gemmperf.report.html import write_html
+        files["report.html"] = write_html(data, out / "report.html")
+    if "md" in formats and "summary.md" not in skip:
+        files["summary.md"] = tables.write_summary_md(data, out / "summary.md")
+    if "json" in formats and "summary.json" not in skip:
+        path = out / "summary.json"
+        files["summary.json"] = path
+        tables.write_summary_json(data, path, files)
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# pytest session results directory
+
+
+def _read_run_json(root: Path) -> dict[str, Any]:
+    p = root / "run.json"
+    if not p.is_file():
+        return {}
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise GemmperfInputError(p, f"unreadable run metadata: {exc}") from None
+
+
+def _session_meta(run: Mapping[str, Any]) -> dict[str, Any]:
+    """Flatten the few run.json facts the report headline shows; keep the rest as-is."""
+    meta: dict[str, Any] = {}
+    versions = run.get("versions") if isinstance(run.get("versions"), Mapping) else {}
+    for key, sources in (("hardware", ("hardware", "hardware_key")),
+                         ("rocm_version", ("rocm_version", "rocm")),
+                         ("rocprofv3_version", ("rocprofv3_version", "rocprofv3")),
+                         ("torch_version", ("torch_version", "torch")),
+                         ("commit", ("commit", "git_commit")), ("host", ("host",)),
+                         ("created", ("start_time", "started", "created"))):
+        for s in sources:
+            v = run.get(s, versions.get(s))
+            if v not in (None, "", {}):
+                meta[key] = v if not isinstance(v, Mapping) else json.dumps(v, sort_keys=True)
+                break
+    meta["run"] = dict(run)
+    return meta
+
+
+def read_verdict_files(root: Path) -> pd.DataFrame | None:
+    """All ``<test>/verdicts.csv`` of a results directory, concatenated."""
+    frames = []
+    for p in sorted(root.glob("*/verdicts.csv")):
+        try:
+            frames.append(pd.read_csv(p, keep_default_na=True,
+                                      dtype={"test": str, "point": str, "kernel": str, "metric": str,
+                                             "verdict": str, "note": str}))
+        except (OSError, ValueError, pd.errors.ParserError) as exc:
+            raise GemmperfInputError(p, f"unreadable verdicts: {exc}") from None
+    if not frames:
+        return None
+    v = pd.concat(frames, ignore_index=True)
+    for c in ("test", "point", "kernel", "metric", "verdict", "note"):
+        if c in v.columns:
+            v[c] = v[c].fillna("")
+    return v
+
+
+def write_results_reports(results_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                          **kwargs: Any) -> Path | None:
+    """Reports of a pytest session's results directory (the plugin's end-of-session hook).
+
+    Returns ``out_dir``, or None when the session produced no dispatches (nothing profiled).
+    """
+    from pytest_gemmperf.traces.discover import load
+
+    root = Path(results_dir)
+    if not any(root.glob("*/*/dispatches.parquet")):
+        return None
+    trace = load([root])
+    meta = _session_meta(_read_run_json(root))
+    meta.setdefault("inputs", [str(root)])
+    write_reports(out_dir, dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
+                  verdicts=read_verdict_files(root), meta=meta, **kwargs)
+    return Path(out_dir)
+
+
+__all__ = ["FORMATS", "ReportData", "build_report_data", "hardware_from_agents",
+           "read_verdict_files", "write_reports", "write_results_reports"]

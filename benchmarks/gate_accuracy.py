@@ -1,0 +1,363 @@
+"""Accuracy of the regression gate vs the anchors' rules, on the same simulated comparisons.
+
+For every scenario the script repeats a test many times: 4 processes per side, ~80 kernels,
+one point. It measures
+
+* the A/A false-alarm rate per test: the fraction of tests where a rule flags *any* kernel
+  (or any gated metric) as a regression although both sides come from the same distribution;
+* the detection rate for median slowdowns of 2, 3, 5 and 10 % injected into 1 kernel and into
+  3 kernels of the candidate (fraction of slowed kernels flagged).
+
+Noise model ("as it is"): the ranks/repeats of one run execute the same kernel sequence, so each
+process has the same number of dispatches of each kernel (and the same mix of GEMM shapes
+behind one kernel name); every process carries a shared multiplicative factor (clocks,
+placement; sd 0.7 %) plus a smaller kernel-specific one (sd ~0.35 %, varying by kernel).
+
+Scenarios:
+
+* ``real``: dispatch durations of the real rocprofv3 trace ``908_results.json.gz`` (MI350X,
+  50 training steps, 80 kernels, heavy-tailed RCCL, multimodal elementwise/GEMM names). Steps
+  are recovered from the optimizer kernel that runs once per step; steps 0-1 are warm-up. The
+  48 remaining steps are dealt out at random, 6 per simulated process (8 processes, disjoint),
+  and each process's dispatches are multiplied by its process factors.
+* ``heavy``: synthetic, Student-t(2) log-noise (infinite variance) plus 1 % stalls (x 1 + Exp),
+  two RCCL-like kernels with 30 % jitter.
+* ``bimodal``: synthetic, each kernel name covers 1-3 GEMM shapes (duration ratios 1.3-3) with a
+  fixed per-step mix, and each shape is itself bimodal (30 % of dispatches 6 % slower).
+
+Slowed kernels are drawn from those with >= 50 dispatches per process whose per-process medians
+vary by <= 1 % (CV, measured on pilot A/A data).
+
+Rules (all on the same data):
+
+* gate default: ``GateConfig()`` (threshold 5 %, FDR 0.05), every regression verdict counts
+  (kernels, shared shift, dispersion, category totals);
+* gate threshold 0: statistics alone (``threshold=0``, same FDR);
+* pytest-benchmark ``--benchmark-compare-fail=mean:5%``: candidate mean / baseline mean of the
+  kernel's dispatches (all processes pooled) > 1.05;
+* asv: Mann-Whitney p < 0.002 on the pooled dispatches (asv's rule when the smallest attainable
+  p is below 0.002, true for every kernel here but the once-per-step ones, which asv would judge by
+  99 % CI overlap; this script counts those as not significant) and median ratio > 1.1;
+* Google Benchmark ``compare.py``: Mann-Whitney two-sided p < 0.05 on the pooled dispatches,
+  no correction, counted when the candidate median is slower.
+
+Run: ``python benchmarks/gate_accuracy.py [--reps-aa 300 --reps-det 80] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pytest_gemmperf.gate import stats  # noqa: E402
+from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare_stats  # noqa: E402
+
+REAL = REPO.parent / "shared" / "data" / "tracelens" / "908_results.json.gz"
+UNITS_PER_SIDE = 4
+STEPS_PER_PROCESS = 10
+SIGMA_SHARED = 0.007
+SIGMA_KERNEL = 0.0035
+SLOWDOWNS = (0.02, 0.03, 0.05, 0.10)
+
+
+@dataclass
+class Replicate:
+    kernel: np.ndarray  # int codes
+    unit: np.ndarray  # 0..7, < UNITS_PER_SIDE is baseline
+    value: np.ndarray  # ns
+    names: list[str]
+    category: np.ndarray  # per kernel code -> category name
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios: each returns per-step dispatch pools; processes draw steps
+
+
+@dataclass
+class StepPool:
+    """Dispatches grouped by step: ``kernel[i], value[i]`` for i in ``start[s]:start[s+1]``."""
+
+    kernel: np.ndarray
+    value: np.ndarray
+    start: np.ndarray
+    names: list[str]
+    category: np.ndarray
+    sigma_kernel: np.ndarray  # per kernel sd of its kernel-specific process factor
+    per_step_sampler: object | None = None  # synthetic scenarios regenerate values per draw
+
+
+def load_real() -> StepPool:
+    import orjson
+
+    doc = orjson.loads(gzip.open(REAL).read())
+    proc = doc["rocprofiler-sdk-tool"][0]
+    recs = proc["buffer_records"]["kernel_dispatch"]
+    names_by_id = {s["kernel_id"]: s.get("formatted_kernel_name") or s["kernel_name"]
+                   for s in proc["kernel_symbols"] if s}
+    kid = np.array([r["dispatch_info"]["kernel_id"] for r in recs])
+    start = np.array([r["start_timestamp"] for r in recs], np.int64)
+    dur = np.array([r["end_timestamp"] for r in recs], np.int64) - start
+    names = pd.Index(sorted({names_by_id[k] for k in set(kid.tolist())}))
+    code = names.get_indexer([names_by_id[k] for k in kid])
+    # the optimizer's multi_tensor_apply kernels run once per step: their starts cut steps
+    counts = np.bincount(code, minlength=len(names))
+    once = [i for i, n in enumerate(names) if "multi_tensor_apply" in n and counts[i] == 50]
+    marks = np.sort(start[code == once[0]])
+    step = np.searchsorted(marks, start, side="right")
+    keep = (step >= 2) & (step < 50) & (dur > 0)
+    order = np.lexsort((start[keep], step[keep]))
+    k, v, s = code[keep][order], dur[keep][order].astype(float), step[keep][order] - 2
+    bounds = np.searchsorted(s, np.arange(49))
+    cat = np.array(["gemm" if n.startswith("Cijk") else "comm" if n.startswith("nccl") else "other" for n in names])
+    rng = np.random.default_rng(7)
+    return StepPool(k, v, bounds, list(names), cat, SIGMA_KERNEL * np.exp(rng.normal(0, 0.4, len(names))))
+
+
+def synthetic(kind: str, seed: int) -> StepPool:
+    """Per-step dispatch templates; values are regenerated at every draw (see draw_process)."""
+    rng = np.random.default_rng(seed)
+    n_k = 80
+    per_step = rng.choice([1, 1, 1, 2, 2, 3, 4, 5, 6, 8, 10, 17, 25], size=n_k)
+    base = np.exp(rng.uniform(np.log(2e3), np.log(2e6), n_k))
+    names = [f"{kind}_kernel_{i:02d}<float, {int(base[i])}>" for i in range(n_k)]
+    cat = rng.choice(["gemm", "comm", "other"], size=n_k, p=[0.3, 0.05, 0.65])
+    if kind == "bimodal":
+        # one name, several shapes: a fixed per-step mix of shape multipliers
+        shapes = []
+        for i in range(n_k):
+            m = rng.integers(1, 4)
+            mult = np.concatenate([[1.0], rng.uniform(1.3, 3.0, m - 1)])
+            shapes.append(mult[np.arange(per_step[i]) % m])
+        kern = np.concatenate([np.full(per_step[i], i) for i in range(n_k)])
+        mult = np.concatenate(shapes)
+    else:
+        kern = np.concatenate([np.full(per_step[i], i) for i in range(n_k)])
+        mult = np.ones(len(kern))
+    jitter = rng.uniform(0.01, 0.04, n_k)
+    comm = np.flatnonzero(cat == "comm")[:2]
+    jitter[comm] = 0.3
+    template = (kern, base[kern] * mult, jitter[kern])
+    return StepPool(kern, base[kern] * mult, np.arange(0, 49) * len(kern), names, cat,
+                    SIGMA_KERNEL * np.exp(rng.normal(0, 0.4, n_k)), per_step_sampler=(kind, template))
+
+
+def draw_process(pool: StepPool, rng: np.random.Generator, allowed: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel codes and durations of one simulated process (before process factors).
+
+    Real data: the steps in ``allowed``; the 48 steps are dealt out at random, 6 to each of
+    the 8 processes, so processes share no dispatch (independent units, no pseudo-replication).
+    """
+    if pool.per_step_sampler is None:
+        steps = allowed
+        idx = np.concatenate([np.arange(pool.start[s], pool.start[s + 1]) for s in steps])
+        return pool.kernel[idx], pool.value[idx]
+    kind, (kern, typical, jitter) = pool.per_step_sampler
+    k = np.tile(kern, STEPS_PER_PROCESS)
+    t = np.tile(typical, STEPS_PER_PROCESS)
+    j = np.tile(jitter, STEPS_PER_PROCESS)
+    n = len(k)
+    if kind == "heavy":
+        eps = j * rng.standard_t(2, n)
+        stall = rng.random(n) < 0.01
+        v = t * np.exp(eps) * np.where(stall, 1 + rng.exponential(0.5, n), 1.0)
+    else:
+        eps = 0.5 * j * rng.standard_normal(n)
+        slow_mode = rng.random(n) < 0.3
+        v = t * np.exp(eps) * np.where(slow_mode, 1.06, 1.0)
+    return k, v
+
+
+def make_replicate(pool: StepPool, rng: np.random.Generator) -> Replicate:
+    ks, vs, us = [], [], []
+    n_k = len(pool.names)
+    deal = np.array_split(rng.permutation(len(pool.start) - 1), 2 * UNITS_PER_SIDE)
+    for u in range(2 * UNITS_PER_SIDE):
+        k, v = draw_process(pool, rng, deal[u])
+        factor = rng.normal(0, SIGMA_SHARED) + rng.normal(0, 1, n_k) * pool.sigma_kernel
+        ks.append(k)
+        vs.append(v * np.exp(factor[k]))
+        us.append(np.full(len(k), u))
+    return Replicate(np.concatenate(ks), np.concatenate(us), np.concatenate(vs), pool.names, pool.category)
+
+
+# ---------------------------------------------------------------------------------------------
+# rules
+
+
+def to_samples(rep: Replicate, values: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    names = pd.Categorical.from_codes(rep.kernel, categories=rep.names)
+    unit = np.array([f"host/{u}/0/{u}" for u in range(2 * UNITS_PER_SIDE)])[rep.unit]
+    dur = pd.DataFrame({"point": "p", "kernel": names, "metric": "dur_ns", "unit": unit, "value": values})
+    # category totals per unit, as samples_from_dispatches writes them
+    cats = np.unique(rep.category)
+    cat_code = np.searchsorted(cats, rep.category[rep.kernel])
+    tot = np.bincount(rep.unit * len(cats) + cat_code, weights=values, minlength=2 * UNITS_PER_SIDE * len(cats))
+    uu, cc = np.divmod(np.arange(len(tot)), len(cats))
+    totals = pd.DataFrame({"point": "p", "kernel": "category:" + cats[cc], "metric": "category_total_ns",
+                           "unit": np.array([f"host/{u}/0/{u}" for u in range(2 * UNITS_PER_SIDE)])[uu],
+                           "value": tot})
+    df = pd.concat([dur, totals], ignore_index=True)
+    is_base = np.concatenate([rep.unit < UNITS_PER_SIDE, uu < UNITS_PER_SIDE])
+    return df[is_base], df[~is_base]
+
+
+def gate_rules(rep: Replicate, values: np.ndarray) -> dict[str, pd.DataFrame]:
+    base, cand = to_samples(rep, values)
+    st = compare_stats(base, cand, GateConfig())
+    return {"gate default (5%)": assign_verdicts(st, GateConfig()),
+            "gate threshold 0": assign_verdicts(st, GateConfig(threshold=0.0))}
+
+
+def anchor_rules(rep: Replicate, values: np.ndarray, kernels: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-kernel alarm flags of the anchors' rules for ``kernels`` (pooled dispatches)."""
+    n_k = len(rep.names)
+    sel = np.isin(rep.kernel, kernels)
+    k, u, v = rep.kernel[sel], rep.unit[sel], values[sel]
+    cand = u >= UNITS_PER_SIDE
+    g = k * 2 + cand
+    mean = np.bincount(g, weights=v, minlength=2 * n_k) / np.maximum(np.bincount(g, minlength=2 * n_k), 1)
+    med = stats.group_median(v, g, 2 * n_k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_ratio = mean[1::2] / mean[0::2]
+        med_ratio = med[1::2] / med[0::2]
+    _, p = stats.grouped_mannwhitney(v, k, cand, n_k)
+    nb = np.bincount(k[~cand], minlength=n_k)
+    nc = np.bincount(k[cand], minlength=n_k)
+    from scipy.special import comb
+    pmin_ok = 1.0 / comb(nb + nc, np.minimum(nb, nc)) < 0.002
+    pb = mean_ratio * 100 - 100 > 5
+    asv = pmin_ok & (p < 0.002) & (med_ratio > 1.1)
+    gb = (p < 0.05) & (med_ratio > 1)
+    return {"pytest-benchmark mean:5%": pb[kernels], "asv p<0.002 & x1.1": asv[kernels],
+            "gbench U a=0.05": gb[kernels]}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def eligible_kernels(pool: StepPool, rng: np.random.Generator, pilots: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels with >= 50 dispatches per process and per-process median CV <= 1 %."""
+    n_k = len(pool.names)
+    cvs = []
+    for _ in range(pilots):
+        rep = make_replicate(pool, rng)
+        med = stats.group_median(rep.value, rep.kernel * 8 + rep.unit, n_k * 8).reshape(n_k, 8)
+        cvs.append(np.std(med, axis=1, ddof=1) / np.mean(med, axis=1))
+        cnt = np.bincount(rep.kernel * 8 + rep.unit, minlength=n_k * 8).reshape(n_k, 8).min(axis=1)
+    cv = np.sqrt(np.mean(np.square(cvs), axis=0))
+    return np.flatnonzero((cnt >= 50) & (cv <= 0.01)), cv
+
+
+def run_scenario(name: str, pool: StepPool, reps_aa: int, reps_det: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    elig, cv = eligible_kernels(pool, rng)
+    all_k = np.arange(len(pool.names))
+    res: dict[str, dict] = {}
+
+    def bump(rule: str, key: str, hits: float, total: float) -> None:
+        h, t = res.setdefault(rule, {}).get(key, (0.0, 0.0))
+        res[rule][key] = (h + hits, t + total)
+
+    t0 = time.perf_counter()
+    n_calls = 0
+    for _ in range(reps_aa):
+        rep = make_replicate(pool, rng)
+        for rule, v in gate_rules(rep, rep.value).items():
+            bump(rule, "A/A", float((v["verdict"] == "regression").any()), 1)
+        n_calls += 1
+        for rule, flags in anchor_rules(rep, rep.value, all_k).items():
+            bump(rule, "A/A", float(flags.any()), 1)
+    for n_slow in (1, 3):
+        for s in SLOWDOWNS:
+            key = f"{n_slow}k {int(round(100 * s))}%"
+            for _ in range(reps_det):
+                rep = make_replicate(pool, rng)
+                slowed = rng.choice(elig, size=min(n_slow, len(elig)), replace=False)
+                values = rep.value * np.where(np.isin(rep.kernel, slowed) & (rep.unit >= UNITS_PER_SIDE), 1 + s, 1.0)
+                for rule, v in gate_rules(rep, values).items():
+                    hit = v[(v["metric"] == "dur_ns") & (v["verdict"] == "regression")]["kernel"]
+                    bump(rule, key, float(np.isin([pool.names[i] for i in slowed], hit.to_numpy()).sum()), len(slowed))
+                n_calls += 1
+                for rule, flags in anchor_rules(rep, values, slowed).items():
+                    bump(rule, key, float(flags.sum()), len(slowed))
+    elapsed = time.perf_counter() - t0
+    return {"res": res, "eligible": len(elig), "cv_slowed": float(np.median(cv[elig])) if len(elig) else np.nan,
+            "kernels": len(pool.names), "seconds": elapsed, "calls": n_calls}
+
+
+def format_table(name: str, out: dict) -> str:
+    keys = ["A/A"] + [f"{n}k {int(round(100 * s))}%" for n in (1, 3) for s in SLOWDOWNS]
+    head = ["rule", "false alarms/test"] + [f"detect {k}" for k in keys[1:]]
+    rows = [head]
+    for rule, d in out["res"].items():
+        row = [rule]
+        for k in keys:
+            h, t = d.get(k, (0, 0))
+            row.append(f"{100 * h / t:.1f}%" if t else "-")
+        rows.append(row)
+    w = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [f"scenario {name}: {out['kernels']} kernels, {UNITS_PER_SIDE} processes per side, "
+             f"{out['eligible']} kernels eligible for slowdown (median per-process CV "
+             f"{100 * out['cv_slowed']:.2f}%); {out['calls']} comparisons in {out['seconds']:.0f} s"]
+    lines += ["| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |" for r in rows[:1]]
+    lines.append("|" + "|".join("-" * (x + 2) for x in w) + "|")
+    lines += ["| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def time_compare() -> str:
+    """Wall time of one compare of 80 kernels x 8 points (speed claim)."""
+    pool = synthetic("heavy", 3)
+    rng = np.random.default_rng(0)
+    frames_b, frames_c = [], []
+    for p in range(8):
+        rep = make_replicate(pool, rng)
+        b, c = to_samples(rep, rep.value)
+        frames_b.append(b.assign(point=f"ch{p}"))
+        frames_c.append(c.assign(point=f"ch{p}"))
+    b, c = pd.concat(frames_b), pd.concat(frames_c)
+    from pytest_gemmperf.gate.compare import compare
+    compare(b, c)
+    t0 = time.perf_counter()
+    v = compare(b, c)
+    dt = time.perf_counter() - t0
+    return f"compare(): {len(b) + len(c)} samples, 80 kernels x 8 points -> {len(v)} verdict rows in {dt:.2f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps-aa", type=int, default=300)
+    ap.add_argument("--reps-det", type=int, default=80)
+    ap.add_argument("--quick", action="store_true", help="60 A/A and 20 detection replicates")
+    ap.add_argument("--scenarios", default="real,heavy,bimodal")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.reps_aa, args.reps_det = 60, 20
+    print(time_compare())
+    for i, name in enumerate(args.scenarios.split(",")):
+        if name == "real":
+            if not REAL.exists():
+                print(f"scenario real: skipped ({REAL} absent)")
+                continue
+            pool = load_real()
+        else:
+            pool = synthetic(name, 100 + i)
+        out = run_scenario(name, pool, args.reps_aa, args.reps_det, seed=1000 + i)
+        print()
+        print(format_table(name, out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

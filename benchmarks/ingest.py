@@ -1,0 +1,134 @@
+"""Ingest speed: rocprofv3 JSON reader against the floor of simply decoding the same bytes.
+
+Prints, for ../shared/data/tracelens/908_results.json.gz (43,915 dispatches, 37.5 MB of JSON):
+wall time (best and median of N) of ``read_rocprof_json`` into the canonical dispatches table,
+gunzip alone, a bare ``orjson.loads`` / ``msgspec.json.decode`` of the decompressed bytes, the
+ratio reader / (gunzip + fastest bare decode), and peak RSS measured in fresh subprocesses (so each
+number is that code's own peak, not this script's). Then runs ``benchmarks/ingest_csv.py``'s
+``main()`` when that file exists (1M-row kernel_trace.csv numbers).
+
+Usage: python benchmarks/ingest.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO.parent / "shared" / "data" / "tracelens" / "908_results.json.gz"
+
+# VmHWM (not ru_maxrss): Linux carries ru_maxrss over from the forking parent, VmHWM starts anew
+# with the exec'ed interpreter.
+_RSS_CHILD = """
+import sys, gzip
+sys.path.insert(0, {repo!r})
+def hwm_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+what, path = sys.argv[1], sys.argv[2]
+import orjson, msgspec, numpy, pandas  # imports are not the reader's cost
+from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
+base = hwm_kib()
+if what == "reader":
+    n = len(read_rocprof_json(path).dispatches)
+elif what == "orjson":
+    n = len(orjson.loads(gzip.decompress(open(path, "rb").read()))["rocprofiler-sdk-tool"])
+else:
+    n = len(msgspec.json.decode(gzip.decompress(open(path, "rb").read()))["rocprofiler-sdk-tool"])
+peak = hwm_kib()
+print(base, peak, n)
+"""
+
+
+def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    fn()  # warm caches and imports once
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times), statistics.median(times)
+
+
+def peak_rss_mib(what: str, path: Path) -> tuple[float, float]:
+    """(peak RSS after imports, peak RSS after the work) of a fresh interpreter, in MiB (Linux)."""
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD.format(repo=str(REPO)), what, str(path)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    base_kib, peak_kib = int(out[0]), int(out[1])
+    return base_kib / 1024, peak_kib / 1024
+
+
+def bench_json(repeat: int) -> None:
+    import msgspec
+    import orjson
+
+    sys.path.insert(0, str(REPO))
+    from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
+
+    raw = DATA.read_bytes()
+    data = gzip.decompress(raw)
+    n = len(read_rocprof_json(DATA).dispatches)
+    print(f"file: {DATA} ({len(raw) / 1e6:.2f} MB gzip, {len(data) / 1e6:.1f} MB JSON, "
+          f"{n:,} dispatches)")
+    print(f"repeat: {repeat} (best / median, seconds)")
+
+    rows = [
+        ("gunzip (gzip.decompress)", timed(lambda: gzip.decompress(raw), repeat)),
+        ("bare orjson.loads(json bytes)", timed(lambda: orjson.loads(data), repeat)),
+        ("bare msgspec.json.decode(json bytes)", timed(lambda: msgspec.json.decode(data), repeat)),
+        ("read_rocprof_json(.json.gz) -> Trace", timed(lambda: read_rocprof_json(DATA), repeat)),
+    ]
+    for name, (best, med) in rows:
+        print(f"  {name:40s} {best:7.3f}  {med:7.3f}")
+    gunzip = rows[0][1][0]
+    bare = min(rows[1][1][0], rows[2][1][0])
+    reader = rows[3][1][0]
+    floor = gunzip + bare
+    print(f"  floor = gunzip + fastest bare decode    {floor:7.3f}")
+    print(f"  ratio reader / floor (best)             {reader / floor:7.2f}x   (limit 2.5x)")
+    print(f"  reader best vs 0.25 s budget            {'OK' if reader <= 0.25 else 'OVER'}")
+
+    print("peak RSS in a fresh process (MiB): after imports -> after the work")
+    for what in ("reader", "orjson", "msgspec"):
+        base, peak = peak_rss_mib(what, DATA)
+        print(f"  {what:8s} {base:7.1f} -> {peak:7.1f}  (+{peak - base:.1f})")
+
+
+def run_csv_bench() -> None:
+    csv_bench = REPO / "benchmarks" / "ingest_csv.py"
+    if not csv_bench.exists():
+        print("benchmarks/ingest_csv.py not present: no CSV numbers")
+        return
+    spec = importlib.util.spec_from_file_location("ingest_csv", csv_bench)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    print("\n--- benchmarks/ingest_csv.py ---")
+    mod.main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--no-csv", action="store_true", help="skip benchmarks/ingest_csv.py")
+    args = ap.parse_args(argv)
+    if DATA.exists():
+        bench_json(args.repeat)
+    else:
+        print(f"skipped JSON benchmark: {DATA} is absent (it lives in ../shared beside the checkout)")
+    if not args.no_csv:
+        run_csv_bench()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

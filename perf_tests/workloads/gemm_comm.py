@@ -1,0 +1,131 @@
+"""GEMMs concurrent with all-reduce traffic, under the PyTorch profiler, one process per rank.
+
+Launch with torchrun (``python -m torch.distributed.run --standalone --nproc_per_node 2
+gemm_comm.py --shape 512x512x512``). Each step starts an asynchronous all-reduce of
+``--comm-mb`` MiB and, while it is in flight, runs ``--gemms-per-step`` GEMMs of
+``(m x k) @ (k x n)``:
+
+* GPU (CUDA or ROCm): the all-reduce runs on its own stream (NCCL/RCCL), the GEMMs on the
+  default stream, so the trace shows GEMM kernels overlapping collective kernels.
+* CPU: gloo executes the all-reduce on its own thread while the GEMMs run on the main thread.
+
+Rank R writes its trace to ``$GEMMPERF_TRACE_DIR/rank<R>/gemm_comm_step<N>.json`` (or
+``--trace-dir``), the layout the aorta trainer uses for ``torch_profiler/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # one MxNxK option: torchrun's parser takes abbreviations such as --m for its own options
+    p.add_argument("--shape", default="256x256x256", help="GEMM shape MxNxK: (M x K) @ (K x N)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--gemms-per-step", type=int, default=4)
+    p.add_argument("--steps", type=int, default=8, help="profiled steps")
+    p.add_argument("--warmup-steps", type=int, default=2, help="steps run before recording")
+    p.add_argument("--comm-mb", type=float, default=4.0, help="all-reduce message size in MiB")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"),
+                   default=os.environ.get("GEMMPERF_DEVICE", "auto").replace("rocm", "cuda"))
+    p.add_argument("--trace-dir", default=os.environ.get("GEMMPERF_TRACE_DIR", "torch_profiler"))
+    args = p.parse_args(argv)
+    try:
+        args.m, args.n, args.k = (int(x) for x in args.shape.lower().split("x"))
+    except ValueError:
+        p.error(f"--shape must be MxNxK with integers, got {args.shape!r}")
+    for name in ("m", "n", "k", "gemms_per_step", "steps"):
+        if getattr(args, name) < 1:
+            p.error(f"{name.replace('_', '-')} must be >= 1")
+    if args.warmup_steps < 0 or args.comm_mb < 0:
+        p.error("--warmup-steps and --comm-mb must be >= 0")
+    return args
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(torch, dist, device: str) -> tuple[int, int]:
+    backend = "nccl" if device == "cuda" else "gloo"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        if device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    else:  # run without torchrun: a world of one, so the script is usable on its own
+        dist.init_process_group(backend=backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
+                                rank=0, world_size=1)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("gemm_comm: --device cuda but torch sees no GPU", file=sys.stderr)
+        return 2
+    rank, world = init_distributed(torch, dist, device)
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    dtype = getattr(torch, args.dtype)
+
+    gen = torch.Generator(device="cpu").manual_seed(1234 + rank)
+    a = torch.randn(args.m, args.k, generator=gen).to(dev, dtype)
+    b = torch.randn(args.k, args.n, generator=gen).to(dev, dtype)
+    comm = torch.ones(max(1, int(args.comm_mb * 2**20 / 4)), dtype=torch.float32, device=dev)
+    comm_stream = torch.cuda.Stream() if device == "cuda" else None
+
+    def step() -> None:
+        if comm_stream is not None:
+            comm_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(comm_stream):
+                work = dist.all_reduce(comm, async_op=True)
+        else:
+            work = dist.all_reduce(comm, async_op=True)
+        out = None
+        for _ in range(args.gemms_per_step):
+            out = torch.mm(a, b)
+        work.wait()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        del out
+
+    trace_dir = Path(args.trace_dir) / f"rank{rank}"
+    trace_dir.mkdir(parents=True, exist_ok=True)
+
+    def write_trace(prof) -> None:
+        prof.export_chrome_trace(str(trace_dir / f"gemm_comm_step{prof.step_num}.json"))
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    dist.barrier()
+    with profile(activities=activities, record_shapes=True,
+                 schedule=schedule(wait=0, warmup=args.warmup_steps, active=args.steps, repeat=1),
+                 on_trace_ready=write_trace) as prof:
+        for _ in range(args.warmup_steps + args.steps):
+            step()
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        print(f"gemm_comm: {world} rank(s) on {device}, {args.steps} profiled steps of "
+              f"{args.gemms_per_step} x {args.dtype} GEMM {args.m}x{args.n}x{args.k} "
+              f"+ all_reduce {args.comm_mb} MiB; traces in {Path(args.trace_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

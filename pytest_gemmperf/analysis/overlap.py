@@ -1,0 +1,139 @@
+"""Per-dispatch GEMM ∩ collective overlap on the same GPU.
+
+Replaces aorta's one-instance check (aorta-pipeline.md §2.5) with every GEMM dispatch, from one
+timeline. A GEMM's ``overlap_ns`` is its intersection with the *union* of collective intervals of
+the same process-GPU group (so two concurrent collectives are not counted twice, as aorta's
+"unique overlap"). "Overlapping" means a positive-length intersection of half-open intervals.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.analysis.intervals import (
+    GPU_KEYS, GroupedTimeline, count_overlapping, covered_length, group_codes, grouped_union,
+)
+
+
+
+def category_mask(dispatches: pd.DataFrame, mask, category: str) -> np.ndarray:
+    """``mask`` as a bool array, or ``category == <category>`` when ``mask`` is None."""
+    if mask is None:
+        return (dispatches["category"] == category).to_numpy(dtype=bool, na_value=False)
+    arr = np.asarray(mask.to_numpy() if isinstance(mask, pd.Series) else mask)
+    if arr.dtype != bool or arr.shape != (len(dispatches),):
+        raise ValueError(f"mask must be a boolean array of length {len(dispatches)}")
+    return arr
+
+
+def display_names(dispatches: pd.DataFrame, name_col: str = "kernel_short") -> pd.Series:
+    """``name_col``, falling back to ``kernel`` where it is missing."""
+    if name_col not in dispatches.columns:
+        return dispatches["kernel"].astype("object")
+    short = dispatches[name_col].astype("object")
+    return short.where(short.notna(), dispatches["kernel"].astype("object"))
+
+
+def _name_sets(gs: np.ndarray, ge: np.ndarray, tl: GroupedTimeline, codes: np.ndarray,
+               start: np.ndarray, end: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """';'-joined sorted names of the collective kernels each query overlaps.
+
+    One union per distinct collective name (tens, not millions), then one covered-length query
+    per name; the resulting bit rows are deduplicated before any string is built.
+    """
+    n = len(gs)
+    uniq, inv = np.unique(names, return_inverse=True)
+    if len(uniq) == 0 or n == 0:
+        return np.full(n, "", dtype=object)
+    hits = np.zeros((n, len(uniq)), dtype=bool)
+    for k in range(len(uniq)):
+        sel = inv == k
+        u = grouped_union(tl, codes[sel], start[sel], end[sel])
+        hits[:, k] = covered_length(gs, ge, u) > 0
+    patterns, pattern_of = np.unique(hits, axis=0, return_inverse=True)
+    labels = np.asarray([";".join(uniq[row]) for row in patterns], dtype=object)
+    return labels[pattern_of.reshape(-1)]
+
+
+def gemm_overlap(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, *,
+                 keys: Sequence[str] = GPU_KEYS, name_col: str = "kernel_short") -> pd.DataFrame:
+    """One row per GEMM dispatch (index kept from ``dispatches``).
+
+    Columns: the group keys present, ``kernel``, ``kernel_short``, ``dispatch_id``, ``start_ns``,
+    ``end_ns``, ``dur_ns``, ``overlap_ns`` (∩ union of same-GPU collectives),
+    ``overlap_fraction`` (NaN for zero-length GEMMs), ``overlapping_count`` (collective
+    dispatches intersecting it) and ``overlapping_collectives`` (their distinct names,
+    sorted, ';'-joined).
+    """
+    d = dispatches
+    gm = category_mask(d, gemm_mask, "gemm")
+    cm = category_mask(d, comm_mask, "collective")
+    start = d["start_ns"].to_numpy(np.int64)
+    end = d["end_ns"].to_numpy(np.int64)
+    codes = group_codes(d, keys)
+    n_groups = int(codes.max()) + 1 if len(codes) else 0
+    sel = gm | cm
+    tl = GroupedTimeline.build(codes[sel], start[sel], end[sel], n_groups=n_groups)
+
+    gi = np.flatnonzero(gm)
+    ci = np.flatnonzero(cm)
+    gs = tl.shift(codes[gi], start[gi])
+    ge = tl.shift(codes[gi], end[gi])
+    comm_u = grouped_union(tl, codes[ci], start[ci], end[ci])
+    overlap = covered_length(gs, ge, comm_u)
+    dur = end[gi] - start[gi]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(dur > 0, overlap / np.where(dur > 0, dur, 1), np.nan)
+    count = count_overlapping(gs, ge, tl.shift(codes[ci], start[ci]), tl.shift(codes[ci], end[ci]))
+    names = display_names(d.iloc[ci], name_col).to_numpy(dtype=object).astype(str)
+    labels = _name_sets(gs, ge, tl, codes[ci], start[ci], end[ci], names)
+
+    cols = [c for c in (*keys, "kernel", "kernel_short", "dispatch_id", "start_ns", "end_ns")
+            if c in d.columns]
+    out = d.iloc[gi][cols].copy()
+    out["dur_ns"] = dur
+    out["overlap_ns"] = overlap
+    out["overlap_fraction"] = frac
+    out["overlapping_count"] = count
+    out["overlapping_collectives"] = pd.Series(labels, index=out.index, dtype="object")
+    return out
+
+
+def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, *,
+                      threshold: float = 0.0, by: Sequence[str] = ("point", "rank", "kernel"),
+                      overlap: pd.DataFrame | None = None,
+                      keys: Sequence[str] = GPU_KEYS) -> pd.DataFrame:
+    """Per ``by`` group (default point, rank, kernel) of GEMM dispatches.
+
+    A dispatch counts as overlapped when ``overlap_fraction > threshold``. Columns: ``count``,
+    ``n_overlapped``, ``overlapped_share``, ``mean_overlap_fraction``, ``total_overlap_ns``,
+    ``median_dur_overlapped_ns``, ``median_dur_isolated_ns`` and ``interference_slowdown`` =
+    their ratio (NaN when either side is empty). Pass ``overlap`` (a :func:`gemm_overlap` result)
+    to avoid recomputing it.
+    """
+    ov = (overlap if overlap is not None
+          else gemm_overlap(dispatches, gemm_mask, comm_mask, keys=keys))
+    by = [c for c in by if c in ov.columns]
+    is_ov = (ov["overlap_fraction"] > threshold).to_numpy(dtype=bool, na_value=False)
+    frame = ov[by + ["dur_ns", "overlap_ns", "overlap_fraction"]].copy()
+    frame["_ov"] = is_ov
+    grp = frame.groupby(by, observed=True, dropna=False, sort=True)
+    out = pd.DataFrame({
+        "count": grp.size(),
+        "n_overlapped": grp["_ov"].sum().astype("int64"),
+        "mean_overlap_fraction": grp["overlap_fraction"].mean(),
+        "total_overlap_ns": grp["overlap_ns"].sum().astype("int64"),
+    })
+    out["overlapped_share"] = out["n_overlapped"] / out["count"]
+    med_ov = frame[is_ov].groupby(by, observed=True, dropna=False)["dur_ns"].median()
+    med_iso = frame[~is_ov].groupby(by, observed=True, dropna=False)["dur_ns"].median()
+    out["median_dur_overlapped_ns"] = med_ov.reindex(out.index).astype("float64")
+    out["median_dur_isolated_ns"] = med_iso.reindex(out.index).astype("float64")
+    out["interference_slowdown"] = out["median_dur_overlapped_ns"] / out["median_dur_isolated_ns"]
+    return out.reset_index()
+
+
+__all__ = ["category_mask", "display_names", "gemm_overlap", "overlap_by_kernel"]

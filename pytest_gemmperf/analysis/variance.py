@@ -1,0 +1,295 @@
+"""Top-K variance ranking with aorta's columns plus robust dispersion (aorta-pipeline.md
+§2.3-2.5).
+
+aorta ranks op groups by the range ``max − min`` of their durations per trace. The range is kept
+(``time_diff_us``) for continuity, but it is driven by one outlier and grows with the number of
+invocations, so every row also carries robust, count-independent measures:
+
+* ``mad_cv`` = 1.4826 · MAD / median — the MAD scaled to estimate σ under normality, relative
+  to the median;
+* ``iqr_cv`` = (Q3 − Q1) / 1.349 / median — the same idea from the interquartile range.
+
+``sort_by="robust"`` ranks by ``mad_cv`` (then ``iqr_cv``) instead of the range.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge
+from pytest_gemmperf.analysis.overlap import category_mask, display_names
+
+AORTA_COLUMNS = ("threads", "channel", "rank", "kernel_name", "kernel_time_min_us",
+                 "kernel_time_max_us", "time_diff_us")
+TIMESTAMP_COLUMNS = ("min_duration_timestamp_ms", "max_duration_timestamp_ms",
+                     "time_between_min_max_ms", "min_duration_found_us", "max_duration_found_us")
+OVERLAP_COLUMNS = ("overlapping_collective_count", "overlapping_collective_names",
+                   "max_overlap_percentage", "max_overlap_collective", "total_overlap_duration_ms")
+#: Process unit of the gate (ARCHITECTURE.md "The process unit").
+PROCESS_KEYS = ("point", "host", "pid", "rank", "run")
+
+_MAD_TO_SIGMA = 1.4826
+_IQR_TO_SIGMA = 1.349
+_KERNEL_KEYS = ("kernel", "kernel_short")
+
+
+def select_samples(dispatches: pd.DataFrame, *, category: str | None = "gemm",
+                   warmup: int = 0, keys: Sequence[str] = GPU_KEYS) -> pd.DataFrame:
+    """Dispatches of ``category`` (all when None) without the first ``warmup`` invocations of
+    each kernel in each process-GPU group (in start order). Index labels are kept."""
+    d = dispatches
+    if category is not None:
+        d = d[category_mask(d, None, category)]
+    if warmup > 0 and len(d):
+        proc = group_codes(d, keys)
+        kern = pd.factorize(d["kernel"], use_na_sentinel=False)[0]
+        order = np.lexsort((d["start_ns"].to_numpy(), kern, proc))
+        ps, ks = proc[order], kern[order]
+        new = np.r_[True, (ps[1:] != ps[:-1]) | (ks[1:] != ks[:-1])]
+        run_start = np.maximum.accumulate(np.where(new, np.arange(len(order)), 0))
+        nth = np.empty(len(order), dtype=np.int64)
+        nth[order] = np.arange(len(order)) - run_start
+        d = d[nth >= warmup]
+    return d
+
+
+def _stats(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Duration statistics per ``by`` group, with the index labels of the min/max instances
+    (ties: earliest start)."""
+    frame = d[by + ["dur_ns", "start_ns"]].sort_values("start_ns", kind="stable")
+    grp = frame.groupby(by, observed=True, dropna=False, sort=True)["dur_ns"]
+    med = grp.transform("median")
+    dev = (frame["dur_ns"] - med).abs()
+    out = pd.DataFrame({
+        "count": grp.size(),
+        "min_ns": grp.min(),
+        "max_ns": grp.max(),
+        "median_ns": grp.median(),
+        "mad_ns": dev.groupby([frame[c] for c in by], observed=True, dropna=False).median(),
+        "q1_ns": grp.quantile(0.25),
+        "q3_ns": grp.quantile(0.75),
+        "min_row": grp.idxmin(),
+        "max_row": grp.idxmax(),
+    })
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["mad_cv"] = _MAD_TO_SIGMA * out["mad_ns"] / out["median_ns"]
+        out["iqr_cv"] = (out["q3_ns"] - out["q1_ns"]) / _IQR_TO_SIGMA / out["median_ns"]
+    return out.reset_index()
+
+
+def parse_point_axes(points: pd.Series) -> pd.DataFrame:
+    """``threads`` and ``channel`` from point ids ``ch<C>-th<T>`` (nullable Int64)."""
+    text = points.astype("object").where(points.notna(), "").astype(str)
+
+    def grab(abbr: str) -> pd.Series:
+        found = text.str.extract(rf"(?:^|-){abbr}(\d+)(?:-|$)", expand=False)
+        return pd.to_numeric(found, errors="coerce").astype("Int64")
+
+    return pd.DataFrame({"threads": grab("th"), "channel": grab("ch")}, index=points.index)
+
+
+def _attach_axes(top: pd.DataFrame, axes: pd.DataFrame | None) -> pd.DataFrame:
+    if "point" not in top.columns:
+        top["threads"] = pd.array([pd.NA] * len(top), dtype="Int64")
+        top["channel"] = pd.array([pd.NA] * len(top), dtype="Int64")
+        return top
+    if axes is None:
+        parsed = parse_point_axes(top["point"])
+        return top.assign(threads=parsed["threads"], channel=parsed["channel"])
+    ax = axes.rename(columns={"channels": "channel"})
+    if "point" not in ax.columns:
+        raise ValueError("axes must have a 'point' column")
+    ax = ax.drop_duplicates("point").copy()
+    ax["point"] = ax["point"].astype("object")
+    left = top.assign(_point=top["point"].astype("object"))
+    merged = left.merge(ax.rename(columns={"point": "_point"}), on="_point", how="left",
+                        suffixes=("", "_axis")).drop(columns="_point")
+    merged.index = top.index
+    for col in ("threads", "channel"):
+        if col not in merged.columns:
+            merged[col] = pd.array([pd.NA] * len(merged), dtype="Int64")
+    return merged
+
+
+def top_variance(dispatches: pd.DataFrame, k: int = 5,
+                 by: Sequence[str] = ("point", "rank", "kernel"), category: str | None = "gemm",
+                 warmup: int = 0, axes: pd.DataFrame | None = None, *,
+                 sort_by: str = "range") -> pd.DataFrame:
+    """Top ``k`` kernels by spread in each cell (``by`` without the kernel column — one
+    (point, rank) trace in aorta), concatenated and sorted descending.
+
+    Columns: aorta's ``threads, channel, rank, kernel_name, kernel_time_min_us,
+    kernel_time_max_us, time_diff_us``, then ``point, median_us, mad_cv, iqr_cv, count``, the
+    other ``by`` keys, and ``min_row`` / ``max_row`` (index labels, in ``dispatches``, of the
+    min- and max-duration instances; used by :func:`with_timestamps`).
+    """
+    if sort_by not in ("range", "robust"):
+        raise ValueError(f"sort_by must be 'range' or 'robust', not {sort_by!r}")
+    by = [c for c in by if c in dispatches.columns]
+    samples = select_samples(dispatches, category=category, warmup=warmup)
+    st = _stats(samples, by)
+    st["time_diff_us"] = (st["max_ns"] - st["min_ns"]) / 1e3
+    sort_cols = ["time_diff_us"] if sort_by == "range" else ["mad_cv", "iqr_cv"]
+    cell = [c for c in by if c not in _KERNEL_KEYS]
+    st = st.sort_values(sort_cols, ascending=False, kind="stable", na_position="last")
+    if cell:
+        rank_in_cell = st.groupby(cell, observed=True, dropna=False, sort=False).cumcount()
+    else:
+        rank_in_cell = pd.Series(np.arange(len(st)), index=st.index)
+    top = st[rank_in_cell.to_numpy() < k].reset_index(drop=True)
+    kernel_col = next((c for c in _KERNEL_KEYS if c in by), None)
+    top["kernel_name"] = top[kernel_col].astype("object") if kernel_col else "*"
+    top["kernel_time_min_us"] = top["min_ns"] / 1e3
+    top["kernel_time_max_us"] = top["max_ns"] / 1e3
+    top["median_us"] = top["median_ns"] / 1e3
+    if "rank" not in top.columns:
+        top["rank"] = pd.array([pd.NA] * len(top), dtype="Int64")
+    top = _attach_axes(top, axes)
+    first = list(AORTA_COLUMNS) + ["point", "median_us", "mad_cv", "iqr_cv", "count"]
+    first = [c for c in first if c in top.columns]
+    rest = [c for c in by if c not in first and c != kernel_col]
+    extra = [c for c in top.columns if c.endswith("_axis") or
+             (axes is not None and c in axes.columns and c not in first + rest)]
+    return top[first + rest + extra + ["min_row", "max_row"]]
+
+
+def with_timestamps(top: pd.DataFrame, dispatches: pd.DataFrame) -> pd.DataFrame:
+    """Add aorta's ``_with_timestamps`` columns from the min/max instances found by
+    :func:`top_variance` (timestamps are the trace clock's ``start_ns`` in ms)."""
+    _require_rows(top)
+    out = top.copy()
+    lo = dispatches.loc[out["min_row"].to_numpy()]
+    hi = dispatches.loc[out["max_row"].to_numpy()]
+    out["min_duration_timestamp_ms"] = lo["start_ns"].to_numpy() / 1e6
+    out["max_duration_timestamp_ms"] = hi["start_ns"].to_numpy() / 1e6
+    out["time_between_min_max_ms"] = (out["max_duration_timestamp_ms"]
+                                      - out["min_duration_timestamp_ms"]).abs()
+    out["min_duration_found_us"] = lo["dur_ns"].to_numpy() / 1e3
+    out["max_duration_found_us"] = hi["dur_ns"].to_numpy() / 1e3
+    return out
+
+
+def _require_rows(top: pd.DataFrame) -> None:
+    if "min_row" not in top.columns or "max_row" not in top.columns:
+        raise ValueError("expected a top_variance() result (columns min_row, max_row)")
+
+
+def with_collective_overlap(top: pd.DataFrame, dispatches: pd.DataFrame, comm_mask=None, *,
+                            keys: Sequence[str] = GPU_KEYS,
+                            name_col: str = "kernel_short") -> pd.DataFrame:
+    """Add aorta's ``_with_collective_overlap`` columns for each row's max-duration instance.
+
+    Collectives are those of the same process-GPU group; count and names are per overlapping
+    collective dispatch (names ';'-joined in start order, as aorta lists instances);
+    ``max_overlap_percentage`` is the largest single-collective overlap relative to the GEMM;
+    ``total_overlap_duration_ms`` is the union of the overlaps (no double counting).
+    """
+    _require_rows(top)
+    out = top.copy()
+    d = dispatches
+    codes = pd.Series(group_codes(d, keys), index=d.index)
+    cm = category_mask(d, comm_mask, "collective")
+    ci = np.flatnonzero(cm)
+    c_code = codes.to_numpy()[ci]
+    c_s = d["start_ns"].to_numpy(np.int64)[ci]
+    c_e = d["end_ns"].to_numpy(np.int64)[ci]
+    c_name = display_names(d.iloc[ci], name_col).to_numpy(dtype=object)
+    order = np.lexsort((c_s, c_code))
+    c_code, c_s, c_e, c_name = c_code[order], c_s[order], c_e[order], c_name[order]
+    longest = int((c_e - c_s).max()) if len(c_s) else 0
+
+    rows = out["max_row"].to_numpy()
+    g_code = codes.loc[rows].to_numpy()
+    g_s = d.loc[rows, "start_ns"].to_numpy(np.int64)
+    g_e = d.loc[rows, "end_ns"].to_numpy(np.int64)
+    # candidates start in [g_s - longest, g_e) within the group: searchsorted on (code, start)
+    lo = _search_pairs(c_code, c_s, g_code, g_s - longest)
+    hi = _search_pairs(c_code, c_s, g_code, g_e)
+    counts, names, best_pct, best_name, total_ms = [], [], [], [], []
+    for i in range(len(out)):  # one iteration per reported row (top-K), not per dispatch
+        sl = slice(lo[i], hi[i])
+        ov_s = np.maximum(c_s[sl], g_s[i])
+        ov_e = np.minimum(c_e[sl], g_e[i])
+        hit = ov_e > ov_s
+        dur = g_e[i] - g_s[i]
+        if not hit.any() or dur <= 0:
+            counts.append(0), names.append(""), best_pct.append(0.0), best_name.append("")
+            total_ms.append(0.0)
+            continue
+        pct = (ov_e[hit] - ov_s[hit]) / dur * 100.0
+        hn = c_name[sl][hit]
+        j = int(np.argmax(pct))
+        u = merge(ov_s[hit], ov_e[hit])
+        counts.append(int(hit.sum()))
+        names.append(";".join(map(str, hn)))
+        best_pct.append(float(pct[j]))
+        best_name.append(str(hn[j]))
+        total_ms.append(float((u[1] - u[0]).sum()) / 1e6)
+    out["overlapping_collective_count"] = np.asarray(counts, dtype=np.int64)
+    out["overlapping_collective_names"] = pd.Series(names, index=out.index, dtype="object")
+    out["max_overlap_percentage"] = np.asarray(best_pct, dtype=np.float64)
+    out["max_overlap_collective"] = pd.Series(best_name, index=out.index, dtype="object")
+    out["total_overlap_duration_ms"] = np.asarray(total_ms, dtype=np.float64)
+    return out
+
+
+def _search_pairs(codes: np.ndarray, times: np.ndarray, q_codes: np.ndarray,
+                  q_times: np.ndarray) -> np.ndarray:
+    """Left insertion points of (q_code, q_time) into rows sorted by (code, time)."""
+    first = np.searchsorted(codes, q_codes, side="left")
+    last = np.searchsorted(codes, q_codes, side="right")
+    out = np.empty(len(q_codes), dtype=np.int64)
+    for i in range(len(q_codes)):  # per reported row
+        out[i] = first[i] + np.searchsorted(times[first[i]:last[i]], q_times[i], side="left")
+    return out
+
+
+def spread_across(dispatches: pd.DataFrame, across: Sequence[str] = ("rank", "point", "run"), *,
+                  category: str | None = None, warmup: int = 0,
+                  by: Sequence[str] = ("kernel",)) -> pd.DataFrame:
+    """Per kernel, spread of per-process median durations across ranks / points / repeats.
+
+    Each process unit (point, host, pid, rank, run) contributes its median; units are then
+    pooled over the ``across`` dimensions (the remaining ones of point/rank/run stay in the
+    key). Columns: ``n_units``, ``min_median_us``, ``median_median_us``, ``max_median_us``,
+    ``range_us``, ``spread_ratio`` (max/min), ``cv`` (std/mean, ddof=1), ``mad_cv`` and
+    ``slowest_<dim>`` (the unit with the largest median).
+    """
+    dims = ("point", "rank", "run")
+    unknown = [a for a in across if a not in dims]
+    if unknown:
+        raise ValueError(f"across must be among {dims}, not {unknown}")
+    d = select_samples(dispatches, category=category, warmup=warmup)
+    unit = [c for c in PROCESS_KEYS if c in d.columns]
+    by = [c for c in by if c in d.columns]
+    per_unit = (d.groupby(by + unit, observed=True, dropna=False)["dur_ns"].median()
+                .rename("unit_median_ns").reset_index())
+    keep = [c for c in dims if c not in across and c in d.columns]
+    key = by + keep
+    grp = per_unit.groupby(key, observed=True, dropna=False, sort=True)["unit_median_ns"]
+    med = grp.transform("median")
+    dev = (per_unit["unit_median_ns"] - med).abs()
+    out = pd.DataFrame({
+        "n_units": grp.size(),
+        "min_median_us": grp.min() / 1e3,
+        "median_median_us": grp.median() / 1e3,
+        "max_median_us": grp.max() / 1e3,
+        "cv": grp.std(ddof=1) / grp.mean(),
+    })
+    out["range_us"] = out["max_median_us"] - out["min_median_us"]
+    out["spread_ratio"] = out["max_median_us"] / out["min_median_us"]
+    mad = dev.groupby([per_unit[c] for c in key], observed=True, dropna=False).median() / 1e3
+    out["mad_cv"] = _MAD_TO_SIGMA * mad / out["median_median_us"]
+    slowest = per_unit.loc[grp.idxmax().to_numpy()]
+    for a in across:
+        if a in slowest.columns:
+            out[f"slowest_{a}"] = slowest[a].to_numpy()
+    return out.reset_index()
+
+
+__all__ = ["AORTA_COLUMNS", "OVERLAP_COLUMNS", "TIMESTAMP_COLUMNS", "parse_point_axes",
+           "select_samples", "spread_across", "top_variance", "with_collective_overlap",
+           "with_timestamps"]

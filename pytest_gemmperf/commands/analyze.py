@@ -1,0 +1,206 @@
+"""``gemmperf analyze PATH... [--out DIR] [--warmup N] [--categories FILE]``
+
+Reads every profiler output under the paths (files, rocprofv3 directories, aorta sweeps, our
+results directories) and writes:
+
+* ``DIR/kernels.csv``: one row per (point, rank, kernel) with duration statistics (ns) and the
+  kernel category. When the inputs mix profilers (e.g. an aorta cell holding both torch traces
+  and rocprofv3 output of the same run) a leading ``source`` column keeps them apart, because
+  the same dispatches would otherwise be counted twice;
+* ``DIR/summary.json``: inputs, what was read or skipped, dispatch counts, per point/rank totals
+  by category (all dispatches, warm-up included), artefact flag counts, agents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+
+STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
+                "p05_ns", "p95_ns", "iqr_ns", "mad_ns", "cv", "range_ns", "category")
+KEYS = ("point", "rank", "kernel")
+DEFAULT_OUT = "gemmperf-analysis"
+STR_DTYPE = "category"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "analyze", help="per-kernel statistics of profiler outputs (no baseline needed)",
+        description=__doc__.split("\n\n")[0])
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="trace file, rocprofv3 output dir, aorta sweep dir or results dir")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                   help=f"output directory (default: ./{DEFAULT_OUT})")
+    p.add_argument("--warmup", type=_non_negative, default=0, metavar="N",
+                   help="drop the first N dispatches of each (point, rank, kernel) (default 0)")
+    p.add_argument("--categories", metavar="FILE",
+                   help="YAML {category: [regex, ...]} tried before the built-in rules")
+    p.set_defaults(func=run)
+    return p
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return n
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (OSError, UnicodeError) as exc:
+        # readers convert what they know; anything else the OS raises still gets one line
+        where = getattr(exc, "filename", None)
+        raise GemmperfInputError(where, f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pytest_gemmperf.traces.discover import load
+
+    extra_rules = _rules(args.categories)
+    trace = load(args.paths)
+    d = trace.dispatches
+    if extra_rules:
+        from pytest_gemmperf.analysis.categories import categorize
+        d = d.copy(deep=False)
+        d["category"] = categorize(d["kernel"], extra=extra_rules)
+    kernels = kernel_table(d, warmup=args.warmup)
+    summary = build_summary(args, trace, d, kernels)
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        kernels.to_csv(out / "kernels.csv", index=False)
+        (out / "summary.json").write_text(
+            json.dumps(_clean(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise GemmperfInputError(out, f"cannot write output: {exc.strerror or exc}") from None
+    print(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
+          f"{out / 'kernels.csv'}, {out / 'summary.json'}")
+    for note in trace.meta.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def _rules(path: str | None) -> list[tuple[str, str]]:
+    if not path:
+        return []
+    from pytest_gemmperf.analysis.categories import load_rules
+    return load_rules(path)
+
+
+def kernel_table(d: pd.DataFrame, *, warmup: int = 0) -> pd.DataFrame:
+    """kernels.csv rows: statistics per (point, rank, kernel) (and source when mixed)."""
+    from pytest_gemmperf.analysis.kernel_stats import kernel_stats
+
+    by = KEYS
+    if d["source"].nunique(dropna=True) > 1:
+        by = ("source",) + KEYS
+    stats = _restore_keys(kernel_stats(_fill_keys(d), by=by, warmup=warmup))
+    if "category" not in stats.columns:
+        cat = d.drop_duplicates("kernel")[["kernel", "category"]]
+        stats = stats.merge(cat, on="kernel", how="left")
+    first = list(by) + [c for c in STAT_COLUMNS if c in stats.columns]
+    rest = [c for c in stats.columns if c not in first]
+    stats = stats[first + rest]
+    order = [c for c in by if c != "kernel"]
+    stats = stats.sort_values(order + ["total_ns"], ascending=[True] * len(order) + [False],
+                              kind="stable", na_position="last")
+    return stats.reset_index(drop=True)
+
+
+# Null group keys (no point, no rank) are common (a single trace, rocprofv3 without rank), and
+# grouped quantiles misalign on NaN index labels; sentinels keep those groups intact.
+_NA_POINT = "\x00no-point"
+_NA_RANK = -1
+
+
+def _fill_keys(d: pd.DataFrame) -> pd.DataFrame:
+    d = d.copy(deep=False)
+    if d["point"].isna().any():
+        pt = d["point"].astype(STR_DTYPE) if not isinstance(d["point"].dtype, pd.CategoricalDtype) else d["point"]
+        d["point"] = pt.cat.add_categories([_NA_POINT]).fillna(_NA_POINT)
+    d["rank"] = d["rank"].fillna(_NA_RANK)
+    return d
+
+
+def _restore_keys(stats: pd.DataFrame) -> pd.DataFrame:
+    stats = stats.copy()
+    point = stats["point"].astype(object)
+    stats["point"] = point.where(point != _NA_POINT, None)
+    stats["rank"] = stats["rank"].astype("Int64").mask(stats["rank"] == _NA_RANK)
+    return stats
+
+
+def build_summary(args: argparse.Namespace, trace, d: pd.DataFrame, kernels: pd.DataFrame) -> dict:
+    keys = ["point", "rank"]
+    g = d.groupby(keys, dropna=False, observed=True, sort=True)
+    per = g.agg(n_dispatches=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
+                first_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max"),
+                zero_dur=("zero_dur", "sum"), queue_overlap=("queue_overlap", "sum")).reset_index()
+    by_cat = (d.groupby(keys + ["category"], dropna=False, observed=True)["dur_ns"].sum()
+              .reset_index())
+    per_rows = []
+    for rec in per.to_dict("records"):
+        sel = by_cat
+        for k in keys:
+            sel = sel[_same(sel[k], rec[k])]
+        rec["total_ns_by_category"] = {str(c): int(v) for c, v in zip(sel["category"], sel["dur_ns"])}
+        per_rows.append(rec)
+    agents = trace.agents
+    agent_cols = [c for c in ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type",
+                              "gpu_arch", "product", "cu_count", "wave_size") if c in agents.columns]
+    return {
+        "inputs": [str(p) for p in args.paths],
+        "warmup": args.warmup,
+        "categories_file": args.categories,
+        "sources": trace.meta.get("sources", []),
+        "notes": trace.meta.get("notes", []),
+        "n_dispatches": int(len(d)),
+        "n_kernel_rows": int(len(kernels)),
+        "dispatches_by_source": {str(k): int(v) for k, v in
+                                 d["source"].value_counts(dropna=False).items()},
+        "flags": {"zero_dur": int(d["zero_dur"].sum()),
+                  "queue_overlap": int(d["queue_overlap"].sum())},
+        "per_point_rank": per_rows,
+        "total_ns_by_category_note": "sums of dur_ns over all dispatches (warm-up included)",
+        "agents": agents[agent_cols].drop_duplicates().to_dict("records"),
+    }
+
+
+def _same(col: pd.Series, value: Any) -> pd.Series:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return col.isna()
+    return col.astype(object) == value
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe copy: pandas/numpy scalars to Python, NaN/NA to null."""
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if math.isnan(v) else float(v)
+    if isinstance(v, str):
+        return v
+    return str(v)

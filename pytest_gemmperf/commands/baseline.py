@@ -1,0 +1,139 @@
+"""``gemmperf baseline refresh|show|diff|prune``: the explicit, reviewable way baselines change."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+
+DEFAULT_DIR = "baselines"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("baseline", help="refresh, show, diff or prune stored baselines",
+                       description=__doc__)
+    bsub = p.add_subparsers(dest="baseline_command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--baseline-dir", default=DEFAULT_DIR, metavar="DIR",
+                        help=f"baseline store (default: {DEFAULT_DIR})")
+
+    r = bsub.add_parser("refresh", help="promote a finished results directory to baselines")
+    r.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR",
+                   help="results directory of a finished run (or .gemmperf/results: newest run)")
+    common(r)
+    r.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
+    r.add_argument("--warmup", type=int, default=None, metavar="N",
+                   help="dispatches per process and kernel to drop (default: as the run recorded)")
+    r.set_defaults(func=run_refresh)
+
+    s = bsub.add_parser("show", help="list baselines, or the summary of one test")
+    common(s)
+    s.add_argument("test_id", nargs="?", metavar="TEST_ID", help="show this test's statistics")
+    s.add_argument("--hw", metavar="KEY", help="only this hardware key")
+    s.set_defaults(func=run_show)
+
+    d = bsub.add_parser("diff", help="what a refresh from RESULTS_DIR would change")
+    d.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR")
+    common(d)
+    d.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
+    d.add_argument("--warmup", type=int, default=None, metavar="N")
+    d.add_argument("--all", action="store_true", help="also list unchanged rows")
+    d.set_defaults(func=run_diff)
+
+    pr = bsub.add_parser("prune", help="remove old baselines")
+    common(pr)
+    pr.add_argument("--older-than", type=float, metavar="DAYS", help="records not updated for DAYS days")
+    pr.add_argument("--hw", metavar="KEY", help="only this hardware key")
+    pr.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    pr.set_defaults(func=run_prune)
+
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    return p
+
+
+def _store(args: argparse.Namespace):
+    from pytest_gemmperf.gate.baseline import BaselineStore
+
+    return BaselineStore(args.baseline_dir)
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+MAX_TEXT = 70  # kernel names run to hundreds of characters; the files keep them whole
+
+
+def _print_table(df: pd.DataFrame) -> None:
+    """Plain table, text columns left-aligned and long names shortened in the middle."""
+    df = df.copy()
+    for c in df.columns:
+        if not pd.api.types.is_numeric_dtype(df[c]):
+            text = df[c].astype(object).where(df[c].notna(), "").astype(str)
+            text = text.where(text.str.len() <= MAX_TEXT,
+                              text.str[:MAX_TEXT // 2 - 2] + "..." + text.str[-(MAX_TEXT // 2 - 1):])
+            width = max(int(text.str.len().max() or 0), len(str(c)))
+            df[c] = text.str.ljust(width)
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 10_000):
+        print(df.to_string(index=False, justify="left"))
+
+
+def run_refresh(args: argparse.Namespace) -> int:
+    from pytest_gemmperf.gate.baseline import refresh_from_results
+
+    recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say)
+    print(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from pytest_gemmperf.gate.baseline import summarize
+
+    store = _store(args)
+    if args.test_id is None:
+        table = store.list(args.hw)
+        if table.empty:
+            print(f"no baselines in {args.baseline_dir}")
+            return 0
+        _print_table(table.drop(columns=["metrics", "rows", "generation"]).rename(
+            columns={"test_id": "test", "hw_key": "hw"}))
+        return 0
+    recs = [r for r in store.load_all(args.hw) if r.test_id == args.test_id]
+    if not recs:
+        raise GemmperfInputError(args.baseline_dir, f"no baseline for test {args.test_id!r}")
+    for rec in recs:
+        print(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}")
+        _print_table(summarize(rec.samples))
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from pytest_gemmperf.gate.baseline import BaselineStore, records_from_results
+
+    store = _store(args)
+    for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say):
+        old = store.load(new.test_id, new.hw_key)
+        diff = BaselineStore.diff(old, new)
+        counts = diff["change"].value_counts()
+        status = "new baseline" if old is None else ", ".join(
+            f"{counts.get(c, 0)} {c}" for c in ("changed", "added", "removed", "unchanged"))
+        print(f"{new.test_id}  [{new.hw_key}]: {status}")
+        shown = diff if args.all else diff[diff["change"] != "unchanged"]
+        if not shown.empty:
+            _print_table(shown)
+    return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    removed = _store(args).prune(older_than=args.older_than, dry_run=args.dry_run, hw_key=args.hw)
+    verb = "would remove" if args.dry_run else "removed"
+    for r in removed:
+        print(f"{verb} {r['hw_key']} {r['test_id']} (updated {r['updated']}; {r['reason']})")
+    if args.older_than is None:
+        _say("nothing selected: pass --older-than DAYS")
+    print(f"{len(removed)} record(s) {'to remove' if args.dry_run else 'removed'}")
+    return 0

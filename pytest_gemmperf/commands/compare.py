@@ -1,0 +1,220 @@
+"""``gemmperf compare BASE CAND [CAND...]``: the gate outside pytest.
+
+BASE and each CAND may be anything ``gemmperf analyze`` reads (trace files, rocprofv3 output
+dirs, aorta sweep dirs, results dirs), a baselines store / hardware dir / record dir, or a
+samples table file (``.parquet`` / ``.csv`` with ``point, kernel, metric, unit, value``).
+Writes ``DIR/verdicts.csv`` (the contract columns first, in order, extras after) and exits 1
+when any verdict is ``regression``, 2 on bad input, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
+from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, samples_from_dispatches
+from pytest_gemmperf.gate.verdict import REGRESSION, format_verdict_table
+
+#: verdicts.csv column order required by the CLI contract (ARCHITECTURE extras follow).
+CSV_COLUMNS = ("point", "kernel", "metric", "n_base", "n_cand", "base_median_ns", "cand_median_ns",
+               "ratio", "ci_low", "ci_high", "p_value", "q_value", "verdict")
+DEFAULT_OUT = "gemmperf-compare"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("compare", help="compare candidate(s) against a baseline; exit 1 on regression",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("base", metavar="BASE", help="baseline: traces, results/sweep dir, baselines dir, samples file")
+    p.add_argument("cands", nargs="+", metavar="CAND", help="candidate(s), same kinds as BASE")
+    p.add_argument("--labels", nargs="+", metavar="L", help="one label per CAND (default: the path names)")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default ./{DEFAULT_OUT})")
+    p.add_argument("--threshold", type=_threshold, default=0.05, metavar="T",
+                   help="practical threshold, e.g. 5%% or 0.05 (default 5%%); 0 = statistics alone")
+    p.add_argument("--kernel-threshold", nargs=2, action="append", default=[], metavar=("REGEX", "T"),
+                   help="per-kernel threshold override (repeatable, first match wins)")
+    p.add_argument("--fdr", type=_fraction, default=0.05, metavar="Q", help="Benjamini-Hochberg FDR (default 0.05)")
+    p.add_argument("--warmup", type=_non_negative, default=0, metavar="N",
+                   help="drop the first N dispatches of each (process, kernel) of trace inputs")
+    p.add_argument("--abs-floor-ns", type=float, default=0.0, metavar="NS",
+                   help="a regression must also grow the median by more than NS (default 0)")
+    p.add_argument("--benchmark-json", metavar="FILE",
+                   help="also write pytest-benchmark JSON: FILE for the candidate, FILE-base.json for BASE")
+    p.add_argument("--max-rows", type=int, default=20, help="rows of the printed table (default 20)")
+    p.set_defaults(func=run)
+    return p
+
+
+def _threshold(text: str) -> float:
+    try:
+        return parse_threshold(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return v
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+def _read_samples_file(p: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+    except Exception as exc:  # pyarrow / csv parser errors vary; one line for the user
+        raise GemmperfInputError(p, f"cannot read samples table: {exc}") from None
+    missing = [c for c in SAMPLE_COLUMNS if c not in df.columns]
+    if missing:
+        raise GemmperfInputError(p, f"not a samples table (lacks {', '.join(missing)})")
+    return df[list(SAMPLE_COLUMNS)]
+
+
+def _baseline_records(p: Path) -> list | None:
+    """Records when ``p`` is a baselines root, hardware dir or record dir; else None."""
+    if not p.is_dir():
+        return None
+    if (p / "meta.json").is_file():
+        level = "record"
+    elif any(p.glob("*/meta.json")):
+        level = "hw"
+    elif any(p.glob("*/*/meta.json")):
+        level = "root"
+    else:
+        return None
+    from pytest_gemmperf.gate.baseline import BaselineStore
+
+    if level == "root":
+        return BaselineStore(p).load_all()
+    if level == "hw":
+        return BaselineStore(p.parent).load_all(p.name)
+    store = BaselineStore(p.parent.parent)
+    return [r for r in store.load_all(p.parent.name)
+            if store.path_for(r.test_id, r.hw_key).resolve() == p.resolve()]
+
+
+def load_side(path: str, warmup: int = 0) -> dict[str, pd.DataFrame]:
+    """``{test_id: samples}`` of one input ('' when the input carries no test id)."""
+    p = Path(path)
+    if not p.exists():
+        raise GemmperfInputError(p, "no such file or directory")
+    if p.is_file() and (p.suffix == ".parquet" or (p.suffix == ".csv" and _is_samples_csv(p))):
+        return {"": _read_samples_file(p)}
+    recs = _baseline_records(p)
+    if recs is not None:
+        if not recs:
+            raise GemmperfInputError(p, "baselines directory holds no readable record")
+        out: dict[str, list[pd.DataFrame]] = {}
+        for r in recs:
+            out.setdefault(str(r.test_id), []).append(r.samples)
+        return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
+    from pytest_gemmperf.traces.discover import load
+
+    trace = load([p])
+    return {"": samples_from_dispatches(trace.dispatches, warmup=warmup)}
+
+
+def _is_samples_csv(p: Path) -> bool:
+    try:
+        with p.open("r", encoding="utf-8", errors="replace") as fh:
+            head = fh.readline()
+    except OSError:
+        return False
+    cols = [c.strip().strip('"') for c in head.split(",")]
+    return all(c in cols for c in SAMPLE_COLUMNS)
+
+
+def _pair(base: dict[str, pd.DataFrame], cand: dict[str, pd.DataFrame], base_path: str, cand_path: str
+          ) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """Match tests of the two sides: by test id when both carry ids, else one to one."""
+    if set(base) == {""} or set(cand) == {""}:
+        if len(base) > 1 or len(cand) > 1:
+            many, path = (base, base_path) if len(base) > 1 else (cand, cand_path)
+            raise GemmperfInputError(path, f"holds baselines of {len(many)} tests; name one record directory "
+                                           f"(<root>/<hw_key>/<test>) to compare against traces")
+        (tb, b), = base.items()
+        (tc, c), = cand.items()
+        return [(tb or tc, b, c)]
+    tests = sorted(set(base) | set(cand))
+    empty = pd.DataFrame({c: pd.Series(dtype=object if c != "value" else float) for c in SAMPLE_COLUMNS})
+    return [(t, base.get(t, empty), cand.get(t, empty)) for t in tests]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (OSError, UnicodeError) as exc:
+        raise GemmperfInputError(getattr(exc, "filename", None), str(exc)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    labels = args.labels or [Path(c).name or str(c) for c in args.cands]
+    if len(labels) != len(args.cands):
+        raise GemmperfInputError(None, f"--labels needs {len(args.cands)} label(s), got {len(labels)}")
+    cfg = GateConfig(threshold=args.threshold, fdr=args.fdr, warmup=args.warmup, abs_floor_ns=args.abs_floor_ns,
+                     per_kernel=[(rx, parse_threshold(t)) for rx, t in args.kernel_threshold])
+    base = load_side(args.base, args.warmup)
+    frames = []
+    cand_samples = []
+    for label, cpath in zip(labels, args.cands):
+        cand = load_side(cpath, args.warmup)
+        cand_samples.append((label, cand))
+        for test, b, c in _pair(base, cand, args.base, cpath):
+            v = compare(b, c, cfg, test=test)
+            if len(args.cands) > 1:
+                v.insert(0, "label", label)
+            frames.append(v)
+    verdicts = pd.concat(frames, ignore_index=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cols = list(CSV_COLUMNS) + [c for c in verdicts.columns if c not in CSV_COLUMNS]
+    tmp = out / "verdicts.csv.tmp"
+    verdicts[cols].to_csv(tmp, index=False)
+    os.replace(tmp, out / "verdicts.csv")
+    if args.benchmark_json:
+        _export(args.benchmark_json, base, cand_samples)
+
+    counts = verdicts["verdict"].value_counts()
+    print(format_verdict_table(verdicts, args.max_rows))
+    print("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}")
+    n_reg = int(counts.get(REGRESSION, 0))
+    if n_reg:
+        print(f"gemmperf: {n_reg} regression(s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, dict]]) -> None:
+    from pytest_gemmperf.gate.benchmark_export import write_pytest_benchmark_json
+
+    t = Path(target)
+    stem = t.name[:-5] if t.name.endswith(".json") else t.name
+    write_pytest_benchmark_json(t.with_name(f"{stem}-base.json"), pd.concat(list(base.values()), ignore_index=True))
+    for label, cand in cands:
+        name = t.name if len(cands) == 1 else f"{stem}-{label}.json"
+        write_pytest_benchmark_json(t.with_name(name), pd.concat(list(cand.values()), ignore_index=True))

@@ -1,0 +1,532 @@
+"""Candidate vs baseline: samples tables in, verdicts table out.
+
+Method (``docs/regression-statistics.md`` section 3, choices measured by
+``benchmarks/gate_accuracy.py``):
+
+1. **Process summaries.** The independent unit is one process (``unit`` column). For every
+   (kernel, unit) the gate takes the median of the log dispatch durations: robust to the heavy
+   right tail of GPU timings and, because ranks of one run execute the same kernel sequence,
+   stable for kernel names that cover several GEMM shapes (the shape mix is the same in every
+   process). Dispatches are never treated as independent samples.
+2. **Shared per-process factor.** Clocks, placement and thermal state move all kernels of one
+   process together. Each unit's log offset is the median over kernels of (unit summary -
+   kernel's median over all units); subtracting it removes that shared noise from every
+   per-kernel comparison. It needs at least ``min_kernels_for_shared`` kernels seen in every
+   unit (with ``>= 5`` dispatches per unit when enough such kernels exist); below that, or with
+   ``shared_factor=False``, offsets are zero and each kernel is tested on its own.
+   The per-kernel test then asks "did this kernel change relative to the rest of its
+   process?"; the common movement of all kernels is tested separately in the ``kernel == "*"``
+   row (pooled t-test on the unit offsets, df = units - 2) and by the category totals, so a
+   global slowdown is still caught. The reported ratio and its CI are the kernel's *total*
+   change (relative change + shared shift, with both variances).
+3. **Moderated t.** Per kernel, the between-unit variance of the normalised summaries (df =
+   n_base + n_cand - 2, i.e. 6 with 4 processes per side) is shrunk towards a prior fitted
+   across all kernels of the point (limma's empirical Bayes, with a trend on log dispatches
+   per unit). The p-value is the two-sided moderated t; the 95 % CI is the t interval on the
+   log scale. An exact Mann-Whitney U on the same per-unit summaries is reported as
+   ``rank_p_value`` but is not used to decide: with 4 vs 4 processes its smallest two-sided p is
+   2/70 = 0.029, which no FDR correction over ~80 kernels can accept.
+   ``ci_method="bootstrap"`` replaces the interval by a hierarchical bootstrap (processes, then
+   dispatches); with 4 processes it is too narrow (resampling 4 values underestimates their
+   spread), so it is not the default.
+4. **Dispersion.** Per kernel and unit the robust CV (1.4826 MAD of log durations) is compared
+   the same way (moderated t on log CV, metric ``cv_robust``) for kernels with at least
+   ``dispersion_min_dispatches`` dispatches per unit.
+5. **Unit-level metrics** (category totals, overlap fraction, interference, exposed
+   communication, collective metrics): one value per unit, pooled t-test on the log scale (raw
+   scale when a value is <= 0).
+6. **Multiplicity and decision.** Benjamini-Hochberg over every p-value of the test (all
+   points, kernels and metrics). Two-part rule: ``regression`` iff ``q <= fdr`` and the CI's
+   lower bound exceeds ``1 + threshold`` (and the median grew by more than ``abs_floor_ns``);
+   ``improvement`` symmetrically below ``1 - threshold``; ``unchanged`` when the CI lies
+   inside ``[1 - threshold, 1 + threshold]`` or nothing is significant and the estimate is
+   inside the band (with ``threshold == 0``: not significant); otherwise ``inconclusive`` with
+   the number of processes per side that would resolve a change of the threshold's size.
+   ``new`` / ``missing`` when a kernel is seen on one side only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate import stats
+from pytest_gemmperf.gate.verdict import (HIGHER_IS_BETTER, IMPROVEMENT, INCONCLUSIVE, MISSING, NEW,
+                                          REGRESSION, UNCHANGED, verdicts_to_frame)
+
+SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
+DUR = "dur_ns"
+CV = "cv_robust"
+SHARED = "*"
+_MAD_TO_SD = 1.4826
+
+
+@dataclass
+class GateConfig:
+    """Knobs of the gate. Thresholds are relative (0.05 = 5 %)."""
+
+    threshold: float = 0.05
+    fdr: float = 0.05
+    #: ``[(regex, threshold)]`` matched with ``re.search`` against the kernel (first match wins)
+    per_kernel: Sequence[tuple[str, float]] = field(default_factory=list)
+    #: ``[(regex, threshold)]`` matched against the test id; kernel overrides win over these
+    per_test: Sequence[tuple[str, float]] = field(default_factory=list)
+    min_units: int = 2
+    dispersion_threshold: float = 0.25
+    dispersion_min_dispatches: int = 20
+    gate_dispersion: bool = True
+    #: a regression of a ``*_ns`` metric must also grow the median by more than this
+    abs_floor_ns: float = 0.0
+    level: float = 0.95
+    ci_method: str = "moderated"  # or "bootstrap"
+    n_boot: int = 2000
+    seed: int = 0
+    warmup: int = 0  # consumed by samples_from_dispatches (CLI / plugin)
+    shared_factor: bool = True
+    min_kernels_for_shared: int = 8
+    moderate: bool = True
+
+    def threshold_for(self, kernel: str, test: str = "") -> float:
+        for pattern, thr in self.per_kernel:
+            if re.search(pattern, kernel):
+                return float(thr)
+        for pattern, thr in self.per_test:
+            if re.search(pattern, test):
+                return float(thr)
+        return float(self.threshold)
+
+
+def parse_threshold(text: str | float) -> float:
+    """``"5%"`` -> 0.05, ``"0.05"`` -> 0.05, ``5`` -> 0.05 (a bare number > 1 is percent)."""
+    if isinstance(text, (int, float)):
+        v = float(text)
+    else:
+        s = str(text).strip()
+        try:
+            v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+        except ValueError:
+            raise ValueError(f"not a threshold: {text!r} (use e.g. 5% or 0.05)") from None
+        if s.endswith("%"):
+            return v
+    if v < 0:
+        raise ValueError(f"threshold must be >= 0, got {text!r}")
+    return v / 100 if v > 1 else v
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks
+
+
+def check_samples(df: pd.DataFrame, what: str = "samples") -> pd.DataFrame:
+    missing = [c for c in SAMPLE_COLUMNS if c not in df.columns]
+    if missing:
+        raise GemmperfInputError(what, f"samples table lacks column(s) {', '.join(missing)}")
+    # categoricals: a samples table has ~10^5-10^6 rows but only ~10^2 distinct names
+    out = pd.DataFrame({c: _as_category(df[c]) for c in ("point", "kernel", "metric", "unit")})
+    out["value"] = pd.to_numeric(df["value"], errors="coerce").to_numpy(float)
+    if out["value"].isna().any():
+        i = int(np.flatnonzero(out["value"].isna().to_numpy())[0])
+        raise GemmperfInputError(what, "non-numeric or missing sample value", record=f"row {i + 1}")
+    return out
+
+
+def _as_category(s: pd.Series) -> pd.Series:
+    """Categorical with string categories ('' for missing), without a per-row Python loop."""
+    c = s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
+    c = c.cat.remove_unused_categories()
+    cats = c.cat.categories
+    if not all(isinstance(x, str) for x in cats):
+        names = [str(x) for x in cats]
+        if len(set(names)) == len(names):
+            c = c.cat.rename_categories(names)
+        else:
+            c = s.astype(object).map(lambda x: "" if x is None or x != x else str(x)).astype("category")
+    if c.isna().any():
+        if "" not in c.cat.categories:
+            c = c.cat.add_categories([""])
+        c = c.fillna("")
+    return c
+
+
+def _codes(s: pd.Series, categories: pd.Index) -> np.ndarray:
+    return pd.Categorical(s, categories=categories).codes.astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-point duration statistics
+
+
+def _matrix(d: pd.DataFrame, kernels: pd.Index) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                          np.ndarray, list[np.ndarray]]:
+    """Per (kernel, unit): median and MAD of log values, counts; plus raw logs per group."""
+    units = pd.Index([str(x) for x in pd.unique(d["unit"])])
+    k = _codes(d["kernel"], kernels)
+    u = _codes(d["unit"], units)
+    n_k, n_u = len(kernels), len(units)
+    logv = np.log(d["value"].to_numpy(float))
+    gid = k * n_u + u
+    med, mad, cnt = stats.group_median_mad(logv, gid, n_k * n_u)
+    shape = (n_k, n_u)
+    med = med.reshape(shape)
+    return med, mad.reshape(shape), cnt.reshape(shape), logv, gid
+
+
+def _pooled_var(zb: np.ndarray, zc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    nb = np.isfinite(zb).sum(1)
+    nc = np.isfinite(zc).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mb = np.nanmean(np.where(nb[:, None] > 0, zb, 0.0), axis=1) if zb.size else np.zeros(len(zb))
+        mc = np.nanmean(np.where(nc[:, None] > 0, zc, 0.0), axis=1) if zc.size else np.zeros(len(zc))
+        ss = np.nansum((zb - mb[:, None]) ** 2, 1) + np.nansum((zc - mc[:, None]) ** 2, 1)
+        df = (nb + nc - 2).astype(float)
+        s2 = np.where(df > 0, ss / np.maximum(df, 1), np.nan)
+    mb = np.where(nb > 0, mb, np.nan)
+    mc = np.where(nc > 0, mc, np.nan)
+    return mc - mb, s2, df, np.stack([nb, nc])
+
+
+def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float):
+    if moderate:
+        d0, s0_2 = stats.fit_f_dist(s2, df, covariate)
+    else:
+        d0, s0_2 = 0.0, float("nan")
+    s2m = stats.moderate_variance(s2, df, d0, s0_2)
+    df_tot = df + d0 if np.isfinite(d0) else np.full_like(df, np.inf)
+    if d0 > 0:  # limma caps the total df at the pooled residual df
+        df_tot = np.minimum(df_tot, np.nansum(np.where(df > 0, df, 0)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.sqrt(s2m * (1.0 / nb + 1.0 / nc))
+        t = diff / se
+    p = stats.t_pvalue(t, df_tot)
+    return se, df_tot, p, d0, s2m
+
+
+def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig) -> list[dict]:
+    kernels = pd.Index(sorted({str(x) for x in pd.unique(b["kernel"])} | {str(x) for x in pd.unique(c["kernel"])}))
+    yb, madb, nb_disp, logb, gidb = _matrix(b, kernels) if len(b) else _empty(len(kernels))
+    yc, madc, nc_disp, logc, gidc = _matrix(c, kernels) if len(c) else _empty(len(kernels))
+    ub, uc = yb.shape[1], yc.shape[1]
+    y = np.concatenate([yb, yc], axis=1)
+    cnt = np.concatenate([nb_disp, nc_disp], axis=1)
+    present = cnt > 0
+    y = np.where(present, y, np.nan)
+
+    # shared per-process factor
+    offsets = np.zeros(ub + uc)
+    n_shared = 0
+    complete = present.all(axis=1) if y.shape[1] else np.zeros(len(kernels), bool)
+    eligible = complete & (cnt.min(axis=1, initial=0) >= 5)
+    if eligible.sum() < cfg.min_kernels_for_shared:
+        eligible = complete
+    if cfg.shared_factor and eligible.sum() >= cfg.min_kernels_for_shared and ub >= 1 and uc >= 1:
+        ye = y[eligible]
+        resid = ye - np.median(ye, axis=1, keepdims=True)
+        offsets = np.median(resid, axis=0)
+        n_shared = int(eligible.sum())
+    z = y - offsets[None, :]
+    zb, zc = z[:, :ub], z[:, ub:]
+    diff, s2, df, (nb, nc) = _pooled_var(zb, zc)
+
+    # shared shift between the sides and its uncertainty
+    if n_shared:
+        ob, oc = offsets[:ub], offsets[ub:]
+        shift = float(oc.mean() - ob.mean())
+        df_o = ub + uc - 2
+        s2_o = (((ob - ob.mean()) ** 2).sum() + ((oc - oc.mean()) ** 2).sum()) / df_o if df_o > 0 else np.nan
+        var_shift = s2_o * (1 / ub + 1 / uc) if df_o > 0 else np.nan
+    else:
+        shift, df_o, s2_o, var_shift = 0.0, np.inf, 0.0, 0.0
+
+    disp_per_unit = np.where(present, cnt, np.nan)
+    cov = np.log(_nanmedian_rows(disp_per_unit))
+    testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
+    s2_fit = np.where(testable, s2, np.nan)
+    se_rel, df_rel, p_rel, d0, s2m = _moderated(diff, s2_fit, np.where(testable, df, 0.0), nb, nc,
+                                                cov, cfg.moderate, cfg.level)
+    total = diff + shift
+    var_tot = se_rel ** 2 + (var_shift if np.isfinite(var_shift) else 0.0)
+    df_tot = stats.welch_df(se_rel ** 2, df_rel, np.full_like(se_rel, var_shift if np.isfinite(var_shift) else 0.0),
+                            np.full_like(se_rel, df_o, dtype=float))
+    half = stats.t_quantile(cfg.level, df_tot) * np.sqrt(var_tot)
+    lo, hi = total - half, total + half
+    if cfg.ci_method == "bootstrap":
+        lo, hi = _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, shift, testable, lo, hi, cfg)
+    _, rank_p = stats.mannwhitney_matrix(zc, zb) if len(kernels) else (None, np.zeros(0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit_sd = np.sqrt(var_tot / (1.0 / nb + 1.0 / nc))
+    base_med = _nanmedian_rows(np.where(nb_disp > 0, np.exp(yb), np.nan))
+    cand_med = _nanmedian_rows(np.where(nc_disp > 0, np.exp(yc), np.nan))
+
+    rows: list[dict] = []
+    for i, kern in enumerate(kernels):
+        row = dict(point=point, kernel=kern, metric=DUR, n_base=int(nb[i]), n_cand=int(nc[i]),
+                   base_median_ns=base_med[i], cand_median_ns=cand_med[i],
+                   prior_df=d0, shared_shift=math.exp(shift), unit_sd_log=unit_sd[i])
+        if nb[i] == 0 or nc[i] == 0:
+            row["verdict"] = NEW if nb[i] == 0 else MISSING
+            rows.append(row)
+            continue
+        row.update(ratio=math.exp(total[i]),
+                   ci_low=math.exp(lo[i]) if np.isfinite(lo[i]) else np.nan,
+                   ci_high=math.exp(hi[i]) if np.isfinite(hi[i]) else np.nan,
+                   p_value=p_rel[i] if testable[i] else np.nan,
+                   rank_p_value=rank_p[i])
+        rows.append(row)
+    if n_shared:
+        t_q = stats.t_quantile(cfg.level, np.array([df_o], float))[0]
+        se_s = math.sqrt(var_shift) if np.isfinite(var_shift) else np.nan
+        p_s = float(stats.t_pvalue(np.array([shift / se_s]), np.array([df_o], float))[0]) if se_s and np.isfinite(se_s) and se_s > 0 else np.nan
+        rows.append(dict(point=point, kernel=SHARED, metric=DUR, n_base=ub, n_cand=uc,
+                         ratio=math.exp(shift), ci_low=math.exp(shift - t_q * se_s) if np.isfinite(se_s) else np.nan,
+                         ci_high=math.exp(shift + t_q * se_s) if np.isfinite(se_s) else np.nan,
+                         p_value=p_s, shared_shift=math.exp(shift),
+                         unit_sd_log=math.sqrt(s2_o) if np.isfinite(s2_o) else np.nan,
+                         note=f"shared per-process shift (median over {n_shared} kernels)"))
+    if cfg.gate_dispersion:
+        rows += _dispersion_rows(point, kernels, madb, nb_disp, madc, nc_disp, cfg)
+    return rows
+
+
+def _empty(n_k: int):
+    z = np.zeros((n_k, 0))
+    return z, z, z.astype(int), np.zeros(0), np.zeros(0, int)
+
+
+def _nanmedian_rows(a: np.ndarray) -> np.ndarray:
+    if a.shape[1] == 0:
+        return np.full(a.shape[0], np.nan)
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(a).any(axis=1)
+        out = np.full(a.shape[0], np.nan)
+        if ok.any():
+            out[ok] = np.nanmedian(a[ok], axis=1)
+    return out
+
+
+def _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, shift, testable, lo, hi, cfg):
+    """Hierarchical-bootstrap CI per testable kernel (only with ``ci_method="bootstrap"``)."""
+    lo, hi = lo.copy(), hi.copy()
+    for i in np.flatnonzero(testable):
+        base = [logb[gidb == i * ub + u] - offsets[u] for u in range(ub)]
+        cand = [logc[gidc == i * uc + u] - offsets[ub + u] for u in range(uc)]
+        _, l, h = stats.hierarchical_bootstrap_log_ratio(base, cand, n_boot=cfg.n_boot, level=cfg.level,
+                                                         seed=cfg.seed + i)
+        lo[i], hi[i] = l + shift, h + shift
+    return lo, hi
+
+
+def _dispersion_rows(point, kernels, madb, nb_disp, madc, nc_disp, cfg) -> list[dict]:
+    m = cfg.dispersion_min_dispatches
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cvb = np.where((nb_disp >= m) & (madb > 0), np.log(_MAD_TO_SD * madb), np.nan)
+        cvc = np.where((nc_disp >= m) & (madc > 0), np.log(_MAD_TO_SD * madc), np.nan)
+    diff, s2, df, (nb, nc) = _pooled_var(cvb, cvc)
+    keep = (nb >= cfg.min_units) & (nc >= cfg.min_units)
+    if not keep.any():
+        return []
+    se, df_t, p, d0, _ = _moderated(diff, np.where(keep, s2, np.nan), np.where(keep, df, 0.0), nb, nc,
+                                    None, cfg.moderate, cfg.level)
+    half = stats.t_quantile(cfg.level, df_t) * se
+    rows = []
+    for i in np.flatnonzero(keep):
+        rows.append(dict(point=point, kernel=kernels[i], metric=CV, n_base=int(nb[i]), n_cand=int(nc[i]),
+                         base_median_ns=float(np.exp(np.nanmedian(cvb[i]))),
+                         cand_median_ns=float(np.exp(np.nanmedian(cvc[i]))),
+                         ratio=math.exp(diff[i]), ci_low=math.exp(diff[i] - half[i]),
+                         ci_high=math.exp(diff[i] + half[i]), p_value=p[i], prior_df=d0,
+                         unit_sd_log=se[i] / math.sqrt(1 / nb[i] + 1 / nc[i]),
+                         threshold=cfg.dispersion_threshold))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# unit-level metrics
+
+
+def _unit_metric_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig) -> list[dict]:
+    rows = []
+    def per_unit(d: pd.DataFrame) -> dict:
+        med = d.groupby(["kernel", "metric", "unit"], sort=True, observed=True)["value"].median()
+        return {(str(k), str(m)): g.to_numpy(float) for (k, m), g in med.groupby(level=[0, 1], observed=True)}
+
+    bg, cg = per_unit(b), per_unit(c)
+    tq = lambda df: float(stats.t_quantile(cfg.level, np.array([df], float))[0])  # noqa: E731
+    for key in sorted(set(bg) | set(cg)):
+        kern, metric = key
+        x = bg.get(key, np.zeros(0))
+        y = cg.get(key, np.zeros(0))
+        row = dict(point=point, kernel=kern, metric=metric, n_base=len(x), n_cand=len(y),
+                   base_median_ns=float(np.median(x)) if len(x) else np.nan,
+                   cand_median_ns=float(np.median(y)) if len(y) else np.nan)
+        if len(x) == 0 or len(y) == 0:
+            row["verdict"] = NEW if len(x) == 0 else MISSING
+            rows.append(row)
+            continue
+        log_scale = bool((x > 0).all() and (y > 0).all())
+        xs, ys = (np.log(x), np.log(y)) if log_scale else (x, y)
+        d = float(ys.mean() - xs.mean())
+        df = len(x) + len(y) - 2
+        if df > 0:
+            s2 = (((xs - xs.mean()) ** 2).sum() + ((ys - ys.mean()) ** 2).sum()) / df
+            se = math.sqrt(s2 * (1 / len(x) + 1 / len(y)))
+        else:
+            s2, se = np.nan, np.nan
+        testable = len(x) >= cfg.min_units and len(y) >= cfg.min_units and np.isfinite(se)
+        if testable and se > 0:
+            p = float(2 * sps.t.sf(abs(d) / se, df))
+        elif testable:
+            p = 0.0 if d != 0 else 1.0
+        else:
+            p = np.nan
+        half = tq(df) * se if df > 0 else np.nan
+        if log_scale:
+            ratio, lo, hi = math.exp(d), math.exp(d - half), math.exp(d + half)
+        else:
+            mb = float(xs.mean())
+            ratio = (mb + d) / mb if mb else np.nan
+            lo = (mb + d - half) / mb if mb else np.nan
+            hi = (mb + d + half) / mb if mb else np.nan
+            if mb < 0:
+                lo, hi = hi, lo
+        row.update(ratio=ratio, ci_low=lo, ci_high=hi, p_value=p,
+                   unit_sd_log=math.sqrt(s2) if log_scale and np.isfinite(s2) else np.nan)
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# public API
+
+
+def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | None = None,
+                  test: str = "") -> pd.DataFrame:
+    """All statistics and q-values, verdicts only for new/missing (see :func:`assign_verdicts`)."""
+    cfg = config or GateConfig()
+    base = check_samples(base, "baseline samples")
+    cand = check_samples(cand, "candidate samples")
+    rows: list[dict] = []
+    points = sorted({str(x) for x in pd.unique(base["point"])} | {str(x) for x in pd.unique(cand["point"])})
+    bp = {str(k): g for k, g in base.groupby("point", sort=False, observed=True)}
+    cp = {str(k): g for k, g in cand.groupby("point", sort=False, observed=True)}
+    empty = base.iloc[:0]
+    for point in points:
+        b = bp.get(point, empty)
+        c = cp.get(point, empty)
+        bd, cd = b[b["metric"] == DUR], c[c["metric"] == DUR]
+        # log durations need positive values; zero durations are profiler artefacts
+        bd, cd = bd[bd["value"] > 0], cd[cd["value"] > 0]
+        if len(bd) or len(cd):
+            rows += _duration_rows(point, bd, cd, cfg)
+        bu, cu = b[b["metric"] != DUR], c[c["metric"] != DUR]
+        if len(bu) or len(cu):
+            rows += _unit_metric_rows(point, bu, cu, cfg)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        raise GemmperfInputError(None, "nothing to compare: both samples tables are empty")
+    df.insert(0, "test", test)
+    if "p_value" not in df.columns:
+        df["p_value"] = np.nan
+    df["q_value"] = stats.bh_qvalues(df["p_value"].to_numpy(float))
+    for col in ("verdict", "note"):
+        if col not in df.columns:
+            df[col] = ""
+        df[col] = df[col].astype(object).where(df[col].notna(), "")
+    return df
+
+
+def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.DataFrame:
+    """Apply thresholds and the two-part rule to a :func:`compare_stats` frame."""
+    cfg = config or GateConfig()
+    df = df.copy()
+    test = df["test"].astype(str).to_numpy()
+    kern = df["kernel"].astype(str).to_numpy()
+    metric = df["metric"].astype(str).to_numpy()
+    preset = df["threshold"].to_numpy(float) if "threshold" in df.columns else np.full(len(df), np.nan)
+    thr = np.array([cfg.threshold_for(k, t) for k, t in zip(kern, test)], float)
+    thr = np.where(metric == CV, cfg.dispersion_threshold, thr)
+    thr = np.where(np.isfinite(preset) & (metric == CV), preset, thr)
+    df["threshold"] = thr
+
+    better = np.isin(metric, list(HIGHER_IS_BETTER))
+    r = df["ratio"].to_numpy(float)
+    lo = df["ci_low"].to_numpy(float)
+    hi = df["ci_high"].to_numpy(float)
+    # orient so that > 1 is always "worse"
+    rw = np.where(better, 1 / r, r)
+    low_w = np.where(better, 1 / hi, lo)
+    high_w = np.where(better, 1 / lo, hi)
+    q = df["q_value"].to_numpy(float)
+    sig = q <= cfg.fdr
+    nb = df["n_base"].to_numpy(float)
+    nc = df["n_cand"].to_numpy(float)
+    growth = df["cand_median_ns"].to_numpy(float) - df["base_median_ns"].to_numpy(float)
+    is_ns = np.char.endswith(metric.astype(str), "_ns") | np.char.startswith(metric.astype(str), "category_total_ns")
+    floor_ok = ~is_ns | better | ~(np.abs(np.nan_to_num(growth, nan=np.inf)) <= cfg.abs_floor_ns)
+    verdict = df["verdict"].astype(object).to_numpy().copy()
+    note = df["note"].astype(object).to_numpy().copy()
+    fixed = np.isin(verdict, [NEW, MISSING])
+    few = (nb < cfg.min_units) | (nc < cfg.min_units) | ~np.isfinite(q)
+    reg = sig & (low_w > 1 + thr)
+    imp = sig & (high_w < 1 - thr)
+    blocked = (reg | imp) & ~floor_ok
+    inside = (low_w >= 1 - thr) & (high_w <= 1 + thr)
+    quiet = ~sig & ((thr == 0) | ((rw >= 1 - thr) & (rw <= 1 + thr)))
+    unch = inside | quiet | blocked
+    out = np.where(reg & ~blocked, REGRESSION, np.where(imp & ~blocked, IMPROVEMENT,
+                   np.where(unch, UNCHANGED, INCONCLUSIVE)))
+    out = np.where(few & ~fixed, INCONCLUSIVE, out)
+    verdict = np.where(fixed, verdict, out)
+
+    m = max(int(np.isfinite(df["p_value"].to_numpy(float)).sum()), 1)
+    z_need = sps.norm.ppf(1 - cfg.fdr / m / 2) + sps.norm.ppf(0.8)
+    sd = df["unit_sd_log"].to_numpy(float) if "unit_sd_log" in df.columns else np.full(len(df), np.nan)
+    delta = np.where(thr > 0, np.log1p(thr), np.maximum(np.abs(np.log(np.where(r > 0, r, 1.0))), 0.01))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        need = np.ceil(2 * (z_need * sd / delta) ** 2)
+    for i in np.flatnonzero(verdict == INCONCLUSIVE):
+        have = int(min(nb[i], nc[i]))
+        if few[i] and have < cfg.min_units:
+            n_req = cfg.min_units if not np.isfinite(need[i]) else max(cfg.min_units, int(need[i]))
+            msg = f"too few processes ({int(nb[i])} base, {int(nc[i])} cand): needs >= {n_req} per side"
+        else:
+            n_req = int(max(need[i], have + 1)) if np.isfinite(need[i]) else have + 1
+            msg = (f"CI crosses the {100 * thr[i]:g}% threshold: needs >= {min(n_req, 9999)} processes "
+                   f"per side")
+        note[i] = _join(note[i], msg)
+    for i in np.flatnonzero(blocked):
+        note[i] = _join(note[i], f"change below the absolute floor of {cfg.abs_floor_ns:g} ns")
+    for i in np.flatnonzero((verdict == UNCHANGED) & sig & ~blocked):
+        note[i] = _join(note[i], f"significant {100 * (r[i] - 1):+.1f}% within the {100 * thr[i]:g}% threshold")
+    shift = df["shared_shift"].to_numpy(float) if "shared_shift" in df.columns else np.full(len(df), np.nan)
+    follow = (metric == DUR) & (kern != SHARED) & np.isfinite(shift) & (np.abs(np.log(np.where(shift > 0, shift, 1))) > 0.01)
+    for i in np.flatnonzero(follow & (verdict != REGRESSION)):
+        note[i] = _join(note[i], f"all kernels moved {100 * (shift[i] - 1):+.1f}% (see kernel '*')")
+    for i in np.flatnonzero(fixed):
+        if not note[i]:
+            note[i] = "only in the candidate" if verdict[i] == NEW else "only in the baseline"
+    df["verdict"] = verdict
+    df["note"] = note
+    return df
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def compare(base_samples: pd.DataFrame, cand_samples: pd.DataFrame, config: GateConfig | None = None,
+            test: str = "") -> pd.DataFrame:
+    """Verdicts table (ARCHITECTURE.md columns, then diagnostics) for one test."""
+    cfg = config or GateConfig()
+    df = assign_verdicts(compare_stats(base_samples, cand_samples, cfg, test), cfg)
+    return verdicts_to_frame(df)
+
+
+def has_regression(verdicts: pd.DataFrame) -> bool:
+    return bool((verdicts["verdict"] == REGRESSION).any())

@@ -1,0 +1,138 @@
+"""Verdict constants, the verdicts table layout and its compact text rendering.
+
+The table layout is the contract of ``docs/ARCHITECTURE.md`` ("Verdicts table"); the report
+modules, the plugin and ``gemmperf compare`` all read frames built by :func:`verdicts_to_frame`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+UNCHANGED = "unchanged"
+INCONCLUSIVE = "inconclusive"
+NEW = "new"
+MISSING = "missing"
+VERDICTS = (REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE, NEW, MISSING)
+
+#: ARCHITECTURE.md column order.
+VERDICT_COLUMNS = ("test", "point", "kernel", "metric", "n_base", "n_cand", "base_median_ns",
+                   "cand_median_ns", "ratio", "ci_low", "ci_high", "p_value", "q_value", "verdict",
+                   "threshold", "note")
+#: Extra columns appended after the contract columns (diagnostics of the statistics).
+EXTRA_COLUMNS = ("rank_p_value", "prior_df", "shared_shift")
+
+#: Metrics where a larger value is better (a regression is a fall).
+HIGHER_IS_BETTER = frozenset({"overlap_fraction", "coll_busbw_gbps"})
+
+
+@dataclass
+class Verdict:
+    """One row of the verdicts table (ratios are candidate / baseline)."""
+
+    test: str
+    point: str
+    kernel: str
+    metric: str
+    n_base: int
+    n_cand: int
+    base_median_ns: float = math.nan
+    cand_median_ns: float = math.nan
+    ratio: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    q_value: float = math.nan
+    verdict: str = INCONCLUSIVE
+    threshold: float = math.nan
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def verdicts_to_frame(verdicts: list[Verdict] | pd.DataFrame) -> pd.DataFrame:
+    """Build the verdicts table with the contract columns first, in order, extras after."""
+    if isinstance(verdicts, pd.DataFrame):
+        df = verdicts.copy()
+    else:
+        rows = []
+        for v in verdicts:
+            d = asdict(v)
+            d.update(d.pop("extra"))
+            rows.append(d)
+        df = pd.DataFrame(rows)
+    for c in VERDICT_COLUMNS:
+        if c not in df.columns:
+            df[c] = pd.Series(dtype=object if c in ("test", "point", "kernel", "metric", "verdict", "note") else float)
+    df["n_base"] = df["n_base"].fillna(0).astype("int64")
+    df["n_cand"] = df["n_cand"].fillna(0).astype("int64")
+    for c in ("test", "point", "kernel", "metric", "verdict", "note"):
+        df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
+    extra = [c for c in df.columns if c not in VERDICT_COLUMNS]
+    return df[list(VERDICT_COLUMNS) + extra].reset_index(drop=True)
+
+
+def shorten_kernel(name: str, width: int = 48) -> str:
+    """Display form of a (possibly long C++ template) kernel name: head ... tail."""
+    name = " ".join(str(name).split())
+    if len(name) <= width:
+        return name
+    head = max(8, width * 2 // 3 - 1)
+    tail = width - head - 3
+    return name[:head] + "..." + name[-tail:] if tail > 0 else name[: width - 3] + "..."
+
+
+def _fmt_value(x: float, metric: str) -> str:
+    if not np.isfinite(x):
+        return "-"
+    if metric.endswith("_ns") or metric.startswith("category_total_ns") or metric == "dur_ns":
+        for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+            if abs(x) >= scale:
+                return f"{x / scale:.3g} {unit}"
+        return f"{x:.0f} ns"
+    return f"{x:.4g}"
+
+
+def _fmt_change(ratio: float, lo: float, hi: float) -> str:
+    if not np.isfinite(ratio):
+        return "-"
+    s = f"{100 * (ratio - 1):+.1f}%"
+    if np.isfinite(lo) and np.isfinite(hi):
+        s += f" [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]"
+    return s
+
+
+_ORDER = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
+
+
+def format_verdict_table(df: pd.DataFrame, max_rows: int = 20, *, kernel_width: int = 48,
+                         verdicts: tuple[str, ...] | None = None) -> str:
+    """Compact fixed-width text table for a pytest failure message or a terminal.
+
+    Regressions first (largest ratio first), then the rest; at most ``max_rows`` rows with a
+    final "... N more" line. Columns: verdict, point, kernel (shortened), metric, baseline and
+    candidate medians, change in percent with its CI, q-value.
+    """
+    if len(df) == 0:
+        return "(no comparisons)"
+    d = df if verdicts is None else df[df["verdict"].isin(verdicts)]
+    d = d.assign(_o=d["verdict"].map(_ORDER).fillna(9), _r=-d["ratio"].fillna(0))
+    d = d.sort_values(["_o", "_r"], kind="stable")
+    shown = d.head(max_rows)
+    header = ("verdict", "point", "kernel", "metric", "base", "cand", "change [95% CI]", "q")
+    rows = [header]
+    for r in shown.itertuples(index=False):
+        metric = str(r.metric)
+        rows.append((str(r.verdict), str(r.point), shorten_kernel(r.kernel, kernel_width), metric,
+                     _fmt_value(float(r.base_median_ns), metric), _fmt_value(float(r.cand_median_ns), metric),
+                     _fmt_change(float(r.ratio), float(r.ci_low), float(r.ci_high)),
+                     "-" if not np.isfinite(r.q_value) else f"{r.q_value:.2g}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    if len(d) > len(shown):
+        lines.append(f"... {len(d) - len(shown)} more")
+    return "\n".join(lines)

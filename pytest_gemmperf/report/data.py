@@ -1,0 +1,477 @@
+"""Everything the reports show, computed once from the canonical tables.
+
+The HTML, Excel, CSV/JSON and Markdown writers only format what :func:`build_report_data`
+returns; they never touch dispatches. Every frame carries a leading ``label`` column (the
+sweep it came from; one label for a plain run, several for ``gemmperf compare``); writers drop
+it when there is a single label.
+
+Units are part of the column names (``*_ns``, ``*_us``, ``*_ms``); conversions happen here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.analysis.kernel_stats import kernel_stats
+from pytest_gemmperf.analysis.overlap import gemm_overlap, overlap_by_kernel
+from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
+from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
+                                               with_collective_overlap, with_timestamps)
+from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
+                                          UNCHANGED, VERDICT_COLUMNS)
+
+#: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
+DEFAULT_SHORT_KERNEL_US = 50.0
+SHORT_HIST_BINS = 20
+#: TraceLens ``--topk_kernels`` (longest single dispatches listed in kernel_details).
+KERNEL_DETAILS_TOP = 100
+#: kernels drawn in the per-kernel distribution plots
+PLOT_KERNELS = 6
+#: rows of the verdicts / kernels tables embedded in the HTML (the files hold everything)
+HTML_MAX_ROWS = 3000
+
+SEVERITY = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
+BOX_COLUMNS = ("count", "min_us", "p05_us", "q1_us", "median_us", "q3_us", "p95_us", "max_us")
+
+
+@dataclass
+class ReportData:
+    """Frames and facts shared by all report writers."""
+
+    labels: list[str]
+    kernels: pd.DataFrame
+    kernel_summary: pd.DataFrame
+    by_category: pd.DataFrame
+    short_kernels: pd.DataFrame
+    short_histogram: pd.DataFrame
+    kernel_details: pd.DataFrame
+    top_variance: pd.DataFrame
+    overlap: pd.DataFrame
+    timeline: pd.DataFrame
+    timeline_by_point: pd.DataFrame
+    counters: pd.DataFrame
+    boxes: dict[str, pd.DataFrame]
+    interaction: pd.DataFrame
+    verdicts: pd.DataFrame | None
+    meta: dict[str, Any]
+    short_kernel_us: float
+    top_k: int
+    notes: list[str] = field(default_factory=list)
+    n_dispatches: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def multi(self) -> bool:
+        return len(self.labels) > 1
+
+    @property
+    def status(self) -> str:
+        return overall_status(self.verdicts)
+
+
+def overall_status(verdicts: pd.DataFrame | None) -> str:
+    """``regression`` > ``inconclusive`` > ``pass``; ``analysis`` when nothing was compared."""
+    if verdicts is None or len(verdicts) == 0:
+        return "analysis"
+    v = set(verdicts["verdict"].astype(str))
+    if REGRESSION in v:
+        return "regression"
+    if INCONCLUSIVE in v:
+        return "inconclusive"
+    return "pass"
+
+
+def verdict_counts(verdicts: pd.DataFrame | None) -> dict[str, int]:
+    if verdicts is None or len(verdicts) == 0:
+        return {}
+    counts = verdicts["verdict"].astype(str).value_counts()
+    order = [REGRESSION, INCONCLUSIVE, MISSING, NEW, IMPROVEMENT, UNCHANGED]
+    return {k: int(counts.get(k, 0)) for k in order if counts.get(k, 0)}
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _with_label(df: pd.DataFrame, label: str) -> pd.DataFrame:
+    df = df.reset_index(drop=True)
+    df.insert(0, "label", label)
+    return df
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if f is not None and len(f.columns)]
+    if not frames:
+        return pd.DataFrame({"label": pd.Series(dtype=object)})
+    # categoricals of different sweeps have different categories; text is what reports need
+    frames = [_decategorize(f) for f in frames]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _decategorize(df: pd.DataFrame) -> pd.DataFrame:
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if not cats:
+        return df
+    df = df.copy()
+    for c in cats:
+        df[c] = df[c].astype(object).where(df[c].notna(), None)
+    return df
+
+
+def _object_keys(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Key columns as object with None for missing, so all-null keys of any dtype still join."""
+    df = df.copy()
+    for k in keys:
+        df[k] = df[k].astype(object).where(df[k].notna(), None)
+    return df
+
+
+def box_stats(values: np.ndarray, gid: np.ndarray, n_groups: int) -> pd.DataFrame:
+    """Box-plot quantiles (type 7) of ``values`` (ns) per group id, in µs."""
+    count = np.bincount(gid, minlength=n_groups)
+    order = np.lexsort((values, gid))
+    sv = values[order].astype(np.float64)
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    ok = count > 0
+
+    def q(p: float) -> np.ndarray:
+        pos = first + p * np.maximum(count - 1, 0)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.ceil(pos).astype(np.int64)
+        out = np.full(n_groups, np.nan)
+        lo_v, hi_v = sv[np.minimum(lo, len(sv) - 1)], sv[np.minimum(hi, len(sv) - 1)]
+        out[ok] = (lo_v + (hi_v - lo_v) * (pos - lo))[ok]
+        return out / 1e3
+
+    return pd.DataFrame({"count": count, "min_us": q(0.0), "p05_us": q(0.05), "q1_us": q(0.25),
+                         "median_us": q(0.5), "q3_us": q(0.75), "p95_us": q(0.95),
+                         "max_us": q(1.0)})
+
+
+def _grouped_boxes(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    if len(d) == 0:
+        return pd.DataFrame(columns=by + list(BOX_COLUMNS))
+    gid = d.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    n = int(gid.max()) + 1
+    stats = box_stats(d["dur_ns"].to_numpy(np.int64), gid, n)
+    _, first = np.unique(gid, return_index=True)
+    keys = d[by].iloc[first].reset_index(drop=True)
+    keys.index = gid[first]
+    return pd.concat([_decategorize(keys).sort_index().reset_index(drop=True), stats], axis=1)
+
+
+def _axes_of(points: pd.Series) -> pd.DataFrame:
+    """threads / channel per row, parsed once per distinct point id."""
+    cat = points if isinstance(points.dtype, pd.CategoricalDtype) else points.astype("category")
+    cats = pd.Series(list(cat.cat.categories) + [None], dtype=object)
+    parsed = parse_point_axes(cats)
+    codes = cat.cat.codes.to_numpy()  # -1 picks the trailing None row
+    return pd.DataFrame({"threads": parsed["threads"].to_numpy()[codes],
+                         "channel": parsed["channel"].to_numpy()[codes]}, index=points.index)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-sweep tables
+
+
+def _kernel_summary(kern: pd.DataFrame) -> pd.DataFrame:
+    """TraceLens rocprof ``kernel_summary`` with correct units, from per-cell statistics.
+
+    Count, total, mean, min, max and the sample std are exact (pooled from per-cell sums and
+    sums of squares); the median is the dispatch-weighted median of the cell medians.
+    """
+    k = kern
+    n = k["count"].astype(float)
+    ss = (n - 1).clip(lower=0) * k["std_ns"].fillna(0.0) ** 2 + n * k["mean_ns"] ** 2
+    frame = pd.DataFrame({"kernel": k["kernel"].astype(object), "category": k["category"].astype(object),
+                          "n": n, "total": k["total_ns"].astype(float), "ss": ss,
+                          "min": k["min_ns"].astype(float), "max": k["max_ns"].astype(float),
+                          "median": k["median_ns"].astype(float)})
+    g = frame.groupby("kernel", sort=True)
+    out = pd.DataFrame({"Count": g["n"].sum(), "total": g["total"].sum(), "ss": g["ss"].sum(),
+                        "min": g["min"].min(), "max": g["max"].max(),
+                        "Category": g["category"].first()})
+    mean = out["total"] / out["Count"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = (out["ss"] - out["Count"] * mean ** 2) / (out["Count"] - 1)
+    frame = frame.sort_values(["kernel", "median"], kind="stable")
+    frame["cum"] = frame.groupby("kernel", sort=False)["n"].cumsum()
+    half = frame["kernel"].map(out["Count"] / 2)
+    wmed = frame[frame["cum"] >= half].groupby("kernel", sort=True)["median"].first()
+    total_all = float(out["total"].sum()) or 1.0
+    res = pd.DataFrame({
+        "name": out.index.astype(str),
+        "Count": out["Count"].astype("int64").to_numpy(),
+        "Mean Kernel Time (µs)": (mean / 1e3).to_numpy(),
+        "Median Kernel Time (µs)": (wmed.reindex(out.index) / 1e3).to_numpy(),
+        "Std Kernel Time (µs)": (np.sqrt(var.clip(lower=0)) / 1e3).to_numpy(),
+        "Min Kernel Time (µs)": (out["min"] / 1e3).to_numpy(),
+        "Max Kernel Time (µs)": (out["max"] / 1e3).to_numpy(),
+        "Percentage (%)": (out["total"] / total_all * 100).to_numpy(),
+        "Total Kernel Time (ms)": (out["total"] / 1e6).to_numpy(),
+        "Category": out["Category"].astype(object).to_numpy(),
+    })
+    res = res.sort_values("Total Kernel Time (ms)", ascending=False, kind="stable")
+    # cumulative share after sorting (TraceLens computes it before, so it is not monotone)
+    res.insert(8, "Cumulative Percentage (%)", res["Percentage (%)"].cumsum())
+    return res.reset_index(drop=True)
+
+
+def _by_category(d: pd.DataFrame) -> pd.DataFrame:
+    g = d.groupby(["point", "rank", "category"], dropna=False, observed=True, sort=True)
+    out = g["dur_ns"].agg(["size", "sum"]).reset_index().rename(columns={"size": "count", "sum": "total_ns"})
+    cell = out.groupby(["point", "rank"], dropna=False, sort=False)["total_ns"].transform("sum")
+    out["total_ms"] = out["total_ns"] / 1e6
+    out["percent"] = np.where(cell > 0, out["total_ns"] / cell * 100, np.nan)
+    return _decategorize(out)
+
+
+def _short_kernels(d: pd.DataFrame, threshold_us: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    thr_ns = threshold_us * 1e3
+    dur = d["dur_ns"].to_numpy(np.int64)
+    short = dur < thr_ns
+    total = float(dur.sum()) or 1.0
+    s = pd.DataFrame({"name": d["kernel"].to_numpy()[short], "dur": dur[short]})
+    s["name"] = s["name"].astype(object)
+    g = s.groupby("name", sort=True)["dur"]
+    summary = pd.DataFrame({
+        "Short Kernel count": g.size(),
+        "Short Kernel duration (µs) sum": g.sum() / 1e3,
+        "Short Kernel duration (µs) mean": g.mean() / 1e3,
+        "Short Kernel duration (µs) percent of total time": g.sum() / total * 100,
+    }).sort_values("Short Kernel duration (µs) sum", ascending=False, kind="stable")
+    summary = summary.rename_axis("name").reset_index()
+    edges = np.linspace(0.0, threshold_us, SHORT_HIST_BINS + 1)
+    counts, _ = np.histogram(dur[short] / 1e3, bins=edges)
+    hist = pd.DataFrame({"bin_start_us": edges[:-1], "bin_end_us": edges[1:], "count": counts})
+    return summary, hist
+
+
+def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
+    top = d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index
+    cols = [c for c in ("point", "rank", "run", "host", "pid", "agent", "queue", "stream",
+                        "thread_id", "dispatch_id", "kernel", "category", "start_ns", "dur_ns",
+                        "grid_x", "grid_y", "grid_z", "wg_x", "wg_y", "wg_z") if c in d.columns]
+    out = _decategorize(d.loc[top, cols].reset_index(drop=True))
+    out.insert(out.columns.get_loc("dur_ns") + 1, "dur_us", out["dur_ns"] / 1e3)
+    return out
+
+
+def _timeline_by_point(tl: pd.DataFrame) -> pd.DataFrame:
+    """Mean over the process-GPU groups of each point (aorta averages ranks), in ms."""
+    ns_cols = [f"{t}_ns" for t in PYTORCH_TYPES]
+    g = tl.groupby("point", dropna=False, sort=True)
+    out = g[ns_cols].mean() / 1e6
+    out.columns = [c[:-3] + "_ms" for c in ns_cols]
+    out.insert(0, "num_ranks", g["rank"].nunique(dropna=True).clip(lower=1) if "rank" in tl.columns
+               else g.size())
+    out.insert(1, "n_groups", g.size())
+    return out.reset_index()
+
+
+def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
+                 agents: pd.DataFrame | None, *, warmup: int, top_k: int, short_us: float,
+                 notes: list[str]) -> dict[str, pd.DataFrame]:
+    out: dict[str, pd.DataFrame] = {}
+    kern = kernel_stats(d, by=("point", "rank", "kernel"), warmup=warmup)
+    out["kernels"] = _with_label(_decategorize(kern), label)
+    out["kernel_summary"] = _with_label(_kernel_summary(kern), label)
+    out["by_category"] = _with_label(_by_category(d), label)
+    sk, hist = _short_kernels(d, short_us)
+    out["short_kernels"] = _with_label(sk, label)
+    out["short_histogram"] = _with_label(hist, label)
+    out["kernel_details"] = _with_label(_kernel_details(d), label)
+
+    gemm = (d["category"] == "gemm").to_numpy(dtype=bool, na_value=False)
+    comm = (d["category"] == "collective").to_numpy(dtype=bool, na_value=False)
+    if gemm.any():
+        top = top_variance(d, k=top_k, warmup=warmup)
+        top = with_timestamps(top, d)
+        top = with_collective_overlap(top, d) if comm.any() else top
+        out["top_variance"] = _with_label(_decategorize(top.drop(columns=["min_row", "max_row"])), label)
+        ov = gemm_overlap(d)
+        obk = overlap_by_kernel(d, overlap=ov, by=("point", "rank", "kernel"))
+        keys = [c for c in ("point", "rank", "kernel") if c in obk.columns]
+        med = (_decategorize(ov[keys + ["dur_ns"]]).groupby(keys, dropna=False, sort=False)["dur_ns"]
+               .median().rename("median_dur_us").reset_index())
+        med["median_dur_us"] = med["median_dur_us"] / 1e3
+        obk = _object_keys(_decategorize(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
+        out["overlap"] = _with_label(_decategorize(obk), label)
+        g = d[gemm]
+        axes = _axes_of(g["point"])
+        g = pd.DataFrame({"kernel": g["kernel"].astype(object).to_numpy(),
+                          "threads": axes["threads"].to_numpy(), "channel": axes["channel"].to_numpy(),
+                          "rank": g["rank"].to_numpy(), "dur_ns": g["dur_ns"].to_numpy()})
+        out["_gemm"] = g
+    else:
+        notes.append(f"{label}: no GEMM dispatches (category 'gemm'): variance, overlap and "
+                     "distribution views are empty")
+    tl = gpu_timeline(d)
+    out["timeline"] = _with_label(_decategorize(tl), label)
+    out["timeline_by_point"] = _with_label(_timeline_by_point(_decategorize(tl)), label)
+    if counters is not None and len(counters):
+        out["counters"] = _with_label(_counter_table(d, counters, agents), label)
+    return out
+
+
+def _counter_table(d: pd.DataFrame, counters: pd.DataFrame, agents: pd.DataFrame | None) -> pd.DataFrame:
+    from pytest_gemmperf.analysis.counters import counter_summary, join_counters
+
+    names = set(counters["kernel"].dropna().astype(str).unique())
+    sub = d[d["kernel"].astype(object).isin(names).to_numpy()]
+    if len(sub) == 0:  # a counter-only run: no timing dispatches to join with
+        sub = counters.drop_duplicates([c for c in ("point", "rank", "run", "host", "agent",
+                                                    "kernel", "dispatch_id") if c in counters.columns])
+        sub = sub.assign(dur_ns=(sub["end_ns"] - sub["start_ns"]).astype("Float64"))
+    joined = join_counters(sub, counters, agents=agents)
+    summ = counter_summary(joined, by=("point", "kernel"))
+    if "dur_ns" in summ.columns:
+        summ["median_dur_us"] = summ.pop("dur_ns").astype(float) / 1e3
+    return _decategorize(summ)
+
+
+# ---------------------------------------------------------------------------------------------
+# cross-sweep views
+
+
+def _plot_kernels(kernels: pd.DataFrame, top: pd.DataFrame, verdicts: pd.DataFrame | None) -> list[str]:
+    """GEMM kernels worth a distribution plot: regressions first, then top variance, then time."""
+    picked: list[str] = []
+    if verdicts is not None and len(verdicts):
+        v = verdicts[(verdicts["metric"] == "dur_ns") & (verdicts["kernel"] != "*")]
+        v = v.assign(_o=v["verdict"].map(SEVERITY).fillna(9)).sort_values(["_o", "ratio"], ascending=[True, False])
+        picked += [k for k in v.loc[v["_o"] <= 1, "kernel"].astype(str)]
+    if len(top) and "kernel_name" in top.columns:
+        picked += list(top["kernel_name"].astype(str))
+    g = kernels[kernels["category"].astype(str) == "gemm"]
+    if len(g):
+        picked += list(g.groupby("kernel")["total_ns"].sum().sort_values(ascending=False).index.astype(str))
+    seen: dict[str, None] = {}
+    for k in picked:
+        seen.setdefault(k, None)
+    return list(seen)[:PLOT_KERNELS]
+
+
+def _boxes(gemm: pd.DataFrame, plot_kernels: list[str]) -> dict[str, pd.DataFrame]:
+    """Quantile boxes of the plotted GEMM kernels per axis value (and per sweep)."""
+    if len(gemm) == 0 or not plot_kernels:
+        return {}
+    g = gemm[gemm["kernel"].isin(plot_kernels)]
+    out = {"label": _grouped_boxes(g, ["kernel", "label"])}
+    for axis in ("threads", "channel", "rank"):
+        if g[axis].notna().any():
+            out[axis] = _grouped_boxes(g[g[axis].notna()], ["kernel", "label", axis])
+    return out
+
+
+def _interaction(top: pd.DataFrame) -> pd.DataFrame:
+    """aorta's thread × channel interaction: mean ``time_diff_us`` of the top-K rows per cell,
+    with the robust ``mad_cv`` beside it."""
+    if len(top) == 0 or "threads" not in top.columns:
+        return pd.DataFrame()
+    t = top[top["threads"].notna() & top["channel"].notna()]
+    if len(t) == 0:
+        return pd.DataFrame()
+    g = t.groupby(["label", "threads", "channel"], sort=True)
+    return pd.DataFrame({"time_diff_us": g["time_diff_us"].mean(),
+                         "mad_cv": g["mad_cv"].median(), "rows": g.size()}).reset_index()
+
+
+def normalize_verdicts(verdicts: pd.DataFrame | None, labels: list[str]) -> pd.DataFrame | None:
+    """Verdicts with a ``label`` column (candidate sweep), sorted by severity then ratio."""
+    if verdicts is None:
+        return None
+    v = verdicts.copy()
+    for c in VERDICT_COLUMNS:
+        if c not in v.columns:
+            v[c] = np.nan
+    if "label" not in v.columns:
+        v.insert(0, "label", labels[-1] if labels else "")
+    v = v.assign(_o=v["verdict"].astype(str).map(SEVERITY).fillna(9),
+                 _r=-pd.to_numeric(v["ratio"], errors="coerce").fillna(0))
+    v = v.sort_values(["_o", "_r"], kind="stable").drop(columns=["_o", "_r"])
+    cols = ["label"] + [c for c in VERDICT_COLUMNS] + [c for c in v.columns
+                                                       if c not in VERDICT_COLUMNS and c != "label"]
+    return v[cols].reset_index(drop=True)
+
+
+def _as_list(x: Any, n: int) -> list:
+    if x is None:
+        return [None] * n
+    if isinstance(x, pd.DataFrame):
+        return [x] * n if n == 1 else [x] + [None] * (n - 1)
+    x = list(x)
+    if len(x) != n:
+        raise ValueError(f"expected {n} tables (one per label), got {len(x)}")
+    return x
+
+
+def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame], *,
+                      verdicts: pd.DataFrame | None = None,
+                      counters: pd.DataFrame | Sequence[pd.DataFrame | None] | None = None,
+                      agents: pd.DataFrame | Sequence[pd.DataFrame | None] | None = None,
+                      meta: Mapping[str, Any] | None = None, labels: Sequence[str] | None = None,
+                      warmup: int = 0, top_k: int = 5,
+                      short_kernel_us: float = DEFAULT_SHORT_KERNEL_US) -> ReportData:
+    """Analyse one sweep (a dispatches table) or several (a list with ``labels``, or a mapping
+    label -> table; the first is the baseline of an N-way comparison)."""
+    if isinstance(dispatches, Mapping):
+        labels = list(dispatches)
+        frames = list(dispatches.values())
+    elif isinstance(dispatches, pd.DataFrame):
+        frames = [dispatches]
+    else:
+        frames = list(dispatches)
+    if labels is None:
+        labels = [str((meta or {}).get("label") or "run")] if len(frames) == 1 else \
+            [f"sweep{i}" for i in range(len(frames))]
+    labels = [str(x) for x in labels]
+    if len(labels) != len(frames):
+        raise ValueError(f"{len(labels)} labels for {len(frames)} dispatch tables")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels must be distinct: {labels}")
+    counters_l = _as_list(counters, len(frames))
+    agents_l = _as_list(agents, len(frames))
+    notes: list[str] = []
+    parts: dict[str, list[pd.DataFrame]] = {}
+    n_disp: dict[str, int] = {}
+    for label, d, c, a in zip(labels, frames, counters_l, agents_l):
+        if d is None or len(d) == 0:
+            raise ValueError(f"sweep {label!r} has no dispatches")
+        n_disp[label] = int(len(d))
+        res = _analyse_one(label, d, c, a, warmup=warmup, top_k=top_k, short_us=short_kernel_us,
+                           notes=notes)
+        for k, v in res.items():
+            if k == "_gemm":
+                v = v.assign(label=label)
+            parts.setdefault(k, []).append(v)
+    get = lambda k: _concat(parts.get(k, []))  # noqa: E731
+    kernels = get("kernels")
+    top = get("top_variance")
+    verdicts_n = normalize_verdicts(verdicts, labels)
+    gemm = pd.concat(parts["_gemm"], ignore_index=True) if parts.get("_gemm") else pd.DataFrame()
+    plot_kernels = _plot_kernels(kernels, top, verdicts_n)
+    return ReportData(
+        labels=labels, kernels=kernels, kernel_summary=get("kernel_summary"),
+        by_category=get("by_category"), short_kernels=get("short_kernels"),
+        short_histogram=get("short_histogram"), kernel_details=get("kernel_details"),
+        top_variance=top, overlap=get("overlap"), timeline=get("timeline"),
+        timeline_by_point=get("timeline_by_point"), counters=get("counters"),
+        boxes=_boxes(gemm, plot_kernels), interaction=_interaction(top), verdicts=verdicts_n,
+        meta=dict(meta or {}), short_kernel_us=float(short_kernel_us), top_k=int(top_k),
+        notes=notes, n_dispatches=n_disp)
+
+
+def finite(x: Any) -> bool:
+    try:
+        return x is not None and x is not pd.NA and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+__all__ = ["BOX_COLUMNS", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats", "build_report_data",
+           "finite", "normalize_verdicts", "overall_status", "verdict_counts"]

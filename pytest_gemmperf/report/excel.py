@@ -1,0 +1,403 @@
+"""``report.xlsx``: the TraceLens rocprofv3 report's sheets (with correct units) plus the gate.
+
+Every sheet has a one-line description in row 1, the header in row 2 (frozen, with an
+autofilter) and units in the headers; the numbers are stored in the unit the header names
+(``*_ns`` columns are converted to µs). Text is always written with ``write_string`` and the
+workbook has ``strings_to_formulas`` off, so a kernel name starting with ``=``, ``+``, ``-`` or
+``@`` stays text. Long tables are capped at ``max_rows`` rows and say so in row 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import xlsxwriter
+
+from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_sheet
+from pytest_gemmperf.report.data import ReportData, verdict_counts
+from pytest_gemmperf.report.tables import STATUS_TEXT, public
+
+DEFAULT_MAX_ROWS = 50_000
+#: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
+_EXCEL_ROW_LIMIT = 1_048_000
+
+@dataclass
+class _Col:
+    header: str
+    scale: float = 1.0
+    kind: str = "text"  # text | int | us | ms | ns | ratio | pct | p | float
+
+
+def _column(name: str, series: pd.Series) -> _Col:
+    """Header with unit and number kind for one DataFrame column."""
+    is_num = pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)
+    if not is_num:
+        return _Col(name, 1.0, "bool" if pd.api.types.is_bool_dtype(series.dtype) else "text")
+    if name in ("start_ns", "end_ns"):
+        return _Col(name[:-3] + " (ns)", 1.0, "int")
+    if name.endswith("_ns"):
+        return _Col(name[:-3] + " (µs)", 1e-3, "us")
+    if name.endswith("_us"):
+        return _Col(name[:-3] + " (µs)", 1.0, "us")
+    if name.endswith("_ms"):
+        return _Col(name[:-3] + " (ms)", 1.0, "ms")
+    if "(µs)" in name:
+        return _Col(name, 1.0, "us")
+    if "(ms)" in name:
+        return _Col(name, 1.0, "ms")
+    if "(%)" in name or name in ("percent", "max_overlap_percentage") or name.endswith("_percent"):
+        return _Col(name if "(%)" in name else f"{name} (%)", 1.0, "pct")
+    if name in ("ratio", "ci_low", "ci_high", "interference_slowdown", "shared_shift"):
+        return _Col(name + " (cand/base)" if name == "ratio" else name, 1.0, "ratio")
+    if name in ("p_value", "q_value", "rank_p_value"):
+        return _Col(name, 1.0, "p")
+    if name in ("cv", "mad_cv", "iqr_cv", "overlap_fraction", "mean_overlap_fraction",
+                "overlapped_share", "cu_utilization", "threshold") or name.endswith("_fraction"):
+        return _Col(name + (" (fraction)" if name == "threshold" else ""), 1.0, "float")
+    if pd.api.types.is_integer_dtype(series.dtype):
+        return _Col(name, 1.0, "int")
+    return _Col(name, 1.0, "float")
+
+
+class _Book:
+    def __init__(self, path: Path, max_rows: int) -> None:
+        self.wb = xlsxwriter.Workbook(str(path), {
+            "strings_to_formulas": False, "strings_to_urls": False, "strings_to_numbers": False,
+            "nan_inf_to_errors": False})
+        self.max_rows = max(1, min(int(max_rows), _EXCEL_ROW_LIMIT))
+        add = self.wb.add_format
+        self.fmt = {
+            "title": add({"bold": True, "font_size": 12}),
+            "note": add({"italic": True, "font_color": "#555555"}),
+            "header": add({"bold": True, "bg_color": "#DDE4EE", "border": 1, "text_wrap": True,
+                           "valign": "top"}),
+            "text": add({}),
+            "bool": add({}),
+            "int": add({"num_format": "#,##0"}),
+            "us": add({"num_format": "#,##0.000"}),
+            "ms": add({"num_format": "#,##0.000"}),
+            "ns": add({"num_format": "#,##0"}),
+            "ratio": add({"num_format": "0.0000"}),
+            "pct": add({"num_format": "0.00"}),
+            "p": add({"num_format": "0.000E+00"}),
+            "float": add({"num_format": "0.0000"}),
+            "bad": add({"bg_color": "#F8CBAD", "font_color": "#9C0006"}),
+            "good": add({"bg_color": "#C6EFCE", "font_color": "#006100"}),
+            "warn": add({"bg_color": "#FFEB9C", "font_color": "#9C5700"}),
+            "big": add({"bold": True, "font_size": 16}),
+        }
+
+    def table(self, name: str, df: pd.DataFrame, description: str, *, csv_hint: str | None = None,
+              start_col: int = 0, ws=None, first_row: int = 0, filter_: bool = True,
+              widths: dict[str, int] | None = None):
+        """Write ``df`` with a description row, a frozen header row and an autofilter."""
+        ws = ws or self.wb.add_worksheet(name)
+        total = len(df)
+        shown = df.iloc[: self.max_rows]
+        note = description
+        if total > len(shown):
+            note += (f" - showing the first {len(shown):,} of {total:,} rows"
+                     + (f"; all rows are in {csv_hint}" if csv_hint else ""))
+        ws.write_string(first_row, start_col, note, self.fmt["note"])
+        hdr = first_row + 1
+        cols = [(c, _column(str(c), shown[c])) for c in shown.columns]
+        for j, (_, spec) in enumerate(cols):
+            ws.write_string(hdr, start_col + j, spec.header, self.fmt["header"])
+        for j, (c, spec) in enumerate(cols):
+            self._write_column(ws, hdr + 1, start_col + j, shown[c], spec)
+            width = (widths or {}).get(str(c))
+            if width is None:
+                width = 60 if spec.kind == "text" and str(c) in ("kernel", "name", "kernel_name", "note") \
+                    else max(10, min(28, len(spec.header) + 2))
+            ws.set_column(start_col + j, start_col + j, width)
+        if first_row == 0 and start_col == 0:
+            ws.freeze_panes(hdr + 1, 0)
+        if filter_ and len(cols):
+            ws.autofilter(hdr, start_col, hdr + max(len(shown), 1), start_col + len(cols) - 1)
+        return ws, hdr, cols
+
+    def _write_column(self, ws, row0: int, col: int, s: pd.Series, spec: _Col) -> None:
+        fmt = self.fmt[spec.kind if spec.kind in self.fmt else "float"]
+        if spec.kind in ("text", "bool"):
+            values = s.astype(object).where(s.notna(), None).tolist()
+            for i, v in enumerate(values):
+                if v is not None:
+                    ws.write_string(row0 + i, col, str(v), fmt)
+            return
+        arr = pd.to_numeric(s, errors="coerce").astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+        if spec.scale != 1.0:
+            arr = arr * spec.scale
+        for i in np.flatnonzero(np.isfinite(arr)):
+            ws.write_number(row0 + int(i), col, float(arr[i]), fmt)
+
+    def close(self) -> None:
+        self.wb.close()
+
+
+def _col_index(cols, name: str) -> int | None:
+    for j, (c, _) in enumerate(cols):
+        if c == name:
+            return j
+    return None
+
+
+def _xl(row: int, col: int) -> str:
+    return xlsxwriter.utility.xl_rowcol_to_cell(row, col)
+
+
+def _summary_sheet(book: _Book, data: ReportData) -> None:
+    ws = book.wb.add_worksheet("summary")
+    f = book.fmt
+    status = data.status
+    colour = {"regression": "bad", "inconclusive": "warn", "pass": "good"}.get(status, "note")
+    ws.write_string(0, 0, "gemmperf report", f["title"])
+    ws.write_string(1, 0, "status", f["header"])
+    ws.write_string(1, 1, STATUS_TEXT[status], f[colour])
+    row = 2
+    facts: list[tuple[str, Any]] = [("sweeps", ", ".join(data.labels))]
+    facts += [(f"dispatches ({lab})", n) for lab, n in data.n_dispatches.items()]
+    facts += [(f"verdicts: {k}", n) for k, n in verdict_counts(data.verdicts).items()]
+    facts += [("short-kernel threshold (µs)", data.short_kernel_us), ("top-K per cell", data.top_k)]
+    for key in ("hardware", "rocm_version", "rocprofv3_version", "commit", "created"):
+        if data.meta.get(key):
+            facts.append((key, data.meta[key]))
+    for k, v in facts:
+        ws.write_string(row, 0, k, f["header"])
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            ws.write_number(row, 1, float(v), f["int"] if float(v).is_integer() else f["float"])
+        else:
+            ws.write_string(row, 1, str(v))
+        row += 1
+    for note in data.notes:
+        ws.write_string(row, 0, note, f["note"])
+        row += 1
+    ws.set_column(0, 0, 32)
+    ws.set_column(1, 1, 40)
+    # time by category (all points and ranks) with a native chart
+    cat = data.by_category
+    if len(cat):
+        agg = cat.groupby(["label", "category"], sort=True)["total_ns"].sum().reset_index()
+        wide = agg.pivot(index="category", columns="label", values="total_ns").fillna(0) / 1e6
+        wide = wide[[lab for lab in data.labels if lab in wide.columns]]
+        wide = wide.sort_values(wide.columns[0], ascending=False)
+        r0 = row + 2
+        ws.write_string(r0 - 1, 0, "GPU kernel time by category, all points and ranks (ms)", f["note"])
+        ws.write_string(r0, 0, "category", f["header"])
+        for j, lab in enumerate(wide.columns):
+            ws.write_string(r0, 1 + j, f"{lab} time (ms)", f["header"])
+        for i, (catname, vals) in enumerate(wide.iterrows()):
+            ws.write_string(r0 + 1 + i, 0, str(catname))
+            for j, v in enumerate(vals):
+                ws.write_number(r0 + 1 + i, 1 + j, float(v), f["ms"])
+        chart = book.wb.add_chart({"type": "bar"})
+        n = len(wide)
+        for j, lab in enumerate(wide.columns):
+            chart.add_series({"name": f"{lab}", "categories": ["summary", r0 + 1, 0, r0 + n, 0],
+                              "values": ["summary", r0 + 1, 1 + j, r0 + n, 1 + j]})
+        chart.set_title({"name": "Kernel time by category"})
+        chart.set_x_axis({"name": "time (ms)"})
+        chart.set_legend({"position": "bottom"})
+        ws.insert_chart(1, 3, chart, {"x_scale": 1.4, "y_scale": 1.3})
+
+
+def _verdicts_sheet(book: _Book, data: ReportData) -> None:
+    v = data.verdicts
+    if v is None:
+        ws = book.wb.add_worksheet("verdicts")
+        ws.write_string(0, 0, "no baseline was compared: no verdicts", book.fmt["note"])
+        return
+    df = public(v, data)
+    ws, hdr, cols = book.table("verdicts", df, "gate verdicts: ratio = candidate / baseline median, "
+                               "95% CI; regression needs q <= FDR and CI above 1 + threshold",
+                               csv_hint="verdicts.csv")
+    n = min(len(df), book.max_rows)
+    if n == 0:
+        return
+    jt = _col_index(cols, "threshold")
+    for name in ("ratio", "ci_low", "ci_high"):
+        j = _col_index(cols, name)
+        if j is None:
+            continue
+        rng = (hdr + 1, j, hdr + n, j)
+        if jt is not None:
+            # row-relative references: Excel shifts them for every row of the range
+            cell = _xl(hdr + 1, j)
+            thr = xlsxwriter.utility.xl_rowcol_to_cell(hdr + 1, jt, col_abs=True)
+            ws.conditional_format(*rng, {"type": "formula", "criteria": f"=AND(ISNUMBER({cell}),{cell}>1+{thr})",
+                                         "format": book.fmt["bad"]})
+            ws.conditional_format(*rng, {"type": "formula", "criteria": f"=AND(ISNUMBER({cell}),{cell}<1-{thr})",
+                                         "format": book.fmt["good"]})
+        else:
+            ws.conditional_format(*rng, {"type": "3_color_scale", "min_type": "num", "min_value": 0.9,
+                                         "mid_type": "num", "mid_value": 1.0, "max_type": "num",
+                                         "max_value": 1.1, "min_color": "#63BE7B",
+                                         "mid_color": "#FFFFFF", "max_color": "#F8696B"})
+    jv = _col_index(cols, "verdict")
+    if jv is not None:
+        for word, fmt in (("regression", "bad"), ("improvement", "good"), ("inconclusive", "warn")):
+            ws.conditional_format(hdr + 1, jv, hdr + n, jv, {"type": "cell", "criteria": "==",
+                                                              "value": f'"{word}"', "format": book.fmt[fmt]})
+
+
+def _short_kernels_sheet(book: _Book, data: ReportData) -> None:
+    df = public(data.short_kernels, data)
+    ws, hdr, cols = book.table(
+        "short_kernels", df, f"kernels shorter than {data.short_kernel_us:g} µs (TraceLens "
+        "short-kernel study, durations in µs); histogram and chart on the right")
+    hist = public(data.short_histogram, data)
+    c0 = len(cols) + 1
+    _, hh, hcols = book.table("short_kernels", hist, "duration histogram of short kernels (µs)",
+                              ws=ws, start_col=c0, filter_=False)
+    n = len(hist) if not data.multi else len(hist[hist["label"] == data.labels[0]])
+    if n:
+        jc = _col_index(hcols, "count")
+        jb = _col_index(hcols, "bin_end_us")
+        chart = book.wb.add_chart({"type": "column"})
+        chart.add_series({"name": f"short kernels ({data.labels[0]})",
+                          "categories": ["short_kernels", hh + 1, c0 + jb, hh + n, c0 + jb],
+                          "values": ["short_kernels", hh + 1, c0 + jc, hh + n, c0 + jc],
+                          "gap": 10})
+        chart.set_title({"name": f"Short kernels (< {data.short_kernel_us:g} µs)"})
+        chart.set_x_axis({"name": "bin end (µs)"})
+        chart.set_y_axis({"name": "dispatches"})
+        chart.set_legend({"none": True})
+        ws.insert_chart(hh + n + 3, c0, chart)
+
+
+def _timeline_sheets(book: _Book, data: ReportData) -> None:
+    tp = data.timeline_by_point
+    rows = []
+    for r in tp.to_dict("records"):
+        point = r.get("point")
+        point = None if point is None or (isinstance(point, float) and math.isnan(point)) else str(point)
+        axes = _point_axes(point)
+        config = (point or "all") if not data.multi else f"{r['label']}:{point or 'all'}"
+        ns_row = pd.Series({f"{t}_ns": r[f"{t}_ms"] * 1e6 for t in PYTORCH_TYPES})
+        sheet = tracelens_sheet(ns_row)
+        for s in sheet.itertuples(index=False):
+            rows.append({"full_config": config,
+                         "threads_num": axes.get("threads"),
+                         "thread_config": f"{axes['threads']}thread" if axes.get("threads") is not None else None,
+                         "channels_num": axes.get("channel"),
+                         "channel_config": f"{axes['channel']}channels" if axes.get("channel") is not None else None,
+                         "num_ranks": r["num_ranks"], "type": s.type,
+                         "time ms": s[1], "percent": s[2]})
+    all_data = pd.DataFrame(rows, columns=["full_config", "threads_num", "thread_config", "channels_num",
+                                           "channel_config", "num_ranks", "type", "time ms", "percent"])
+    book.table("gpu_timeline", all_data.rename(columns={"time ms": "time (ms)", "percent": "percent (%)"}),
+               "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
+               "process-GPU groups (ranks) of the config")
+    for name, value in (("Pivot_Time_ms", "time ms"), ("Pivot_Percent", "percent")):
+        if len(all_data):
+            piv = all_data.pivot_table(index="type", columns="full_config", values=value, aggfunc="first",
+                                       sort=False).reset_index()
+            piv.columns = [str(c) if c == "type" else f"{c} ({'ms' if value == 'time ms' else '%'})"
+                           for c in piv.columns]
+        else:
+            piv = pd.DataFrame(columns=["type"])
+        book.table(name, piv, f"aorta {name}: index type, columns full_config, values {value}")
+    summ = []
+    for r in tp.to_dict("records"):
+        point = r.get("point")
+        point = None if point is None or (isinstance(point, float) and math.isnan(point)) else str(point)
+        axes = _point_axes(point)
+        summ.append({"full_config": (point or "all") if not data.multi else f"{r['label']}:{point or 'all'}",
+                     "threads_num": axes.get("threads"), "channels_num": axes.get("channel"),
+                     "num_ranks": r["num_ranks"], "computation_time_ms": r["computation_time_ms"],
+                     "exposed_comm_time_ms": r["exposed_comm_time_ms"],
+                     "exposed_memcpy_time_ms": r["exposed_memcpy_time_ms"],
+                     "busy_time_ms": r["busy_time_ms"], "idle_time_ms": r["idle_time_ms"],
+                     "total_time_ms": r["total_time_ms"]})
+    sdf = pd.DataFrame(summ)
+    ws, hdr, cols = book.table("Summary_By_Config", sdf, "aorta Summary_By_Config: per config, mean over "
+                               "ranks (ms); computation + exposed comm + exposed memcpy + idle = total")
+    n = len(sdf)
+    if n:
+        chart = book.wb.add_chart({"type": "column", "subtype": "stacked"})
+        for name, colour in (("computation_time_ms", "#4472C4"), ("exposed_comm_time_ms", "#ED7D31"),
+                             ("exposed_memcpy_time_ms", "#A5A5A5"), ("idle_time_ms", "#D9D9D9")):
+            j = _col_index(cols, name)
+            chart.add_series({"name": ["Summary_By_Config", hdr, j],
+                              "categories": ["Summary_By_Config", hdr + 1, 0, hdr + n, 0],
+                              "values": ["Summary_By_Config", hdr + 1, j, hdr + n, j],
+                              "fill": {"color": colour}})
+        chart.set_title({"name": "GPU time per config"})
+        chart.set_y_axis({"name": "time (ms)"})
+        ws.insert_chart(hdr + n + 3, 0, chart, {"x_scale": 1.5, "y_scale": 1.2})
+
+
+def _point_axes(point: str | None) -> dict[str, int | None]:
+    from pytest_gemmperf.analysis.variance import parse_point_axes
+    if point is None:
+        return {"threads": None, "channel": None}
+    p = parse_point_axes(pd.Series([point], dtype=object)).iloc[0]
+    return {k: (None if pd.isna(p[k]) else int(p[k])) for k in ("threads", "channel")}
+
+
+def _environment_sheet(book: _Book, data: ReportData) -> None:
+    rows = [{"key": k, "value": v} for k, v in _flatten(data.meta).items()]
+    book.table("environment", pd.DataFrame(rows, columns=["key", "value"]),
+               "run metadata: hardware, software versions, commit, inputs",
+               widths={"key": 36, "value": 100})
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
+    if isinstance(d, dict):
+        out: dict[str, str] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(d, (list, tuple)):
+        try:
+            return {prefix: json.dumps(d, default=str)}
+        except (TypeError, ValueError):
+            return {prefix: str(d)}
+    if isinstance(d, pd.DataFrame):
+        return {prefix: d.to_json(orient="records", default_handler=str)}
+    return {prefix: "" if d is None else str(d)}
+
+
+def write_excel(data: ReportData, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> Path:
+    book = _Book(path, max_rows)
+    try:
+        _summary_sheet(book, data)
+        _verdicts_sheet(book, data)
+        book.table("kernels", public(data.kernels, data),
+                   "duration statistics per point, rank and kernel (µs; std sample, quantiles type 7)",
+                   csv_hint="kernels.csv")
+        book.table("kernel_summary", public(data.kernel_summary, data),
+                   "TraceLens kernel_summary per kernel name, in true µs/ms (TraceLens's rocprof mode "
+                   "prints ns under µs labels); cumulative share computed after sorting")
+        book.table("by_category", public(data.by_category, data),
+                   "GPU kernel time per point, rank and category (all dispatches)")
+        _short_kernels_sheet(book, data)
+        book.table("kernel_details", public(data.kernel_details, data),
+                   "the 100 longest dispatches (TraceLens kernel_details)")
+        book.table("top_variance", public(data.top_variance, data),
+                   f"aorta top-{data.top_k} GEMM kernels by max - min per (point, rank), with timestamps "
+                   "(trace clock, ms), collective overlap of the max instance and robust CVs",
+                   csv_hint="top5_gemm_kernels_time_variance_with_collective_overlap.csv")
+        book.table("overlap", public(data.overlap, data),
+                   "GEMM dispatches overlapping collectives on the same GPU, per point, rank and kernel")
+        _timeline_sheets(book, data)
+        if len(data.counters) and len(data.counters.columns) > 1:
+            book.table("counters", public(data.counters, data),
+                       "hardware counters: median per point and kernel (raw counter units; "
+                       "cu_utilization is a fraction of the CUs)")
+        else:
+            ws = book.wb.add_worksheet("counters")
+            ws.write_string(0, 0, "no hardware counters in the inputs (run a counter pass: "
+                                  "gemmperf rocprof-config)", book.fmt["note"])
+        _environment_sheet(book, data)
+    finally:
+        book.close()
+    return path
+
+
+__all__ = ["DEFAULT_MAX_ROWS", "write_excel"]

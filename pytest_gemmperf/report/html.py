@@ -1,0 +1,197 @@
+"""``report.html``: one self-contained page (inline CSS, inline SVG, a few lines of inline JS).
+
+The page loads nothing: a Content-Security-Policy meta tag forbids every network fetch, so it
+opens the same from disk, from a CI artefact or offline. Jinja2 autoescaping is on for the
+whole template; data never reaches the page through ``|safe`` — only the SVG produced by
+:mod:`pytest_gemmperf.report.plots`, which escapes its own text.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from pytest_gemmperf import __version__
+from pytest_gemmperf.report import plots
+from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, verdict_counts
+from pytest_gemmperf.report.tables import STATUS_TEXT
+
+TEMPLATE = "report.html.j2"
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pytest_gemmperf.report", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=fmt_num, us=fmt_us, ratio=fmt_ratio, pct=fmt_pct, sortkey=sort_key,
+                       intf=fmt_int, p=fmt_p)
+    return env
+
+
+def _ok(x: Any) -> bool:
+    try:
+        return x is not None and x is not pd.NA and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_num(x: Any, digits: int = 3) -> str:
+    return f"{float(x):,.{digits}f}" if _ok(x) else "–"
+
+
+def fmt_us(x: Any, scale: float = 1.0) -> str:
+    """Microseconds with 3 decimals (``scale=1e-3`` for ns input)."""
+    return f"{float(x) * scale:,.3f}" if _ok(x) else "–"
+
+
+def fmt_int(x: Any) -> str:
+    return f"{int(x):,}" if _ok(x) else "–"
+
+
+def fmt_ratio(x: Any) -> str:
+    return f"{float(x):.4f}" if _ok(x) else "–"
+
+
+def fmt_pct(x: Any) -> str:
+    return f"{100 * (float(x) - 1):+.1f}%" if _ok(x) else "–"
+
+
+def fmt_p(x: Any) -> str:
+    return f"{float(x):.2g}" if _ok(x) else "–"
+
+
+def sort_key(x: Any) -> str:
+    """``data-v`` attribute for numeric sorting (empty: sorts after numbers)."""
+    return repr(float(x)) if _ok(x) else ""
+
+
+def _records(df: pd.DataFrame, limit: int = HTML_MAX_ROWS) -> list[dict]:
+    out = df.head(limit).astype(object).where(df.head(limit).notna(), None)
+    return out.to_dict("records")
+
+
+def _axes(data: ReportData) -> dict[str, str]:
+    """Sweep axes seen in the data (from point ids and ranks)."""
+    from pytest_gemmperf.analysis.variance import parse_point_axes
+
+    k = data.kernels
+    facts: dict[str, str] = {}
+    if "point" in k.columns and k["point"].notna().any():
+        points = sorted({str(p) for p in k["point"].dropna()})
+        facts["points"] = ", ".join(points)
+        ax = parse_point_axes(pd.Series(points, dtype=object))
+        for col, name in (("threads", "threads"), ("channel", "channels")):
+            vals = sorted({int(v) for v in ax[col].dropna()})
+            if vals:
+                facts[name] = ", ".join(map(str, vals))
+    if "rank" in k.columns and k["rank"].notna().any():
+        ranks = sorted({int(r) for r in k["rank"].dropna()})
+        facts["ranks"] = ", ".join(map(str, ranks))
+    return facts
+
+
+def _meta_rows(data: ReportData) -> list[tuple[str, str]]:
+    m = data.meta
+    rows: list[tuple[str, str]] = []
+    for key, title in (("hardware", "hardware"), ("rocm_version", "ROCm"),
+                       ("rocprofv3_version", "rocprofv3"), ("torch_version", "PyTorch"),
+                       ("commit", "commit"), ("host", "host"), ("created", "run started"),
+                       ("baseline", "baseline"), ("inputs", "inputs"), ("command", "command")):
+        v = m.get(key)
+        if v not in (None, "", [], {}):
+            rows.append((title, ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)))
+    rows += [(f"sweep axis: {k}", v) for k, v in _axes(data).items()]
+    rows += [(f"dispatches ({lab})" if data.multi else "dispatches", f"{n:,}")
+             for lab, n in data.n_dispatches.items()]
+    return rows
+
+
+def _distribution_panels(data: ReportData) -> list[dict]:
+    """One section per axis, one SVG panel per plotted kernel."""
+    sections = []
+    titles = {"label": "per sweep" if data.multi else "whole run",
+              "threads": "by threads", "channel": "by channels", "rank": "by rank"}
+    for axis in ("label", "threads", "channel", "rank"):
+        b = data.boxes.get(axis)
+        if b is None or len(b) == 0:
+            continue
+        group_cols = ["label"] if axis == "label" else (["label", axis] if data.multi else [axis])
+        if axis == "threads":
+            b = b.assign(threads=["th" + str(int(x)) for x in b["threads"]])
+        if axis == "channel":
+            b = b.assign(channel=["ch" + str(int(x)) for x in b["channel"]])
+        if axis == "rank":
+            b = b.assign(rank=[int(x) for x in b["rank"]])
+        panels = [plots.box_panel(grp.sort_values(group_cols), group_cols, str(kernel))
+                  for kernel, grp in b.groupby("kernel", sort=False)]
+        sections.append({"title": titles[axis], "panels": panels})
+    return sections
+
+
+def _kernel_overview(data: ReportData, limit: int = 60) -> pd.DataFrame:
+    """Per sweep and kernel, over all points and ranks: the kernels table of the page."""
+    k = data.kernels
+    if len(k) == 0:
+        return k
+    g = k.groupby(["label", "kernel"], sort=False)
+    out = pd.DataFrame({"category": g["category"].first(), "count": g["count"].sum(),
+                        "total_ns": g["total_ns"].sum(), "median_ns": g["median_ns"].median(),
+                        "p95_ns": g["p95_ns"].median(), "cv": g["cv"].median(),
+                        "cells": g.size()}).reset_index()
+    return out.sort_values("total_ns", ascending=False).head(limit)
+
+
+def render_html(data: ReportData) -> str:
+    env = _env()
+    tmpl = env.get_template(TEMPLATE)
+    v = data.verdicts
+    verdict_rows = _records(v) if v is not None else []
+    cat = data.by_category
+    cat_series = (cat.groupby("category")["total_ns"].sum() / 1e6) if len(cat) else pd.Series(dtype=float)
+    counters = data.counters if len(data.counters.columns) > 1 else pd.DataFrame()
+    counter_cols = [c for c in ("cu_utilization", "active_cus", "waves", "mfma_insts", "valu_insts",
+                                "wave_cycles_per_wave", "median_dur_us") if c in counters.columns]
+    ctx = {
+        "version": __version__,
+        "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "status": data.status,
+        "status_text": STATUS_TEXT[data.status],
+        "counts": verdict_counts(v),
+        "labels": data.labels,
+        "multi": data.multi,
+        "meta_rows": _meta_rows(data),
+        "has_verdicts": v is not None,
+        "verdicts": verdict_rows,
+        "n_verdicts": 0 if v is None else len(v),
+        "verdict_names": sorted({r["verdict"] for r in verdict_rows}),
+        "max_rows": HTML_MAX_ROWS,
+        "forest": plots.forest_plot(v) if v is not None and len(v) else None,
+        "distributions": _distribution_panels(data),
+        "interaction": plots.interaction_plot(data.interaction),
+        "timeline_svg": plots.stacked_timeline(data.timeline_by_point, multi=data.multi),
+        "timeline_rows": _records(data.timeline_by_point),
+        "overlap_svg": plots.overlap_scatter(data.overlap),
+        "overlap_rows": _records(data.overlap.sort_values("total_overlap_ns", ascending=False), 200)
+        if len(data.overlap) else [],
+        "category_svg": plots.hbar(cat_series, "GPU kernel time by category (ms)", "ms"),
+        "counters": _records(counters, 500),
+        "counter_cols": counter_cols,
+        "top": _records(data.top_variance, 200),
+        "top_k": data.top_k,
+        "kernels": _records(_kernel_overview(data)),
+        "notes": data.notes,
+    }
+    return tmpl.render(**ctx)
+
+
+def write_html(data: ReportData, path: Path) -> Path:
+    path.write_text(render_html(data), encoding="utf-8")
+    return path
+
+
+__all__ = ["render_html", "write_html"]

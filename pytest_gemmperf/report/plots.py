@@ -1,0 +1,330 @@
+"""Inline SVG charts for report.html: no matplotlib, no JavaScript library, no network.
+
+Each function takes a small summary frame (quantiles, medians, ratios — never raw dispatches)
+and returns :class:`markupsafe.Markup`. Every piece of text that comes from data (kernel names,
+labels, point ids) goes through :func:`markupsafe.escape`, so ``<``, ``>``, ``&`` and quotes in
+C++ template names render as text.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from markupsafe import Markup, escape
+
+from pytest_gemmperf.gate.verdict import shorten_kernel
+
+PALETTE = ("#4472c4", "#ed7d31", "#70ad47", "#7f3fbf", "#c00000", "#2f9e9e", "#bf9000", "#7f7f7f")
+FONT = 'font-family="system-ui,Segoe UI,Helvetica,Arial,sans-serif" font-size="11"'
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def _num(x: float) -> str:
+    if not math.isfinite(x):
+        return "-"
+    a = abs(x)
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 10:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo]
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step) + 1)]
+
+
+class _Svg:
+    def __init__(self, width: int, height: int, title: str) -> None:
+        self.w, self.h = width, height
+        self.parts: list[str] = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+            f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}" {FONT}>',
+            f"<title>{escape(title)}</title>"]
+
+    def text(self, x: float, y: float, s: str, *, anchor: str = "start", cls: str = "",
+             weight: str = "", rotate: bool = False, tip: str | None = None) -> None:
+        extra = f' font-weight="{weight}"' if weight else ""
+        extra += f' transform="rotate(-90 {_f(x)} {_f(y)})"' if rotate else ""
+        extra += f' class="{cls}"' if cls else ""
+        inner = escape(s) + (Markup(f"<title>{escape(tip)}</title>") if tip else "")
+        self.parts.append(f'<text x="{_f(x)}" y="{_f(y)}" text-anchor="{anchor}"{extra}>{inner}</text>')
+
+    def line(self, x1, y1, x2, y2, stroke="#333", width=1.0, dash: str | None = None) -> None:
+        d = f' stroke-dasharray="{dash}"' if dash else ""
+        self.parts.append(f'<line x1="{_f(x1)}" y1="{_f(y1)}" x2="{_f(x2)}" y2="{_f(y2)}" '
+                          f'stroke="{stroke}" stroke-width="{width}"{d}/>')
+
+    def rect(self, x, y, w, h, fill, *, stroke: str = "none", tip: str | None = None,
+             opacity: float = 1.0) -> None:
+        t = f"<title>{escape(tip)}</title>" if tip else ""
+        o = f' fill-opacity="{opacity}"' if opacity < 1 else ""
+        self.parts.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(max(w, 0))}" height="{_f(max(h, 0))}" '
+                          f'fill="{fill}" stroke="{stroke}"{o}>{t}</rect>')
+
+    def circle(self, x, y, r, fill, tip: str | None = None) -> None:
+        t = f"<title>{escape(tip)}</title>" if tip else ""
+        self.parts.append(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{r}" fill="{fill}">{t}</circle>')
+
+    def polyline(self, pts: Iterable[tuple[float, float]], stroke: str) -> None:
+        p = " ".join(f"{_f(x)},{_f(y)}" for x, y in pts)
+        self.parts.append(f'<polyline points="{p}" fill="none" stroke="{stroke}" stroke-width="2"/>')
+
+    def markup(self) -> Markup:
+        return Markup("".join(self.parts) + "</svg>")
+
+
+def _x_axis(svg: _Svg, x0: float, x1: float, y: float, lo: float, hi: float, label: str,
+            log: bool = False) -> None:
+    svg.line(x0, y, x1, y)
+    if log:
+        ticks = [10 ** e for e in range(math.floor(lo), math.ceil(hi) + 1)]
+        pos = [math.log10(t) for t in ticks]
+    else:
+        ticks = _ticks(lo, hi)
+        pos = ticks
+    for t, p in zip(ticks, pos):
+        if hi > lo and lo <= p <= hi:
+            x = x0 + (p - lo) / (hi - lo) * (x1 - x0)
+            svg.line(x, y, x, y + 4)
+            svg.text(x, y + 15, _num(t), anchor="middle")
+    svg.text((x0 + x1) / 2, y + 30, label, anchor="middle")
+
+
+def empty_note(message: str) -> Markup:
+    return Markup(f'<p class="empty">{escape(message)}</p>')
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
+              width: int = 560) -> Markup:
+    """Horizontal box plots (whiskers p05-p95, box Q1-Q3, median line, min/max dots) of one
+    kernel, one row per group."""
+    if len(boxes) == 0:
+        return empty_note("no data")
+    rows = boxes.reset_index(drop=True)
+    left, right, top = 150, 20, 26
+    row_h = 22
+    height = top + row_h * len(rows) + 44
+    lo = float(np.nanmin(rows["min_us"]))
+    hi = float(np.nanmax(rows["max_us"]))
+    p_lo = float(np.nanmin(rows["p05_us"]))
+    p_hi = float(np.nanmax(rows["p95_us"]))
+    # outliers far out would squash the boxes: scale to the whiskers, clip min/max markers
+    span = max(p_hi - p_lo, 1e-9)
+    lo_s, hi_s = max(lo, p_lo - 0.15 * span), min(hi, p_hi + 0.15 * span)
+    if hi_s <= lo_s:
+        lo_s, hi_s = lo_s - 1, hi_s + 1
+    svg = _Svg(width, height, title)
+    svg.text(8, 15, shorten_kernel(title, 90), weight="600", tip=title)
+    x0, x1 = left, width - right
+
+    def X(v: float) -> float:
+        v = min(max(v, lo_s), hi_s)
+        return x0 + (v - lo_s) / (hi_s - lo_s) * (x1 - x0)
+
+    for i, r in rows.iterrows():
+        y = top + i * row_h + row_h / 2
+        label = " ".join(str(r[c]) if c != "rank" else f"rank {r[c]}" for c in group_cols)
+        label = label.replace("threads ", "th").strip()
+        colour = PALETTE[i % len(PALETTE)] if len(group_cols) > 1 else PALETTE[0]
+        tip = (f"{label}: n={int(r['count'])}, min {_num(r['min_us'])}, p05 {_num(r['p05_us'])}, "
+               f"Q1 {_num(r['q1_us'])}, median {_num(r['median_us'])}, Q3 {_num(r['q3_us'])}, "
+               f"p95 {_num(r['p95_us'])}, max {_num(r['max_us'])} µs")
+        svg.text(left - 6, y + 4, shorten_kernel(label, 24), anchor="end", tip=label)
+        svg.line(X(r["p05_us"]), y, X(r["p95_us"]), y, stroke="#555")
+        svg.line(X(r["p05_us"]), y - 5, X(r["p05_us"]), y + 5, stroke="#555")
+        svg.line(X(r["p95_us"]), y - 5, X(r["p95_us"]), y + 5, stroke="#555")
+        svg.rect(X(r["q1_us"]), y - 7, X(r["q3_us"]) - X(r["q1_us"]), 14, colour, stroke="#222",
+                 tip=tip, opacity=0.55)
+        svg.line(X(r["median_us"]), y - 7, X(r["median_us"]), y + 7, stroke="#000", width=2)
+        svg.circle(X(r["min_us"]), y, 2, "#777", tip=f"min {_num(r['min_us'])} µs")
+        svg.circle(X(r["max_us"]), y, 2, "#777", tip=f"max {_num(r['max_us'])} µs")
+    _x_axis(svg, x0, x1, top + row_h * len(rows) + 4, lo_s, hi_s, "dispatch duration (µs)")
+    return svg.markup()
+
+
+def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900) -> Markup:
+    """Ratio candidate/baseline with its CI per kernel; threshold band around 1."""
+    v = verdicts[(verdicts["metric"] == "dur_ns") & np.isfinite(verdicts["ratio"].astype(float))]
+    if len(v) == 0:
+        return empty_note("no per-kernel duration comparisons")
+    v = v.assign(_d=np.abs(np.log(v["ratio"].astype(float))))
+    v = v.sort_values("_d", ascending=False).head(max_rows).reset_index(drop=True)
+    left, right, top, row_h = 380, 90, 20, 20
+    height = top + row_h * len(v) + 46
+    lows = v["ci_low"].astype(float).where(np.isfinite(v["ci_low"].astype(float)), v["ratio"])
+    highs = v["ci_high"].astype(float).where(np.isfinite(v["ci_high"].astype(float)), v["ratio"])
+    thr = float(np.nanmax(v["threshold"].astype(float))) if v["threshold"].notna().any() else 0.05
+    lo = min(float(lows.min()), 1 - thr) * 0.98
+    hi = max(float(highs.max()), 1 + thr) * 1.02
+    svg = _Svg(width, height, "candidate / baseline median duration with 95% CI")
+    x0, x1 = left, width - right
+
+    def X(r: float) -> float:
+        return x0 + (min(max(r, lo), hi) - lo) / (hi - lo) * (x1 - x0)
+
+    svg.rect(X(1 - thr), top - 6, X(1 + thr) - X(1 - thr), row_h * len(v) + 6, "#eeeeee",
+             tip=f"threshold band ±{100 * thr:g}%")
+    svg.line(X(1), top - 6, X(1), top + row_h * len(v), stroke="#888", dash="4 3")
+    colours = {"regression": "#c00000", "improvement": "#2e7d32", "inconclusive": "#bf9000",
+               "unchanged": "#4472c4"}
+    for i, r in v.iterrows():
+        y = top + i * row_h + row_h / 2
+        name = str(r["kernel"])
+        lab = (f"{r['label']} " if "label" in v.columns and verdicts["label"].nunique() > 1 else "")
+        lab += f"{r['point']} " if r.get("point") else ""
+        svg.text(left - 8, y + 4, shorten_kernel(lab + name, 58), anchor="end", tip=lab + name)
+        c = colours.get(str(r["verdict"]), "#555")
+        svg.line(X(lows[i]), y, X(highs[i]), y, stroke=c, width=2)
+        svg.circle(X(float(r["ratio"])), y, 4, c,
+                   tip=f"{name}: ratio {float(r['ratio']):.4f} [{lows[i]:.4f}, {highs[i]:.4f}], {r['verdict']}")
+        svg.text(x1 + 6, y + 4, f"{100 * (float(r['ratio']) - 1):+.1f}%")
+    _x_axis(svg, x0, x1, top + row_h * len(v) + 4, lo, hi, "ratio (candidate / baseline)")
+    return svg.markup()
+
+
+def stacked_timeline(tp: pd.DataFrame, *, multi: bool, width: int = 900) -> Markup:
+    """Per point: computation / exposed communication / exposed memcpy / idle (ms)."""
+    if len(tp) == 0:
+        return empty_note("no timeline")
+    parts = (("computation_time_ms", "computation", "#4472c4"),
+             ("exposed_comm_time_ms", "exposed communication", "#ed7d31"),
+             ("exposed_memcpy_time_ms", "exposed memcpy", "#a5a5a5"),
+             ("idle_time_ms", "idle", "#e4e4e4"))
+    rows = tp.reset_index(drop=True)
+    left, right, top, row_h = 170, 30, 30, 24
+    height = top + row_h * len(rows) + 50
+    total = float(rows["total_time_ms"].max()) or 1.0
+    svg = _Svg(width, height, "GPU time per point (mean over ranks, ms)")
+    x0, x1 = left, width - right
+    lx = x0
+    for _, name, colour in parts:  # legend
+        svg.rect(lx, 8, 10, 10, colour, stroke="#999")
+        svg.text(lx + 14, 17, name)
+        lx += 30 + 7 * len(name)
+    for i, r in rows.iterrows():
+        y = top + i * row_h
+        point = r["point"] if isinstance(r["point"], str) else "all"
+        label = f"{r['label']}: {point}" if multi else point
+        svg.text(left - 6, y + 15, shorten_kernel(label, 26), anchor="end", tip=label)
+        x = x0
+        for col, name, colour in parts:
+            w = float(r[col]) / total * (x1 - x0)
+            pct = 100 * float(r[col]) / float(r["total_time_ms"]) if r["total_time_ms"] else 0
+            svg.rect(x, y + 3, w, row_h - 6, colour, stroke="#999",
+                     tip=f"{label}: {name} {float(r[col]):,.3f} ms ({pct:.1f}%)")
+            x += w
+    _x_axis(svg, x0, x1, top + row_h * len(rows) + 4, 0, total, "time (ms)")
+    return svg.markup()
+
+
+def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 340) -> Markup:
+    """Per GEMM kernel: mean overlap fraction with collectives vs median duration (log x)."""
+    if len(overlap) == 0:
+        return empty_note("no GEMM dispatches")
+    g = overlap.groupby(["label", "kernel"], sort=True).agg(
+        count=("count", "sum"), frac=("mean_overlap_fraction", "mean"),
+        dur=("median_dur_us", "median"), slow=("interference_slowdown", "median")).reset_index()
+    g = g[np.isfinite(g["dur"]) & (g["dur"] > 0)]
+    if len(g) == 0:
+        return empty_note("no GEMM durations")
+    left, right, top, bottom = 60, 20, 20, 50
+    lo, hi = math.log10(g["dur"].min()) - 0.1, math.log10(g["dur"].max()) + 0.1
+    svg = _Svg(width, height, "GEMM overlap with collectives vs duration")
+    x0, x1, y0, y1 = left, width - right, height - bottom, top
+    for t in (0, 0.25, 0.5, 0.75, 1.0):
+        y = y0 + t * (y1 - y0)
+        svg.line(x0, y, x1, y, stroke="#e5e5e5")
+        svg.text(x0 - 6, y + 4, f"{t:.2f}", anchor="end")
+    svg.text(14, (y0 + y1) / 2, "mean overlap fraction", anchor="middle", rotate=True)
+    labels = list(dict.fromkeys(g["label"]))
+    for _, r in g.iterrows():
+        x = x0 + (math.log10(r["dur"]) - lo) / (hi - lo) * (x1 - x0)
+        frac = float(r["frac"]) if math.isfinite(r["frac"]) else 0.0
+        y = y0 + frac * (y1 - y0)
+        colour = PALETTE[labels.index(r["label"]) % len(PALETTE)]
+        slow = f", interference slowdown {r['slow']:.3f}" if math.isfinite(r["slow"]) else ""
+        svg.circle(x, y, 4 + min(6, math.log10(max(r["count"], 1))), colour,
+                   tip=f"{r['label']}: {r['kernel']} — median {r['dur']:.2f} µs, overlap "
+                       f"{frac:.2f}, {int(r['count'])} dispatches{slow}")
+    _x_axis(svg, x0, x1, y0, lo, hi, "median GEMM duration (µs, log scale)", log=True)
+    if len(labels) > 1:
+        for i, lab in enumerate(labels):
+            svg.circle(x1 - 140, y1 + 8 + 14 * i, 4, PALETTE[i % len(PALETTE)])
+            svg.text(x1 - 130, y1 + 12 + 14 * i, lab)
+    return svg.markup()
+
+
+def interaction_plot(inter: pd.DataFrame, *, width: int = 560, height: int = 300) -> Markup:
+    """aorta's thread × channel interaction: x channels, one line per threads value."""
+    if len(inter) == 0:
+        return empty_note("needs points with both a threads and a channels axis (ids like ch28-th256)")
+    left, right, top, bottom = 60, 120, 20, 50
+    chans = sorted(inter["channel"].astype(int).unique())
+    vmax = float(inter["time_diff_us"].max()) * 1.1 or 1.0
+    svg = _Svg(width, height, "thread x channel interaction (mean time_diff_us of top-K rows)")
+    x0, x1, y0, y1 = left, width - right, height - bottom, top
+
+    def X(c: int) -> float:
+        return x0 + (chans.index(c) + 0.5) / len(chans) * (x1 - x0)
+
+    for t in _ticks(0, vmax):
+        y = y0 + t / vmax * (y1 - y0)
+        svg.line(x0, y, x1, y, stroke="#e5e5e5")
+        svg.text(x0 - 6, y + 4, _num(t), anchor="end")
+    svg.line(x0, y0, x1, y0)
+    for c in chans:
+        svg.text(X(c), y0 + 15, str(c), anchor="middle")
+    svg.text((x0 + x1) / 2, y0 + 32, "channels", anchor="middle")
+    svg.text(14, (y0 + y1) / 2, "time_diff_us (µs)", anchor="middle", rotate=True)
+    series = list(inter.groupby(["label", "threads"], sort=True))
+    for i, ((lab, th), grp) in enumerate(series):
+        colour = PALETTE[i % len(PALETTE)]
+        grp = grp.sort_values("channel")
+        pts = [(X(int(c)), y0 + v / vmax * (y1 - y0)) for c, v in zip(grp["channel"], grp["time_diff_us"])]
+        svg.polyline(pts, colour)
+        for (x, y), v, c in zip(pts, grp["time_diff_us"], grp["channel"]):
+            svg.circle(x, y, 3.5, colour, tip=f"{lab} th{th} ch{c}: {v:.2f} µs")
+        name = f"th{th}" if inter["label"].nunique() == 1 else f"{lab} th{th}"
+        svg.line(x1 + 10, y1 + 8 + 16 * i, x1 + 26, y1 + 8 + 16 * i, stroke=colour, width=2)
+        svg.text(x1 + 30, y1 + 12 + 16 * i, name)
+    return svg.markup()
+
+
+def hbar(values: pd.Series, title: str, unit: str, *, width: int = 560, max_rows: int = 12) -> Markup:
+    """Horizontal bars of a labelled series (e.g. time per category)."""
+    v = values.sort_values(ascending=False).head(max_rows)
+    if len(v) == 0:
+        return empty_note("no data")
+    left, right, top, row_h = 130, 90, 10, 20
+    height = top + row_h * len(v) + 10
+    svg = _Svg(width, height, title)
+    vmax = float(v.max()) or 1.0
+    for i, (k, x) in enumerate(v.items()):
+        y = top + i * row_h
+        svg.text(left - 6, y + 14, shorten_kernel(str(k), 20), anchor="end", tip=str(k))
+        w = float(x) / vmax * (width - left - right)
+        svg.rect(left, y + 3, w, row_h - 6, PALETTE[0], tip=f"{k}: {float(x):,.3f} {unit}")
+        svg.text(left + w + 4, y + 14, f"{float(x):,.1f} {unit}")
+    return svg.markup()
+
+
+__all__ = ["box_panel", "empty_note", "forest_plot", "hbar", "interaction_plot", "overlap_scatter",
+           "stacked_timeline"]

@@ -1,0 +1,234 @@
+"""CSV, JSON and Markdown outputs.
+
+* ``kernels.csv`` — per (point, rank, kernel) duration statistics (ns);
+* ``verdicts.csv`` — the verdicts table (ARCHITECTURE.md columns first);
+* ``top5_gemm_kernels_time_variance.csv`` and its ``_with_timestamps`` /
+  ``_with_collective_overlap`` variants — aorta's column sets first, in aorta's order, so its
+  plotting and HTML scripts read them unchanged; our robust columns follow;
+* ``summary.json`` — machine-readable overview;
+* ``summary.md`` — a short page for ``$GITHUB_STEP_SUMMARY`` (kernel names in code spans, so
+  ``<``/``>``/``|`` cannot turn into markup).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TIMESTAMP_COLUMNS
+from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
+from pytest_gemmperf.report.data import ReportData, verdict_counts
+
+VARIANCE_CSV = "top5_gemm_kernels_time_variance.csv"
+#: robust columns appended after aorta's (aorta ignores extra columns)
+VARIANCE_EXTRA = ("point", "median_us", "mad_cv", "iqr_cv", "count")
+#: GitHub rejects step summaries above 1 MiB; stay far below
+MD_MAX_ROWS = 20
+
+STATUS_TEXT = {
+    "regression": "REGRESSION",
+    "inconclusive": "INCONCLUSIVE",
+    "pass": "PASS",
+    "analysis": "ANALYSIS ONLY (no baseline compared)",
+}
+
+
+def public(df: pd.DataFrame, data: ReportData) -> pd.DataFrame:
+    """Drop the ``label`` column of a single-sweep report."""
+    if not data.multi and "label" in df.columns:
+        return df.drop(columns="label")
+    return df
+
+
+def variance_tables(data: ReportData) -> dict[str, pd.DataFrame]:
+    """The three aorta-compatible top-K variance tables (label last when several sweeps)."""
+    top = data.top_variance
+    if len(top) == 0:
+        empty = pd.DataFrame(columns=list(AORTA_COLUMNS))
+        return {VARIANCE_CSV: empty,
+                VARIANCE_CSV.replace(".csv", "_with_timestamps.csv"): empty.reindex(
+                    columns=list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS)),
+                VARIANCE_CSV.replace(".csv", "_with_collective_overlap.csv"): empty.reindex(
+                    columns=list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS) + list(OVERLAP_COLUMNS))}
+    tail = ["label"] if data.multi else []
+    sets = {
+        VARIANCE_CSV: list(AORTA_COLUMNS),
+        VARIANCE_CSV.replace(".csv", "_with_timestamps.csv"): list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS),
+        VARIANCE_CSV.replace(".csv", "_with_collective_overlap.csv"):
+            list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS) + list(OVERLAP_COLUMNS),
+    }
+    out = {}
+    for name, cols in sets.items():
+        extra = [c for c in VARIANCE_EXTRA if c in top.columns]
+        out[name] = top.reindex(columns=cols + extra + tail)
+    return out
+
+
+def write_csvs(data: ReportData, out_dir: Path, skip: set[str] = frozenset()) -> dict[str, Path]:
+    written: dict[str, Path] = {}
+
+    def put(name: str, df: pd.DataFrame) -> None:
+        if name in skip:
+            return
+        path = out_dir / name
+        df.to_csv(path, index=False)
+        written[name] = path
+
+    put("kernels.csv", public(data.kernels, data))
+    if data.verdicts is not None:
+        put("verdicts.csv", public(data.verdicts, data))
+    for name, df in variance_tables(data).items():
+        put(name, df)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+
+def clean(v: Any) -> Any:
+    """JSON-safe copy: numpy/pandas scalars to Python, NaN/NA to null."""
+    if isinstance(v, dict):
+        return {str(k): clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if not math.isfinite(float(v)) else float(v)
+    if isinstance(v, str):
+        return v
+    if isinstance(v, pd.DataFrame):
+        return clean(v.to_dict("records"))
+    return str(v)
+
+
+def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict[str, Any]:
+    v = data.verdicts
+    regressions: list[dict] = []
+    if v is not None and len(v):
+        cols = [c for c in ("label", "test", "point", "kernel", "metric", "ratio", "ci_low",
+                            "ci_high", "q_value", "note") if c in v.columns]
+        regressions = v.loc[v["verdict"] == REGRESSION, cols].head(100).to_dict("records")
+    tl = data.timeline_by_point
+    return clean({
+        "status": data.status,
+        "labels": data.labels,
+        "verdict_counts": verdict_counts(v),
+        "regressions": regressions,
+        "n_dispatches": data.n_dispatches,
+        "points": sorted({str(p) for p in data.kernels.get("point", pd.Series(dtype=object)).dropna()}),
+        "n_kernels": int(data.kernels["kernel"].nunique()) if "kernel" in data.kernels else 0,
+        "timeline_by_point_ms": tl.to_dict("records") if len(tl) else [],
+        "top_variance": data.top_variance.reindex(
+            columns=["label", "point", "rank", "kernel_name", "time_diff_us", "mad_cv"]).head(20)
+            .to_dict("records"),
+        "short_kernel_threshold_us": data.short_kernel_us,
+        "meta": data.meta,
+        "notes": data.notes,
+        "files": {k: str(p) for k, p in (files or {}).items()},
+    })
+
+
+def write_summary_json(data: ReportData, path: Path, files: dict[str, Path] | None = None) -> Path:
+    path.write_text(json.dumps(summary_dict(data, files), indent=2, allow_nan=False) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def md_code(text: Any) -> str:
+    """Inline code span that survives any kernel name (backticks, pipes, angle brackets)."""
+    s = " ".join(str(text).split()).replace("|", "\\|")
+    ticks = "`"
+    while ticks in s:
+        ticks += "`"
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{ticks}{pad}{s}{pad}{ticks}"
+
+
+def md_text(text: Any) -> str:
+    """Plain table cell: Markdown/HTML metacharacters escaped."""
+    s = " ".join(str(text).split())
+    for ch in "\\`*_[]<>|#":
+        s = s.replace(ch, "\\" + ch)
+    return s.replace("&", "&amp;")
+
+
+def _pct(r: float, lo: float, hi: float) -> str:
+    if not (isinstance(r, (int, float)) and math.isfinite(r)):
+        return "-"
+    s = f"{100 * (r - 1):+.1f}%"
+    if all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
+        s += f" [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]"
+    return s
+
+
+def summary_markdown(data: ReportData, report_name: str | None = "report.html") -> str:
+    lines = [f"## gemmperf: {STATUS_TEXT[data.status]}", ""]
+    counts = verdict_counts(data.verdicts)
+    facts = [f"sweeps: {', '.join(md_code(x) for x in data.labels)}",
+             f"dispatches: {sum(data.n_dispatches.values()):,}"]
+    if counts:
+        facts.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    for key in ("hardware", "rocm_version", "rocprofv3_version", "commit"):
+        if data.meta.get(key):
+            facts.append(f"{key.replace('_', ' ')}: {md_code(data.meta[key])}")
+    lines += [f"* {f}" for f in facts] + [""]
+    v = data.verdicts
+    if v is not None and len(v):
+        shown = v[v["verdict"] != "unchanged"].head(MD_MAX_ROWS)
+        if len(shown):
+            head = (["sweep"] if data.multi else []) + ["verdict", "point", "kernel", "metric",
+                                                        "change [95% CI]", "q"]
+            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for r in shown.itertuples(index=False):
+                q = r.q_value if isinstance(r.q_value, float) and math.isfinite(r.q_value) else None
+                cells = ([md_code(r.label)] if data.multi else []) + [
+                    md_text(r.verdict), md_code(r.point or "-"), md_code(shorten_kernel(r.kernel, 80)),
+                    md_text(r.metric), _pct(r.ratio, r.ci_low, r.ci_high),
+                    "-" if q is None else f"{q:.2g}"]
+                lines.append("| " + " | ".join(cells) + " |")
+            more = int((v["verdict"] != "unchanged").sum()) - len(shown)
+            if more > 0:
+                lines.append(f"\n... {more} more non-unchanged rows in `verdicts.csv`")
+        else:
+            lines.append("All compared kernels are unchanged.")
+        lines.append("")
+    top = data.top_variance
+    if len(top):
+        lines += [f"Top GEMM kernels by time variance (max - min, top {data.top_k} per cell):", "",
+                  "| point | rank | kernel | min µs | max µs | diff µs | robust CV |", "|---|---|---|---|---|---|---|"]
+        for r in top.head(5).itertuples(index=False):
+            lines.append(f"| {md_code(r.point if isinstance(r.point, str) else '-')} | "
+                         f"{'-' if pd.isna(r.rank) else int(r.rank)} | {md_code(shorten_kernel(r.kernel_name, 80))} | "
+                         f"{r.kernel_time_min_us:.2f} | {r.kernel_time_max_us:.2f} | {r.time_diff_us:.2f} | "
+                         f"{r.mad_cv:.3f} |")
+        lines.append("")
+    for note in data.notes:
+        lines.append(f"> {md_text(note)}")
+    if report_name:
+        lines.append(f"Full report: `{report_name}` (HTML), `report.xlsx`, CSVs beside it.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_summary_md(data: ReportData, path: Path) -> Path:
+    path.write_text(summary_markdown(data), encoding="utf-8")
+    return path
+
+
+__all__ = ["VARIANCE_CSV", "clean", "md_code", "md_text", "public", "summary_dict",
+           "summary_markdown", "variance_tables", "write_csvs", "write_summary_json",
+           "write_summary_md"]

@@ -1,0 +1,320 @@
+"""Launch a workload in its own process group, under a timeout, with its output in a log file.
+
+Why a process group: a profiled workload is a tree (rocprofv3 -> torchrun -> N workers, or
+mpirun -> ranks). Killing only the direct child leaves the workers running and holding GPUs,
+which wedges every later test. Each launch gets a new session (``start_new_session=True``), so
+the whole tree can be signalled at once; descendants that moved to another group are found
+through ``/proc`` parent links and killed as well.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+#: Launchers that ``launch_argv`` knows by name.
+KNOWN_LAUNCHERS = ("none", "torchrun", "srun", "mpirun")
+
+_PYTHON_NAMES = {"python", "python3", os.path.basename(sys.executable)}
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """Outcome of one ``run_process`` call. ``returncode`` < 0 means killed by that signal."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    duration_s: float
+    timed_out: bool
+    interrupted: bool
+    log_path: Path
+    pid: int = -1
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.interrupted
+
+    def describe(self) -> str:
+        """Short human phrase for the outcome (used in failure messages)."""
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.1f} s (process group killed)"
+        if self.interrupted:
+            return "interrupted (process group killed)"
+        rc = self.returncode
+        if rc is None:
+            return "did not finish"
+        if rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            return f"killed by {name}"
+        return f"exit status {rc}"
+
+    def tail(self, n_lines: int = 40) -> str:
+        """Last ``n_lines`` lines of the log (empty string when there is no log)."""
+        return log_tail(self.log_path, n_lines)
+
+
+class WorkloadError(Exception):
+    """The workload failed (non-zero exit, signal, timeout). ``str()`` ends with the log tail."""
+
+    def __init__(self, message: str, result: ProcessResult | None = None,
+                 tail_lines: int = 40) -> None:
+        self.message = message
+        self.result = result
+        self.log_tail = result.tail(tail_lines) if result is not None else ""
+        text = message
+        if result is not None:
+            text += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.log_path}"
+            if self.log_tail:
+                text += f"\n--- last {tail_lines} lines of the log ---\n{self.log_tail}"
+        super().__init__(text)
+
+
+def log_tail(path: Path | str, n_lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            # logs can be huge (NCCL debug output); read only the end
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read()
+    except OSError:
+        return ""
+    lines = data.decode("utf-8", "replace").splitlines()
+    return "\n".join(deque(lines, maxlen=n_lines))
+
+
+def _command_list(command: str | Sequence[str]) -> list[str]:
+    if isinstance(command, str):
+        parts = shlex.split(command)
+    else:
+        parts = [os.fspath(c) if isinstance(c, os.PathLike) else str(c) for c in command]
+    if not parts:
+        raise ValueError("empty workload command")
+    return parts
+
+
+def _torchrun_program(cmd: list[str]) -> list[str]:
+    """torchrun runs ``python <script>`` itself: drop an explicit interpreter, map ``python -m``
+    to torchrun's ``-m``, and use ``--no-python`` for anything that is not a Python script."""
+    head = os.path.basename(cmd[0])
+    if head in _PYTHON_NAMES or cmd[0] == sys.executable:
+        rest = cmd[1:]
+        if rest[:1] == ["-m"] and len(rest) >= 2:
+            return ["-m", *rest[1:]]
+        if rest and rest[0].startswith("-"):
+            raise ValueError(f"torchrun cannot pass interpreter options {rest[0]!r}; "
+                             "set them through the environment instead")
+        if not rest:
+            raise ValueError("torchrun needs a script after the interpreter")
+        return rest
+    if cmd[0].endswith(".py"):
+        return cmd
+    return ["--no-python", *cmd]
+
+
+def split_launch(command: str | Sequence[str], launcher: str | Sequence[str] | None = None,
+                 nproc: int = 1, nnodes: int = 1,
+                 extra: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """Return ``(outer, inner)``: ``outer + profiler + inner`` is the profiled command line.
+
+    rocprofv3 must sit *inside* srun/mpirun (each rank is profiled) but *outside* torchrun (the
+    tool library is inherited by the workers), see rocprofv3-cli.md §1. So srun/mpirun (and
+    custom launchers given as a list or a multi-word string) go to ``outer``; torchrun goes to
+    ``inner`` together with the command.
+    """
+    if nproc < 1 or nnodes < 1:
+        raise ValueError(f"nproc and nnodes must be >= 1, got {nproc}, {nnodes}")
+    cmd = _command_list(command)
+    extra = [str(e) for e in extra]
+    if launcher is None or (isinstance(launcher, str) and launcher.strip().lower() in ("", "none")):
+        return [], cmd
+    if not isinstance(launcher, str):
+        return [str(x) for x in launcher] + extra, cmd
+    words = shlex.split(launcher)
+    if len(words) > 1:
+        return words + extra, cmd
+    name = words[0].lower()
+    if name == "torchrun":
+        if shutil.which("torchrun"):
+            prefix = ["torchrun"]
+        else:
+            prefix = [sys.executable, "-m", "torch.distributed.run"]
+        return [], [*prefix, "--nnodes", str(nnodes), "--nproc_per_node", str(nproc), *extra,
+                    *_torchrun_program(cmd)]
+    if name == "srun":
+        return ["srun", f"--nodes={nnodes}", f"--ntasks-per-node={nproc}", *extra], cmd
+    if name == "mpirun":
+        return ["mpirun", "-np", str(nproc * nnodes), *extra], cmd
+    raise ValueError(f"unknown launcher {launcher!r}; use one of {', '.join(KNOWN_LAUNCHERS)}, "
+                     "or give the launcher command as a list")
+
+
+def launch_argv(command: str | Sequence[str], launcher: str | Sequence[str] | None = None,
+                nproc: int = 1, nnodes: int = 1, extra: Sequence[str] = ()) -> list[str]:
+    """argv that runs ``command`` under ``launcher`` (torchrun, srun, mpirun, none or custom)."""
+    outer, inner = split_launch(command, launcher, nproc, nnodes, extra)
+    return outer + inner
+
+
+# ---------------------------------------------------------------------------------------------
+# process-tree bookkeeping (Linux /proc; elsewhere only the process group is used)
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, pgid, state) for every visible process."""
+    table: dict[int, tuple[int, int, str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                raw = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        # the command name may contain spaces and parentheses: split after the last ')'
+        rest = raw[raw.rfind(")") + 2:].split()
+        if len(rest) < 3:
+            continue
+        table[int(name)] = (int(rest[1]), int(rest[2]), rest[0])
+    return table
+
+
+def live_processes(pgid: int, root_pid: int | None = None) -> set[int]:
+    """Non-zombie processes in group ``pgid`` plus descendants of ``root_pid`` (any group)."""
+    table = _proc_table()
+    found = {pid for pid, (_, pg, st) in table.items() if pg == pgid and st != "Z"}
+    if root_pid is not None:
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        stack = list(children.get(root_pid, ()))
+        while stack:
+            pid = stack.pop()
+            if table[pid][2] != "Z":
+                found.add(pid)
+            stack.extend(children.get(pid, ()))
+        if root_pid in table and table[root_pid][2] != "Z":
+            found.add(root_pid)
+    return found
+
+
+def _signal_all(pgid: int, pids: Iterable[int], sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the group and every descendant, wait ``grace_s``, SIGKILL what is left, reap."""
+    pgid = proc.pid  # start_new_session makes the child its own group leader
+    targets = live_processes(pgid, proc.pid)
+    _signal_all(pgid, targets, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()
+        targets = live_processes(pgid, proc.pid) | {p for p in targets if _alive(p)}
+        if not targets:
+            break
+        time.sleep(0.05)
+    leftovers = live_processes(pgid, proc.pid) | {p for p in targets if _alive(p)}
+    if leftovers:
+        _signal_all(pgid, leftovers, signal.SIGKILL)
+    try:
+        proc.wait(timeout=max(grace_s, 5.0))
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+        pass
+    _wait_gone(leftovers, 2.0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("utf-8", "replace")
+        return raw[raw.rfind(")") + 2:].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: Iterable[int], timeout_s: float) -> None:
+    pending = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        pending = {p for p in pending if _alive(p)}
+        if pending:
+            time.sleep(0.02)
+
+
+def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                cwd: str | os.PathLike | None = None, timeout_s: float | None,
+                log_path: str | os.PathLike, grace_s: float = 5.0) -> ProcessResult:
+    """Run ``argv`` (no shell) in a new session; stdout and stderr go to ``log_path``.
+
+    On timeout or Ctrl-C the whole tree is killed (SIGTERM, ``grace_s``, SIGKILL) and reaped;
+    KeyboardInterrupt is re-raised after the cleanup. Processes the workload left behind in its
+    group after a normal exit are killed too, so nothing outlives the call.
+    """
+    argv = tuple(os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in argv)
+    if not argv:
+        raise ValueError("empty argv")
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    timed_out = interrupted = False
+    with open(log_path, "ab") as log:
+        log.write(f"$ {shlex.join(argv)}\n".encode())
+        log.flush()
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=None if env is None else dict(env),
+                                cwd=cwd, start_new_session=True, close_fds=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(proc, grace_s)
+        except KeyboardInterrupt:
+            interrupted = True
+            kill_tree(proc, grace_s)
+            raise
+        finally:
+            duration_s = time.monotonic() - start
+            if not (timed_out or interrupted) and live_processes(proc.pid):
+                kill_tree(proc, min(grace_s, 1.0))
+        if timed_out:
+            log.write(f"\n[gemmperf] timed out after {timeout_s} s; process group killed\n"
+                      .encode())
+    return ProcessResult(argv=argv, returncode=proc.returncode, duration_s=duration_s,
+                         timed_out=timed_out, interrupted=interrupted, log_path=log_path,
+                         pid=proc.pid)
+
+
+def require_success(result: ProcessResult, what: str = "workload",
+                    tail_lines: int = 40) -> ProcessResult:
+    """Raise ``WorkloadError`` (with the log tail) unless the process exited 0 in time."""
+    if not result.ok:
+        raise WorkloadError(f"{what} {result.describe()}", result, tail_lines)
+    return result
+
+
+__all__ = ["KNOWN_LAUNCHERS", "ProcessResult", "WorkloadError", "kill_tree", "launch_argv",
+           "live_processes", "log_tail", "require_success", "run_process", "split_launch"]

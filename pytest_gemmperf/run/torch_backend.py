@@ -1,0 +1,209 @@
+"""Run a workload that writes PyTorch profiler (Kineto) traces and collect them per rank.
+
+The workload learns where to write from the environment, or from ``{trace_dir}`` /
+``{output_dir}`` placeholders in its command line:
+
+* ``GEMMPERF_TRACE_DIR``  = ``<run>/raw/torch_profiler``; rank R writes ``rank<R>/*.json[.gz]``
+* ``GEMMPERF_OUTPUT_DIR`` = ``<run>/raw`` (aorta's ``training.output_dir``: it writes
+  ``<output_dir>/torch_profiler/rank<R>/``, the same place)
+* ``GEMMPERF_DEVICE``     = ``cpu`` | ``cuda`` | ``rocm``
+
+Works on ROCm, CUDA and CPU alike; the device only changes which activities the workload records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from pytest_gemmperf.errors import GemmperfInputError
+
+TRACE_DIR_ENV = "GEMMPERF_TRACE_DIR"
+OUTPUT_DIR_ENV = "GEMMPERF_OUTPUT_DIR"
+DEVICE_ENV = "GEMMPERF_DEVICE"
+TRACE_SUBDIR = "torch_profiler"
+
+_RANK_DIR = re.compile(r"^rank(\d+)$")
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass
+class TorchRun:
+    """One repeat of a point under the PyTorch profiler."""
+
+    run: int
+    returncode: int
+    duration_s: float
+    timed_out: bool
+    log: Path
+    files: dict[int | None, list[Path]] = field(default_factory=dict)
+    tail: str = ""
+
+
+def run_dirs(run_dir: Path) -> tuple[Path, Path, Path]:
+    """(raw output dir, torch trace dir, log dir) of one repeat."""
+    raw = run_dir / "raw"
+    return raw, raw / TRACE_SUBDIR, run_dir / "logs"
+
+
+def torch_env(run_dir: Path, device: str) -> dict[str, str]:
+    raw, traces, _ = run_dirs(run_dir)
+    return {OUTPUT_DIR_ENV: str(raw), TRACE_DIR_ENV: str(traces), DEVICE_ENV: device}
+
+
+def expand_placeholders(argv: Sequence[str], run_dir: Path) -> list[str]:
+    """Substitute ``{output_dir}``, ``{trace_dir}`` and ``{run_dir}`` in each argument."""
+    raw, traces, _ = run_dirs(run_dir)
+    subs = {"{output_dir}": str(raw), "{trace_dir}": str(traces), "{run_dir}": str(run_dir)}
+    out = []
+    for arg in argv:
+        for k, v in subs.items():
+            arg = arg.replace(k, v)
+        out.append(arg)
+    return out
+
+
+def collect_rank_traces(trace_dir: Path) -> dict[int | None, list[Path]]:
+    """Trace files per rank: ``rank<R>/**/*.json[.gz]``; files outside a rank directory are
+    listed under ``None`` (their rank comes from the trace's own ``distributedInfo``)."""
+    out: dict[int | None, list[Path]] = {}
+    if not trace_dir.is_dir():
+        return out
+    for path in sorted(trace_dir.rglob("*")):
+        if not path.is_file() or not path.name.endswith(_TRACE_SUFFIXES):
+            continue
+        rank = None
+        for part in path.relative_to(trace_dir).parts[:-1]:
+            m = _RANK_DIR.match(part)
+            if m:
+                rank = int(m.group(1))
+        out.setdefault(rank, []).append(path)
+    return out
+
+
+def load_rank_traces(files: Mapping[int | None, Sequence[Path]], *, point: str, run: int,
+                     reader: Callable | None = None):
+    """Read every trace file and tag its tables with point, run and (directory) rank."""
+    from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
+                                               concat_tables, set_columns)
+
+    if reader is None:
+        from pytest_gemmperf.traces.torch_trace import read_torch_trace as reader
+    disp, ctrs, agents, paths = [], [], [], []
+    for rank, rank_files in sorted(files.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        for path in rank_files:
+            trace = reader(path)
+            tags = {"point": point, "run": run}
+            if rank is not None:
+                tags["rank"] = rank
+            disp.append(set_columns(trace.dispatches, **tags))
+            if len(trace.counters):
+                ctrs.append(set_columns(trace.counters, **tags))
+            if len(trace.agents):
+                agents.append(trace.agents)
+            paths.append(str(path))
+    if not disp:
+        raise GemmperfInputError(None, f"point {point} run {run}: no PyTorch profiler traces to read")
+    return Trace(dispatches=concat_tables(disp, DISPATCH_SCHEMA),
+                 counters=concat_tables(ctrs, COUNTER_SCHEMA),
+                 agents=concat_tables(agents, AGENT_SCHEMA), files=paths)
+
+
+def run_torch_point(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Path, run: int,
+                    device: str, timeout_s: float, cwd: Path | None = None) -> TorchRun:
+    """Run one repeat: launch ``argv`` (already wrapped by the launcher) with the trace
+    environment, wait under ``timeout_s``, and list the trace files it wrote."""
+    from pytest_gemmperf.run.process import run_process
+
+    raw, traces, logs = run_dirs(run_dir)
+    for d in (traces, logs):
+        d.mkdir(parents=True, exist_ok=True)
+    full_env = dict(env)
+    full_env.update(torch_env(run_dir, device))
+    log = logs / "workload.log"
+    proc = run_process(expand_placeholders(argv, run_dir), env=full_env, cwd=cwd,
+                       timeout_s=timeout_s, log_path=log)
+    files = collect_rank_traces(traces)
+    return TorchRun(run=run, returncode=proc.returncode, duration_s=proc.duration_s,
+                    timed_out=proc.timed_out, log=log, files=files, tail=proc.tail(40))
+
+
+def read_cpu_trace(path: str | Path):
+    """A CPU-only Kineto trace as a dispatches table: one row per ``cpu_op`` event.
+
+    On a machine without a GPU the profiled "kernels" are the operators themselves
+    (``aten::mm``, ``c10d::allreduce_``); nested operators are all kept (a sweep's kernel
+    regexes pick the ones to gate). ``thread_id``/``stream`` carry the thread, and
+    ``queue_overlap`` is cleared: nesting on a CPU thread is real, not a timestamp artefact.
+    ``ts``/``dur`` are microseconds with nanosecond fractions -> ``round(x * 1000)`` ns.
+    """
+    import gzip
+    import zlib
+
+    import numpy as np
+    import orjson
+    import pandas as pd
+
+    from pytest_gemmperf.traces import torch_trace as tt
+    from pytest_gemmperf.traces.schema import Trace, finalize_dispatches
+
+    public = getattr(tt, "read_torch_cpu_trace", None)
+    if public is not None:  # the reader's own CPU mode, when it has one
+        return public(path)
+    path = str(path)
+    try:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        doc = orjson.loads(raw)
+    except OSError as exc:
+        raise GemmperfInputError(path, f"cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
+    except (orjson.JSONDecodeError, EOFError, zlib.error) as exc:
+        raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
+    if isinstance(doc, list):  # bare Chrome-trace array
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise GemmperfInputError(path, "not a PyTorch profiler trace: no 'traceEvents' list")
+    events = doc["traceEvents"]
+    ops = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
+           and str(e.get("cat", "")).lower() in ("cpu_op", "operator")]
+    if not ops:
+        raise GemmperfInputError(path, f"no cpu_op events among {len(events)} trace events")
+    ts = pd.to_numeric(pd.Series([e.get("ts") for e in ops], dtype=object), errors="coerce").to_numpy(float)
+    dur = pd.to_numeric(pd.Series([e.get("dur") for e in ops], dtype=object), errors="coerce").to_numpy(float)
+    bad = np.isnan(ts) | np.isnan(dur)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise GemmperfInputError(path, "cpu_op without numeric ts/dur", record=f"cpu_op {i + 1} ({ops[i].get('name')})")
+    pids = pd.to_numeric(pd.Series([e.get("pid") for e in ops], dtype=object), errors="coerce").astype("Int64")
+    tids = pd.to_numeric(pd.Series([e.get("tid") for e in ops], dtype=object), errors="coerce").astype("Int64")
+    pid = int(pids.mode().iloc[0]) if pids.notna().any() else None  # the host process
+    info = doc.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    rank = int(rank) if isinstance(rank, (int, str)) and str(rank).strip().isdigit() else None
+    host = doc.get("host_name") if isinstance(doc.get("host_name"), str) else None
+    start = np.rint(ts * 1000.0).astype(np.int64)
+    df = pd.DataFrame({
+        "source": "torch", "file": path, "host": host, "pid": pids, "rank": rank,
+        "thread_id": tids, "stream": tids,
+        "correlation_id": pd.to_numeric(pd.Series([(e.get("args") or {}).get("External id") for e in ops],
+                                                  dtype=object), errors="coerce").astype("Int64"),
+        "kernel": [str(e.get("name")) for e in ops],
+        "start_ns": start, "end_ns": start + np.rint(dur * 1000.0).astype(np.int64),
+    })
+    out = finalize_dispatches(df, path)
+    out["queue_overlap"] = False
+    meta = {"format": "kineto", "flavor": "cpu", "distributed": info, "rank": rank, "pid": pid,
+            "cpu_op_dispatches": True, "n_events": len(events)}
+    return Trace(dispatches=out, files=[path], meta=meta)
+
+
+def read_trace(path: str | Path, device: str):
+    """GPU activity for GPU runs; on the CPU the operators stand in for kernels."""
+    if device == "cpu":
+        return read_cpu_trace(path)
+    from pytest_gemmperf.traces.torch_trace import read_torch_trace
+
+    return read_torch_trace(path)

@@ -1,0 +1,624 @@
+"""What the pytest fixtures hand to a test: the session state and the per-point runner.
+
+``plugin.py`` only wires pytest hooks to these objects. A :class:`PointRunner` (the ``gemmperf``
+fixture) profiles its sweep point ``repeats`` times in separate processes, writes the results
+layout (``run/results.py``), and gates the result against ``baselines/``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from pytest_gemmperf.run.backend import BackendChoice, select_backend
+from pytest_gemmperf.run.results import (ResultsDir, base_test_id, merge_verdicts, write_point_json,
+                                         write_tables)
+from pytest_gemmperf.sweep import SweepPoint
+
+#: Variables recorded in point.json besides those gemmperf sets (the rest of the environment
+#: can hold secrets and is not recorded).
+RECORDED_ENV_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "HIP_", "CUDA_", "ROCR_", "ROCM_", "OMP_",
+                         "MKL_", "TORCH_", "PYTORCH_", "GEMMPERF_", "MASTER_", "GPU_", "AMD_")
+
+#: user_properties names (JUnit XML properties; also how xdist workers report to the controller)
+PROP_STATUS = "gemmperf_status"
+PROP_VERDICTS = "gemmperf_verdicts"
+PROP_PREFIX = "gemmperf"
+
+#: How many verdict rows a failure message shows (the full table is in verdicts.csv).
+FAIL_TABLE_ROWS = 20
+
+
+class GemmperfUsageError(Exception):
+    """A test used the fixtures wrongly (bad arguments); shown as a one-line failure."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """The ``--gemmperf-*`` options after command line > ini > default resolution."""
+
+    results_dir: Path
+    baseline_dir: Path
+    report_dir: Path
+    backend: str = "auto"
+    replay_dir: Path | None = None
+    repeats: int = 3
+    threshold: float | None = None
+    warmup: int | None = None
+    timeout_s: float = 1800.0
+    gpus_per_point: int = 0
+    update_baselines: bool = False
+    warn_only: bool = False
+    rocprofv3: str = "rocprofv3"
+
+
+def parse_threshold(text: str | float | None) -> float | None:
+    """``"5%"`` or ``"0.05"`` -> 0.05 (relative change the gate treats as practical)."""
+    if text is None or text == "":
+        return None
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        s = str(text).strip()
+        value = float(s[:-1]) / 100.0 if s.endswith("%") else float(s)
+    if not 0 < value < 10:
+        raise ValueError(f"threshold {text!r} must be a relative change such as 5% or 0.05")
+    return value
+
+
+@dataclass
+class PointResult:
+    """What ``gemmperf.profile`` returns: the canonical tables of all repeats and ranks."""
+
+    test_id: str
+    point: SweepPoint
+    dir: Path
+    backend: BackendChoice
+    dispatches: pd.DataFrame
+    counters: pd.DataFrame
+    agents: pd.DataFrame
+    env: dict[str, str]
+    command: list[str]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    hw_key: str = ""
+
+    @property
+    def gated_dispatches(self) -> pd.DataFrame:
+        """Dispatches of the kernels the point's regexes select (all when it has none)."""
+        return select_kernels(self.dispatches, self.point.kernels)
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        return {"point_dir": self.dir, "point_json": self.dir / "point.json",
+                "dispatches": self.dir / "dispatches.parquet",
+                "counters": self.dir / "counters.parquet", "agents": self.dir / "agents.parquet"}
+
+
+def select_kernels(dispatches: pd.DataFrame, kernels: Sequence[str]) -> pd.DataFrame:
+    """Rows whose kernel name matches any of ``kernels`` (regex search); all rows when empty."""
+    if not kernels or dispatches.empty:
+        return dispatches
+    pattern = "|".join(f"(?:{k})" for k in kernels)
+    names = dispatches["kernel"].astype("category")
+    hit_names = names.cat.categories.to_series().str.contains(pattern, regex=True)
+    keep = names.isin(hit_names[hit_names].index)
+    return dispatches.loc[keep.to_numpy()].reset_index(drop=True)
+
+
+def worker_index() -> int:
+    """0 for a plain session, N for pytest-xdist worker ``gwN``."""
+    wid = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(wid[2:]) if wid.startswith("gw") and wid[2:].isdigit() else 0
+
+
+def gpu_binding(gpus_per_point: int, index: int | None = None) -> dict[str, str]:
+    """Visible-device variables giving xdist worker ``index`` its own GPU set."""
+    if gpus_per_point <= 0:
+        return {}
+    i = worker_index() if index is None else index
+    devices = ",".join(str(d) for d in range(i * gpus_per_point, (i + 1) * gpus_per_point))
+    return {"HIP_VISIBLE_DEVICES": devices, "CUDA_VISIBLE_DEVICES": devices}
+
+
+def recorded_env(full_env: Mapping[str, str], set_by_us: Mapping[str, str]) -> dict[str, str]:
+    keep = {k: v for k, v in full_env.items() if k.startswith(RECORDED_ENV_PREFIXES)}
+    keep.update(set_by_us)
+    return dict(sorted(keep.items()))
+
+
+class GemmperfSession:
+    """Per-process state of one pytest session (each xdist worker has its own)."""
+
+    def __init__(self, options: Options, *, argv: Sequence[str] = (), rootdir: Path | None = None) -> None:
+        self.options = options
+        self.results = ResultsDir(options.results_dir)
+        self.argv = list(argv)
+        self.rootdir = rootdir
+        self._backend: BackendChoice | None = None
+        self._metadata: dict[str, Any] | None = None
+
+    @property
+    def backend(self) -> BackendChoice:
+        if self._backend is None:
+            self._backend = select_backend(self.options.backend, rocprofv3_exe=self.options.rocprofv3,
+                                           replay_dir=self.options.replay_dir)
+        return self._backend
+
+    def metadata(self) -> dict[str, Any]:
+        if self._metadata is None:
+            try:
+                from pytest_gemmperf.gate.hardware import collect_metadata
+
+                self._metadata = collect_metadata(self.rootdir)
+            except ImportError:
+                self._metadata = {"host": platform.node()}
+        return self._metadata
+
+    def ensure_results(self) -> ResultsDir:
+        """Create the run directory and run.json on first use (a session that profiles nothing
+        leaves no directory behind)."""
+        o = self.options
+        meta = {
+            "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+            "argv": self.argv,
+            "rootdir": str(self.rootdir) if self.rootdir else None,
+            "backend": self.backend.name,
+            "device": self.backend.device,
+            "backend_reason": self.backend.reason,
+            "repeats": o.repeats,
+            "threshold": o.threshold,
+            "versions": self.metadata(),
+            "host": self.metadata().get("host"),
+            "git_commit": self.metadata().get("git_commit"),
+        }
+        if o.warmup is not None:
+            meta["warmup"] = o.warmup
+        self.results.ensure(meta)
+        return self.results
+
+    def baseline_store(self):
+        from pytest_gemmperf.gate.baseline import BaselineStore
+
+        return BaselineStore(self.options.baseline_dir)
+
+
+class PointRunner:
+    """The ``gemmperf`` fixture: profile this test's sweep point and gate it."""
+
+    def __init__(self, session: GemmperfSession, point: SweepPoint, nodeid: str,
+                 record_property=None, overrides: Mapping[str, Any] | None = None) -> None:
+        self.session = session
+        self.point = point
+        self.nodeid = nodeid
+        self.test_id = base_test_id(nodeid)
+        self._record = record_property or (lambda name, value: None)
+        self._overrides = dict(overrides or {})
+        self.messages: list[str] = []
+
+    # -- facts a test may want
+    @property
+    def options(self) -> Options:
+        return self.session.options
+
+    @property
+    def backend(self) -> BackendChoice:
+        return self.session.backend
+
+    @property
+    def device(self) -> str:
+        """``rocm``, ``cuda`` or ``cpu``: what the workload should run on."""
+        return self.backend.device
+
+    @property
+    def dir(self) -> Path:
+        return self.session.results.point_dir(self.test_id, self.point.id)
+
+    def env(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """Variables this point sets: axes, base env, GPU binding, then ``extra``."""
+        env = dict(self.point.env)
+        env.update(gpu_binding(self.options.gpus_per_point))
+        env.update({k: str(v) for k, v in (extra or {}).items()})
+        return env
+
+    # -- profiling
+    def profile(self, command: str | Sequence[str], *, launcher: str | Sequence[str] | None = None,
+                nproc: int = 1, nnodes: int = 1, launcher_args: Sequence[str] = (),
+                counters: Sequence[str] = (),
+                repeats: int | None = None, timeout_s: float | None = None,
+                env: Mapping[str, Any] | None = None, cwd: str | os.PathLike | None = None) -> PointResult:
+        """Run the workload ``repeats`` times under the session's profiler backend.
+
+        ``command`` is the workload (string or argv; ``{output_dir}``/``{trace_dir}`` are
+        replaced per repeat); ``launcher`` is ``torchrun``, ``srun``, ``mpirun``, a full launcher
+        command line, or None. ``counters`` are collected in separate rocprofv3 passes (ignored by
+        the torch backend). ``launcher_args`` go to a named launcher (``["--standalone"]`` for
+        torchrun). Fails the test with the log tail when the workload fails.
+        """
+        import pytest
+
+        repeats = int(repeats or self._overrides.get("repeats") or self.options.repeats)
+        timeout_s = float(timeout_s or self._overrides.get("timeout_s") or self.options.timeout_s)
+        if repeats < 1:
+            raise GemmperfUsageError(f"repeats must be >= 1, got {repeats}")
+        results = self.session.ensure_results()
+        point_dir = self.dir
+        if point_dir.exists():  # a rerun of the same item in this session replaces its outputs
+            shutil.rmtree(point_dir)
+        point_dir.mkdir(parents=True)
+        env_set = self.env(env)
+        full_env = {**os.environ, **env_set}
+        backend = self.backend
+        record: dict[str, Any] = {
+            "test_id": self.test_id, "nodeid": self.nodeid, "point": self.point.id,
+            "axes": self.point.values, "kernels": list(self.point.kernels),
+            "env": recorded_env(full_env, env_set), "env_set": env_set,
+            "command": list(command) if not isinstance(command, str) else command,
+            "launcher": launcher if launcher is None or isinstance(launcher, str) else list(launcher),
+            "nproc": nproc, "nnodes": nnodes, "launcher_args": list(launcher_args),
+            "backend": backend.name, "device": backend.device,
+            "counters": list(counters), "repeats": repeats, "timeout_s": timeout_s,
+            "cwd": str(cwd) if cwd else os.getcwd(), "status": "running", "runs": [],
+            "xdist_worker": os.environ.get("PYTEST_XDIST_WORKER"),
+        }
+        write_point_json(point_dir, record)
+        try:
+            if backend.name == "torch":
+                trace, argv = self._run_torch(command, launcher, nproc, nnodes, launcher_args, repeats,
+                                              timeout_s, full_env, cwd, record)
+            elif backend.name == "rocprofv3":
+                trace, argv = self._run_rocprofv3(command, launcher, nproc, nnodes, launcher_args,
+                                                  counters, repeats, timeout_s, full_env, env_set,
+                                                  cwd, record)
+            else:
+                trace, argv = self._run_replay(record)
+        except _PointFailed as exc:
+            record["status"] = exc.status
+            record["error"] = exc.message
+            write_point_json(point_dir, record)
+            pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc.message}", pytrace=False)
+        except Exception as exc:
+            from pytest_gemmperf.errors import GemmperfInputError
+
+            record["status"] = "error"
+            record["error"] = str(exc)
+            write_point_json(point_dir, record)
+            if isinstance(exc, (GemmperfInputError, GemmperfUsageError, ValueError)):
+                pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}", pytrace=False)
+            raise
+        record["resolved_command"] = argv
+        hw_key = _hardware_key(trace.agents)
+        tables = {"dispatches": trace.dispatches, "counters": trace.counters, "agents": trace.agents}
+        write_tables(point_dir, tables)
+        record["status"] = "ok"
+        record["hardware_key"] = hw_key
+        record["dispatches"] = int(len(trace.dispatches))
+        write_point_json(point_dir, record)
+        results.update_run_json(hardware_key=hw_key)
+        return PointResult(test_id=self.test_id, point=self.point, dir=point_dir, backend=backend,
+                           dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
+                           env=record["env"], command=argv, runs=record["runs"], hw_key=hw_key)
+
+    def _run_torch(self, command, launcher, nproc, nnodes, launcher_args, repeats, timeout_s,
+                   full_env, cwd, record):
+        from pytest_gemmperf.run.process import launch_argv
+        from pytest_gemmperf.run.torch_backend import load_rank_traces, read_trace, run_torch_point
+        from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
+                                                   concat_tables)
+
+        argv = launch_argv(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args)
+        device = self.backend.device
+        traces = []
+        for k in range(repeats):
+            run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
+                                  device=device, timeout_s=timeout_s, cwd=cwd)
+            entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
+                     "timed_out": run.timed_out, "log": _rel(run.log, self.dir),
+                     "files": {("none" if r is None else str(r)): [_rel(p, self.dir) for p in ps]
+                               for r, ps in run.files.items()}}
+            record["runs"].append(entry)
+            write_point_json(self.dir, record)
+            if run.timed_out:
+                raise _PointFailed("timeout", f"run {k} timed out after {timeout_s:.0f} s "
+                                              f"(log {run.log})\n{run.tail}")
+            if run.returncode != 0:
+                raise _PointFailed("failed", f"run {k} exited with status {run.returncode} "
+                                             f"(log {run.log})\n{run.tail}")
+            if not run.files:
+                raise _PointFailed("failed", f"run {k} wrote no PyTorch profiler traces under "
+                                             f"{self.dir / f'run{k}' / 'raw' / 'torch_profiler'} "
+                                             "(the workload must honour $GEMMPERF_TRACE_DIR or "
+                                             "{trace_dir}/{output_dir})")
+            traces.append(load_rank_traces(run.files, point=self.point.id, run=k,
+                                           reader=lambda p: read_trace(p, device)))
+        trace = Trace(dispatches=concat_tables([t.dispatches for t in traces], DISPATCH_SCHEMA),
+                      counters=concat_tables([t.counters for t in traces], COUNTER_SCHEMA),
+                      agents=concat_tables([t.agents for t in traces], AGENT_SCHEMA),
+                      files=[f for t in traces for f in t.files])
+        return trace, argv
+
+    def _run_rocprofv3(self, command, launcher, nproc, nnodes, launcher_args, counters, repeats,
+                       timeout_s, full_env, env_set, cwd, record):
+        from pytest_gemmperf.run import rocprofv3
+        from pytest_gemmperf.run.process import WorkloadError, split_launch
+        from pytest_gemmperf.traces.discover import load, load_counters
+        from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
+                                                   concat_tables, set_columns)
+
+        # srun/mpirun wrap rocprofv3 (each rank profiled); torchrun runs inside it
+        outer, inner = split_launch(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args)
+        try:
+            res = rocprofv3.profile_point(env_set, inner, self.dir, counters=list(counters),
+                                          kernel_regexes=list(self.point.kernels), repeats=repeats,
+                                          timeout_s=timeout_s, exe=self.options.rocprofv3,
+                                          launcher_prefix=outer, env=full_env, cwd=cwd)
+        except WorkloadError as exc:
+            timed_out = exc.result is not None and exc.result.timed_out
+            raise _PointFailed("timeout" if timed_out else "failed", str(exc)) from None
+        except rocprofv3.ProfilerError as exc:
+            raise _PointFailed("error", str(exc)) from None
+        disp, agents = [], []
+        for run in res.runs:
+            record["runs"].append({"run": run.run, "returncode": run.result.returncode,
+                                   "duration_s": round(run.result.duration_s, 3),
+                                   "timed_out": run.result.timed_out,
+                                   "log": _rel(run.result.log_path, self.dir),
+                                   "files": {"all": [_rel(f, self.dir) for f in run.files]}})
+            t = load([run.raw_dir], point=self.point.id)
+            disp.append(set_columns(t.dispatches, run=run.run))
+            agents.append(t.agents)
+        ctrs = []
+        if counters and res.counters_skipped is None and res.counter_result is not None:
+            ctrs.append(load_counters([self.dir / "counters" / "raw"], point=self.point.id))
+        record["rocprofv3_version"] = str(getattr(res.version, "text", None) or res.version)
+        record["counter_groups"] = res.counter_groups
+        if res.counters_skipped:
+            record["counters_skipped"] = res.counters_skipped
+        trace = Trace(dispatches=concat_tables(disp, DISPATCH_SCHEMA),
+                      counters=concat_tables(ctrs, COUNTER_SCHEMA),
+                      agents=concat_tables(agents, AGENT_SCHEMA))
+        return trace, [*outer, *inner]
+
+    def _run_replay(self, record):
+        from pytest_gemmperf.run.replay import replay_point
+
+        res = replay_point(self.options.replay_dir, self.point.id, test_id=self.test_id)
+        trace = getattr(res, "trace", res)
+        record["replay_dir"] = str(self.options.replay_dir)
+        record["runs"] = _jsonable(getattr(res, "runs", []) or [])
+        record["files"] = [str(f) for f in getattr(trace, "files", [])]
+        return trace, []
+
+    # -- the gate
+    def assert_no_regression(self, result: PointResult, *, threshold: float | str | None = None,
+                             warmup: int | None = None) -> pd.DataFrame:
+        """Compare ``result`` with the stored baseline of this test and point.
+
+        No baseline yet (or ``--gemmperf-update-baselines``): record one and pass. Otherwise fail
+        on a regression with the compact verdict table (unless ``--gemmperf-warn-only``). Returns
+        the verdicts table (empty when a baseline was recorded).
+        """
+        import pytest
+
+        samples = self._samples(result, warmup)
+        store = self.session.baseline_store()
+        with _merge_lock(store, self.test_id, result.hw_key):
+            base = store.load(self.test_id, result.hw_key)
+            base_pt = (base.samples[base.samples["point"].astype(str) == self.point.id]
+                       if base is not None else None)
+            if self.options.update_baselines or base_pt is None or base_pt.empty:
+                path = self._save_baseline(store, base, samples, result)
+                updating = self.options.update_baselines and base_pt is not None and not base_pt.empty
+                what = "updated" if updating else "recorded"
+                msg = (f"gemmperf: {'updated the baseline' if updating else 'no baseline'} for "
+                       f"{self.test_id}[{self.point.id}] on {result.hw_key} — "
+                       f"{what} one at {path}")
+                self.messages.append(msg)
+                self._record(PROP_STATUS, f"baseline-{what}")
+                self._record(f"{PROP_PREFIX}_baseline", str(path))
+                _emit(msg)
+                return _empty_verdicts()
+        cfg = _gate_config(threshold if threshold is not None else self.options.threshold)
+        from pytest_gemmperf.gate.compare import compare
+
+        verdicts = compare(base_pt, samples, cfg, test=self.test_id)
+        merge_verdicts(self.session.results.test_dir(self.test_id), self.point.id, verdicts)
+        write_point_json_field(result.dir, "verdicts", _verdict_counts(verdicts))
+        self._record_verdicts(verdicts, result.hw_key)
+        regressions = verdicts[verdicts["verdict"] == "regression"]
+        if len(regressions):
+            from pytest_gemmperf.gate.verdict import format_verdict_table
+
+            table = format_verdict_table(verdicts, FAIL_TABLE_ROWS)
+            head = (f"gemmperf: {len(regressions)} regression(s) in {self.test_id}[{self.point.id}] "
+                    f"on {result.hw_key} (baseline {store.path_for(self.test_id, result.hw_key)}; "
+                    f"all verdicts in {self.session.results.test_dir(self.test_id) / 'verdicts.csv'})")
+            if self.options.warn_only:
+                _emit(head + " [--gemmperf-warn-only: not failing]\n" + table)
+            else:
+                pytest.fail(head + "\n" + table, pytrace=False)
+        return verdicts
+
+    def _samples(self, result: PointResult, warmup: int | None) -> pd.DataFrame:
+        from pytest_gemmperf.gate import samples as samples_mod
+
+        disp = result.gated_dispatches
+        if disp.empty:
+            kern = ", ".join(self.point.kernels)
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no dispatches match the "
+                            f"kernel regexes ({kern}); kernels seen: "
+                            f"{', '.join(sorted(map(str, result.dispatches['kernel'].unique()))[:10])}")
+        w = warmup if warmup is not None else self.options.warmup
+        kwargs = {} if w is None else {"warmup": w}
+        samples = samples_mod.samples_from_dispatches(disp, **kwargs)
+        if hasattr(samples_mod, "compact_samples"):
+            samples = samples_mod.compact_samples(samples)
+        if samples is None or len(samples) == 0:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no samples left after "
+                            "warm-up removal; profile more steps or lower --gemmperf-warmup")
+        return samples
+
+    def _save_baseline(self, store, base, samples: pd.DataFrame, result: PointResult) -> Path:
+        from pytest_gemmperf.gate.baseline import BaselineRecord
+
+        if base is not None:
+            others = base.samples[base.samples["point"].astype(str) != self.point.id]
+            merged = pd.concat([others, samples], ignore_index=True) if len(others) else samples
+            meta = dict(base.meta)
+        else:
+            merged, meta = samples, {}
+        points = dict(meta.get("points") or {})
+        points[self.point.id] = {"results_dir": str(self.session.results.root),
+                                 "env": result.env, "command": result.command,
+                                 "backend": result.backend.name, "device": result.backend.device}
+        meta.update(self.session.metadata())
+        meta["points"] = points
+        store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=merged, meta=meta))
+        return store.path_for(self.test_id, result.hw_key)
+
+    def _record_verdicts(self, verdicts: pd.DataFrame, hw_key: str) -> None:
+        counts = _verdict_counts(verdicts)
+        self._record(PROP_STATUS, "compared: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+        notable = verdicts[verdicts["verdict"] != "unchanged"]
+        rows = []
+        for r in notable.head(200).itertuples(index=False):
+            row = {"test": self.test_id, "point": str(r.point), "kernel": str(r.kernel),
+                   "metric": str(r.metric), "verdict": str(r.verdict), "ratio": _num(r.ratio),
+                   "ci_low": _num(r.ci_low), "ci_high": _num(r.ci_high), "q_value": _num(r.q_value),
+                   "hw_key": hw_key}
+            rows.append(row)
+            self._record(f"{PROP_PREFIX}:{r.point}:{r.metric}:{r.kernel}",
+                         f"{r.verdict} ratio={_fmt(r.ratio)} ci=[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] "
+                         f"q={_fmt(r.q_value, '.3g')}")
+        self._record(PROP_VERDICTS, json.dumps(rows))
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+class _PointFailed(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _fail_now(message: str):
+    import pytest
+
+    return pytest.fail.Exception(message, pytrace=False)
+
+
+def _emit(message: str) -> None:
+    """Visible in the test's captured output and, with -s, on the terminal."""
+    print(message, file=sys.stderr)
+
+
+def _hardware_key(agents: pd.DataFrame) -> str:
+    try:
+        from pytest_gemmperf.gate.hardware import hardware_key
+    except ImportError:  # pragma: no cover
+        return f"cpu-{platform.machine()}-{os.cpu_count()}c"
+    return hardware_key(agents if agents is not None and len(agents) else None)
+
+
+def _gate_config(threshold: float | str | None):
+    import dataclasses
+
+    from pytest_gemmperf.gate.compare import GateConfig
+
+    value = parse_threshold(threshold)
+    if value is None:
+        return GateConfig()
+    names = {f.name for f in dataclasses.fields(GateConfig)} if dataclasses.is_dataclass(GateConfig) else set()
+    for name in ("threshold", "threshold_rel", "rel_threshold"):
+        if name in names:
+            return GateConfig(**{name: value})
+    return GateConfig(threshold=value)
+
+
+class _merge_lock:
+    """Serializes load-modify-save of one baseline record across xdist workers. A lock file of
+    its own: the store's per-record lock is taken again inside ``save``."""
+
+    def __init__(self, store, test_id: str, hw_key: str) -> None:
+        from filelock import FileLock
+
+        record_dir = store.path_for(test_id, hw_key)
+        lock_dir = Path(store.root) / ".locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        ignore = lock_dir / ".gitignore"
+        if not ignore.exists():
+            try:
+                ignore.write_text("*\n")
+            except OSError:
+                pass
+        self._lock = FileLock(str(lock_dir / f"{record_dir.parent.name}__{record_dir.name}.merge.lock"),
+                              timeout=600)
+
+    def __enter__(self):
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+def _empty_verdicts() -> pd.DataFrame:
+    try:
+        from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
+    except ImportError:  # pragma: no cover
+        VERDICT_COLUMNS = ("test", "point", "kernel", "metric", "verdict")
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in VERDICT_COLUMNS})
+
+
+def _verdict_counts(verdicts: pd.DataFrame) -> dict[str, int]:
+    vc = verdicts["verdict"].astype(str).value_counts()
+    return {str(k): int(v) for k, v in vc.sort_index().items()}
+
+
+def write_point_json_field(point_dir: Path, key: str, value: Any) -> None:
+    path = point_dir / "point.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data[key] = value
+    write_point_json(point_dir, data)
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    v = _num(x)
+    return "-" if v is None else format(v, spec)
+
+
+def _rel(path: Path, base: Path) -> str:
+    try:
+        return str(Path(path).relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def _signature_params(fn) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()

@@ -1,0 +1,631 @@
+"""rocprofv3 ``--output-format json`` (``<prefix>_results.json``, optionally gzipped) -> Trace.
+
+Layout: ``{"rocprofiler-sdk-tool": [<one object per process>]}`` (rocprofv3-formats.md §4). Every
+process element becomes rows of one :class:`~pytest_gemmperf.traces.schema.Trace`.
+
+Speed: a real 7.x file is mostly kernel symbols, agent cache tables and dispatch records. The
+decoder below uses typed ``msgspec.Struct`` schemas that declare only the fields we read, so the
+rest of the document is skipped by the C decoder without building Python objects; dispatch columns
+are then pulled out in one ``map(attrgetter)`` pass and converted to numpy in one call.
+
+Name choice: ``kernel`` is ``formatted_kernel_name``. rocprofv3 fills the CSV ``Kernel_Name``
+column and the rocpd ``display_name`` from that same field, so a kernel keeps one name whatever
+output format a run used, and it carries neither the ``.kd`` suffix of C-named kernels nor the
+``[clone .kd]`` that ``demangled_kernel_name`` sometimes has. When it is missing or empty we fall
+back to ``demangled_kernel_name`` (then ``kernel_name``) with those suffixes removed.
+``kernel_short`` is ``truncated_kernel_name`` exactly as the file gives it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from itertools import chain
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+from msgspec import Struct, field
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.schema import (
+    AGENT_SCHEMA,
+    COUNTER_SCHEMA,
+    Trace,
+    empty,
+    finalize_agents,
+    finalize_counters,
+    finalize_dispatches,
+    short_name,
+)
+
+SOURCE = "rocprofv3-json"
+TOOL_KEY = "rocprofiler-sdk-tool"
+_MISSING = -1  # sentinel for optional integer fields; handles and ids are never negative
+
+# --------------------------------------------------------------------------------------------
+# Typed schema: only the fields the reader uses. gc=False: these objects never form cycles.
+
+
+class _Handle(Struct, frozen=True, gc=False):
+    handle: int = _MISSING
+
+
+class _XYZ(Struct, frozen=True, gc=False):
+    x: int = _MISSING
+    y: int = _MISSING
+    z: int = _MISSING
+
+
+class _Corr(Struct, frozen=True, gc=False):
+    internal: int = _MISSING
+
+
+_NO_HANDLE = _Handle()
+_NO_XYZ = _XYZ()
+_NO_CORR = _Corr()
+
+
+class _DispatchInfo(Struct, gc=False):
+    agent_id: _Handle
+    kernel_id: int
+    queue_id: _Handle = _NO_HANDLE
+    dispatch_id: int = _MISSING
+    private_segment_size: int = _MISSING
+    group_segment_size: int = _MISSING
+    workgroup_size: _XYZ = _NO_XYZ
+    grid_size: _XYZ = _NO_XYZ
+
+
+class _Dispatch(Struct, gc=False):
+    start_timestamp: int
+    end_timestamp: int
+    dispatch_info: _DispatchInfo
+    thread_id: int = _MISSING
+    correlation_id: _Corr = _NO_CORR
+    stream_id: _Handle = _NO_HANDLE  # absent in ROCm 6.2
+
+
+class _CounterValue(Struct, gc=False):
+    counter_id: _Handle
+    value: float
+
+
+class _DispatchData(Struct, gc=False):
+    dispatch_info: _DispatchInfo
+    correlation_id: _Corr = _NO_CORR
+    start_timestamp: int = _MISSING
+    end_timestamp: int = _MISSING
+
+
+class _CounterRecord(Struct, gc=False):
+    dispatch_data: _DispatchData
+    records: list[_CounterValue]
+    thread_id: int = _MISSING
+    stream_id: _Handle = _NO_HANDLE
+
+
+class _CallbackRecords(Struct, gc=False):
+    counter_collection: list[_CounterRecord] = []
+
+
+class _BufferRecords(Struct, gc=False):
+    kernel_dispatch: list[_Dispatch] = []
+
+
+class _Symbol(Struct, gc=False):
+    kernel_id: int
+    kernel_name: str | None = None
+    formatted_kernel_name: str | None = None
+    demangled_kernel_name: str | None = None
+    truncated_kernel_name: str | None = None
+    arch_vgpr_count: int = _MISSING
+    accum_vgpr_count: int = _MISSING
+    sgpr_count: int = _MISSING
+
+
+class _Agent(Struct, gc=False):
+    id: _Handle
+    type: int = 0
+    name: str | None = None
+    product_name: str | None = None
+    node_id: int | None = None
+    logical_node_id: int | None = None
+    gpu_index: int | None = None  # not written by older releases; derived then
+    gfx_target_version: int | None = None
+    cu_count: int | None = None
+    simd_per_cu: int | None = None
+    wave_front_size: int | None = None
+    max_engine_clk_fcompute: int | None = None
+    num_xcc: int | None = None
+
+
+class _CounterInfo(Struct, gc=False):
+    agent_id: _Handle
+    id: _Handle
+    name: str
+
+
+class _Node(Struct, gc=False):
+    hostname: str | None = None
+
+
+class _Metadata(Struct, gc=False):
+    pid: int | None = None
+    init_time: int | None = None
+    fini_time: int | None = None
+    node: _Node | None = None  # from ROCm 6.3 on
+    command: list[str] | None = None
+    config: dict[str, Any] | None = None
+
+
+class _Process(Struct, gc=False):
+    metadata: _Metadata = field(default_factory=_Metadata)
+    agents: list[_Agent] = []
+    counters: list[_CounterInfo] = []
+    kernel_symbols: list[_Symbol] = []
+    callback_records: _CallbackRecords = field(default_factory=_CallbackRecords)
+    buffer_records: _BufferRecords = field(default_factory=_BufferRecords)
+
+
+class _Root(Struct, gc=False):
+    tool: list[_Process] | None = field(name=TOOL_KEY, default=None)
+
+
+_DECODER = msgspec.json.Decoder(_Root)
+
+#: dispatch fields pulled in one attrgetter pass, in this column order
+_DISPATCH_FIELDS = (
+    "start_timestamp", "end_timestamp", "thread_id", "correlation_id.internal",
+    "dispatch_info.agent_id.handle", "dispatch_info.queue_id.handle", "stream_id.handle",
+    "dispatch_info.kernel_id", "dispatch_info.dispatch_id",
+    "dispatch_info.grid_size.x", "dispatch_info.grid_size.y", "dispatch_info.grid_size.z",
+    "dispatch_info.workgroup_size.x", "dispatch_info.workgroup_size.y",
+    "dispatch_info.workgroup_size.z",
+    "dispatch_info.group_segment_size", "dispatch_info.private_segment_size",
+)
+_KERNEL_ID_COL = _DISPATCH_FIELDS.index("dispatch_info.kernel_id")
+_GET_DISPATCH = attrgetter(*_DISPATCH_FIELDS)
+
+_AGENT_TYPES = {1: "CPU", 2: "GPU"}
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def read_rocprof_json(path: str | os.PathLike) -> Trace:
+    """Read a rocprofv3 ``*_results.json`` or ``*_results.json.gz`` into a Trace.
+
+    Rows of every process in the file are returned together; ``host``/``pid`` tell them apart.
+    Dispatches keep the file's record order (rocprofv3 does not sort them).
+    """
+    path_s = os.fspath(path)
+    # the decoded bytes are dropped before the tables are built: they are the largest object
+    processes = decode(read_bytes(path_s), path_s)
+    return build_trace(processes, path_s)
+
+
+def read_bytes(path: str) -> bytes:
+    """File contents, gunzipped when the file starts with the gzip magic (not by extension)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise GemmperfInputError(path, f"corrupt or truncated gzip data: {exc}") from None
+    if not raw.strip():
+        raise GemmperfInputError(path, "empty file, expected rocprofv3 JSON output")
+    return raw
+
+
+def decode(data: bytes, path: str) -> list[_Process]:
+    """Typed decode; every failure becomes a one-line GemmperfInputError."""
+    try:
+        root = _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _validation_error(path, str(exc), data) from None
+    except msgspec.DecodeError as exc:
+        raise GemmperfInputError(path, f"not valid JSON (truncated or corrupt file?): {exc}") from None
+    if root.tool is None:
+        raise GemmperfInputError(path, _not_rocprof_message(data))
+    if not root.tool:
+        raise GemmperfInputError(path, f"'{TOOL_KEY}' holds no process")
+    return root.tool
+
+
+def build_trace(processes: list[_Process], path: str) -> Trace:
+    names = _NameTable()
+    parts: list[dict[str, np.ndarray]] = []
+    counter_parts: list[pd.DataFrame] = []
+    agent_rows: list[dict[str, Any]] = []
+    meta_procs: list[dict[str, Any]] = []
+    layouts: set[str] = set()
+    for p_idx, proc in enumerate(processes):
+        md = proc.metadata
+        host = md.node.hostname if md.node is not None else None
+        agents = _agent_table(proc.agents, path, p_idx)
+        dispatch_mat = _dispatch_matrix(proc.buffer_records.kernel_dispatch, path, p_idx)
+        counter_mat = _counter_matrix(proc.callback_records.counter_collection, path, p_idx)
+        used = np.unique(np.concatenate([m[:, _KERNEL_ID_COL]
+                                         for m in (dispatch_mat, counter_mat) if m is not None]
+                                        or [np.empty(0, np.int64)]))
+        symbols = _symbol_table(proc.kernel_symbols, used, names)
+        dispatch_cols = None if dispatch_mat is None else _resolve(
+            dispatch_mat, agents, symbols, path, p_idx, "buffer_records.kernel_dispatch")
+        if dispatch_cols is not None:
+            dispatch_cols["proc"] = np.full(len(dispatch_cols["start_ns"]), p_idx, dtype=np.int64)
+            parts.append(dispatch_cols)
+        counters = None if counter_mat is None else _counter_frame(
+            proc, _resolve(counter_mat, agents, symbols, path, p_idx,
+                           "callback_records.counter_collection"), agents, names, path, p_idx)
+        if counters is not None:
+            counters["host"] = host
+            counters["pid"] = md.pid
+            counter_parts.append(counters)
+        for row in agents.rows:
+            agent_rows.append({**row, "host": host, "pid": md.pid})
+        layout = "7.x" if md.node is not None or (
+            dispatch_cols is not None and (dispatch_cols["stream"] != _MISSING).any()) else "6.2"
+        layouts.add(layout)
+        meta_procs.append({"pid": md.pid, "host": host, "init_time_ns": md.init_time,
+                           "fini_time_ns": md.fini_time, "command": md.command,
+                           "config": md.config, "layout": layout,
+                           "n_dispatches": len(proc.buffer_records.kernel_dispatch),
+                           "n_counter_records": len(proc.callback_records.counter_collection)})
+
+    counters_df = (finalize_counters(pd.concat(counter_parts, ignore_index=True), path)
+                   if counter_parts else finalize_counters(empty(COUNTER_SCHEMA), path))
+    if not parts and len(counters_df) == 0:
+        raise GemmperfInputError(
+            path, f"no kernel dispatches in {len(processes)} process(es) "
+                  "(was rocprofv3 run with --kernel-trace?)")
+    hosts = [m["host"] for m in meta_procs]
+    pids = [m["pid"] for m in meta_procs]
+    if parts:
+        df = _dispatch_frame(parts, names, hosts, pids, path)
+        dispatches = finalize_dispatches(df, path)
+    else:  # counters-only run: counter records carry the dispatch key, no trace rows
+        dispatches = finalize_dispatches(pd.DataFrame({"start_ns": [], "end_ns": [], "kernel": []}),
+                                         path, allow_empty=True)
+    agents_df = finalize_agents(_typed_frame(agent_rows, AGENT_SCHEMA, source=SOURCE, file=path),
+                                path)
+    meta = {
+        "format": SOURCE,
+        "layout": "/".join(sorted(layouts)),
+        "agent_numbering": "gpu_index",
+        "processes": meta_procs,
+        "init_time_ns": {m["pid"]: m["init_time_ns"] for m in meta_procs},
+        "fini_time_ns": {m["pid"]: m["fini_time_ns"] for m in meta_procs},
+        "counters_only": not parts,
+    }
+    return Trace(dispatches=dispatches, counters=counters_df, agents=agents_df, files=[path],
+                 meta=meta)
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces
+
+
+class _NameTable:
+    """Global string -> code maps so every process shares one category list."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+
+    def code(self, s: str | None) -> int:
+        if s is None:
+            return -1
+        c = self.codes.get(s)
+        if c is None:
+            c = self.codes[s] = len(self.codes)
+        return c
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        """Categorical holding only the names that occur (keeps per-name work downstream small)."""
+        cats = np.array(list(self.codes), dtype=object)
+        used, inverse = np.unique(codes, return_inverse=True)
+        valid = used >= 0
+        new_codes = np.where(valid[inverse], inverse - (~valid).sum(), -1)
+        return pd.Categorical.from_codes(new_codes, categories=pd.Index(cats[used[valid]], dtype=object))
+
+
+class _Agents:
+    def __init__(self, handles: np.ndarray, gpu_index: np.ndarray, arch_codes: list[str | None],
+                 rows: list[dict[str, Any]]) -> None:
+        order = np.argsort(handles, kind="stable")
+        self.sorted_handles = handles[order]
+        self.gpu_index = gpu_index[order]
+        self.arch = np.array(arch_codes, dtype=object)[order] if len(arch_codes) else np.array([], object)
+        self.rows = rows
+
+
+def _agent_table(agents: list[_Agent], path: str, p_idx: int) -> _Agents:
+    gpus = sorted((a.node_id if a.node_id is not None else i, i)
+                  for i, a in enumerate(agents) if a.type == 2)
+    # Releases that do not write gpu_index number GPUs by ascending node_id (the rocprofv3 tool
+    # assigns gpu_index exactly that way), so derive it the same way.
+    derived = {i: k for k, (_, i) in enumerate(gpus)}
+    rows: list[dict[str, Any]] = []
+    handles = np.empty(len(agents), dtype=np.int64)
+    gpu_index = np.full(len(agents), _MISSING, dtype=np.int64)
+    arch: list[str | None] = []
+    for i, a in enumerate(agents):
+        handles[i] = a.id.handle
+        is_gpu = a.type == 2
+        gi = (a.gpu_index if a.gpu_index is not None and a.gpu_index >= 0 else derived.get(i)) \
+            if is_gpu else None
+        gpu_index[i] = _MISSING if gi is None else gi
+        arch.append(a.name if is_gpu else None)
+        rows.append({
+            "handle": a.id.handle, "node_id": a.node_id, "logical_id": a.logical_node_id,
+            "gpu_index": gi, "type": _AGENT_TYPES.get(a.type, "UNK"),
+            "gpu_arch": a.name if is_gpu else None,
+            "gfx_target_version": a.gfx_target_version if is_gpu else None,
+            "product": a.product_name, "cu_count": a.cu_count if is_gpu else None,
+            "simd_per_cu": a.simd_per_cu if is_gpu else None,
+            "wave_size": a.wave_front_size if is_gpu else None,
+            "max_clock_mhz": a.max_engine_clk_fcompute if is_gpu else None,
+            "xcc_count": a.num_xcc if is_gpu else None,
+        })
+    if len(np.unique(handles)) != len(handles):
+        raise GemmperfInputError(path, "duplicate agent id.handle in agents[]",
+                                 record=f"process {p_idx}")
+    return _Agents(handles, gpu_index, arch, rows)
+
+
+class _Symbols:
+    def __init__(self, ids: np.ndarray, kernel: np.ndarray, short: np.ndarray,
+                 regs: np.ndarray) -> None:
+        order = np.argsort(ids, kind="stable")
+        self.sorted_ids = ids[order]
+        self.kernel = kernel[order]
+        self.short = short[order]
+        self.regs = regs[order]  # columns: vgpr, agpr, sgpr
+
+
+def _strip_kd(name: str) -> str:
+    if name.endswith(" [clone .kd]"):
+        name = name[: -len(" [clone .kd]")]
+    if name.endswith(".kd"):
+        name = name[:-3]
+    return name
+
+
+def _kernel_name(s: _Symbol) -> str:
+    if s.formatted_kernel_name:
+        return s.formatted_kernel_name
+    for cand in (s.demangled_kernel_name, s.kernel_name):
+        if cand:
+            return _strip_kd(cand)
+    return f"kernel_id {s.kernel_id}"
+
+
+def _symbol_table(symbols: list[_Symbol], used_ids: np.ndarray, names: _NameTable) -> _Symbols:
+    """Symbols whose ``kernel_id`` occurs in ``used_ids``, looked up by that field.
+
+    A real file lists thousands of symbols of which tens are dispatched; building names only for
+    those keeps the per-symbol Python work proportional to the kernels that ran.
+    """
+    all_ids = np.fromiter((s.kernel_id for s in symbols), dtype=np.int64, count=len(symbols))
+    keep = np.flatnonzero(np.isin(all_ids, used_ids))
+    n = len(keep)
+    kernel = np.empty(n, dtype=np.int64)
+    short = np.empty(n, dtype=np.int64)
+    regs = np.empty((n, 3), dtype=np.int64)
+    for j, i in enumerate(keep.tolist()):
+        s = symbols[i]
+        k = _kernel_name(s)
+        kernel[j] = names.code(k)
+        short[j] = names.code(s.truncated_kernel_name or short_name(k))
+        regs[j] = (s.arch_vgpr_count, s.accum_vgpr_count, s.sgpr_count)
+    return _Symbols(all_ids[keep], kernel, short, regs)
+
+
+def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``keys`` in ``sorted_keys`` and a mask of keys that were found."""
+    pos = np.searchsorted(sorted_keys, keys)
+    pos_c = np.minimum(pos, max(len(sorted_keys) - 1, 0))
+    found = (pos < len(sorted_keys)) & (sorted_keys[pos_c] == keys) if len(sorted_keys) else \
+        np.zeros(len(keys), dtype=bool)
+    return pos_c, found
+
+
+def _int_matrix(rows: list[tuple], path: str, what: str, p_idx: int) -> np.ndarray:
+    try:
+        return np.array(rows, dtype=np.int64).reshape(len(rows), len(_DISPATCH_FIELDS))
+    except OverflowError:
+        raise GemmperfInputError(path, f"integer field out of int64 range in {what}",
+                                 record=f"process {p_idx}") from None
+
+
+def _dispatch_matrix(records: list[_Dispatch], path: str, p_idx: int) -> np.ndarray | None:
+    if not records:
+        return None
+    return _int_matrix(list(map(_GET_DISPATCH, records)), path, "kernel_dispatch", p_idx)
+
+
+def _counter_matrix(records: list[_CounterRecord], path: str, p_idx: int) -> np.ndarray | None:
+    """The dispatch part of counter records, in the kernel_dispatch column layout."""
+    if not records:
+        return None
+    rows = [(d.start_timestamp, d.end_timestamp, r.thread_id, d.correlation_id.internal,
+             d.dispatch_info.agent_id.handle, d.dispatch_info.queue_id.handle, r.stream_id.handle,
+             d.dispatch_info.kernel_id, d.dispatch_info.dispatch_id,
+             d.dispatch_info.grid_size.x, d.dispatch_info.grid_size.y, d.dispatch_info.grid_size.z,
+             d.dispatch_info.workgroup_size.x, d.dispatch_info.workgroup_size.y,
+             d.dispatch_info.workgroup_size.z, d.dispatch_info.group_segment_size,
+             d.dispatch_info.private_segment_size)
+            for r in records for d in (r.dispatch_data,)]
+    return _int_matrix(rows, path, "counter_collection", p_idx)
+
+
+def _resolve(a: np.ndarray, agents: _Agents, symbols: _Symbols, path: str, p_idx: int,
+             what: str) -> dict[str, np.ndarray]:
+    """Named, contiguous columns of a record matrix with symbols and agents looked up."""
+    col = dict(zip(_DISPATCH_FIELDS, np.ascontiguousarray(a.T)))
+    kid = col["dispatch_info.kernel_id"]
+    spos, sfound = _lookup(symbols.sorted_ids, kid)
+    if not sfound.all():
+        i = int(np.flatnonzero(~sfound)[0])
+        raise GemmperfInputError(
+            path, f"kernel_id {kid[i]} is not in kernel_symbols "
+                  f"({int((~sfound).sum())} record(s) affected)",
+            record=f"process {p_idx}, {what}[{i}]")
+    handle = col["dispatch_info.agent_id.handle"]
+    apos, afound = _lookup(agents.sorted_handles, handle)
+    if not afound.all():
+        i = int(np.flatnonzero(~afound)[0])
+        raise GemmperfInputError(path, f"agent handle {handle[i]} is not in agents[]",
+                                 record=f"process {p_idx}, {what}[{i}]")
+    return {
+        "start_ns": col["start_timestamp"], "end_ns": col["end_timestamp"],
+        "thread_id": col["thread_id"],
+        "correlation_id": col["correlation_id.internal"],
+        "agent": agents.gpu_index[apos],
+        "agent_pos": apos,
+        "queue": col["dispatch_info.queue_id.handle"],
+        "stream": col["stream_id.handle"],
+        "kernel_id": kid,
+        "dispatch_id": col["dispatch_info.dispatch_id"],
+        "grid_x": col["dispatch_info.grid_size.x"], "grid_y": col["dispatch_info.grid_size.y"],
+        "grid_z": col["dispatch_info.grid_size.z"],
+        "wg_x": col["dispatch_info.workgroup_size.x"], "wg_y": col["dispatch_info.workgroup_size.y"],
+        "wg_z": col["dispatch_info.workgroup_size.z"],
+        "lds_bytes": col["dispatch_info.group_segment_size"],
+        "scratch_bytes": col["dispatch_info.private_segment_size"],
+        "vgpr": symbols.regs[spos, 0], "agpr": symbols.regs[spos, 1], "sgpr": symbols.regs[spos, 2],
+        "kernel": symbols.kernel[spos], "kernel_short": symbols.short[spos],
+        "_arch": agents.arch[apos] if len(agents.arch) else np.array([], dtype=object),
+    }
+
+
+_INT_COLS = ("thread_id", "correlation_id", "agent", "queue", "stream", "kernel_id", "dispatch_id",
+             "grid_x", "grid_y", "grid_z", "wg_x", "wg_y", "wg_z", "lds_bytes", "scratch_bytes",
+             "vgpr", "agpr", "sgpr")
+
+
+def _typed_frame(rows: list[dict[str, Any]], schema: dict[str, str], **scalars: Any) -> pd.DataFrame:
+    """Small frame built with its final dtypes, so finalize_* has nothing left to convert."""
+    out: dict[str, Any] = {}
+    for col, dtype in schema.items():
+        values = [scalars[col]] * len(rows) if col in scalars else [r.get(col) for r in rows]
+        out[col] = pd.Categorical(values) if dtype == "category" else pd.array(values, dtype=dtype)
+    return pd.DataFrame(out)
+
+
+def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
+    return pd.arrays.IntegerArray(values, values == _MISSING)
+
+
+def _per_process(values: list, proc: np.ndarray) -> pd.Categorical:
+    """Categorical of one value per process, broadcast to rows by process index."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    if len(uniques) == 0:
+        return pd.Categorical.from_codes(np.full(len(proc), -1), categories=[])
+    return pd.Categorical.from_codes(codes[proc], categories=pd.Index(uniques, dtype=object))
+
+
+def _dispatch_frame(parts: list[dict[str, np.ndarray]], names: _NameTable, hosts: list,
+                    pids: list, path: str) -> pd.DataFrame:
+    col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    proc = col["proc"]
+    out: dict[str, Any] = {
+        "source": pd.Categorical.from_codes(np.zeros(len(proc), dtype=np.int8), categories=[SOURCE]),
+        "file": pd.Categorical.from_codes(np.zeros(len(proc), dtype=np.int8), categories=[path]),
+        "host": _per_process(hosts, proc),
+        "pid": pd.arrays.IntegerArray(
+            np.array([-1 if p is None else p for p in pids], dtype=np.int64)[proc],
+            np.array([p is None for p in pids])[proc]),
+        "gpu_arch": pd.Categorical(col["_arch"]),
+        "kernel": names.categorical(col["kernel"]),
+        "kernel_short": names.categorical(col["kernel_short"]),
+        "start_ns": col["start_ns"], "end_ns": col["end_ns"],
+    }
+    for c in _INT_COLS:
+        out[c] = _nullable(col[c])
+    # provenance that only discovery knows; typed here so finalize has nothing to convert
+    for c in ("rank", "run", "pass"):
+        out[c] = pd.arrays.IntegerArray(np.zeros(len(proc), dtype=np.int64),
+                                        np.ones(len(proc), dtype=bool))
+    out["point"] = pd.Categorical.from_codes(np.full(len(proc), -1, dtype=np.int8), categories=[])
+    return pd.DataFrame(out)
+
+
+def _counter_frame(proc: _Process, cols: dict[str, np.ndarray], agents: _Agents,
+                   names: _NameTable, path: str, p_idx: int) -> pd.DataFrame:
+    recs = proc.callback_records.counter_collection
+    info = {(c.agent_id.handle, c.id.handle): c.name for c in proc.counters}
+    by_id: dict[int, set[str]] = {}
+    for (_, cid), name in info.items():
+        by_id.setdefault(cid, set()).add(name)
+    lengths = np.fromiter((len(r.records) for r in recs), dtype=np.int64, count=len(recs))
+    rec_idx = np.repeat(np.arange(len(recs)), lengths)
+    cid = np.fromiter((v.counter_id.handle for v in chain.from_iterable(r.records for r in recs)),
+                      dtype=np.int64, count=int(lengths.sum()))
+    val = np.fromiter((v.value for v in chain.from_iterable(r.records for r in recs)),
+                      dtype=np.float64, count=int(lengths.sum()))
+    # one value per (record, counter): rocprofv3's CSV sums over dimensions/instances the same way
+    summed = (pd.DataFrame({"rec": rec_idx, "cid": cid, "value": val})
+              .groupby(["rec", "cid"], sort=False, as_index=False)["value"].sum())
+    rec = summed["rec"].to_numpy()
+    handle = agents.sorted_handles[cols["agent_pos"][rec]]
+    pairs, pair_code = np.unique(np.stack([handle, summed["cid"].to_numpy()], axis=1), axis=0,
+                                 return_inverse=True)
+    pair_names = []
+    for h, c in pairs.tolist():  # per distinct (agent, counter), not per record
+        name = info.get((h, c))
+        if name is None:
+            alts = by_id.get(c, set())
+            if len(alts) != 1:
+                i = int(np.flatnonzero((handle == h) & (summed["cid"].to_numpy() == c))[0])
+                raise GemmperfInputError(
+                    path, f"counter id {c} (agent handle {h}) is not described in counters[]",
+                    record=f"process {p_idx}, callback_records.counter_collection[{rec[i]}]")
+            name = next(iter(alts))
+        pair_names.append(name)
+    cnames = np.array(pair_names, dtype=object)[pair_code.reshape(-1)]
+    start = cols["start_ns"][rec]
+    end = cols["end_ns"][rec]
+    kernel_cats = names.categorical(cols["kernel"][rec])
+    return pd.DataFrame({
+        "source": SOURCE, "file": path,
+        "agent": _nullable(cols["agent"][rec]),
+        "dispatch_id": _nullable(cols["dispatch_id"][rec]),
+        "correlation_id": _nullable(cols["correlation_id"][rec]),
+        "kernel_id": _nullable(cols["kernel_id"][rec]),
+        "kernel": kernel_cats,
+        "start_ns": _nullable(start), "end_ns": _nullable(end),
+        "counter": pd.Categorical(cnames),
+        "value": summed["value"].to_numpy(),
+    })
+
+
+# --------------------------------------------------------------------------------------------
+# Error messages
+
+_RECORD_RX = re.compile(r"\$\.rocprofiler-sdk-tool\[(\d+)\]\.(\w+)\.(\w+)\[(\d+)\]")
+
+
+def _validation_error(path: str, msg: str, data: bytes) -> GemmperfInputError:
+    if " - at `$" not in msg:  # the top level itself has the wrong type
+        return GemmperfInputError(path, f"{_not_rocprof_message(data)} ({msg})")
+    m = _RECORD_RX.search(msg)
+    record = f"process {m.group(1)}, {m.group(2)}.{m.group(3)}[{m.group(4)}]" if m else None
+    return GemmperfInputError(path, f"unexpected rocprofv3 JSON layout: {msg}", record=record)
+
+
+def _not_rocprof_message(data: bytes) -> str:
+    head = data[:65536]
+    if b'"traceEvents"' in head or b'"schemaVersion"' in head and b'"deviceProperties"' in head:
+        return ("this is a PyTorch profiler / Chrome trace (traceEvents), not rocprofv3 JSON "
+                "output; read it as a torch trace")
+    return f"not rocprofv3 JSON output: no top-level '{TOOL_KEY}' key"

@@ -1,0 +1,521 @@
+"""Baseline store, hardware key, refresh from a results directory, and `gemmperf baseline`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate import hardware as hwmod
+from pytest_gemmperf.gate.baseline import (SAMPLE_COLUMNS, BaselineRecord, BaselineStore,
+                                           normalize_samples, records_from_results,
+                                           refresh_from_results, slug_for_test)
+from pytest_gemmperf.gate.hardware import (collect_metadata, cpu_hardware_key, hardware_key,
+                                           parse_rocprofv3_version)
+from pytest_gemmperf.traces.schema import finalize_agents, finalize_dispatches
+
+HW = "gfx950-AMD_Instinct_MI350X-x8"
+TEST = "perf_tests/test_gemm.py::test_overlap"
+LONG_KERNEL = "Cijk_Ailk_Bljk_HHS_BH_MT256x256x64_MI32x32x8x1_SN_" + "1LDSB0_APM1_ABV0_" * 8
+
+
+def make_samples(seed: int = 0, n: int = 600, scale: float = 1.0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    units = [f"node{h}/{1000 + r}/{r}/{k}" for h in range(2) for r in range(2) for k in range(2)]
+    df = pd.DataFrame({
+        "point": rng.choice(["ch28-th256", "ch56-th512"], n),
+        "kernel": rng.choice([LONG_KERNEL, "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"], n),
+        "metric": "dur_ns",
+        "unit": rng.choice(units, n),
+        "value": np.round(rng.lognormal(10, 0.1, n) * scale),
+    })
+    unit_level = pd.DataFrame({"point": "ch28-th256", "kernel": "*", "metric": "overlap_fraction",
+                               "unit": units, "value": rng.uniform(0.5, 0.9, len(units))})
+    return pd.concat([df, unit_level], ignore_index=True)
+
+
+def files_of(store: BaselineStore, test_id: str = TEST, hw: str = HW) -> dict[str, bytes]:
+    d = store.path_for(test_id, hw)
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+# ----------------------------------------------------------------------------- store
+
+
+def test_roundtrip_and_generations(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "baselines")
+    samples = make_samples()
+    rec = BaselineRecord(TEST, HW, samples, meta={"rocm_version": "7.0.2", "git_commit": "abc"})
+    assert store.load(TEST, HW) is None
+    assert store.save(rec) is True
+
+    got = store.load(TEST, HW)
+    assert got.test_id == TEST and got.hw_key == HW and got.generation == 1
+    assert got.meta == {"rocm_version": "7.0.2", "git_commit": "abc"}
+    pd.testing.assert_frame_equal(got.samples, normalize_samples(samples))
+    assert list(got.samples.columns) == list(SAMPLE_COLUMNS)
+    assert got.samples["value"].dtype == "float64"
+
+    d = store.path_for(TEST, HW)
+    assert d == tmp_path / "baselines" / HW / "perf_tests_test_gemm.py__test_overlap"
+    assert sorted(p.name for p in d.iterdir()) == ["meta.json", "samples.parquet", "summary.yaml"]
+    assert (tmp_path / "baselines" / ".locks" / ".gitignore").read_text() == "*\n"
+
+    # the same samples again: nothing is rewritten, no diff for reviewers
+    before = files_of(store)
+    assert store.save(BaselineRecord(TEST, HW, samples.sample(frac=1, random_state=3), meta=rec.meta)) is False
+    assert files_of(store) == before
+
+    assert store.save(BaselineRecord(TEST, HW, make_samples(seed=1), meta=rec.meta)) is True
+    again = store.load(TEST, HW)
+    assert again.generation == 2 and again.created == got.created
+    assert store.load(TEST, "gfx942-AMD_Instinct_MI300X-x8") is None
+    assert [r.test_id for r in store.load_all()] == [TEST]
+    assert store.load_all("gfx942-other") == []
+
+
+def test_summary_and_samples_are_deterministic(tmp_path: Path) -> None:
+    samples = make_samples()
+    meta = {"rocm_version": "7.0.2", "torch_version": "2.13.0"}
+    a, b = BaselineStore(tmp_path / "a"), BaselineStore(tmp_path / "b")
+    a.save(BaselineRecord(TEST, HW, samples, meta=meta))
+    shuffled = samples.sample(frac=1, random_state=7)[["value", "unit", "metric", "kernel", "point"]]
+    b.save(BaselineRecord(TEST, HW, shuffled.astype({"point": "category"}), meta=dict(reversed(meta.items()))))
+    fa, fb = files_of(a), files_of(b)
+    assert fa["summary.yaml"] == fb["summary.yaml"]
+    assert fa["samples.parquet"] == fb["samples.parquet"]
+    ma, mb = (json.loads(f["meta.json"]) for f in (fa, fb))
+    for m in (ma, mb):
+        m.pop("created"), m.pop("updated")
+    assert ma == mb
+
+
+def test_summary_is_reviewable(tmp_path: Path) -> None:
+    import yaml
+
+    store = BaselineStore(tmp_path)
+    samples = make_samples()
+    store.save(BaselineRecord(TEST, HW, samples, meta={"run": {"rocm_version": "7.0.2"}}))
+    text = (store.path_for(TEST, HW) / "summary.yaml").read_text()
+    doc = yaml.safe_load(text)
+    assert doc["test_id"] == TEST and doc["source"] == {"rocm_version": "7.0.2"}
+    assert [p["point"] for p in doc["points"]] == ["ch28-th256", "ch56-th512"]
+    kernels = [k["kernel"] for k in doc["points"][0]["kernels"]]
+    assert kernels == sorted(kernels) and "*" in kernels and LONG_KERNEL in kernels
+    # one line per (point, kernel, metric): a changed median is a one-line diff
+    metric_lines = [ln for ln in text.splitlines() if ln.lstrip().startswith(("dur_ns:", "overlap_fraction:"))]
+    assert len(metric_lines) == 5
+    assert all("{n_units:" in ln for ln in metric_lines)
+    st = doc["points"][0]["kernels"][kernels.index(LONG_KERNEL)]["metrics"]["dur_ns"]
+    sel = samples[(samples.point == "ch28-th256") & (samples.kernel == LONG_KERNEL)]
+    assert st["n"] == len(sel) and st["n_units"] == sel["unit"].nunique()
+    assert st["median"] == pytest.approx(sel["value"].median(), rel=1e-3)
+    assert len(str(st["median"]).replace(".", "").strip("0")) <= 4  # rounded to 4 significant digits
+
+
+def _rewrite_checksum(d: Path, name: str) -> None:
+    meta = json.loads((d / "meta.json").read_text())
+    meta["files"][name]["sha256"] = hashlib.sha256((d / name).read_bytes()).hexdigest()
+    (d / "meta.json").write_text(json.dumps(meta))
+
+
+CORRUPTIONS = {
+    "meta_not_json": ("meta.json", lambda d: (d / "meta.json").write_text("{oops"), "not valid JSON"),
+    "meta_foreign": ("meta.json", lambda d: (d / "meta.json").write_text('{"benchmarks": []}'),
+                     "no schema_version"),
+    "meta_newer": ("meta.json", lambda d: (d / "meta.json").write_text(
+        (d / "meta.json").read_text().replace('"schema_version": 1', '"schema_version": 7')), "newer gemmperf"),
+    "summary_edited": ("summary.yaml", lambda d: (d / "summary.yaml").write_text(
+        (d / "summary.yaml").read_text().replace("n_units", "n_unitz")), "checksum"),
+    "summary_bad_yaml": ("summary.yaml", lambda d: ((d / "summary.yaml").write_text("a: [b\n"),
+                                                    _rewrite_checksum(d, "summary.yaml")), "not valid YAML"),
+    "summary_foreign": ("summary.yaml", lambda d: ((d / "summary.yaml").write_text("schema_version: 1\ntest_id: x\n"),
+                                                   _rewrite_checksum(d, "summary.yaml")), "differ from meta.json"),
+    "parquet_truncated": ("samples.parquet", lambda d: (d / "samples.parquet").write_bytes(
+        (d / "samples.parquet").read_bytes()[:100]), "checksum"),
+    "parquet_garbage": ("samples.parquet", lambda d: ((d / "samples.parquet").write_bytes(b"PAR1 not really"),
+                                                      _rewrite_checksum(d, "samples.parquet")), "unreadable parquet"),
+    "parquet_missing": ("samples.parquet", lambda d: (d / "samples.parquet").unlink(), "missing"),
+    "meta_missing": ("meta.json", lambda d: (d / "meta.json").unlink(), "no meta.json"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_corrupt_record_names_the_file(tmp_path: Path, case: str, capsys) -> None:
+    from pytest_gemmperf.cli import main
+
+    store = BaselineStore(tmp_path)
+    store.save(BaselineRecord(TEST, HW, make_samples()))
+    fname, corrupt, words = CORRUPTIONS[case]
+    d = store.path_for(TEST, HW)
+    corrupt(d)
+    with pytest.raises(GemmperfInputError) as err:
+        store.load(TEST, HW)
+    msg = str(err.value)
+    assert fname in msg and words in msg and "\n" not in msg
+    with pytest.raises(GemmperfInputError):
+        store.load_all()
+    # the CLI turns it into one line on stderr and exit status 2
+    assert main(["baseline", "show", "--baseline-dir", str(tmp_path), TEST]) == 2
+    assert fname in capsys.readouterr().err
+    # an explicit refresh repairs the record
+    assert store.save(BaselineRecord(TEST, HW, make_samples(seed=5))) is True
+    assert store.load(TEST, HW).samples["value"].notna().all()
+
+
+def test_test_id_mismatch_and_slug_collision(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    store.save(BaselineRecord("t.py::test_a[x/y]", HW, make_samples()))
+    with pytest.raises(GemmperfInputError, match="meta.json.*holds test"):
+        store.load("t.py::test_a[x_y]", HW)  # sanitizes to the same directory
+    with pytest.raises(GemmperfInputError, match="collide"):
+        store.save(BaselineRecord("t.py::test_a[x_y]", HW, make_samples()))
+    assert len(slug_for_test("t.py::test_" + "p" * 400)) <= 150
+    assert slug_for_test("t.py::test_" + "p" * 400) != slug_for_test("t.py::test_" + "p" * 399)
+
+
+def test_save_rejects_bad_samples(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    with pytest.raises(GemmperfInputError, match="lacks columns"):
+        store.save(BaselineRecord(TEST, HW, pd.DataFrame({"point": ["a"], "value": [1.0]})))
+    with pytest.raises(GemmperfInputError, match="empty baseline"):
+        store.save(BaselineRecord(TEST, HW, make_samples().iloc[:0]))
+    with pytest.raises(GemmperfInputError, match="not numeric"):
+        store.save(BaselineRecord(TEST, HW, make_samples().assign(value="fast")))
+    assert not store.path_for(TEST, HW).exists()
+
+
+def test_stale_temp_files_are_cleaned_by_next_save(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    store.save(BaselineRecord(TEST, HW, make_samples()))
+    d = store.path_for(TEST, HW)
+    (d / ".samples.parquet.abc.tmp").write_bytes(b"half")  # a writer killed mid-write
+    assert store.load(TEST, HW) is not None
+    store.save(BaselineRecord(TEST, HW, make_samples(seed=2)))
+    assert not list(d.glob("*.tmp")) and not list(d.glob(".*.tmp"))
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in d.iterdir())
+
+
+def test_diff(tmp_path: Path) -> None:
+    old = make_samples()
+    new = old.copy()
+    gemm = new["kernel"] == LONG_KERNEL
+    new.loc[gemm, "value"] *= 1.1
+    new = new[new["metric"] != "overlap_fraction"]
+    added = pd.DataFrame({"point": ["ch56-th512"], "kernel": ["*"], "metric": ["exposed_comm_ns"],
+                          "unit": ["node0/1000/0/0"], "value": [5.0]})
+    new = pd.concat([new, added], ignore_index=True)
+    d = BaselineStore.diff(BaselineRecord(TEST, HW, old), BaselineRecord(TEST, HW, new))
+    assert list(d.columns) == ["point", "kernel", "metric", "old_median", "new_median", "ratio",
+                               "old_n_units", "new_n_units", "change"]
+    by = d.set_index(["point", "kernel", "metric"])["change"]
+    assert by[("ch28-th256", "*", "overlap_fraction")] == "removed"
+    assert by[("ch56-th512", "*", "exposed_comm_ns")] == "added"
+    assert (d.loc[d["kernel"] == LONG_KERNEL, "change"] == "changed").all()
+    assert np.allclose(d.loc[d["kernel"] == LONG_KERNEL, "ratio"], 1.1, rtol=1e-3)
+    assert (d.loc[d["kernel"].str.startswith("nccl"), "change"] == "unchanged").all()
+    assert set(BaselineStore.diff(None, new)["change"]) == {"added"}
+    assert set(BaselineStore.diff(old, old.sample(frac=1, random_state=1))["change"]) == {"unchanged"}
+
+
+def _age(store: BaselineStore, test_id: str, days: float) -> None:
+    p = store.path_for(test_id, HW) / "meta.json"
+    meta = json.loads(p.read_text())
+    meta["updated"] = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days)).isoformat()
+    p.write_text(json.dumps(meta))
+
+
+def test_prune(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    for t in ("t.py::test_old", "t.py::test_new", "t.py::test_gone"):
+        store.save(BaselineRecord(t, HW, make_samples()))
+    _age(store, "t.py::test_old", 40)
+    plan = store.prune(older_than=30, dry_run=True)
+    assert [r["test_id"] for r in plan] == ["t.py::test_old"]
+    assert store.load("t.py::test_old", HW) is not None  # dry run removes nothing
+    assert [r["test_id"] for r in store.prune(older_than=dt.timedelta(days=30))] == ["t.py::test_old"]
+    assert store.load("t.py::test_old", HW) is None
+    assert not store.path_for("t.py::test_old", HW).exists()
+    gone = store.prune(keep_test_ids=["t.py::test_new"])
+    assert [r["test_id"] for r in gone] == ["t.py::test_gone"]
+    assert [r.test_id for r in store.load_all()] == ["t.py::test_new"]
+    assert not [p for p in (tmp_path / HW).iterdir() if p.name.startswith(".")]  # no trash left
+    store.prune(keep_test_ids=[])
+    assert not (tmp_path / HW).exists()
+
+
+def test_list(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    store.save(BaselineRecord(TEST, HW, make_samples(), meta={"rocm_version": "7.0.2", "torch_version": "2.13"}))
+    store.save(BaselineRecord(TEST, "cpu-x86_64-AMD_EPYC-2c", make_samples()))
+    table = store.list()
+    assert list(table["hw_key"]) == ["cpu-x86_64-AMD_EPYC-2c", HW]
+    row = table[table["hw_key"] == HW].iloc[0]
+    assert (row.points, row.kernels, row.metrics) == (2, 3, 2)
+    assert row.versions == "rocm 7.0.2, torch 2.13"
+    assert BaselineStore(tmp_path / "nothing").list().empty
+
+
+# ----------------------------------------------------------------------------- hardware
+
+
+def _agents(hosts: int = 1, files_per_host: int = 2, gpus: int = 8, ids: bool = True) -> pd.DataFrame:
+    rows = []
+    for h in range(hosts):
+        for f in range(files_per_host):  # every rank's trace lists all agents of its node
+            rows.append({"host": f"node{h}", "file": f"rank{f}.json", "type": "CPU", "product": "AMD EPYC 9575F"})
+            for g in range(gpus):
+                rows.append({"host": f"node{h}", "file": f"rank{f}.json", "type": "GPU", "gpu_arch": "gfx950",
+                             "product": "AMD Instinct MI350X", "gpu_index": g if ids else None})
+    return finalize_agents(pd.DataFrame(rows), "agents.parquet")
+
+
+def test_hardware_key() -> None:
+    assert hardware_key(_agents()) == "gfx950-AMD_Instinct_MI350X-x8"
+    assert hardware_key(_agents(hosts=2)) == "gfx950-AMD_Instinct_MI350X-x8-n2"
+    assert hardware_key(_agents(gpus=1, ids=False)) == "gfx950-AMD_Instinct_MI350X-x1"
+    assert hardware_key(_agents(ids=False)) == "gfx950-AMD_Instinct_MI350X-x8"
+    raw = pd.DataFrame({"type": ["GPU"] * 4, "gpu_arch": ["gfx942"] * 4, "product": ["AMD Instinct MI300X"] * 4,
+                        "node_id": [2, 3, 4, 5]})
+    assert hardware_key(raw) == "gfx942-AMD_Instinct_MI300X-x4"
+    cpu_only = _agents(gpus=0)
+    assert hardware_key(cpu_only) == hardware_key(None) == cpu_hardware_key()
+    assert hardware_key(None).startswith("cpu-") and hardware_key(None).endswith(f"-{os.cpu_count()}c")
+
+
+def test_cpu_key_strips_marketing() -> None:
+    assert cpu_hardware_key("AMD EPYC 9575F 64-Core Processor", 2, "x86_64") == "cpu-x86_64-AMD_EPYC_9575F-2c"
+    assert (cpu_hardware_key("Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz", 112, "x86_64")
+            == "cpu-x86_64-Intel_Xeon_Platinum_8480+-112c")
+    assert cpu_hardware_key("weird/name:*", 4, "aarch64") == "cpu-aarch64-weird_name-4c"
+
+
+def test_parse_rocprofv3_version() -> None:
+    text = "rocprofv3 information:\n    version: 1.0.0\n    git_revision: abc\n    rocm_version: 7.0.2\n"
+    assert parse_rocprofv3_version(text) == "1.0.0"
+    assert parse_rocprofv3_version("\nrocprofv3 0.5.0\n") == "rocprofv3 0.5.0"
+
+
+def test_collect_metadata(tmp_path: Path, monkeypatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "rocprofv3"
+    fake.write_text("#!/bin/sh\necho '- version: 1.2.3'\necho 'rocm_version: 7.0.2'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    outside = tmp_path / "not_a_repo"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    m = collect_metadata(cwd=outside)
+    assert m["rocprofv3_version"] == "1.2.3"
+    assert m["git_commit"] is None
+    assert m["tool_version"] and m["host"]
+    assert dt.datetime.fromisoformat(m["date"]).tzinfo is not None
+    json.dumps(m)  # storable as-is in meta.json
+    code = ("import sys; from pytest_gemmperf.gate import hardware as h; h.collect_metadata(); "
+            "assert 'torch' not in sys.modules, 'metadata must not import torch'")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+    hang = bin_dir / "rocprofv3"
+    hang.write_text("#!/bin/sh\nsleep 30\n")
+    monkeypatch.setattr(hwmod, "PROBE_TIMEOUT_S", 0.5)
+    assert collect_metadata(cwd=outside)["rocprofv3_version"] is None
+
+
+# ----------------------------------------------------------------------------- refresh
+
+
+@pytest.fixture
+def samples_module():
+    """The real gate.samples: refresh must build exactly the samples the plugin gates on."""
+    from pytest_gemmperf.gate import samples
+
+    return samples
+
+
+KERNELS = {"gemm": LONG_KERNEL, "nccl": "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"}
+
+
+def _dispatches(point: str, seed: int, n_per: int = 30, ranks: int = 2, runs: int = 2, base_ns: float = 1e5) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frames = []
+    for rank in range(ranks):
+        for run in range(runs):
+            n = n_per * len(KERNELS)
+            start = np.cumsum(rng.integers(200_000, 300_000, n))
+            dur = rng.normal(base_ns, base_ns * 0.02, n).astype(np.int64)
+            frames.append(pd.DataFrame({
+                "host": "node0", "pid": 4000 + rank, "rank": rank, "run": run, "point": point, "agent": rank,
+                "dispatch_id": np.arange(n), "kernel": np.tile(list(KERNELS.values()), n_per),
+                "start_ns": start, "end_ns": start + dur, "source": "rocprofv3-csv"}))
+    return finalize_dispatches(pd.concat(frames, ignore_index=True), f"{point}.csv")
+
+
+def make_results(root: Path, *, hw_key: str | None = HW, with_agents: bool = False, seed: int = 0,
+                 failed_point: bool = True) -> Path:
+    """A finished run in the documented results layout."""
+    root.mkdir(parents=True)
+    run = {"start_time": "2026-11-20T10:00:00+00:00", "rocm_version": "7.0.2", "git_commit": "deadbeef",
+           "argv": ["pytest", "perf_tests"]}
+    if hw_key:
+        run["hardware_key"] = hw_key
+    (root / "run.json").write_text(json.dumps(run))
+    tests = {"perf_tests/test_gemm.py::test_overlap": ["ch28-th256", "ch56-th512"],
+             "perf_tests/test_gemm.py::test_alone": ["th256"]}
+    for i, (test_id, points) in enumerate(tests.items()):
+        for j, point in enumerate(points):
+            pdir = root / slug_for_test(test_id) / point
+            pdir.mkdir(parents=True)
+            doc = {"test_id": test_id, "point": point, "status": "ok", "repeats": 2, "runs": []}
+            if test_id.endswith("test_alone"):
+                doc["kernels"] = ["^Cijk_", "no_such_kernel"]  # the gate only sees these kernels
+            (pdir / "point.json").write_text(json.dumps(doc))
+            _dispatches(point, seed + 10 * i + j).to_parquet(pdir / "dispatches.parquet")
+            if with_agents:
+                _agents(gpus=2).to_parquet(pdir / "agents.parquet")
+    if failed_point:
+        pdir = root / slug_for_test("perf_tests/test_gemm.py::test_alone") / "th512"
+        pdir.mkdir()
+        (pdir / "point.json").write_text(json.dumps({"test_id": "perf_tests/test_gemm.py::test_alone",
+                                                     "point": "th512", "status": "failed"}))
+    (root / slug_for_test("perf_tests/test_gemm.py::test_alone") / "verdicts.csv").write_text("test,point\n")
+    return root
+
+
+def test_refresh_from_results(tmp_path: Path, samples_module) -> None:
+    results = make_results(tmp_path / "results" / "2026-11-20T10-00-00")
+    store = BaselineStore(tmp_path / "baselines")
+    messages: list[str] = []
+    recs = refresh_from_results(results, store, report=messages.append)
+    assert [r.test_id for r in recs] == ["perf_tests/test_gemm.py::test_alone", "perf_tests/test_gemm.py::test_overlap"]
+    assert any("th512" in m and "failed" in m for m in messages)
+    overlap = store.load("perf_tests/test_gemm.py::test_overlap", HW)
+    s = overlap.samples
+    assert set(s["point"]) == {"ch28-th256", "ch56-th512"}
+    gemm = s[(s["kernel"] == LONG_KERNEL) & (s["metric"] == "dur_ns")]
+    assert gemm["unit"].nunique() == 4  # 2 ranks x 2 repeats per point: the independent processes
+    disp = pd.read_parquet(results / slug_for_test(overlap.test_id) / "ch28-th256" / "dispatches.parquet")
+    assert set(gemm.loc[gemm["point"] == "ch28-th256", "value"]) <= set(disp["dur_ns"].astype(float))
+    assert overlap.meta["run"]["rocm_version"] == "7.0.2"
+    alone = store.load("perf_tests/test_gemm.py::test_alone", HW)
+    assert set(alone.samples["point"]) == {"th256"}  # the failed point is not promoted
+    dur = alone.samples[alone.samples["metric"] == "dur_ns"]
+    assert set(dur["kernel"]) == {LONG_KERNEL}  # narrowed to the point's kernel regexes
+
+    # refreshing the same run again changes nothing; -k narrows it down
+    before = files_of(store, overlap.test_id)
+    recs2 = refresh_from_results(results.parent, store, test_filter="test_overlap")  # parent: newest run
+    assert [r.test_id for r in recs2] == [overlap.test_id]
+    assert files_of(store, overlap.test_id) == before
+    assert store.load(overlap.test_id, HW).generation == 1
+
+
+def test_refresh_hardware_key_from_agents(tmp_path: Path, samples_module) -> None:
+    results = make_results(tmp_path / "r", hw_key=None, with_agents=True)
+    recs = records_from_results(results)
+    assert {r.hw_key for r in recs} == {"gfx950-AMD_Instinct_MI350X-x2"}
+    no_hw = make_results(tmp_path / "r2", hw_key=None)
+    with pytest.raises(GemmperfInputError, match="run.json.*no hardware key"):
+        records_from_results(no_hw)
+
+
+def test_refresh_point_hardware_key_wins(tmp_path: Path, samples_module) -> None:
+    results = make_results(tmp_path / "r")
+    pj = results / slug_for_test("perf_tests/test_gemm.py::test_overlap") / "ch56-th512" / "point.json"
+    doc = json.loads(pj.read_text())
+    pj.write_text(json.dumps(doc | {"hardware_key": "gfx942-AMD_Instinct_MI300X-x8"}))
+    recs = records_from_results(results, test_filter="test_overlap")
+    assert [(r.hw_key, sorted(set(r.samples["point"]))) for r in recs] == [
+        ("gfx942-AMD_Instinct_MI300X-x8", ["ch56-th512"]), (HW, ["ch28-th256"])]
+
+
+@pytest.mark.parametrize("damage, where, words", [
+    ("bad_regex", "point.json", "invalid kernel regex"),
+    ("no_match", "dispatches.parquet", "no dispatch matches"),
+    ("no_dispatches", "dispatches.parquet", "missing"),
+    ("bad_parquet", "dispatches.parquet", "unreadable parquet"),
+    ("bad_point_json", "point.json", "not valid JSON"),
+    ("no_test_id", "point.json", "lacks 'test_id'"),
+    ("bad_run_json", "run.json", "not valid JSON"),
+])
+def test_refresh_bad_results(tmp_path: Path, samples_module, damage: str, where: str, words: str) -> None:
+    results = make_results(tmp_path / "r")
+    pdir = results / slug_for_test("perf_tests/test_gemm.py::test_alone") / "th256"
+    if damage in ("bad_regex", "no_match"):
+        doc = json.loads((pdir / "point.json").read_text())
+        doc["kernels"] = ["Cijk_(" if damage == "bad_regex" else "^rccl_only$"]
+        (pdir / "point.json").write_text(json.dumps(doc))
+    elif damage == "no_dispatches":
+        (pdir / "dispatches.parquet").unlink()
+    elif damage == "bad_parquet":
+        (pdir / "dispatches.parquet").write_bytes(b"PAR1garbage")
+    elif damage == "bad_point_json":
+        (pdir / "point.json").write_text("{")
+    elif damage == "no_test_id":
+        (pdir / "point.json").write_text('{"point": "th256"}')
+    else:
+        (results / "run.json").write_text("[")
+    store = BaselineStore(tmp_path / "b")
+    with pytest.raises(GemmperfInputError) as err:
+        refresh_from_results(results, store)
+    assert where in str(err.value) and words in str(err.value)
+    assert store.load_all() == []  # nothing half-promoted
+
+
+def test_refresh_rejects_non_results(tmp_path: Path, samples_module) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(GemmperfInputError, match="not a gemmperf results directory"):
+        records_from_results(tmp_path / "empty")
+    with pytest.raises(GemmperfInputError, match="does not exist"):
+        records_from_results(tmp_path / "nope")
+    results = make_results(tmp_path / "r")
+    with pytest.raises(GemmperfInputError, match="no finished test points matching"):
+        records_from_results(results, test_filter="no_such_test")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli(tmp_path: Path, samples_module, capsys) -> None:
+    from pytest_gemmperf.cli import main
+
+    bdir = str(tmp_path / "baselines")
+    r1 = make_results(tmp_path / "r1", seed=0)
+    assert main(["baseline", "diff", "--from", str(r1), "--baseline-dir", bdir]) == 0
+    assert "new baseline" in capsys.readouterr().out
+    assert main(["baseline", "refresh", "--from", str(r1), "--baseline-dir", bdir, "-k", "overlap"]) == 0
+    assert "1 baseline record(s)" in capsys.readouterr().out
+
+    assert main(["baseline", "show", "--baseline-dir", bdir]) == 0
+    out = capsys.readouterr().out
+    assert "perf_tests/test_gemm.py::test_overlap" in out and HW in out and "test_alone" not in out
+    assert main(["baseline", "show", "--baseline-dir", bdir, "perf_tests/test_gemm.py::test_overlap"]) == 0
+    assert "ch56-th512" in capsys.readouterr().out
+
+    r2 = make_results(tmp_path / "r2", seed=100)
+    assert main(["baseline", "diff", "--from", str(r2), "--baseline-dir", bdir, "-k", "overlap"]) == 0
+    out = capsys.readouterr().out
+    assert "changed" in out and "ratio" in out
+    assert BaselineStore(bdir).load("perf_tests/test_gemm.py::test_overlap", HW).generation == 1  # diff wrote nothing
+
+    assert main(["baseline", "prune", "--baseline-dir", bdir, "--older-than", "0", "--dry-run"]) == 0
+    assert "would remove" in capsys.readouterr().out
+    assert len(BaselineStore(bdir).load_all()) == 1
+    assert main(["baseline", "prune", "--baseline-dir", bdir, "--older-than", "0"]) == 0
+    assert BaselineStore(bdir).load_all() == []
+
+    assert main(["baseline", "refresh", "--from", str(tmp_path / "nope"), "--baseline-dir", bdir]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["baseline", "refresh", "--baseline-dir", bdir])  # --from is required
+    assert exc.value.code == 2

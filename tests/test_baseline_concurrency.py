@@ -1,0 +1,179 @@
+"""8 processes saving and refreshing the same and different baselines at once (``pytest -n 8``).
+
+Every record must stay loadable, no temp file may be left, and every record seen (during the
+run by the writers themselves, and at the end) must be exactly one writer's input, never a mix
+of two writers' files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.gate.baseline import (BaselineStore, _samples_to_parquet, normalize_samples,
+                                           records_from_results, slug_for_test)
+from pytest_gemmperf.traces.schema import finalize_dispatches
+
+REPO = Path(__file__).resolve().parent.parent
+N_PROCS = 8
+ROUNDS = 3
+HW = "gfx942-AMD_Instinct_MI300X-x8"
+SHARED = "perf_tests/test_shared.py::test_same_record"
+
+WORKER = textwrap.dedent('''
+    import hashlib, json, sys, time
+    from pathlib import Path
+    import numpy as np, pandas as pd
+    from pytest_gemmperf.gate.baseline import (BaselineRecord, BaselineStore, _samples_to_parquet,
+                                               refresh_from_results)
+    args = json.loads(sys.argv[1])
+    wid, store = args["wid"], BaselineStore(args["root"])
+    allowed = set(args["allowed"])
+
+    def samples(w, r):
+        rng = np.random.default_rng(1000 * w + r)
+        n = 400
+        return pd.DataFrame({"point": rng.choice(["ch28-th256", "ch56-th512"], n),
+                             "kernel": rng.choice(["Cijk_gemm", "ncclDevKernel_Generic"], n),
+                             "metric": "dur_ns", "unit": rng.choice(["a/1/0/0", "a/2/1/0"], n),
+                             "value": rng.normal(1e5, 1e3, n).round()})
+
+    def digest(rec):
+        return hashlib.sha256(_samples_to_parquet(rec.samples)).hexdigest()
+
+    deadline = time.time() + 120
+    while not Path(args["go"]).exists():  # start together to maximise overlap
+        if time.time() > deadline:
+            sys.exit("never got the go signal")
+        time.sleep(0.01)
+    for r in range(args["rounds"]):
+        if wid % 2:
+            refresh_from_results(args["results"], store)
+        else:
+            store.save(BaselineRecord(args["shared"], args["hw"], samples(wid, r), meta={"writer": wid, "round": r}))
+        store.save(BaselineRecord(f"perf_tests/test_own.py::test_w{wid}", args["hw"], samples(wid, r)))
+        seen = store.load(args["shared"], args["hw"])
+        if seen is None or digest(seen) not in allowed:
+            sys.exit(f"writer {wid} round {r}: shared record is not one writer's input")
+    print("ok")
+''')
+
+
+def writer_samples(w: int, r: int) -> pd.DataFrame:
+    rng = np.random.default_rng(1000 * w + r)
+    n = 400
+    return pd.DataFrame({"point": rng.choice(["ch28-th256", "ch56-th512"], n),
+                         "kernel": rng.choice(["Cijk_gemm", "ncclDevKernel_Generic"], n),
+                         "metric": "dur_ns", "unit": rng.choice(["a/1/0/0", "a/2/1/0"], n),
+                         "value": rng.normal(1e5, 1e3, n).round()})
+
+
+def digest(samples: pd.DataFrame) -> str:
+    return hashlib.sha256(_samples_to_parquet(normalize_samples(samples))).hexdigest()
+
+
+def make_results(root: Path, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    n = 120
+    start = np.cumsum(rng.integers(10_000, 20_000, n))
+    disp = finalize_dispatches(pd.DataFrame({
+        "host": "a", "pid": 1 + np.arange(n) % 2, "rank": np.arange(n) % 2, "run": 0, "point": "ch28-th256",
+        "kernel": np.where(np.arange(n) % 3 == 0, "Cijk_gemm", "ncclDevKernel_Generic"),
+        "start_ns": start, "end_ns": start + rng.integers(5_000, 9_000, n)}), "w.csv")
+    pdir = root / slug_for_test(SHARED) / "ch28-th256"
+    pdir.mkdir(parents=True)
+    (root / "run.json").write_text(json.dumps({"hardware_key": HW, "writer_seed": seed}))
+    (pdir / "point.json").write_text(json.dumps({"test_id": SHARED, "point": "ch28-th256", "status": "passed"}))
+    disp.to_parquet(pdir / "dispatches.parquet")
+    return root
+
+
+def test_parallel_writers_never_mix_records(tmp_path: Path) -> None:
+    root = tmp_path / "baselines"
+    results = {w: str(make_results(tmp_path / f"results{w}", seed=w)) for w in range(1, N_PROCS, 2)}
+    allowed = {digest(writer_samples(w, r)) for w in range(0, N_PROCS, 2) for r in range(ROUNDS)}
+    allowed |= {digest(rec.samples) for w in results for rec in records_from_results(results[w])}
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    procs = []
+    for w in range(N_PROCS):
+        args = {"wid": w, "root": str(root), "go": str(go), "rounds": ROUNDS, "shared": SHARED, "hw": HW,
+                "results": results.get(w),
+                "allowed": sorted(allowed)}
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], cwd=REPO,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    time.sleep(0.5)
+    go.touch()
+    failures = []
+    for w, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        if p.returncode != 0 or out.strip() != "ok":
+            failures.append(f"writer {w} rc={p.returncode}: {err.strip().splitlines()[-3:]}")
+    assert not failures, failures
+
+    store = BaselineStore(root)
+    records = {r.test_id: r for r in store.load_all()}  # every record loads
+    assert set(records) == {SHARED} | {f"perf_tests/test_own.py::test_w{w}" for w in range(N_PROCS)}
+    assert digest(records[SHARED].samples) in allowed
+    assert 1 <= records[SHARED].generation <= N_PROCS * ROUNDS
+    for w in range(N_PROCS):  # a record written by one process only ends at its last input
+        own = records[f"perf_tests/test_own.py::test_w{w}"]
+        assert digest(own.samples) == digest(writer_samples(w, ROUNDS - 1))
+        assert own.generation == ROUNDS
+    leftovers = [p for p in root.rglob("*") if p.name.endswith(".tmp") or ".pruned-" in p.name]
+    assert not leftovers
+    for d in root.iterdir():
+        if not d.name.startswith("."):
+            for rec_dir in d.iterdir():
+                assert sorted(p.name for p in rec_dir.iterdir()) == ["meta.json", "samples.parquet", "summary.yaml"]
+
+
+def test_reader_waits_for_writer_between_renames(tmp_path: Path) -> None:
+    """A reader that meets new data files beside the old meta.json (a writer between its
+    renames) must wait for the writer's lock and return the new record, not report corruption."""
+    import threading
+
+    from pytest_gemmperf.gate import baseline as bl
+
+    store = BaselineStore(tmp_path)
+    store.save(bl.BaselineRecord(SHARED, HW, writer_samples(0, 0)))
+    d = store.path_for(SHARED, HW)
+    new = bl.BaselineRecord(SHARED, HW, normalize_samples(writer_samples(1, 0)))
+    samples_bytes, summary_bytes = bl._samples_to_parquet(new.samples), bl.render_summary(new)
+    lock = store._lock(d)
+    lock.acquire()
+    bl._atomic_write(d / "samples.parquet", samples_bytes)  # half-way: data replaced, meta not yet
+    result: dict = {}
+
+    def read() -> None:
+        try:
+            result["rec"] = store.load(SHARED, HW)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            result["exc"] = exc
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive() and not result  # waiting on the lock, not failing
+    bl._atomic_write(d / "summary.yaml", summary_bytes)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["files"]["samples.parquet"]["sha256"] = hashlib.sha256(samples_bytes).hexdigest()
+    meta["files"]["summary.yaml"]["sha256"] = hashlib.sha256(summary_bytes).hexdigest()
+    bl._atomic_write(d / "meta.json", json.dumps(meta).encode())
+    lock.release()
+    t.join(30)
+    assert "exc" not in result, result.get("exc")
+    assert digest(result["rec"].samples) == digest(writer_samples(1, 0))

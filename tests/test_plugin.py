@@ -1,0 +1,260 @@
+"""The pytest plugin end to end, with pytester and a fast stand-in workload that writes small
+CPU Kineto traces (tests/fixtures/gemmperf_plugin/fake_kineto_workload.py)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.run import backend as be
+
+pytest_plugins = ["pytester"]
+
+# pytester's in-process runs drop the modules they imported afterwards; pyarrow extension types
+# cannot be registered twice, so everything the inner sessions use is imported here, once.
+import pandas.core.arrays.arrow.extension_types  # noqa: E402,F401
+import pyarrow.parquet  # noqa: E402,F401
+
+import pytest_gemmperf.gate.baseline  # noqa: E402,F401
+import pytest_gemmperf.gate.compare  # noqa: E402,F401
+import pytest_gemmperf.gate.hardware  # noqa: E402,F401
+import pytest_gemmperf.gate.samples  # noqa: E402,F401
+import pytest_gemmperf.gate.verdict  # noqa: E402,F401
+import pytest_gemmperf.run.process  # noqa: E402,F401
+import pytest_gemmperf.run.torch_backend  # noqa: E402,F401
+import pytest_gemmperf.traces.torch_trace  # noqa: E402,F401
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE = REPO / "tests" / "fixtures" / "gemmperf_plugin" / "fake_kineto_workload.py"
+SLUG = "test_overlap.py__test_overlap"
+TEST_ID = "test_overlap.py::test_overlap"
+
+TEST_FILE = f"""
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(channels=[28, 56], threads=[256], kernels=[r"^aten::mm$"])
+def test_overlap(gemmperf):
+    result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "40"], repeats=2)
+    assert set(result.gated_dispatches["kernel"].astype(str)) == {{"aten::mm"}}
+    gemmperf.assert_no_regression(result)
+"""
+
+
+def _entry_point_loaded() -> bool:
+    return any(ep.value == "pytest_gemmperf.plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
+
+
+PLUGIN_ARGS = [] if _entry_point_loaded() else ["-p", "pytest_gemmperf.plugin"]
+
+
+@pytest.fixture
+def gp(pytester, monkeypatch):
+    """pytester with the plugin, CPU backend forced (the stand-in writes CPU traces), and
+    results/baselines under the test directory."""
+    monkeypatch.setattr(be, "rocm_gpu_present", lambda *a: False)
+    monkeypatch.setattr(be, "cuda_gpu_present", lambda: False)
+    monkeypatch.delenv("FAKE_SCALE", raising=False)
+    monkeypatch.delenv("FAKE_FAIL", raising=False)
+    pytester.makepyfile(test_overlap=TEST_FILE)
+
+    def run(*args, results="res", inprocess=True):
+        full = [*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+                f"--gemmperf-results-dir={results}", "--gemmperf-baseline-dir=base", *args]
+        return pytester.runpytest(*full) if inprocess else pytester.runpytest_subprocess(*full)
+
+    run.path = pytester.path
+    return run
+
+
+def _point_json(root: Path, point: str) -> dict:
+    return json.loads((root / SLUG / point / "point.json").read_text())
+
+
+def test_ids_and_cli_ini_overrides(gp, pytester):
+    out = gp("--collect-only", "-q")
+    out.stdout.fnmatch_lines(["test_overlap.py::test_overlap[[]ch28-th256[]]",
+                              "test_overlap.py::test_overlap[[]ch56-th256[]]"])
+    out = gp("--collect-only", "-q", "--gemmperf-channels", "70,84")
+    out.stdout.fnmatch_lines(["*test_overlap[[]ch70-th256[]]", "*test_overlap[[]ch84-th256[]]"])
+    pytester.makeini("[pytest]\ngemmperf_threads = 128,512\ngemmperf_channels = 42\n")
+    out = gp("--collect-only", "-q")
+    out.stdout.fnmatch_lines(["*[[]ch42-th128[]]", "*[[]ch42-th512[]]"])
+    assert "ch28" not in out.stdout.str()
+    out = gp("--collect-only", "-q", "--gemmperf-axis", "threads=64")  # command line beats ini
+    out.stdout.fnmatch_lines(["*[[]ch42-th64[]]"])
+    assert "th128" not in out.stdout.str()
+
+
+def test_bad_override_is_a_usage_error(gp):
+    out = gp("--collect-only", "--gemmperf-axis", "threads")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    out.stderr.fnmatch_lines(["*expected NAME=V1,V2*"])
+    out = gp("--collect-only", "--gemmperf-threshold", "banana")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_baseline_lifecycle_regression_warn_only_and_junit(gp, monkeypatch):
+    root = gp.path
+    # 1. first run: no baseline -> recorded, passes, says so
+    out = gp("--junitxml=first.xml", results="res1")
+    out.assert_outcomes(passed=2)
+    out.stdout.fnmatch_lines(["*no baseline for test_overlap.py::test_overlap[[]ch28-th256[]] — recorded one at *base*"])
+    from pytest_gemmperf.gate.baseline import BaselineStore
+
+    records = BaselineStore(root / "base").load_all()
+    assert len(records) == 1 and records[0].test_id == TEST_ID
+    assert set(records[0].samples["point"].astype(str)) == {"ch28-th256", "ch56-th256"}
+
+    # results layout and recorded environment
+    res1 = root / "res1"
+    assert json.loads((res1 / "run.json").read_text())["hardware_key"] == records[0].hw_key
+    pj = _point_json(res1, "ch28-th256")
+    assert pj["status"] == "ok" and pj["test_id"] == TEST_ID and pj["backend"] == "torch"
+    assert pj["env"]["NCCL_MIN_NCHANNELS"] == "28" and pj["env"]["RCCL_THREADS_PER_BLOCK"] == "256"
+    assert pj["env"]["HSA_ENABLE_SDMA"] == "0"
+    assert [r["run"] for r in pj["runs"]] == [0, 1]
+    assert pj["runs"][0]["files"] == {"0": ["run0/raw/torch_profiler/rank0/fake_trace.json"],
+                                      "1": ["run0/raw/torch_profiler/rank1/fake_trace.json"]}
+    seen = json.loads((res1 / SLUG / "ch28-th256" / "run1" / "raw" / "env_seen.json").read_text())
+    assert seen["NCCL_MAX_NCHANNELS"] == "28" and seen["NCCL_NTHREADS"] == "256"
+    assert (res1 / SLUG / "ch28-th256" / "run0" / "logs" / "workload.log").is_file()
+    disp = pd.read_parquet(res1 / SLUG / "ch56-th256" / "dispatches.parquet")
+    assert len(disp) == 2 * 2 * 80 and set(disp["run"]) == {0, 1} and set(disp["rank"]) == {0, 1}
+    assert set(disp["point"].astype(str)) == {"ch56-th256"}
+
+    # 2. second run: compared, unchanged
+    out = gp("--junitxml=second.xml", results="res2")
+    out.assert_outcomes(passed=2)
+    out.stdout.fnmatch_lines(["*compared 2 point(s) with their baselines*"])
+    verdicts = pd.read_csv(root / "res2" / SLUG / "verdicts.csv")
+    mm = verdicts[(verdicts["kernel"] == "aten::mm") & (verdicts["metric"] == "dur_ns")]
+    assert set(mm["point"]) == {"ch28-th256", "ch56-th256"} and set(mm["verdict"]) == {"unchanged"}
+    props = _junit_props(root / "second.xml")
+    assert props["test_overlap[ch28-th256]"]["gemmperf_status"].startswith("compared:")
+
+    # 3. an injected 40% slowdown fails with the compact table
+    monkeypatch.setenv("FAKE_SCALE", "1.4")
+    out = gp("--junitxml=third.xml", results="res3")
+    out.assert_outcomes(failed=2)
+    out.stdout.fnmatch_lines(["*gemmperf: 2 regression(s) in test_overlap.py::test_overlap[[]ch28-th256[]]*",
+                              "*verdict*point*kernel*metric*base*cand*change*q*",
+                              "*regression*ch28-th256*aten::mm*dur_ns*+4*"])
+    props = _junit_props(root / "third.xml")["test_overlap[ch56-th256]"]
+    assert props["gemmperf:ch56-th256:dur_ns:aten::mm"].startswith("regression ratio=1.4")
+    rows = json.loads(props["gemmperf_verdicts"])
+    assert {r["verdict"] for r in rows if r["metric"] == "dur_ns"} == {"regression"}
+    out.stdout.fnmatch_lines(["*= gemmperf =*", "*regression*test_overlap[[]ch28-th256[]]*aten::mm*dur_ns*"])
+
+    # 4. warn-only reports but passes
+    out = gp("--gemmperf-warn-only", results="res4")
+    out.assert_outcomes(passed=2)
+    out.stdout.fnmatch_lines(["*regression*test_overlap[[]ch56-th256[]]*aten::mm*",
+                              "*--gemmperf-warn-only: regressions reported, not failed*"])
+
+    # 5. accept the slower numbers for one point only (-k): the other point keeps its baseline
+    before = BaselineStore(root / "base").load(TEST_ID, records[0].hw_key).samples
+    out = gp("--gemmperf-update-baselines", "-k", "ch56", results="res5")
+    out.assert_outcomes(passed=1, deselected=1)
+    out.stdout.fnmatch_lines(["*baseline updated for test_overlap.py::test_overlap[[]ch56-th256[]]*"])
+    after = BaselineStore(root / "base").load(TEST_ID, records[0].hw_key).samples
+
+    def med(s, point):
+        sel = (s["point"].astype(str) == point) & (s["kernel"].astype(str) == "aten::mm") & (s["metric"] == "dur_ns")
+        return s.loc[sel, "value"].median()
+
+    assert med(after, "ch56-th256") / med(before, "ch56-th256") == pytest.approx(1.4, rel=0.05)
+    assert med(after, "ch28-th256") == med(before, "ch28-th256")
+    out = gp("-k", "ch56", results="res6")
+    out.assert_outcomes(passed=1, deselected=1)
+
+
+def _junit_props(path: Path) -> dict[str, dict[str, str]]:
+    tree = ET.parse(path)
+    out = {}
+    for case in tree.iter("testcase"):
+        out[case.get("name")] = {p.get("name"): p.get("value") for p in case.iter("property")}
+    return out
+
+
+def test_workload_failure_fails_with_log_tail(gp, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    out = gp("-k", "ch28")
+    out.assert_outcomes(failed=1, deselected=1)
+    out.stdout.fnmatch_lines(["*ch28-th256*run 0 exited with status 3*", "*simulated crash (FAKE_FAIL)*"])
+    assert "Traceback" not in out.stdout.str()
+    assert _point_json(gp.path / "res", "ch28-th256")["status"] == "failed"
+
+
+def test_default_point_gpu_binding_and_kernel_mismatch(gp, pytester):
+    pytester.makepyfile(test_plain=f"""
+import sys
+import pytest
+
+def test_plain(gemmperf):
+    assert gemmperf.point.id == "default"
+    env = gemmperf.env()
+    assert env["HIP_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "3"], repeats=1)
+    assert result.dir.name == "default" and len(result.dispatches) == 2 * 6
+
+def test_needs_fixture_for_sweep():
+    pass
+""")
+    out = gp("test_plain.py", "--gemmperf-gpus-per-point", "2")
+    out.assert_outcomes(passed=2)
+    pj = json.loads((gp.path / "res" / "test_plain.py__test_plain" / "default" / "point.json").read_text())
+    assert pj["env_set"]["HIP_VISIBLE_DEVICES"] == "0,1"
+
+    pytester.makepyfile(test_nomatch=f"""
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(threads=[1], kernels=["^Cijk_"])
+def test_nomatch(gemmperf):
+    gemmperf.assert_no_regression(gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "3"], repeats=1))
+""")
+    out = gp("test_nomatch.py")
+    out.assert_outcomes(failed=1)
+    out.stdout.fnmatch_lines(["*no dispatches match the kernel regexes (^Cijk_); kernels seen: aten::add, aten::mm*"])
+
+
+def test_sweep_without_fixture_is_a_usage_error(gp, pytester):
+    pytester.makepyfile(test_bad="""
+from pytest_gemmperf import sweep
+
+@sweep(channels=[28])
+def test_bad():
+    pass
+""")
+    out = gp("test_bad.py")
+    assert out.ret != 0
+    assert "needs the gemmperf (or gemmperf_point) fixture" in out.stdout.str() + out.stderr.str()
+
+
+def test_xdist_workers_share_one_results_dir_and_one_baseline_record(gp, monkeypatch):
+    pytest.importorskip("xdist")
+    # workers are fresh interpreters: they import the package from the checkout and must not
+    # pick a GPU backend on a GPU machine
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    out = gp("-n", "2", "--gemmperf-backend", "torch", results="resx", inprocess=False)
+    if "GEMMPERF_DEVICE" in out.stdout.str():  # pragma: no cover - only on GPU machines
+        pytest.skip("GPU machine: the stand-in workload writes CPU traces")
+    out.assert_outcomes(passed=2)
+    root = gp.path / "resx"
+    assert sorted(p.name for p in (root / SLUG).iterdir() if p.is_dir()) == ["ch28-th256", "ch56-th256"]
+    assert [p.name for p in root.iterdir() if p.name == "run.json"] == ["run.json"]
+    workers = {_point_json(root, p)["xdist_worker"] for p in ("ch28-th256", "ch56-th256")}
+    assert workers <= {"gw0", "gw1"} and None not in workers
+    from pytest_gemmperf.gate.baseline import BaselineStore
+
+    records = BaselineStore(gp.path / "base").load_all()
+    assert len(records) == 1
+    assert set(records[0].samples["point"].astype(str)) == {"ch28-th256", "ch56-th256"}

@@ -1,0 +1,172 @@
+"""Process launching: launcher command lines, logs, timeouts and process-tree cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gemmperf.run import process
+from pytest_gemmperf.run.process import (
+    WorkloadError, launch_argv, live_processes, require_success, run_process, split_launch)
+
+PY = sys.executable
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "work.py"
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+# a workload that leaves a grandchild in its group and one that escaped into its own session
+TREE = """
+    import subprocess, sys, time
+    pids = open(sys.argv[1], "w")
+    a = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                         start_new_session=True)
+    pids.write(f"{a.pid} {b.pid}\\n"); pids.close()
+    print("tree up", flush=True)
+    if sys.argv[2] == "hang":
+        time.sleep(300)
+"""
+
+
+# --- launch_argv ------------------------------------------------------------------------------
+
+def test_launch_argv_none_and_shlex():
+    assert launch_argv("python train.py --cfg 'a b.yaml'") == ["python", "train.py", "--cfg",
+                                                               "a b.yaml"]
+    assert launch_argv(["./app", 3], "none") == ["./app", "3"]
+    with pytest.raises(ValueError):
+        launch_argv("")
+
+
+def test_launch_argv_torchrun(monkeypatch):
+    monkeypatch.setattr(process.shutil, "which", lambda name: "/usr/bin/torchrun")
+    assert launch_argv("python train.py --x 1", "torchrun", nproc=8) == [
+        "torchrun", "--nnodes", "1", "--nproc_per_node", "8", "train.py", "--x", "1"]
+    assert launch_argv([PY, "-m", "pkg.train"], "torchrun", nproc=2)[-2:] == ["-m", "pkg.train"]
+    assert launch_argv("./bench --n 3", "torchrun", nproc=2)[5:] == ["--no-python", "./bench",
+                                                                     "--n", "3"]
+    monkeypatch.setattr(process.shutil, "which", lambda name: None)
+    assert launch_argv("train.py", "torchrun", nproc=4)[:3] == [PY, "-m", "torch.distributed.run"]
+
+
+def test_launch_argv_srun_mpirun_custom():
+    assert launch_argv("./app", "srun", nproc=4, nnodes=2) == [
+        "srun", "--nodes=2", "--ntasks-per-node=4", "./app"]
+    assert launch_argv("./app", "mpirun", nproc=4, nnodes=2, extra=["--bind-to", "none"]) == [
+        "mpirun", "-np", "8", "--bind-to", "none", "./app"]
+    assert launch_argv("./app", "mpiexec -n 2") == ["mpiexec", "-n", "2", "./app"]
+    assert launch_argv("./app", ["flux", "run", "-n2"]) == ["flux", "run", "-n2", "./app"]
+    with pytest.raises(ValueError, match="unknown launcher"):
+        launch_argv("./app", "torchrn")
+
+
+def test_split_launch_puts_profiler_inside_mpi_but_outside_torchrun(monkeypatch):
+    monkeypatch.setattr(process.shutil, "which", lambda name: "/usr/bin/torchrun")
+    outer, inner = split_launch("./app", "mpirun", nproc=2)
+    assert outer == ["mpirun", "-np", "2"] and inner == ["./app"]
+    outer, inner = split_launch("train.py", "torchrun", nproc=2)
+    assert outer == [] and inner[0] == "torchrun"
+
+
+# --- run_process ------------------------------------------------------------------------------
+
+def test_run_process_success_logs_output(tmp_path):
+    res = run_process([PY, "-c", "import os,sys; print('out', os.environ['GP_X']);"
+                                 "print('err', file=sys.stderr)"],
+                      env=dict(os.environ, GP_X="42"), timeout_s=30, log_path=tmp_path / "l.log")
+    assert res.ok and res.returncode == 0 and not res.timed_out
+    text = res.log_path.read_text()
+    assert "out 42" in text and "err" in text and text.startswith("$ ")
+    assert set(res.tail(2).splitlines()) == {"out 42", "err"}   # stdout/stderr order may vary
+
+
+def test_nonzero_exit_is_an_error_with_tail(tmp_path):
+    res = run_process([PY, "-c", "import sys\nfor i in range(100): print('line', i)\nsys.exit(3)"],
+                      timeout_s=30, log_path=tmp_path / "l.log")
+    assert res.returncode == 3 and not res.ok
+    with pytest.raises(WorkloadError) as err:
+        require_success(res, "workload", tail_lines=5)
+    text = str(err.value)
+    assert "workload exit status 3" in text
+    assert "line 99" in text and "line 90" not in text
+
+
+def test_no_shell_interpretation(tmp_path):
+    marker = tmp_path / "pwned"
+    res = run_process(launch_argv(f"echo hi; touch {marker}"), timeout_s=30,
+                      log_path=tmp_path / "l.log")
+    assert res.ok and not marker.exists()
+    assert f"hi; touch {marker}" in res.log_path.read_text()
+
+
+def test_timeout_kills_group_and_escaped_descendants(tmp_path):
+    pid_file = tmp_path / "pids"
+    start = time.monotonic()
+    res = run_process([PY, str(_script(tmp_path, TREE)), str(pid_file), "hang"], timeout_s=1.5,
+                      log_path=tmp_path / "l.log", grace_s=1.0)
+    assert res.timed_out and "timed out" in res.describe()
+    assert time.monotonic() - start < 10
+    grand, escaped = map(int, pid_file.read_text().split())
+    assert not _running(grand) and not _running(escaped)
+    assert live_processes(res.pid) == set()
+    assert "timed out after 1.5 s" in res.tail(3)
+
+
+def test_sigterm_ignoring_workload_gets_sigkill(tmp_path):
+    body = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" \
+           "print('ready', flush=True)\ntime.sleep(300)\n"
+    res = run_process([PY, "-c", body], timeout_s=1.0, grace_s=0.5, log_path=tmp_path / "l.log")
+    assert res.timed_out and res.returncode == -signal.SIGKILL
+
+
+def test_leftovers_after_normal_exit_are_killed(tmp_path):
+    pid_file = tmp_path / "pids"
+    res = run_process([PY, str(_script(tmp_path, TREE)), str(pid_file), "exit"], timeout_s=30,
+                      log_path=tmp_path / "l.log", grace_s=1.0)
+    assert res.returncode == 0
+    grand, escaped = map(int, pid_file.read_text().split())
+    # the grandchild stayed in the group: killed; the escaped one is reachable only while its
+    # parent lives, so it is the workload's own business once the workload exited
+    assert not _running(grand)
+    if _running(escaped):
+        os.kill(escaped, signal.SIGKILL)
+
+
+def test_ctrl_c_kills_the_tree_and_reraises(tmp_path):
+    pid_file = tmp_path / "pids"
+
+    def interrupt() -> None:
+        # wait until the tree is up, then deliver Ctrl-C to the test process
+        for _ in range(200):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_process([PY, str(_script(tmp_path, TREE)), str(pid_file), "hang"], timeout_s=60,
+                    log_path=tmp_path / "l.log", grace_s=1.0)
+    t.join()
+    grand, escaped = map(int, pid_file.read_text().split())
+    assert not _running(grand) and not _running(escaped)

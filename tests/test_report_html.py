@@ -1,0 +1,364 @@
+"""report.html: self-contained, escaped, interactive; rendered in headless Chromium.
+
+The browser test drives Chromium through the DevTools protocol over ``--remote-debugging-pipe``
+(file descriptors 3 and 4, NUL-separated JSON), so no websocket library is needed. It skips with
+a reason when Chromium is not installed (``.ci/run`` installs the Debian package).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import shared_file
+from pytest_gemmperf.report import write_reports
+from pytest_gemmperf.report.html import render_html
+from pytest_gemmperf.report.data import build_report_data
+from pytest_gemmperf.traces.schema import finalize_dispatches
+
+NASTY = 'void ck::kernel_gemm<ck::tensor_operation::Op<float, "q">, 256, &foo::bar>(int*, a<b && c>d)'
+XSS = "<script>alert(1)</script>_gemm"
+FORMULA = "=HYPERLINK(\"http://x\")_gemm"
+
+
+# ---------------------------------------------------------------------------------------------
+# synthetic sweep
+
+
+def _sweep(seed: int = 0, slow_kernel: str | None = None, factor: float = 1.0,
+           points=("ch28-th256", "ch56-th256", "ch28-th512", "ch56-th512"), ranks=(0, 1),
+           n_per_kernel: int = 60) -> pd.DataFrame:
+    """A small multi-point, multi-rank sweep with GEMMs overlapping a collective."""
+    rng = np.random.default_rng(seed)
+    kernels = [("Cijk_Ailk_Bljk_HHS_BH_MT128x128x64_MI32x32x8", 12_000), (NASTY, 30_000),
+               (XSS, 8_000), (FORMULA, 9_000), ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", 200_000),
+               ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 3_000)]
+    rows = []
+    for p in points:
+        for r in ranks:
+            for run in range(3):
+                t = 1_000_000
+                for i in range(n_per_kernel):
+                    for name, dur in kernels:
+                        scale = factor if name == slow_kernel else 1.0
+                        d = int(dur * scale * rng.lognormal(0, 0.05))
+                        queue = 2 if name.startswith("nccl") else 1
+                        start = t if queue == 1 else t - 50_000
+                        rows.append((p, r, run, name, start, start + d, queue))
+                        if queue == 1:
+                            t = start + d + 500
+    df = pd.DataFrame(rows, columns=["point", "rank", "run", "kernel", "start_ns", "end_ns", "queue"])
+    df["host"] = "h"
+    df["pid"] = 100 + df["rank"] * 10 + df["run"]
+    df["source"] = "rocprofv3-json"
+    return finalize_dispatches(df, "synthetic")
+
+
+@pytest.fixture(scope="module")
+def compared():
+    from pytest_gemmperf.gate.compare import compare
+    from pytest_gemmperf.gate.samples import samples_from_dispatches
+
+    base = _sweep(0)
+    cand = _sweep(1, slow_kernel=NASTY, factor=1.3)
+    v = compare(samples_from_dispatches(base), samples_from_dispatches(cand), test="t.py::test_x")
+    return base, cand, v
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.scripts: list[str] = []
+        self.text: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self._in_script = tag == "script"
+        for name, value in attrs:
+            if name in ("src", "href") and value and not value.startswith("#"):
+                raise AssertionError(f"external reference {name}={value!r}")
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        (self.scripts if self._in_script else self.text).append(data)
+
+
+def test_html_is_self_contained_and_escaped(tmp_path, compared):
+    base, cand, v = compared
+    files = write_reports(tmp_path, dispatches=cand, verdicts=v, formats=["html"])
+    html = files["report.html"].read_text(encoding="utf-8")
+    parser = _Collect()
+    parser.feed(html)
+    # exactly our one inline script: the kernel named <script>... is text, not a tag
+    assert parser.tags.count("script") == 1
+    assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;_gemm" in html
+    text = "".join(parser.text)
+    assert NASTY in text  # angle brackets, ampersands and quotes survive as text
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", html.replace(FORMULA.split('"')[1], ""))
+    assert "REGRESSION" in text
+
+
+def test_html_sections_and_verdict_rows(tmp_path, compared):
+    base, cand, v = compared
+    data = build_report_data(cand, verdicts=v)
+    html = render_html(data)
+    for section in ("regressions", "distributions", "overlap", "counters", "variance", "kernels", "meta"):
+        assert f'id="{section}"' in html
+    # every axis of the sweep has its own distribution plot
+    for title in ("by threads", "by channels", "by rank"):
+        assert f"<h3>{title}</h3>" in html
+    assert "thread x channel interaction" in html  # SVG title of the interaction plot
+    n_rows = html.count('<tr class="') - 0
+    assert n_rows == len(v)
+    # regression rows come first
+    first = re.search(r'<tr class="(\w+)" data-verdict', html).group(1)
+    assert first == "regression"
+
+
+def test_html_analysis_only_without_verdicts(tmp_path):
+    d = _sweep(0, points=("th256",), ranks=(0,), n_per_kernel=20)
+    html = render_html(build_report_data(d))
+    assert "ANALYSIS ONLY" in html and "No baseline was compared" in html
+
+
+def test_nway_compare_shows_every_sweep(tmp_path, compared):
+    base, cand, v = compared
+    cand2 = _sweep(2, slow_kernel=NASTY, factor=0.8)
+    v2 = v.assign(label="c1")
+    v3 = v.assign(label="c2")
+    files = write_reports(tmp_path, dispatches=[base, cand, cand2], labels=["base", "c1", "c2"],
+                          verdicts=pd.concat([v2, v3]), formats=["html", "csv"])
+    html = files["report.html"].read_text(encoding="utf-8")
+    assert "base, c1, c2" in html and "(first = baseline)" in html
+    kernels = pd.read_csv(files["kernels.csv"])
+    assert set(kernels["label"]) == {"base", "c1", "c2"}
+
+
+# ---------------------------------------------------------------------------------------------
+# headless Chromium over the DevTools pipe
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class DevTools:
+    """Minimal DevTools-protocol client over ``--remote-debugging-pipe``."""
+
+    def __init__(self, exe: str, profile: Path) -> None:
+        to_browser_r, self._w = os.pipe()
+        self._r, from_browser_w = os.pipe()
+        args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-extensions", "--disable-dev-shm-usage", "--remote-debugging-pipe",
+                f"--user-data-dir={profile}", "about:blank"]
+
+        def wire() -> None:  # the browser reads commands on fd 3 and writes replies on fd 4
+            os.dup2(to_browser_r, 3)
+            os.dup2(from_browser_w, 4)
+
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, preexec_fn=wire, pass_fds=(),
+                                     close_fds=True)
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._buf = b""
+        self._id = 0
+        self.events: list[dict] = []
+        self.session: str | None = None
+
+    def _read_message(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no reply from Chromium")
+            ready, _, _ = select.select([self._r], [], [], left)
+            if ready:
+                chunk = os.read(self._r, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("Chromium closed the DevTools pipe")
+                self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def send(self, method: str, params: dict | None = None, *, session: bool = True,
+             timeout_s: float = 30.0) -> dict:
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if session and self.session:
+            msg["sessionId"] = self.session
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reply = self._read_message(deadline)
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_event(self, method: str, timeout_s: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout_s
+        for e in self.events:
+            if e.get("method") == method:
+                return e
+        while True:
+            e = self._read_message(deadline)
+            self.events.append(e)
+            if e.get("method") == method:
+                return e
+
+    def open(self, url: str, width: int = 1280, height: int = 900) -> None:
+        target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
+        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                 session=False)["sessionId"]
+        for domain in ("Page.enable", "Runtime.enable", "Log.enable"):
+            self.send(domain)
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.send("Page.navigate", {"url": url})
+        self.wait_event("Page.loadEventFired")
+
+    def evaluate(self, expression: str):
+        res = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                             "awaitPromise": True})
+        if "exceptionDetails" in res:
+            raise AssertionError(f"JS error: {res['exceptionDetails']}")
+        return res["result"].get("value")
+
+    def errors(self) -> list[str]:
+        """Console errors, uncaught exceptions and browser log errors (CSP, failed loads)."""
+        out = []
+        for e in self.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                out.append(json.dumps(p.get("exceptionDetails", {}))[:300])
+            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append(json.dumps(p.get("args", []))[:300])
+            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                out.append(p["entry"].get("text", "")[:300])
+        return out
+
+    def screenshot(self, path: Path) -> None:
+        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close", session=False, timeout_s=5)
+        except Exception:  # noqa: BLE001 - the browser may already be gone
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._r, self._w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _real_908_report(out: Path) -> tuple[Path, str]:
+    """Report of the real 908 trace, compared against itself with one templated kernel 30 %
+    slower; the run is cut into four pseudo-processes (quarters in time) for the gate."""
+    from pytest_gemmperf.gate.compare import compare
+    from pytest_gemmperf.gate.samples import samples_from_dispatches
+    from pytest_gemmperf.traces.discover import load
+
+    trace = load(shared_file("tracelens/908_results.json.gz"))
+    d = trace.dispatches
+    order = np.argsort(d["start_ns"].to_numpy(), kind="stable")
+    run = np.empty(len(d), dtype=np.int64)
+    run[order] = np.arange(len(d)) * 4 // len(d)
+    base = d.assign(run=pd.array(run, dtype="Int64"))
+    names = base["kernel"].astype(str)
+    counts = names[names.str.contains("<", regex=False)].value_counts()
+    slow = counts.index[0]  # the most frequent kernel whose name has template arguments
+    hit = (names == slow).to_numpy()
+    cand = base.copy()
+    cand.loc[hit, "end_ns"] = cand.loc[hit, "start_ns"] + (cand.loc[hit, "dur_ns"] * 1.3).astype("int64")
+    cand["dur_ns"] = cand["end_ns"] - cand["start_ns"]
+    v = compare(samples_from_dispatches(base), samples_from_dispatches(cand), test="908::aorta_train")
+    assert (v.loc[v["kernel"] == slow, "verdict"] == "regression").any(), "fixture lost its regression"
+    files = write_reports(out, dispatches=cand, verdicts=v, agents=trace.agents,
+                          meta={"rocm_version": "7.x (layout of the trace)", "commit": "908-fixture",
+                                "inputs": [str(shared_file("tracelens/908_results.json.gz"))]},
+                          formats=["html"])
+    return files["report.html"], slow
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium not installed (Debian package 'chromium'; "
+                                                "installed by .ci/run)")
+def test_real_908_report_in_headless_chromium(tmp_path, shared_data):
+    html_path, slow = _real_908_report(tmp_path / "report")
+    assert html_path.stat().st_size < 5_000_000
+    browser = DevTools(_chromium(), tmp_path / "profile")
+    try:
+        browser.open(html_path.resolve().as_uri())
+        text = browser.evaluate("document.body.innerText")
+        assert "REGRESSION" in browser.evaluate("document.getElementById('banner').innerText")
+        assert slow in text  # the kernel name with its angle brackets, as text
+        assert browser.evaluate("document.querySelectorAll('script').length") == 1
+        assert "AMD Instinct MI350X" in text
+
+        rows_js = "Array.from(document.querySelectorAll('#verdict-table tbody tr'))"
+        n = browser.evaluate(f"{rows_js}.length")
+        assert n > 50
+        # sort by ratio (descending after two clicks): numbers in order, regression on top
+        col = browser.evaluate("Array.from(document.querySelectorAll('#verdict-table thead th'))"
+                               ".findIndex(th => th.innerText.trim().startsWith('ratio'))")
+        click = f"document.querySelectorAll('#verdict-table thead th')[{col}].querySelector('button').click()"
+        browser.evaluate(click)
+        asc = browser.evaluate(f"{rows_js}.map(r => r.cells[{col}].getAttribute('data-v'))"
+                               ".filter(v => v !== '').map(Number)")
+        assert asc == sorted(asc) and len(asc) > 10
+        browser.evaluate(click)
+        desc = browser.evaluate(f"{rows_js}.map(r => r.cells[{col}].getAttribute('data-v'))"
+                                ".filter(v => v !== '').map(Number)")
+        assert desc == sorted(desc, reverse=True)
+        assert browser.evaluate(f"{rows_js}[0].getAttribute('data-verdict')") == "regression"
+        # filter by text (part of the templated kernel name) and by verdict
+        needle = slow[:40]
+        browser.evaluate("var f = document.getElementById('verdict-filter'); f.value = "
+                         f"{json.dumps(needle)}; f.dispatchEvent(new Event('input'));")
+        visible = browser.evaluate(f"{rows_js}.filter(r => !r.hidden).map(r => r.innerText)")
+        assert visible and all(needle in row for row in visible)
+        assert len(visible) < n
+        browser.evaluate("var f = document.getElementById('verdict-filter'); f.value = '';"
+                         "f.dispatchEvent(new Event('input'));"
+                         "var s = document.getElementById('verdict-select'); s.value = 'regression';"
+                         "s.dispatchEvent(new Event('change'));")
+        verdicts = browser.evaluate(f"{rows_js}.filter(r => !r.hidden).map(r => r.getAttribute('data-verdict'))")
+        assert verdicts and set(verdicts) == {"regression"}
+        assert "of" in browser.evaluate("document.getElementById('verdict-count').innerText")
+        browser.evaluate("var s = document.getElementById('verdict-select'); s.value = '';"
+                         "s.dispatchEvent(new Event('change')); window.scrollTo(0, 0);")
+        shot = Path(os.environ.get("GEMMPERF_SCREENSHOT_DIR", tmp_path)) / "report_908.png"
+        browser.screenshot(shot)
+        assert shot.stat().st_size > 10_000
+        assert browser.errors() == []
+    finally:
+        browser.close()
