@@ -134,6 +134,15 @@ def test_aorta_sweep_load_skips_launcher(tmp_path, stub_readers):
     assert (torch["op_name"] == "aten::addmm").sum() == 4 * 2
 
 
+def test_rank_recorded_in_trace_wins_over_path(tmp_path):
+    f = tmp_path / "torch_profiler" / "rank0" / "t.json"
+    f.parent.mkdir(parents=True)
+    shutil.copy(ROCM, f)  # distributedInfo.rank = 3
+    t = load(tmp_path)
+    assert set(t.dispatches["rank"]) == {3}
+    assert any("rank 0 from the path differs" in n for n in t.meta["notes"])
+
+
 def test_rank_never_from_file_order(tmp_path, stub_readers):
     root = tmp_path / "out"
     for pid in (300, 100, 200):

@@ -21,7 +21,8 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     ("gemm", r"^Cijk_|gemm|matmul|hipblaslt|tensile|nvjet|xmma|cutlass|wmma|mfma|sgemm|hgemm|"
              r"igemm|ampere_.*_(s|h)\d+|sm\d+_xmma|ck_.*gemm|splitk|addmm|bmm"),
     ("attention", r"attn|attention|flash|fmha|sdpa|softmax"),
-    ("normalization", r"norm|batch_?norm|layer_?norm|rms_?norm|group_?norm"),
+    # "norm" but not "normal" (random-normal sampling kernels are not normalization)
+    ("normalization", r"norm(?!al)"),
     ("reduction", r"reduce|reduction|cub::|_sum_|argmax|argmin|scan"),
     ("memory", r"^__amd_rocclr_|memcpy|memset|^MEMORY_COPY|gpu_memcpy|gpu_memset"),
     ("elementwise", r"elementwise|vectorized|unrolled_elementwise|pointwise|triton_poi|"

@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeError) as exc:
         # readers convert what they know; anything else the OS raises still gets one line
         where = getattr(exc, "filename", None)
-        raise GemmperfInputError(where, f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}") from None
+        reason = getattr(exc, "strerror", None) or exc
+        raise GemmperfInputError(where, f"{type(exc).__name__}: {reason}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -131,7 +132,9 @@ _NA_RANK = -1
 def _fill_keys(d: pd.DataFrame) -> pd.DataFrame:
     d = d.copy(deep=False)
     if d["point"].isna().any():
-        pt = d["point"].astype(STR_DTYPE) if not isinstance(d["point"].dtype, pd.CategoricalDtype) else d["point"]
+        pt = d["point"]
+        if not isinstance(pt.dtype, pd.CategoricalDtype):
+            pt = pt.astype(STR_DTYPE)
         d["point"] = pt.cat.add_categories([_NA_POINT]).fillna(_NA_POINT)
     d["rank"] = d["rank"].fillna(_NA_RANK)
     return d

@@ -79,7 +79,7 @@ class GateConfig:
     #: ``[(regex, threshold)]`` matched against the test id; kernel overrides win over these
     per_test: Sequence[tuple[str, float]] = field(default_factory=list)
     min_units: int = 2
-    dispersion_threshold: float = 0.25
+    dispersion_threshold: float = 1.0
     dispersion_min_dispatches: int = 20
     gate_dispersion: bool = True
     #: a regression of a ``*_ns`` metric must also grow the median by more than this
@@ -156,7 +156,11 @@ def _as_category(s: pd.Series) -> pd.Series:
 
 
 def _codes(s: pd.Series, categories: pd.Index) -> np.ndarray:
-    return pd.Categorical(s, categories=categories).codes.astype(np.int64)
+    """Positions of ``s`` (a categorical from check_samples) in ``categories`` (-1 if absent)."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        lookup = categories.get_indexer(s.cat.categories.astype(object))
+        return lookup[s.cat.codes.to_numpy()].astype(np.int64)
+    return categories.get_indexer(s.astype(object)).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,12 +196,14 @@ def _pooled_var(zb: np.ndarray, zc: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return mc - mb, s2, df, np.stack([nb, nc])
 
 
-def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float):
+def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, floor=None):
     if moderate:
         d0, s0_2 = stats.fit_f_dist(s2, df, covariate)
     else:
         d0, s0_2 = 0.0, float("nan")
     s2m = stats.moderate_variance(s2, df, d0, s0_2)
+    if floor is not None:
+        s2m = np.where(np.isfinite(floor), np.fmax(s2m, floor), s2m)
     df_tot = df + d0 if np.isfinite(d0) else np.full_like(df, np.inf)
     if d0 > 0:  # limma caps the total df at the pooled residual df
         df_tot = np.minimum(df_tot, np.nansum(np.where(df > 0, df, 0)))
@@ -245,11 +251,25 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
         shift, df_o, s2_o, var_shift = 0.0, np.inf, 0.0, 0.0
 
     disp_per_unit = np.where(present, cnt, np.nan)
-    cov = np.log(_nanmedian_rows(disp_per_unit))
+    # Sampling variance of each per-unit median from its own dispatches (normal-theory
+    # (pi/2) sigma^2 / n with sigma = 1.4826 MAD). The between-unit variance of the medians
+    # cannot be smaller in expectation, so it floors the moderated variance: with 4 units a
+    # kernel seen a handful of times per process can otherwise show four near-equal medians
+    # by chance (real A/A data: 1-per-step kernels with 40 % jitter). Its log is also the
+    # covariate of the prior trend: it predicts a kernel's noise far better than a count.
+    mad = np.concatenate([madb, madc], axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pred_ku = np.where(cnt > 0, (np.pi / 2) * (_MAD_TO_SD * mad) ** 2 / np.maximum(cnt, 1), np.nan)
+    pred = _nanmean_rows(pred_ku)
+    floor = pred
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cov = np.log(np.where(pred > 0, pred, np.nan))
+    if not np.isfinite(cov).any():
+        cov = np.log(_nanmedian_rows(disp_per_unit))
     testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
     s2_fit = np.where(testable, s2, np.nan)
     se_rel, df_rel, p_rel, d0, s2m = _moderated(diff, s2_fit, np.where(testable, df, 0.0), nb, nc,
-                                                cov, cfg.moderate, cfg.level)
+                                                cov, cfg.moderate, cfg.level, floor=floor)
     total = diff + shift
     var_tot = se_rel ** 2 + (var_shift if np.isfinite(var_shift) else 0.0)
     df_tot = stats.welch_df(se_rel ** 2, df_rel, np.full_like(se_rel, var_shift if np.isfinite(var_shift) else 0.0),
@@ -308,6 +328,12 @@ def _nanmedian_rows(a: np.ndarray) -> np.ndarray:
         if ok.any():
             out[ok] = np.nanmedian(a[ok], axis=1)
     return out
+
+
+def _nanmean_rows(a: np.ndarray) -> np.ndarray:
+    n = np.isfinite(a).sum(axis=1)
+    tot = np.where(np.isfinite(a), a, 0.0).sum(axis=1)
+    return np.where(n > 0, tot / np.maximum(n, 1), np.nan)
 
 
 def _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, shift, testable, lo, hi, cfg):

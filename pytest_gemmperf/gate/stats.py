@@ -121,7 +121,7 @@ def fit_f_dist(s2: np.ndarray, df: np.ndarray, covariate: np.ndarray | None = No
     (every kernel then gets the pooled variance). Kernels with ``df <= 0`` or ``s2 <= 0`` are
     ignored. With fewer than 3 usable kernels there is nothing to borrow: ``(0, nan)``.
 
-    With ``covariate`` (limma-trend) the prior location is a straight line in the covariate
+    With ``covariate`` (limma-trend) the prior location is a quadratic in the covariate
     and ``s0^2`` is returned per element (NaN where ``s2``/``df`` were unusable but the
     covariate is finite gets the trend value too). The gate uses ``log(dispatches per
     process)``: the noise of a per-process median falls with the number of dispatches, so a
@@ -140,12 +140,18 @@ def fit_f_dist(s2: np.ndarray, df: np.ndarray, covariate: np.ndarray | None = No
     e = z - special.digamma(df[ok] / 2) + np.log(df[ok] / 2)
     n = len(e)
     if covariate is not None and np.ptp(covariate[ok]) > 0 and n >= 6:
-        x = covariate[ok]
-        design = np.column_stack([np.ones(n), x])
+        # quadratic in the centred covariate (linear below 12 kernels): bends from the
+        # sampling-noise slope to the flat process-level floor, like limma-trend's lowess
+        centre = float(np.mean(covariate[ok]))
+        degree = 2 if n >= 12 else 1
+        x = covariate[ok] - centre
+        design = np.vander(x, degree + 1, increasing=True)
         coef, *_ = np.linalg.lstsq(design, e, rcond=None)
         resid = e - design @ coef
-        evar = float((resid ** 2).sum() / (n - 2) - special.polygamma(1, df[ok] / 2).mean())
-        loc = coef[0] + coef[1] * np.where(np.isfinite(covariate), covariate, np.nanmedian(covariate))
+        evar = float((resid ** 2).sum() / (n - degree - 1) - special.polygamma(1, df[ok] / 2).mean())
+        xa = np.where(np.isfinite(covariate), covariate, np.nanmedian(covariate)) - centre
+        lo_x, hi_x = x.min(), x.max()  # no extrapolation of the quadratic
+        loc = np.vander(np.clip(xa, lo_x, hi_x), degree + 1, increasing=True) @ coef
     else:
         emean = float(e.mean())
         evar = float(((e - emean) ** 2).sum() / (n - 1) - special.polygamma(1, df[ok] / 2).mean())

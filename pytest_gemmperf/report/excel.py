@@ -212,7 +212,7 @@ def _verdicts_sheet(book: _Book, data: ReportData) -> None:
         ws = book.wb.add_worksheet("verdicts")
         ws.write_string(0, 0, "no baseline was compared: no verdicts", book.fmt["note"])
         return
-    df = public(v, data)
+    df = _verdict_units(public(v, data))
     ws, hdr, cols = book.table("verdicts", df, "gate verdicts: ratio = candidate / baseline median, "
                                "95% CI; regression needs q <= FDR and CI above 1 + threshold",
                                csv_hint="verdicts.csv")
@@ -243,6 +243,21 @@ def _verdicts_sheet(book: _Book, data: ReportData) -> None:
         for word, fmt in (("regression", "bad"), ("improvement", "good"), ("inconclusive", "warn")):
             ws.conditional_format(hdr + 1, jv, hdr + n, jv, {"type": "cell", "criteria": "==",
                                                               "value": f'"{word}"', "format": book.fmt[fmt]})
+
+
+def _verdict_units(v: pd.DataFrame) -> pd.DataFrame:
+    """Medians in µs for duration metrics; other metrics (CV, fractions, GB/s) keep their unit
+    in ``*_value`` columns, so no column mixes units."""
+    metric = v["metric"].astype(str)
+    is_ns = metric.str.endswith("_ns") | metric.str.startswith("category_total_ns")
+    out = v.copy()
+    pos = out.columns.get_loc("base_median_ns")
+    for side in ("base", "cand"):
+        raw = pd.to_numeric(out.pop(f"{side}_median_ns"), errors="coerce")
+        out.insert(pos, f"{side}_value", raw.where(~is_ns))
+        out.insert(pos, f"{side}_median_us", raw.where(is_ns) / 1e3)
+        pos += 2
+    return out
 
 
 def _short_kernels_sheet(book: _Book, data: ReportData) -> None:

@@ -92,7 +92,8 @@ def _x_axis(svg: _Svg, x0: float, x1: float, y: float, lo: float, hi: float, lab
             log: bool = False) -> None:
     svg.line(x0, y, x1, y)
     if log:
-        ticks = [10 ** e for e in range(math.floor(lo), math.ceil(hi) + 1)]
+        mult = (1, 2, 5) if hi - lo < 2.5 else (1,)
+        ticks = [m * 10 ** e for e in range(math.floor(lo), math.ceil(hi) + 1) for m in mult]
         pos = [math.log10(t) for t in ticks]
     else:
         ticks = _ticks(lo, hi)
@@ -132,7 +133,7 @@ def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
     if hi_s <= lo_s:
         lo_s, hi_s = lo_s - 1, hi_s + 1
     svg = _Svg(width, height, title)
-    svg.text(8, 15, shorten_kernel(title, 90), weight="600", tip=title)
+    svg.text(8, 15, shorten_kernel(title, int(width / 7.4)), weight="600", tip=title)
     x0, x1 = left, width - right
 
     def X(v: float) -> float:

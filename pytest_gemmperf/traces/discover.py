@@ -27,7 +27,7 @@ import json
 import os
 import re
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -230,7 +230,7 @@ def _tables_source(d: Path) -> Source:
 
 def _with_attrs(src: Source, f: Path, root: Path | None) -> Source:
     """Attach point, rank, pass, run, host and pid from explicit path information."""
-    parts = f.resolve().parts
+    parts = Path(os.path.abspath(f)).parts  # the user's path: symlinked sweep dirs keep their names
     dirs = parts[:-1]
     for i, comp in enumerate(dirs):
         if m := _RANK_DIR.match(comp):
@@ -377,7 +377,8 @@ def _read_csv_group(src: Source) -> Trace:
     meta: dict[str, Any] = {}
     if "kernel_trace" in roles:
         kt = rocprof_csv.read_kernel_trace_csv(roles["kernel_trace"], agents=agents)
-        dispatches = kt.dispatches if isinstance(kt, Trace) else finalize_dispatches(kt, str(roles["kernel_trace"]))
+        dispatches = (kt.dispatches if isinstance(kt, Trace)
+                      else finalize_dispatches(kt, str(roles["kernel_trace"])))
         if isinstance(kt, Trace):
             meta.update(kt.meta)
     else:
@@ -386,7 +387,8 @@ def _read_csv_group(src: Source) -> Trace:
     counters = empty(COUNTER_SCHEMA)
     if "counter_collection" in roles:
         cc = rocprof_csv.read_counter_collection_csv(roles["counter_collection"], agents=agents)
-        counters = cc.counters if isinstance(cc, Trace) else finalize_counters(cc, str(roles["counter_collection"]))
+        counters = (cc.counters if isinstance(cc, Trace)
+                    else finalize_counters(cc, str(roles["counter_collection"])))
         if isinstance(cc, Trace):
             meta.setdefault("counter_meta", cc.meta)
     agents_df = agents if agents is not None else empty(AGENT_SCHEMA)
@@ -419,7 +421,8 @@ def _read_tables(src: Source) -> Trace:
     dispatches = finalize_dispatches(d, path)
     c = read("counters.parquet")
     a = read("agents.parquet")
-    counters = finalize_counters(c, str(by_name["counters.parquet"])) if c is not None else empty(COUNTER_SCHEMA)
+    counters = (finalize_counters(c, str(by_name["counters.parquet"])) if c is not None
+                else empty(COUNTER_SCHEMA))
     agents = finalize_agents(a, str(by_name["agents.parquet"])) if a is not None else empty(AGENT_SCHEMA)
     return Trace(dispatches=dispatches, counters=counters, agents=agents,
                  files=[str(f) for f in src.files], meta={"format": "tables"})

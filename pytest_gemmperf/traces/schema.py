@@ -200,8 +200,16 @@ def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
     n = len(df)
     if n < 2:
         return np.zeros(n, dtype=bool)
-    keys = [c for c in ("file", "pid", "agent", "queue") if c in df.columns]
+    keys = [c for c in ("file", "pid", "agent") if c in df.columns]
     codes = [pd.factorize(df[c], use_na_sentinel=False)[0] for c in keys]
+    # the in-order unit is the hardware queue; sources without queues (torch) order by stream
+    if "queue" in df.columns and "stream" in df.columns:
+        lane = pd.Series(pd.factorize(df["queue"], use_na_sentinel=True)[0], index=df.index)
+        stream_code = pd.factorize(df["stream"], use_na_sentinel=False)[0]
+        lane = np.where(lane.to_numpy() >= 0, lane.to_numpy(), -1 - stream_code)
+        codes.append(pd.factorize(lane)[0])
+    elif "queue" in df.columns:
+        codes.append(pd.factorize(df["queue"], use_na_sentinel=False)[0])
     start = df["start_ns"].to_numpy()
     end = df["end_ns"].to_numpy()
     order = np.lexsort([start] + codes[::-1])
@@ -261,23 +269,48 @@ def validate_dispatches(df: pd.DataFrame, path: str | None = None) -> None:
         raise GemmperfInputError(path, "dur_ns != end_ns - start_ns")
 
 
+def _string_categorical(s: pd.Series) -> pd.Categorical:
+    """A categorical with string categories (all-null or numeric categories would make
+    ``union_categoricals`` refuse to combine)."""
+    if not isinstance(s.dtype, pd.CategoricalDtype):
+        s = s.astype("object").where(s.notna(), None).astype(STR)
+    cats = s.cat.categories
+    if len(cats) == 0 or cats.dtype.kind in "OSU" or pd.api.types.is_string_dtype(cats.dtype):
+        if len(cats) == 0:
+            return pd.Categorical.from_codes(np.full(len(s), -1), categories=pd.Index([], dtype=object))
+        return pd.Categorical.from_codes(s.cat.codes.to_numpy(), categories=pd.Index(cats.astype(str), dtype=object))
+    return pd.Categorical.from_codes(s.cat.codes.to_numpy(), categories=pd.Index([str(c) for c in cats], dtype=object))
+
+
 def concat_tables(frames: Iterable[pd.DataFrame], schema: dict[str, str]) -> pd.DataFrame:
-    """Concatenate canonical tables, keeping category dtypes (pandas would fall back to object)."""
+    """Concatenate canonical tables, keeping category dtypes (pandas would fall back to object).
+
+    Columns beyond the schema (reader extras such as torch collective metadata) are kept even
+    when only some frames have them.
+    """
     frames = [f for f in frames if f is not None]
     if not frames:
         return empty(schema)
     if len(frames) == 1:
         return frames[0]
-    cols = list(frames[0].columns)
+    cols: list[str] = []
+    for f in frames:
+        cols.extend(c for c in f.columns if c not in cols)
     out: dict[str, Any] = {}
+    from pandas.api.types import union_categoricals
     for c in cols:
-        parts = [f[c] if c in f.columns else pd.Series([pd.NA] * len(f), dtype=schema.get(c, "object"))
-                 for f in frames]
-        if schema.get(c) == STR:
-            from pandas.api.types import union_categoricals
-            parts = [p if isinstance(p.dtype, pd.CategoricalDtype) else p.astype(STR) for p in parts]
-            out[c] = pd.Series(union_categoricals([p.array for p in parts], ignore_order=True))
+        is_cat = schema.get(c) == STR or any(
+            c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)
+        if is_cat:
+            parts = [_string_categorical(f[c]) if c in f.columns
+                     else pd.Categorical.from_codes(np.full(len(f), -1), categories=pd.Index([], dtype=object))
+                     for f in frames]
+            out[c] = pd.Series(union_categoricals(parts, ignore_order=True))
         else:
+            dtype = schema.get(c)
+            parts = [f[c].reset_index(drop=True) if c in f.columns
+                     else pd.Series([pd.NA] * len(f), dtype=dtype if dtype in (INT, None) and dtype else "object")
+                     for f in frames]
             out[c] = pd.concat(parts, ignore_index=True)
     return pd.DataFrame(out)
 

@@ -261,12 +261,8 @@ def _complete_events_by_cat(events: list[_Event]) -> dict[str, list[_Event]]:
 
 
 def _pick(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> list[_Event]:
-    found = [by_cat[c] for c in cats if c in by_cat]
-    if len(found) == 1:
-        return found[0]
-    out = [e for part in found for e in part]
-    out.sort(key=lambda e: _num([e.ts])[0] if e.ts is not None else 0.0)
-    return out
+    found = [by_cat[c] for c in sorted(cats) if c in by_cat]
+    return found[0] if len(found) == 1 else [e for part in found for e in part]
 
 
 # --------------------------------------------------------------------------- frames

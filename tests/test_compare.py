@@ -1,0 +1,311 @@
+"""Gate verdicts, samples tables and ``gemmperf compare`` on generated samples and real traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.cli import main as cli_main
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
+from pytest_gemmperf.gate.samples import compact_samples, samples_from_dispatches, unit_metric_samples
+from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS, format_verdict_table, shorten_kernel
+from tests.conftest import shared_file
+
+N_KERNELS = 24
+LONG = ("Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x256_MI16x16x1_SN_LDSB1_AFC1_AFEM1_"
+        "AFEM1_ASEM1_CLR1_CADS0_DTLA0_DTLB0_EPS0_GRVWA8_GRVWB8_ISA950_IU1_K1_LBSPPA128_LPA16")
+
+
+def make_side(tag: str, seed: int, *, units: int = 4, n: int = 60, slow: dict | None = None,
+              shared: float = 0.0, jitter: dict | None = None, point: str = "ch28-th256",
+              drop: tuple[str, ...] = (), add: dict | None = None) -> pd.DataFrame:
+    """Samples of one side: per-process shared factor (sd 0.7 %), kernel factor (0.3 %),
+    heavy-tailed dispatch noise; ``slow`` multiplies named kernels, ``shared`` all kernels."""
+    rng = np.random.default_rng(seed)
+    names = [f"k{i:02d}" for i in range(N_KERNELS - 1)] + [LONG]
+    base = np.exp(np.linspace(np.log(4e3), np.log(4e5), N_KERNELS))
+    frames = []
+    for u in range(units):
+        a = rng.normal(0, 0.007)
+        for name, b in zip(names, base):
+            if name in drop:
+                continue
+            sd = (jitter or {}).get(name, 0.02)
+            v = b * np.exp(a + rng.normal(0, 0.003) + sd * rng.standard_t(4, n)) * (1 + shared)
+            v *= 1 + (slow or {}).get(name, 0.0)
+            frames.append(pd.DataFrame({"point": point, "kernel": name, "metric": "dur_ns",
+                                        "unit": f"{tag}/{100 + u}/{u}/0", "value": v}))
+        for name, b in (add or {}).items():
+            v = b * np.exp(a + 0.02 * rng.standard_normal(n))
+            frames.append(pd.DataFrame({"point": point, "kernel": name, "metric": "dur_ns",
+                                        "unit": f"{tag}/{100 + u}/{u}/0", "value": v}))
+    df = pd.concat(frames, ignore_index=True)
+    tot = df.groupby("unit")["value"].sum()
+    totals = pd.DataFrame({"point": point, "kernel": "category:gemm", "metric": "category_total_ns",
+                           "unit": tot.index, "value": tot.to_numpy()})
+    return pd.concat([df, totals], ignore_index=True)
+
+
+def row(v: pd.DataFrame, kernel: str, metric: str = "dur_ns") -> pd.Series:
+    sel = v[(v["kernel"] == kernel) & (v["metric"] == metric)]
+    assert len(sel) == 1, (kernel, metric, len(sel))
+    return sel.iloc[0]
+
+
+def test_columns_follow_the_contract_and_aa_is_quiet():
+    v = compare(make_side("b", 1), make_side("c", 2), test="t::x")
+    assert tuple(v.columns[: len(VERDICT_COLUMNS)]) == VERDICT_COLUMNS
+    assert (v["test"] == "t::x").all()
+    assert not (v["verdict"] == "regression").any()
+    d = v[(v["metric"] == "dur_ns") & (v["kernel"] != "*")]
+    assert len(d) == N_KERNELS and (d["n_base"] == 4).all() and (d["n_cand"] == 4).all()
+    assert set(d["verdict"]) == {"unchanged"}
+    assert {"cv_robust", "category_total_ns"} <= set(v["metric"])
+
+
+def test_ten_percent_slowdown_of_one_kernel_is_a_regression_with_a_covering_ci():
+    v = compare(make_side("b", 1), make_side("c", 2, slow={"k05": 0.10}))
+    r = row(v, "k05")
+    assert r["verdict"] == "regression"
+    assert r["ci_low"] < 1.10 < r["ci_high"] and r["ci_low"] > 1.05
+    assert r["q_value"] < 0.05 and r["p_value"] <= r["q_value"]
+    others = v[(v["metric"] == "dur_ns") & (v["kernel"] != "k05")]
+    assert not (others["verdict"] == "regression").any()
+
+
+def test_threshold_zero_catches_a_three_percent_slowdown_the_default_lets_pass():
+    b, c = make_side("b", 1), make_side("c", 2, slow={"k10": 0.03})
+    assert row(compare(b, c), "k10")["verdict"] in ("unchanged", "inconclusive")
+    assert row(compare(b, c, GateConfig(threshold=0.0)), "k10")["verdict"] == "regression"
+
+
+def test_per_kernel_threshold_override_and_parse():
+    b, c = make_side("b", 1), make_side("c", 2, slow={"k10": 0.10})
+    cfg = GateConfig(per_kernel=[(r"^k1\d$", 0.20)])
+    r = row(compare(b, c, cfg), "k10")
+    assert r["threshold"] == 0.20 and r["verdict"] != "regression"
+    assert GateConfig(per_test=[("slow_test", 0.5)]).threshold_for("k1", "a::slow_test") == 0.5
+    assert parse_threshold("5%") == 0.05 and parse_threshold("0.05") == 0.05 and parse_threshold(5) == 0.05
+    with pytest.raises(ValueError):
+        parse_threshold("fast")
+
+
+def test_global_slowdown_is_caught_by_shared_shift_and_category_total():
+    v = compare(make_side("b", 1), make_side("c", 2, shared=0.08))
+    assert row(v, "*")["verdict"] == "regression"
+    assert row(v, "*")["ratio"] == pytest.approx(1.08, abs=0.01)
+    assert row(v, "category:gemm", "category_total_ns")["verdict"] == "regression"
+    # each kernel reports its total change and points at the shared shift
+    k = row(v, "k03")
+    assert k["ratio"] == pytest.approx(1.08, abs=0.015)
+    assert "see kernel '*'" in k["note"]
+
+
+def test_kernel_replaced_by_a_slower_one_is_not_missing_plus_new_only():
+    b = make_side("b", 1)
+    c = make_side("c", 2, drop=("k23",) if False else (LONG,), add={"Cijk_new_MT128": 4e5 * 1.6})
+    v = compare(b, c)
+    assert row(v, LONG)["verdict"] == "missing"
+    assert row(v, "Cijk_new_MT128")["verdict"] == "new"
+    assert row(v, "category:gemm", "category_total_ns")["verdict"] == "regression"
+
+
+def test_too_few_processes_is_inconclusive_with_the_needed_count():
+    v = compare(make_side("b", 1, units=1), make_side("c", 2, units=1, slow={"k05": 0.10}))
+    r = row(v, "k05")
+    assert r["verdict"] == "inconclusive"
+    assert "needs >= 2 per side" in r["note"]
+    assert np.isnan(r["p_value"])
+
+
+def test_noisy_kernel_near_threshold_says_how_many_processes_are_needed():
+    b = make_side("b", 1, units=3, n=8, jitter={"k07": 0.3})
+    c = make_side("c", 2, units=3, n=8, jitter={"k07": 0.3}, slow={"k07": 0.07})
+    r = row(compare(b, c), "k07")
+    if r["verdict"] == "inconclusive":
+        assert "processes per side" in r["note"]
+        n_needed = int(r["note"].split("needs >= ")[1].split()[0])
+        assert n_needed > 3
+
+
+def test_dispersion_rise_is_gated():
+    b = make_side("b", 1, n=200)
+    c = make_side("c", 2, n=200, jitter={"k04": 0.08})
+    r = row(compare(b, c), "k04", "cv_robust")
+    assert r["verdict"] == "regression" and r["ratio"] > 2.5
+    assert row(compare(b, c), "k04")["verdict"] != "regression"
+
+
+def test_overlap_fraction_fall_is_a_regression():
+    units_b = [f"b/{100 + u}/{u}/0" for u in range(4)]
+    units_c = [f"c/{100 + u}/{u}/0" for u in range(4)]
+    ob = pd.DataFrame({"point": "p", "unit": units_b, "value": [0.80, 0.81, 0.79, 0.80]})
+    oc = pd.DataFrame({"point": "p", "unit": units_c, "value": [0.60, 0.61, 0.59, 0.62]})
+    b = unit_metric_samples(ob, "overlap_fraction")
+    c = unit_metric_samples(oc, "overlap_fraction")
+    r = row(compare(b, c), "*", "overlap_fraction")
+    assert r["verdict"] == "regression" and r["ratio"] < 0.8
+    r2 = row(compare(c, b), "*", "overlap_fraction")
+    assert r2["verdict"] == "improvement"
+
+
+def test_bootstrap_ci_option_gives_intervals():
+    b, c = make_side("b", 1), make_side("c", 2, slow={"k05": 0.10})
+    v = compare(b, c, GateConfig(ci_method="bootstrap", n_boot=500))
+    r = row(v, "k05")
+    assert r["ci_low"] < r["ratio"] < r["ci_high"] and r["verdict"] == "regression"
+
+
+def test_bad_samples_raise_input_error():
+    with pytest.raises(GemmperfInputError, match="lacks column"):
+        compare(pd.DataFrame({"kernel": ["a"], "value": [1.0]}), make_side("c", 1))
+    bad = make_side("b", 1)
+    bad.loc[3, "value"] = np.nan
+    with pytest.raises(GemmperfInputError, match="row 4"):
+        compare(bad, make_side("c", 1))
+
+
+def test_format_verdict_table_is_compact():
+    v = compare(make_side("b", 1), make_side("c", 2, slow={LONG: 0.12}))
+    text = format_verdict_table(v, max_rows=5)
+    lines = text.splitlines()
+    assert lines[1].startswith("regression") and "..." in lines[1]
+    assert lines[-1].startswith("... ") and len(lines) == 7
+    assert max(len(x) for x in lines) < 160
+    assert shorten_kernel("short") == "short" and len(shorten_kernel(LONG, 40)) == 40
+
+
+def test_compare_is_fast_for_eighty_kernels_times_eight_points():
+    import time
+
+    rng = np.random.default_rng(0)
+    n = 80 * 8 * 8 * 50
+    def side(tag):
+        return pd.DataFrame({"point": pd.Categorical(np.repeat([f"p{i}" for i in range(8)], n // 8)),
+                             "kernel": pd.Categorical(np.tile(np.repeat([f"k{i}" for i in range(80)], 50), 64)),
+                             "metric": "dur_ns",
+                             "unit": np.tile(np.repeat([f"{tag}{u}" for u in range(8)], 80 * 50), 8),
+                             "value": np.exp(8 + 0.02 * rng.standard_normal(n))})
+    b, c = side("b"), side("c")
+    b = b[~b["unit"].isin(["b4", "b5", "b6", "b7"])]
+    c = c[~c["unit"].isin(["c4", "c5", "c6", "c7"])]
+    t0 = time.perf_counter()
+    v = compare(b, c)
+    assert time.perf_counter() - t0 < 10  # ~0.3 s on an idle core; generous for shared CI
+    assert len(v[v["metric"] == "dur_ns"]) == 8 * 81
+
+
+# ---------------------------------------------------------------------------------------------
+# samples tables
+
+
+def dispatches() -> pd.DataFrame:
+    rows = []
+    for rank in (0, 1):
+        for i in range(10):
+            for kern, cat, dur in (("gemm_a", "gemm", 1000 + i), ("nccl_x", "comm", 5000 + 10 * i)):
+                rows.append(dict(host="h", pid=10 + rank, rank=rank, run=0, point="ch28-th256", kernel=kern,
+                                 category=cat, start_ns=100 * i, dur_ns=dur, zero_dur=False))
+    rows.append(dict(host="h", pid=10, rank=0, run=0, point="ch28-th256", kernel="gemm_a", category="gemm",
+                     start_ns=5000, dur_ns=0, zero_dur=True))
+    return pd.DataFrame(rows)
+
+
+def test_samples_from_dispatches_units_warmup_totals_and_cap():
+    s = samples_from_dispatches(dispatches(), warmup=2)
+    assert list(s.columns) == ["point", "kernel", "metric", "unit", "value"]
+    d = s[s["metric"] == "dur_ns"]
+    assert set(d["unit"]) == {"h/10/0/0", "h/11/1/0"}
+    g = d[(d["kernel"] == "gemm_a") & (d["unit"] == "h/10/0/0")]["value"]
+    assert len(g) == 8 and g.min() == 1002  # warm-up dropped, zero duration left out
+    tot = s[s["metric"] == "category_total_ns"]
+    assert set(tot["kernel"]) == {"category:gemm", "category:comm"}
+    assert tot[(tot["kernel"] == "category:gemm") & (tot["unit"] == "h/10/0/0")]["value"].item() == sum(range(1002, 1010))
+    capped = samples_from_dispatches(dispatches(), max_per_unit=4)
+    c = capped[(capped["metric"] == "dur_ns") & (capped["kernel"] == "gemm_a") & (capped["unit"] == "h/10/0/0")]
+    assert sorted(c["value"]) == [1000, 1003, 1006, 1009]
+    extra = samples_from_dispatches(dispatches(), unit_metrics={"overlap_fraction": pd.DataFrame(
+        {"host": "h", "pid": [10, 11], "rank": [0, 1], "run": 0, "point": "ch28-th256", "value": [0.5, 0.6]})})
+    o = extra[extra["metric"] == "overlap_fraction"]
+    assert list(o["unit"]) == ["h/10/0/0", "h/11/1/0"] and list(o["kernel"]) == ["*", "*"]
+
+
+def test_compact_samples_keeps_median_and_size():
+    rng = np.random.default_rng(2)
+    s = make_side("b", 3, n=101)
+    small = compact_samples(s, per_unit=21)
+    d = small[small["metric"] == "dur_ns"]
+    sizes = d.groupby(["kernel", "unit"]).size()
+    assert (sizes == 21).all()
+    full_med = s[s["metric"] == "dur_ns"].groupby(["kernel", "unit"])["value"].median()
+    np.testing.assert_allclose(d.groupby(["kernel", "unit"])["value"].median(), full_med)
+    assert (small["metric"] == "category_total_ns").sum() == (s["metric"] == "category_total_ns").sum()
+    assert rng is not None
+    # the gate gives the same answer on the compacted baseline
+    c = make_side("c", 4, n=101, slow={"k05": 0.10})
+    assert row(compare(small, c), "k05")["verdict"] == "regression"
+
+
+# ---------------------------------------------------------------------------------------------
+# gemmperf compare
+
+
+def test_cli_writes_verdicts_and_exits_one_on_regression(tmp_path, capsys):
+    make_side("b", 1).to_parquet(tmp_path / "base.parquet")
+    make_side("c", 2, slow={"k05": 0.10}).to_csv(tmp_path / "cand.csv", index=False)
+    make_side("c", 3).to_parquet(tmp_path / "same.parquet")
+    out = tmp_path / "out"
+    rc = cli_main(["compare", str(tmp_path / "base.parquet"), str(tmp_path / "cand.csv"), "--out", str(out),
+                   "--benchmark-json", str(tmp_path / "bench.json")])
+    assert rc == 1
+    v = pd.read_csv(out / "verdicts.csv")
+    assert list(v.columns[:13]) == ["point", "kernel", "metric", "n_base", "n_cand", "base_median_ns",
+                                    "cand_median_ns", "ratio", "ci_low", "ci_high", "p_value", "q_value", "verdict"]
+    assert v[(v["kernel"] == "k05") & (v["metric"] == "dur_ns")]["verdict"].item() == "regression"
+    assert "regression" in capsys.readouterr().out
+    assert (tmp_path / "bench.json").exists() and (tmp_path / "bench-base.json").exists()
+
+    rc = cli_main(["compare", str(tmp_path / "base.parquet"), str(tmp_path / "same.parquet"),
+                   str(tmp_path / "cand.csv"), "--labels", "aa", "slow", "--out", str(out), "--threshold", "5%"])
+    assert rc == 1
+    v = pd.read_csv(out / "verdicts.csv")
+    assert "label" in v.columns and set(v["label"]) == {"aa", "slow"}
+    assert not (v[v["label"] == "aa"]["verdict"] == "regression").any()
+    rc = cli_main(["compare", str(tmp_path / "base.parquet"), str(tmp_path / "same.parquet"), "--out", str(out)])
+    assert rc == 0
+
+
+def test_cli_bad_input_exits_two(tmp_path, capsys):
+    pd.DataFrame({"a": [1]}).to_parquet(tmp_path / "x.parquet")
+    assert cli_main(["compare", str(tmp_path / "x.parquet"), str(tmp_path / "x.parquet"),
+                     "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "x.parquet" in err and "not a samples table" in err and "Traceback" not in err
+    assert cli_main(["compare", str(tmp_path / "nope"), str(tmp_path / "x.parquet")]) == 2
+
+
+def test_cli_reads_a_baselines_store(tmp_path):
+    baseline = pytest.importorskip("pytest_gemmperf.gate.baseline")
+    store = baseline.BaselineStore(tmp_path / "baselines")
+    store.save(baseline.BaselineRecord(test_id="perf/test_a.py::test_gemm", hw_key="gfx950-MI350X-x8",
+                                       samples=make_side("b", 1)))
+    make_side("c", 2, slow={"k05": 0.10}).to_parquet(tmp_path / "cand.parquet")
+    rec_dir = store.path_for("perf/test_a.py::test_gemm", "gfx950-MI350X-x8")
+    rc = cli_main(["compare", str(rec_dir), str(tmp_path / "cand.parquet"), "--out", str(tmp_path / "o")])
+    assert rc == 1
+    v = pd.read_csv(tmp_path / "o" / "verdicts.csv")
+    assert set(v["test"]) == {"perf/test_a.py::test_gemm"}
+
+
+def test_cli_on_a_real_trace_against_itself(tmp_path):
+    pytest.importorskip("pytest_gemmperf.traces.discover")
+    f = shared_file("rocprofv3/AMD-AGI_TraceLens/908_results.TRIMMED_DERIVED.json")
+    rc = cli_main(["compare", str(f), str(f), "--out", str(tmp_path)])
+    assert rc == 0  # one process per side: nothing can be a regression
+    v = pd.read_csv(tmp_path / "verdicts.csv")
+    d = v[v["metric"] == "dur_ns"]
+    assert len(d) >= 50 and (d["n_base"] == 1).all()
+    assert set(d["verdict"]) == {"inconclusive"}
+    assert d["note"].str.contains("needs >= 2 per side").all()
