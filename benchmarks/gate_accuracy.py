@@ -26,13 +26,15 @@ Scenarios:
   fixed per-step mix, and each shape is itself bimodal (30 % of dispatches 6 % slower).
 
 Slowed kernels are drawn from those with >= 50 dispatches per process whose per-process medians
-vary by <= 1 % (CV, measured on pilot A/A data).
+vary by <= 1 % (CV, measured on pilot A/A data); where fewer than 3 kernels qualify (the real
+trace: its kernels are noisier than that), the 3 steadiest kernels with >= 50 dispatches are
+used and their CV is printed.
 
 Rules (all on the same data):
 
 * gate default: ``GateConfig()`` (threshold 5 %, FDR 0.05), every regression verdict counts
   (kernels, shared shift, dispersion, category totals);
-* gate threshold 0: statistics alone (``threshold=0``, same FDR);
+* gate threshold 0: statistics alone (``threshold=0``, same FDR), and with FDR 0.01;
 * pytest-benchmark ``--benchmark-compare-fail=mean:5%``: candidate mean / baseline mean of the
   kernel's dispatches (all processes pooled) > 1.05;
 * asv: Mann-Whitney p < 0.002 on the pooled dispatches (asv's rule when the smallest attainable
@@ -41,7 +43,8 @@ Rules (all on the same data):
 * Google Benchmark ``compare.py``: Mann-Whitney two-sided p < 0.05 on the pooled dispatches,
   no correction, counted when the candidate median is slower.
 
-Run: ``python benchmarks/gate_accuracy.py [--reps-aa 300 --reps-det 80] [--quick]``
+Run: ``python benchmarks/gate_accuracy.py [--reps-aa 300 --reps-det 50] [--quick]`` (about 5 min
+on 2 cores; A/A rates of 0.0 % from 300 tests mean <= 1 % at 95 % confidence).
 """
 
 from __future__ import annotations
@@ -216,7 +219,8 @@ def gate_rules(rep: Replicate, values: np.ndarray) -> dict[str, pd.DataFrame]:
     base, cand = to_samples(rep, values)
     st = compare_stats(base, cand, GateConfig())
     return {"gate default (5%)": assign_verdicts(st, GateConfig()),
-            "gate threshold 0": assign_verdicts(st, GateConfig(threshold=0.0))}
+            "gate threshold 0": assign_verdicts(st, GateConfig(threshold=0.0)),
+            "gate threshold 0, FDR 0.01": assign_verdicts(st, GateConfig(threshold=0.0, fdr=0.01))}
 
 
 def anchor_rules(rep: Replicate, values: np.ndarray, kernels: np.ndarray) -> dict[str, np.ndarray]:
@@ -256,7 +260,11 @@ def eligible_kernels(pool: StepPool, rng: np.random.Generator, pilots: int = 20)
         cvs.append(np.std(med, axis=1, ddof=1) / np.mean(med, axis=1))
         cnt = np.bincount(rep.kernel * 8 + rep.unit, minlength=n_k * 8).reshape(n_k, 8).min(axis=1)
     cv = np.sqrt(np.mean(np.square(cvs), axis=0))
-    return np.flatnonzero((cnt >= 50) & (cv <= 0.01)), cv
+    ok = np.flatnonzero((cnt >= 50) & (cv <= 0.01))
+    if len(ok) < 3:  # real data: few kernels are that stable; take the 3 steadiest with >= 50
+        big = np.flatnonzero(cnt >= 50)
+        ok = big[np.argsort(cv[big])[:3]]
+    return ok, cv
 
 
 def run_scenario(name: str, pool: StepPool, reps_aa: int, reps_det: int, seed: int) -> dict:
@@ -293,6 +301,7 @@ def run_scenario(name: str, pool: StepPool, reps_aa: int, reps_det: int, seed: i
                     bump(rule, key, float(flags.sum()), len(slowed))
     elapsed = time.perf_counter() - t0
     return {"res": res, "eligible": len(elig), "cv_slowed": float(np.median(cv[elig])) if len(elig) else np.nan,
+            "cv_max": float(np.max(cv[elig])) if len(elig) else np.nan,
             "kernels": len(pool.names), "seconds": elapsed, "calls": n_calls}
 
 
@@ -308,8 +317,9 @@ def format_table(name: str, out: dict) -> str:
         rows.append(row)
     w = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = [f"scenario {name}: {out['kernels']} kernels, {UNITS_PER_SIDE} processes per side, "
-             f"{out['eligible']} kernels eligible for slowdown (median per-process CV "
-             f"{100 * out['cv_slowed']:.2f}%); {out['calls']} comparisons in {out['seconds']:.0f} s"]
+             f"{out['eligible']} kernels eligible for slowdown (per-process median CV median "
+             f"{100 * out['cv_slowed']:.2f}%, max {100 * out['cv_max']:.2f}%); "
+             f"{out['calls']} comparisons in {out['seconds']:.0f} s"]
     lines += ["| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |" for r in rows[:1]]
     lines.append("|" + "|".join("-" * (x + 2) for x in w) + "|")
     lines += ["| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |" for r in rows[1:]]
@@ -338,7 +348,7 @@ def time_compare() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps-aa", type=int, default=300)
-    ap.add_argument("--reps-det", type=int, default=80)
+    ap.add_argument("--reps-det", type=int, default=50)
     ap.add_argument("--quick", action="store_true", help="60 A/A and 20 detection replicates")
     ap.add_argument("--scenarios", default="real,heavy,bimodal")
     args = ap.parse_args(argv)

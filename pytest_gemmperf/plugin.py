@@ -283,15 +283,16 @@ class _SessionHooks:
 
     def _write_reports(self, gp: GemmperfSession) -> None:
         try:
-            from pytest_gemmperf.report import write_reports
+            from pytest_gemmperf.report import write_results_reports
         except ImportError:
             return  # the report layer is optional
         try:
-            path = write_reports(gp.results.root, gp.options.report_dir)
+            path = write_results_reports(gp.results.root, gp.options.report_dir)
         except Exception as exc:  # a broken report must not hide the gate's verdicts
-            self.report_error = f"{type(exc).__name__}: {exc}"
+            self.report_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return
-        self.report = str(path or gp.options.report_dir)
+        if path is not None:
+            self.report = str(path)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         gp = config.stash.get(_SESSION_KEY, None)

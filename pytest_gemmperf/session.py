@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
-from pytest_gemmperf.run.results import (ResultsDir, base_test_id, merge_verdicts, write_point_json,
-                                         write_tables)
+from pytest_gemmperf.run.results import (ResultsDir, base_test_id, merge_verdicts, select_kernels,
+                                         write_point_json, write_tables)
 from pytest_gemmperf.sweep import SweepPoint
 
 #: Variables recorded in point.json besides those gemmperf sets (the rest of the environment
@@ -101,17 +101,6 @@ class PointResult:
         return {"point_dir": self.dir, "point_json": self.dir / "point.json",
                 "dispatches": self.dir / "dispatches.parquet",
                 "counters": self.dir / "counters.parquet", "agents": self.dir / "agents.parquet"}
-
-
-def select_kernels(dispatches: pd.DataFrame, kernels: Sequence[str]) -> pd.DataFrame:
-    """Rows whose kernel name matches any of ``kernels`` (regex search); all rows when empty."""
-    if not kernels or dispatches.empty:
-        return dispatches
-    pattern = "|".join(f"(?:{k})" for k in kernels)
-    names = dispatches["kernel"].astype("category")
-    hit_names = names.cat.categories.to_series().str.contains(pattern, regex=True)
-    keep = names.isin(hit_names[hit_names].index)
-    return dispatches.loc[keep.to_numpy()].reset_index(drop=True)
 
 
 def worker_index() -> int:
@@ -195,13 +184,12 @@ class PointRunner:
     """The ``gemmperf`` fixture: profile this test's sweep point and gate it."""
 
     def __init__(self, session: GemmperfSession, point: SweepPoint, nodeid: str,
-                 record_property=None, overrides: Mapping[str, Any] | None = None) -> None:
+                 record_property=None) -> None:
         self.session = session
         self.point = point
         self.nodeid = nodeid
         self.test_id = base_test_id(nodeid)
         self._record = record_property or (lambda name, value: None)
-        self._overrides = dict(overrides or {})
         self.messages: list[str] = []
 
     # -- facts a test may want
@@ -245,8 +233,8 @@ class PointRunner:
         """
         import pytest
 
-        repeats = int(repeats or self._overrides.get("repeats") or self.options.repeats)
-        timeout_s = float(timeout_s or self._overrides.get("timeout_s") or self.options.timeout_s)
+        repeats = int(repeats or self.options.repeats)
+        timeout_s = float(timeout_s or self.options.timeout_s)
         if repeats < 1:
             raise GemmperfUsageError(f"repeats must be >= 1, got {repeats}")
         results = self.session.ensure_results()
@@ -280,6 +268,11 @@ class PointRunner:
                                                   cwd, record)
             else:
                 trace, argv = self._run_replay(record)
+        except _PointSkipped as exc:
+            record["status"] = "skipped"
+            record["error"] = str(exc)
+            write_point_json(point_dir, record)
+            pytest.skip(f"gemmperf: {exc}")
         except _PointFailed as exc:
             record["status"] = exc.status
             record["error"] = exc.message
@@ -388,13 +381,27 @@ class PointRunner:
         return trace, [*outer, *inner]
 
     def _run_replay(self, record):
-        from pytest_gemmperf.run.replay import replay_point
+        from pytest_gemmperf.run.replay import ReplayMissing, replay_point
+        from pytest_gemmperf.traces.schema import set_columns
 
-        res = replay_point(self.options.replay_dir, self.point.id, test_id=self.test_id)
-        trace = getattr(res, "trace", res)
+        try:
+            res = replay_point(self.options.replay_dir, self.point.id, test_id=self.test_id)
+        except ReplayMissing as exc:
+            raise _PointSkipped(str(exc)) from None
+        if res.layout == "results":
+            # a stored point: read its tables once (ReplayResult.load() lists the three parquet
+            # files, and discovery reads the whole table set for each of them)
+            from pytest_gemmperf.traces.discover import load
+
+            trace = load([res.directory])
+        else:
+            trace = res.load()
+        trace.dispatches = set_columns(trace.dispatches, point=self.point.id)
+        if len(trace.counters):
+            trace.counters = set_columns(trace.counters, point=self.point.id)
         record["replay_dir"] = str(self.options.replay_dir)
-        record["runs"] = _jsonable(getattr(res, "runs", []) or [])
-        record["files"] = [str(f) for f in getattr(trace, "files", [])]
+        record["replay"] = {"layout": res.layout, "stored_point": res.stored_point,
+                            "directory": str(res.directory), "files": [str(f) for f in res.files]}
         return trace, []
 
     # -- the gate
@@ -418,9 +425,12 @@ class PointRunner:
                 path = self._save_baseline(store, base, samples, result)
                 updating = self.options.update_baselines and base_pt is not None and not base_pt.empty
                 what = "updated" if updating else "recorded"
-                msg = (f"gemmperf: {'updated the baseline' if updating else 'no baseline'} for "
-                       f"{self.test_id}[{self.point.id}] on {result.hw_key} — "
-                       f"{what} one at {path}")
+                if updating:
+                    msg = (f"gemmperf: baseline of {self.test_id}[{self.point.id}] on {result.hw_key} "
+                           f"updated at {path}")
+                else:
+                    msg = (f"gemmperf: no baseline for {self.test_id}[{self.point.id}] on "
+                           f"{result.hw_key} — recorded one at {path}")
                 self.messages.append(msg)
                 self._record(PROP_STATUS, f"baseline-{what}")
                 self._record(f"{PROP_PREFIX}_baseline", str(path))
@@ -508,6 +518,10 @@ class _PointFailed(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class _PointSkipped(Exception):
+    """The point has no data to replay."""
 
 
 def _fail_now(message: str):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import sys
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -37,7 +37,6 @@ SLUG = "test_overlap.py__test_overlap"
 TEST_ID = "test_overlap.py::test_overlap"
 
 TEST_FILE = f"""
-import sys
 from pytest_gemmperf import sweep
 
 @sweep(channels=[28, 56], threads=[256], kernels=[r"^aten::mm$"])
@@ -67,7 +66,8 @@ def gp(pytester, monkeypatch):
 
     def run(*args, results="res", inprocess=True):
         full = [*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
-                f"--gemmperf-results-dir={results}", "--gemmperf-baseline-dir=base", *args]
+                *([f"--gemmperf-results-dir={results}"] if results else []),
+                "--gemmperf-baseline-dir=base", *args]
         return pytester.runpytest(*full) if inprocess else pytester.runpytest_subprocess(*full)
 
     run.path = pytester.path
@@ -176,6 +176,16 @@ def test_baseline_lifecycle_regression_warn_only_and_junit(gp, monkeypatch):
     out = gp("-k", "ch56", results="res6")
     out.assert_outcomes(passed=1, deselected=1)
 
+    # 6. replay the first run's results (no workload runs): same data as the baseline of ch28
+    out = gp("--gemmperf-replay", "res1", "--gemmperf-channels", "28,99", "-rs", results="res7")
+    out.assert_outcomes(passed=1, skipped=1)
+    out.stdout.fnmatch_lines(["*SKIPPED*point ch99-th256*"])
+    pj = _point_json(root / "res7", "ch28-th256")
+    assert pj["backend"] == "replay" and pj["runs"] == [] and pj["replay"]["stored_point"] == "ch28-th256"
+    v = pd.read_csv(root / "res7" / SLUG / "verdicts.csv")
+    row = v[(v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0]
+    assert row["verdict"] == "unchanged" and row["ratio"] == pytest.approx(1.0, abs=1e-9)
+
 
 def _junit_props(path: Path) -> dict[str, dict[str, str]]:
     tree = ET.parse(path)
@@ -196,7 +206,6 @@ def test_workload_failure_fails_with_log_tail(gp, monkeypatch):
 
 def test_default_point_gpu_binding_and_kernel_mismatch(gp, pytester):
     pytester.makepyfile(test_plain=f"""
-import sys
 import pytest
 
 def test_plain(gemmperf):
@@ -209,13 +218,16 @@ def test_plain(gemmperf):
 def test_needs_fixture_for_sweep():
     pass
 """)
-    out = gp("test_plain.py", "--gemmperf-gpus-per-point", "2")
+    out = gp("test_plain.py", "--gemmperf-gpus-per-point", "2", results=None)
     out.assert_outcomes(passed=2)
-    pj = json.loads((gp.path / "res" / "test_plain.py__test_plain" / "default" / "point.json").read_text())
+    # default location: .gemmperf/results/<timestamp>/ under the rootdir, plus a "latest" link
+    runs = [p for p in (gp.path / ".gemmperf" / "results").iterdir() if p.name != "latest"]
+    assert len(runs) == 1 and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d", runs[0].name)
+    assert (gp.path / ".gemmperf" / "results" / "latest").resolve() == runs[0].resolve()
+    pj = json.loads((runs[0] / "test_plain.py__test_plain" / "default" / "point.json").read_text())
     assert pj["env_set"]["HIP_VISIBLE_DEVICES"] == "0,1"
 
     pytester.makepyfile(test_nomatch=f"""
-import sys
 from pytest_gemmperf import sweep
 
 @sweep(threads=[1], kernels=["^Cijk_"])

@@ -131,7 +131,7 @@ def test_long_tables_are_capped_and_say_so(tmp_path):
     files = write_reports(tmp_path, dispatches=d, formats=["xlsx"], max_sheet_rows=5)
     wb = openpyxl.load_workbook(files["report.xlsx"])
     ws = wb["kernel_details"]
-    assert "showing the first 5 of 60 rows" in ws["A1"].value
+    assert "showing the first 5 of 100 rows" in ws["A1"].value
     assert ws.max_row == 2 + 5
 
 

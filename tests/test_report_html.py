@@ -376,3 +376,30 @@ def test_real_908_report_in_headless_chromium(tmp_path, shared_data):
         assert browser.errors() == []
     finally:
         browser.close()
+
+
+def test_cli_compare_nway_writes_one_report(tmp_path, capsys):
+    """gemmperf compare BASE C1 C2 --labels: verdicts per candidate, one report with all sweeps."""
+    from pytest_gemmperf.cli import main
+
+    paths = []
+    for name, (seed, factor) in {"base": (0, 1.0), "c1": (1, 1.3), "c2": (2, 1.0)}.items():
+        d = tmp_path / name
+        d.mkdir()
+        _sweep(seed, slow_kernel=NASTY, factor=factor, points=("ch28-th256", "ch56-th256"),
+               n_per_kernel=30).to_parquet(d / "dispatches.parquet")
+        paths.append(str(d))
+    out = tmp_path / "out"
+    rc = main(["compare", *paths, "--labels", "slow", "same", "--out", str(out)])
+    assert rc == 1  # the 'slow' candidate regresses
+    printed = capsys.readouterr().out
+    assert f"report: {out / 'report.html'}" in printed
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "base, slow, same" in html
+    v = pd.read_csv(out / "verdicts.csv", keep_default_na=False)
+    assert set(v["label"]) == {"slow", "same"}
+    reg = v[v["verdict"] == "regression"]
+    assert set(reg["label"]) == {"slow"} and NASTY in set(reg["kernel"])
+    assert (out / "report.xlsx").is_file() and (out / "summary.md").is_file()
+    k = pd.read_csv(out / "kernels.csv")
+    assert set(k["label"]) == {"base", "slow", "same"}

@@ -298,6 +298,14 @@ def test_header_only(tmp_path):
         read_kernel_trace_csv(p)
 
 
+def test_header_only_counters_and_agents(tmp_path):
+    with pytest.raises(GemmperfInputError, match=r"counter_collection\.csv: no counter records"):
+        read_counter_collection_csv(write(tmp_path, "counter_collection.csv", [HCC19]))
+    head = (FX / "v7" / "mi350-n1" / "5358_agent_info.csv").read_text().splitlines()[0]
+    with pytest.raises(GemmperfInputError, match=r"agent_info\.csv: no agents"):
+        read_agent_info_csv(write(tmp_path, "agent_info.csv", [head]))
+
+
 def test_wrong_column_count_names_line(tmp_path):
     bad = row22(dispatch=3).rsplit(",", 1)[0]  # 21 fields
     p = write(tmp_path, "kernel_trace.csv", [H22, row22(), row22(dispatch=2, start=2100, end=2600), bad])
@@ -380,6 +388,18 @@ def test_counter_collection_19col(tmp_path):
     assert c["start_ns"].tolist()[0] == 1569078135498332
     assert c["agpr"].tolist() == [4, 4, 4] and c["grid_size"].tolist()[0] == 512
     assert (c["source"].astype(str) == "rocprofv3-csv").all()
+
+
+def test_counter_collection_rocpd_convert(tmp_path):
+    p = write(tmp_path, "out_counter_collection.csv", [
+        '"Guid",' + HCC19,
+        '"0000ddb5-8903-7903-b269-cd8d3745bb8a",1,1,"Agent 2",1,34679,34679,1048576,19,'
+        '"vectoradd_float(float*, float const*, float const*, int, int)",256,0,0,8,0,16,'
+        '"SQ_INSTS_SALU",98304.000000,1209908919889,1209909170247',
+    ])
+    c = read_counter_collection_csv(p)
+    assert c[["agent", "pid", "kernel_id", "value"]].iloc[0].tolist() == [2, 34679, 19, 98304.0]
+    assert str(c["guid"].iloc[0]) == "0000ddb5-8903-7903-b269-cd8d3745bb8a"
 
 
 def test_read_rocprof_csv_dispatches_on_kind(tmp_path):

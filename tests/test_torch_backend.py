@@ -185,3 +185,11 @@ def test_gemm_comm_rejects_bad_shape():
     proc = subprocess.run([sys.executable, str(GEMM_COMM), "--shape", "64x32"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "MxNxK" in proc.stderr
+
+
+def test_select_kernels_regex_search_on_names():
+    d = pd.DataFrame({"kernel": pd.Categorical(["Cijk_Ailk_x", "ncclDevKernel", "my_gemm_kernel", "Cijk_Ailk_x"]),
+                      "dur_ns": [1, 2, 3, 4]})
+    assert res.select_kernels(d, [r"^Cijk_", "gemm"])["dur_ns"].tolist() == [1, 3, 4]
+    assert res.select_kernels(d, [])["dur_ns"].tolist() == [1, 2, 3, 4]
+    assert res.select_kernels(d, ["^nothing$"]).empty

@@ -7,7 +7,7 @@ Two views:
 * :func:`rocprof_style_stats` — the same numbers rocprofv3 ``--stats`` writes to
   ``kernel_stats.csv``, to cross-check a trace against the profiler's own summary.
 
-Definitions (all vectorized groupbys; null keys such as a missing ``rank`` form their own group):
+Definitions (vectorized: group ids plus one sort, no loop over groups; null keys such as a missing ``rank`` form their own group):
 
 * ``std_ns``: **sample** standard deviation (``ddof=1``), the estimator of the population spread
   from a finite set of dispatches, and the one rocprofv3 prints (so the two views agree); a
@@ -38,16 +38,39 @@ STATS_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns"
 OUTLIER_IQR_FACTOR = 3.0
 
 
+def _sort_within_groups(gid: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """``values`` (non-negative int64) sorted by (group id, value).
+
+    One quicksort of ``gid * span + value`` when that fits in int64 (always, for realistic
+    durations and group counts); otherwise a two-key lexsort.
+    """
+    span = int(values.max()) + 1 if len(values) else 1
+    if n_groups * span < 2**62:
+        key = gid.astype(np.int64) * span + values
+        key.sort()
+        return key - np.repeat(np.arange(n_groups, dtype=np.int64) * span,
+                               np.bincount(gid, minlength=n_groups))
+    return values[np.lexsort((values, gid))]
+
+
 def drop_warmup(dispatches: pd.DataFrame, warmup: int) -> pd.DataFrame:
     """Drop the first ``warmup`` dispatches of every kernel in every process (start order)."""
     if warmup <= 0 or len(dispatches) == 0:
         return dispatches
     keys = [c for c in PROCESS_KEYS if c in dispatches.columns] + ["kernel"]
-    order = np.argsort(dispatches["start_ns"].to_numpy(), kind="stable")
-    ordered = dispatches.iloc[order]
-    nth = ordered.groupby(keys, dropna=False, observed=True, sort=False).cumcount().to_numpy()
-    keep = np.zeros(len(dispatches), dtype=bool)
-    keep[order] = nth >= warmup
+    gid = dispatches.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+    start = dispatches["start_ns"].to_numpy(dtype=np.int64)
+    start = start - start.min()
+    count = np.bincount(gid)
+    span = int(start.max()) + 1
+    if len(count) * span < 2**62:  # one sort on a combined key instead of a two-pass lexsort
+        order = np.argsort(gid.astype(np.int64) * span + start, kind="stable")
+    else:
+        order = np.lexsort((start, gid))
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    nth_sorted = np.arange(len(gid)) - first[gid[order]]
+    keep = np.empty(len(gid), dtype=bool)
+    keep[order] = nth_sorted >= warmup
     return dispatches[keep]
 
 
@@ -61,7 +84,7 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
     category (constant per kernel name).
 
     Implementation: one group id per row (``groupby(...).ngroup()``, null keys kept), one
-    lexsort by (group, duration); every order statistic is then an index into that sorted array.
+    sort by (group, duration); every order statistic is then an index into that sorted array.
     """
     by = list(by)
     missing = [c for c in by + ["dur_ns"] if c not in dispatches.columns]
@@ -73,9 +96,9 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
                             | {c: pd.Series(dtype="float64") for c in STATS_COLUMNS})
     gid = df.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
     dur = df["dur_ns"].to_numpy(dtype=np.int64)
-    order = np.lexsort((dur, gid))
-    sdur = dur[order]
     count = np.bincount(gid)
+    n_groups = len(count)
+    sdur = _sort_within_groups(gid, dur, n_groups)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     last = first + count - 1
 
@@ -95,11 +118,12 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
     median = quantile(sdur, 0.5)
     q1, q3 = quantile(sdur, 0.25), quantile(sdur, 0.75)
     iqr = q3 - q1
-    absdev = np.abs(dur - median[gid])
-    mad = quantile(absdev[np.lexsort((absdev, gid))], 0.5)
+    # |x - median| doubled, so that a median ending in .5 keeps the deviations integral
+    absdev2 = np.abs(2 * dur - np.rint(2 * median).astype(np.int64)[gid])
+    mad = quantile(_sort_within_groups(gid, absdev2, n_groups), 0.5) / 2
     n_out = np.bincount(gid, weights=dur > q3[gid] + OUTLIER_IQR_FACTOR * iqr[gid]).astype(np.int64)
 
-    rep = order[first]  # one representative row per group, for the key values and category
+    rep = np.unique(gid, return_index=True)[1]  # first row of each group: keys, category
     out = df[by].iloc[rep].reset_index(drop=True)
     out["count"] = count.astype(np.int64)
     out["total_ns"] = total.astype(np.int64)

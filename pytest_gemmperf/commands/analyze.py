@@ -44,6 +44,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="drop the first N dispatches of each (point, rank, kernel) (default 0)")
     p.add_argument("--categories", metavar="FILE",
                    help="YAML {category: [regex, ...]} tried before the built-in rules")
+    p.add_argument("--no-report", dest="report", action="store_false",
+                   help="skip report.html / report.xlsx / summary.md / variance CSVs")
     p.set_defaults(func=run)
     return p
 
@@ -91,9 +93,23 @@ def _run(args: argparse.Namespace) -> int:
         raise GemmperfInputError(out, f"cannot write output: {exc.strerror or exc}") from None
     print(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
           f"{out / 'kernels.csv'}, {out / 'summary.json'}")
+    if getattr(args, "report", True):
+        _write_reports(args, trace, d, out)
     for note in trace.meta.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) -> None:
+    """report.html, report.xlsx, summary.md and the aorta variance CSVs beside our own files
+    (kernels.csv and summary.json stay this command's)."""
+    from pytest_gemmperf.report import write_reports
+
+    files = write_reports(out, dispatches=d, counters=trace.counters, agents=trace.agents,
+                          meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
+                          skip={"kernels.csv", "summary.json"})
+    if "report.html" in files:
+        print(f"report: {files['report.html']}")
 
 
 def _rules(path: str | None) -> list[tuple[str, str]]:

@@ -46,6 +46,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--benchmark-json", metavar="FILE",
                    help="also write pytest-benchmark JSON: FILE for the candidate, FILE-base.json for BASE")
     p.add_argument("--max-rows", type=int, default=20, help="rows of the printed table (default 20)")
+    p.add_argument("--no-report", dest="report", action="store_false",
+                   help="write verdicts.csv only (no report.html / report.xlsx / summary.md)")
     p.set_defaults(func=run)
     return p
 
@@ -115,8 +117,11 @@ def _baseline_records(p: Path) -> list | None:
             if store.path_for(r.test_id, r.hw_key).resolve() == p.resolve()]
 
 
-def load_side(path: str, warmup: int = 0) -> dict[str, pd.DataFrame]:
-    """``{test_id: samples}`` of one input ('' when the input carries no test id)."""
+def load_side(path: str, warmup: int = 0, traces: dict | None = None) -> dict[str, pd.DataFrame]:
+    """``{test_id: samples}`` of one input ('' when the input carries no test id).
+
+    ``traces``, when given, receives ``{path: Trace}`` for trace inputs (the reports need the
+    dispatches, not only the samples)."""
     p = Path(path)
     if not p.exists():
         raise GemmperfInputError(p, "no such file or directory")
@@ -133,6 +138,8 @@ def load_side(path: str, warmup: int = 0) -> dict[str, pd.DataFrame]:
     from pytest_gemmperf.traces.discover import load
 
     trace = load([p])
+    if traces is not None:
+        traces[path] = trace
     return {"": samples_from_dispatches(trace.dispatches, warmup=warmup)}
 
 
@@ -178,11 +185,12 @@ def _run(args: argparse.Namespace) -> int:
         raise GemmperfInputError(None, f"--labels needs {len(args.cands)} label(s), got {len(labels)}")
     cfg = GateConfig(threshold=args.threshold, fdr=args.fdr, warmup=args.warmup, abs_floor_ns=args.abs_floor_ns,
                      per_kernel=[(rx, parse_threshold(t)) for rx, t in args.kernel_threshold])
-    base = load_side(args.base, args.warmup)
+    traces: dict = {}
+    base = load_side(args.base, args.warmup, traces)
     frames = []
     cand_samples = []
     for label, cpath in zip(labels, args.cands):
-        cand = load_side(cpath, args.warmup)
+        cand = load_side(cpath, args.warmup, traces)
         cand_samples.append((label, cand))
         for test, b, c in _pair(base, cand, args.base, cpath):
             v = compare(b, c, cfg, test=test)
@@ -198,6 +206,8 @@ def _run(args: argparse.Namespace) -> int:
     os.replace(tmp, out / "verdicts.csv")
     if args.benchmark_json:
         _export(args.benchmark_json, base, cand_samples)
+    if getattr(args, "report", True):
+        _write_reports(args, labels, verdicts, traces, out)
 
     counts = verdicts["verdict"].value_counts()
     print(format_verdict_table(verdicts, args.max_rows))
@@ -218,3 +228,27 @@ def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, d
     for label, cand in cands:
         name = t.name if len(cands) == 1 else f"{stem}-{label}.json"
         write_pytest_benchmark_json(t.with_name(name), pd.concat(list(cand.values()), ignore_index=True))
+
+
+def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.DataFrame,
+                   traces: dict, out: Path) -> None:
+    """One report with every sweep side by side (baseline first) where the inputs are traces;
+    verdicts.csv stays this command's. A report failure never changes the gate's exit status."""
+    from pytest_gemmperf.report import write_reports
+
+    sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
+    sides = [(path, label) for path, label in sides if path in traces]
+    if not sides:
+        print("note: no report: the inputs are samples or baselines, not traces", file=sys.stderr)
+        return
+    try:
+        files = write_reports(
+            out, dispatches=[traces[p].dispatches for p, _ in sides], labels=[lab for _, lab in sides],
+            counters=[traces[p].counters for p, _ in sides], agents=[traces[p].agents for p, _ in sides],
+            verdicts=verdicts, warmup=args.warmup, skip={"verdicts.csv"},
+            meta={"baseline": args.base, "inputs": [args.base, *args.cands]})
+    except Exception as exc:  # noqa: BLE001 - the verdicts are written; say why the report is not
+        print(f"gemmperf: report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if "report.html" in files:
+        print(f"report: {files['report.html']}")

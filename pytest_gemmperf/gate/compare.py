@@ -21,9 +21,13 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
    change (relative change + shared shift, with both variances).
 3. **Moderated t.** Per kernel, the between-unit variance of the normalised summaries (df =
    n_base + n_cand - 2, i.e. 6 with 4 processes per side) is shrunk towards a prior fitted
-   across all kernels of the point (limma's empirical Bayes, with a trend on log dispatches
-   per unit). The p-value is the two-sided moderated t; the 95 % CI is the t interval on the
-   log scale. An exact Mann-Whitney U on the same per-unit summaries is reported as
+   across all kernels of the point (limma's empirical Bayes with a quadratic trend in the log
+   of the kernel's within-process sampling variance of the median, estimated from order
+   statistics of its own dispatches). That sampling variance also floors the moderated
+   variance: between-process spread cannot be smaller than it in expectation, and without the
+   floor a kernel seen a few times per process sometimes shows four near-equal medians by
+   chance (the main source of A/A false alarms on the real trace before the floor). The
+   p-value is the two-sided moderated t; the 95 % CI is the t interval on the log scale. An exact Mann-Whitney U on the same per-unit summaries is reported as
    ``rank_p_value`` but is not used to decide: with 4 vs 4 processes its smallest two-sided p is
    2/70 = 0.029, which no FDR correction over ~80 kernels can accept.
    ``ci_method="bootstrap"`` replaces the interval by a hierarchical bootstrap (processes, then
@@ -31,7 +35,9 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
    spread), so it is not the default.
 4. **Dispersion.** Per kernel and unit the robust CV (1.4826 MAD of log durations) is compared
    the same way (moderated t on log CV, metric ``cv_robust``) for kernels with at least
-   ``dispersion_min_dispatches`` dispatches per unit.
+   ``dispersion_min_dispatches`` dispatches per unit. Its default threshold is 1.0 (the CV
+   must at least double): on the real trace the per-process robust CV of one kernel varies by
+   +-50 % between processes, so smaller thresholds raise A/A alarms.
 5. **Unit-level metrics** (category totals, overlap fraction, interference, exposed
    communication, collective metrics): one value per unit, pooled t-test on the log scale (raw
    scale when a value is <= 0).
@@ -66,6 +72,7 @@ DUR = "dur_ns"
 CV = "cv_robust"
 SHARED = "*"
 _MAD_TO_SD = 1.4826
+FLOOR_MAX_DISPATCHES = 30
 
 
 @dataclass
@@ -176,10 +183,10 @@ def _matrix(d: pd.DataFrame, kernels: pd.Index) -> tuple[np.ndarray, np.ndarray,
     n_k, n_u = len(kernels), len(units)
     logv = np.log(d["value"].to_numpy(float))
     gid = k * n_u + u
-    med, mad, cnt = stats.group_median_mad(logv, gid, n_k * n_u)
+    med, mad, cnt, se = stats.group_median_mad(logv, gid, n_k * n_u, with_se=True)
     shape = (n_k, n_u)
     med = med.reshape(shape)
-    return med, mad.reshape(shape), cnt.reshape(shape), logv, gid
+    return med, mad.reshape(shape), cnt.reshape(shape), logv, gid, se.reshape(shape)
 
 
 def _pooled_var(zb: np.ndarray, zc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -216,8 +223,8 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
 
 def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig) -> list[dict]:
     kernels = pd.Index(sorted({str(x) for x in pd.unique(b["kernel"])} | {str(x) for x in pd.unique(c["kernel"])}))
-    yb, madb, nb_disp, logb, gidb = _matrix(b, kernels) if len(b) else _empty(len(kernels))
-    yc, madc, nc_disp, logc, gidc = _matrix(c, kernels) if len(c) else _empty(len(kernels))
+    yb, madb, nb_disp, logb, gidb, seb = _matrix(b, kernels) if len(b) else _empty(len(kernels))
+    yc, madc, nc_disp, logc, gidc, sec = _matrix(c, kernels) if len(c) else _empty(len(kernels))
     ub, uc = yb.shape[1], yc.shape[1]
     y = np.concatenate([yb, yc], axis=1)
     cnt = np.concatenate([nb_disp, nc_disp], axis=1)
@@ -251,21 +258,18 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
         shift, df_o, s2_o, var_shift = 0.0, np.inf, 0.0, 0.0
 
     disp_per_unit = np.where(present, cnt, np.nan)
-    # Sampling variance of each per-unit median from its own dispatches (normal-theory
-    # (pi/2) sigma^2 / n with sigma = 1.4826 MAD). The between-unit variance of the medians
-    # cannot be smaller in expectation, so it floors the moderated variance: with 4 units a
-    # kernel seen a handful of times per process can otherwise show four near-equal medians
-    # by chance (real A/A data: 1-per-step kernels with 40 % jitter). Its log is also the
-    # covariate of the prior trend: it predicts a kernel's noise far better than a count.
-    mad = np.concatenate([madb, madc], axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pred_ku = np.where(cnt > 0, (np.pi / 2) * (_MAD_TO_SD * mad) ** 2 / np.maximum(cnt, 1), np.nan)
-    pred = _nanmean_rows(pred_ku)
-    floor = pred
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cov = np.log(np.where(pred > 0, pred, np.nan))
-    if not np.isfinite(cov).any():
-        cov = np.log(_nanmedian_rows(disp_per_unit))
+    # Few dispatches per process: the per-unit median's own sampling variance (order-statistic
+    # SE, stats.group_median_mad) floors the moderated variance. Between-process spread cannot
+    # be smaller in expectation, and with 4 units a kernel seen a handful of times per process
+    # otherwise shows four near-equal medians by chance (the A/A false alarms of once-per-step
+    # kernels with 40 % jitter in the real trace). Not applied from ``FLOOR_MAX_DISPATCHES``
+    # dispatches on: there the moderated estimate is good, and the i.i.d. formula overstates
+    # the noise of a median that sits between the modes of a fixed mix of GEMM shapes.
+    se_ku = np.concatenate([seb, sec], axis=1)
+    pred = _nanmean_rows(np.where(cnt > 1, se_ku ** 2, np.nan))
+    n_disp = _nanmedian_rows(disp_per_unit)
+    floor = np.where(n_disp < FLOOR_MAX_DISPATCHES, pred, np.nan)
+    cov = np.log(n_disp)
     testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
     s2_fit = np.where(testable, s2, np.nan)
     se_rel, df_rel, p_rel, d0, s2m = _moderated(diff, s2_fit, np.where(testable, df, 0.0), nb, nc,
@@ -316,7 +320,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
 
 def _empty(n_k: int):
     z = np.zeros((n_k, 0))
-    return z, z, z.astype(int), np.zeros(0), np.zeros(0, int)
+    return z, z, z.astype(int), np.zeros(0), np.zeros(0, int), z
 
 
 def _nanmedian_rows(a: np.ndarray) -> np.ndarray:
@@ -367,8 +371,7 @@ def _dispersion_rows(point, kernels, madb, nb_disp, madc, nc_disp, cfg) -> list[
                          cand_median_ns=float(np.exp(np.nanmedian(cvc[i]))),
                          ratio=math.exp(diff[i]), ci_low=math.exp(diff[i] - half[i]),
                          ci_high=math.exp(diff[i] + half[i]), p_value=p[i], prior_df=d0,
-                         unit_sd_log=se[i] / math.sqrt(1 / nb[i] + 1 / nc[i]),
-                         threshold=cfg.dispersion_threshold))
+                         unit_sd_log=se[i] / math.sqrt(1 / nb[i] + 1 / nc[i])))
     return rows
 
 
@@ -474,10 +477,8 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     test = df["test"].astype(str).to_numpy()
     kern = df["kernel"].astype(str).to_numpy()
     metric = df["metric"].astype(str).to_numpy()
-    preset = df["threshold"].to_numpy(float) if "threshold" in df.columns else np.full(len(df), np.nan)
     thr = np.array([cfg.threshold_for(k, t) for k, t in zip(kern, test)], float)
     thr = np.where(metric == CV, cfg.dispersion_threshold, thr)
-    thr = np.where(np.isfinite(preset) & (metric == CV), preset, thr)
     df["threshold"] = thr
 
     better = np.isin(metric, list(HIGHER_IS_BETTER))

@@ -170,8 +170,8 @@ def _axes_of(points: pd.Series) -> pd.DataFrame:
     cats = pd.Series(list(cat.cat.categories) + [None], dtype=object)
     parsed = parse_point_axes(cats)
     codes = cat.cat.codes.to_numpy()  # -1 picks the trailing None row
-    return pd.DataFrame({"threads": parsed["threads"].to_numpy()[codes],
-                         "channel": parsed["channel"].to_numpy()[codes]}, index=points.index)
+    return pd.DataFrame({"threads": parsed["threads"].array.take(codes),
+                         "channel": parsed["channel"].array.take(codes)}, index=points.index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,20 +235,28 @@ def _short_kernels(d: pd.DataFrame, threshold_us: float) -> tuple[pd.DataFrame, 
     dur = d["dur_ns"].to_numpy(np.int64)
     short = dur < thr_ns
     total = float(dur.sum()) or 1.0
-    s = pd.DataFrame({"name": d["kernel"].to_numpy()[short], "dur": dur[short]})
-    s["name"] = s["name"].astype(object)
-    g = s.groupby("name", sort=True)["dur"]
+    names = d["kernel"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    # per-name sums over category codes: no string grouping over millions of rows
+    codes = names.cat.codes.to_numpy()[short]
+    cats = np.asarray(names.cat.categories, dtype=object)
+    keep = codes >= 0
+    codes, sdur = codes[keep], dur[short][keep]
+    count = np.bincount(codes, minlength=len(cats))
+    sums = np.bincount(codes, weights=sdur, minlength=len(cats))
+    hit = count > 0
     summary = pd.DataFrame({
-        "Short Kernel count": g.size(),
-        "Short Kernel duration (µs) sum": g.sum() / 1e3,
-        "Short Kernel duration (µs) mean": g.mean() / 1e3,
-        "Short Kernel duration (µs) percent of total time": g.sum() / total * 100,
-    }).sort_values("Short Kernel duration (µs) sum", ascending=False, kind="stable")
-    summary = summary.rename_axis("name").reset_index()
+        "name": cats[hit].astype(str),
+        "Short Kernel count": count[hit].astype(np.int64),
+        "Short Kernel duration (µs) sum": sums[hit] / 1e3,
+        "Short Kernel duration (µs) mean": sums[hit] / count[hit] / 1e3,
+        "Short Kernel duration (µs) percent of total time": sums[hit] / total * 100,
+    }).sort_values(["Short Kernel duration (µs) sum", "name"], ascending=[False, True], kind="stable")
     edges = np.linspace(0.0, threshold_us, SHORT_HIST_BINS + 1)
     counts, _ = np.histogram(dur[short] / 1e3, bins=edges)
     hist = pd.DataFrame({"bin_start_us": edges[:-1], "bin_end_us": edges[1:], "count": counts})
-    return summary, hist
+    return summary.reset_index(drop=True), hist
 
 
 def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
@@ -296,16 +304,18 @@ def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
         ov = gemm_overlap(d)
         obk = overlap_by_kernel(d, overlap=ov, by=("point", "rank", "kernel"))
         keys = [c for c in ("point", "rank", "kernel") if c in obk.columns]
-        med = (_decategorize(ov[keys + ["dur_ns"]]).groupby(keys, dropna=False, sort=False)["dur_ns"]
-               .median().rename("median_dur_us").reset_index())
+        # group on the categorical columns; only the small result becomes text
+        med = _decategorize(ov.groupby(keys, dropna=False, observed=True, sort=False)["dur_ns"]
+                            .median().rename("median_dur_us").reset_index())
         med["median_dur_us"] = med["median_dur_us"] / 1e3
         obk = _object_keys(_decategorize(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
         out["overlap"] = _with_label(_decategorize(obk), label)
         g = d[gemm]
         axes = _axes_of(g["point"])
-        g = pd.DataFrame({"kernel": g["kernel"].astype(object).to_numpy(),
-                          "threads": axes["threads"].to_numpy(), "channel": axes["channel"].to_numpy(),
-                          "rank": g["rank"].to_numpy(), "dur_ns": g["dur_ns"].to_numpy()})
+        # extension arrays, not to_numpy(): kernel stays categorical, rank nullable (no object copies)
+        g = pd.DataFrame({"kernel": g["kernel"].array, "threads": axes["threads"].array,
+                          "channel": axes["channel"].array, "rank": g["rank"].array,
+                          "dur_ns": g["dur_ns"].to_numpy()})
         out["_gemm"] = g
     else:
         notes.append(f"{label}: no GEMM dispatches (category 'gemm'): variance, overlap and "
@@ -356,11 +366,22 @@ def _plot_kernels(kernels: pd.DataFrame, top: pd.DataFrame, verdicts: pd.DataFra
     return list(seen)[:PLOT_KERNELS]
 
 
-def _boxes(gemm: pd.DataFrame, plot_kernels: list[str]) -> dict[str, pd.DataFrame]:
+def _boxes(gemm_parts: list[pd.DataFrame], plot_kernels: list[str]) -> dict[str, pd.DataFrame]:
     """Quantile boxes of the plotted GEMM kernels per axis value (and per sweep)."""
-    if len(gemm) == 0 or not plot_kernels:
+    if not gemm_parts or not plot_kernels:
         return {}
-    g = gemm[gemm["kernel"].isin(plot_kernels)]
+    picked = []
+    for g in gemm_parts:
+        # recode onto the plotted names: one shared categorical, no per-row strings
+        names = g["kernel"] if isinstance(g["kernel"].dtype, pd.CategoricalDtype) else g["kernel"].astype("category")
+        index = {k: i for i, k in enumerate(plot_kernels)}
+        per_cat = np.asarray([index.get(str(c), -1) for c in names.cat.categories] + [-1], dtype=np.int64)
+        codes = per_cat[names.cat.codes.to_numpy()]
+        keep = codes >= 0
+        picked.append(g[keep].assign(kernel=pd.Categorical.from_codes(codes[keep], categories=plot_kernels)))
+    g = pd.concat(picked, ignore_index=True)
+    if len(g) == 0:
+        return {}
     out = {"label": _grouped_boxes(g, ["kernel", "label"])}
     for axis in ("threads", "channel", "rank"):
         if g[axis].notna().any():
@@ -453,7 +474,6 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
     kernels = get("kernels")
     top = get("top_variance")
     verdicts_n = normalize_verdicts(verdicts, labels)
-    gemm = pd.concat(parts["_gemm"], ignore_index=True) if parts.get("_gemm") else pd.DataFrame()
     plot_kernels = _plot_kernels(kernels, top, verdicts_n)
     return ReportData(
         labels=labels, kernels=kernels, kernel_summary=get("kernel_summary"),
@@ -461,7 +481,7 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
         short_histogram=get("short_histogram"), kernel_details=get("kernel_details"),
         top_variance=top, overlap=get("overlap"), timeline=get("timeline"),
         timeline_by_point=get("timeline_by_point"), counters=get("counters"),
-        boxes=_boxes(gemm, plot_kernels), interaction=_interaction(top), verdicts=verdicts_n,
+        boxes=_boxes(parts.get("_gemm", []), plot_kernels), interaction=_interaction(top), verdicts=verdicts_n,
         meta=dict(meta or {}), short_kernel_us=float(short_kernel_us), top_k=int(top_k),
         notes=notes, n_dispatches=n_disp)
 

@@ -142,8 +142,8 @@ def read_cpu_trace(path: str | Path):
     import gzip
     import zlib
 
+    import msgspec
     import numpy as np
-    import orjson
     import pandas as pd
 
     from pytest_gemmperf.traces import torch_trace as tt
@@ -157,10 +157,10 @@ def read_cpu_trace(path: str | Path):
         raw = Path(path).read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        doc = orjson.loads(raw)
+        doc = msgspec.json.decode(raw)
     except OSError as exc:
         raise GemmperfInputError(path, f"cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
-    except (orjson.JSONDecodeError, EOFError, zlib.error) as exc:
+    except (msgspec.DecodeError, EOFError, zlib.error) as exc:
         raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
     if isinstance(doc, list):  # bare Chrome-trace array
         doc = {"traceEvents": doc}

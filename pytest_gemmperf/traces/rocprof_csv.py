@@ -725,6 +725,8 @@ def read_counter_collection_csv(path: str | os.PathLike, *, agents: pd.DataFrame
     wanted = [c for c in kind.columns if c.lower() in _CC_MAP]
     table = _read_typed(src, kind, _column_types(kind.columns, floats={"counter_value"}), wanted)
     n = table.num_rows
+    if n == 0:  # rocprofv3 writes no file when nothing was collected, so this is damage
+        raise GemmperfInputError(path, "no counter records (header only)")
     cols: dict[str, Any] = {}
     for raw in wanted:
         canon = _CC_MAP[raw.lower()]

@@ -118,6 +118,19 @@ def empty(schema: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in schema.items()})
 
 
+def _constant_categorical(value: str, n: int) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([value], dtype=object))
+
+
+def _missing_array(dtype: str, n: int):
+    """An all-missing column built without per-row Python objects."""
+    if dtype == INT:
+        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    if dtype == STR:
+        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=object))
+    return np.zeros(n, dtype=dtype)
+
+
 def _coerce(df: pd.DataFrame, schema: dict[str, str], path: str | None) -> pd.DataFrame:
     n = len(df)
     out: dict[str, Any] = {}
@@ -125,10 +138,7 @@ def _coerce(df: pd.DataFrame, schema: dict[str, str], path: str | None) -> pd.Da
         if col in df.columns:
             s = df[col]
         else:
-            s = pd.Series([pd.NA] * n if dtype in (INT, STR) else np.zeros(n, dtype=dtype),
-                          index=df.index, dtype=None if dtype in (INT, STR) else dtype)
-            if dtype == "bool":
-                s = pd.Series(np.zeros(n, dtype=bool), index=df.index)
+            s = pd.Series(_missing_array(dtype, n), index=df.index)
         try:
             if dtype == STR:
                 if not isinstance(s.dtype, pd.CategoricalDtype):
@@ -142,7 +152,7 @@ def _coerce(df: pd.DataFrame, schema: dict[str, str], path: str | None) -> pd.Da
         except (ValueError, TypeError) as exc:
             raise GemmperfInputError(path, f"column {col!r} cannot be read as {dtype}: {exc}") from None
         out[col] = s
-    result = pd.DataFrame(out, index=df.index)
+    result = pd.DataFrame(out, index=df.index, copy=False)
     extra = [c for c in df.columns if c not in schema]
     for c in extra:  # readers may carry extra provenance columns; keep them after the canon
         result[c] = df[c]
@@ -184,7 +194,7 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
             from pytest_gemmperf.analysis.categories import categorize as categorize_fn
         df["category"] = categorize_fn(df["kernel"])
     if path is not None and "file" not in df.columns:
-        df["file"] = path
+        df["file"] = _constant_categorical(str(path), len(df))
     out = _coerce(df, DISPATCH_SCHEMA, path)
     out["zero_dur"] = out["dur_ns"].to_numpy() == 0
     out["queue_overlap"] = flag_queue_overlap(out)
@@ -210,24 +220,32 @@ def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
         codes.append(pd.factorize(lane)[0])
     elif "queue" in df.columns:
         codes.append(pd.factorize(df["queue"], use_na_sentinel=False)[0])
+    gid = np.zeros(n, dtype=np.int64)
+    for c in codes:  # one integer lane id instead of a many-key sort
+        gid = gid * (int(c.max()) + 1) + c
     start = df["start_ns"].to_numpy()
     end = df["end_ns"].to_numpy()
-    order = np.lexsort([start] + codes[::-1])
-    same = np.ones(n - 1, dtype=bool)
-    for c in codes:
-        cs = c[order]
-        same &= cs[1:] == cs[:-1]
-    prev_end_max = end[order]
-    # compare with the running max of previous ends inside each group
+    order = np.argsort(start, kind="stable") if gid.max() == 0 else np.lexsort([start, gid])
+    gs = gid[order]
+    same = gs[1:] == gs[:-1]
+    seg_id = np.concatenate([[0], np.cumsum(~same)])
     flagged_sorted = np.zeros(n, dtype=bool)
-    # group-wise cumulative max via segment resets
-    seg_start = np.concatenate([[True], ~same])
-    seg_id = np.cumsum(seg_start) - 1
-    running = pd.Series(prev_end_max).groupby(seg_id).cummax().to_numpy()
-    flagged_sorted[1:] = same & (start[order][1:] < running[:-1])
+    flagged_sorted[1:] = same & (start[order][1:] < _segmented_cummax(end[order], seg_id)[:-1])
     out = np.zeros(n, dtype=bool)
     out[order] = flagged_sorted
     return out
+
+
+def _segmented_cummax(values: np.ndarray, seg_id: np.ndarray) -> np.ndarray:
+    """Running maximum that restarts at each segment (``seg_id`` ascending)."""
+    lo = values.min() if len(values) else 0
+    rel = values - lo
+    span = int(rel.max()) + 1 if len(values) else 1
+    if int(seg_id[-1]) < (np.iinfo(np.int64).max // span) - 1:
+        # lift each segment above all earlier ones so one accumulate never crosses a boundary
+        offset = seg_id.astype(np.int64) * span
+        return np.maximum.accumulate(rel + offset) - offset + lo
+    return pd.Series(values).groupby(seg_id).cummax().to_numpy()
 
 
 def finalize_counters(df: pd.DataFrame, path: str | None, *, allow_empty: bool = True) -> pd.DataFrame:
@@ -377,12 +395,17 @@ def map_categories(values: pd.Series, fn) -> pd.Series:
     """Apply ``fn`` to each distinct value of a string column and broadcast the result.
 
     Kernel-name columns have millions of rows but few distinct names, so per-name Python work
-    (regexes, demangling) is done once per name.
+    (regexes, demangling) is done once per name and rows are remapped by integer code.
+    ``fn`` returning None gives a missing value.
     """
-    cat = values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype(STR)
-    mapped = np.asarray([fn(str(c)) for c in cat.cat.categories] + [None], dtype=object)
-    codes = cat.cat.codes.to_numpy()  # -1 (missing) picks the trailing None
-    return pd.Series(pd.Categorical(mapped[codes]), index=values.index)
+    cat = values.array if isinstance(values.dtype, pd.CategoricalDtype) else values.astype(STR).array
+    mapped = [fn(str(c)) for c in cat.categories]
+    uniq = sorted({str(v) for v in mapped if v is not None})
+    index = {v: i for i, v in enumerate(uniq)}
+    table = np.asarray([index[str(v)] if v is not None else -1 for v in mapped] + [-1], dtype=np.int32)
+    codes = np.asarray(cat.codes)  # -1 (missing) picks the trailing -1
+    return pd.Series(pd.Categorical.from_codes(table[codes], categories=pd.Index(uniq, dtype=object)),
+                     index=values.index)
 
 
 def shorten_names(names: pd.Series) -> pd.Series:

@@ -1,0 +1,199 @@
+"""``gemmperf rocprof-config --from RESULTS_OR_CSV --top-k K --out FILE.yaml``
+
+Writes a rocprofv3 ``--input`` job file that collects hardware counters for the top-K GEMM
+kernels by time variance, and ``FILE_kernel_list.txt`` beside it (one kernel name per line).
+
+* kernels come from a top-variance CSV (aorta's ``top5_gemm_kernels_time_variance*.csv`` or
+  ours: column ``kernel_name``, ranked by ``time_diff_us``), or are ranked here from any
+  profiler output ``gemmperf analyze`` reads;
+* the filter is one ECMAScript regex (rocprofv3 runs ``std::regex_search`` on the formatted
+  kernel name): every name escaped and the alternation anchored, ``^(?:a|b)$``, so it matches
+  exactly those names and no kernel that merely contains one of them;
+* counters default to aorta's ``rocprof_cu_only.yaml`` set; the file follows the schema of the
+  installed rocprofv3 (``jobs:`` from ROCm 6.3, ``metrics:`` on 6.2, which cannot filter
+  kernels) through :func:`pytest_gemmperf.run.rocprofv3.job_file`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+
+#: aorta ``rocprof_cu_only.yaml``: CU busy cycles, waves, wave cycles, MFMA instructions
+AORTA_CU_ONLY_COUNTERS = ("SQ_BUSY_CU_CYCLES", "SQ_WAVES", "SQ_WAVE_CYCLES", "SQ_INSTS_MFMA")
+#: ECMAScript SyntaxCharacter set (ECMA-262 §22.2.1) plus "/", which is harmless to escape
+_ECMA_SPECIAL = frozenset("^$\\.*+?()[]{}|/")
+#: when rocprofv3 is not installed and no --rocprof-version is given
+DEFAULT_VERSION = "7.0"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "rocprof-config", help="rocprofv3 counter job for the top-K variance kernels",
+        description=__doc__.split("\n\n")[0])
+    p.add_argument("--from", dest="sources", action="append", required=True, metavar="RESULTS_OR_CSV",
+                   help="top-variance CSV, results directory or profiler output (repeatable)")
+    p.add_argument("--top-k", type=_positive, default=5, metavar="K",
+                   help="number of distinct kernels to target (default 5)")
+    p.add_argument("--out", required=True, metavar="FILE.yaml",
+                   help="job file to write (.yaml, .yml or .json)")
+    p.add_argument("--counters", metavar="A,B,...",
+                   help=f"counters (default aorta's rocprof_cu_only set: {','.join(AORTA_CU_ONLY_COUNTERS)})")
+    p.add_argument("--rocprof-version", metavar="X.Y",
+                   help="ROCm release of the target rocprofv3 (default: detect the installed one, "
+                        f"else {DEFAULT_VERSION})")
+    p.add_argument("--rocprofv3", default="rocprofv3", metavar="EXE", help="rocprofv3 executable")
+    p.add_argument("--max-per-pass", type=_positive, default=8, metavar="N",
+                   help="counters per pass when rocprofv3-avail cannot check groups (default 8)")
+    p.add_argument("--sort-by", choices=("range", "robust"), default="range",
+                   help="ranking when reading traces: aorta's max-min range or the robust CV")
+    p.add_argument("--warmup", type=int, default=0, metavar="N",
+                   help="dispatches per kernel and process ignored when ranking traces")
+    p.set_defaults(func=run)
+    return p
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return n
+
+
+def ecma_escape(name: str) -> str:
+    """``name`` as an ECMAScript (and Python ``re``) regex that matches it literally."""
+    return "".join("\\" + ch if ch in _ECMA_SPECIAL else ch for ch in name)
+
+
+def anchored_regex(names: Sequence[str]) -> str:
+    """One regex matching exactly the given names (whole-string, via ``regex_search``)."""
+    if not names:
+        raise ValueError("no kernel names")
+    return "^(?:" + "|".join(ecma_escape(n) for n in names) + ")$"
+
+
+def kernels_from_csv(path: Path, top_k: int) -> list[str]:
+    try:
+        df = pd.read_csv(path, dtype={"kernel_name": str}, keep_default_na=False)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise GemmperfInputError(path, f"unreadable CSV: {exc}") from None
+    if "kernel_name" not in df.columns:
+        raise GemmperfInputError(path, "no 'kernel_name' column (expected a top-variance CSV such as "
+                                       "top5_gemm_kernels_time_variance.csv)")
+    if "time_diff_us" in df.columns:
+        df = df.assign(_d=pd.to_numeric(df["time_diff_us"], errors="coerce"))
+        df = df.sort_values("_d", ascending=False, kind="stable", na_position="last")
+    names = [n for n in df["kernel_name"].astype(str) if n.strip() and n != "*"]
+    return list(dict.fromkeys(names))[:top_k]
+
+
+def kernels_from_traces(paths: Sequence[str], top_k: int, *, sort_by: str = "range",
+                        warmup: int = 0) -> list[str]:
+    from pytest_gemmperf.analysis.variance import top_variance
+    from pytest_gemmperf.traces.discover import load
+
+    d = load(list(paths)).dispatches
+    top = top_variance(d, k=top_k, warmup=warmup, sort_by=sort_by)
+    if len(top) == 0:
+        raise GemmperfInputError(paths[0], "no GEMM dispatches (category 'gemm') to rank")
+    key = "time_diff_us" if sort_by == "range" else "mad_cv"
+    ranked = top.sort_values(key, ascending=False, kind="stable")["kernel_name"].astype(str)
+    return list(dict.fromkeys(ranked))[:top_k]
+
+
+def select_kernels(sources: Sequence[str], top_k: int, *, sort_by: str = "range",
+                   warmup: int = 0) -> list[str]:
+    csvs = [s for s in sources if Path(s).is_file() and Path(s).suffix.lower() == ".csv"
+            and not Path(s).name.endswith(("_kernel_trace.csv", "_counter_collection.csv",
+                                           "_agent_info.csv", "_kernel_stats.csv"))]
+    others = [s for s in sources if s not in csvs]
+    for s in sources:
+        if not Path(s).exists():
+            raise GemmperfInputError(s, "no such file or directory")
+    names: list[str] = []
+    for c in csvs:
+        names += kernels_from_csv(Path(c), top_k)
+    if others:
+        names += kernels_from_traces(others, top_k, sort_by=sort_by, warmup=warmup)
+    names = list(dict.fromkeys(names))[:top_k]
+    if not names:
+        raise GemmperfInputError(sources[0], "no kernels found to target")
+    return names
+
+
+def _version(args: argparse.Namespace):
+    from pytest_gemmperf.run.rocprofv3 import (ProfilerSetupError, RocprofVersion, _VERSION_RE,
+                                                detect_version)
+
+    if args.rocprof_version:
+        m = _VERSION_RE.match(args.rocprof_version.strip())
+        if not m:
+            raise GemmperfInputError(None, f"--rocprof-version {args.rocprof_version!r}: expected X.Y")
+        return RocprofVersion(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0),
+                              raw=args.rocprof_version, source="--rocprof-version"), None
+    try:
+        return detect_version(args.rocprofv3), None
+    except ProfilerSetupError as exc:
+        major, minor = (int(x) for x in DEFAULT_VERSION.split("."))
+        return (RocprofVersion(major, minor, 0, raw=DEFAULT_VERSION, source="default"),
+                f"{exc}; writing the ROCm >= 6.3 `jobs:` schema (use --rocprof-version for another)")
+
+
+def build_job(names: Sequence[str], counters: Sequence[str], version, *, max_per_pass: int = 8,
+              checker=None) -> dict:
+    from pytest_gemmperf.run.rocprofv3 import counter_groups, job_file
+
+    groups = counter_groups(counters, max_per_pass, checker)
+    return job_file(version, groups, [anchored_regex(names)], ("csv",))
+
+
+def kernel_list_path(out: Path) -> Path:
+    return out.with_name(out.stem + "_kernel_list.txt")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pytest_gemmperf.run.rocprofv3 import CounterConfigError, pmc_checker, write_job_file
+
+    out = Path(args.out)
+    if out.suffix not in (".yaml", ".yml", ".json"):
+        raise GemmperfInputError(out, "job files must end in .yaml, .yml or .json")
+    counters = ([c.strip() for c in args.counters.split(",") if c.strip()] if args.counters
+                else list(AORTA_CU_ONLY_COUNTERS))
+    if not counters:
+        raise GemmperfInputError(None, "--counters: no counter names given")
+    names = select_kernels(args.sources, args.top_k, sort_by=args.sort_by, warmup=args.warmup)
+    version, note = _version(args)
+    # pmc-check exists from 7.0 (an older rocprofv3 beside a newer avail would mislead)
+    checker = pmc_checker() if version.at_least(7, 0) and version.source != "default" else None
+    try:
+        job = build_job(names, counters, version, max_per_pass=args.max_per_pass, checker=checker)
+    except CounterConfigError as exc:
+        raise GemmperfInputError(None, str(exc)) from None
+    try:
+        write_job_file(job, out)
+        kernel_list_path(out).write_text("".join(n + "\n" for n in names), encoding="utf-8")
+    except OSError as exc:
+        raise GemmperfInputError(out, f"cannot write: {exc.strerror or exc}") from None
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if not version.kernel_filter:
+        print(f"note: rocprofv3 {version.major}.{version.minor} cannot filter kernels; the job "
+              f"collects counters for every kernel, {kernel_list_path(out).name} lists the targets",
+              file=sys.stderr)
+    passes = len(job.get("jobs", job.get("metrics", [])))
+    print(f"gemmperf rocprof-config: {len(names)} kernel(s), {len(counters)} counter(s) in {passes} "
+          f"pass(es) for rocprofv3 {version.major}.{version.minor} -> {out}, {kernel_list_path(out)}")
+    return 0
+
+
+__all__ = ["AORTA_CU_ONLY_COUNTERS", "anchored_regex", "build_job", "ecma_escape", "kernel_list_path",
+           "kernels_from_csv", "kernels_from_traces", "select_kernels"]
