@@ -100,9 +100,11 @@ class StepPool:
 
 
 def load_real() -> StepPool:
-    import orjson
-
-    doc = orjson.loads(gzip.open(REAL).read())
+    try:
+        from orjson import loads
+    except ImportError:  # optional speed-up only
+        from json import loads
+    doc = loads(gzip.open(REAL).read())
     proc = doc["rocprofiler-sdk-tool"][0]
     recs = proc["buffer_records"]["kernel_dispatch"]
     names_by_id = {s["kernel_id"]: s.get("formatted_kernel_name") or s["kernel_name"]

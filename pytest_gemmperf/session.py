@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
-from pytest_gemmperf.run.results import (ResultsDir, base_test_id, merge_verdicts, select_kernels,
+from pytest_gemmperf.analysis.selection import select_kernels
+from pytest_gemmperf.run.results import (ResultsDir, base_test_id, merge_verdicts,
                                          write_point_json, write_tables)
 from pytest_gemmperf.sweep import SweepPoint
 

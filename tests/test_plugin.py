@@ -33,14 +33,15 @@ import pytest_gemmperf.traces.torch_trace  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = REPO / "tests" / "fixtures" / "gemmperf_plugin" / "fake_kineto_workload.py"
-SLUG = "test_overlap.py__test_overlap"
-TEST_ID = "test_overlap.py::test_overlap"
+SLUG = "test_gpsweep.py__test_gpsweep"
+TEST_ID = "test_gpsweep.py::test_gpsweep"
 
 TEST_FILE = f"""
+import sys
 from pytest_gemmperf import sweep
 
 @sweep(channels=[28, 56], threads=[256], kernels=[r"^aten::mm$"])
-def test_overlap(gemmperf):
+def test_gpsweep(gemmperf):
     result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "40"], repeats=2)
     assert set(result.gated_dispatches["kernel"].astype(str)) == {{"aten::mm"}}
     gemmperf.assert_no_regression(result)
@@ -62,7 +63,7 @@ def gp(pytester, monkeypatch):
     monkeypatch.setattr(be, "cuda_gpu_present", lambda: False)
     monkeypatch.delenv("FAKE_SCALE", raising=False)
     monkeypatch.delenv("FAKE_FAIL", raising=False)
-    pytester.makepyfile(test_overlap=TEST_FILE)
+    pytester.makepyfile(test_gpsweep=TEST_FILE)
 
     def run(*args, results="res", inprocess=True):
         full = [*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
@@ -80,10 +81,10 @@ def _point_json(root: Path, point: str) -> dict:
 
 def test_ids_and_cli_ini_overrides(gp, pytester):
     out = gp("--collect-only", "-q")
-    out.stdout.fnmatch_lines(["test_overlap.py::test_overlap[[]ch28-th256[]]",
-                              "test_overlap.py::test_overlap[[]ch56-th256[]]"])
+    out.stdout.fnmatch_lines(["test_gpsweep.py::test_gpsweep[[]ch28-th256[]]",
+                              "test_gpsweep.py::test_gpsweep[[]ch56-th256[]]"])
     out = gp("--collect-only", "-q", "--gemmperf-channels", "70,84")
-    out.stdout.fnmatch_lines(["*test_overlap[[]ch70-th256[]]", "*test_overlap[[]ch84-th256[]]"])
+    out.stdout.fnmatch_lines(["*test_gpsweep[[]ch70-th256[]]", "*test_gpsweep[[]ch84-th256[]]"])
     pytester.makeini("[pytest]\ngemmperf_threads = 128,512\ngemmperf_channels = 42\n")
     out = gp("--collect-only", "-q")
     out.stdout.fnmatch_lines(["*[[]ch42-th128[]]", "*[[]ch42-th512[]]"])
@@ -106,7 +107,7 @@ def test_baseline_lifecycle_regression_warn_only_and_junit(gp, monkeypatch):
     # 1. first run: no baseline -> recorded, passes, says so
     out = gp("--junitxml=first.xml", results="res1")
     out.assert_outcomes(passed=2)
-    out.stdout.fnmatch_lines(["*no baseline for test_overlap.py::test_overlap[[]ch28-th256[]] — recorded one at *base*"])
+    out.stdout.fnmatch_lines(["*no baseline for test_gpsweep.py::test_gpsweep[[]ch28-th256[]] — recorded one at *base*"])
     from pytest_gemmperf.gate.baseline import BaselineStore
 
     records = BaselineStore(root / "base").load_all()
@@ -138,33 +139,33 @@ def test_baseline_lifecycle_regression_warn_only_and_junit(gp, monkeypatch):
     mm = verdicts[(verdicts["kernel"] == "aten::mm") & (verdicts["metric"] == "dur_ns")]
     assert set(mm["point"]) == {"ch28-th256", "ch56-th256"} and set(mm["verdict"]) == {"unchanged"}
     props = _junit_props(root / "second.xml")
-    assert props["test_overlap[ch28-th256]"]["gemmperf_status"].startswith("compared:")
+    assert props["test_gpsweep[ch28-th256]"]["gemmperf_status"].startswith("compared:")
 
     # 3. an injected 40% slowdown fails with the compact table
     monkeypatch.setenv("FAKE_SCALE", "1.4")
     out = gp("--junitxml=third.xml", results="res3")
     out.assert_outcomes(failed=2)
-    out.stdout.fnmatch_lines(["*gemmperf: 2 regression(s) in test_overlap.py::test_overlap[[]ch28-th256[]]*",
+    out.stdout.fnmatch_lines(["*gemmperf: 2 regression(s) in test_gpsweep.py::test_gpsweep[[]ch28-th256[]]*",
                               "*verdict*point*kernel*metric*base*cand*change*q*",
                               "*regression*ch28-th256*aten::mm*dur_ns*+[34]?.?%*"])
-    props = _junit_props(root / "third.xml")["test_overlap[ch56-th256]"]
+    props = _junit_props(root / "third.xml")["test_gpsweep[ch56-th256]"]
     verdict, ratio = props["gemmperf:ch56-th256:dur_ns:aten::mm"].split()[:2]
     assert verdict == "regression" and float(ratio.split("=")[1]) == pytest.approx(1.4, rel=0.05)
     rows = json.loads(props["gemmperf_verdicts"])
     assert {r["verdict"] for r in rows if r["metric"] == "dur_ns"} == {"regression"}
-    out.stdout.fnmatch_lines(["*= gemmperf =*", "*regression*test_overlap[[]ch28-th256[]]*aten::mm*dur_ns*"])
+    out.stdout.fnmatch_lines(["*= gemmperf =*", "*regression*test_gpsweep[[]ch28-th256[]]*aten::mm*dur_ns*"])
 
     # 4. warn-only reports but passes
     out = gp("--gemmperf-warn-only", results="res4")
     out.assert_outcomes(passed=2)
-    out.stdout.fnmatch_lines(["*regression*test_overlap[[]ch56-th256[]]*aten::mm*",
+    out.stdout.fnmatch_lines(["*regression*test_gpsweep[[]ch56-th256[]]*aten::mm*",
                               "*--gemmperf-warn-only: regressions reported, not failed*"])
 
     # 5. accept the slower numbers for one point only (-k): the other point keeps its baseline
     before = BaselineStore(root / "base").load(TEST_ID, records[0].hw_key).samples
     out = gp("--gemmperf-update-baselines", "-k", "ch56", results="res5")
     out.assert_outcomes(passed=1, deselected=1)
-    out.stdout.fnmatch_lines(["*baseline updated for test_overlap.py::test_overlap[[]ch56-th256[]]*"])
+    out.stdout.fnmatch_lines(["*baseline updated for test_gpsweep.py::test_gpsweep[[]ch56-th256[]]*"])
     after = BaselineStore(root / "base").load(TEST_ID, records[0].hw_key).samples
 
     def med(s, point):
@@ -204,8 +205,11 @@ def test_workload_failure_fails_with_log_tail(gp, monkeypatch):
     assert _point_json(gp.path / "res", "ch28-th256")["status"] == "failed"
 
 
-def test_default_point_gpu_binding_and_kernel_mismatch(gp, pytester):
+def test_default_point_gpu_binding_and_kernel_mismatch(gp, pytester, monkeypatch):
+    # the in-process inner session is no xdist worker, even when this suite runs under -n
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile(test_plain=f"""
+import sys
 import pytest
 
 def test_plain(gemmperf):
@@ -228,6 +232,7 @@ def test_needs_fixture_for_sweep():
     assert pj["env_set"]["HIP_VISIBLE_DEVICES"] == "0,1"
 
     pytester.makepyfile(test_nomatch=f"""
+import sys
 from pytest_gemmperf import sweep
 
 @sweep(threads=[1], kernels=["^Cijk_"])

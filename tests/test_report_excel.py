@@ -144,3 +144,18 @@ def test_libreoffice_converts_to_pdf(workbook, tmp_path):
                          capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "report.pdf").stat().st_size > 1000
+
+
+def test_counters_sheet_and_html_section(tmp_path, fixtures_dir):
+    from pytest_gemmperf.traces.discover import load
+
+    t = load(fixtures_dir / "rocprof_json" / "v7_two_processes_counters_results.json")
+    files = write_reports(tmp_path, dispatches=t.dispatches, counters=t.counters, agents=t.agents,
+                          formats=["xlsx", "html"])
+    ws = openpyxl.load_workbook(files["report.xlsx"])["counters"]
+    hdr = _headers(ws)
+    assert {"SQ_WAVES", "GRBM_GUI_ACTIVE", "waves", "cu_utilization", "median_dur (µs)"} <= set(hdr)
+    row = dict(zip(hdr, [c.value for c in ws[3]]))
+    assert row["waves"] == row["SQ_WAVES"]
+    html = files["report.html"].read_text(encoding="utf-8")
+    assert 'id="counter-table"' in html and "No hardware counters" not in html

@@ -16,6 +16,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.run import results as res
 from pytest_gemmperf.run import torch_backend as tb
+from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace
 from tests.conftest import shared_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +53,7 @@ def test_read_cpu_trace_exact_values_and_nesting(tmp_path):
     # aten::matmul encloses aten::mm on the same thread: nesting is kept and not flagged
     path = _cpu_trace(tmp_path / "t.json", 1, [("aten::matmul", 10.0, 5.5), ("aten::mm", 10.25, 5.0),
                                                ("c10d::allreduce_", 20.0, 0.75)])
-    d = tb.read_cpu_trace(path).dispatches
+    d = read_torch_cpu_trace(path).dispatches
     assert list(d["kernel"].astype(str)) == ["aten::matmul", "aten::mm", "c10d::allreduce_"]
     assert list(d["start_ns"]) == [10_000, 10_250, 20_000]
     assert list(d["dur_ns"]) == [5_500, 5_000, 750]
@@ -65,11 +66,11 @@ def test_read_cpu_trace_rejects_traces_without_ops(tmp_path):
     p = tmp_path / "empty.json"
     p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [{"ph": "M", "name": "process_name"}]}))
     with pytest.raises(GemmperfInputError, match="empty.json: no cpu_op events"):
-        tb.read_cpu_trace(p)
+        read_torch_cpu_trace(p)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(GemmperfInputError, match="bad.json"):
-        tb.read_cpu_trace(bad)
+        read_torch_cpu_trace(bad)
 
 
 def test_load_rank_traces_tags_point_run_and_directory_rank(tmp_path):

@@ -19,7 +19,9 @@ CATEGORIES = ("gemm", "collective", "attention", "normalization", "reduction", "
 DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     ("collective", r"nccl|rccl|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|alltoall"),
     ("gemm", r"^Cijk_|gemm|matmul|hipblaslt|tensile|nvjet|xmma|cutlass|wmma|mfma|sgemm|hgemm|"
-             r"igemm|ampere_.*_(s|h)\d+|sm\d+_xmma|ck_.*gemm|splitk|addmm|bmm"),
+             r"igemm|ampere_.*_(s|h)\d+|sm\d+_xmma|ck_.*gemm|splitk|addmm|bmm|"
+             # CPU runs of the PyTorch profiler gate the aten ops themselves
+             r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm)$"),
     ("attention", r"attn|attention|flash|fmha|sdpa|softmax"),
     # "norm" but not "normal" (random-normal sampling kernels are not normalization)
     ("normalization", r"norm(?!al)"),

@@ -41,6 +41,7 @@ import pandas as pd
 import yaml
 from filelock import FileLock, Timeout
 
+from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.hardware import hardware_key, sanitize
 
@@ -669,22 +670,6 @@ def _load_samples_module():
     except ImportError as exc:  # pragma: no cover - only while gate/samples.py is being written
         raise GemmperfInputError(None, f"gate.samples is unavailable: {exc}") from None
     return mod
-
-
-def select_kernels(dispatches: pd.DataFrame, kernels: Iterable[str], path: Path | None = None) -> pd.DataFrame:
-    """Rows whose kernel name matches any regex of ``kernels`` (search); all rows when empty.
-    The same selection the plugin gates on, so a refreshed baseline holds the same kernels."""
-    kernels = [str(k) for k in kernels or []]
-    if not kernels or dispatches.empty:
-        return dispatches
-    pattern = "|".join(f"(?:{k})" for k in kernels)
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise GemmperfInputError(path, f"invalid kernel regex in 'kernels': {exc}") from None
-    names = dispatches["kernel"].astype("category")
-    hit = names.cat.categories.to_series().str.contains(pattern, regex=True)
-    return dispatches.loc[names.isin(hit[hit].index).to_numpy()].reset_index(drop=True)
 
 
 @dataclass

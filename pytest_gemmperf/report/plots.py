@@ -190,7 +190,7 @@ def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900)
         y = top + i * row_h + row_h / 2
         name = str(r["kernel"])
         lab = (f"{r['label']} " if "label" in v.columns and verdicts["label"].nunique() > 1 else "")
-        lab += f"{r['point']} " if r.get("point") else ""
+        lab += f"{r['point']} " if r.get("point") not in (None, "", "-") else ""
         svg.text(left - 8, y + 4, shorten_kernel(lab + name, 58), anchor="end", tip=lab + name)
         c = colours.get(str(r["verdict"]), "#555")
         svg.line(X(lows[i]), y, X(highs[i]), y, stroke=c, width=2)

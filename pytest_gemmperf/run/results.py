@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_gemmperf.analysis.selection import select_kernels
 import pandas as pd
 
 RUN_JSON = "run.json"
@@ -149,19 +150,6 @@ def write_tables(point_dir: Path, tables: Mapping[str, pd.DataFrame]) -> dict[st
 def read_tables(point_dir: Path) -> dict[str, pd.DataFrame]:
     return {name: pd.read_parquet(point_dir / fname)
             for name, fname in TABLE_FILES.items() if (point_dir / fname).exists()}
-
-
-def select_kernels(dispatches: pd.DataFrame, kernels) -> pd.DataFrame:
-    """Rows of a point's dispatches that its kernel regexes (point.json ``kernels``) gate:
-    ``re.search`` of any regex; all rows when there are none. The pytest gate builds its samples
-    from these rows, so a baseline refreshed from a results directory must do the same."""
-    if not kernels or dispatches.empty:
-        return dispatches
-    pattern = "|".join(f"(?:{k})" for k in kernels)
-    names = dispatches["kernel"].astype("category")
-    hits = names.cat.categories.to_series().str.contains(pattern, regex=True)
-    keep = names.isin(hits[hits].index)
-    return dispatches.loc[keep.to_numpy()].reset_index(drop=True)
 
 
 def merge_verdicts(test_dir: Path, point_id: str, verdicts: pd.DataFrame) -> Path:

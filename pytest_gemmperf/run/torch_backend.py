@@ -130,80 +130,8 @@ def run_torch_point(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Pat
                     timed_out=proc.timed_out, log=log, files=files, tail=proc.tail(40))
 
 
-def read_cpu_trace(path: str | Path):
-    """A CPU-only Kineto trace as a dispatches table: one row per ``cpu_op`` event.
-
-    On a machine without a GPU the profiled "kernels" are the operators themselves
-    (``aten::mm``, ``c10d::allreduce_``); nested operators are all kept (a sweep's kernel
-    regexes pick the ones to gate). ``thread_id``/``stream`` carry the thread, and
-    ``queue_overlap`` is cleared: nesting on a CPU thread is real, not a timestamp artefact.
-    ``ts``/``dur`` are microseconds with nanosecond fractions -> ``round(x * 1000)`` ns.
-    """
-    import gzip
-    import zlib
-
-    import msgspec
-    import numpy as np
-    import pandas as pd
-
-    from pytest_gemmperf.traces import torch_trace as tt
-    from pytest_gemmperf.traces.schema import Trace, finalize_dispatches
-
-    public = getattr(tt, "read_torch_cpu_trace", None)
-    if public is not None:  # the reader's own CPU mode, when it has one
-        return public(path)
-    path = str(path)
-    try:
-        raw = Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = msgspec.json.decode(raw)
-    except OSError as exc:
-        raise GemmperfInputError(path, f"cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
-    except (msgspec.DecodeError, EOFError, zlib.error) as exc:
-        raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
-    if isinstance(doc, list):  # bare Chrome-trace array
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise GemmperfInputError(path, "not a PyTorch profiler trace: no 'traceEvents' list")
-    events = doc["traceEvents"]
-    ops = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
-           and str(e.get("cat", "")).lower() in ("cpu_op", "operator")]
-    if not ops:
-        raise GemmperfInputError(path, f"no cpu_op events among {len(events)} trace events")
-    ts = pd.to_numeric(pd.Series([e.get("ts") for e in ops], dtype=object), errors="coerce").to_numpy(float)
-    dur = pd.to_numeric(pd.Series([e.get("dur") for e in ops], dtype=object), errors="coerce").to_numpy(float)
-    bad = np.isnan(ts) | np.isnan(dur)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise GemmperfInputError(path, "cpu_op without numeric ts/dur", record=f"cpu_op {i + 1} ({ops[i].get('name')})")
-    pids = pd.to_numeric(pd.Series([e.get("pid") for e in ops], dtype=object), errors="coerce").astype("Int64")
-    tids = pd.to_numeric(pd.Series([e.get("tid") for e in ops], dtype=object), errors="coerce").astype("Int64")
-    pid = int(pids.mode().iloc[0]) if pids.notna().any() else None  # the host process
-    info = doc.get("distributedInfo")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    rank = int(rank) if isinstance(rank, (int, str)) and str(rank).strip().isdigit() else None
-    host = doc.get("host_name") if isinstance(doc.get("host_name"), str) else None
-    start = np.rint(ts * 1000.0).astype(np.int64)
-    df = pd.DataFrame({
-        "source": "torch", "file": path, "host": host, "pid": pids, "rank": rank,
-        "thread_id": tids, "stream": tids,
-        "correlation_id": pd.to_numeric(pd.Series([(e.get("args") or {}).get("External id") for e in ops],
-                                                  dtype=object), errors="coerce").astype("Int64"),
-        "kernel": [str(e.get("name")) for e in ops],
-        "start_ns": start, "end_ns": start + np.rint(dur * 1000.0).astype(np.int64),
-    })
-    out = finalize_dispatches(df, path)
-    out["queue_overlap"] = False
-    meta = {"format": "kineto", "flavor": "cpu", "distributed": info, "rank": rank, "pid": pid,
-            "cpu_op_dispatches": True, "n_events": len(events)}
-    return Trace(dispatches=out, files=[path], meta=meta)
-
-
 def read_trace(path: str | Path, device: str):
     """GPU activity for GPU runs; on the CPU the operators stand in for kernels."""
-    if device == "cpu":
-        return read_cpu_trace(path)
-    from pytest_gemmperf.traces.torch_trace import read_torch_trace
+    from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace, read_torch_trace
 
-    return read_torch_trace(path)
+    return read_torch_cpu_trace(path) if device == "cpu" else read_torch_trace(path)

@@ -212,6 +212,49 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
 
 
+def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
+    """A CPU-only Kineto trace as a dispatches table: one row per ``cpu_op`` event.
+
+    On a machine without a GPU the profiled "kernels" are the operators themselves
+    (``aten::mm``, ``c10d::allreduce_``); nested operators are all kept (a sweep's kernel
+    regexes pick the ones to gate). ``thread_id``/``stream`` carry the thread, and
+    ``queue_overlap`` is cleared: nesting on a CPU thread is real, not a timestamp artefact.
+    """
+    path = os.fspath(path)
+    doc = _decode(path, _read_bytes(path))
+    events = doc.traceEvents or []
+    cpu_events = _pick(_complete_events_by_cat(events), CPU_OP_CATS)
+    if not cpu_events:
+        raise GemmperfInputError(path, f"no cpu_op events among {len(events)} trace events")
+    ops = _cpu_ops_frame(cpu_events)
+    missing = ops["ts_ns"].isna() | ops["dur_ns"].isna()
+    if missing.any():
+        i = int(np.flatnonzero(missing.to_numpy())[0])
+        raise GemmperfInputError(path, "cpu_op without numeric ts/dur",
+                                 record=f"cpu_op {i + 1} ({ops['name'].iloc[i]})")
+    pid = _process_pid(ops["pid"])
+    host = _host(doc, path, pid)
+    rank = _rank(doc.distributedInfo)
+    start = ops["ts_ns"].to_numpy(dtype=np.int64)
+    df = pd.DataFrame({
+        "source": "torch", "file": path, "host": host, "pid": ops["pid"], "rank": rank,
+        "thread_id": ops["tid"], "stream": ops["tid"], "correlation_id": ops["external_id"],
+        "kernel": ops["name"].astype(STR),
+        "start_ns": start, "end_ns": start + ops["dur_ns"].to_numpy(dtype=np.int64),
+        "op_name": ops["name"], "op_input_dims": ops["input_dims"], "op_input_types": ops["input_types"],
+    })
+    for col in COLL_COLUMNS:
+        df[col] = ops[col]
+    out = finalize_dispatches(df, path)
+    out["queue_overlap"] = False
+    meta: dict[str, Any] = {
+        "format": "kineto", "flavor": "cpu", "cpu_op_dispatches": True,
+        "distributed": doc.distributedInfo, "rank": rank, "host": host, "pid": pid,
+        "base_time_ns": _int_or_none(doc.baseTimeNanoseconds), "n_events": len(events),
+    }
+    return Trace(dispatches=_order_extra_columns(out), files=[path], meta=meta)
+
+
 # --------------------------------------------------------------------------- decoding
 
 def _read_bytes(path: str) -> bytes:
