@@ -14,6 +14,7 @@ import pytest
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run import backend as be
+from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.run import results as res
 from pytest_gemmperf.run import torch_backend as tb
 from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace
@@ -191,6 +192,6 @@ def test_gemm_comm_rejects_bad_shape():
 def test_select_kernels_regex_search_on_names():
     d = pd.DataFrame({"kernel": pd.Categorical(["Cijk_Ailk_x", "ncclDevKernel", "my_gemm_kernel", "Cijk_Ailk_x"]),
                       "dur_ns": [1, 2, 3, 4]})
-    assert res.select_kernels(d, [r"^Cijk_", "gemm"])["dur_ns"].tolist() == [1, 3, 4]
-    assert res.select_kernels(d, [])["dur_ns"].tolist() == [1, 2, 3, 4]
-    assert res.select_kernels(d, ["^nothing$"]).empty
+    assert select_kernels(d, [r"^Cijk_", "gemm"])["dur_ns"].tolist() == [1, 3, 4]
+    assert select_kernels(d, [])["dur_ns"].tolist() == [1, 2, 3, 4]
+    assert select_kernels(d, ["^nothing$"]).empty

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.report.tables import clean
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
                 "p05_ns", "p95_ns", "iqr_ns", "mad_ns", "cv", "range_ns", "category")
@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         kernels.to_csv(out / "kernels.csv", index=False)
         (out / "summary.json").write_text(
-            json.dumps(_clean(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+            json.dumps(clean(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise GemmperfInputError(out, f"cannot write output: {exc.strerror or exc}") from None
     print(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
@@ -206,20 +206,3 @@ def _same(col: pd.Series, value: Any) -> pd.Series:
     return col.astype(object) == value
 
 
-def _clean(v: Any) -> Any:
-    """JSON-safe copy: pandas/numpy scalars to Python, NaN/NA to null."""
-    if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    if v is None or v is pd.NA or v is pd.NaT:
-        return None
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return None if math.isnan(v) else float(v)
-    if isinstance(v, str):
-        return v
-    return str(v)

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_gemmperf.analysis.selection import select_kernels
 import pandas as pd
 
 RUN_JSON = "run.json"

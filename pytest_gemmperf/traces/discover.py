@@ -34,7 +34,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, STR,
+from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
                                            Trace, concat_tables, empty, finalize_agents,
                                            finalize_counters, finalize_dispatches, set_columns)
 

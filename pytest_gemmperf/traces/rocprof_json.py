@@ -18,13 +18,10 @@ back to ``demangled_kernel_name`` (then ``kernel_name``) with those suffixes rem
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from itertools import chain
 from operator import attrgetter
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -33,6 +30,7 @@ import pandas as pd
 from msgspec import Struct, field
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.fileio import read_maybe_gzip
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     COUNTER_SCHEMA,
@@ -212,16 +210,8 @@ def read_rocprof_json(path: str | os.PathLike) -> Trace:
 
 
 def read_bytes(path: str) -> bytes:
-    """File contents, gunzipped when the file starts with the gzip magic (not by extension)."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise GemmperfInputError(path, f"corrupt or truncated gzip data: {exc}") from None
+    """File contents (gunzipped by content); an empty file is an error here."""
+    raw = read_maybe_gzip(path)
     if not raw.strip():
         raise GemmperfInputError(path, "empty file, expected rocprofv3 JSON output")
     return raw

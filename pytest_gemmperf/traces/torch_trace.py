@@ -31,10 +31,8 @@ Grid semantics (``grid_x`` is work-items, ``wg_x`` is work-items per workgroup, 
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from typing import Any
 
 import msgspec
@@ -42,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.fileio import read_maybe_gzip
 from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, INT, STR, Trace, empty,
                                            finalize_agents, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
@@ -139,7 +138,7 @@ _VERSION_KEYS = ("schemaVersion", "roctracer_version", "rocprofiler_sdk_version"
 def read_torch_trace(path: str | os.PathLike) -> Trace:
     """Read one Kineto trace (``.json`` or gzip-compressed, detected by content)."""
     path = os.fspath(path)
-    doc = _decode(path, _read_bytes(path))
+    doc = _decode(path, read_maybe_gzip(path))
     events = doc.traceEvents or []
     by_cat = _complete_events_by_cat(events)
     gpu = _pick(by_cat, GPU_CATS)
@@ -221,7 +220,7 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     ``queue_overlap`` is cleared: nesting on a CPU thread is real, not a timestamp artefact.
     """
     path = os.fspath(path)
-    doc = _decode(path, _read_bytes(path))
+    doc = _decode(path, read_maybe_gzip(path))
     events = doc.traceEvents or []
     cpu_events = _pick(_complete_events_by_cat(events), CPU_OP_CATS)
     if not cpu_events:
@@ -256,20 +255,6 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
 
 
 # --------------------------------------------------------------------------- decoding
-
-def _read_bytes(path: str) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise GemmperfInputError(path, f"corrupt gzip data: {exc}") from None
-    return raw
-
 
 def _decode(path: str, raw: bytes) -> _Doc:
     if not raw.strip():
