@@ -459,20 +459,26 @@ class PointRunner:
         return verdicts
 
     def _samples(self, result: PointResult, warmup: int | None) -> pd.DataFrame:
-        from pytest_gemmperf.gate import samples as samples_mod
+        from pytest_gemmperf.errors import GemmperfInputError
+        from pytest_gemmperf.gate.samples import gate_samples
 
-        disp = result.gated_dispatches
-        if disp.empty:
+        if result.gated_dispatches.empty:
             kern = ", ".join(self.point.kernels)
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no dispatches match the "
                             f"kernel regexes ({kern}); kernels seen: "
                             f"{', '.join(sorted(map(str, result.dispatches['kernel'].unique()))[:10])}")
         w = warmup if warmup is not None else self.options.warmup
-        kwargs = {} if w is None else {"warmup": w}
-        samples = samples_mod.samples_from_dispatches(disp, **kwargs)
-        if hasattr(samples_mod, "compact_samples"):
-            samples = samples_mod.compact_samples(samples)
-        if samples is None or len(samples) == 0:
+        w = int(w or 0)
+        # `baseline refresh` reads it back, so a refreshed baseline has exactly these samples
+        write_point_json_field(result.dir, "warmup", w)
+        try:
+            samples = gate_samples(result.dispatches, kernels=list(self.point.kernels), warmup=w,
+                                   compact=True, path=result.paths["dispatches"])
+        except GemmperfInputError as exc:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}") from None
+        for note in samples.attrs.get("notes", []):
+            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {note}")
+        if len(samples) == 0:
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no samples left after "
                             "warm-up removal; profile more steps or lower --gemmperf-warmup")
         return samples

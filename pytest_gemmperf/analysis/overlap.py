@@ -59,14 +59,17 @@ def _name_sets(gs: np.ndarray, ge: np.ndarray, tl: GroupedTimeline, codes: np.nd
 
 
 def gemm_overlap(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, *,
-                 keys: Sequence[str] = GPU_KEYS, name_col: str = "kernel_short") -> pd.DataFrame:
+                 keys: Sequence[str] = GPU_KEYS, name_col: str = "kernel_short",
+                 names: bool = True) -> pd.DataFrame:
     """One row per GEMM dispatch (index kept from ``dispatches``).
 
     Columns: the group keys present, ``kernel``, ``kernel_short``, ``dispatch_id``, ``start_ns``,
     ``end_ns``, ``dur_ns``, ``overlap_ns`` (∩ union of same-GPU collectives),
     ``overlap_fraction`` (NaN for zero-length GEMMs), ``overlapping_count`` (collective
     dispatches intersecting it) and ``overlapping_collectives`` (their distinct names,
-    sorted, ';'-joined).
+    sorted, ';'-joined). ``names=False`` leaves that last column out: building it is one
+    union and one query per distinct collective name, most of the cost on large traces, and
+    the gate and the per-kernel tables never read it.
     """
     d = dispatches
     gm = category_mask(d, gemm_mask, "gemm")
@@ -88,8 +91,6 @@ def gemm_overlap(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, *,
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(dur > 0, overlap / np.where(dur > 0, dur, 1), np.nan)
     count = count_overlapping(gs, ge, tl.shift(codes[ci], start[ci]), tl.shift(codes[ci], end[ci]))
-    names = display_names(d.iloc[ci], name_col).to_numpy(dtype=object).astype(str)
-    labels = _name_sets(gs, ge, tl, codes[ci], start[ci], end[ci], names)
 
     cols = [c for c in (*keys, "kernel", "kernel_short", "dispatch_id", "start_ns", "end_ns")
             if c in d.columns]
@@ -98,7 +99,10 @@ def gemm_overlap(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, *,
     out["overlap_ns"] = overlap
     out["overlap_fraction"] = frac
     out["overlapping_count"] = count
-    out["overlapping_collectives"] = pd.Series(labels, index=out.index, dtype="object")
+    if names:
+        coll_names = display_names(d.iloc[ci], name_col).to_numpy(dtype=object).astype(str)
+        labels = _name_sets(gs, ge, tl, codes[ci], start[ci], end[ci], coll_names)
+        out["overlapping_collectives"] = pd.Series(labels, index=out.index, dtype="object")
     return out
 
 
@@ -112,10 +116,10 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
     ``n_overlapped``, ``overlapped_share``, ``mean_overlap_fraction``, ``total_overlap_ns``,
     ``median_dur_overlapped_ns``, ``median_dur_isolated_ns`` and ``interference_slowdown`` =
     their ratio (NaN when either side is empty). Pass ``overlap`` (a :func:`gemm_overlap` result)
-    to avoid recomputing it.
+    to avoid recomputing it (built with ``names=False`` when not given).
     """
     ov = (overlap if overlap is not None
-          else gemm_overlap(dispatches, gemm_mask, comm_mask, keys=keys))
+          else gemm_overlap(dispatches, gemm_mask, comm_mask, keys=keys, names=False))
     by = [c for c in by if c in ov.columns]
     is_ov = (ov["overlap_fraction"] > threshold).to_numpy(dtype=bool, na_value=False)
     frame = ov[by + ["dur_ns", "overlap_ns", "overlap_fraction"]].copy()

@@ -18,7 +18,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
-from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, samples_from_dispatches
+from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
 from pytest_gemmperf.gate.verdict import REGRESSION, format_verdict_table
 
 #: verdicts.csv column order required by the CLI contract (ARCHITECTURE extras follow).
@@ -39,8 +39,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--kernel-threshold", nargs=2, action="append", default=[], metavar=("REGEX", "T"),
                    help="per-kernel threshold override (repeatable, first match wins)")
     p.add_argument("--fdr", type=_fraction, default=0.05, metavar="Q", help="Benjamini-Hochberg FDR (default 0.05)")
-    p.add_argument("--warmup", type=_non_negative, default=0, metavar="N",
-                   help="drop the first N dispatches of each (process, kernel) of trace inputs")
+    p.add_argument("--warmup", type=_non_negative, default=None, metavar="N",
+                   help="drop the first N dispatches of each (process, kernel) (default: 0 for traces; "
+                        "for results directories the warm-up the plugin gated each point with)")
     p.add_argument("--abs-floor-ns", type=float, default=0.0, metavar="NS",
                    help="a regression must also grow the median by more than NS (default 0)")
     p.add_argument("--benchmark-json", metavar="FILE",
@@ -117,9 +118,12 @@ def _baseline_records(p: Path) -> list | None:
             if store.path_for(r.test_id, r.hw_key).resolve() == p.resolve()]
 
 
-def load_side(path: str, warmup: int = 0, traces: dict | None = None) -> dict[str, pd.DataFrame]:
+def load_side(path: str, warmup: int | None = 0, traces: dict | None = None) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of one input ('' when the input carries no test id).
 
+    Samples come from :func:`~pytest_gemmperf.gate.samples.gate_samples`, as in pytest and
+    ``baseline refresh``: a results directory per test with each point's kernel regexes and
+    warm-up (``warmup`` None: the recorded one), other traces with every kernel gated.
     ``traces``, when given, receives ``{path: Trace}`` for trace inputs (the reports need the
     dispatches, not only the samples)."""
     p = Path(path)
@@ -137,10 +141,25 @@ def load_side(path: str, warmup: int = 0, traces: dict | None = None) -> dict[st
         return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
     from pytest_gemmperf.traces.discover import load
 
+    if _is_results_dir(p):
+        from pytest_gemmperf.gate.baseline import results_samples
+
+        out = results_samples(p, warmup=warmup)
+        if traces is not None:
+            traces[path] = load([p])
+        return out
     trace = load([p])
     if traces is not None:
         traces[path] = trace
-    return {"": samples_from_dispatches(trace.dispatches, warmup=warmup)}
+    samples = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p)
+    for note in samples.attrs.get("notes", []):
+        print(f"note: {p}: {note}", file=sys.stderr)
+    return {"": samples}
+
+
+def _is_results_dir(p: Path) -> bool:
+    """A gemmperf results directory (run.json or <test>/<point>/point.json)."""
+    return p.is_dir() and ((p / "run.json").is_file() or any(p.glob("*/*/point.json")))
 
 
 def _is_samples_csv(p: Path) -> bool:
@@ -159,8 +178,9 @@ def _pair(base: dict[str, pd.DataFrame], cand: dict[str, pd.DataFrame], base_pat
     if set(base) == {""} or set(cand) == {""}:
         if len(base) > 1 or len(cand) > 1:
             many, path = (base, base_path) if len(base) > 1 else (cand, cand_path)
-            raise GemmperfInputError(path, f"holds baselines of {len(many)} tests; name one record directory "
-                                           f"(<root>/<hw_key>/<test>) to compare against traces")
+            raise GemmperfInputError(path, f"holds {len(many)} tests and the other side is plain traces: "
+                                           f"name one baseline record directory (<root>/<hw_key>/<test>), "
+                                           f"or give results directories / baselines on both sides")
         (tb, b), = base.items()
         (tc, c), = cand.items()
         return [(tb or tc, b, c)]
@@ -183,14 +203,15 @@ def _run(args: argparse.Namespace) -> int:
     labels = args.labels or [Path(c).name or str(c) for c in args.cands]
     if len(labels) != len(args.cands):
         raise GemmperfInputError(None, f"--labels needs {len(args.cands)} label(s), got {len(labels)}")
-    cfg = GateConfig(threshold=args.threshold, fdr=args.fdr, warmup=args.warmup, abs_floor_ns=args.abs_floor_ns,
+    cfg = GateConfig(threshold=args.threshold, fdr=args.fdr, warmup=args.warmup or 0, abs_floor_ns=args.abs_floor_ns,
                      per_kernel=[(rx, parse_threshold(t)) for rx, t in args.kernel_threshold])
     traces: dict = {}
-    base = load_side(args.base, args.warmup, traces)
+    keep = traces if getattr(args, "report", True) else None  # tables only for the reports
+    base = load_side(args.base, args.warmup, keep)
     frames = []
     cand_samples = []
     for label, cpath in zip(labels, args.cands):
-        cand = load_side(cpath, args.warmup, traces)
+        cand = load_side(cpath, args.warmup, keep)
         cand_samples.append((label, cand))
         for test, b, c in _pair(base, cand, args.base, cpath):
             v = compare(b, c, cfg, test=test)
@@ -245,7 +266,7 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
         files = write_reports(
             out, dispatches=[traces[p].dispatches for p, _ in sides], labels=[lab for _, lab in sides],
             counters=[traces[p].counters for p, _ in sides], agents=[traces[p].agents for p, _ in sides],
-            verdicts=verdicts, warmup=args.warmup, skip={"verdicts.csv"},
+            verdicts=verdicts, warmup=args.warmup or 0, skip={"verdicts.csv"},
             meta={"baseline": args.base, "inputs": [args.base, *args.cands]})
     except Exception as exc:  # noqa: BLE001 - the verdicts are written; say why the report is not
         print(f"gemmperf: report not written: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -716,7 +716,16 @@ def _point_hw_key(p: _Point, run_hw: str | None, run_path: Path) -> str:
     return hw
 
 
-def _point_samples(p: _Point, samples_mod: Any, warmup: int | None) -> pd.DataFrame:
+def _point_warmup(p: _Point, warmup: int | None, run_warmup: int | None) -> int:
+    """The caller's ``warmup``, else the one the plugin gated the point with (point.json),
+    else run.json's, else 0."""
+    for w in (warmup, p.doc.get("warmup"), run_warmup):
+        if isinstance(w, int) and not isinstance(w, bool):
+            return w
+    return 0
+
+
+def _point_samples(p: _Point, samples_mod: Any, warmup: int) -> pd.DataFrame:
     dpath = p.dir / "dispatches.parquet"
     if not dpath.is_file():
         raise GemmperfInputError(dpath, "missing (the point finished but left no dispatch table)")
@@ -728,10 +737,28 @@ def _point_samples(p: _Point, samples_mod: Any, warmup: int | None) -> pd.DataFr
     kernels = p.doc.get("kernels") or []
     if not isinstance(kernels, list):
         raise GemmperfInputError(p.dir / "point.json", "'kernels' is not a list of regexes")
-    disp = select_kernels(disp, kernels, p.dir / "point.json")
-    if disp.empty:
+    names = pd.DataFrame({"kernel": pd.unique(disp["kernel"].astype(object))})
+    if select_kernels(names, kernels, p.dir / "point.json").empty:
         raise GemmperfInputError(dpath, f"no dispatch matches the point's kernel regexes {kernels}")
-    return samples_mod.samples_from_dispatches(disp, **({} if warmup is None else {"warmup": warmup}))
+    # the plugin's gate_samples call, with the point's regexes and warm-up: same samples
+    return samples_mod.gate_samples(disp, kernels=kernels, warmup=warmup, compact=True, path=dpath)
+
+
+def results_samples(results_dir: str | os.PathLike, test_filter: str | None = None, *,
+                    warmup: int | None = None,
+                    report: Callable[[str], None] | None = None) -> dict[str, pd.DataFrame]:
+    """``{test_id: samples}`` of a finished run, as the plugin gated it (no hardware key
+    needed: what ``gemmperf compare`` reads from a results directory)."""
+    samples_mod = _load_samples_module()
+    root = resolve_results_dir(results_dir)
+    run_path = root / "run.json"
+    run_meta = _read_json(run_path) if run_path.is_file() else {}
+    groups: dict[str, list[_Point]] = {}
+    for p in _finished_points(root, test_filter, report):
+        groups.setdefault(p.test_id, []).append(p)
+    return {test_id: pd.concat([_point_samples(p, samples_mod, _point_warmup(p, warmup, run_meta.get("warmup")))
+                                for p in sorted(points, key=lambda q: q.point)], ignore_index=True)
+            for test_id, points in sorted(groups.items())}
 
 
 def records_from_results(results_dir: str | os.PathLike, test_filter: str | None = None, *,
@@ -740,16 +767,15 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
     """Baseline records for every test of a finished run (nothing is written).
 
     ``test_filter`` keeps tests whose id contains it. Each point's dispatches are narrowed to its
-    ``kernels`` regexes (as the plugin gates them); ``warmup`` dispatches per (unit, kernel) are
-    dropped, None meaning run.json's ``warmup`` when recorded, else the samples module default.
+    ``kernels`` regexes and gated by :func:`pytest_gemmperf.gate.samples.gate_samples`, as the
+    plugin gates them; ``warmup`` dispatches per (unit, kernel) are dropped, None meaning the
+    point's recorded gate warm-up (point.json), else run.json's ``warmup``, else 0.
     Points whose status says they failed are skipped and named through ``report``.
     """
     samples_mod = _load_samples_module()
     root = resolve_results_dir(results_dir)
     run_path = root / "run.json"
     run_meta = _read_json(run_path) if run_path.is_file() else {}
-    if warmup is None and isinstance(run_meta.get("warmup"), int):
-        warmup = run_meta["warmup"]
     run_hw = run_meta.get("hardware_key") or run_meta.get("hw_key")
 
     groups: dict[tuple[str, str], list[_Point]] = {}
@@ -758,8 +784,9 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
 
     records = []
     for (test_id, hw), points in sorted(groups.items()):
-        parts = [_point_samples(p, samples_mod, warmup) for p in sorted(points, key=lambda q: q.point)]
-        samples = samples_mod.compact_samples(pd.concat(parts, ignore_index=True))
+        parts = [_point_samples(p, samples_mod, _point_warmup(p, warmup, run_meta.get("warmup")))
+                 for p in sorted(points, key=lambda q: q.point)]
+        samples = pd.concat(parts, ignore_index=True)
         if samples is None or len(samples) == 0:
             raise GemmperfInputError(points[0].dir, f"no samples left for {test_id!r} after warm-up removal")
         meta = {"run": run_meta, "results_dir": root.name, "refreshed_at": _now(),

@@ -5,13 +5,17 @@ missing parts are written ``-``). Per dispatch the table holds ``dur_ns``; per u
 ``category_total_ns`` for every kernel category (kernel ``category:<cat>``), so that a kernel
 replaced by a slower one shows up in the totals even though it appears as "missing + new".
 Further unit-level metrics (overlap fraction, interference slowdown, exposed communication,
-collective metrics) come from analysis tables passed in as already-computed DataFrames: this
-module never imports the analysis layer.
+collective metrics) come from analysis tables passed in as already-computed DataFrames, or,
+in :func:`gate_samples` (the one function pytest, ``baseline refresh`` and ``gemmperf compare``
+use), from the analysis layer, imported inside the function (gate -> analysis is allowed, the
+module stays importable without it).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import os
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,6 +45,129 @@ def _points(df: pd.DataFrame) -> np.ndarray:
     return _text(df["point"]) if "point" in df.columns else np.full(len(df), "-", dtype=object)
 
 
+@dataclass
+class _Prepared:
+    """Dispatches reduced to integer codes, in the gate's order (point, unit, kernel, start).
+
+    Codes are ranks of the sorted text labels, so integer order is the labels' order. Only
+    dispatches with a positive duration are kept (``zero_dur`` and zero-length ones are
+    timestamp artefacts; the log of their duration is undefined).
+    """
+
+    point_of: np.ndarray   # per (point, unit) group: point label
+    unit_of: np.ndarray    # per (point, unit) group: unit label
+    kernels: np.ndarray    # kernel labels, sorted
+    categories: np.ndarray  # category labels, sorted
+    rows: np.ndarray       # positions in the input, sorted
+    pu: np.ndarray         # per kept row: (point, unit) group code
+    kernel: np.ndarray     # per kept row: kernel code
+    category: np.ndarray   # per kept row: category code
+    value: np.ndarray      # per kept row: dur_ns as float
+    pos: np.ndarray        # per kept row: position in its (point, unit, kernel) after warm-up
+    pu_row: np.ndarray     # per input row: (point, unit) group code
+
+
+def _sorted_factor(col: pd.Series, missing: str) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, sorted distinct labels); one ``str()`` per distinct value."""
+    codes, uniq = pd.factorize(col, use_na_sentinel=True)
+    lab = [str(u) for u in uniq]
+    if (codes < 0).any():
+        codes = np.where(codes < 0, len(lab), codes)
+        lab.append(missing)
+    labels, inv = np.unique(np.asarray(lab, dtype=object), return_inverse=True)
+    return inv.reshape(-1)[codes].astype(np.int64), labels
+
+
+def _unit_groups(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group code per row, point label and unit label per group); groups sorted by (point,
+    unit). Labels come from :func:`_points` / :func:`unit_ids` on one row per group, the same
+    functions that label analysis tables, so unit ids agree everywhere."""
+    n = len(df)
+    cols = [c for c in ("point", *(("unit",) if "unit" in df.columns else UNIT_PARTS)) if c in df.columns]
+    if not cols or n == 0:
+        gid = np.zeros(n, dtype=np.int64)
+    else:
+        gid = df.groupby(cols, observed=True, dropna=False, sort=False).ngroup().to_numpy(np.int64)
+    _, first = np.unique(gid, return_index=True)
+    heads = df.iloc[first]
+    point_lab = _points(heads)
+    unit_lab = unit_ids(heads)
+    # "\x1f" sorts below every printable character: joined order == (point, unit) order, and
+    # groups whose raw keys differ but print the same (1 and "1") become one unit
+    joined = np.asarray(point_lab, dtype=object) + "\x1f" + np.asarray(unit_lab, dtype=object)
+    uniq, first_of, inv = np.unique(joined, return_index=True, return_inverse=True)
+    return (inv.reshape(-1)[gid].astype(np.int64), np.asarray(point_lab, dtype=object)[first_of],
+            np.asarray(unit_lab, dtype=object)[first_of])
+
+
+def _prepare(dispatches: pd.DataFrame, warmup: int) -> _Prepared:
+    for col in ("kernel", "dur_ns", "start_ns"):
+        if col not in dispatches.columns:
+            raise GemmperfInputError(None, f"dispatches table lacks column {col!r}")
+    pu_row, point_of, unit_of = _unit_groups(dispatches)
+    kcode, klab = _sorted_factor(dispatches["kernel"], "nan")
+    if "category" in dispatches.columns:
+        ccode, clab = _sorted_factor(dispatches["category"], "-")
+    else:
+        ccode, clab = np.zeros(len(dispatches), np.int64), np.asarray(["other"], dtype=object)
+    start = dispatches["start_ns"].to_numpy(np.int64)
+    value = dispatches["dur_ns"].to_numpy(np.int64).astype(float)
+    ok = value > 0
+    if "zero_dur" in dispatches.columns:
+        ok &= ~dispatches["zero_dur"].to_numpy(bool)
+    idx = np.flatnonzero(ok)
+    rows = idx[np.lexsort((start[idx], kcode[idx], pu_row[idx]))]  # stable: ties keep input order
+    pu, kern = pu_row[rows], kcode[rows]
+    new = np.r_[True, (pu[1:] != pu[:-1]) | (kern[1:] != kern[:-1])] if len(rows) else np.zeros(0, bool)
+    run_start = np.flatnonzero(new)
+    pos = np.arange(len(rows)) - run_start[np.cumsum(new) - 1] if len(rows) else np.zeros(0, np.int64)
+    if warmup:
+        keep = pos >= warmup
+        rows, pu, kern, pos = rows[keep], pu[keep], kern[keep], pos[keep] - warmup
+    return _Prepared(point_of=point_of, unit_of=unit_of, kernels=klab, categories=clab, rows=rows,
+                     pu=pu, kernel=kern, category=ccode[rows], value=value[rows], pos=pos,
+                     pu_row=pu_row)
+
+
+def _cap(p: _Prepared, max_per_unit: int | None) -> np.ndarray:
+    """Mask of the kept rows after the per-(point, unit, kernel) cap."""
+    if not max_per_unit:
+        return np.ones(len(p.rows), dtype=bool)
+    key = p.pu * len(p.kernels) + p.kernel
+    _, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+    n = counts[inv.reshape(-1)]
+    k = int(max_per_unit)
+    pos = p.pos
+    # keep positions round(j (n-1)/(k-1)), j = 0..k-1: evenly spaced over the run
+    with np.errstate(divide="ignore", invalid="ignore"):
+        j = np.rint(pos * (k - 1) / np.maximum(n - 1, 1))
+        back = np.rint(j * (n - 1) / max(k - 1, 1))
+    return (n <= k) | (back == pos) if k > 1 else (pos == (n - 1) // 2)
+
+
+def _dur_frame(p: _Prepared, mask: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({"point": p.point_of[p.pu[mask]], "kernel": p.kernels[p.kernel[mask]],
+                         "metric": "dur_ns", "unit": p.unit_of[p.pu[mask]], "value": p.value[mask]})
+
+
+def _category_frame(p: _Prepared) -> pd.DataFrame:
+    """``category_total_ns`` per (point, unit, category) over every kept dispatch."""
+    n_c = len(p.categories)
+    key = p.pu * n_c + p.category
+    uniq, inv = np.unique(key, return_inverse=True)
+    tot = np.bincount(inv.reshape(-1), weights=p.value, minlength=len(uniq))
+    pu, cat = uniq // n_c, uniq % n_c
+    return pd.DataFrame({"point": p.point_of[pu], "kernel": "category:" + p.categories[cat].astype(object),
+                         "metric": "category_total_ns", "unit": p.unit_of[pu], "value": tot.astype(float)})
+
+
+def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    out = pd.concat(frames, ignore_index=True)
+    for c in ("point", "kernel", "metric", "unit"):
+        out[c] = out[c].astype(str)
+    return out[list(SAMPLE_COLUMNS)]
+
+
 def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_unit: int | None = None,
                             *, unit_metrics: Mapping[str, pd.DataFrame] | None = None,
                             categories: bool = True) -> pd.DataFrame:
@@ -55,52 +182,188 @@ def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_u
       (``host, pid, rank, run`` or ``unit``), optional ``point`` and ``kernel`` (default
       ``*``) and a ``value`` column (or a column named like the metric); see
       :func:`unit_metric_samples`.
+
+    The gate itself uses :func:`gate_samples`, which adds the kernel selection and the
+    analysis metrics on top of these rows.
     """
-    for col in ("kernel", "dur_ns", "start_ns"):
-        if col not in dispatches.columns:
-            raise GemmperfInputError(None, f"dispatches table lacks column {col!r}")
-    d = pd.DataFrame({
-        "point": _points(dispatches),
-        "unit": unit_ids(dispatches),
-        "kernel": dispatches["kernel"].astype(object).astype(str).to_numpy(),
-        "category": (_text(dispatches["category"]) if "category" in dispatches.columns
-                     else np.full(len(dispatches), "other", dtype=object)),
-        "start_ns": dispatches["start_ns"].to_numpy(np.int64),
-        "value": dispatches["dur_ns"].to_numpy(np.int64).astype(float),
-    })
-    if "zero_dur" in dispatches.columns:
-        d = d[~dispatches["zero_dur"].to_numpy(bool)]
-    d = d[d["value"] > 0]
-    d = d.sort_values(["point", "unit", "kernel", "start_ns"], kind="stable")
-    pos = d.groupby(["point", "unit", "kernel"], sort=False).cumcount().to_numpy()
-    if warmup:
-        d = d[pos >= warmup]
-        pos = pos[pos >= warmup] - warmup
-    frames = []
-    kept = d
-    if max_per_unit:
-        n = d.groupby(["point", "unit", "kernel"], sort=False)["value"].transform("size").to_numpy()
-        k = int(max_per_unit)
-        # keep positions round(j (n-1)/(k-1)), j = 0..k-1: evenly spaced over the run
-        with np.errstate(divide="ignore", invalid="ignore"):
-            j = np.rint(pos * (k - 1) / np.maximum(n - 1, 1))
-            back = np.rint(j * (n - 1) / max(k - 1, 1))
-        keep = (n <= k) | (back == pos) if k > 1 else (pos == (n - 1) // 2)
-        kept = d[keep]
-    frames.append(pd.DataFrame({"point": kept["point"].to_numpy(), "kernel": kept["kernel"].to_numpy(),
-                                "metric": "dur_ns", "unit": kept["unit"].to_numpy(),
-                                "value": kept["value"].to_numpy()}))
-    if categories and len(d):
-        tot = d.groupby(["point", "unit", "category"], sort=True)["value"].sum().reset_index()
-        frames.append(pd.DataFrame({"point": tot["point"], "kernel": "category:" + tot["category"].astype(str),
-                                    "metric": "category_total_ns", "unit": tot["unit"],
-                                    "value": tot["value"].astype(float)}))
+    p = _prepare(dispatches, warmup)
+    frames = [_dur_frame(p, _cap(p, max_per_unit))]
+    if categories and len(p.rows):
+        frames.append(_category_frame(p))
     for metric, frame in (unit_metrics or {}).items():
         frames.append(unit_metric_samples(frame, metric))
-    out = pd.concat(frames, ignore_index=True)
-    for c in ("point", "kernel", "metric", "unit"):
-        out[c] = out[c].astype(str)
-    return out[list(SAMPLE_COLUMNS)]
+    return _finish(frames)
+
+
+# --------------------------------------------------------------------------------------------
+# the gate's samples: one function for pytest, ``baseline refresh`` and ``gemmperf compare``
+
+#: unit-level metrics :func:`gate_samples` adds (besides ``category_total_ns``)
+OVERLAP_FRACTION = "overlap_fraction"
+INTERFERENCE = "interference_slowdown"
+EXPOSED_COMM = "exposed_comm_ns"
+COMPUTATION = "computation_ns"
+GEMM_KERNEL = "category:gemm"
+
+
+def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = None, warmup: int = 0,
+                 compact: bool = True, path: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Everything the gate compares for a dispatches table (one or more points).
+
+    * ``dur_ns`` per dispatch of the kernels the ``kernels`` regexes select
+      (:func:`~pytest_gemmperf.analysis.selection.select_kernels`; all kernels when None),
+      after ``warmup`` dispatches per (point, unit, kernel).
+    * ``category_total_ns`` per unit and category over ALL dispatches of the point (after the
+      same warm-up), so a gated kernel replaced by a slower, differently named one shows up
+      as a category regression, not only as "missing" + "new".
+    * Per unit, on points that have both GEMM and collective dispatches (categories):
+      ``overlap_fraction`` (kernel ``category:gemm``; GEMM time covered by same-GPU
+      collectives / GEMM time, higher is better) and ``interference_slowdown`` (the unit's
+      per-kernel ratios median overlapped / median isolated GEMM duration, geometric mean
+      weighted by dispatch count; absent when no GEMM both overlapped and ran alone).
+    * Per unit, on points with communication kernels (the timeline's rule):
+      ``exposed_comm_ns`` and ``computation_ns`` (kernel ``*``; TraceLens definitions, whole
+      trace: a timeline has no per-kernel warm-up).
+    * When the dispatches carry torch collective metadata (``coll_name``): ``coll_latency_ns``
+      and ``coll_busbw_gbps`` per (point, ``<collective>:<size bucket>``), the unit being the
+      whole multi-rank run (``-/-/-/<run>``); collectives that cannot be matched across ranks
+      (one rank's trace only) are skipped with a note in ``samples.attrs["notes"]``.
+    * ``compact``: shrink ``dur_ns`` rows with :func:`compact_samples` (what a baseline stores).
+    """
+    from pytest_gemmperf.analysis.selection import select_kernels
+
+    if len(dispatches) == 0:
+        raise GemmperfInputError(path, "no dispatches")
+    d = dispatches.reset_index(drop=True)
+    if "end_ns" not in d.columns and {"start_ns", "dur_ns"} <= set(d.columns):
+        d = d.assign(end_ns=d["start_ns"].to_numpy(np.int64) + d["dur_ns"].to_numpy(np.int64))
+    p = _prepare(d, warmup)
+    wanted = np.ones(len(p.kernels), dtype=bool)
+    if kernels:
+        hit = select_kernels(pd.DataFrame({"kernel": pd.Categorical(p.kernels)}), kernels, path)
+        wanted = np.isin(p.kernels, hit["kernel"].astype(object).to_numpy())
+        if not wanted.any():
+            seen = ", ".join(map(str, p.kernels[:10]))
+            raise GemmperfInputError(path, f"no dispatch matches the kernel regexes "
+                                           f"({', '.join(map(str, kernels))}); kernels seen: {seen}")
+    notes: list[str] = []
+    dur = wanted[p.kernel]
+    if not dur.any():
+        raise GemmperfInputError(path, f"no dispatch of the gated kernels left after a warm-up of {warmup} "
+                                       "per kernel and process; profile more steps or lower the warm-up")
+    frames = [_dur_frame(p, _compact_order(p, dur) if compact else dur)]
+    if len(p.rows):
+        frames.append(_category_frame(p))
+    frames += _overlap_frames(d, p)
+    frames += _timeline_frames(d)
+    frames += _collective_frames(d, warmup, notes)
+    out = _finish(frames)
+    out.attrs["notes"] = notes
+    return out
+
+
+def _compact_order(p: _Prepared, mask: np.ndarray, per_unit: int = 21) -> np.ndarray:
+    """Kept-row indices :func:`compact_samples` would keep, on codes (no text sort)."""
+    idx = np.flatnonzero(mask)
+    idx = idx[np.lexsort((p.value[idx], p.kernel[idx], p.pu[idx]))]
+    key = p.pu[idx] * len(p.kernels) + p.kernel[idx]
+    new = np.r_[True, key[1:] != key[:-1]] if len(idx) else np.zeros(0, bool)
+    first = np.flatnonzero(new)
+    gid = np.cumsum(new) - 1
+    n = np.diff(np.r_[first, len(idx)])[gid]
+    pos = np.arange(len(idx)) - first[gid]
+    k = per_unit
+    j = -((n - 2 * pos * k) // (2 * n))
+    keep = (n <= k) | ((j >= 0) & (j < k) & (((2 * j + 1) * n) // (2 * k) == pos))
+    return idx[keep]
+
+
+def _points_with(p: _Prepared, pu_row: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per (point, unit) group: does its point have a row in ``mask``?"""
+    hit = np.zeros(len(p.point_of), dtype=bool)
+    hit[np.unique(pu_row[mask])] = True
+    points = np.unique(p.point_of[hit])
+    return np.isin(p.point_of, points)
+
+
+def _overlap_frames(d: pd.DataFrame, p: _Prepared) -> list[pd.DataFrame]:
+    from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap
+
+    if "category" not in d.columns or "end_ns" not in d.columns:
+        return []
+    gm = category_mask(d, None, "gemm")
+    cm = category_mask(d, None, "collective")
+    both = _points_with(p, p.pu_row, gm) & _points_with(p, p.pu_row, cm)
+    if not both.any():
+        return []
+    ov = gemm_overlap(d, names=False)
+    kept = np.zeros(len(d), dtype=bool)
+    kept[p.rows] = True  # positive duration, after warm-up
+    rows = ov.index.to_numpy()
+    sel = kept[rows] & both[p.pu_row[rows]]
+    rows = rows[sel]
+    if len(rows) == 0:
+        return []
+    pu = p.pu_row[rows]
+    kern = np.zeros(len(d), dtype=np.int64)
+    kern[p.rows] = p.kernel
+    dur = ov["dur_ns"].to_numpy(float)[sel]
+    cov = ov["overlap_ns"].to_numpy(float)[sel]
+    n_pu = len(p.point_of)
+    tot = np.bincount(pu, weights=dur, minlength=n_pu)
+    has = np.bincount(pu, minlength=n_pu) > 0
+    frac = np.bincount(pu, weights=cov, minlength=n_pu)[has] / tot[has]
+    frames = [pd.DataFrame({"point": p.point_of[has], "kernel": GEMM_KERNEL, "metric": OVERLAP_FRACTION,
+                            "unit": p.unit_of[has], "value": frac})]
+    g = pd.DataFrame({"pu": pu, "k": kern[rows], "ov": cov > 0, "dur": dur})
+    med = g.groupby(["pu", "k", "ov"], sort=True)["dur"].agg(["median", "size"]).unstack("ov")
+    if True in med["median"].columns and False in med["median"].columns:
+        ratio = np.log(med["median"][True] / med["median"][False])
+        weight = med["size"][True].fillna(0) + med["size"][False].fillna(0)
+        ok = ratio.notna()
+        if ok.any():
+            num = (ratio[ok] * weight[ok]).groupby(level="pu").sum()
+            den = weight[ok].groupby(level="pu").sum()
+            pu_i = num.index.to_numpy()
+            frames.append(pd.DataFrame({"point": p.point_of[pu_i], "kernel": GEMM_KERNEL,
+                                        "metric": INTERFERENCE, "unit": p.unit_of[pu_i],
+                                        "value": np.exp((num / den).to_numpy(float))}))
+    return frames
+
+
+def _timeline_frames(d: pd.DataFrame) -> list[pd.DataFrame]:
+    from pytest_gemmperf.analysis.timeline import gpu_timeline
+
+    if "end_ns" not in d.columns:
+        return []
+    tl = gpu_timeline(d)
+    tl = tl.assign(_point=_points(tl), _unit=unit_ids(tl))
+    per_unit = tl.groupby(["_point", "_unit"], sort=True)[
+        ["exposed_comm_time_ns", "computation_time_ns", "total_comm_time_ns"]].sum()
+    comm_points = per_unit.groupby(level="_point")["total_comm_time_ns"].sum()
+    per_unit = per_unit[per_unit.index.get_level_values("_point").isin(comm_points[comm_points > 0].index)]
+    if per_unit.empty:
+        return []
+    pt = per_unit.index.get_level_values("_point").to_numpy(object)
+    un = per_unit.index.get_level_values("_unit").to_numpy(object)
+    return [pd.DataFrame({"point": pt, "kernel": "*", "metric": m, "unit": un,
+                          "value": per_unit[col].to_numpy(float)})
+            for m, col in ((EXPOSED_COMM, "exposed_comm_time_ns"), (COMPUTATION, "computation_time_ns"))]
+
+
+def _collective_frames(d: pd.DataFrame, warmup: int, notes: list[str]) -> list[pd.DataFrame]:
+    if "coll_name" not in d.columns or not d["coll_name"].notna().any():
+        return []
+    from pytest_gemmperf.analysis import collectives as C
+
+    try:
+        match = C.match_collectives(d, warmup=warmup, strict=False)
+        out = C.collective_samples(match)
+    except GemmperfInputError as exc:
+        notes.append(f"collective metrics skipped: {exc}")
+        return []
+    notes += match.notes
+    return [out]
 
 
 def unit_metric_samples(frame: pd.DataFrame, metric: str, value_col: str | None = None,

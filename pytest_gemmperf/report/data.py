@@ -63,6 +63,19 @@ class ReportData:
     top_k: int
     notes: list[str] = field(default_factory=list)
     n_dispatches: dict[str, int] = field(default_factory=dict)
+    #: per (point, collective, size bucket) over matched collectives (empty without torch
+    #: collective metadata); latencies/skews ``*_ns``, bandwidths ``(GB/s)`` with GB = 2**30 B
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: aorta's best point per (collective, size bucket) by mean latency
+    collective_best: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per (point, rank): waits and arrival order (the skew heat map)
+    stragglers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: aorta's ``nccl_master_all_configs`` sheet
+    nccl_master: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def has_collectives(self) -> bool:
+        return len(self.collectives) > 0
 
     @property
     def multi(self) -> bool:
@@ -281,6 +294,43 @@ def _timeline_by_point(tl: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _collective_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """``collective_summary`` with unit-suffixed names the writers convert (``*_ns`` -> µs)."""
+    ren = {}
+    for stat in ("mean", "median", "min", "max"):
+        for base in ("latency", "start_skew", "end_skew"):
+            ren[f"{base}_ns_{stat}"] = f"{base}_{stat}_ns"
+        ren[f"algbw_gbps_{stat}"] = f"algbw_{stat} (GB/s)"
+        ren[f"busbw_gbps_{stat}"] = f"busbw_{stat} (GB/s)"
+    return summary.rename(columns=ren)
+
+
+def _analyse_collectives(label: str, d: pd.DataFrame, warmup: int, notes: list[str]) -> dict[str, pd.DataFrame]:
+    """Cross-rank collective tables when the dispatches carry torch collective metadata."""
+    if "coll_name" not in d.columns or not d["coll_name"].notna().any():
+        return {}
+    from pytest_gemmperf.analysis import collectives as C
+    from pytest_gemmperf.errors import GemmperfInputError
+
+    try:
+        match = C.match_collectives(d, warmup=warmup, strict=False)
+        summary = C.collective_summary(match.collectives)
+        out = {"collectives": _with_label(_decategorize(_collective_table(summary)), label),
+               "stragglers": _with_label(_decategorize(C.straggler_summary(match).rename(
+                   columns={"pct_arrived_last": "arrived_last (%)"})), label),
+               "nccl_master": _with_label(C.nccl_master_table(match), label)}
+        try:
+            best = C.best_points(summary)
+            out["collective_best"] = _with_label(best, label)
+        except GemmperfInputError:
+            pass
+    except GemmperfInputError as exc:
+        notes.append(f"{label}: collectives not analysed: {exc}")
+        return {}
+    notes.extend(f"{label}: {n}" for n in match.notes)
+    return out
+
+
 def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
                  agents: pd.DataFrame | None, *, warmup: int, top_k: int, short_us: float,
                  notes: list[str]) -> dict[str, pd.DataFrame]:
@@ -301,7 +351,7 @@ def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
         top = with_timestamps(top, d)
         top = with_collective_overlap(top, d) if comm.any() else top
         out["top_variance"] = _with_label(_decategorize(top.drop(columns=["min_row", "max_row"])), label)
-        ov = gemm_overlap(d)
+        ov = gemm_overlap(d, names=False)  # per-dispatch collective names are not shown
         obk = overlap_by_kernel(d, overlap=ov, by=("point", "rank", "kernel"))
         keys = [c for c in ("point", "rank", "kernel") if c in obk.columns]
         # group on the categorical columns; only the small result becomes text
@@ -325,6 +375,7 @@ def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
     out["timeline_by_point"] = _with_label(_timeline_by_point(_decategorize(tl)), label)
     if counters is not None and len(counters):
         out["counters"] = _with_label(_counter_table(d, counters, agents), label)
+    out.update(_analyse_collectives(label, d, warmup, notes))
     return out
 
 
@@ -483,7 +534,9 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
         timeline_by_point=get("timeline_by_point"), counters=get("counters"),
         boxes=_boxes(parts.get("_gemm", []), plot_kernels), interaction=_interaction(top), verdicts=verdicts_n,
         meta=dict(meta or {}), short_kernel_us=float(short_kernel_us), top_k=int(top_k),
-        notes=notes, n_dispatches=n_disp)
+        notes=notes, n_dispatches=n_disp, collectives=get("collectives"),
+        collective_best=get("collective_best"), stragglers=get("stragglers"),
+        nccl_master=get("nccl_master"))
 
 
 def finite(x: Any) -> bool:

@@ -378,6 +378,26 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
     return {prefix: "" if d is None else str(d)}
 
 
+def _collective_sheets(book: _Book, data: ReportData) -> None:
+    """aorta's ``nccl_master_all_configs`` (its columns and units: µs, ms, MB = 2**20 B,
+    GB/s = 2**30 B/s) and our per-(point, collective, size) summary with the straggler table."""
+    book.table("nccl_master_all_configs", public(data.nccl_master, data),
+               "aorta nccl_master_all_configs: collectives matched across ranks per point; latencies "
+               "and skews in µs, Total comm latency in ms, MB = 2^20 bytes, GB/s = 2^30 bytes/s "
+               "(TraceLens units)", widths={"Collective name": 24, "source_file": 40})
+    ws, hdr, cols = book.table(
+        "collectives", public(data.collectives, data),
+        "per point, collective and message-size bucket over matched collectives: latency = fastest "
+        "rank's kernel (µs), start/end skew (µs), algorithm and bus bandwidth (GB/s, GB = 2^30 B)",
+        widths={"coll_name": 24})
+    if len(data.stragglers):
+        first = hdr + 1 + min(len(data.collectives), book.max_rows) + 2
+        book.table("collectives", public(data.stragglers, data),
+                   "per point and rank: time waiting for the last rank to arrive (µs) and how often "
+                   "the rank arrived last / first (straggler summary)", ws=ws, first_row=first,
+                   filter_=False)
+
+
 def write_excel(data: ReportData, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> Path:
     book = _Book(path, max_rows)
     try:
@@ -409,6 +429,8 @@ def write_excel(data: ReportData, path: Path, *, max_rows: int = DEFAULT_MAX_ROW
             ws = book.wb.add_worksheet("counters")
             ws.write_string(0, 0, "no hardware counters in the inputs (run a counter pass: "
                                   "gemmperf rocprof-config)", book.fmt["note"])
+        if data.has_collectives:
+            _collective_sheets(book, data)
         _environment_sheet(book, data)
     finally:
         book.close()

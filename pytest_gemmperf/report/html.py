@@ -146,6 +146,35 @@ def _kernel_overview(data: ReportData, limit: int = 60) -> pd.DataFrame:
     return out.sort_values("total_ns", ascending=False).head(limit)
 
 
+def _collective_context(data: ReportData) -> dict[str, Any]:
+    """The collectives section: bus bandwidth vs message size per point (one panel per
+    collective), mean wait per rank as a heat map, the summary and best-point tables."""
+    if not data.has_collectives:
+        return {"has_collectives": False}
+    c = data.collectives
+    series = (c["label"].astype(str) + ": " + c["point"].astype(str)) if data.multi else c["point"].astype(str)
+    rows = pd.DataFrame({"series": series, "coll_name": c["coll_name"].astype(str),
+                         "msg_bytes": pd.to_numeric(c["msg_bytes_min"], errors="coerce"),
+                         "busbw_gbps": pd.to_numeric(c["busbw_median (GB/s)"], errors="coerce"),
+                         "count": pd.to_numeric(c["count"], errors="coerce")})
+    panels = [plots.bandwidth_panel(grp, str(name)) for name, grp in rows.groupby("coll_name", sort=True)]
+    st = data.stragglers
+    heat = None
+    if len(st):
+        row = (st["label"].astype(str) + ": " + st["point"].astype(str)) if data.multi else st["point"].astype(str)
+        wait_us = pd.to_numeric(st["mean_wait_ns"], errors="coerce") / 1e3
+        tips = [f"{r}, rank {k}: mean wait {w:,.2f} µs, max {m / 1e3:,.2f} µs, arrived last in "
+                f"{p:.0f}% of {int(n)} collectives"
+                for r, k, w, m, p, n in zip(row, st["rank"], wait_us, st["max_wait_ns"].astype(float),
+                                            st["arrived_last (%)"].astype(float), st["n_collectives"])]
+        heat = plots.heat_map(pd.DataFrame({"row": row, "col": st["rank"].astype(object),
+                                            "value": wait_us, "tip": tips}),
+                              "mean wait for the last rank to arrive, per point (rows) and rank (columns)",
+                              value_label="µs", col_label="rank")
+    return {"has_collectives": True, "collective_panels": panels, "skew_svg": heat,
+            "collective_rows": _records(c, 500), "collective_best": _records(data.collective_best, 200)}
+
+
 def render_html(data: ReportData) -> str:
     env = _env()
     tmpl = env.get_template(TEMPLATE)
@@ -185,6 +214,7 @@ def render_html(data: ReportData) -> str:
         "top_k": data.top_k,
         "kernels": _records(_kernel_overview(data)),
         "notes": data.notes,
+        **_collective_context(data),
     }
     return tmpl.render(**ctx)
 

@@ -57,8 +57,9 @@ class _Svg:
             f"<title>{escape(title)}</title>"]
 
     def text(self, x: float, y: float, s: str, *, anchor: str = "start", cls: str = "",
-             weight: str = "", rotate: bool = False, tip: str | None = None) -> None:
+             weight: str = "", rotate: bool = False, tip: str | None = None, fill: str = "") -> None:
         extra = f' font-weight="{weight}"' if weight else ""
+        extra += f' fill="{fill}"' if fill else ""
         extra += f' transform="rotate(-90 {_f(x)} {_f(y)})"' if rotate else ""
         extra += f' class="{cls}"' if cls else ""
         inner = escape(s) + (Markup(f"<title>{escape(tip)}</title>") if tip else "")
@@ -327,5 +328,115 @@ def hbar(values: pd.Series, title: str, unit: str, *, width: int = 560, max_rows
     return svg.markup()
 
 
-__all__ = ["box_panel", "empty_note", "forest_plot", "hbar", "interaction_plot", "overlap_scatter",
-           "stacked_timeline"]
+def _bytes(b: float) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if b >= scale:
+            return f"{b / scale:g} {unit}"
+    return f"{b:g} B"
+
+
+def bandwidth_panel(rows: pd.DataFrame, title: str, *, width: int = 560, height: int = 300) -> Markup:
+    """Bus bandwidth vs message size (log2 x) for one collective, one line per series.
+
+    ``rows``: ``series`` (legend text), ``msg_bytes`` and ``busbw_gbps`` (median per series and
+    size bucket), optional ``count``.
+    """
+    r = rows[np.isfinite(rows["msg_bytes"].astype(float)) & (rows["msg_bytes"].astype(float) > 0)
+             & np.isfinite(rows["busbw_gbps"].astype(float))]
+    if len(r) == 0:
+        return empty_note(f"{title}: no message sizes or bandwidths")
+    series = list(dict.fromkeys(r["series"].astype(str)))
+    left, top, bottom = 60, 26, 50
+    right = 20 + min(200, 7 * max(len(s) for s in series) + 30)
+    x = np.log2(r["msg_bytes"].astype(float).to_numpy())
+    lo, hi = float(x.min()), float(x.max())
+    if hi - lo < 1:
+        lo, hi = lo - 0.5, hi + 0.5
+    vmax = float(r["busbw_gbps"].max()) * 1.1 or 1.0
+    svg = _Svg(width, height, f"{title}: bus bandwidth vs message size")
+    svg.text(8, 15, shorten_kernel(f"{title}: bus bandwidth vs message size", int(width / 7.4)),
+             weight="600", tip=title)
+    x0, x1, y0, y1 = left, width - right, height - bottom, top
+
+    def X(v: float) -> float:
+        return x0 + (v - lo) / (hi - lo) * (x1 - x0)
+
+    for t in _ticks(0, vmax):
+        y = y0 + t / vmax * (y1 - y0)
+        svg.line(x0, y, x1, y, stroke="#e5e5e5")
+        svg.text(x0 - 6, y + 4, _num(t), anchor="end")
+    svg.line(x0, y0, x1, y0)
+    step = max(1, math.ceil((hi - lo) / 8))
+    for e in range(math.ceil(lo), math.floor(hi) + 1, step):
+        svg.line(X(e), y0, X(e), y0 + 4)
+        svg.text(X(e), y0 + 15, _bytes(2.0 ** e), anchor="middle")
+    svg.text((x0 + x1) / 2, y0 + 32, "message size (log scale)", anchor="middle")
+    svg.text(14, (y0 + y1) / 2, "bus bandwidth (GB/s)", anchor="middle", rotate=True)
+    for i, name in enumerate(series):
+        colour = PALETTE[i % len(PALETTE)]
+        grp = r[r["series"].astype(str) == name].sort_values("msg_bytes")
+        pts = [(X(math.log2(float(b))), y0 + float(v) / vmax * (y1 - y0))
+               for b, v in zip(grp["msg_bytes"], grp["busbw_gbps"])]
+        if len(pts) > 1:
+            svg.polyline(pts, colour)
+        counts = grp["count"] if "count" in grp.columns else [None] * len(grp)
+        for (px, py), b, v, n in zip(pts, grp["msg_bytes"], grp["busbw_gbps"], counts):
+            extra = f", {int(n)} collectives" if n is not None and math.isfinite(float(n)) else ""
+            svg.circle(px, py, 3.5, colour, tip=f"{name}: {_bytes(float(b))}: {float(v):.2f} GB/s{extra}")
+        svg.line(x1 + 10, y1 + 8 + 16 * i, x1 + 26, y1 + 8 + 16 * i, stroke=colour, width=2)
+        svg.text(x1 + 30, y1 + 12 + 16 * i, shorten_kernel(name, 24), tip=name)
+    return svg.markup()
+
+
+def heat_map(cells: pd.DataFrame, title: str, *, value_label: str, col_label: str = "",
+             width: int = 900) -> Markup:
+    """Rows x columns grid coloured white -> red by ``value`` (e.g. mean wait per rank).
+
+    ``cells``: ``row`` (text), ``col`` (sortable), ``value`` and optional ``tip``.
+    """
+    c = cells[np.isfinite(cells["value"].astype(float))]
+    if len(c) == 0:
+        return empty_note(f"{title}: no data")
+    rows = list(dict.fromkeys(c["row"].astype(str)))
+    cols = sorted(c["col"].unique())
+    left, top, right = 170, 46, 110
+    cw = max(18.0, min(60.0, (width - left - right) / max(len(cols), 1)))
+    ch = 22
+    height = max(top + ch * len(rows), top + 3 * 18) + 20
+    width = int(left + cw * len(cols) + right)
+    vmax = float(c["value"].max()) or 1.0
+    svg = _Svg(width, height, title)
+    svg.text(8, 15, title, weight="600")
+    if col_label:
+        svg.text(left - 6, top - 6, col_label, anchor="end")
+    for j, col in enumerate(cols):
+        svg.text(left + (j + 0.5) * cw, top - 6, str(col), anchor="middle")
+    lookup = {(str(a), b): (float(v), t) for a, b, v, t in
+              zip(c["row"], c["col"], c["value"], c["tip"] if "tip" in c.columns else [None] * len(c))}
+    for i, row in enumerate(rows):
+        y = top + i * ch
+        svg.text(left - 6, y + 15, shorten_kernel(row, 26), anchor="end", tip=row)
+        for j, col in enumerate(cols):
+            hit = lookup.get((row, col))
+            if hit is None:
+                svg.rect(left + j * cw, y, cw, ch, "#f4f4f4", stroke="#fff")
+                continue
+            v, tip = hit
+            a = max(0.0, min(1.0, v / vmax))
+            # white -> #c00000
+            colour = f"#{255 - int(a * 63):02x}{255 - int(a * 255):02x}{255 - int(a * 255):02x}"
+            svg.rect(left + j * cw, y, cw, ch, colour, stroke="#fff",
+                     tip=tip or f"{row}, {col}: {_num(v)} {value_label}")
+            if cw >= 34:
+                svg.text(left + (j + 0.5) * cw, y + 15, _num(v), anchor="middle",
+                         fill="#fff" if a > 0.6 else "")
+    lx = left + cw * len(cols) + 12
+    for k, a in enumerate((0.0, 0.5, 1.0)):
+        colour = f"#{255 - int(a * 63):02x}{255 - int(a * 255):02x}{255 - int(a * 255):02x}"
+        svg.rect(lx, top + 18 * k, 12, 12, colour, stroke="#999")
+        svg.text(lx + 16, top + 10 + 18 * k, f"{_num(a * vmax)} {value_label}")
+    return svg.markup()
+
+
+__all__ = ["bandwidth_panel", "box_panel", "empty_note", "forest_plot", "hbar", "heat_map",
+           "interaction_plot", "overlap_scatter", "stacked_timeline"]
