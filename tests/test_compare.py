@@ -308,3 +308,170 @@ def test_cli_on_a_real_trace_against_itself(tmp_path):
     assert set(d["verdict"]) == {"inconclusive"}
     kernels = d[d["kernel"] != "*"]
     assert kernels["note"].str.contains(r"too few processes \(1 base, 1 cand\): needs >= \d+ per side").all()
+
+
+# ---------------------------------------------------------------------------------------------
+# gate statistics choices (measured in benchmarks/gate_accuracy.py)
+
+
+def test_default_fdr_is_the_per_test_false_alarm_budget():
+    assert GateConfig().fdr == 0.01 and GateConfig().prior == "robust"
+
+
+def test_dispersion_rows_form_their_own_bh_family():
+    from scipy.stats import false_discovery_control
+
+    from pytest_gemmperf.gate.compare import compare_stats
+
+    b, c = make_side("b", 1, n=60), make_side("c", 2, n=60, slow={"k05": 0.03})
+    st = compare_stats(b, c)
+    is_cv = (st["metric"] == "cv_robust").to_numpy()
+    assert is_cv.sum() == N_KERNELS
+    for fam in (is_cv, ~is_cv):
+        p = st["p_value"].to_numpy(float)[fam]
+        ok = np.isfinite(p)
+        np.testing.assert_allclose(st["q_value"].to_numpy(float)[fam][ok], false_discovery_control(p[ok]), rtol=1e-12)
+    joint = compare_stats(b, c, GateConfig(dispersion_family=False))
+    p = joint["p_value"].to_numpy(float)
+    ok = np.isfinite(p)
+    np.testing.assert_allclose(joint["q_value"].to_numpy(float)[ok], false_discovery_control(p[ok]), rtol=1e-12)
+    # one family of ~50 tests instead of ~25: the slowed kernel's q is smaller when split
+    k = (st["kernel"] == "k05") & (st["metric"] == "dur_ns")
+    assert st.loc[k, "q_value"].item() < joint.loc[(joint["kernel"] == "k05") & (joint["metric"] == "dur_ns"), "q_value"].item()
+
+
+def test_robust_prior_keeps_a_noisy_outlier_kernel_on_its_own_variance():
+    # one kernel with 10x the process-level noise of the rest: shrinking it towards the others
+    # would turn its A/A noise into a "regression"; the robust prior leaves it alone
+    from pytest_gemmperf.gate.compare import compare_stats
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for side in ("b", "c"):
+        for u in range(4):
+            a = rng.normal(0, 0.007)
+            for i in range(N_KERNELS):
+                sd = 0.05 if i == 3 else 0.004
+                v = 1e4 * (i + 1) * np.exp(a + rng.normal(0, sd) + 0.01 * rng.standard_normal(60))
+                rows.append(pd.DataFrame({"point": "p", "kernel": f"k{i:02d}", "metric": "dur_ns",
+                                          "unit": f"{side}/{u}", "value": v}))
+    df = pd.concat(rows, ignore_index=True)
+    b, c = df[df["unit"].str.startswith("b")], df[df["unit"].str.startswith("c")]
+    st = compare_stats(b, c, GateConfig(gate_dispersion=False))
+    mom = compare_stats(b, c, GateConfig(gate_dispersion=False, prior="moments"))
+    k3 = st["kernel"] == "k03"
+    # robust: the outlier is tested on (nearly) its own variance, the others borrow strength
+    assert st.loc[k3, "unit_sd_log"].item() > 5 * st.loc[~k3 & (st["kernel"] != "*"), "unit_sd_log"].median()
+    assert st["prior_df"].iloc[0] > mom["prior_df"].iloc[0]
+
+
+def test_categorical_inputs_raise_no_pandas_deprecation(recwarn):
+    import warnings
+
+    b, c = make_side("b", 1), make_side("c", 2)
+    b["kernel"] = pd.Categorical(b["kernel"])
+    b["unit"] = pd.Categorical(b["unit"])
+    b.loc[b.index[:5], "point"] = None  # missing point -> ''
+    c["point"] = pd.Categorical(c["point"], categories=[c["point"].iloc[0], "unused"])
+    c["metric"] = pd.Categorical(c["metric"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = compare(b, c)
+    assert "" in set(v["point"]) and (v["verdict"] != "regression").all()
+
+
+def test_compacted_samples_keep_the_power_of_the_full_ones(monkeypatch):
+    # the plugin compacts both sides to 21 quantiles per (kernel, unit): the order-statistic
+    # floor must not treat those 21 values as 21 dispatches
+    from pytest_gemmperf.gate import compare as compare_mod
+
+    b = make_side("b", 1, n=201)
+    c = make_side("c", 2, n=201, slow={"k10": 0.03})
+    cfg = GateConfig(threshold=0.0)
+    full = row(compare(b, c, cfg), "k10")
+    small = row(compare(compact_samples(b), compact_samples(c), cfg), "k10")
+    assert full["verdict"] == small["verdict"] == "regression"
+    assert small["ci_high"] - small["ci_low"] < 1.5 * (full["ci_high"] - full["ci_low"])
+    # without the dispatch counts compact_samples records, 21 values must still not be taken
+    # for 21 dispatches
+    bare_b, bare_c = _without_counts(compact_samples(b)), _without_counts(compact_samples(c))
+    bare = row(compare(bare_b, bare_c, cfg), "k10")
+    assert bare["ci_high"] - bare["ci_low"] < 1.5 * (full["ci_high"] - full["ci_low"])
+    monkeypatch.setattr(compare_mod, "FLOOR_MAX_DISPATCHES", 30)  # the old limit
+    old = row(compare(bare_b, bare_c, cfg), "k10")
+    assert old["ci_high"] - old["ci_low"] > bare["ci_high"] - bare["ci_low"]
+
+
+def _without_counts(samples):
+    return samples[samples["metric"] != "dispatch_count"].reset_index(drop=True)
+
+
+def test_dispersion_needs_fifty_dispatches_per_process():
+    v = compare(make_side("b", 1, n=40), make_side("c", 2, n=40))
+    assert not (v["metric"] == "cv_robust").any()
+    v = compare(make_side("b", 1, n=50), make_side("c", 2, n=50))
+    assert (v["metric"] == "cv_robust").sum() == N_KERNELS
+
+
+def test_dispatch_counts_of_compacted_samples_feed_the_prior_and_are_not_gated():
+    from pytest_gemmperf.gate.compare import compare_stats
+
+    rng = np.random.default_rng(21)
+    n_of = {f"k{i:02d}": (30 if i % 2 else 600) for i in range(N_KERNELS)}
+
+    def side(tag):
+        frames = []
+        for u in range(4):
+            a = rng.normal(0, 0.007)
+            for name, n in n_of.items():
+                # heavy dispatch jitter: the per-process median's noise falls with n
+                v = 1e4 * np.exp(a + rng.normal(0, 0.002) + 0.15 * rng.standard_normal(n))
+                frames.append(pd.DataFrame({"point": "p", "kernel": name, "metric": "dur_ns",
+                                            "unit": f"{tag}/{u}", "value": v}))
+        full = pd.concat(frames, ignore_index=True)
+        return _without_counts(compact_samples(full)), compact_samples(full)
+
+    (b, b_n), (c, c_n) = side("b"), side("c")
+    plain = compare_stats(b, c, GateConfig(gate_dispersion=False))
+    counted = compare_stats(b_n, c_n, GateConfig(gate_dispersion=False))
+    assert "dispatch_count" not in set(counted["metric"])
+    assert len(counted) == len(plain)
+    # every kernel looks like 21 dispatches per process without the counts: no trend to fit
+    assert counted["prior_df"].iloc[0] > 2 * plain["prior_df"].iloc[0]
+
+
+def _unit_rows(point, metric, values, kernel="category:gemm"):
+    return pd.DataFrame({"point": point, "kernel": kernel, "metric": metric,
+                         "unit": [f"h/{i}/0/0" for i in range(len(values))], "value": values})
+
+
+def test_zero_on_both_sides_is_unchanged_and_a_rise_from_zero_decides_by_direction():
+    from pytest_gemmperf.gate.compare import GateConfig, compare
+
+    zeros = _unit_rows("p", "exposed_comm_ns", [0.0] * 4)
+    same = compare(zeros, zeros, GateConfig())
+    assert same["verdict"].tolist() == ["unchanged"] and same["ratio"].tolist() == [1.0]
+    exposed = _unit_rows("p", "exposed_comm_ns", [5e5, 5.2e5, 4.9e5, 5.1e5])
+    worse = compare(zeros, exposed, GateConfig())
+    assert worse["verdict"].tolist() == ["regression"]
+    # overlap appearing where there was none is better, not worse
+    overlap0 = _unit_rows("p", "overlap_fraction", [0.0] * 4)
+    overlap = _unit_rows("p", "overlap_fraction", [0.5, 0.52, 0.49, 0.51])
+    assert compare(overlap0, overlap, GateConfig())["verdict"].tolist() == ["improvement"]
+    assert compare(overlap, overlap0, GateConfig())["verdict"].tolist() == ["regression"]
+
+
+def test_compacted_samples_carry_dispatch_counts_that_are_never_gated():
+    from pytest_gemmperf.gate.compare import compare
+    from pytest_gemmperf.gate.samples import DISPATCH_COUNT, compact_samples
+
+    rng = np.random.default_rng(3)
+    rows = pd.DataFrame({"point": "p", "kernel": "k", "metric": "dur_ns",
+                         "unit": np.repeat([f"h/{i}/0/0" for i in range(4)], 200),
+                         "value": rng.normal(1e4, 50, 800)})
+    small = compact_samples(rows)
+    counts = small[small["metric"] == DISPATCH_COUNT]
+    assert counts["value"].tolist() == [200] * 4
+    assert len(compact_samples(small)) == len(small)  # idempotent: counts are not recounted
+    verdicts = compare(small, small)
+    assert DISPATCH_COUNT not in set(verdicts["metric"])

@@ -162,3 +162,74 @@ def test_hierarchical_bootstrap_interval_is_fixed_seed_and_has_process_level_wid
     assert 0.5 < (hi - lo) / (2 * 1.96 * se) < 1.5
     assert hi - lo > 2 * 1.96 * naive_se
     assert (est, lo, hi) == stats.hierarchical_bootstrap_log_ratio(base, cand, n_boot=4000, seed=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# robust empirical-Bayes prior
+
+
+def _log_f_iqr(df, d0):
+    return np.diff(np.log(sps.f.ppf([0.25, 0.75], df, d0)))[0]
+
+
+def test_fit_f_dist_robust_recovers_the_prior_and_ignores_outlier_kernels():
+    rng = np.random.default_rng(11)
+    d0, s0_2, df, n = 8.0, 1e-4, 6.0, 4000
+    s2 = s0_2 * d0 / rng.chisquare(d0, n) * rng.chisquare(df, n) / df
+    d_hat, s0_hat = stats.fit_f_dist_robust(s2, np.full(n, df))
+    assert d_hat == pytest.approx(d0, rel=0.3)
+    np.testing.assert_allclose(s0_hat, s0_2, rtol=0.1)
+    # 5 % of kernels with 30x the variance: the moment fit collapses, the robust one does not
+    bad = s2.copy()
+    bad[: n // 20] *= 30
+    d_mom, _ = stats.fit_f_dist(bad, np.full(n, df))
+    d_rob, s0_rob = stats.fit_f_dist_robust(bad, np.full(n, df))
+    assert d_mom < 0.45 * d0 and d_rob > 0.65 * d0  # 3.2 and 5.8 of the true 8
+    assert np.median(s0_rob) == pytest.approx(s0_2, rel=0.25)
+
+
+def test_fit_f_dist_robust_matches_the_quartile_spread_by_hand():
+    # residual IQR of log s^2 equals the IQR of log F(6, d0) at the returned d0
+    rng = np.random.default_rng(12)
+    s2 = 2e-4 / rng.chisquare(5.0, 300) * 5.0 * rng.chisquare(6, 300) / 6
+    d_hat, s0 = stats.fit_f_dist_robust(s2, np.full(300, 6.0))
+    q25, q75 = np.quantile(np.log(s2), [0.25, 0.75])
+    assert _log_f_iqr(6.0, d_hat) == pytest.approx(q75 - q25, rel=1e-6)
+    # location: the median of log(s^2 / s0^2) is the median of log F(6, d0)
+    assert np.median(np.log(s2 / s0)) == pytest.approx(np.log(sps.f.ppf(0.5, 6.0, d_hat)), abs=1e-9)
+
+
+def test_fit_f_dist_robust_trend_and_fallbacks():
+    rng = np.random.default_rng(13)
+    n = np.exp(rng.uniform(np.log(5), np.log(500), 2000))
+    true = 1e-4 * 50 / n
+    s2 = true * rng.chisquare(6, 2000) / 6
+    d0, s0 = stats.fit_f_dist_robust(s2, np.full(2000, 6.0), np.log(n)[:, None])
+    assert d0 > 50
+    np.testing.assert_allclose(s0, true, rtol=0.15)
+    # equal variances: sampling explains everything
+    d_inf, s0_inf = stats.fit_f_dist_robust(np.full(40, 2.0) * rng.chisquare(6, 40) / 6, np.full(40, 6.0))
+    assert d_inf > 20
+    # a covariate that does not vary is dropped; too few kernels fall back to the moment fit
+    d_c, _ = stats.fit_f_dist_robust(s2[:100], np.full(100, 6.0), np.full((100, 1), 3.0))
+    assert d_c == stats.fit_f_dist_robust(s2[:100], np.full(100, 6.0))[0]
+    d_few, s_few = stats.fit_f_dist_robust(np.array([1.0, 2.0, 3.0]), np.full(3, 6.0))
+    assert (d_few, s_few[0]) == stats.fit_f_dist(np.array([1.0, 2.0, 3.0]), np.full(3, 6.0))
+
+
+def test_robust_prior_df_lowers_only_upper_outliers():
+    s0 = np.full(4, 1.0)
+    df = np.full(4, 6.0)
+    ratio = np.array([0.2, 1.0, sps.f.isf(0.01, 6, 10.0), sps.f.isf(1e-6, 6, 10.0)])
+    d0k = stats.robust_prior_df(ratio, df, 10.0, s0, alpha=0.05)
+    assert d0k[0] == d0k[1] == 10.0  # small or typical variances keep the full prior
+    # tail probability 0.01 lies log(0.01/5e-4)/log(100) of the way from alpha/100 to alpha
+    assert d0k[2] == pytest.approx(10.0 * np.log(0.01 / 5e-4) / np.log(100))
+    assert d0k[3] == 0.0  # far outlier: its own variance only
+
+
+def test_moderate_variance_with_per_kernel_prior_df():
+    s2 = np.array([1.0, 9.0, 4.0, np.nan])
+    df = np.array([6.0, 6.0, 6.0, 0.0])
+    post = stats.moderate_variance(s2, df, np.array([4.0, 0.0, np.inf, 4.0]), 4.0)
+    np.testing.assert_allclose(post, [(16 + 6) / 10, 9.0, 4.0, 4.0])

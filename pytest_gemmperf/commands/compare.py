@@ -38,7 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="practical threshold, e.g. 5%% or 0.05 (default 5%%); 0 = statistics alone")
     p.add_argument("--kernel-threshold", nargs=2, action="append", default=[], metavar=("REGEX", "T"),
                    help="per-kernel threshold override (repeatable, first match wins)")
-    p.add_argument("--fdr", type=_fraction, default=0.05, metavar="Q", help="Benjamini-Hochberg FDR (default 0.05)")
+    p.add_argument("--fdr", type=_fraction, default=GateConfig().fdr, metavar="Q",
+                   help=f"Benjamini-Hochberg FDR across all comparisons of a test (default {GateConfig().fdr:g})")
     p.add_argument("--warmup", type=_non_negative, default=None, metavar="N",
                    help="drop the first N dispatches of each (process, kernel) (default: 0 for traces; "
                         "for results directories the warm-up the plugin gated each point with)")

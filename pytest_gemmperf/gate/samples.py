@@ -23,6 +23,9 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 
 SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
+#: rows written by :func:`compact_samples`: dispatches per (point, kernel, unit) before
+#: compaction; context for the gate, never gated themselves
+DISPATCH_COUNT = "dispatch_count"
 UNIT_PARTS = ("host", "pid", "rank", "run")
 
 
@@ -150,6 +153,15 @@ def _dur_frame(p: _Prepared, mask: np.ndarray) -> pd.DataFrame:
                          "metric": "dur_ns", "unit": p.unit_of[p.pu[mask]], "value": p.value[mask]})
 
 
+def _count_frame(p: _Prepared, mask: np.ndarray) -> pd.DataFrame:
+    """``dispatch_count`` rows, as :func:`compact_samples` writes them."""
+    key = p.pu[mask] * len(p.kernels) + p.kernel[mask]
+    uniq, n = np.unique(key, return_counts=True)
+    pu, kern = uniq // len(p.kernels), uniq % len(p.kernels)
+    return pd.DataFrame({"point": p.point_of[pu], "kernel": p.kernels[kern], "metric": DISPATCH_COUNT,
+                         "unit": p.unit_of[pu], "value": n.astype(float)})
+
+
 def _category_frame(p: _Prepared) -> pd.DataFrame:
     """``category_total_ns`` per (point, unit, category) over every kept dispatch."""
     n_c = len(p.categories)
@@ -252,6 +264,8 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
         raise GemmperfInputError(path, f"no dispatch of the gated kernels left after a warm-up of {warmup} "
                                        "per kernel and process; profile more steps or lower the warm-up")
     frames = [_dur_frame(p, _compact_order(p, dur) if compact else dur)]
+    if compact:
+        frames.append(_count_frame(p, dur))
     if len(p.rows):
         frames.append(_category_frame(p))
     frames += _overlap_frames(d, p)
@@ -403,5 +417,12 @@ def compact_samples(samples: pd.DataFrame, per_unit: int = 21) -> pd.DataFrame:
     # the only candidate j for position pos is ceil((2 pos K - n) / 2n)
     j = -((n - 2 * pos * k) // (2 * n))
     keep = (n <= k) | ((j >= 0) & (j < k) & (((2 * j + 1) * n) // (2 * k) == pos))
-    out = pd.concat([samples[~is_dur], dur[keep]], ignore_index=True)
+    # how many dispatches each compacted group stood for: the gate's noise floor for a
+    # per-process median depends on it, and it is never gated itself
+    counts = (dur.groupby(keys, sort=False, observed=True).size().rename("value").reset_index()
+              .assign(metric=DISPATCH_COUNT))
+    prior = samples[(samples["metric"] == DISPATCH_COUNT).to_numpy()]
+    if len(prior):  # already compacted once: keep the original counts
+        counts = counts.iloc[:0]
+    out = pd.concat([samples[~is_dur], dur[keep], counts[list(SAMPLE_COLUMNS)]], ignore_index=True)
     return out[list(SAMPLE_COLUMNS)]

@@ -9,7 +9,9 @@ reads as the recipe of ``docs/regression-statistics.md`` section 3:
 * limma's empirical-Bayes variance moderation (Smyth 2004): the prior ``(d0, s0^2)`` is fitted to
   the per-kernel variances by matching the first two moments of ``log s^2``; each kernel's
   variance is then shrunk towards ``s0^2`` with weight ``d0``. This is how the gate "borrows
-  strength" across ~80 kernels when each kernel has only 4 processes per side;
+  strength" across ~80 kernels when each kernel has only 4 processes per side. The gate's
+  default is the robust variant (bisquare trend, quantile-matched prior df, outlier kernels
+  keep their own variance): :func:`fit_f_dist_robust` and :func:`robust_prior_df`;
 * Mann-Whitney U, exact for small samples (the per-process summaries) and the tie-corrected
   normal approximation for large ones (pooled dispatches, used by the anchor rules);
 * a hierarchical bootstrap of a log ratio of medians (resample processes, then dispatches).
@@ -179,19 +181,24 @@ def fit_f_dist(s2: np.ndarray, df: np.ndarray, covariate: np.ndarray | None = No
     return d0, (float(s0_2) if np.ndim(s0_2) == 0 else s0_2)
 
 
-def moderate_variance(s2: np.ndarray, df: np.ndarray, d0: float, s0_2: float | np.ndarray
+def moderate_variance(s2: np.ndarray, df: np.ndarray, d0: float | np.ndarray, s0_2: float | np.ndarray
                       ) -> np.ndarray:
-    """Posterior variance ``(d0 s0^2 + d s^2) / (d0 + d)``; ``s2`` itself when ``d0 == 0``."""
+    """Posterior variance ``(d0 s0^2 + d s^2) / (d0 + d)``; ``s2`` itself where ``d0 == 0``.
+
+    ``d0`` may be per kernel (:func:`robust_prior_df`); ``d0 = inf`` gives ``s0^2``.
+    """
     s2 = np.asarray(s2, float)
     df = np.asarray(df, float)
     s0_2 = np.broadcast_to(np.asarray(s0_2, float), s2.shape)
-    if d0 <= 0 or not np.isfinite(s0_2).any():
+    d0 = np.broadcast_to(np.asarray(d0, float), s2.shape)
+    if not (d0 > 0).any() or not np.isfinite(s0_2).any():
         return s2.copy()
-    if np.isinf(d0):
-        return np.where(np.isfinite(s0_2), s0_2, s2)
     s2z = np.where(np.isfinite(s2) & (df > 0), s2, 0.0)
-    out = (d0 * s0_2 + df * s2z) / (d0 + df)
-    return np.where(np.isfinite(s0_2), out, s2)
+    dz = np.where(np.isfinite(s2) & (df > 0), df, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        finite = (np.where(np.isinf(d0), 0.0, d0) * s0_2 + dz * s2z) / (np.where(np.isinf(d0), 0.0, d0) + dz)
+    out = np.where(np.isinf(d0), s0_2, finite)
+    return np.where(np.isfinite(s0_2) & (d0 > 0), out, s2)
 
 
 def t_pvalue(t: np.ndarray, df: np.ndarray) -> np.ndarray:
@@ -368,3 +375,114 @@ def hierarchical_bootstrap_log_ratio(base: list[np.ndarray], cand: list[np.ndarr
     a = (1 - level) / 2
     lo, hi = np.quantile(diff, [a, 1 - a])
     return ec - eb, float(lo), float(hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# robust empirical-Bayes prior
+
+
+def _log_f_quantiles(probs: np.ndarray, df: float, d0: float) -> np.ndarray:
+    """Quantiles of ``log F(df, d0)`` (``d0 = inf``: ``log chi^2_df / df``)."""
+    if np.isinf(d0):
+        return np.log(stats.chi2.ppf(probs, df) / df)
+    return np.log(stats.f.ppf(probs, df, d0))
+
+
+def fit_f_dist_robust(s2: np.ndarray, df: np.ndarray, design: np.ndarray | None = None, *,
+                      max_d0: float = 1e4) -> tuple[float, np.ndarray]:
+    """Robust scaled inverse-chi^2 prior: ``(d0, s0^2 per element)``.
+
+    The prior location is a linear model in ``design`` (columns of covariates; the intercept
+    is added here) fitted to ``log s^2`` by Tukey-bisquare IRLS, so that a few kernels whose
+    variance follows no trend (steps that switch mode, a median sitting between two GEMM shapes)
+    neither bend the trend nor inflate the spread. ``d0`` then matches the interquartile range
+    of the residuals to that of ``log F(df, d0)`` (quantile matching instead of limma's
+    moments: moments over ~80 kernels are dominated by those same outliers and drive ``d0``
+    towards 1, i.e. no borrowing at all); the location matches the residuals' median to the
+    median of ``log F(df, d0)``. ``d0 = inf`` when the residuals are no more dispersed than
+    chi^2 sampling alone explains. With fewer than 8 usable kernels: :func:`fit_f_dist` (moments,
+    no trend). Kernels lacking a covariate get the trend at the covariates' median.
+    """
+    s2 = np.asarray(s2, float)
+    df = np.asarray(df, float)
+    ok = np.isfinite(s2) & (df > 0) & (s2 > 0)
+    x = np.zeros((len(s2), 0)) if design is None else np.asarray(design, float).reshape(len(s2), -1)
+    ok_x = np.isfinite(x).all(axis=1)
+    if (ok & ok_x).sum() < 8:
+        d0, s0 = fit_f_dist(s2, df)
+        return d0, np.full(len(s2), s0)
+    fit = ok & ok_x
+    # drop covariate columns that do not vary (e.g. every kernel seen equally often)
+    keep = np.ptp(x[fit], axis=0) > 0 if x.shape[1] else np.zeros(0, bool)
+    keep &= fit.sum() >= 4 * (keep.sum() + 1)  # room for the coefficients
+    x = x[:, keep]
+    centre = x[fit].mean(axis=0) if x.shape[1] else np.zeros(0)
+    xa = np.where(np.isfinite(x), x, np.nanmedian(x[fit], axis=0) if x.shape[1] else 0.0)
+    # no extrapolation beyond the fitted covariate range
+    if x.shape[1]:
+        xa = np.clip(xa, x[fit].min(axis=0), x[fit].max(axis=0))
+    design_all = np.column_stack([np.ones(len(s2)), xa - centre])
+    a = design_all[fit]
+    d_ref = float(np.median(df[fit]))
+    # log s^2 on a common df scale: removes the df-dependent bias of log chi^2
+    e = np.log(s2[fit]) - special.digamma(df[fit] / 2) + np.log(df[fit] / 2)
+    w = np.ones(len(e))
+    coef = np.linalg.lstsq(a, e, rcond=None)[0]
+    for _ in range(6):
+        r = e - a @ coef
+        scale = 1.4826 * np.median(np.abs(r - np.median(r)))
+        if not scale > 0:
+            break
+        u = (r - np.median(r)) / (4.685 * scale)
+        w = np.where(np.abs(u) < 1, (1 - u ** 2) ** 2, 0.0)
+        sw = np.sqrt(w)
+        coef = np.linalg.lstsq(a * sw[:, None], e * sw, rcond=None)[0]
+    r = e - a @ coef
+    q25, q50, q75 = np.quantile(r, [0.25, 0.5, 0.75])
+    iqr = q75 - q25
+
+    def iqr_of(d0: float) -> float:
+        lo, hi = _log_f_quantiles(np.array([0.25, 0.75]), d_ref, d0)
+        return float(hi - lo)
+
+    if iqr <= iqr_of(np.inf):
+        d0 = np.inf
+    elif iqr >= iqr_of(0.2):
+        d0 = 0.2
+    else:
+        from scipy.optimize import brentq
+        d0 = float(np.exp(brentq(lambda t: iqr_of(np.exp(t)) - iqr, np.log(0.2), np.log(max_d0))))
+        if d0 >= max_d0 * 0.999:
+            d0 = np.inf
+    # e was put on the d_ref scale; undo the bias correction for the median match
+    med_logf = float(_log_f_quantiles(np.array([0.5]), d_ref, d0)[0])
+    loc = design_all @ coef + (q50 - med_logf) + special.digamma(d_ref / 2) - np.log(d_ref / 2)
+    return d0, np.exp(loc)
+
+
+def robust_prior_df(s2: np.ndarray, df: np.ndarray, d0: float, s0_2: np.ndarray, *,
+                    alpha: float = 0.05) -> np.ndarray:
+    """Per-kernel prior df: ``d0``, lowered for kernels whose variance is an upper outlier.
+
+    A kernel whose ``s^2 / s0^2`` lies in the upper ``alpha`` tail of ``F(df, d0)`` is
+    probably not drawn from the prior (limma's ``robust=TRUE`` reasoning): shrinking it would
+    understate its variance and produce false alarms. Its prior df falls smoothly to 0 (its own
+    variance only) as the tail probability falls from ``alpha`` to ``alpha / 100``. Lower
+    outliers keep the full prior: trusting a variance that is small by chance is what turns
+    four near-equal per-process medians into a false alarm.
+    """
+    s2 = np.asarray(s2, float)
+    df = np.asarray(df, float)
+    out = np.full(s2.shape, float(d0))
+    ok = np.isfinite(s2) & (df > 0) & np.isfinite(s0_2) & (s0_2 > 0)
+    if not ok.any() or d0 <= 0:
+        return out
+    ratio = s2[ok] / np.asarray(s0_2, float)[ok]
+    p_up = stats.chi2.sf(ratio * df[ok], df[ok]) if np.isinf(d0) else stats.f.sf(ratio, df[ok], d0)
+    frac = np.clip(np.log(np.maximum(p_up, 1e-300) / (alpha / 100)) / np.log(100.0), 0.0, 1.0)
+    if np.isinf(d0):
+        # an infinite prior df cannot be scaled: outliers keep a large finite one
+        out[ok] = np.where(frac < 1, 50.0 * frac, np.inf)
+    else:
+        out[ok] = d0 * frac
+    return out

@@ -210,30 +210,57 @@ def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
     n = len(df)
     if n < 2:
         return np.zeros(n, dtype=bool)
-    keys = [c for c in ("file", "pid", "agent") if c in df.columns]
-    codes = [pd.factorize(df[c], use_na_sentinel=False)[0] for c in keys]
+    codes = [_lane_codes(df[c]) for c in ("file", "pid", "agent") if c in df.columns]
     # the in-order unit is the hardware queue; sources without queues (torch) order by stream
-    if "queue" in df.columns and "stream" in df.columns:
-        lane = pd.Series(pd.factorize(df["queue"], use_na_sentinel=True)[0], index=df.index)
-        stream_code = pd.factorize(df["stream"], use_na_sentinel=False)[0]
-        lane = np.where(lane.to_numpy() >= 0, lane.to_numpy(), -1 - stream_code)
-        codes.append(pd.factorize(lane)[0])
-    elif "queue" in df.columns:
-        codes.append(pd.factorize(df["queue"], use_na_sentinel=False)[0])
+    if "queue" in df.columns:
+        queue = _lane_codes(df["queue"], na=-1)
+        if "stream" in df.columns and (queue < 0).any():
+            queue = np.where(queue >= 0, queue, -1 - _lane_codes(df["stream"]))
+            queue = queue - queue.min()
+        codes.append(np.maximum(queue, 0))
     gid = np.zeros(n, dtype=np.int64)
     for c in codes:  # one integer lane id instead of a many-key sort
         gid = gid * (int(c.max()) + 1) + c
     start = df["start_ns"].to_numpy()
     end = df["end_ns"].to_numpy()
-    order = np.argsort(start, kind="stable") if gid.max() == 0 else np.lexsort([start, gid])
+    # rocprofv3 writes rows in completion-buffer order, which is nearly sorted: a stable sort on
+    # start (timsort runs) then a radix sort on the small lane id beats a two-key lexsort
+    order = np.argsort(start, kind="stable")
+    if gid.max() > 0:
+        small = gid[order].astype(np.int16 if gid.max() < 2**15 else np.int64)
+        order = order[np.argsort(small, kind="stable")]
     gs = gid[order]
     same = gs[1:] == gs[:-1]
-    seg_id = np.concatenate([[0], np.cumsum(~same)])
+    s_start, s_end = start[order], end[order]
+    if np.any(same & (s_end[1:] < s_end[:-1])):
+        # a dispatch ends before an earlier one on its lane: compare with the running max end
+        seg_id = np.concatenate([[0], np.cumsum(~same)])
+        prev_end = _segmented_cummax(s_end, seg_id)[:-1]
+    else:
+        prev_end = s_end[:-1]
     flagged_sorted = np.zeros(n, dtype=bool)
-    flagged_sorted[1:] = same & (start[order][1:] < _segmented_cummax(end[order], seg_id)[:-1])
+    flagged_sorted[1:] = same & (s_start[1:] < prev_end)
     out = np.zeros(n, dtype=bool)
     out[order] = flagged_sorted
     return out
+
+
+def _lane_codes(col: pd.Series, na: int | None = None) -> np.ndarray:
+    """Small non-negative integer codes of a key column (missing values: their own code, or
+    ``na``). Constant columns, the common case for file/pid/agent, skip the hash table."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        return np.where(codes < 0, na if na is not None else len(col.cat.categories), codes)
+    missing = col.isna().to_numpy()
+    if not missing.any():
+        values = col.to_numpy(dtype=np.int64, copy=False) if col.dtype.kind in "iu" or str(col.dtype) == INT \
+            else None
+        if values is not None and len(values) and values.min() == values.max():
+            return np.zeros(len(col), dtype=np.int64)
+    elif missing.all():
+        return np.full(len(col), na if na is not None else 0, dtype=np.int64)
+    codes = pd.factorize(col, use_na_sentinel=True)[0].astype(np.int64)
+    return np.where(codes < 0, na if na is not None else codes.max() + 1, codes)
 
 
 def _segmented_cummax(values: np.ndarray, seg_id: np.ndarray) -> np.ndarray:

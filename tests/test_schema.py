@@ -1,0 +1,98 @@
+"""The canonical tables: coercion, validation, artefact flags, concatenation, names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.analysis.categories import category_of
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, concat_tables, finalize_dispatches,
+                                           flag_queue_overlap, set_columns, short_name,
+                                           validate_dispatches)
+
+
+def _brute_force_flags(df: pd.DataFrame) -> np.ndarray:
+    """O(n^2): a dispatch is flagged when an earlier-starting dispatch on its lane (same file,
+    pid, agent and queue -- the stream when the queue is missing) is still running."""
+    lane = [(f, p, a, ("q", q) if pd.notna(q) else ("s", s))
+            for f, p, a, q, s in zip(df["file"], df["pid"], df["agent"], df["queue"], df["stream"])]
+    order = sorted(range(len(df)), key=lambda i: (lane[i], df["start_ns"].iloc[i], i))
+    out = np.zeros(len(df), dtype=bool)
+    for k, i in enumerate(order):
+        earlier = [j for j in order[:k] if lane[j] == lane[i]]
+        if earlier and df["start_ns"].iloc[i] < max(df["end_ns"].iloc[j] for j in earlier):
+            out[i] = True
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_queue_overlap_flags_match_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = 80
+    start = rng.integers(0, 300, n)
+    queue = pd.array(rng.integers(0, 3, n), dtype="Int64")
+    queue[rng.random(n) < 0.25] = pd.NA  # torch-like rows fall back to their stream
+    df = pd.DataFrame({
+        "file": pd.Categorical(rng.choice(["a.csv", "b.csv"], n)),
+        "pid": pd.array(rng.integers(0, 2, n), dtype="Int64"),
+        "agent": pd.array(np.zeros(n, dtype=int), dtype="Int64"),
+        "queue": queue, "stream": pd.array(rng.integers(0, 2, n), dtype="Int64"),
+        "start_ns": start, "end_ns": start + rng.integers(0, 40, n),  # zero-length and nested
+    })
+    np.testing.assert_array_equal(flag_queue_overlap(df), _brute_force_flags(df))
+
+
+def test_finalize_keeps_and_flags_artefacts_and_rejects_negative_durations():
+    df = pd.DataFrame({"kernel": ["a", "b", "c"], "start_ns": [0, 5, 30], "end_ns": [10, 5, 40],
+                       "queue": [1, 1, 1]})
+    out = finalize_dispatches(df, "t.csv")
+    validate_dispatches(out)
+    assert out["zero_dur"].tolist() == [False, True, False]
+    assert out["queue_overlap"].tolist() == [False, True, False]
+    assert out["file"].astype(str).tolist() == ["t.csv"] * 3
+    bad = df.assign(end_ns=[10, 4, 40])
+    with pytest.raises(GemmperfInputError, match=r"^t\.csv \(dispatch row 2\): 1 dispatch\(es\) end before"):
+        finalize_dispatches(bad, "t.csv")
+    with pytest.raises(GemmperfInputError, match=r"^e\.csv: no kernel dispatches found"):
+        finalize_dispatches(df.iloc[:0], "e.csv")
+
+
+def test_concat_keeps_categories_extras_and_all_null_columns():
+    a = set_columns(finalize_dispatches(pd.DataFrame({"kernel": ["k1"], "start_ns": [0], "end_ns": [1]}), "a"),
+                    point=None)
+    b = finalize_dispatches(pd.DataFrame({"kernel": ["k2"], "start_ns": [0], "end_ns": [1],
+                                          "coll_name": ["allreduce"]}), "b")
+    b = set_columns(b, point="ch28-th256")
+    out = concat_tables([a, b], DISPATCH_SCHEMA)
+    validate_dispatches(out)
+    assert out["point"].tolist()[1] == "ch28-th256" and pd.isna(out["point"].iloc[0])
+    assert out["coll_name"].tolist()[1] == "allreduce" and pd.isna(out["coll_name"].iloc[0])
+    assert out["kernel"].astype(str).tolist() == ["k1", "k2"]
+
+
+@pytest.mark.parametrize("name, short", [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+     "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+     "vectorized_elementwise_kernel"),
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_Generic_1"),
+    ("Cijk_Ailk_Bljk_BBS_BH_MT64x32x256_MI16x16x1.kd", "Cijk_Ailk_Bljk_BBS_BH_MT64x32x256_MI16x16x1"),
+    ("(anonymous namespace)::softmax_warp_forward<float>(float*, int) [clone .kd]", "softmax_warp_forward"),
+])
+def test_short_names(name, short):
+    assert short_name(name) == short
+
+
+@pytest.mark.parametrize("name, category", [
+    ("Cijk_Ailk_Bljk_BBS_BH_MT64x32x256", "gemm"),
+    ("aten::mm", "gemm"),
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "collective"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda>", "elementwise"),
+    ("__amd_rocclr_copyBuffer.kd", "memory"),
+    ("void at::native::normal_kernel<float>(float*)", "other"),
+    ("void layer_norm_fwd<float>(float*)", "normalization"),
+    ("attn_fwd.kd", "attention"),
+])
+def test_default_categories(name, category):
+    assert category_of(name) == category
