@@ -17,7 +17,11 @@ SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gemmperf", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="gemmperf",
+        description="GPU kernel performance analysis and regression gating for rocprofv3 and "
+                    "PyTorch profiler outputs.",
+        epilog="exit status: 0 ok, 1 regression found, 2 usage or input error")
     parser.add_argument("--version", action="version", version=f"gemmperf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
