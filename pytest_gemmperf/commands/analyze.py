@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from pytest_gemmperf.commands.argtypes import non_negative
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.tables import clean
 
@@ -40,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="trace file, rocprofv3 output dir, aorta sweep dir or results dir")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                    help=f"output directory (default: ./{DEFAULT_OUT})")
-    p.add_argument("--warmup", type=_non_negative, default=0, metavar="N",
+    p.add_argument("--warmup", type=non_negative, default=0, metavar="N",
                    help="drop the first N dispatches of each (point, rank, kernel) (default 0)")
     p.add_argument("--categories", metavar="FILE",
                    help="YAML {category: [regex, ...]} tried before the built-in rules")
@@ -48,16 +49,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="skip report.html / report.xlsx / summary.md / variance CSVs")
     p.set_defaults(func=run)
     return p
-
-
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return n
 
 
 def run(args: argparse.Namespace) -> int:

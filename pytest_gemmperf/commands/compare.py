@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pytest_gemmperf.commands.argtypes import non_negative
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
 from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
@@ -40,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="per-kernel threshold override (repeatable, first match wins)")
     p.add_argument("--fdr", type=_fraction, default=GateConfig().fdr, metavar="Q",
                    help=f"Benjamini-Hochberg FDR across all comparisons of a test (default {GateConfig().fdr:g})")
-    p.add_argument("--warmup", type=_non_negative, default=None, metavar="N",
+    p.add_argument("--warmup", type=non_negative, default=None, metavar="N",
                    help="drop the first N dispatches of each (process, kernel) (default: 0 for traces; "
                         "for results directories the warm-up the plugin gated each point with)")
     p.add_argument("--abs-floor-ns", type=float, default=0.0, metavar="NS",
@@ -69,16 +70,6 @@ def _fraction(text: str) -> float:
     if not 0 < v < 1:
         raise argparse.ArgumentTypeError("must be between 0 and 1")
     return v
-
-
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return n
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from pytest_gemmperf.commands.argtypes import positive
 from pytest_gemmperf.errors import GemmperfInputError
 
 #: aorta ``rocprof_cu_only.yaml``: CU busy cycles, waves, wave cycles, MFMA instructions
@@ -39,7 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="sources", action="append", required=True, metavar="RESULTS_OR_CSV",
                    help="top-variance CSV, results directory or profiler output (repeatable)")
-    p.add_argument("--top-k", type=_positive, default=5, metavar="K",
+    p.add_argument("--top-k", type=positive, default=5, metavar="K",
                    help="number of distinct kernels to target (default 5)")
     p.add_argument("--out", required=True, metavar="FILE.yaml",
                    help="job file to write (.yaml, .yml or .json)")
@@ -49,7 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="ROCm release of the target rocprofv3 (default: detect the installed one, "
                         f"else {DEFAULT_VERSION})")
     p.add_argument("--rocprofv3", default="rocprofv3", metavar="EXE", help="rocprofv3 executable")
-    p.add_argument("--max-per-pass", type=_positive, default=8, metavar="N",
+    p.add_argument("--max-per-pass", type=positive, default=8, metavar="N",
                    help="counters per pass when rocprofv3-avail cannot check groups (default 8)")
     p.add_argument("--sort-by", choices=("range", "robust"), default="range",
                    help="ranking when reading traces: aorta's max-min range or the robust CV")
@@ -57,16 +58,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="dispatches per kernel and process ignored when ranking traces")
     p.set_defaults(func=run)
     return p
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return n
 
 
 def ecma_escape(name: str) -> str:
