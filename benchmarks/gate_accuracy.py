@@ -240,6 +240,7 @@ def to_samples(rep: Replicate, values: np.ndarray) -> tuple[pd.DataFrame, pd.Dat
 SCENARIO_SEEDS = {"real-resampled": 0, "real-split": 1, "heavy": 2, "bimodal": 3}
 COMPACT = True  # main(): --no-compact
 COUNTS = False  # main(): --counts
+PRIOR_TREND = GateConfig().prior_trend  # main(): --prior-trend
 
 
 def with_counts(full: pd.DataFrame, compact: pd.DataFrame) -> pd.DataFrame:
@@ -255,7 +256,7 @@ def gate_rules(rep: Replicate, values: np.ndarray) -> dict[str, pd.DataFrame]:
     if COMPACT:  # what the plugin compares: both sides compacted as in the baseline store
         cb, cc = compact_samples(base), compact_samples(cand)
         base, cand = (with_counts(base, cb), with_counts(cand, cc)) if COUNTS else (cb, cc)
-    st = compare_stats(base, cand, GateConfig())
+    st = compare_stats(base, cand, GateConfig(prior_trend=PRIOR_TREND))
     return {"gate default (5%, FDR 0.01)": assign_verdicts(st, GateConfig()),
             "gate threshold 0 (FDR 0.01)": assign_verdicts(st, GateConfig(threshold=0.0)),
             "gate threshold 0, FDR 0.05": assign_verdicts(st, GateConfig(threshold=0.0, fdr=0.05))}
@@ -393,9 +394,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="feed the gate every dispatch instead of 21 quantiles per (kernel, process)")
     ap.add_argument("--counts", action="store_true",
                     help="add dispatch_count rows (the count before compaction) to the compacted samples")
+    ap.add_argument("--prior-trend", default=GateConfig().prior_trend, choices=["count", "noise", "additive"],
+                    help="covariate of the variance prior's trend (GateConfig.prior_trend)")
     args = ap.parse_args(argv)
-    global COMPACT, COUNTS
-    COMPACT, COUNTS = not args.no_compact, args.counts
+    global COMPACT, COUNTS, PRIOR_TREND
+    COMPACT, COUNTS, PRIOR_TREND = not args.no_compact, args.counts, args.prior_trend
     if args.quick:
         args.reps_aa, args.reps_det = 60, 20
     print(time_compare())

@@ -475,3 +475,32 @@ def test_compacted_samples_carry_dispatch_counts_that_are_never_gated():
     assert len(compact_samples(small)) == len(small)  # idempotent: counts are not recounted
     verdicts = compare(small, small)
     assert DISPATCH_COUNT not in set(verdicts["metric"])
+
+
+def test_prior_trend_on_median_noise_reads_true_counts_per_side():
+    from pytest_gemmperf.gate import compare as cmp
+
+    b, c = make_side("b", 31, n=300), make_side("c", 32, n=300, slow={"k05": 0.10})
+    # unit names repeat across the sides (same hosts and ranks): counts must stay per side
+    c = c.assign(unit=c["unit"].str.replace("c/", "b/", regex=False))
+    cb, cc = compact_samples(b), compact_samples(c)
+    for trend in ("count", "noise", "additive"):
+        cfg = GateConfig(threshold=0.0, prior_trend=trend)
+        v = compare(cb, cc, cfg)
+        assert row(v, "k05")["verdict"] == "regression", trend
+        others = v[(v["metric"] == "dur_ns") & (v["kernel"] != "k05")]
+        assert not (others["verdict"] == "regression").any(), trend
+    # the covariate is the per-kernel mean over units of the true-count median SE squared
+    d = cmp.check_samples(cb)
+    d = d[d["metric"] == "dur_ns"]
+    kernels = pd.Index(sorted(str(k) for k in pd.unique(d["kernel"])))
+    counts = cmp.check_samples(cb)
+    counts = counts[counts["metric"] == cmp.COUNT]
+    *_, se_true = cmp._matrix(d, kernels, counts)
+    x = np.log(b[(b["kernel"] == "k00") & (b["unit"] == b["unit"].iloc[0]) & (b["metric"] == "dur_ns")]["value"])
+    h = 0.5 / np.sqrt(300)
+    hi, lo = np.quantile(x.to_numpy(), [0.5 + h, 0.5 - h], method="hazen")
+    assert se_true[0, 0] == pytest.approx((hi - lo) / 2, rel=0.3)
+    cov = cmp._prior_covariate("noise", np.full(len(kernels), 300.0), se_true, np.ones(len(kernels)),
+                               np.ones(len(kernels), bool))
+    np.testing.assert_allclose(cov[:, 0], np.log(np.nanmean(se_true ** 2, axis=1)), rtol=1e-12)

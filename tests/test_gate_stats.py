@@ -233,3 +233,25 @@ def test_moderate_variance_with_per_kernel_prior_df():
     df = np.array([6.0, 6.0, 6.0, 0.0])
     post = stats.moderate_variance(s2, df, np.array([4.0, 0.0, np.inf, 4.0]), 4.0)
     np.testing.assert_allclose(post, [(16 + 6) / 10, 9.0, 4.0, 4.0])
+
+
+def test_group_median_se_matches_hazen_quantiles_and_survives_compaction():
+    rng = np.random.default_rng(11)
+    sizes = [500, 37, 2]
+    vals = [rng.standard_t(5, n) for n in sizes]
+    v = np.concatenate(vals)
+    g = np.repeat(np.arange(3), sizes)
+    se = stats.group_median_se(v, g, 4, np.array([500, 37, 2, 0]))
+    for i, x in enumerate(vals):
+        h = 0.5 / np.sqrt(len(x))
+        hi, lo = np.quantile(x, [0.5 + h, 0.5 - h], method="hazen")
+        assert se[i] == pytest.approx((hi - lo) / 2, rel=1e-12)
+    assert np.isnan(se[3])
+    # 21 stored quantiles of 2000 normal draws, told the true count: the SE of 2000 values
+    # (sqrt(pi/2) / sqrt(n) for a standard normal), not of 21
+    x = np.sort(rng.standard_normal(2000))
+    kept = x[((np.arange(21) + 0.5) * 2000 / 21).astype(int)]
+    se_c = stats.group_median_se(kept, np.zeros(21, int), 1, np.array([2000]))[0]
+    assert se_c == pytest.approx(np.sqrt(np.pi / 2 / 2000), rel=0.35)
+    se_21 = stats.group_median_se(kept, np.zeros(21, int), 1, np.array([21]))[0]
+    assert se_21 > 5 * se_c

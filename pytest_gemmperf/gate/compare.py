@@ -32,7 +32,16 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
    kernel's own dispatches) floors the moderated variance of kernels seen fewer than 21 times
    per process (below the size of a compacted sample): between-process spread cannot be smaller than it in expectation, and without
    the floor a kernel seen a few times per process sometimes shows four near-equal medians by
-   chance (the main source of A/A false alarms on the real trace before the floor). The
+   chance (the main source of A/A false alarms on the real trace before the floor).
+   ``prior_trend`` picks the trend's covariate: "count" (log dispatches per process, the
+   default), "noise" (log sampling variance of the per-process median, order statistics at the
+   *true* dispatch count, ``stats.group_median_se``) or "additive" (log of that variance plus
+   the kernels' median excess of s^2 over it: kernel-specific process noise + the median's own
+   noise). On the real trace the count trend explains little (prior df ~1.3, so the t of a 3 %
+   shift has ~7 df and misses BH); the additive trend raises the prior df to ~8 and detection
+   of 3 % from 12 % to ~70 %, at A/A false alarms near 1 % (two step-clustered kernels whose
+   per-process medians are heavier-tailed than normal); kernels whose median sits between two
+   GEMM shapes have an overstated sampling variance and lose power under it. The
    p-value is the two-sided moderated t; the 95 % CI is the t interval on the log scale. An exact Mann-Whitney U on the same per-unit summaries is reported as
    ``rank_p_value`` but is not used to decide: with 4 vs 4 processes its smallest two-sided p is
    2/70 = 0.029, which no FDR correction over ~80 kernels can accept.
@@ -120,6 +129,10 @@ class GateConfig:
     #: dispatches per process, quantile-matched prior df, outlier kernels keep their own
     #: variance; stats.fit_f_dist_robust) or "moments" (limma's moment fit, stats.fit_f_dist)
     prior: str = "robust"
+    #: covariate of the robust prior's trend: "count" (log dispatches per process), "noise"
+    #: (log sampling variance of the per-process median, from each kernel's own dispersion) or
+    #: "additive" (log of that sampling variance plus the kernels' common excess over it)
+    prior_trend: str = "count"
     #: dispersion rows (cv_robust) form their own BH family: their two-part rule (CV ratio CI
     #: beyond 1 + dispersion_threshold) adds next to no false alarms, and folding ~80 of them
     #: into the durations' family would halve the per-kernel level of the duration tests
@@ -203,9 +216,11 @@ def _codes(s: pd.Series, categories: pd.Index) -> np.ndarray:
 # per-point duration statistics
 
 
-def _matrix(d: pd.DataFrame, kernels: pd.Index) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                          np.ndarray, list[np.ndarray]]:
-    """Per (kernel, unit): median and MAD of log values, counts; plus raw logs per group."""
+def _matrix(d: pd.DataFrame, kernels: pd.Index, counts: pd.DataFrame | None = None
+            ) -> tuple[np.ndarray, ...]:
+    """Per (kernel, unit): median and MAD of log values, counts; raw logs, group ids; the
+    order-statistic SE of the median for the stored values and for the true dispatch count
+    (``counts`` rows of a compacted table, else the stored count)."""
     units = pd.Index([str(x) for x in pd.unique(d["unit"])])
     k = _codes(d["kernel"], kernels)
     u = _codes(d["unit"], units)
@@ -213,9 +228,17 @@ def _matrix(d: pd.DataFrame, kernels: pd.Index) -> tuple[np.ndarray, np.ndarray,
     logv = np.log(d["value"].to_numpy(float))
     gid = k * n_u + u
     med, mad, cnt, se = stats.group_median_mad(logv, gid, n_k * n_u, with_se=True)
+    n_true = cnt.astype(float)
+    if counts is not None and len(counts):
+        ck, cu = _codes(counts["kernel"], kernels), _codes(counts["unit"], units)
+        hit = (ck >= 0) & (cu >= 0)
+        n_true[ck[hit] * n_u + cu[hit]] = np.fmax(n_true[ck[hit] * n_u + cu[hit]],
+                                                  counts["value"].to_numpy(float)[hit])
+    se_true = stats.group_median_se(logv, gid, n_k * n_u, n_true)
     shape = (n_k, n_u)
     med = med.reshape(shape)
-    return med, mad.reshape(shape), cnt.reshape(shape), logv, gid, se.reshape(shape)
+    return (med, mad.reshape(shape), cnt.reshape(shape), logv, gid, se.reshape(shape),
+            se_true.reshape(shape))
 
 
 def _pooled_var(zb: np.ndarray, zc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -258,10 +281,13 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
 
 
 def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig,
-                   counts: pd.DataFrame | None = None) -> list[dict]:
+                   side_counts: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> list[dict]:
     kernels = pd.Index(sorted({str(x) for x in pd.unique(b["kernel"])} | {str(x) for x in pd.unique(c["kernel"])}))
-    yb, madb, nb_disp, logb, gidb, seb = _matrix(b, kernels) if len(b) else _empty(len(kernels))
-    yc, madc, nc_disp, logc, gidc, sec = _matrix(c, kernels) if len(c) else _empty(len(kernels))
+    # unit names may repeat across the sides (same hosts and ranks): counts stay per side
+    cb, cc = side_counts if side_counts is not None else (None, None)
+    counts = pd.concat([cb, cc]) if side_counts is not None else None
+    yb, madb, nb_disp, logb, gidb, seb, vb = _matrix(b, kernels, cb) if len(b) else _empty(len(kernels))
+    yc, madc, nc_disp, logc, gidc, sec, vc = _matrix(c, kernels, cc) if len(c) else _empty(len(kernels))
     ub, uc = yb.shape[1], yc.shape[1]
     y = np.concatenate([yb, yc], axis=1)
     cnt = np.concatenate([nb_disp, nc_disp], axis=1)
@@ -319,8 +345,8 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     # trend of the prior in log dispatches per process (log of the order-statistic noise of the
     # median was measured too: a larger prior df, but 1.3-2 % A/A alarms on the real trace,
     # whose step-clustered kernels vary 5-25x more between processes than that noise predicts)
-    cov = np.log(n_disp)[:, None]
     testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
+    cov = _prior_covariate(cfg.prior_trend, n_disp, np.concatenate([vb, vc], axis=1), s2, testable)
     s2_fit = np.where(testable, s2, np.nan)
     se_rel, df_rel, p_rel, d0, s2m = _moderated(diff, s2_fit, np.where(testable, df, 0.0), nb, nc,
                                                 cov, cfg.moderate, cfg.level, floor=floor, prior=cfg.prior)
@@ -368,9 +394,25 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     return rows
 
 
+def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np.ndarray,
+                     testable: np.ndarray) -> np.ndarray:
+    """Covariate column(s) of the variance prior's trend (see ``GateConfig.prior_trend``)."""
+    if trend == "count":
+        return np.log(n_disp)[:, None]
+    v = _nanmean_rows(np.where(np.isfinite(se_true) & (se_true > 0), se_true ** 2, np.nan))
+    if trend == "noise":
+        return np.log(v)[:, None]
+    # "additive": between-process variance = kernel-specific process noise + the median's own
+    # sampling noise; the common part is the median excess of s^2 over the sampling noise
+    ok = testable & np.isfinite(s2) & np.isfinite(v)
+    excess = float(np.median(s2[ok] - v[ok])) if ok.sum() >= 3 else 0.0
+    floor = float(np.nanmedian(v[ok])) * 1e-2 if ok.any() else 0.0
+    return np.log(v + max(excess, floor))[:, None]
+
+
 def _empty(n_k: int):
     z = np.zeros((n_k, 0))
-    return z, z, z.astype(int), np.zeros(0), np.zeros(0, int), z
+    return z, z, z.astype(int), np.zeros(0), np.zeros(0, int), z, z
 
 
 def _nanmedian_rows(a: np.ndarray) -> np.ndarray:
@@ -510,8 +552,7 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
         # log durations need positive values; zero durations are profiler artefacts
         bd, cd = bd[bd["value"] > 0], cd[cd["value"] > 0]
         if len(bd) or len(cd):
-            counts = pd.concat([b[b["metric"] == COUNT], c[c["metric"] == COUNT]])
-            rows += _duration_rows(point, bd, cd, cfg, counts)
+            rows += _duration_rows(point, bd, cd, cfg, (b[b["metric"] == COUNT], c[c["metric"] == COUNT]))
         bu, cu = b[~b["metric"].isin([DUR, COUNT])], c[~c["metric"].isin([DUR, COUNT])]
         if len(bu) or len(cu):
             rows += _unit_metric_rows(point, bu, cu, cfg)

@@ -84,6 +84,36 @@ def group_median_mad(values: np.ndarray, groups: np.ndarray, n_groups: int, *, w
     return med, mad, counts, se
 
 
+def group_median_se(values: np.ndarray, groups: np.ndarray, n_groups: int, n_true: np.ndarray
+                    ) -> np.ndarray:
+    """Order-statistic standard error of each group's median for ``n_true`` dispatches.
+
+    The values of a group may be every dispatch or the quantiles a compacted baseline keeps
+    (``compact_samples``: order statistics at probabilities ``(j + 1/2) / m``). Both read as a
+    quantile function ``Q`` at those probabilities (linear in between); the SE is
+    ``(Q(1/2 + 1/(2 sqrt n)) - Q(1/2 - 1/(2 sqrt n))) / 2`` with ``n = n_true`` (the
+    distribution-free +-1 SE interval of the median, as :func:`group_median_mad`), so a
+    compacted group of 500 dispatches gets the SE of 500 dispatches, not of its 21 quantiles.
+    NaN for groups with fewer than two values.
+    """
+    s, starts, counts = group_sort(np.asarray(values, float), np.asarray(groups), n_groups)
+    n = np.asarray(n_true, float)
+    out = np.full(n_groups, np.nan)
+    ok = (counts > 1) & np.isfinite(n) & (n > 1)
+    m = counts[ok].astype(float)
+    half = 0.5 / np.sqrt(np.maximum(n[ok], m))
+
+    def q(p: np.ndarray) -> np.ndarray:
+        pos = np.clip(p * m - 0.5, 0.0, m - 1)
+        lo = np.floor(pos).astype(int)
+        hi = np.minimum(lo + 1, m.astype(int) - 1)
+        frac = pos - lo
+        return (1 - frac) * s[starts[ok] + lo] + frac * s[starts[ok] + hi]
+
+    out[ok] = (q(0.5 + half) - q(0.5 - half)) / 2
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # multiplicity
 
