@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="feed the gate every dispatch instead of 21 quantiles per (kernel, process)")
     ap.add_argument("--counts", action="store_true",
                     help="add dispatch_count rows (the count before compaction) to the compacted samples")
-    ap.add_argument("--prior-trend", default=GateConfig().prior_trend, choices=["count", "noise", "additive"],
+    ap.add_argument("--prior-trend", default=GateConfig().prior_trend, choices=["count", "noise", "additive", "capped"],
                     help="covariate of the variance prior's trend (GateConfig.prior_trend)")
     args = ap.parse_args(argv)
     global COMPACT, COUNTS, PRIOR_TREND

@@ -260,10 +260,17 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
     """Moderated t per kernel; returns (se, total df, p, prior df summary, moderated variance)."""
     if not moderate:
         d0, d0_k, s0_2 = 0.0, np.zeros(len(s2)), np.full(len(s2), np.nan)
+    elif prior == "robust" and isinstance(covariate, list):
+        # "capped": the smaller of the trends' locations, its df matched to that location
+        s0_2 = np.fmin.reduce([stats.fit_f_dist_robust(s2, df, c)[1] for c in covariate])
+        d0 = stats.prior_df_at_location(s2, df, s0_2)
+        d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
     elif prior == "robust":
         d0, s0_2 = stats.fit_f_dist_robust(s2, df, covariate)
         d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
     else:
+        if isinstance(covariate, list):
+            covariate = covariate[0]
         cov1 = None if covariate is None else np.asarray(covariate, float).reshape(len(s2), -1)[:, 0]
         d0, s0_2 = stats.fit_f_dist(s2, df, cov1)
         d0_k = np.full(len(s2), d0)
@@ -395,10 +402,15 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
 
 
 def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np.ndarray,
-                     testable: np.ndarray) -> np.ndarray:
-    """Covariate column(s) of the variance prior's trend (see ``GateConfig.prior_trend``)."""
+                     testable: np.ndarray) -> np.ndarray | list[np.ndarray]:
+    """Covariate column(s) of the variance prior's trend (see ``GateConfig.prior_trend``);
+    "capped" gives a list of designs, one trend each (the prior takes the smaller location)."""
     if trend == "count":
         return np.log(n_disp)[:, None]
+    if trend == "capped":
+        return [np.log(n_disp)[:, None], _prior_covariate("additive", n_disp, se_true, s2, testable)]
+    if trend not in ("noise", "additive"):
+        raise ValueError(f"prior_trend must be count, noise, additive or capped, not {trend!r}")
     v = _nanmean_rows(np.where(np.isfinite(se_true) & (se_true > 0), se_true ** 2, np.nan))
     if trend == "noise":
         return np.log(v)[:, None]

@@ -469,25 +469,44 @@ def fit_f_dist_robust(s2: np.ndarray, df: np.ndarray, design: np.ndarray | None 
         coef = np.linalg.lstsq(a * sw[:, None], e * sw, rcond=None)[0]
     r = e - a @ coef
     q25, q50, q75 = np.quantile(r, [0.25, 0.5, 0.75])
-    iqr = q75 - q25
+    d0 = _d0_from_iqr(q75 - q25, d_ref, max_d0)
+    # e was put on the d_ref scale; undo the bias correction for the median match
+    med_logf = float(_log_f_quantiles(np.array([0.5]), d_ref, d0)[0])
+    loc = design_all @ coef + (q50 - med_logf) + special.digamma(d_ref / 2) - np.log(d_ref / 2)
+    return d0, np.exp(loc)
+
+
+def _d0_from_iqr(iqr: float, d_ref: float, max_d0: float = 1e4) -> float:
+    """Prior df whose ``log F(d_ref, d0)`` has interquartile range ``iqr`` (0.2 .. inf)."""
 
     def iqr_of(d0: float) -> float:
         lo, hi = _log_f_quantiles(np.array([0.25, 0.75]), d_ref, d0)
         return float(hi - lo)
 
     if iqr <= iqr_of(np.inf):
-        d0 = np.inf
-    elif iqr >= iqr_of(0.2):
-        d0 = 0.2
-    else:
-        from scipy.optimize import brentq
-        d0 = float(np.exp(brentq(lambda t: iqr_of(np.exp(t)) - iqr, np.log(0.2), np.log(max_d0))))
-        if d0 >= max_d0 * 0.999:
-            d0 = np.inf
-    # e was put on the d_ref scale; undo the bias correction for the median match
-    med_logf = float(_log_f_quantiles(np.array([0.5]), d_ref, d0)[0])
-    loc = design_all @ coef + (q50 - med_logf) + special.digamma(d_ref / 2) - np.log(d_ref / 2)
-    return d0, np.exp(loc)
+        return np.inf
+    if iqr >= iqr_of(0.2):
+        return 0.2
+    from scipy.optimize import brentq
+    d0 = float(np.exp(brentq(lambda t: iqr_of(np.exp(t)) - iqr, np.log(0.2), np.log(max_d0))))
+    return np.inf if d0 >= max_d0 * 0.999 else d0
+
+
+def prior_df_at_location(s2: np.ndarray, df: np.ndarray, s0_2: np.ndarray, *,
+                         max_d0: float = 1e4) -> float:
+    """Prior df for a given prior location ``s0_2`` (per element), by the same interquartile
+    matching as :func:`fit_f_dist_robust`: the IQR of ``log(s^2 / s0^2)`` (on the common df
+    scale) against that of ``log F(df, d0)``. For a location not fitted to these variances
+    (e.g. the smaller of two trends), where the fitted trend's own df no longer applies."""
+    s2 = np.asarray(s2, float)
+    df = np.asarray(df, float)
+    s0_2 = np.asarray(s0_2, float)
+    ok = np.isfinite(s2) & (df > 0) & (s2 > 0) & np.isfinite(s0_2) & (s0_2 > 0)
+    if ok.sum() < 8:
+        return fit_f_dist(s2, df)[0]
+    r = np.log(s2[ok] / s0_2[ok]) - special.digamma(df[ok] / 2) + np.log(df[ok] / 2)
+    q25, q75 = np.quantile(r, [0.25, 0.75])
+    return _d0_from_iqr(q75 - q25, float(np.median(df[ok])), max_d0)
 
 
 def robust_prior_df(s2: np.ndarray, df: np.ndarray, d0: float, s0_2: np.ndarray, *,
