@@ -8,6 +8,7 @@ import pytest
 
 from pytest_gemmperf.cli import main as cli_main
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
 from pytest_gemmperf.gate.samples import compact_samples, samples_from_dispatches, unit_metric_samples
 from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS, format_verdict_table, shorten_kernel
@@ -484,7 +485,7 @@ def test_prior_trend_on_median_noise_reads_true_counts_per_side():
     # unit names repeat across the sides (same hosts and ranks): counts must stay per side
     c = c.assign(unit=c["unit"].str.replace("c/", "b/", regex=False))
     cb, cc = compact_samples(b), compact_samples(c)
-    for trend in ("count", "noise", "additive"):
+    for trend in ("count", "noise", "additive", "capped"):
         cfg = GateConfig(threshold=0.0, prior_trend=trend)
         v = compare(cb, cc, cfg)
         assert row(v, "k05")["verdict"] == "regression", trend
@@ -504,3 +505,29 @@ def test_prior_trend_on_median_noise_reads_true_counts_per_side():
     cov = cmp._prior_covariate("noise", np.full(len(kernels), 300.0), se_true, np.ones(len(kernels)),
                                np.ones(len(kernels), bool))
     np.testing.assert_allclose(cov[:, 0], np.log(np.nanmean(se_true ** 2, axis=1)), rtol=1e-12)
+
+
+def test_capped_prior_takes_the_smaller_trend_location():
+    from pytest_gemmperf.gate import compare as cmp
+
+    rng = np.random.default_rng(41)
+    n_k, df = 80, 6.0
+    log_n = rng.uniform(np.log(5), np.log(500), n_k)
+    true = 1e-4 * np.exp(-0.5 * (log_n - log_n.mean()))
+    s2 = true * rng.chisquare(df, n_k) / df
+    dfs = np.full(n_k, df)
+    # the noise covariate tracks the truth except for kernel 0, whose median sits between two
+    # GEMM shapes: its order-statistic noise is overstated 30x
+    noise = np.log(true)
+    noise[0] += np.log(30.0)
+    designs = [log_n[:, None], noise[:, None]]
+    ones, zero = np.full(n_k, 4), np.zeros(n_k)
+    _, _, _, d0, s2m = cmp._moderated(zero, s2, dfs, ones, ones, designs, True, 0.95)
+    s0 = np.fmin(stats.fit_f_dist_robust(s2, dfs, designs[0])[1], stats.fit_f_dist_robust(s2, dfs, designs[1])[1])
+    assert d0 == stats.prior_df_at_location(s2, dfs, s0)
+    np.testing.assert_allclose(s2m, stats.moderate_variance(s2, dfs, stats.robust_prior_df(s2, dfs, d0, s0), s0))
+    # the overstated kernel is moderated towards the count trend, not the inflated one
+    _, _, _, _, s2m_noise = cmp._moderated(zero, s2, dfs, ones, ones, designs[1], True, 0.95)
+    assert s2m[0] < 0.5 * s2m_noise[0]
+    with pytest.raises(ValueError, match="prior_trend"):
+        cmp._prior_covariate("banana", np.ones(3), np.ones((3, 2)), np.ones(3), np.ones(3, bool))

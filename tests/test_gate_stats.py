@@ -255,3 +255,22 @@ def test_group_median_se_matches_hazen_quantiles_and_survives_compaction():
     assert se_c == pytest.approx(np.sqrt(np.pi / 2 / 2000), rel=0.35)
     se_21 = stats.group_median_se(kept, np.zeros(21, int), 1, np.array([21]))[0]
     assert se_21 > 5 * se_c
+
+
+def test_prior_df_at_location_matches_the_robust_fit_and_widens_off_trend():
+    rng = np.random.default_rng(14)
+    d0, df, n = 8.0, 6.0, 3000
+    n_disp = np.exp(rng.uniform(np.log(5), np.log(500), n))
+    true = 1e-4 * 50 / n_disp
+    s2 = true * d0 / rng.chisquare(d0, n) * rng.chisquare(df, n) / df
+    dfs = np.full(n, df)
+    # at the robust fit's own location (no trend) the IQR match gives the same df
+    d_fit, s0_fit = stats.fit_f_dist_robust(s2[:400] / true[:400], dfs[:400])
+    assert stats.prior_df_at_location(s2[:400] / true[:400], dfs[:400], s0_fit) == pytest.approx(d_fit, rel=1e-9)
+    # at the true trend the prior df is recovered; a location that ignores the trend
+    # leaves the trend in the residuals, so the prior is judged far less informative
+    assert stats.prior_df_at_location(s2, dfs, true) == pytest.approx(d0, rel=0.3)
+    assert stats.prior_df_at_location(s2, dfs, np.full(n, np.median(true))) < 2.0
+    # too few usable kernels: the moment fit's df
+    few = np.array([1.0, 2.0, 3.0])
+    assert stats.prior_df_at_location(few, np.full(3, 6.0), np.ones(3)) == stats.fit_f_dist(few, np.full(3, 6.0))[0]
