@@ -30,3 +30,14 @@ def shared_file(rel: str) -> Path:
     if not p.exists():
         pytest.skip(f"real-data test: {p} is absent")
     return p
+
+
+@pytest.fixture(scope="session")
+def trace_908(shared_data):
+    """The real rocprofv3 7.x JSON of data-catalog.md 1.1 (43,915 dispatches), read once."""
+    path = shared_data / "tracelens" / "908_results.json.gz"
+    if not path.exists():
+        pytest.skip(f"real-data test: {path} is absent")
+    from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
+
+    return read_rocprof_json(path)

@@ -216,21 +216,6 @@ def test_explicit_masks_and_bad_mask():
 # real data: 908_results.json.gz (data-catalog.md §1.1)
 
 
-def load_908(shared_data):
-    """The real rocprofv3 7.x JSON of data-catalog.md §1.1; skips when it is absent."""
-    path = shared_data / "tracelens" / "908_results.json.gz"
-    if not path.exists():
-        pytest.skip(f"real-data test: {path} is absent")
-    from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
-
-    return read_rocprof_json(path)
-
-
-@pytest.fixture(scope="module")
-def trace_908(shared_data):
-    return load_908(shared_data)
-
-
 def test_908_gemm_overlap_reference(trace_908):
     d = trace_908.dispatches
     ov = gemm_overlap(d)

@@ -139,21 +139,6 @@ def test_ms_view_and_sheet():
 # real data
 
 
-def load_908(shared_data):
-    """The real rocprofv3 7.x JSON of data-catalog.md §1.1; skips when it is absent."""
-    path = shared_data / "tracelens" / "908_results.json.gz"
-    if not path.exists():
-        pytest.skip(f"real-data test: {path} is absent")
-    from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
-
-    return read_rocprof_json(path)
-
-
-@pytest.fixture(scope="module")
-def trace_908(shared_data):
-    return load_908(shared_data)
-
-
 def test_908_pytorch_mode_reference(trace_908):
     tl = gpu_timeline(trace_908.dispatches)
     assert len(tl) == 1
