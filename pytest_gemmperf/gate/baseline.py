@@ -29,7 +29,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field

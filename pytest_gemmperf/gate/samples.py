@@ -286,10 +286,18 @@ def _compact_order(p: _Prepared, mask: np.ndarray, per_unit: int = 21) -> np.nda
     gid = np.cumsum(new) - 1
     n = np.diff(np.r_[first, len(idx)])[gid]
     pos = np.arange(len(idx)) - first[gid]
-    k = per_unit
+    return idx[_kept_quantile_positions(n, pos, per_unit)]
+
+
+def _kept_quantile_positions(n: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
+    """Which sorted positions ``pos`` of groups of size ``n`` are the K quantiles kept.
+
+    Kept positions are floor((j + 1/2) n / K), j = 0..K-1 (distinct when n > K); in integers
+    the only candidate j for position pos is ceil((2 pos K - n) / 2n). Groups of at most K
+    values are kept whole.
+    """
     j = -((n - 2 * pos * k) // (2 * n))
-    keep = (n <= k) | ((j >= 0) & (j < k) & (((2 * j + 1) * n) // (2 * k) == pos))
-    return idx[keep]
+    return (n <= k) | ((j >= 0) & (j < k) & (((2 * j + 1) * n) // (2 * k) == pos))
 
 
 def _points_with(p: _Prepared, pu_row: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -412,11 +420,7 @@ def compact_samples(samples: pd.DataFrame, per_unit: int = 21) -> pd.DataFrame:
     keys = ["point", "kernel", "unit"]
     n = dur.groupby(keys, sort=False)["value"].transform("size").to_numpy()
     pos = dur.groupby(keys, sort=False).cumcount().to_numpy()
-    k = per_unit
-    # keep positions floor((j + 1/2) n / K), j = 0..K-1 (distinct when n > K); in integers:
-    # the only candidate j for position pos is ceil((2 pos K - n) / 2n)
-    j = -((n - 2 * pos * k) // (2 * n))
-    keep = (n <= k) | ((j >= 0) & (j < k) & (((2 * j + 1) * n) // (2 * k) == pos))
+    keep = _kept_quantile_positions(n, pos, per_unit)
     # how many dispatches each compacted group stood for: the gate's noise floor for a
     # per-process median depends on it, and it is never gated itself
     counts = (dur.groupby(keys, sort=False, observed=True).size().rename("value").reset_index()
