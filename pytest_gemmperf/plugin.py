@@ -282,10 +282,8 @@ class _SessionHooks:
         self._write_reports(gp)
 
     def _write_reports(self, gp: GemmperfSession) -> None:
-        try:
-            from pytest_gemmperf.report import write_results_reports
-        except ImportError:
-            return  # the report layer is optional
+        from pytest_gemmperf.report import write_results_reports
+
         try:
             path = write_results_reports(gp.results.root, gp.options.report_dir)
         except Exception as exc:  # a broken report must not hide the gate's verdicts

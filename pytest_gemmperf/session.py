@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -145,12 +144,9 @@ class GemmperfSession:
 
     def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
-            try:
-                from pytest_gemmperf.gate.hardware import collect_metadata
+            from pytest_gemmperf.gate.hardware import collect_metadata
 
-                self._metadata = collect_metadata(self.rootdir)
-            except ImportError:
-                self._metadata = {"host": platform.node()}
+            self._metadata = collect_metadata(self.rootdir)
         return self._metadata
 
     def ensure_results(self) -> ResultsDir:
@@ -543,10 +539,8 @@ def _emit(message: str) -> None:
 
 
 def _hardware_key(agents: pd.DataFrame) -> str:
-    try:
-        from pytest_gemmperf.gate.hardware import hardware_key
-    except ImportError:  # pragma: no cover
-        return f"cpu-{platform.machine()}-{os.cpu_count()}c"
+    from pytest_gemmperf.gate.hardware import hardware_key
+
     return hardware_key(agents if agents is not None and len(agents) else None)
 
 
@@ -593,10 +587,8 @@ class _merge_lock:
 
 
 def _empty_verdicts() -> pd.DataFrame:
-    try:
-        from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
-    except ImportError:  # pragma: no cover
-        VERDICT_COLUMNS = ("test", "point", "kernel", "metric", "verdict")
+    from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
+
     return pd.DataFrame({c: pd.Series(dtype=object) for c in VERDICT_COLUMNS})
 
 

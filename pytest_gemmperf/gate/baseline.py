@@ -663,14 +663,6 @@ def resolve_results_dir(path: str | os.PathLike) -> Path:
     raise GemmperfInputError(p, "not a gemmperf results directory (no run.json, no <test>/<point>/point.json)")
 
 
-def _load_samples_module():
-    try:
-        from pytest_gemmperf.gate import samples as mod
-    except ImportError as exc:  # pragma: no cover - only while gate/samples.py is being written
-        raise GemmperfInputError(None, f"gate.samples is unavailable: {exc}") from None
-    return mod
-
-
 @dataclass
 class _Point:
     test_id: str
@@ -724,7 +716,9 @@ def _point_warmup(p: _Point, warmup: int | None, run_warmup: int | None) -> int:
     return 0
 
 
-def _point_samples(p: _Point, samples_mod: Any, warmup: int) -> pd.DataFrame:
+def _point_samples(p: _Point, warmup: int) -> pd.DataFrame:
+    from pytest_gemmperf.gate.samples import gate_samples
+
     dpath = p.dir / "dispatches.parquet"
     if not dpath.is_file():
         raise GemmperfInputError(dpath, "missing (the point finished but left no dispatch table)")
@@ -740,7 +734,7 @@ def _point_samples(p: _Point, samples_mod: Any, warmup: int) -> pd.DataFrame:
     if select_kernels(names, kernels, p.dir / "point.json").empty:
         raise GemmperfInputError(dpath, f"no dispatch matches the point's kernel regexes {kernels}")
     # the plugin's gate_samples call, with the point's regexes and warm-up: same samples
-    return samples_mod.gate_samples(disp, kernels=kernels, warmup=warmup, compact=True, path=dpath)
+    return gate_samples(disp, kernels=kernels, warmup=warmup, compact=True, path=dpath)
 
 
 def results_samples(results_dir: str | os.PathLike, test_filter: str | None = None, *,
@@ -748,14 +742,13 @@ def results_samples(results_dir: str | os.PathLike, test_filter: str | None = No
                     report: Callable[[str], None] | None = None) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of a finished run, as the plugin gated it (no hardware key
     needed: what ``gemmperf compare`` reads from a results directory)."""
-    samples_mod = _load_samples_module()
     root = resolve_results_dir(results_dir)
     run_path = root / "run.json"
     run_meta = _read_json(run_path) if run_path.is_file() else {}
     groups: dict[str, list[_Point]] = {}
     for p in _finished_points(root, test_filter, report):
         groups.setdefault(p.test_id, []).append(p)
-    return {test_id: pd.concat([_point_samples(p, samples_mod, _point_warmup(p, warmup, run_meta.get("warmup")))
+    return {test_id: pd.concat([_point_samples(p, _point_warmup(p, warmup, run_meta.get("warmup")))
                                 for p in sorted(points, key=lambda q: q.point)], ignore_index=True)
             for test_id, points in sorted(groups.items())}
 
@@ -771,7 +764,6 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
     point's recorded gate warm-up (point.json), else run.json's ``warmup``, else 0.
     Points whose status says they failed are skipped and named through ``report``.
     """
-    samples_mod = _load_samples_module()
     root = resolve_results_dir(results_dir)
     run_path = root / "run.json"
     run_meta = _read_json(run_path) if run_path.is_file() else {}
@@ -783,7 +775,7 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
 
     records = []
     for (test_id, hw), points in sorted(groups.items()):
-        parts = [_point_samples(p, samples_mod, _point_warmup(p, warmup, run_meta.get("warmup")))
+        parts = [_point_samples(p, _point_warmup(p, warmup, run_meta.get("warmup")))
                  for p in sorted(points, key=lambda q: q.point)]
         samples = pd.concat(parts, ignore_index=True)
         if samples is None or len(samples) == 0:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GemmperfInputError
+from .results import base_test_id, slugify_test_id
 
 _AORTA_THREADS = re.compile(r"^(\d+)thread$")
 _AORTA_CHANNELS = re.compile(r"^nccl_(\d+)channels$")
@@ -84,17 +85,8 @@ def point_tokens(point_id: str) -> dict[str, str]:
 
 
 def default_test_slug(test_id: str) -> str:
-    """``perf_tests/test_x.py::test_y[ch28]`` -> ``perf_tests_test_x.py__test_y``."""
-    base = test_id.split("[", 1)[0]
-    base = base.replace("::", "__").replace("/", "_").replace("\\", "_")
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", base)
-
-
-def _test_slug(test_id: str) -> str:
-    try:  # the results writer owns the slug; fall back to the same rule if it is absent
-        from .results import base_test_id, slugify_test_id
-    except ImportError:
-        return default_test_slug(test_id)
+    """``perf_tests/test_x.py::test_y[ch28]`` -> ``perf_tests_test_x.py__test_y`` (the results
+    writer's rule)."""
     return slugify_test_id(base_test_id(test_id))
 
 
@@ -184,7 +176,7 @@ def replay_point(replay_dir: str | os.PathLike, point_id: str,
         raise GemmperfInputError(replay_dir, "not a sweep directory: expected aorta "
                                  "<T>thread/nccl_<C>channels/ folders or a gemmperf results "
                                  "directory (run.json)")
-    slug = _test_slug(test_id) if test_id else None
+    slug = default_test_slug(test_id) if test_id else None
     stored = results_points(root, slug)
     if slug and not stored:
         tests = sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -229,7 +221,7 @@ def available_points(replay_dir: str | os.PathLike, test_id: str | None = None) 
     root = results_root(replay_dir)
     if root is None:
         return []
-    return sorted({p for (_, p) in results_points(root, _test_slug(test_id) if test_id else None)})
+    return sorted({p for (_, p) in results_points(root, default_test_slug(test_id) if test_id else None)})
 
 
 __all__ = ["ReplayMissing", "ReplayResult", "aorta_points", "available_points",
