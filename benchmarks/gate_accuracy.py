@@ -77,7 +77,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pytest_gemmperf.gate import stats  # noqa: E402
-from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare_stats  # noqa: E402
+from pytest_gemmperf.gate.compare import (GateConfig, assign_verdicts, compare_stats,  # noqa: E402
+                                          variance_contribution)
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 REAL = REPO.parent / "shared" / "data" / "tracelens" / "908_results.json.gz"
@@ -251,15 +252,44 @@ def with_counts(full: pd.DataFrame, compact: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([compact, n[["point", "kernel", "metric", "unit", "value"]]], ignore_index=True)
 
 
-def gate_rules(rep: Replicate, values: np.ndarray) -> dict[str, pd.DataFrame]:
+HISTORY_RUNS = (3, 10)  # main(): --history-runs
+HISTORY_POOL = 40  # one-side runs simulated per scenario; each comparison draws from them
+
+
+def history_pool(pool: "StepPool", rng: np.random.Generator, n_runs: int = HISTORY_POOL) -> list[pd.DataFrame]:
+    """Variance contributions of earlier one-side runs (4 processes each), as a baseline store
+    remembers them: each replicate's two sides are two independent earlier runs."""
+    out = []
+    for _ in range((n_runs + 1) // 2):
+        rep = make_replicate(pool, rng)
+        for side in to_samples(rep, rep.value):
+            out.append(variance_contribution(compact_samples(side) if COMPACT else side))
+    return out[:n_runs]
+
+
+def gate_rules(rep: Replicate, values: np.ndarray, history: dict[int, pd.DataFrame] | None = None
+               ) -> dict[str, pd.DataFrame]:
     base, cand = to_samples(rep, values)
     if COMPACT:  # what the plugin compares: both sides compacted as in the baseline store
         cb, cc = compact_samples(base), compact_samples(cand)
         base, cand = (with_counts(base, cb), with_counts(cand, cc)) if COUNTS else (cb, cc)
-    st = compare_stats(base, cand, GateConfig(prior_trend=PRIOR_TREND))
-    return {"gate default (5%, FDR 0.01)": assign_verdicts(st, GateConfig()),
-            "gate threshold 0 (FDR 0.01)": assign_verdicts(st, GateConfig(threshold=0.0)),
-            "gate threshold 0, FDR 0.05": assign_verdicts(st, GateConfig(threshold=0.0, fdr=0.05))}
+    cfg = GateConfig(prior_trend=PRIOR_TREND)
+    st = compare_stats(base, cand, cfg)
+    out = {"gate default (5%, FDR 0.01)": assign_verdicts(st, GateConfig()),
+           "gate threshold 0 (FDR 0.01)": assign_verdicts(st, GateConfig(threshold=0.0)),
+           "gate threshold 0, FDR 0.05": assign_verdicts(st, GateConfig(threshold=0.0, fdr=0.05))}
+    for n_runs, hist in (history or {}).items():
+        sth = compare_stats(base, cand, cfg, history=hist)
+        out[f"gate threshold 0 + history of {n_runs} runs"] = assign_verdicts(sth, GateConfig(threshold=0.0))
+        if n_runs == min(history):
+            out[f"gate default + history of {n_runs} runs"] = assign_verdicts(sth, GateConfig())
+    return out
+
+
+def draw_history(runs: list[pd.DataFrame], rng: np.random.Generator) -> dict[int, pd.DataFrame]:
+    """For each history size, that many earlier runs drawn from the pool (without replacement)."""
+    return {h: pd.concat([runs[i] for i in rng.choice(len(runs), h, replace=False)], ignore_index=True)
+            for h in HISTORY_RUNS if h <= len(runs)}
 
 
 def anchor_rules(rep: Replicate, values: np.ndarray, kernels: np.ndarray) -> dict[str, np.ndarray]:
@@ -317,10 +347,11 @@ def run_scenario(name: str, pool: StepPool, reps_aa: int, reps_det: int, seed: i
         res[rule][key] = (h + hits, t + total)
 
     t0 = time.perf_counter()
+    runs = history_pool(pool, rng) if HISTORY_RUNS else []
     n_calls = 0
     for _ in range(reps_aa):
         rep = make_replicate(pool, rng)
-        for rule, v in gate_rules(rep, rep.value).items():
+        for rule, v in gate_rules(rep, rep.value, draw_history(runs, rng)).items():
             bump(rule, "A/A", float((v["verdict"] == "regression").any()), 1)
         n_calls += 1
         for rule, flags in anchor_rules(rep, rep.value, all_k).items():
@@ -332,7 +363,7 @@ def run_scenario(name: str, pool: StepPool, reps_aa: int, reps_det: int, seed: i
                 rep = make_replicate(pool, rng)
                 slowed = rng.choice(elig, size=min(n_slow, len(elig)), replace=False)
                 values = rep.value * np.where(np.isin(rep.kernel, slowed) & (rep.unit >= UNITS_PER_SIDE), 1 + s, 1.0)
-                for rule, v in gate_rules(rep, values).items():
+                for rule, v in gate_rules(rep, values, draw_history(runs, rng)).items():
                     hit = v[(v["metric"] == "dur_ns") & (v["verdict"] == "regression")]["kernel"]
                     bump(rule, key, float(np.isin([pool.names[i] for i in slowed], hit.to_numpy()).sum()), len(slowed))
                 n_calls += 1
@@ -396,9 +427,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="add dispatch_count rows (the count before compaction) to the compacted samples")
     ap.add_argument("--prior-trend", default=GateConfig().prior_trend, choices=["count", "noise", "additive", "capped"],
                     help="covariate of the variance prior's trend (GateConfig.prior_trend)")
+    ap.add_argument("--history-runs", default="3,10",
+                    help="sizes of the variance history (earlier one-side runs of 4 processes) to "
+                         "measure, comma-separated; empty for none")
     args = ap.parse_args(argv)
-    global COMPACT, COUNTS, PRIOR_TREND
+    global COMPACT, COUNTS, PRIOR_TREND, HISTORY_RUNS
     COMPACT, COUNTS, PRIOR_TREND = not args.no_compact, args.counts, args.prior_trend
+    HISTORY_RUNS = tuple(int(x) for x in args.history_runs.split(",") if x.strip())
     if args.quick:
         args.reps_aa, args.reps_det = 60, 20
     print(time_compare())

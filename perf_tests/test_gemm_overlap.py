@@ -2,6 +2,9 @@
 
 On a GPU machine the sweep is the RCCL/NCCL one (channels x threads per block), the gated
 kernels are the GEMMs, and ``auto`` profiles with rocprofv3 (ROCm) or the PyTorch profiler (CUDA).
+Each point runs 2 ranks, one GPU each; on a machine with one visible GPU it runs 1 rank, since
+NCCL/RCCL refuse two ranks on one device (the all-reduce then moves no data between GPUs, but
+the GEMM kernels, the gate and the reports are exercised all the same).
 
 On a machine without a GPU the same workload runs on the CPU: 2 torchrun ranks, gloo all-reduce
 on its own thread while the GEMMs run, PyTorch profiler on. The ``threads`` axis there sets the
@@ -34,9 +37,26 @@ else:
     THRESHOLD = 0.25
 
 
+RANKS = 2
+
+
+def ranks_per_point(gpus_per_point: int) -> int:
+    """``RANKS``, or fewer on a GPU machine with fewer visible GPUs (one rank per GPU)."""
+    if not ON_GPU:
+        return RANKS
+    if gpus_per_point > 0:  # --gemmperf-gpus-per-point: each xdist worker sees that many
+        return max(1, min(RANKS, gpus_per_point))
+    import torch  # already imported by the gemm_comm_workload fixture
+
+    # ROCm builds count HIP devices here; honours CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES
+    return max(1, min(RANKS, torch.cuda.device_count()))
+
+
 @SWEEP
 def test_gemm_comm_overlap(gemmperf, gemm_comm_workload):
-    result = gemmperf.profile([str(gemm_comm_workload), *SHAPE], launcher="torchrun", nproc=2,
-                              launcher_args=["--standalone"], counters=COUNTERS, timeout_s=600)
+    nproc = ranks_per_point(gemmperf.options.gpus_per_point)
+    result = gemmperf.profile([str(gemm_comm_workload), *SHAPE], launcher="torchrun", nproc=nproc,
+                              launcher_args=["--standalone"], counters=COUNTERS,
+                              timeout_s=min(600.0, gemmperf.options.timeout_s))
     assert len(result.gated_dispatches) > 0
     gemmperf.assert_no_regression(result, threshold=THRESHOLD)

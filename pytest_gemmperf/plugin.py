@@ -48,6 +48,9 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_update_baselines": ("gemmperf_update_baselines", "bool", False,
                                   "record the results of the selected tests as their baselines"),
     "gemmperf_warn_only": ("gemmperf_warn_only", "bool", False, "report regressions without failing"),
+    "gemmperf_learn_variance": ("gemmperf_learn_variance", "bool", False,
+                                "add each compared run's between-process variance to its baseline's "
+                                "history (sharper gate over time; writes baselines/)"),
 }
 
 _SESSION_KEY = pytest.StashKey[GemmperfSession]()
@@ -130,6 +133,7 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         update_baselines=bool(_setting(config, "gemmperf_update_baselines")[0]),
         warn_only=bool(_setting(config, "gemmperf_warn_only")[0]),
         rocprofv3=str(_setting(config, "gemmperf_rocprofv3")[0]),
+        learn_variance=bool(_setting(config, "gemmperf_learn_variance")[0]),
     )
 
 

@@ -59,6 +59,7 @@ class Options:
     update_baselines: bool = False
     warn_only: bool = False
     rocprofv3: str = "rocprofv3"
+    learn_variance: bool = False
 
 
 def parse_threshold(text: str | float | None) -> float | None:
@@ -436,7 +437,13 @@ class PointRunner:
         cfg = _gate_config(threshold if threshold is not None else self.options.threshold)
         from pytest_gemmperf.gate.compare import compare
 
-        verdicts = compare(base_pt, samples, cfg, test=self.test_id)
+        verdicts = compare(base_pt, samples, cfg, test=self.test_id, history=base.history_for(self.point.id))
+        if self.options.learn_variance:
+            # outside the merge lock: learn() takes the record's own lock
+            run = f"{self.session.results.root.name}/{self.point.id}"
+            if store.learn(self.test_id, result.hw_key, samples, run):
+                _emit(f"gemmperf: {self.test_id}[{self.point.id}]: variance of this run added to the "
+                      f"baseline's history ({store.path_for(self.test_id, result.hw_key)})")
         merge_verdicts(self.session.results.test_dir(self.test_id), self.point.id, verdicts)
         write_point_json_field(result.dir, "verdicts", _verdict_counts(verdicts))
         self._record_verdicts(verdicts, result.hw_key)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.gate.baseline import (BaselineStore, _samples_to_parquet, normalize_samples,
+from pytest_gemmperf.gate.baseline import (MAX_HISTORY_RUNS, BaselineStore, _samples_to_parquet, normalize_samples,
                                            records_from_results, slug_for_test)
 from pytest_gemmperf.traces.schema import finalize_dispatches
 
@@ -138,7 +138,16 @@ def test_parallel_writers_never_mix_records(tmp_path: Path) -> None:
     for d in root.iterdir():
         if not d.name.startswith("."):
             for rec_dir in d.iterdir():
-                assert sorted(p.name for p in rec_dir.iterdir()) == ["meta.json", "samples.parquet", "summary.yaml"]
+                names = sorted(p.name for p in rec_dir.iterdir())
+                # each refresh that replaced samples moved the old run's variance into the history
+                assert names in (["meta.json", "samples.parquet", "summary.yaml"],
+                                 ["meta.json", "samples.parquet", "summary.yaml", "variance.parquet"])
+    for rec in records.values():
+        if rec.generation > 1:
+            assert rec.variance is not None
+            assert 1 <= rec.variance["seq"].nunique() <= rec.generation - 1
+            assert rec.variance.groupby("point")["seq"].nunique().max() <= MAX_HISTORY_RUNS
+            assert (rec.variance["df"] > 0).all() and (rec.variance["ss"] >= 0).all()
 
 
 def test_reader_waits_for_writer_between_renames(tmp_path: Path) -> None:

@@ -59,7 +59,14 @@ def init_distributed(torch, dist, device: str) -> tuple[int, int]:
     backend = "nccl" if device == "cuda" else "gloo"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         if device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(local_rank + 1)))
+            visible = torch.cuda.device_count()
+            if local_world > visible:
+                # NCCL/RCCL abort on two ranks sharing a device; say why before they do
+                raise SystemExit(f"gemm_comm: {local_world} ranks on this node but torch sees "
+                                 f"{visible} GPU(s); launch at most one rank per GPU")
+            torch.cuda.set_device(local_rank)
         dist.init_process_group(backend=backend)
     else:  # run without torchrun: a world of one, so the script is usable on its own
         dist.init_process_group(backend=backend, init_method=f"tcp://127.0.0.1:{_free_port()}",

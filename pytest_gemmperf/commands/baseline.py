@@ -1,4 +1,4 @@
-"""``gemmperf baseline refresh|show|diff|prune``: the explicit, reviewable way baselines change."""
+"""``gemmperf baseline refresh|learn|show|diff|prune``: the explicit, reviewable way baselines change."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ DEFAULT_DIR = "baselines"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("baseline", help="refresh, show, diff or prune stored baselines",
+    p = sub.add_parser("baseline", help="refresh, learn, show, diff or prune stored baselines",
                        description=__doc__)
     bsub = p.add_subparsers(dest="baseline_command", required=True)
 
@@ -29,6 +29,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--warmup", type=int, default=None, metavar="N",
                    help="dispatches per process and kernel to drop (default: as the run recorded)")
     r.set_defaults(func=run_refresh)
+
+    lr = bsub.add_parser("learn", help="add a finished run's between-process variance to the baselines' "
+                                       "history (samples unchanged)")
+    lr.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR",
+                    help="results directory of a finished run (or .gemmperf/results: newest run)")
+    common(lr)
+    lr.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
+    lr.add_argument("--warmup", type=int, default=None, metavar="N",
+                    help="dispatches per process and kernel to drop (default: as the run recorded)")
+    lr.set_defaults(func=run_learn)
 
     s = bsub.add_parser("show", help="list baselines, or the summary of one test")
     common(s)
@@ -87,6 +97,26 @@ def run_refresh(args: argparse.Namespace) -> int:
 
     recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say)
     print(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}")
+    return 0
+
+
+def run_learn(args: argparse.Namespace) -> int:
+    from pytest_gemmperf.gate.baseline import records_from_results, resolve_results_dir
+
+    store = _store(args)
+    root = resolve_results_dir(args.results)
+    learned = 0
+    for rec in records_from_results(root, args.test_filter, warmup=args.warmup, report=_say):
+        if store.load(rec.test_id, rec.hw_key) is None:
+            _say(f"no baseline for {rec.hw_key} {rec.test_id}: nothing to learn into (refresh first)")
+            continue
+        done = [p for p in sorted(set(rec.samples["point"].astype(str)))
+                if store.learn(rec.test_id, rec.hw_key, rec.samples[rec.samples["point"].astype(str) == p],
+                               f"{root.name}/{p}")]
+        learned += len(done)
+        _say(f"{rec.hw_key} {rec.test_id}: learned {len(done)} point(s)"
+             + ("" if done else " (already in the history)"))
+    print(f"variance of {learned} point run(s) added to the history in {args.baseline_dir}")
     return 0
 
 

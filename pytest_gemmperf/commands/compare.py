@@ -110,6 +110,19 @@ def _baseline_records(p: Path) -> list | None:
             if store.path_for(r.test_id, r.hw_key).resolve() == p.resolve()]
 
 
+def load_history(path: str) -> dict[str, pd.DataFrame]:
+    """``{test_id: variance history}`` when ``path`` is a baselines directory (the history the
+    gate pools with each kernel's variance), else empty."""
+    p = Path(path)
+    recs = _baseline_records(p) if p.is_dir() else None
+    out: dict[str, list[pd.DataFrame]] = {}
+    for r in recs or []:
+        h = r.history_for()
+        if h is not None:
+            out.setdefault(str(r.test_id), []).append(h)
+    return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
+
+
 def load_side(path: str, warmup: int | None = 0, traces: dict | None = None) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of one input ('' when the input carries no test id).
 
@@ -200,13 +213,14 @@ def _run(args: argparse.Namespace) -> int:
     traces: dict = {}
     keep = traces if getattr(args, "report", True) else None  # tables only for the reports
     base = load_side(args.base, args.warmup, keep)
+    history = load_history(args.base)
     frames = []
     cand_samples = []
     for label, cpath in zip(labels, args.cands):
         cand = load_side(cpath, args.warmup, keep)
         cand_samples.append((label, cand))
         for test, b, c in _pair(base, cand, args.base, cpath):
-            v = compare(b, c, cfg, test=test)
+            v = compare(b, c, cfg, test=test, history=history.get(test))
             if len(args.cands) > 1:
                 v.insert(0, "label", label)
             frames.append(v)

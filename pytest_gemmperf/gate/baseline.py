@@ -6,6 +6,13 @@ Layout, one directory per (hardware key, test id)::
         summary.yaml      human-readable, reviewed in pull requests; deterministic, one line per
                           (point, kernel, metric) so a refresh shows as a minimal diff
         samples.parquet   the samples table (point, kernel, metric, unit, value), zstd
+        variance.parquet  optional variance history: per earlier run and (point, kernel), the
+                          between-process sum of squares and df of its per-process log medians
+                          (``gate.compare.variance_contribution``); the gate pools it with each
+                          comparison's own variance. A refresh moves the replaced run's
+                          contribution here; ``gemmperf baseline learn`` (or
+                          ``--gemmperf-learn-variance``) adds any run's. Newest
+                          ``MAX_HISTORY_RUNS`` runs per point are kept.
         meta.json         schema version, ids, generation, SHA-256 of the two files above,
                           run metadata (ROCm/rocprofv3/torch/driver versions, host, commit)
     <root>/.locks/        one lock file per record (git-ignored by its own .gitignore)
@@ -49,6 +56,11 @@ SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
 _KEY_COLUMNS = SAMPLE_COLUMNS[:4]
 SUMMARY_FILE = "summary.yaml"
 SAMPLES_FILE = "samples.parquet"
+VARIANCE_FILE = "variance.parquet"
+VARIANCE_COLUMNS = ("run", "seq", "point", "kernel", "metric", "df", "ss")
+#: earlier runs per point whose variance the gate pools (3 df each with 4 processes per run;
+#: benchmarks/gate_accuracy.py: 10 runs reach the 3 % detection target on the real trace)
+MAX_HISTORY_RUNS = 20
 META_FILE = "meta.json"
 _DATA_FILES = (SAMPLES_FILE, SUMMARY_FILE)
 LOCK_DIR = ".locks"
@@ -76,6 +88,17 @@ class BaselineRecord:
     created: str | None = None  # set by the store (UTC ISO)
     updated: str | None = None
     generation: int = 0  # number of writes of this record
+    #: variance history (:data:`VARIANCE_COLUMNS`), None when the record has none; set by the
+    #: store: :meth:`BaselineStore.save` ignores what a caller puts here
+    variance: pd.DataFrame | None = None
+
+    def history_for(self, point: str | None = None) -> pd.DataFrame | None:
+        """The variance history rows (of one point), as ``gate.compare.compare(history=...)``
+        takes them."""
+        if self.variance is None or not len(self.variance):
+            return None
+        v = self.variance
+        return v if point is None else v[v["point"].astype(str) == str(point)]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -173,6 +196,81 @@ def _samples_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
     if df["value"].dtype != "float64":
         raise GemmperfInputError(path, f"samples column 'value' is {df['value'].dtype}, expected float64")
     return df
+
+
+def _variance_to_parquet(variance: pd.DataFrame) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    v = variance.sort_values(["seq", "point", "kernel", "metric"], kind="mergesort", ignore_index=True)
+    cols = {c: pa.array(v[c].astype(str).tolist(), pa.string()) for c in ("run", "point", "kernel", "metric")}
+    cols["seq"] = pa.array(v["seq"].to_numpy(np.int64), pa.int64())
+    for c in ("df", "ss"):
+        cols[c] = pa.array(v[c].to_numpy(np.float64), pa.float64())
+    buf = io.BytesIO()
+    pq.write_table(pa.table({c: cols[c] for c in VARIANCE_COLUMNS}), buf, compression="zstd",
+                   store_schema=False)
+    return buf.getvalue()
+
+
+def _variance_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        df = pq.read_table(pa.BufferReader(data)).to_pandas()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise GemmperfInputError(path, f"unreadable parquet: {exc}") from None
+    missing = [c for c in VARIANCE_COLUMNS if c not in df.columns]
+    if missing:
+        raise GemmperfInputError(path, f"variance history lacks columns {missing}")
+    df = df[list(VARIANCE_COLUMNS)]
+    bad = ~np.isfinite(df["df"].to_numpy(float)) | (df["df"].to_numpy(float) <= 0) | ~(df["ss"].to_numpy(float) >= 0)
+    if bad.any():
+        raise GemmperfInputError(path, f"variance history row {int(np.flatnonzero(bad)[0]) + 1}: "
+                                       "df must be > 0 and ss >= 0")
+    return df
+
+
+def _empty_variance() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
+        VARIANCE_COLUMNS, (object, "int64", object, object, object, "float64", "float64"))})
+
+
+def add_history(variance: pd.DataFrame | None, samples: pd.DataFrame, run: str,
+                points: Iterable[str] | None = None, max_runs: int = MAX_HISTORY_RUNS) -> pd.DataFrame:
+    """``variance`` plus the contribution of one run's ``samples`` (only ``points`` when
+    given), keeping the newest ``max_runs`` runs per point."""
+    from pytest_gemmperf.gate.compare import variance_contribution
+
+    old = _empty_variance() if variance is None else variance
+    s = samples if points is None else samples[samples["point"].astype(str).isin(set(map(str, points)))]
+    contrib = variance_contribution(s) if len(s) else None
+    if contrib is None or contrib.empty:
+        return old
+    seq = int(old["seq"].max()) + 1 if len(old) else 1
+    new = contrib.assign(run=str(run), seq=seq)[list(VARIANCE_COLUMNS)]
+    both = pd.concat([old, new], ignore_index=True) if len(old) else new
+    # newest max_runs runs of each point
+    runs = both[["point", "seq"]].drop_duplicates().sort_values(["point", "seq"], ascending=[True, False])
+    runs = runs.groupby("point", sort=False).head(max_runs)
+    keep = both.merge(runs, on=["point", "seq"], how="inner")
+    return keep[list(VARIANCE_COLUMNS)].reset_index(drop=True)
+
+
+def _changed_points(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """Points of ``old`` whose samples differ in ``new`` (both normalized)."""
+    out = []
+    new_by = {str(p): g for p, g in new.groupby(new["point"].astype(str), sort=True)}
+    for p, g in old.groupby(old["point"].astype(str), sort=True):
+        n = new_by.get(str(p))
+        if n is None:
+            continue  # a point dropped from the test is no evidence about the new run's variance
+        if (len(n) != len(g) or not np.array_equal(g["value"].to_numpy(), n["value"].to_numpy())
+                or any(not np.array_equal(g[c].astype(str).to_numpy(), n[c].astype(str).to_numpy())
+                       for c in ("kernel", "metric", "unit"))):
+            out.append(str(p))
+    return out
 
 
 def _round_sig(x: float, digits: int = SUMMARY_DIGITS) -> float | int | None:
@@ -386,6 +484,14 @@ class BaselineStore:
             if _sha256(blobs[name]) != meta["files"][name]["sha256"]:
                 raise _Mismatch(d / name, "does not match the checksum in meta.json "
                                           "(edited by hand or half-merged? run `gemmperf baseline refresh`)")
+        if isinstance(meta["files"].get(VARIANCE_FILE), dict):
+            try:
+                blobs[VARIANCE_FILE] = _read_bytes(d / VARIANCE_FILE)
+            except FileNotFoundError:
+                raise _Mismatch(d / VARIANCE_FILE, "missing") from None
+            if _sha256(blobs[VARIANCE_FILE]) != meta["files"][VARIANCE_FILE].get("sha256"):
+                raise _Mismatch(d / VARIANCE_FILE, "does not match the checksum in meta.json "
+                                                   "(edited by hand or half-merged?)")
         return meta, blobs
 
     def _load_dir(self, d: Path) -> BaselineRecord | None:
@@ -408,10 +514,12 @@ class BaselineStore:
         meta, blobs = got
         _check_summary(blobs[SUMMARY_FILE], d / SUMMARY_FILE, meta)
         samples = _samples_from_parquet(blobs[SAMPLES_FILE], d / SAMPLES_FILE)
+        variance = (_variance_from_parquet(blobs[VARIANCE_FILE], d / VARIANCE_FILE)
+                    if VARIANCE_FILE in blobs else None)
         return BaselineRecord(test_id=meta["test_id"], hw_key=meta["hw_key"], samples=samples,
                               meta=meta.get("metadata") or {}, schema_version=meta["schema_version"],
                               created=meta.get("created"), updated=meta.get("updated"),
-                              generation=int(meta.get("generation", 0)))
+                              generation=int(meta.get("generation", 0)), variance=variance)
 
     def load(self, test_id: str, hw_key: str) -> BaselineRecord | None:
         """The baseline of ``test_id`` on ``hw_key``; None when there is none."""
@@ -455,7 +563,7 @@ class BaselineStore:
 
     def list(self, hw_key: str | None = None) -> pd.DataFrame:
         """One row per record (from meta.json only): test_id, hw_key, points, kernels, metrics,
-        rows, updated, generation, versions."""
+        rows, history_runs, updated, generation, versions."""
         rows = []
         for _d, m in self._metas(hw_key):
             st = m.get("stats") or {}
@@ -464,14 +572,19 @@ class BaselineStore:
                             ("rocm_version", "rocprofv3_version", "torch_version") if v.get(k))
             rows.append({"test_id": m["test_id"], "hw_key": m["hw_key"], "points": st.get("points"),
                          "kernels": st.get("kernels"), "metrics": st.get("metrics"), "rows": st.get("rows"),
+                         "history_runs": st.get("history_runs", 0),
                          "updated": m.get("updated"), "generation": m.get("generation"), "versions": ver})
-        cols = ["test_id", "hw_key", "points", "kernels", "metrics", "rows", "updated", "generation", "versions"]
+        cols = ["test_id", "hw_key", "points", "kernels", "metrics", "rows", "history_runs", "updated",
+                "generation", "versions"]
         return pd.DataFrame(rows, columns=cols).sort_values(["test_id", "hw_key"], ignore_index=True)
 
     # -- writing
     def save(self, record: BaselineRecord) -> bool:
         """Write ``record`` atomically. Returns False (and writes nothing) when the stored samples
-        are already identical, so a repeated refresh leaves no diff."""
+        are already identical, so a repeated refresh leaves no diff.
+
+        The variance history is the store's: the stored one is kept, and for every point whose
+        samples this write replaces, the replaced run's contribution is added to it."""
         d = self.path_for(record.test_id, record.hw_key)
         samples = normalize_samples(record.samples, d / SAMPLES_FILE)
         if samples.empty:
@@ -491,33 +604,102 @@ class BaselineStore:
                     and old["files"][SUMMARY_FILE]["sha256"] == _sha256(summary_bytes)
                     and self._files_match(d, old)):
                 return False
-            now = _now()
-            meta = {
-                "schema_version": SCHEMA_VERSION,
-                "test_id": record.test_id,
-                "hw_key": record.hw_key,
-                "generation": int(old.get("generation", 0)) + 1 if old else 1,
-                "created": (old or {}).get("created") or now,
-                "updated": now,
-                "files": {SAMPLES_FILE: {"sha256": _sha256(samples_bytes), "bytes": len(samples_bytes)},
-                          SUMMARY_FILE: {"sha256": _sha256(summary_bytes), "bytes": len(summary_bytes)}},
-                "stats": {"points": int(samples["point"].nunique()), "kernels": int(samples["kernel"].nunique()),
-                          "metrics": int(samples["metric"].nunique()), "units": int(samples["unit"].nunique()),
-                          "rows": int(len(samples))},
-                "metadata": record.meta,
-            }
-            try:
-                meta_bytes = (json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n").encode()
-            except (TypeError, ValueError) as exc:
-                raise GemmperfInputError(d / META_FILE, f"metadata is not JSON-serializable: {exc}") from None
-            # data files first, meta.json last: readers verify the data against the meta they read
-            _atomic_write(d / SAMPLES_FILE, samples_bytes)
-            _atomic_write(d / SUMMARY_FILE, summary_bytes)
-            _atomic_write(d / META_FILE, meta_bytes)
-            _fsync_dir(d)
+            variance = self._next_history(d, old, samples)
+            self._write(d, record, old, samples_bytes, summary_bytes, variance)
         finally:
             lock.release()
         return True
+
+    def learn(self, test_id: str, hw_key: str, samples: pd.DataFrame, run: str) -> bool:
+        """Add one run's between-process variance to the history of an existing baseline
+        without changing its samples. False when there is no baseline, or ``run`` is already
+        in the history (learning the same run twice would count its evidence twice)."""
+        d = self.path_for(test_id, hw_key)
+        lock = self._locked(d)
+        try:
+            try:
+                got = self._read_consistent(d)
+            except _Mismatch as exc:  # under the lock nobody is mid-write: the record is damaged
+                raise GemmperfInputError(exc.path, exc.message) from None
+            if got is None:
+                return False
+            meta, blobs = got
+            stored = _samples_from_parquet(blobs[SAMPLES_FILE], d / SAMPLES_FILE)
+            history = (_variance_from_parquet(blobs[VARIANCE_FILE], d / VARIANCE_FILE)
+                       if VARIANCE_FILE in blobs else None)
+            if history is not None and (history["run"].astype(str) == str(run)).any():
+                return False
+            points = set(stored["point"].astype(str)) & set(samples["point"].astype(str))
+            variance = add_history(history, samples, run, points)
+            if history is not None and variance.equals(history):
+                return False
+            if history is None and not len(variance):
+                return False
+            rec = BaselineRecord(test_id=meta["test_id"], hw_key=meta["hw_key"], samples=stored,
+                                 meta=meta.get("metadata") or {})
+            self._write(d, rec, meta, blobs[SAMPLES_FILE], blobs[SUMMARY_FILE], variance)
+        finally:
+            lock.release()
+        return True
+
+    def _next_history(self, d: Path, old: dict[str, Any] | None, samples: pd.DataFrame) -> pd.DataFrame | None:
+        """The stored history plus the contribution of the points ``samples`` replaces."""
+        if old is None:
+            return None
+        try:
+            got = self._read_consistent(d)
+            if got is None:
+                return None
+            meta, blobs = got
+            variance = (_variance_from_parquet(blobs[VARIANCE_FILE], d / VARIANCE_FILE)
+                        if VARIANCE_FILE in blobs else None)
+            old_samples = _samples_from_parquet(blobs[SAMPLES_FILE], d / SAMPLES_FILE)
+        except (_Mismatch, GemmperfInputError):
+            return None  # a damaged record is being repaired: nothing trustworthy to keep
+        changed = _changed_points(old_samples, samples)
+        if not changed:
+            return variance
+        run = f"baseline generation {meta.get('generation', 0)} ({meta.get('updated', 'unknown date')})"
+        return add_history(variance, old_samples, run, changed)
+
+    def _write(self, d: Path, record: BaselineRecord, old: dict[str, Any] | None, samples_bytes: bytes,
+               summary_bytes: bytes, variance: pd.DataFrame | None) -> None:
+        """Write the record's files, meta.json last (the caller holds the lock)."""
+        samples = record.samples
+        now = _now()
+        files = {SAMPLES_FILE: {"sha256": _sha256(samples_bytes), "bytes": len(samples_bytes)},
+                 SUMMARY_FILE: {"sha256": _sha256(summary_bytes), "bytes": len(summary_bytes)}}
+        variance_bytes = None
+        if variance is not None and len(variance):
+            variance_bytes = _variance_to_parquet(variance)
+            files[VARIANCE_FILE] = {"sha256": _sha256(variance_bytes), "bytes": len(variance_bytes)}
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "test_id": record.test_id,
+            "hw_key": record.hw_key,
+            "generation": int(old.get("generation", 0)) + 1 if old else 1,
+            "created": (old or {}).get("created") or now,
+            "updated": now,
+            "files": files,
+            "stats": {"points": int(samples["point"].nunique()), "kernels": int(samples["kernel"].nunique()),
+                      "metrics": int(samples["metric"].nunique()), "units": int(samples["unit"].nunique()),
+                      "rows": int(len(samples)),
+                      "history_runs": int(variance["seq"].nunique()) if variance_bytes else 0},
+            "metadata": record.meta,
+        }
+        try:
+            meta_bytes = (json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n").encode()
+        except (TypeError, ValueError) as exc:
+            raise GemmperfInputError(d / META_FILE, f"metadata is not JSON-serializable: {exc}") from None
+        # data files first, meta.json last: readers verify the data against the meta they read
+        _atomic_write(d / SAMPLES_FILE, samples_bytes)
+        _atomic_write(d / SUMMARY_FILE, summary_bytes)
+        if variance_bytes is not None:
+            _atomic_write(d / VARIANCE_FILE, variance_bytes)
+        _atomic_write(d / META_FILE, meta_bytes)
+        if variance_bytes is None and (d / VARIANCE_FILE).exists():
+            (d / VARIANCE_FILE).unlink()
+        _fsync_dir(d)
 
     @staticmethod
     def _old_meta(d: Path) -> dict[str, Any] | None:

@@ -103,6 +103,8 @@ COUNT = DISPATCH_COUNT
 SHARED = "*"
 _MAD_TO_SD = 1.4826
 FLOOR_MAX_DISPATCHES = 21  # gate.samples.compact_samples keeps 21 quantiles per (kernel, unit)
+#: a kernel whose variance now is this improbable under its history's F distribution ignores it
+HISTORY_OUTLIER_P = 1e-3
 
 
 @dataclass
@@ -146,6 +148,9 @@ class GateConfig:
     #: beyond 1 + dispersion_threshold) adds next to no false alarms, and folding ~80 of them
     #: into the durations' family would halve the per-kernel level of the duration tests
     dispersion_family: bool = True
+    #: pool each kernel's variance with the earlier runs a baseline remembers
+    #: (``compare(history=...)``, ``variance_contribution``)
+    use_history: bool = True
 
     def threshold_for(self, kernel: str, test: str = "") -> float:
         for pattern, thr in self.per_kernel:
@@ -296,8 +301,88 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
     return se, df_tot, p, d0, s2m
 
 
+def _shared_offsets(y: np.ndarray, cnt: np.ndarray, cfg: GateConfig) -> tuple[np.ndarray, int]:
+    """Per-unit log offset (the shared per-process factor) and the number of kernels behind it.
+
+    ``y`` holds the per (kernel, unit) log medians (NaN where absent), ``cnt`` the dispatch
+    counts. Zero offsets when fewer than ``min_kernels_for_shared`` kernels are seen in every
+    unit (or ``shared_factor`` is off)."""
+    offsets = np.zeros(y.shape[1])
+    if not y.shape[1]:
+        return offsets, 0
+    complete = np.isfinite(y).all(axis=1)
+    eligible = complete & (cnt.min(axis=1, initial=0) >= 5)
+    if eligible.sum() < cfg.min_kernels_for_shared:
+        eligible = complete
+    if not cfg.shared_factor or eligible.sum() < cfg.min_kernels_for_shared:
+        return offsets, 0
+    ye = y[eligible]
+    resid = ye - np.median(ye, axis=1, keepdims=True)
+    return np.median(resid, axis=0), int(eligible.sum())
+
+
+def _with_history(s2: np.ndarray, df: np.ndarray, kernels: pd.Index, history: pd.DataFrame | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pool each kernel's between-process variance with what earlier runs measured.
+
+    ``history`` holds (kernel, df, ss) rows of :func:`variance_contribution` for this point,
+    summed over the runs kept in the baseline. The pooled estimate is
+    ``(ss_hist + df s^2) / (df_hist + df)`` on ``df_hist + df`` degrees of freedom. A kernel
+    whose variance in this comparison is far above its history (upper tail of
+    ``F(df, df_hist)`` below ``HISTORY_OUTLIER_P``) keeps its own estimate: its noise changed,
+    and an old, smaller variance would turn that change into false alarms. Returns
+    ``(s2, df, df_hist used)``."""
+    hist_df = np.zeros(len(s2))
+    if history is None or not len(history):
+        return s2, df, hist_df
+    h = history.groupby(history["kernel"].astype(str), observed=True)[["df", "ss"]].sum()
+    h = h.reindex(kernels)
+    dh = np.nan_to_num(h["df"].to_numpy(float))
+    ssh = np.nan_to_num(h["ss"].to_numpy(float))
+    df = np.asarray(df, float)
+    ok = (dh > 0) & (ssh > 0) & np.isfinite(s2) & (df > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s2h = np.where(ok, ssh / np.where(dh > 0, dh, 1), np.nan)
+        p_up = np.where(ok, sps.f.sf(s2 / s2h, np.where(ok, df, 1), np.where(ok, dh, 1)), 0.0)
+    use = ok & (p_up >= HISTORY_OUTLIER_P)
+    pooled = np.where(use, (ssh + np.where(use, s2 * df, 0.0)) / np.where(use, dh + df, 1), s2)
+    return pooled, np.where(use, df + dh, df), np.where(use, dh, 0.0)
+
+
+def variance_contribution(samples: pd.DataFrame, config: GateConfig | None = None) -> pd.DataFrame:
+    """What one run's processes say about each kernel's between-process variance.
+
+    Per (point, kernel) of the ``dur_ns`` rows: the sum of squared deviations of the per-process
+    log medians from their mean, after removing the shared per-process factor (as the gate
+    does), and its degrees of freedom (processes - 1). Within one run a regression moves every
+    process alike, so this is valid whatever the run is later judged to be. The baseline store
+    keeps these for earlier runs (:mod:`pytest_gemmperf.gate.baseline`) and
+    :func:`compare_stats` pools them with the comparison's own variance. Columns
+    ``point, kernel, metric, df, ss``; kernels seen in fewer than two processes are left out."""
+    cfg = config or GateConfig()
+    s = check_samples(samples)
+    s = s[(s["metric"] == DUR) & (s["value"] > 0)]
+    frames = []
+    for point, g in s.groupby("point", sort=True, observed=True):
+        kernels = pd.Index(sorted({str(x) for x in pd.unique(g["kernel"])}))
+        y, _, cnt, *_ = _matrix(g, kernels)
+        y = np.where(cnt > 0, y, np.nan)
+        offsets, _ = _shared_offsets(y, cnt, cfg)
+        z = y - offsets[None, :]
+        n = np.isfinite(z).sum(axis=1)
+        with np.errstate(invalid="ignore"):
+            mean = np.nansum(z, axis=1) / np.maximum(n, 1)
+        ss = np.nansum((z - mean[:, None]) ** 2, axis=1)
+        keep = n >= 2
+        frames.append(pd.DataFrame({"point": str(point), "kernel": kernels[keep], "metric": DUR,
+                                    "df": (n[keep] - 1).astype(float), "ss": ss[keep]}))
+    cols = ["point", "kernel", "metric", "df", "ss"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
 def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig,
-                   side_counts: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> list[dict]:
+                   side_counts: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                   history: pd.DataFrame | None = None) -> list[dict]:
     kernels = pd.Index(sorted({str(x) for x in pd.unique(b["kernel"])} | {str(x) for x in pd.unique(c["kernel"])}))
     # unit names may repeat across the sides (same hosts and ranks): counts stay per side
     cb, cc = side_counts if side_counts is not None else (None, None)
@@ -310,21 +395,11 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     present = cnt > 0
     y = np.where(present, y, np.nan)
 
-    # shared per-process factor
-    offsets = np.zeros(ub + uc)
-    n_shared = 0
-    complete = present.all(axis=1) if y.shape[1] else np.zeros(len(kernels), bool)
-    eligible = complete & (cnt.min(axis=1, initial=0) >= 5)
-    if eligible.sum() < cfg.min_kernels_for_shared:
-        eligible = complete
-    if cfg.shared_factor and eligible.sum() >= cfg.min_kernels_for_shared and ub >= 1 and uc >= 1:
-        ye = y[eligible]
-        resid = ye - np.median(ye, axis=1, keepdims=True)
-        offsets = np.median(resid, axis=0)
-        n_shared = int(eligible.sum())
+    offsets, n_shared = _shared_offsets(y, cnt, cfg) if ub >= 1 and uc >= 1 else (np.zeros(ub + uc), 0)
     z = y - offsets[None, :]
     zb, zc = z[:, :ub], z[:, ub:]
     diff, s2, df, (nb, nc) = _pooled_var(zb, zc)
+    s2, df, hist_df = _with_history(s2, df, kernels, history)
 
     # shared shift between the sides and its uncertainty
     if n_shared:
@@ -384,7 +459,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     for i, kern in enumerate(kernels):
         row = dict(point=point, kernel=kern, metric=DUR, n_base=int(nb[i]), n_cand=int(nc[i]),
                    base_median_ns=base_med[i], cand_median_ns=cand_med[i],
-                   prior_df=d0, shared_shift=math.exp(shift), unit_sd_log=unit_sd[i])
+                   prior_df=d0, history_df=float(hist_df[i]), shared_shift=math.exp(shift), unit_sd_log=unit_sd[i])
         if nb[i] == 0 or nc[i] == 0:
             row["verdict"] = NEW if nb[i] == 0 else MISSING
             rows.append(row)
@@ -556,9 +631,13 @@ def _unit_metric_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateCon
 
 
 def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | None = None,
-                  test: str = "") -> pd.DataFrame:
-    """All statistics and q-values, verdicts only for new/missing (see :func:`assign_verdicts`)."""
+                  test: str = "", history: pd.DataFrame | None = None) -> pd.DataFrame:
+    """All statistics and q-values, verdicts only for new/missing (see :func:`assign_verdicts`).
+
+    ``history``: :func:`variance_contribution` rows of earlier runs (point, kernel, metric, df,
+    ss; several runs are summed), pooled with each kernel's own between-process variance."""
     cfg = config or GateConfig()
+    hist = _history_by_point(history) if cfg.use_history else {}
     base = check_samples(base, "baseline samples")
     cand = check_samples(cand, "candidate samples")
     rows: list[dict] = []
@@ -573,7 +652,8 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
         # log durations need positive values; zero durations are profiler artefacts
         bd, cd = bd[bd["value"] > 0], cd[cd["value"] > 0]
         if len(bd) or len(cd):
-            rows += _duration_rows(point, bd, cd, cfg, (b[b["metric"] == COUNT], c[c["metric"] == COUNT]))
+            rows += _duration_rows(point, bd, cd, cfg, (b[b["metric"] == COUNT], c[c["metric"] == COUNT]),
+                                   hist.get(point))
         bu, cu = b[~b["metric"].isin([DUR, COUNT])], c[~c["metric"].isin([DUR, COUNT])]
         if len(bu) or len(cu):
             rows += _unit_metric_rows(point, bu, cu, cfg)
@@ -597,6 +677,16 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
             df[col] = ""
         df[col] = df[col].astype(object).where(df[col].notna(), "")
     return df
+
+
+def _history_by_point(history: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
+    if history is None or not len(history):
+        return {}
+    missing = [c for c in ("point", "kernel", "metric", "df", "ss") if c not in history.columns]
+    if missing:
+        raise GemmperfInputError(None, f"variance history lacks column(s) {', '.join(missing)}")
+    h = history[history["metric"].astype(str) == DUR]
+    return {str(p): g for p, g in h.groupby(h["point"].astype(str), sort=False)}
 
 
 def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.DataFrame:
@@ -678,10 +768,10 @@ def _join(a: str, b: str) -> str:
 
 
 def compare(base_samples: pd.DataFrame, cand_samples: pd.DataFrame, config: GateConfig | None = None,
-            test: str = "") -> pd.DataFrame:
+            test: str = "", history: pd.DataFrame | None = None) -> pd.DataFrame:
     """Verdicts table (ARCHITECTURE.md columns, then diagnostics) for one test."""
     cfg = config or GateConfig()
-    df = assign_verdicts(compare_stats(base_samples, cand_samples, cfg, test), cfg)
+    df = assign_verdicts(compare_stats(base_samples, cand_samples, cfg, test, history), cfg)
     return verdicts_to_frame(df)
 
 
