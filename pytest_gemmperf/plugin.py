@@ -258,6 +258,7 @@ class _SessionHooks:
         self.verdicts: list[dict] = []
         self.baselines: list[tuple[str, str, str]] = []
         self.compared = 0
+        self.learned = 0
         self.report: str | None = None
         self.report_error: str | None = None
 
@@ -273,6 +274,8 @@ class _SessionHooks:
                 self.compared += status.startswith("compared")
             elif name == f"{PROP_PREFIX}_baseline":
                 self.baselines.append((report.nodeid, status or "", str(value)))
+            elif name == f"{PROP_PREFIX}_learned":
+                self.learned += 1
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
@@ -310,6 +313,8 @@ class _SessionHooks:
                 tr.write_line(f"no baseline for {nodeid} — recorded one at {path}", yellow=True)
         tr.write_line(f"compared {self.compared} point(s) with their baselines; "
                       f"{len(self.verdicts)} non-unchanged verdict(s)")
+        if self.learned:
+            tr.write_line(f"variance of {self.learned} point run(s) added to the baselines' history")
         if self.verdicts:
             tr.write_line(_format_summary_rows(self.verdicts))
         if gp.options.warn_only and any(r["verdict"] == "regression" for r in self.verdicts):

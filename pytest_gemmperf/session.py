@@ -442,6 +442,7 @@ class PointRunner:
             # outside the merge lock: learn() takes the record's own lock
             run = f"{self.session.results.root.name}/{self.point.id}"
             if store.learn(self.test_id, result.hw_key, samples, run):
+                self._record(f"{PROP_PREFIX}_learned", run)
                 _emit(f"gemmperf: {self.test_id}[{self.point.id}]: variance of this run added to the "
                       f"baseline's history ({store.path_for(self.test_id, result.hw_key)})")
         merge_verdicts(self.session.results.test_dir(self.test_id), self.point.id, verdicts)

@@ -174,8 +174,21 @@ def test_baseline_lifecycle_regression_warn_only_and_junit(gp, monkeypatch):
 
     assert med(after, "ch56-th256") / med(before, "ch56-th256") == pytest.approx(1.4, rel=0.05)
     assert med(after, "ch28-th256") == med(before, "ch28-th256")
-    out = gp("-k", "ch56", results="res6")
+    # the replaced ch56 run went into the variance history; ch28 was not replaced
+    hist = BaselineStore(root / "base").load(TEST_ID, records[0].hw_key).variance
+    assert set(hist["point"]) == {"ch56-th256"} and hist["seq"].nunique() == 1
+    # gate, then learn this run's between-process variance (samples unchanged)
+    out = gp("-k", "ch56", "--gemmperf-learn-variance", results="res6")
     out.assert_outcomes(passed=1, deselected=1)
+    out.stdout.fnmatch_lines(["*variance of 1 point run(s) added to the baselines' history*"])
+    rec = BaselineStore(root / "base").load(TEST_ID, records[0].hw_key)
+    assert med(rec.samples, "ch56-th256") == med(after, "ch56-th256")
+    assert sorted(set(rec.variance["run"])) == sorted(set(hist["run"]) | {"res6/ch56-th256"})
+    out = gp("-k", "ch56", results="res6b")  # the next comparison pools both earlier runs
+    out.assert_outcomes(passed=1, deselected=1)
+    v = pd.read_csv(root / "res6b" / SLUG / "verdicts.csv")
+    mm = v[(v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0]
+    assert mm["history_df"] == 2 * (4 - 1)  # two earlier runs of 2 ranks x 2 repeats
 
     # 6. replay the first run's results (no workload runs): same data as the baseline of ch28
     out = gp("--gemmperf-replay", "res1", "--gemmperf-channels", "28,99", "-rs", results="res7")

@@ -55,6 +55,15 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
    ``ci_method="bootstrap"`` replaces the interval by a hierarchical bootstrap (processes, then
    dispatches); with 4 processes it is too narrow (resampling 4 values underestimates their
    spread), so it is not the default.
+   **Variance history.** ``compare(history=...)`` takes the :func:`variance_contribution` rows
+   of earlier runs that the baseline store keeps (``gate/baseline.py``): per kernel, the
+   between-process sum of squares and df of each earlier run. They are pooled with the
+   comparison's own s^2 before the prior is fitted (a kernel with 10 earlier runs of 4
+   processes has 6 + 30 df), except where the current s^2 is an upper outlier of
+   ``F(df, df_hist)`` (p < ``HISTORY_OUTLIER_P``): a kernel whose noise grew keeps its own
+   estimate. On the real trace this is what reaches the threshold-0 targets: a cross-kernel
+   prior cannot know which kernels are quiet when their variances differ 50x, their history
+   can (``benchmarks/gate_accuracy.py``, rows "+ history of N runs").
 4. **Dispersion.** Per kernel and unit the robust CV (1.4826 MAD of log durations) is compared
    the same way (moderated t on log CV, metric ``cv_robust``) for kernels with at least
    ``dispersion_min_dispatches`` dispatches per unit. Its default threshold is 1.0 (the CV
