@@ -300,6 +300,16 @@ def test_cpu_key_strips_marketing() -> None:
     assert cpu_hardware_key("weird/name:*", 4, "aarch64") == "cpu-aarch64-weird_name-4c"
 
 
+def test_parse_nvidia_driver_version() -> None:
+    proc = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Oct 14 00:00:00 UTC 2025\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    assert hwmod.parse_nvidia_driver_version(proc) == "580.159.04"
+    open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build\n"
+    assert hwmod.parse_nvidia_driver_version(open_module) == "575.57.08"
+    assert hwmod.parse_nvidia_driver_version("garbage") is None
+    assert hwmod.parse_nvidia_driver_version(None) is None
+
+
 def test_parse_rocprofv3_version() -> None:
     text = "rocprofv3 information:\n    version: 1.0.0\n    git_revision: abc\n    rocm_version: 7.0.2\n"
     assert parse_rocprofv3_version(text) == "1.0.0"

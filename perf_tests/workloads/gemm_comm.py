@@ -16,6 +16,7 @@ Rank R writes its trace to ``$GEMMPERF_TRACE_DIR/rank<R>/gemm_comm_step<N>.json`
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import socket
 import sys
@@ -67,6 +68,10 @@ def init_distributed(torch, dist, device: str) -> tuple[int, int]:
                 raise SystemExit(f"gemm_comm: {local_world} ranks on this node but torch sees "
                                  f"{visible} GPU(s); launch at most one rank per GPU")
             torch.cuda.set_device(local_rank)
+            # binding the group to the device (torch >= 2.3) spares NCCL guessing it from the rank
+            if "device_id" in inspect.signature(dist.init_process_group).parameters:
+                dist.init_process_group(backend=backend, device_id=torch.device("cuda", local_rank))
+                return dist.get_rank(), dist.get_world_size()
         dist.init_process_group(backend=backend)
     else:  # run without torchrun: a world of one, so the script is usable on its own
         dist.init_process_group(backend=backend, init_method=f"tcp://127.0.0.1:{_free_port()}",

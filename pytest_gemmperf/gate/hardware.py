@@ -152,6 +152,19 @@ def _package_version(name: str) -> str | None:
         return None
 
 
+def parse_nvidia_driver_version(text: str | None) -> str | None:
+    """Driver version from ``/proc/driver/nvidia/version``
+    (``NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ...``)."""
+    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text or "")
+    return m.group(1) if m else None
+
+
+def gpu_driver_version() -> str | None:
+    """amdgpu's module version on ROCm machines, else the NVIDIA kernel module's."""
+    return (_read_text("/sys/module/amdgpu/version")
+            or parse_nvidia_driver_version(_read_text("/proc/driver/nvidia/version")))
+
+
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     out = _run(["git", "rev-parse", "HEAD"], cwd=cwd) if shutil.which("git") else None
     return out.strip() or None if out else None
@@ -171,7 +184,7 @@ def collect_metadata(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
         "rocm_version": rocm_version,
         "rocprofv3_version": parse_rocprofv3_version(rocprof_out) if rocprof_out else None,
         "torch_version": _package_version("torch"),
-        "driver_version": _read_text("/sys/module/amdgpu/version"),
+        "driver_version": gpu_driver_version(),
         "host": socket.gethostname(),
         "git_commit": git_commit(cwd),
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
