@@ -255,8 +255,14 @@ def _lane_codes(col: pd.Series, na: int | None = None) -> np.ndarray:
     if not missing.any():
         values = col.to_numpy(dtype=np.int64, copy=False) if col.dtype.kind in "iu" or str(col.dtype) == INT \
             else None
-        if values is not None and len(values) and values.min() == values.max():
-            return np.zeros(len(col), dtype=np.int64)
+        if values is not None and len(values):
+            lo, hi = values.min(), values.max()
+            if lo == hi:
+                return np.zeros(len(col), dtype=np.int64)
+            if hi - lo < 1 << 12:
+                # small ids (CSV queue/stream ids 1..N): an offset, no hash table; the bound
+                # keeps combined lane ids small enough for flag_queue_overlap's 16-bit sort
+                return values - lo
     elif missing.all():
         return np.full(len(col), na if na is not None else 0, dtype=np.int64)
     codes = pd.factorize(col, use_na_sentinel=True)[0].astype(np.int64)
