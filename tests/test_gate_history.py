@@ -248,6 +248,8 @@ def test_cli_learn_and_compare_use_the_history(tmp_path: Path, capsys) -> None:
     assert sorted(rec.variance["run"].unique()) == ["2026-11-21T10-00-00/ch28-th256", "2026-11-21T10-00-00/ch56-th512"]
     assert main(["baseline", "learn", "--from", str(second), "--baseline-dir", str(base_dir)]) == 0
     assert "already in the history" in capsys.readouterr().err
+    assert main(["baseline", "show", "--baseline-dir", str(base_dir), TEST]) == 0
+    assert "variance history (earlier runs per point): ch28-th256 1, ch56-th512 1" in capsys.readouterr().out
     out_dir = tmp_path / "cmp"
     main(["compare", str(base_dir), str(second), "--out", str(out_dir), "--no-report"])
     v = pd.read_csv(out_dir / "verdicts.csv")

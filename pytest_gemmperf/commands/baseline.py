@@ -138,6 +138,10 @@ def run_show(args: argparse.Namespace) -> int:
     for rec in recs:
         print(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}")
         _print_table(summarize(rec.samples))
+        if rec.variance is not None and len(rec.variance):
+            runs = rec.variance.groupby("point")["seq"].nunique()
+            print("variance history (earlier runs per point): "
+                  + ", ".join(f"{p} {int(n)}" for p, n in runs.items()))
     return 0
 
 
