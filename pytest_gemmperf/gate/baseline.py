@@ -182,7 +182,9 @@ def _samples_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(pa.BufferReader(data), read_dictionary=list(_KEY_COLUMNS))
+        # small files: no thread pool (pyarrow's pool can abort at interpreter exit,
+        # apache/arrow#34314, after all the work is done)
+        table = pq.read_table(pa.BufferReader(data), read_dictionary=list(_KEY_COLUMNS), use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise GemmperfInputError(path, f"unreadable parquet: {exc}") from None
     missing = [c for c in SAMPLE_COLUMNS if c not in table.column_names]
@@ -218,7 +220,7 @@ def _variance_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     try:
-        df = pq.read_table(pa.BufferReader(data)).to_pandas()
+        df = pq.read_table(pa.BufferReader(data), use_threads=False).to_pandas()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise GemmperfInputError(path, f"unreadable parquet: {exc}") from None
     missing = [c for c in VARIANCE_COLUMNS if c not in df.columns]
