@@ -12,6 +12,9 @@
 #   device machine:          bash scripts/device_cuda_check.sh      with carry [".whl"]
 # .whl/ (ignored by git) holds py3.12 manylinux wheels of the runtime dependencies the device
 # image lacks (msgspec, xlsxwriter); they are installed into /tmp/site only when an import fails.
+# Fetch them once (here, repo root):  echo /.whl/ >> .git/info/exclude; python3 -m pip download
+#   --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+#   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl msgspec xlsxwriter
 #
 # Environment: OUT (evidence folder, default /tmp/gemmperf-cuda-check), PYTHON (default python3),
 # REPEATS (processes per point, default 2), RUN_TIMEOUT_S (per pytest run, default 150),

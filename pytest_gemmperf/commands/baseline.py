@@ -21,24 +21,19 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         sp.add_argument("--baseline-dir", default=DEFAULT_DIR, metavar="DIR",
                         help=f"baseline store (default: {DEFAULT_DIR})")
 
-    r = bsub.add_parser("refresh", help="promote a finished results directory to baselines")
-    r.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR",
-                   help="results directory of a finished run (or .gemmperf/results: newest run)")
-    common(r)
-    r.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
-    r.add_argument("--warmup", type=int, default=None, metavar="N",
-                   help="dispatches per process and kernel to drop (default: as the run recorded)")
-    r.set_defaults(func=run_refresh)
+    def from_results(name: str, help_text: str, func) -> None:
+        sp = bsub.add_parser(name, help=help_text)
+        sp.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR",
+                        help="results directory of a finished run (or .gemmperf/results: newest run)")
+        common(sp)
+        sp.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
+        sp.add_argument("--warmup", type=int, default=None, metavar="N",
+                        help="dispatches per process and kernel to drop (default: as the run recorded)")
+        sp.set_defaults(func=func)
 
-    lr = bsub.add_parser("learn", help="add a finished run's between-process variance to the baselines' "
-                                       "history (samples unchanged)")
-    lr.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR",
-                    help="results directory of a finished run (or .gemmperf/results: newest run)")
-    common(lr)
-    lr.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
-    lr.add_argument("--warmup", type=int, default=None, metavar="N",
-                    help="dispatches per process and kernel to drop (default: as the run recorded)")
-    lr.set_defaults(func=run_learn)
+    from_results("refresh", "promote a finished results directory to baselines", run_refresh)
+    from_results("learn", "add a finished run's between-process variance to the baselines' history "
+                          "(samples unchanged)", run_learn)
 
     s = bsub.add_parser("show", help="list baselines, or the summary of one test")
     common(s)
