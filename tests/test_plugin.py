@@ -289,3 +289,11 @@ def test_xdist_workers_share_one_results_dir_and_one_baseline_record(gp, monkeyp
     records = BaselineStore(gp.path / "base").load_all()
     assert len(records) == 1
     assert set(records[0].samples["point"].astype(str)) == {"ch28-th256", "ch56-th256"}
+    # the next run gates and learns on both workers at once: both points reach the history
+    out = gp("-n", "2", "--gemmperf-backend", "torch", "--gemmperf-learn-variance", results="resy",
+             inprocess=False)
+    out.assert_outcomes(passed=2)
+    out.stdout.fnmatch_lines(["*variance of 2 point run(s) added to the baselines' history*"])
+    (rec,) = BaselineStore(gp.path / "base").load_all()
+    assert sorted(set(rec.variance["run"])) == ["resy/ch28-th256", "resy/ch56-th256"]
+    assert rec.samples.equals(records[0].samples)
