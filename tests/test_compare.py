@@ -298,6 +298,29 @@ def test_cli_reads_a_baselines_store(tmp_path):
     assert set(v["test"]) == {"perf/test_a.py::test_gemm"}
 
 
+def test_cli_store_with_two_hardware_keys_needs_one(tmp_path, capsys):
+    baseline = pytest.importorskip("pytest_gemmperf.gate.baseline")
+    store = baseline.BaselineStore(tmp_path / "baselines")
+    test = "perf/test_a.py::test_gemm"
+    store.save(baseline.BaselineRecord(test_id=test, hw_key="gfx950-MI350X-x8", samples=make_side("b", 1)))
+    # the MI300X baseline is 30 % slower: pooled with the MI350X one it would be no baseline at all
+    slow = make_side("b", 3)
+    store.save(baseline.BaselineRecord(test_id=test, hw_key="gfx942-MI300X-x8",
+                                       samples=slow.assign(value=slow["value"] * 1.3)))
+    make_side("c", 2).to_parquet(tmp_path / "cand.parquet")
+    args = ["compare", str(tmp_path / "baselines"), str(tmp_path / "cand.parquet"), "--out", str(tmp_path / "o"),
+            "--no-report"]
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err
+    assert "2 hardware keys (gfx942-MI300X-x8, gfx950-MI350X-x8)" in err and "--hw" in err
+    assert cli_main(args + ["--hw", "gfx950-MI350X-x8"]) == 0
+    assert cli_main(args + ["--hw", "gfx942-MI300X-x8"]) == 0  # faster than that baseline: no regression
+    v = pd.read_csv(tmp_path / "o" / "verdicts.csv")
+    assert (v[(v["metric"] == "dur_ns") & (v["kernel"] != "*")]["verdict"] != "regression").all()
+    assert cli_main(args + ["--hw", "sm_90-H200-x1"]) == 2
+    assert "no baseline for hardware key 'sm_90-H200-x1'" in capsys.readouterr().err
+
+
 def test_cli_on_a_real_trace_against_itself(tmp_path):
     pytest.importorskip("pytest_gemmperf.traces.discover")
     f = shared_file("rocprofv3/AMD-AGI_TraceLens/908_results.TRIMMED_DERIVED.json")

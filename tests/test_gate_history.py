@@ -255,3 +255,10 @@ def test_cli_learn_and_compare_use_the_history(tmp_path: Path, capsys) -> None:
     v = pd.read_csv(out_dir / "verdicts.csv")
     rows = v[(v["test"] == TEST) & (v["metric"] == "dur_ns") & (v["kernel"] != "*")]
     assert len(rows) and (rows["history_df"] > 0).all()
+    # a second hardware key in the store: the candidate results' own key (run.json) is chosen
+    other = store.load(TEST, HW).samples
+    store.save(BaselineRecord(TEST, "gfx942-AMD_Instinct_MI300X-x8", other.assign(value=other["value"] * 3)))
+    assert main(["compare", str(base_dir), str(second), "--out", str(out_dir), "--no-report"]) in (0, 1)
+    v2 = pd.read_csv(out_dir / "verdicts.csv")
+    rows2 = v2[(v2["test"] == TEST) & (v2["metric"] == "dur_ns") & (v2["kernel"] != "*")]
+    assert np.allclose(rows2["base_median_ns"], rows["base_median_ns"])  # not the 3x slower record

@@ -10,6 +10,7 @@ when any verdict is ``regression``, 2 on bad input, else 0.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -48,6 +49,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a regression must also grow the median by more than NS (default 0)")
     p.add_argument("--benchmark-json", metavar="FILE",
                    help="also write pytest-benchmark JSON: FILE for the candidate, FILE-base.json for BASE")
+    p.add_argument("--hw", metavar="KEY",
+                   help="with a baselines directory as BASE: use its records of this hardware key "
+                        "(default: the candidate results' hardware key when the store holds several)")
     p.add_argument("--max-rows", type=int, default=20, help="rows of the printed table (default 20)")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="write verdicts.csv only (no report.html / report.xlsx / summary.md)")
@@ -87,8 +91,32 @@ def _read_samples_file(p: Path) -> pd.DataFrame:
     return df[list(SAMPLE_COLUMNS)]
 
 
-def _baseline_records(p: Path) -> list | None:
-    """Records when ``p`` is a baselines root, hardware dir or record dir; else None."""
+def _baseline_records(p: Path, hw: str | None = None, recs: list | None = None) -> list | None:
+    """Records when ``p`` is a baselines root, hardware dir or record dir; else None.
+
+    ``hw`` keeps the records of that hardware key. Without it, a test recorded for several
+    hardware keys is an error: pooling an MI300X and an MI350X baseline is no baseline.
+    ``recs``: the records of ``p`` when already loaded."""
+    recs = _all_baseline_records(p) if recs is None else recs
+    if recs is None:
+        return None
+    if hw is not None:
+        keep = [r for r in recs if r.hw_key == hw]
+        if recs and not keep:
+            found = ", ".join(sorted({r.hw_key for r in recs}))
+            raise GemmperfInputError(p, f"no baseline for hardware key {hw!r} (found: {found}); choose with --hw")
+        return keep
+    keys: dict[str, set[str]] = {}
+    for r in recs:
+        keys.setdefault(str(r.test_id), set()).add(r.hw_key)
+    for test, ks in sorted(keys.items()):
+        if len(ks) > 1:
+            raise GemmperfInputError(p, f"holds {test!r} for {len(ks)} hardware keys ({', '.join(sorted(ks))}): "
+                                        "choose one with --hw")
+    return recs
+
+
+def _all_baseline_records(p: Path) -> list | None:
     if not p.is_dir():
         return None
     if (p / "meta.json").is_file():
@@ -110,11 +138,11 @@ def _baseline_records(p: Path) -> list | None:
             if store.path_for(r.test_id, r.hw_key).resolve() == p.resolve()]
 
 
-def load_history(path: str) -> dict[str, pd.DataFrame]:
+def load_history(path: str, hw: str | None = None, records: list | None = None) -> dict[str, pd.DataFrame]:
     """``{test_id: variance history}`` when ``path`` is a baselines directory (the history the
     gate pools with each kernel's variance), else empty."""
     p = Path(path)
-    recs = _baseline_records(p) if p.is_dir() else None
+    recs = _baseline_records(p, hw, records) if p.is_dir() else None
     out: dict[str, list[pd.DataFrame]] = {}
     for r in recs or []:
         h = r.history_for()
@@ -123,7 +151,28 @@ def load_history(path: str) -> dict[str, pd.DataFrame]:
     return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
 
 
-def load_side(path: str, warmup: int | None = 0, traces: dict | None = None) -> dict[str, pd.DataFrame]:
+def results_hw_key(paths: list[str]) -> str | None:
+    """The hardware key the candidate results directories recorded (run.json), when they agree."""
+    keys = set()
+    for path in paths:
+        p = Path(path)
+        if not _is_results_dir(p):
+            return None
+        try:
+            from pytest_gemmperf.gate.baseline import resolve_results_dir
+
+            doc = json.loads((resolve_results_dir(p) / "run.json").read_text())
+        except (OSError, ValueError, GemmperfInputError):
+            return None
+        key = doc.get("hardware_key") if isinstance(doc, dict) else None
+        if not key:
+            return None
+        keys.add(str(key))
+    return keys.pop() if len(keys) == 1 else None
+
+
+def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
+              hw: str | None = None, records: list | None = None) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of one input ('' when the input carries no test id).
 
     Samples come from :func:`~pytest_gemmperf.gate.samples.gate_samples`, as in pytest and
@@ -136,7 +185,7 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None) -> 
         raise GemmperfInputError(p, "no such file or directory")
     if p.is_file() and (p.suffix == ".parquet" or (p.suffix == ".csv" and _is_samples_csv(p))):
         return {"": _read_samples_file(p)}
-    recs = _baseline_records(p)
+    recs = _baseline_records(p, hw, records)
     if recs is not None:
         if not recs:
             raise GemmperfInputError(p, "baselines directory holds no readable record")
@@ -160,6 +209,13 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None) -> 
     for note in samples.attrs.get("notes", []):
         print(f"note: {p}: {note}", file=sys.stderr)
     return {"": samples}
+
+
+def _several_hw_keys(recs: list) -> bool:
+    keys: dict[str, set[str]] = {}
+    for r in recs:
+        keys.setdefault(str(r.test_id), set()).add(r.hw_key)
+    return any(len(k) > 1 for k in keys.values())
 
 
 def _is_results_dir(p: Path) -> bool:
@@ -212,8 +268,14 @@ def _run(args: argparse.Namespace) -> int:
                      per_kernel=[(rx, parse_threshold(t)) for rx, t in args.kernel_threshold])
     traces: dict = {}
     keep = traces if getattr(args, "report", True) else None  # tables only for the reports
-    base = load_side(args.base, args.warmup, keep)
-    history = load_history(args.base)
+    # a store with several hardware keys: the one asked for, else the candidates' own
+    base_path = Path(args.base)
+    base_recs = _all_baseline_records(base_path) if base_path.is_dir() else None
+    hw = getattr(args, "hw", None)
+    if hw is None and base_recs and _several_hw_keys(base_recs):
+        hw = results_hw_key(args.cands)
+    base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs)
+    history = load_history(args.base, hw, records=base_recs)
     frames = []
     cand_samples = []
     for label, cpath in zip(labels, args.cands):
