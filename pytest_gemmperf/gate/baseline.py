@@ -234,6 +234,15 @@ def _variance_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
     return df
 
 
+def _parse_blobs(blobs: dict[str, bytes], d: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The samples and the variance history (None when the record has none) of a record's
+    checksummed files, as :meth:`BaselineStore._read_consistent` returns them."""
+    samples = _samples_from_parquet(blobs[SAMPLES_FILE], d / SAMPLES_FILE)
+    variance = (_variance_from_parquet(blobs[VARIANCE_FILE], d / VARIANCE_FILE)
+                if VARIANCE_FILE in blobs else None)
+    return samples, variance
+
+
 def _empty_variance() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
         VARIANCE_COLUMNS, (object, "int64", object, object, object, "float64", "float64"))})
@@ -515,9 +524,7 @@ class BaselineStore:
             return None
         meta, blobs = got
         _check_summary(blobs[SUMMARY_FILE], d / SUMMARY_FILE, meta)
-        samples = _samples_from_parquet(blobs[SAMPLES_FILE], d / SAMPLES_FILE)
-        variance = (_variance_from_parquet(blobs[VARIANCE_FILE], d / VARIANCE_FILE)
-                    if VARIANCE_FILE in blobs else None)
+        samples, variance = _parse_blobs(blobs, d)
         return BaselineRecord(test_id=meta["test_id"], hw_key=meta["hw_key"], samples=samples,
                               meta=meta.get("metadata") or {}, schema_version=meta["schema_version"],
                               created=meta.get("created"), updated=meta.get("updated"),
@@ -626,9 +633,7 @@ class BaselineStore:
             if got is None:
                 return False
             meta, blobs = got
-            stored = _samples_from_parquet(blobs[SAMPLES_FILE], d / SAMPLES_FILE)
-            history = (_variance_from_parquet(blobs[VARIANCE_FILE], d / VARIANCE_FILE)
-                       if VARIANCE_FILE in blobs else None)
+            stored, history = _parse_blobs(blobs, d)
             if history is not None and (history["run"].astype(str) == str(run)).any():
                 return False
             points = set(stored["point"].astype(str)) & set(samples["point"].astype(str))
@@ -653,9 +658,7 @@ class BaselineStore:
             if got is None:
                 return None
             meta, blobs = got
-            variance = (_variance_from_parquet(blobs[VARIANCE_FILE], d / VARIANCE_FILE)
-                        if VARIANCE_FILE in blobs else None)
-            old_samples = _samples_from_parquet(blobs[SAMPLES_FILE], d / SAMPLES_FILE)
+            old_samples, variance = _parse_blobs(blobs, d)
         except (_Mismatch, GemmperfInputError):
             return None  # a damaged record is being repaired: nothing trustworthy to keep
         changed = _changed_points(old_samples, samples)
