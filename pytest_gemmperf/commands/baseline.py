@@ -96,13 +96,14 @@ def run_refresh(args: argparse.Namespace) -> int:
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.gate.baseline import records_from_results, resolve_results_dir
+    from pytest_gemmperf.gate.baseline import META_FILE, records_from_results, resolve_results_dir
 
     store = _store(args)
     root = resolve_results_dir(args.results)
     learned = 0
     for rec in records_from_results(root, args.test_filter, warmup=args.warmup, report=_say):
-        if store.load(rec.test_id, rec.hw_key) is None:
+        # existence only: learn() reads and checks the record under its lock
+        if not (store.path_for(rec.test_id, rec.hw_key) / META_FILE).is_file():
             _say(f"no baseline for {rec.hw_key} {rec.test_id}: nothing to learn into (refresh first)")
             continue
         done = [p for p in sorted(set(rec.samples["point"].astype(str)))

@@ -106,10 +106,7 @@ def _baseline_records(p: Path, hw: str | None = None, recs: list | None = None) 
             found = ", ".join(sorted({r.hw_key for r in recs}))
             raise GemmperfInputError(p, f"no baseline for hardware key {hw!r} (found: {found}); choose with --hw")
         return keep
-    keys: dict[str, set[str]] = {}
-    for r in recs:
-        keys.setdefault(str(r.test_id), set()).add(r.hw_key)
-    for test, ks in sorted(keys.items()):
+    for test, ks in sorted(_hw_keys_by_test(recs).items()):
         if len(ks) > 1:
             raise GemmperfInputError(p, f"holds {test!r} for {len(ks)} hardware keys ({', '.join(sorted(ks))}): "
                                         "choose one with --hw")
@@ -211,11 +208,11 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     return {"": samples}
 
 
-def _several_hw_keys(recs: list) -> bool:
+def _hw_keys_by_test(recs: list) -> dict[str, set[str]]:
     keys: dict[str, set[str]] = {}
     for r in recs:
         keys.setdefault(str(r.test_id), set()).add(r.hw_key)
-    return any(len(k) > 1 for k in keys.values())
+    return keys
 
 
 def _is_results_dir(p: Path) -> bool:
@@ -272,7 +269,7 @@ def _run(args: argparse.Namespace) -> int:
     base_path = Path(args.base)
     base_recs = _all_baseline_records(base_path) if base_path.is_dir() else None
     hw = getattr(args, "hw", None)
-    if hw is None and base_recs and _several_hw_keys(base_recs):
+    if hw is None and base_recs and any(len(k) > 1 for k in _hw_keys_by_test(base_recs).values()):
         hw = results_hw_key(args.cands)
     base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs)
     history = load_history(args.base, hw, records=base_recs)
