@@ -32,20 +32,13 @@ SHARED = "perf_tests/test_shared.py::test_same_record"
 WORKER = textwrap.dedent('''
     import hashlib, json, sys, time
     from pathlib import Path
-    import numpy as np, pandas as pd
     from pytest_gemmperf.gate.baseline import (BaselineRecord, BaselineStore, _samples_to_parquet,
                                                refresh_from_results)
     args = json.loads(sys.argv[1])
     wid, store = args["wid"], BaselineStore(args["root"])
     allowed = set(args["allowed"])
-
-    def samples(w, r):
-        rng = np.random.default_rng(1000 * w + r)
-        n = 400
-        return pd.DataFrame({"point": rng.choice(["ch28-th256", "ch56-th512"], n),
-                             "kernel": rng.choice(["Cijk_gemm", "ncclDevKernel_Generic"], n),
-                             "metric": "dur_ns", "unit": rng.choice(["a/1/0/0", "a/2/1/0"], n),
-                             "value": rng.normal(1e5, 1e3, n).round()})
+    sys.path.insert(0, args["tests"])
+    from test_baseline_concurrency import writer_samples as samples  # the parent's inputs
 
     def digest(rec):
         return hashlib.sha256(_samples_to_parquet(rec.samples)).hexdigest()
@@ -111,6 +104,7 @@ def test_parallel_writers_never_mix_records(tmp_path: Path) -> None:
     procs = []
     for w in range(N_PROCS):
         args = {"wid": w, "root": str(root), "go": str(go), "rounds": ROUNDS, "shared": SHARED, "hw": HW,
+                "tests": str(Path(__file__).resolve().parent),
                 "results": results.get(w),
                 "allowed": sorted(allowed)}
         procs.append(subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], cwd=REPO,

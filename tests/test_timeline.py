@@ -14,29 +14,7 @@ from pytest_gemmperf.analysis.timeline import (
 )
 from pytest_gemmperf.traces.schema import finalize_dispatches
 
-HORIZON = 80
-SEEDS = [0, 1, 2, 3, 7, 11]
-
-
-def random_intervals(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Random intervals, some touching, nested or zero-length."""
-    s = rng.integers(0, HORIZON - 30, n)
-    e = s + rng.choice([0, 0, 1, 2, 3, 5, 10, 25], n)
-    k = n // 4
-    i = rng.integers(0, n, k)
-    j = rng.integers(0, n, k)
-    s = np.concatenate([s, e[i], s[j] + 1])
-    e = np.concatenate([e, e[i] + rng.integers(0, 6, k), np.maximum(e[j] - 1, s[j] + 1)])
-    return s.astype(np.int64), e.astype(np.int64)
-
-
-def cells(s, e) -> np.ndarray:
-    """Brute force: unit cells [t, t+1) covered by any interval."""
-    out = np.zeros(HORIZON + 40, dtype=bool)
-    for a, b in zip(s, e):
-        out[a:b] = True
-    return out
-
+from test_overlap import SEEDS, cells, random_intervals  # the same brute-force fixtures
 
 NAMES = ["Cijk_Alik_Bljk_MT64", "ncclDevKernel_Generic_1", "__amd_rocclr_copyBuffer",
          "__amd_rocclr_fillBufferAligned", "cross_device_reduce_1stage", "RCCL_AllReduce",
