@@ -60,7 +60,7 @@ see every dispatch.
 * Google Benchmark ``compare.py``: Mann-Whitney two-sided p < 0.05 on the pooled dispatches,
   no correction, counted when the candidate median is slower.
 
-Run: ``python benchmarks/gate_accuracy.py [--reps-aa 300 --reps-det 50] [--quick]`` (about 5 min
+Run: ``python benchmarks/gate_accuracy.py [--reps-aa 300 --reps-det 50] [--quick]`` (about 8 min
 on 2 cores; 0 false alarms in 300 A/A tests bound the rate by 1 % at 95 % confidence, 1 of
 300 by 1.6 %).
 """
