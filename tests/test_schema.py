@@ -96,3 +96,53 @@ def test_short_names(name, short):
 ])
 def test_default_categories(name, category):
     assert category_of(name) == category
+
+
+# ----------------------------------------------------------------- category rules: linear time
+
+#: the rules as written before they were made linear (issue 10): the rewrite must agree
+_OLD_GEMM = (r"^Cijk_|gemm|matmul|hipblaslt|tensile|nvjet|xmma|cutlass|wmma|mfma|sgemm|hgemm|"
+             r"igemm|ampere_.*_(s|h)\d+|sm\d+_xmma|ck_.*gemm|splitk|addmm|bmm|"
+             r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm)$")
+
+
+def _old_category(name):
+    import re
+
+    from pytest_gemmperf.analysis.categories import DEFAULT_RULES
+    rules = [(c, _OLD_GEMM if c == "gemm" else rx) for c, rx in DEFAULT_RULES]
+    return next((c for c, rx in rules if re.search(rx, name, re.IGNORECASE)), "other")
+
+
+def test_rewritten_rules_agree_with_the_original_patterns():
+    import random
+    rng = random.Random(7)
+    atoms = ["ampere_", "_s1", "_H22", "_x", "ck_", "gemm", "sm80", "_xmma", "norm", "al", "\n",
+             "Cijk_", "aten::mm", "reduce", "MEMORY_COPY", "copyBuffer", "x", "_", "1"]
+    names = ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 8))) for _ in range(5000)]
+    names += ["ampere_sgemm_128x64_nn", "ampere_h1688_x_s1", "ampere_\n_s1", "sm80_xmma_gemm",
+              "ck_foo_GEMM", "void ck::kernel<x>", "AMPERE_foo_S12"]
+    assert [category_of(n) for n in names] == [_old_category(n) for n in names]
+
+
+@pytest.mark.parametrize("unit", ["ck_", "ampere_", "x", "aX_", "ampere_\n", "(s", "sm1", "all_",
+                                  "norm", "Cijk_", "_su", "ampere_ampere__"])
+def test_one_megabyte_kernel_name_is_categorised_in_linear_time(unit):
+    """Issue 10: "ck_.*gemm" and "ampere_.*_(s|h)\\d+" backtracked quadratically (a 98 KB name
+    took 11 s). 1 MB of any repeated unit must take well under a second."""
+    import time
+    name = unit * (1_000_000 // len(unit))
+    t0 = time.perf_counter()
+    category_of(name)
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_user_rules_keep_regex_semantics():
+    from pytest_gemmperf.analysis.categories import compile_rules, split_alternatives
+    assert split_alternatives(r"a|b(c|d)|[|]|\||[]|]x|e") == ["a", "b(c|d)", "[|]", r"\|", "[]|]x", "e"]
+    rules = compile_rules(extra=[("mine", r"Foo\d|BAR|[A-Z]{3}_only")])
+    assert category_of("xfoo7", rules) == "mine"
+    assert category_of("xbar", rules) == "mine"
+    assert category_of("abc_only", rules) == "mine"
+    assert category_of("foo", rules) == "other"
+    assert category_of("Cijk_x", rules) == "gemm"

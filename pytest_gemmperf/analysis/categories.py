@@ -2,6 +2,15 @@
 
 Users override or extend the rules (``--gemmperf-categories FILE`` / ini ``gemmperf_categories``
 with a YAML mapping ``category: [regex, ...]``, tried before the defaults).
+
+Cost contract: categorising one name is linear in its length for the default rules (a 1 MB
+kernel name takes milliseconds; ``tests/test_schema.py`` holds this). Method: each rule's
+top-level alternatives are split apart; alternatives that are plain text become substring
+tests on the lower-cased name (``str.__contains__``, no regex engine), the others are compiled
+once. The default rules contain no pattern that can backtrack: every unbounded repeat either
+sits in an atomic group or is followed by a literal the engine scans for at most once per line
+(see ``ampere_`` below). User rules are Python regexes and keep whatever cost their author
+wrote (only their plain-text alternatives get the substring fast path).
 """
 
 from __future__ import annotations
@@ -14,12 +23,19 @@ import pandas as pd
 CATEGORIES = ("gemm", "collective", "attention", "normalization", "reduction", "elementwise",
               "memory", "other")
 
-#: (category, regex) in priority order. Collectives first: an RCCL kernel name can contain
-#: "reduce", which would otherwise make it a reduction.
+#: (category, regex) in priority order, matched case-insensitively with ``re.search``.
+#: Collectives first: an RCCL kernel name can contain "reduce", which would otherwise make it a
+#: reduction.
 DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     ("collective", r"nccl|rccl|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|alltoall"),
+    # "ck_.*gemm" and "sm\d+_xmma" used to be listed too: every name they match contains
+    # "gemm" / "xmma", and the ".*" made them quadratic on names with many "ck_".
     ("gemm", r"^Cijk_|gemm|matmul|hipblaslt|tensile|nvjet|xmma|cutlass|wmma|mfma|sgemm|hgemm|"
-             r"igemm|ampere_.*_(s|h)\d+|sm\d+_xmma|ck_.*gemm|splitk|addmm|bmm|"
+             r"igemm|splitk|addmm|bmm|"
+             # "ampere_.*_(s|h)\d+" without the backtracking: per line, the first "ampere_" is
+             # found once (atomic group), then one backward scan for "_s<digit>"/"_h<digit>".
+             # The first "ampere_" of a line leaves the longest tail, so this is equivalent.
+             r"(?m:^)(?>.*?ampere_).*_[sh]\d|"
              # CPU runs of the PyTorch profiler gate the aten ops themselves
              r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm)$"),
     ("attention", r"attn|attention|flash|fmha|sdpa|softmax"),
@@ -34,17 +50,86 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     ("memory", r"copy_kernel|copyBuffer|fillBuffer|transpose"),
 )
 
+_META = set(".^$*+?{}[]\\|()")
+
+
+def split_alternatives(rx: str) -> list[str]:
+    """Top-level ``|`` alternatives of a regex (not inside groups, classes or escapes)."""
+    out, start, depth, i, in_class = [], 0, 0, 0, False
+    while i < len(rx):
+        ch = rx[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if rx[i + 1: i + 2] == "^":
+                i += 1
+            if rx[i + 1: i + 2] == "]":  # "[]...]" / "[^]...]": a literal ']' first
+                i += 1
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            out.append(rx[start:i])
+            start = i + 1
+        i += 1
+    out.append(rx[start:])
+    return out
+
+
+class Rule:
+    """One category rule, compiled: substring tests plus (at most) one regex for the rest.
+
+    ``matches(name, lower)`` takes the name and its ``str.lower()`` (computed once per name).
+    Semantics equal ``re.search(rx, name, re.IGNORECASE)``.
+    """
+
+    __slots__ = ("category", "pattern", "literals", "folded", "regex")
+
+    def __init__(self, category: str, pattern: str) -> None:
+        self.category = category
+        self.pattern = pattern
+        re.compile(pattern)  # a bad pattern fails here, with re's own message
+        literals, folded, rest = [], [], []
+        for alt in split_alternatives(pattern):
+            if alt and not (_META & set(alt)):
+                literals.append(alt.lower())
+            elif alt == alt.lower():
+                # no upper-case letters, so no \D/\S/\W/\B/\A/\Z or [A-Z] whose meaning
+                # lower-casing the name would change: match the lowered name case-sensitively
+                # (IGNORECASE disables the engine's literal-prefix scan)
+                folded.append(alt)
+            else:
+                rest.append(alt)
+        self.literals = tuple(literals)
+        self.folded = re.compile("|".join(folded)) if folded else None
+        self.regex = re.compile("|".join(rest), re.IGNORECASE) if rest else None
+
+    def matches(self, name: str, lower: str) -> bool:
+        for lit in self.literals:
+            if lit in lower:
+                return True
+        if self.folded is not None and self.folded.search(lower):
+            return True
+        return self.regex is not None and self.regex.search(name) is not None
+
 
 def compile_rules(rules: Sequence[tuple[str, str]] | None = None,
-                  extra: Iterable[tuple[str, str]] = ()) -> list[tuple[str, re.Pattern]]:
+                  extra: Iterable[tuple[str, str]] = ()) -> list[Rule]:
     ordered = list(extra) + list(rules if rules is not None else DEFAULT_RULES)
-    return [(cat, re.compile(rx, re.IGNORECASE)) for cat, rx in ordered]
+    return [Rule(cat, rx) for cat, rx in ordered]
 
 
-def category_of(name: str, compiled: list[tuple[str, re.Pattern]] | None = None) -> str:
-    for cat, rx in compiled if compiled is not None else _DEFAULT_COMPILED:
-        if rx.search(name):
-            return cat
+def category_of(name: str, compiled: list[Rule] | None = None) -> str:
+    """First matching rule's category, else ``"other"``."""
+    lower = name.lower()
+    for rule in compiled if compiled is not None else _DEFAULT_COMPILED:
+        if rule.matches(name, lower):
+            return rule.category
     return "other"
 
 
