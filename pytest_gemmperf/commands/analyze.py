@@ -77,9 +77,10 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        kernels.to_csv(out / "kernels.csv", index=False)
-        (out / "summary.json").write_text(
-            json.dumps(clean(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        from pytest_gemmperf.safe_io import write_csv, write_text
+
+        write_csv(kernels, out / "kernels.csv")  # formulas neutralised, no link followed
+        write_text(out / "summary.json", json.dumps(clean(summary), indent=2, allow_nan=False) + "\n")
     except OSError as exc:
         raise GemmperfInputError(out, f"cannot write output: {exc.strerror or exc}") from None
     print(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "

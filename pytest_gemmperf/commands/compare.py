@@ -10,7 +10,6 @@ when any verdict is ``regression``, 2 on bad input, else 0.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -114,9 +113,9 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cols = list(CSV_COLUMNS) + [c for c in verdicts.columns if c not in CSV_COLUMNS]
-    tmp = out / "verdicts.csv.tmp"
-    verdicts[cols].to_csv(tmp, index=False)
-    os.replace(tmp, out / "verdicts.csv")
+    from pytest_gemmperf.safe_io import write_csv
+
+    write_csv(verdicts[cols], out / "verdicts.csv")  # formulas neutralised, no link followed
     if args.benchmark_json:
         _export(args.benchmark_json, base, cand_samples)
     if getattr(args, "report", True):

@@ -83,7 +83,9 @@ def kernels_from_csv(path: Path, top_k: int) -> list[str]:
     if "time_diff_us" in df.columns:
         df = df.assign(_d=pd.to_numeric(df["time_diff_us"], errors="coerce"))
         df = df.sort_values("_d", ascending=False, kind="stable", na_position="last")
-    names = [n for n in df["kernel_name"].astype(str) if n.strip() and n != "*"]
+    from pytest_gemmperf.safe_io import unneutralise_cell  # our CSVs prefix formula-like names
+
+    names = [unneutralise_cell(n) for n in df["kernel_name"].astype(str) if n.strip() and n != "*"]
     return list(dict.fromkeys(names))[:top_k]
 
 
@@ -171,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
         raise GemmperfInputError(None, str(exc)) from None
     try:
         write_job_file(job, out)
-        kernel_list_path(out).write_text("".join(n + "\n" for n in names), encoding="utf-8")
+        from pytest_gemmperf.safe_io import write_text  # temp file + rename: never through a link
+
+        write_text(kernel_list_path(out), "".join(n + "\n" for n in names))
     except OSError as exc:
         raise GemmperfInputError(out, f"cannot write: {exc.strerror or exc}") from None
     if note:

@@ -136,7 +136,8 @@ def write_pytest_benchmark_json(path: str | os.PathLike, data: pd.DataFrame, **k
     p = Path(path)
     doc = to_pytest_benchmark_json(data, **kwargs)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=True), encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+    from pytest_gemmperf.safe_io import write_text
+
+    # private temp file + rename: a link planted at the path (or at a fixed temp name) is
+    # never written through
+    return write_text(p, json.dumps(doc, indent=2, ensure_ascii=True))

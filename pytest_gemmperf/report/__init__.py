@@ -16,6 +16,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
+from pytest_gemmperf.safe_io import unneutralise_frame
 
 #: every output; ``formats`` picks among these groups
 FORMATS = ("html", "xlsx", "csv", "json", "md")
@@ -141,9 +142,10 @@ def read_verdict_files(root: Path) -> pd.DataFrame | None:
     frames = []
     for p in sorted(root.glob("*/verdicts.csv")):
         try:
-            frames.append(pd.read_csv(p, keep_default_na=True,
-                                      dtype={"test": str, "point": str, "kernel": str, "metric": str,
-                                             "verdict": str, "note": str}))
+            # our own CSV: undo the formula neutralisation so kernel names read as recorded
+            frames.append(unneutralise_frame(pd.read_csv(
+                p, keep_default_na=True, dtype={"test": str, "point": str, "kernel": str,
+                                                "metric": str, "verdict": str, "note": str})))
         except (OSError, ValueError, pd.errors.ParserError) as exc:
             raise GemmperfInputError(p, f"unreadable verdicts: {exc}") from None
     if not frames:

@@ -4,7 +4,8 @@ Every sheet has a one-line description in row 1, the header in row 2 (frozen, wi
 autofilter) and units in the headers; the numbers are stored in the unit the header names
 (``*_ns`` columns are converted to µs). Text is always written with ``write_string`` and the
 workbook has ``strings_to_formulas`` off, so a kernel name starting with ``=``, ``+``, ``-`` or
-``@`` stays text. Long tables are capped at ``max_rows`` rows and say so in row 1.
+``@`` stays text (the CSV writers prefix such cells with ``'`` instead, see ``safe_io``: a CSV
+has no cell types). Long tables are capped at ``max_rows`` rows and say so in row 1.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import xlsxwriter
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_sheet
 from pytest_gemmperf.report.data import ReportData, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
+from pytest_gemmperf.safe_io import atomic_open
 
 DEFAULT_MAX_ROWS = 50_000
 #: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
@@ -66,8 +68,8 @@ def _column(name: str, series: pd.Series) -> _Col:
 
 
 class _Book:
-    def __init__(self, path: Path, max_rows: int) -> None:
-        self.wb = xlsxwriter.Workbook(str(path), {
+    def __init__(self, target: Any, max_rows: int) -> None:
+        self.wb = xlsxwriter.Workbook(target, {
             "strings_to_formulas": False, "strings_to_urls": False, "strings_to_numbers": False,
             "nan_inf_to_errors": False})
         self.max_rows = max(1, min(int(max_rows), _EXCEL_ROW_LIMIT))
@@ -399,7 +401,15 @@ def _collective_sheets(book: _Book, data: ReportData) -> None:
 
 
 def write_excel(data: ReportData, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> Path:
-    book = _Book(path, max_rows)
+    # xlsxwriter writes the zip into our private temp file (safe_io): a link planted at
+    # ``path`` is replaced, never followed, and a failed write leaves the old file in place
+    with atomic_open(path, "wb") as fh:
+        book = _Book(fh, max_rows)
+        _fill(book, data)
+    return path
+
+
+def _fill(book: "_Book", data: ReportData) -> None:
     try:
         _summary_sheet(book, data)
         _verdicts_sheet(book, data)
@@ -434,7 +444,6 @@ def write_excel(data: ReportData, path: Path, *, max_rows: int = DEFAULT_MAX_ROW
         _environment_sheet(book, data)
     finally:
         book.close()
-    return path
 
 
 __all__ = ["DEFAULT_MAX_ROWS", "write_excel"]

@@ -220,8 +220,9 @@ def render_html(data: ReportData) -> str:
 
 
 def write_html(data: ReportData, path: Path) -> Path:
-    path.write_text(render_html(data), encoding="utf-8")
-    return path
+    from pytest_gemmperf.safe_io import write_text
+
+    return write_text(path, render_html(data))
 
 
 __all__ = ["render_html", "write_html"]

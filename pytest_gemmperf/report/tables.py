@@ -23,6 +23,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TIMESTAMP_COLUMNS
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
 from pytest_gemmperf.report.data import ReportData, verdict_counts
+from pytest_gemmperf.safe_io import write_csv, write_text
 
 VARIANCE_CSV = "top5_gemm_kernels_time_variance.csv"
 #: robust columns appended after aorta's (aorta ignores extra columns)
@@ -75,9 +76,8 @@ def write_csvs(data: ReportData, out_dir: Path, skip: set[str] = frozenset()) ->
     def put(name: str, df: pd.DataFrame) -> None:
         if name in skip:
             return
-        path = out_dir / name
-        df.to_csv(path, index=False)
-        written[name] = path
+        # formula cells neutralised; written via a private temp file + rename (safe_io)
+        written[name] = write_csv(df, out_dir / name)
 
     put("kernels.csv", public(data.kernels, data))
     if data.verdicts is not None:
@@ -140,9 +140,7 @@ def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict
 
 
 def write_summary_json(data: ReportData, path: Path, files: dict[str, Path] | None = None) -> Path:
-    path.write_text(json.dumps(summary_dict(data, files), indent=2, allow_nan=False) + "\n",
-                    encoding="utf-8")
-    return path
+    return write_text(path, json.dumps(summary_dict(data, files), indent=2, allow_nan=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,8 +223,7 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
 
 
 def write_summary_md(data: ReportData, path: Path) -> Path:
-    path.write_text(summary_markdown(data), encoding="utf-8")
-    return path
+    return write_text(path, summary_markdown(data))
 
 
 __all__ = ["VARIANCE_CSV", "clean", "md_code", "md_text", "public", "summary_dict",

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
+
+from pytest_gemmperf import safe_io
 
 RUN_JSON = "run.json"
 POINT_JSON = "point.json"
@@ -61,15 +61,9 @@ def timestamped_dir(base: Path, now: _dt.datetime | None = None) -> Path:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write through a private temp file + fsync + rename (``safe_io``: never through a link)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_io.write_text(path, text)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -139,9 +133,7 @@ def write_tables(point_dir: Path, tables: Mapping[str, pd.DataFrame]) -> dict[st
         if df is None:
             continue
         path = point_dir / fname
-        tmp = path.with_name(f".{fname}.tmp")
-        df.reset_index(drop=True).to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        safe_io.write_parquet(df.reset_index(drop=True), path, index=False)
         out[name] = path
     return out
 
@@ -156,8 +148,9 @@ def merge_verdicts(test_dir: Path, point_id: str, verdicts: pd.DataFrame) -> Pat
     path = test_dir / VERDICTS_CSV
     test_dir.mkdir(parents=True, exist_ok=True)
     with _lock(test_dir / ".verdicts.lock"):
-        if path.exists() and path.stat().st_size:
-            old = pd.read_csv(path, dtype={"point": str})
+        # a link at the name is not ours: it is replaced, and never read as earlier verdicts
+        if path.exists() and not path.is_symlink() and path.stat().st_size:
+            old = safe_io.unneutralise_frame(pd.read_csv(path, dtype={"point": str}))
             old = old[old["point"].astype(str) != point_id]
             frames = [f for f in (old, verdicts) if len(f)]
             merged = pd.concat(frames, ignore_index=True) if frames else verdicts
@@ -165,7 +158,7 @@ def merge_verdicts(test_dir: Path, point_id: str, verdicts: pd.DataFrame) -> Pat
             merged = verdicts
         if "point" in merged.columns:
             merged = merged.sort_values("point", kind="stable")
-        atomic_write_text(path, merged.to_csv(index=False))
+        atomic_write_text(path, safe_io.csv_text(merged))  # formula cells neutralised
     return path
 
 

@@ -1,0 +1,250 @@
+"""The one place where gemmperf writes user-visible output files.
+
+Two promises, both about files that may sit in directories other people can write to (a shared
+CI workspace, a report directory uploaded as an artefact):
+
+* **No write follows a link we did not make.** Every file is written to a fresh temporary file
+  in the target's own directory (``tempfile.mkstemp``: an unpredictable name opened with
+  ``O_CREAT | O_EXCL | O_NOFOLLOW``, so neither a planted name nor a planted link is ever
+  opened), flushed, ``fsync``-ed and then ``os.replace``-d over the target. ``rename(2)``
+  replaces a symbolic link standing at the target *itself* instead of writing through it, so a
+  planted ``report.html -> ~/.bashrc`` leaves ``~/.bashrc`` untouched; readers never see a
+  half-written file either. Append-only logs are opened with ``O_NOFOLLOW`` and refused, with
+  one clear line, when a link stands at their name.
+* **No CSV cell is a formula.** Spreadsheets evaluate a cell that begins with ``=``, ``+``,
+  ``-``, ``@``, TAB or CR (CSV/formula injection). Following OWASP's rule, every *string* cell
+  (and header) that begins with one of them gets a leading ``'``, which spreadsheets show as
+  text. Numbers stay numbers: numeric columns are never touched, and a string that is just a
+  decimal number (``-3.5``, ``+1e5``) is not a formula and is kept as written. Readers of our
+  own CSVs undo the prefix with :func:`unneutralise_frame`. The Excel writer needs no prefix: it
+  writes text with ``write_string`` into a workbook with ``strings_to_formulas`` off, so text
+  cells are never formulas (``report/excel.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import pandas as pd
+
+#: first characters that make a spreadsheet evaluate a cell (OWASP CSV injection)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_RE = r"[=+\-@\t\r]"
+#: a plain decimal number is not a formula even when it starts with '-' or '+'
+_NUMBER_RE = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_DANGEROUS = re.compile(rf"(?!{_NUMBER_RE}\Z){_FORMULA_RE}")
+_PREFIXED = re.compile(rf"'(?!{_NUMBER_RE}\Z){_FORMULA_RE}")
+
+
+class UnsafeOutputError(OSError):
+    """A path we were asked to write is a symbolic link (append-only files only)."""
+
+
+def _umask() -> int:
+    """The process umask. Linux shows it in /proc; elsewhere it can only be read by setting it
+    (restored at once), which is racy only against another thread creating a file."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str = "utf-8",
+                newline: str | None = None) -> Iterator[IO[Any]]:
+    """Write ``path`` through a private temporary file, then rename it into place.
+
+    ``mode`` is ``"w"`` (text) or ``"wb"``. The temporary file is created by ``mkstemp`` in the
+    same directory (same file system, so the rename is atomic), gets the permissions a normal
+    ``open`` would give (0666 minus umask), is ``fsync``-ed, and replaces ``path`` with
+    ``os.replace``; a symbolic link at ``path`` is replaced, never followed. On any error the
+    temporary file is removed and ``path`` is unchanged.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        if mode == "wb":
+            fh: IO[Any] = os.fdopen(fd, "wb")
+        else:
+            fh = os.fdopen(fd, "w", encoding=encoding, newline=newline)
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(target.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable (best effort: not every file system allows a directory fsync)."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def write_text(path: str | os.PathLike, text: str, *, encoding: str = "utf-8") -> Path:
+    """Atomically write ``text`` to ``path`` (see :func:`atomic_open`)."""
+    with atomic_open(path, "w", encoding=encoding, newline="") as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Atomically write ``data`` to ``path`` (see :func:`atomic_open`)."""
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+    return Path(path)
+
+
+def write_parquet(df: pd.DataFrame, path: str | os.PathLike, **kwargs: Any) -> Path:
+    """``df.to_parquet`` into a private temporary file, then rename (see :func:`atomic_open`)."""
+    with atomic_open(path, "wb") as fh:
+        df.to_parquet(fh, **kwargs)
+    return Path(path)
+
+
+def write_csv(df: pd.DataFrame, path: str | os.PathLike, **kwargs: Any) -> Path:
+    """``df.to_csv`` with formula cells neutralised (:func:`csv_text`), written atomically;
+    ``index=False`` unless given. Returns ``path``."""
+    return write_text(path, csv_text(df, **kwargs))
+
+
+def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
+    """The CSV text of ``df`` with formula cells neutralised; ``index=False`` unless given.
+
+    pandas quotes a cell holding ``\\n`` but not one holding a bare CR, and most readers end
+    the row at that CR, so the rest of the cell would start a new row (and could be a formula).
+    A table with a CR in any text cell is therefore written with CRLF row ends (RFC 4180),
+    which makes the writer quote such cells; other tables keep ``\\n``."""
+    kwargs.setdefault("index", False)
+    safe = neutralise_frame(df)
+    if "lineterminator" not in kwargs and _has_cr(safe):
+        kwargs["lineterminator"] = "\r\n"
+    return safe.to_csv(**kwargs)
+
+
+def _has_cr(df: pd.DataFrame) -> bool:
+    if any(isinstance(c, str) and "\r" in c for c in df.columns):
+        return True
+    for c in _text_columns(df):
+        s = df[c]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            s = pd.Series(s.cat.categories, dtype=object)
+        try:
+            if s.str.contains("\r", regex=False).fillna(False).astype(bool).any():
+                return True
+        except AttributeError:  # no string in this object column
+            continue
+    return False
+
+
+def open_append(path: str | os.PathLike) -> IO[bytes]:
+    """Open a log for appending (binary, created 0666 minus umask), refusing a symbolic link.
+
+    A log is written while the workload runs, so it cannot go through a temporary file;
+    ``O_NOFOLLOW`` makes the kernel refuse a link at the name instead of writing through it.
+    Raises :class:`UnsafeOutputError` with the path in its message."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) \
+        | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise UnsafeOutputError(errno.ELOOP, f"{path}: refusing to write through a symbolic "
+                                    "link at this name (remove it)") from None
+        raise
+    return io.open(fd, "ab", closefd=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV formula neutralisation
+
+
+def neutralise_cell(value: Any) -> Any:
+    """``'=1+1`` for ``=1+1``; non-strings and plain decimal numbers are returned unchanged."""
+    if isinstance(value, str) and _DANGEROUS.match(value):
+        return "'" + value
+    return value
+
+
+def unneutralise_cell(value: Any) -> Any:
+    """Inverse of :func:`neutralise_cell` (for reading our own CSVs back)."""
+    if isinstance(value, str) and _PREFIXED.match(value):
+        return value[1:]
+    return value
+
+
+def _text_columns(df: pd.DataFrame) -> list:
+    return [c for c, dt in df.dtypes.items()
+            if dt == object or isinstance(dt, (pd.CategoricalDtype, pd.StringDtype))]
+
+
+def _map_strings(df: pd.DataFrame, pattern: re.Pattern, fix, fix_name) -> pd.DataFrame:
+    """Apply ``fix`` to the string cells matching ``pattern`` (vectorised per column: the
+    ``.str`` accessor yields NaN for the non-string cells of a mixed object column)."""
+    out = None
+    for c in _text_columns(df):
+        s = df[c]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            s = s.astype(object)
+        try:
+            hit = s.str.match(pattern.pattern)
+        except AttributeError:  # an object column without any string (e.g. all None)
+            continue
+        hit = hit.fillna(False).astype(bool)
+        if not hit.any():
+            continue
+        if out is None:
+            out = df.copy(deep=False)
+        col = s.astype(object).copy()
+        col[hit.to_numpy()] = fix(col[hit.to_numpy()])
+        out[c] = col
+    res = df if out is None else out
+    names = [fix_name(c) for c in res.columns]
+    if names != list(res.columns):
+        res = res.copy(deep=False) if res is df else res
+        res.columns = names
+    return res
+
+
+def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` whose string cells and column names cannot be spreadsheet formulas
+    (``'`` prefixed, OWASP); ``df`` itself is returned when nothing needs changing."""
+    return _map_strings(df, _DANGEROUS, lambda s: "'" + s.astype(str), neutralise_cell)
+
+
+def unneutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Undo :func:`neutralise_frame` on a table read back from one of our CSVs."""
+    return _map_strings(df, _PREFIXED, lambda s: s.astype(str).str.slice(1), unneutralise_cell)
+
+
+__all__ = ["FORMULA_START", "UnsafeOutputError", "atomic_open", "csv_text", "neutralise_cell",
+           "neutralise_frame", "open_append", "unneutralise_cell", "unneutralise_frame",
+           "write_bytes", "write_csv", "write_parquet", "write_text"]

@@ -1,0 +1,297 @@
+"""Safe outputs (issue 10, item 4): no CSV cell is a spreadsheet formula, and no writer follows
+a symbolic link it did not create (planted links and planted fixed temp names are harmless)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import stat
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from test_report_html import _sweep
+from pytest_gemmperf import safe_io
+from pytest_gemmperf.safe_io import (neutralise_cell, neutralise_frame, unneutralise_cell,
+                                     unneutralise_frame)
+
+#: kernel names a hostile (or unlucky) workload can produce: each would be evaluated by a
+#: spreadsheet opening the CSV
+HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "+cmd|' /C calc'!A0", "-2+3+cmd|'/C calc'!A0",
+           "@SUM(1+1)*cmd|'/C calc'!A0", "\t=1+1", "\r=1+1"]
+DANGEROUS_START = tuple("=+-@\t\r")
+
+
+def _cells(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.reader(fh))
+
+
+def assert_no_formula_cells(path: Path) -> int:
+    """Every cell of the CSV at ``path`` is safe to open in a spreadsheet: it does not begin
+    with a formula character unless it is a plain number. Returns the number of cells."""
+    rows = _cells(path)
+    n = 0
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            n += 1
+            if cell.startswith(DANGEROUS_START):
+                try:
+                    float(cell)
+                except ValueError:
+                    pytest.fail(f"{path.name} row {r} col {c}: formula cell {cell!r}")
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# the neutralisation rule
+
+
+@pytest.mark.parametrize("cell", HOSTILE + ["=", "-", "@", "-x", "+x", "=-3.5"])
+def test_formula_cells_are_prefixed_and_restored(cell):
+    out = neutralise_cell(cell)
+    assert out == "'" + cell
+    assert unneutralise_cell(out) == cell
+
+
+@pytest.mark.parametrize("cell", ["-3.5", "+1e5", "-7", ".5", "-0.25E-3", "gemm", "'quoted", "",
+                                  "a=b", "Cijk_-=+@"])
+def test_plain_cells_are_unchanged(cell):
+    assert neutralise_cell(cell) == cell
+    assert unneutralise_cell(cell) == cell
+
+
+def test_numbers_stay_numbers_and_round_trip(tmp_path):
+    df = pd.DataFrame({
+        "kernel": HOSTILE + ["ok"],
+        "ratio": [-3.5, -1.0, 0.0, 1.5, -2.25, 7.0, -1e9],
+        "count": [-1, 2, 3, 4, 5, 6, 7],
+        "mixed": [1, "=x", 2.5, None, "-3", "@y", "z"],
+        "cat": pd.Categorical(["-a", "b", "-a", "b", "=c", "b", "b"]),
+    })
+    path = safe_io.write_csv(df, tmp_path / "t.csv")
+    assert_no_formula_cells(path)
+    back = pd.read_csv(path)
+    # numeric columns are written and read back as numbers, negative ones included
+    assert back["ratio"].tolist() == df["ratio"].tolist()
+    assert back["count"].tolist() == df["count"].tolist()
+    assert back["kernel"].tolist() == ["'" + k for k in HOSTILE] + ["ok"]
+    restored = unneutralise_frame(back)
+    assert restored["kernel"].tolist() == df["kernel"].tolist()
+    assert restored["cat"].tolist() == df["cat"].astype(str).tolist()
+    assert restored["mixed"].astype(str).tolist()[:3] == ["1", "=x", "2.5"]
+    # nothing to change -> the same object, no copy
+    clean = pd.DataFrame({"a": ["x", "y"], "b": [-1.0, 2.0]})
+    assert neutralise_frame(clean) is clean
+
+
+def test_header_cells_are_neutralised(tmp_path):
+    df = pd.DataFrame({"=evil": ["x"], "ok": [1]})
+    path = safe_io.write_csv(df, tmp_path / "h.csv")
+    assert _cells(path)[0] == ["'=evil", "ok"]
+
+
+# ---------------------------------------------------------------------------------------------
+# every CSV the project writes
+
+
+@pytest.fixture(scope="module")
+def hostile_sweeps():
+    base = _sweep(0, n_per_kernel=20, points=("ch28-th256",), ranks=(0,))
+    cand = _sweep(1, n_per_kernel=20, points=("ch28-th256",), ranks=(0,))
+    names = {k: HOSTILE[i % len(HOSTILE)] + f"_gemm{i}" for i, k in
+             enumerate(sorted(base["kernel"].astype(str).unique()))}
+    for df in (base, cand):
+        df["kernel"] = df["kernel"].astype(str).map(names)
+    return base, cand, names
+
+
+def test_report_csvs_neutralised(tmp_path, hostile_sweeps):
+    from pytest_gemmperf.gate.compare import compare
+    from pytest_gemmperf.gate.samples import samples_from_dispatches
+    from pytest_gemmperf.report import read_verdict_files, write_reports
+
+    base, cand, names = hostile_sweeps
+    v = compare(samples_from_dispatches(base), samples_from_dispatches(cand), test="t.py::test_x")
+    out = tmp_path / "r"
+    files = write_reports(out, dispatches=cand, verdicts=v, formats=["csv"])
+    csvs = [p for n, p in files.items() if n.endswith(".csv")]
+    assert {p.name for p in csvs} >= {"kernels.csv", "verdicts.csv",
+                                      "top5_gemm_kernels_time_variance.csv"}
+    for p in csvs:
+        assert_no_formula_cells(p)
+    k = pd.read_csv(files["kernels.csv"])
+    assert set(k["kernel"]) == {"'" + n for n in names.values()}
+    # numeric columns of kernels.csv are still numbers
+    assert pd.api.types.is_numeric_dtype(k["median_ns"])
+    # the report reader undoes the prefix: kernel names come back as recorded
+    (tmp_path / "res" / "t").mkdir(parents=True)
+    os.replace(files["verdicts.csv"], tmp_path / "res" / "t" / "verdicts.csv")
+    back = read_verdict_files(tmp_path / "res")
+    assert set(back["kernel"]) == set(v["kernel"])
+
+
+def test_results_verdicts_csv_neutralised_and_merged(tmp_path):
+    from pytest_gemmperf.run.results import merge_verdicts
+
+    def verdicts(point, kernel, ratio):
+        return pd.DataFrame({"point": [point], "kernel": [kernel], "metric": ["dur_ns"],
+                             "ratio": [ratio], "verdict": ["regression"], "note": ["-oops"]})
+
+    merge_verdicts(tmp_path, "p1", verdicts("p1", HOSTILE[0], -0.5))
+    path = merge_verdicts(tmp_path, "p2", verdicts("p2", HOSTILE[1], 1.5))
+    assert_no_formula_cells(path)
+    back = pd.read_csv(path)
+    assert back["kernel"].tolist() == ["'" + HOSTILE[0], "'" + HOSTILE[1]]
+    assert back["ratio"].tolist() == [-0.5, 1.5]
+    # re-merging reads the old rows back: no double prefix
+    path = merge_verdicts(tmp_path, "p2", verdicts("p2", HOSTILE[2], 2.0))
+    back = pd.read_csv(path)
+    assert back["kernel"].tolist() == ["'" + HOSTILE[0], "'" + HOSTILE[2]]
+    assert back["note"].tolist() == ["'-oops", "'-oops"]
+
+
+def test_cli_compare_and_analyze_csvs_neutralised(tmp_path, hostile_sweeps, capsys):
+    from pytest_gemmperf.cli import main
+    from pytest_gemmperf.gate.samples import samples_from_dispatches
+
+    base, cand, names = hostile_sweeps
+    samples_from_dispatches(base).to_parquet(tmp_path / "base.parquet")
+    samples_from_dispatches(cand).to_parquet(tmp_path / "cand.parquet")
+    out = tmp_path / "cmp"
+    rc = main(["compare", str(tmp_path / "base.parquet"), str(tmp_path / "cand.parquet"),
+               "--out", str(out), "--no-report"])
+    assert rc in (0, 1)
+    assert assert_no_formula_cells(out / "verdicts.csv") > 20
+    v = pd.read_csv(out / "verdicts.csv")
+    assert {"'" + n for n in names.values()} <= set(v["kernel"])
+    assert pd.api.types.is_numeric_dtype(v["ratio"])
+
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    cand.to_parquet(trace_dir / "dispatches.parquet")
+    out2 = tmp_path / "an"
+    rc = main(["analyze", str(trace_dir), "--out", str(out2)])
+    assert rc == 0
+    for p in sorted(out2.glob("*.csv")):
+        assert_no_formula_cells(p)
+    k = pd.read_csv(out2 / "kernels.csv")
+    assert {"'" + n for n in names.values()} <= set(k["kernel"])
+
+
+# ---------------------------------------------------------------------------------------------
+# symbolic links
+
+
+def _plant(directory: Path, names: list[str], victim: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        (directory / n).symlink_to(victim)
+
+
+@pytest.fixture
+def victim(tmp_path):
+    v = tmp_path / "victim" / "bashrc"
+    v.parent.mkdir()
+    v.write_text("precious\n")
+    return v
+
+
+def _assert_untouched(victim: Path, directory: Path, names: list[str]) -> None:
+    assert victim.read_text() == "precious\n"
+    for n in names:
+        p = directory / n
+        if p.exists() or p.is_symlink():
+            assert not p.is_symlink(), f"{n} is still a link"
+
+
+def test_report_writers_replace_planted_links(tmp_path, victim, hostile_sweeps):
+    from pytest_gemmperf.report import write_reports
+
+    base, cand, _ = hostile_sweeps
+    out = tmp_path / "report"
+    names = ["report.html", "report.xlsx", "summary.json", "summary.md", "kernels.csv",
+             "top5_gemm_kernels_time_variance.csv"]
+    _plant(out, names, victim)
+    files = write_reports(out, dispatches=cand)
+    assert set(names) <= set(files)
+    _assert_untouched(victim, out, names)
+    assert (out / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
+    assert json.loads((out / "summary.json").read_text())["status"] == "analysis"
+    mode = stat.S_IMODE((out / "report.html").stat().st_mode)
+    assert mode & 0o044, "a report is readable like any other file (mkstemp's 0600 widened)"
+    # no temporary files left behind
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_results_writers_ignore_planted_links_and_fixed_temp_names(tmp_path, victim):
+    from pytest_gemmperf.run.results import merge_verdicts, write_json, write_tables
+
+    point = tmp_path / "res" / "t" / "p1"
+    planted = ["dispatches.parquet", ".dispatches.parquet.tmp", "point.json", "verdicts.csv",
+               "verdicts.csv.tmp"]
+    _plant(point, planted, victim)
+    d = pd.DataFrame({"kernel": ["=k"], "start_ns": [1], "end_ns": [2]})
+    write_tables(point, {"dispatches": d})
+    write_json(point / "point.json", {"a": 1})
+    merge_verdicts(point, "p1", pd.DataFrame({"point": ["p1"], "kernel": ["=k"], "ratio": [1.0]}))
+    _assert_untouched(victim, point, ["dispatches.parquet", "point.json", "verdicts.csv"])
+    assert pd.read_parquet(point / "dispatches.parquet")["kernel"].tolist() == ["=k"]
+
+
+def test_cli_and_export_writers_ignore_planted_links(tmp_path, victim, hostile_sweeps, capsys):
+    from pytest_gemmperf.cli import main
+    from pytest_gemmperf.gate.benchmark_export import write_pytest_benchmark_json
+    from pytest_gemmperf.gate.samples import samples_from_dispatches
+    from pytest_gemmperf.run.rocprofv3 import write_job_file
+
+    base, cand, _ = hostile_sweeps
+    samples_from_dispatches(base).to_parquet(tmp_path / "base.parquet")
+    samples_from_dispatches(cand).to_parquet(tmp_path / "cand.parquet")
+    out = tmp_path / "cmp"
+    _plant(out, ["verdicts.csv", "verdicts.csv.tmp", "bench.json", "bench.json.tmp"], victim)
+    main(["compare", str(tmp_path / "base.parquet"), str(tmp_path / "cand.parquet"),
+          "--out", str(out), "--no-report"])
+    write_pytest_benchmark_json(out / "bench.json", samples_from_dispatches(cand))
+    _assert_untouched(victim, out, ["verdicts.csv", "bench.json"])
+    assert json.loads((out / "bench.json").read_text())["benchmarks"]
+
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    cand.to_parquet(trace_dir / "dispatches.parquet")
+    out2 = tmp_path / "an"
+    _plant(out2, ["kernels.csv", "summary.json", "report.html"], victim)
+    assert main(["analyze", str(trace_dir), "--out", str(out2)]) == 0
+    _assert_untouched(victim, out2, ["kernels.csv", "summary.json", "report.html"])
+
+    job = tmp_path / "jobs" / "job.json"
+    _plant(job.parent, ["job.json"], victim)
+    write_job_file({"jobs": []}, job)
+    _assert_untouched(victim, job.parent, ["job.json"])
+
+
+def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with safe_io.atomic_open(target, "w") as fh:
+            fh.write("half")
+            raise RuntimeError("disk full")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_append_log_refuses_a_link(tmp_path, victim):
+    log = tmp_path / "logs" / "run.log"
+    _plant(log.parent, ["run.log"], victim)
+    with pytest.raises(safe_io.UnsafeOutputError, match="symbolic link"):
+        safe_io.open_append(log)
+    assert victim.read_text() == "precious\n"
+    ok = tmp_path / "logs" / "ok.log"
+    with safe_io.open_append(ok) as fh:
+        fh.write(b"a\n")
+    with safe_io.open_append(ok) as fh:
+        fh.write(b"b\n")
+    assert ok.read_bytes() == b"a\nb\n"
