@@ -39,6 +39,7 @@ from pytest_gemmperf.gate.durations import (  # noqa: F401 - re-exported: tests 
     COUNT, CV, DUR, FLOOR_MAX_DISPATCHES, HISTORY_OUTLIER_P, SAMPLE_COLUMNS, SHARED, _as_category, _codes,
     _duration_rows, _matrix, _moderated, _nanmean_rows, _nanmedian_rows, _pooled_var, _prior_covariate,
     _shared_offsets, _with_history, check_samples, variance_contribution)
+from pytest_gemmperf.gate.pairing import Swap, pair_swaps
 from pytest_gemmperf.gate.verdict import (HIGHER_IS_BETTER, IMPROVEMENT, INCONCLUSIVE, MISSING, NEW,
                                           REGRESSION, UNCHANGED, verdicts_to_frame)
 
@@ -87,6 +88,14 @@ class GateConfig:
     #: pool each kernel's variance with the earlier runs a baseline remembers
     #: (``compare(history=...)``, ``variance_contribution``)
     use_history: bool = True
+    #: gate a ``missing`` and a ``new`` kernel that play the same role as one row
+    #: (``gate/pairing.py``: same op/shapes, same kernel family, same slot)
+    pair_swaps: bool = True
+    #: what an unpaired ``new`` / ``missing`` kernel does: "warn" (reported, the test passes;
+    #: the default: a kernel with no counterpart cannot be sized as a change of anything, code
+    #: changes add and remove kernels legitimately, and the category totals still carry the
+    #: time they cost) or "fail" (a ``regression``: nothing may appear or vanish unexplained)
+    unpaired: str = "warn"
 
     def threshold_for(self, kernel: str, test: str = "") -> float:
         for pattern, thr in self.per_kernel:
@@ -190,6 +199,7 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
     ss; several runs are summed), pooled with each kernel's own between-process variance."""
     cfg = config or GateConfig()
     hist = _history_by_point(history) if cfg.use_history else {}
+    roles = {**_roles(base), **_roles(cand)}
     base = check_samples(base, "baseline samples")
     cand = check_samples(cand, "candidate samples")
     rows: list[dict] = []
@@ -204,8 +214,12 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
         # log durations need positive values; zero durations are profiler artefacts
         bd, cd = bd[bd["value"] > 0], cd[cd["value"] > 0]
         if len(bd) or len(cd):
-            rows += _duration_rows(point, bd, cd, cfg, (b[b["metric"] == COUNT], c[c["metric"] == COUNT]),
-                                   hist.get(point))
+            bn, cn = b[b["metric"] == COUNT], c[c["metric"] == COUNT]
+            swaps = _find_swaps(bd, cd, bn, cn, roles) if cfg.pair_swaps and len(bd) and len(cd) else []
+            if swaps:  # the candidate's kernel takes the baseline name: one row per role
+                cd, cn = _renamed(cd, swaps), _renamed(cn, swaps)
+            drows = _duration_rows(point, bd, cd, cfg, (bn, cn), hist.get(point))
+            rows += _mark_swaps(drows, swaps)
         bu, cu = b[~b["metric"].isin([DUR, COUNT])], c[~c["metric"].isin([DUR, COUNT])]
         if len(bu) or len(cu):
             rows += _unit_metric_rows(point, bu, cu, cfg)
@@ -229,6 +243,57 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
             df[col] = ""
         df[col] = df[col].astype(object).where(df[col].notna(), "")
     return df
+
+
+def _roles(samples: pd.DataFrame) -> dict[str, str]:
+    """Kernel -> op/shape label from an optional ``role`` column (PyTorch traces link kernels
+    to ops); empty when the table has none."""
+    if "role" not in samples.columns:
+        return {}
+    r = samples[["kernel", "role"]].dropna().astype(str)
+    r = r[r["role"] != ""].drop_duplicates("kernel")
+    return dict(zip(r["kernel"], r["role"]))
+
+
+def _per_process_count(d: pd.DataFrame, counts: pd.DataFrame) -> pd.Series:
+    """Median over processes of each kernel's dispatches per process (the recorded count of a
+    compacted table where it has one)."""
+    n = d.groupby(["kernel", "unit"], observed=True).size()
+    n = n[n > 0].groupby(level=0, observed=True).median()
+    if len(counts):
+        rec = counts.groupby("kernel", observed=True)["value"].median()
+        n = pd.concat([n, rec], axis=1).max(axis=1)
+    n.index = n.index.astype(str)
+    return n
+
+
+def _find_swaps(bd: pd.DataFrame, cd: pd.DataFrame, bn: pd.DataFrame, cn: pd.DataFrame,
+                roles: dict[str, str]) -> list[Swap]:
+    kb = {str(x) for x in pd.unique(bd["kernel"])}
+    kc = {str(x) for x in pd.unique(cd["kernel"])}
+    gone, came = kb - kc, kc - kb
+    if not gone or not came:
+        return []
+    nb, nc = _per_process_count(bd, bn), _per_process_count(cd, cn)
+    return pair_swaps({k: float(nb.get(k, np.nan)) for k in gone}, {k: float(nc.get(k, np.nan)) for k in came},
+                      roles)
+
+
+def _renamed(d: pd.DataFrame, swaps: list[Swap]) -> pd.DataFrame:
+    if not len(d):
+        return d
+    names = d["kernel"].astype(str).replace({s.new: s.missing for s in swaps})
+    return d.assign(kernel=names.astype("category"))
+
+
+def _mark_swaps(rows: list[dict], swaps: list[Swap]) -> list[dict]:
+    by_name = {s.missing: s for s in swaps}
+    for r in rows:
+        s = by_name.get(r.get("kernel"))
+        if s is not None and r.get("metric") in (DUR, CV):
+            r["note"] = _join(r.get("note") or "", s.note)
+            r["swapped_to"] = s.new
+    return rows
 
 
 def _history_by_point(history: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
@@ -310,6 +375,12 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     for i in np.flatnonzero(fixed):
         if not note[i]:
             note[i] = "only in the candidate" if verdict[i] == NEW else "only in the baseline"
+    if cfg.unpaired not in ("warn", "fail"):
+        raise ValueError(f"GateConfig.unpaired must be 'warn' or 'fail', not {cfg.unpaired!r}")
+    if cfg.unpaired == "fail":
+        for i in np.flatnonzero(fixed & (metric == DUR)):
+            note[i] = _join(note[i], f"{verdict[i]} kernel with no counterpart (unpaired='fail')")
+            verdict[i] = REGRESSION
     df["verdict"] = verdict
     df["note"] = note
     return df

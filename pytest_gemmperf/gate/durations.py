@@ -114,7 +114,11 @@ CV = "cv_robust"
 COUNT = DISPATCH_COUNT
 SHARED = "*"
 _MAD_TO_SD = 1.4826
-FLOOR_MAX_DISPATCHES = 21  # gate.samples.compact_samples keeps 21 quantiles per (kernel, unit)
+#: the sampling-variance floor has no dispatch-count cut-off any more (kept for importers)
+FLOOR_MAX_DISPATCHES = math.inf
+#: a kernel whose between-process variance is this improbably small under its sampling floor
+#: (lower tail of chi^2) has a floor that does not hold (fixed shape mix, unknown counts)
+FLOOR_COMPAT_P = 0.01
 #: a kernel whose variance now is this improbable under its history's F distribution ignores it
 HISTORY_OUTLIER_P = 1e-3
 
@@ -240,24 +244,46 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
     return se, df_tot, p, d0, s2m
 
 
-def _shared_offsets(y: np.ndarray, cnt: np.ndarray, cfg: GateConfig) -> tuple[np.ndarray, int]:
-    """Per-unit log offset (the shared per-process factor) and the number of kernels behind it.
+def _shared_offsets(y: np.ndarray, cnt: np.ndarray, cfg: GateConfig, n_first: int | None = None
+                    ) -> tuple[np.ndarray, int]:
+    """Per-unit log offset (the shared per-process factor) and the number of kernels behind it
+    (:func:`_shared_kernels` says which).
 
     ``y`` holds the per (kernel, unit) log medians (NaN where absent), ``cnt`` the dispatch
-    counts. Zero offsets when fewer than ``min_kernels_for_shared`` kernels are seen in every
-    unit (or ``shared_factor`` is off)."""
+    counts. With ``n_first`` the first ``n_first`` columns are one side (baseline) and the rest
+    the other: the offsets are then estimated and centred *within* each side (median over
+    kernels of a unit's deviation from the kernel's median over that side's units, minus the
+    side's mean offset). They absorb process-to-process noise only; a movement shared by every
+    kernel between the sides stays in each kernel's difference (section 2 of the module
+    docstring). Without ``n_first`` all columns are one group (one run,
+    :func:`variance_contribution`). Zero offsets when fewer than ``min_kernels_for_shared``
+    kernels are seen in every unit (or ``shared_factor`` is off)."""
     offsets = np.zeros(y.shape[1])
-    if not y.shape[1]:
+    eligible = _shared_kernels(y, cnt, cfg)
+    if not eligible.any():
         return offsets, 0
+    ye = y[eligible]
+    groups = [slice(0, y.shape[1])] if n_first is None else [slice(0, n_first), slice(n_first, y.shape[1])]
+    for g in groups:
+        part = ye[:, g]
+        if part.shape[1] < 2:
+            continue  # one process: nothing to separate from the side's own level
+        off = np.median(part - np.median(part, axis=1, keepdims=True), axis=0)
+        offsets[g] = off - off.mean()
+    return offsets, int(eligible.sum())
+
+
+def _shared_kernels(y: np.ndarray, cnt: np.ndarray, cfg: GateConfig) -> np.ndarray:
+    """Kernels the shared factor is estimated from: seen in every unit, with >= 5 dispatches
+    per unit when at least ``min_kernels_for_shared`` such kernels exist; none when fewer than
+    that many kernels are complete or ``shared_factor`` is off."""
+    if not y.shape[1] or not cfg.shared_factor:
+        return np.zeros(len(y), bool)
     complete = np.isfinite(y).all(axis=1)
     eligible = complete & (cnt.min(axis=1, initial=0) >= 5)
     if eligible.sum() < cfg.min_kernels_for_shared:
         eligible = complete
-    if not cfg.shared_factor or eligible.sum() < cfg.min_kernels_for_shared:
-        return offsets, 0
-    ye = y[eligible]
-    resid = ye - np.median(ye, axis=1, keepdims=True)
-    return np.median(resid, axis=0), int(eligible.sum())
+    return eligible if eligible.sum() >= cfg.min_kernels_for_shared else np.zeros(len(y), bool)
 
 
 def _with_history(s2: np.ndarray, df: np.ndarray, kernels: pd.Index, history: pd.DataFrame | None
@@ -336,35 +362,34 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     present = cnt > 0
     y = np.where(present, y, np.nan)
 
-    offsets, n_shared = _shared_offsets(y, cnt, cfg) if ub >= 1 and uc >= 1 else (np.zeros(ub + uc), 0)
+    offsets, n_shared = _shared_offsets(y, cnt, cfg, ub) if ub >= 1 and uc >= 1 else (np.zeros(ub + uc), 0)
     z = y - offsets[None, :]
     zb, zc = z[:, :ub], z[:, ub:]
     diff, s2, df, (nb, nc) = _pooled_var(zb, zc)
     s2, df, hist_df = _with_history(s2, df, kernels, history)
 
-    # shared shift between the sides and its uncertainty
+    # The offsets are centred within each side, so ``diff`` keeps the movement shared by every
+    # kernel between the sides (a family-wide slowdown is a change of each of its kernels).
+    # What the centred offsets cannot remove is the mean per-process factor of each side: the
+    # same random term in every kernel's difference, of variance sigma_f^2 (1/ub + 1/uc), with
+    # sigma_f^2 estimated by the within-side spread of the offsets (ub + uc - 2 df). It enters
+    # every kernel's variance (t and CI); the kernels' tests are then positively correlated,
+    # under which Benjamini-Hochberg keeps its level (Benjamini & Yekutieli 2001, PRDS).
     if n_shared:
         ob, oc = offsets[:ub], offsets[ub:]
-        shift = float(oc.mean() - ob.mean())
         df_o = ub + uc - 2
         s2_o = (((ob - ob.mean()) ** 2).sum() + ((oc - oc.mean()) ** 2).sum()) / df_o if df_o > 0 else np.nan
         var_shift = s2_o * (1 / ub + 1 / uc) if df_o > 0 else np.nan
+        # the summary of the common movement (kernel '*'): median over the kernels behind the
+        # offsets of their between-side difference (robust to a few kernels that changed alone)
+        shared = _shared_kernels(y, cnt, cfg)
+        shift = float(np.median(diff[shared & np.isfinite(diff)])) if (shared & np.isfinite(diff)).any() else 0.0
     else:
         shift, df_o, s2_o, var_shift = 0.0, np.inf, 0.0, 0.0
+    if not np.isfinite(var_shift):
+        var_shift, df_o = 0.0, np.inf
 
     disp_per_unit = np.where(present, cnt, np.nan)
-    # Few dispatches per process: the per-unit median's own sampling variance (order-statistic
-    # SE, stats.group_median_mad) floors the moderated variance. Between-process spread cannot
-    # be smaller in expectation, and with 4 units a kernel seen a handful of times per process
-    # otherwise shows four near-equal medians by chance (the A/A false alarms of once-per-step
-    # kernels with 40 % jitter in the real trace). Not applied from ``FLOOR_MAX_DISPATCHES``
-    # dispatches on: there the moderated estimate is good, and the i.i.d. formula overstates
-    # the noise of a median that sits between the modes of a fixed mix of GEMM shapes. The
-    # limit is the size of a compacted baseline (compact_samples keeps 21 quantiles per unit,
-    # and the plugin compacts both sides): from 21 values on the true dispatch count is
-    # unknown, and the floor computed as if n were 21 cost a third of the power at 3 %.
-    se_ku = np.concatenate([seb, sec], axis=1)
-    pred = _nanmean_rows(np.where(cnt > 1, se_ku ** 2, np.nan))
     n_disp = _nanmedian_rows(disp_per_unit)
     if counts is not None and len(counts):
         # compacted samples: the dispatch count recorded before compaction, per kernel
@@ -372,7 +397,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
         true_n.index = true_n.index.astype(str)
         n_true = true_n.reindex(kernels).to_numpy(float)
         n_disp = np.where(np.isfinite(n_true), np.fmax(n_true, n_disp), n_disp)
-    floor = np.where(n_disp < FLOOR_MAX_DISPATCHES, pred, np.nan)
+    floor = _sampling_floor(np.concatenate([vb, vc], axis=1), cnt, s2, df)
 
     # trend of the prior in log dispatches per process (log of the order-statistic noise of the
     # median was measured too: a larger prior df, but 1.3-2 % A/A alarms on the real trace,
@@ -380,16 +405,19 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
     cov = _prior_covariate(cfg.prior_trend, n_disp, np.concatenate([vb, vc], axis=1), s2, testable)
     s2_fit = np.where(testable, s2, np.nan)
-    se_rel, df_rel, p_rel, d0, s2m = _moderated(diff, s2_fit, np.where(testable, df, 0.0), nb, nc,
+    rel = diff - shift
+    se_rel, df_rel, p_rel, d0, s2m = _moderated(rel, s2_fit, np.where(testable, df, 0.0), nb, nc,
                                                 cov, cfg.moderate, cfg.level, floor=floor, prior=cfg.prior)
-    total = diff + shift
-    var_tot = se_rel ** 2 + (var_shift if np.isfinite(var_shift) else 0.0)
-    df_tot = stats.welch_df(se_rel ** 2, df_rel, np.full_like(se_rel, var_shift if np.isfinite(var_shift) else 0.0),
-                            np.full_like(se_rel, df_o, dtype=float))
+    total = diff
+    var_tot = se_rel ** 2 + var_shift
+    df_tot = stats.welch_df(se_rel ** 2, df_rel, np.full_like(se_rel, var_shift), np.full_like(se_rel, df_o, dtype=float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_tot = stats.t_pvalue(total / np.sqrt(var_tot), df_tot)
+    p_k = _kernel_pvalue(p_tot, p_rel, rel, total)
     half = stats.t_quantile(cfg.level, df_tot) * np.sqrt(var_tot)
     lo, hi = total - half, total + half
     if cfg.ci_method == "bootstrap":
-        lo, hi = _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, shift, testable, lo, hi, cfg)
+        lo, hi = _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, 0.0, testable, lo, hi, cfg)
     _, rank_p = stats.mannwhitney_matrix(zc, zb) if len(kernels) else (None, np.zeros(0))
     with np.errstate(invalid="ignore", divide="ignore"):
         unit_sd = np.sqrt(var_tot / (1.0 / nb + 1.0 / nc))
@@ -408,7 +436,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
         row.update(ratio=math.exp(total[i]),
                    ci_low=math.exp(lo[i]) if np.isfinite(lo[i]) else np.nan,
                    ci_high=math.exp(hi[i]) if np.isfinite(hi[i]) else np.nan,
-                   p_value=p_rel[i] if testable[i] else np.nan,
+                   p_value=p_k[i] if testable[i] else np.nan,
                    rank_p_value=rank_p[i])
         rows.append(row)
     if n_shared:
@@ -420,10 +448,50 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
                          ci_high=math.exp(shift + t_q * se_s) if np.isfinite(se_s) else np.nan,
                          p_value=p_s, shared_shift=math.exp(shift),
                          unit_sd_log=math.sqrt(s2_o) if np.isfinite(s2_o) else np.nan,
-                         note=f"shared per-process shift (median over {n_shared} kernels)"))
+                         note=f"movement shared by all kernels (median over {n_shared} kernels; "
+                              f"included in each kernel's change)"))
     if cfg.gate_dispersion:
         rows += _dispersion_rows(point, kernels, madb, nb_disp, madc, nc_disp, cfg)
     return rows
+
+
+def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """One p-value per kernel from two tests of "this kernel changed", combined by Simes
+    (``min(2 min(p1, p2), max(p1, p2))``, valid under positive dependence).
+
+    * ``p_tot``: its total change between the sides (shared movement included, with the
+      variance of the sides' mean per-process factors): what detects a family-wide shift.
+    * ``p_rel``: its change relative to the movement shared by all kernels, without that
+      variance: what detects one kernel moving while the rest stay, at the precision of a
+      within-process comparison. It only counts in the direction of the total change: a kernel
+      that stayed while its family slowed is "faster than the rest", not improved.
+    """
+    same_dir = np.sign(rel) == np.sign(total)
+    p_r = np.where(same_dir & np.isfinite(p_rel), p_rel, 1.0)
+    lo = np.fmin(p_tot, p_r)
+    hi = np.fmax(p_tot, p_r)
+    out = np.minimum(np.minimum(2 * lo, hi), 1.0)
+    return np.where(np.isfinite(p_tot), out, np.nan)
+
+
+def _sampling_floor(se_true: np.ndarray, cnt: np.ndarray, s2: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """Lower bound on each kernel's between-process variance: the sampling variance of a
+    per-process median (order-statistic SE at the true dispatch count, mean over units).
+
+    Between-process spread cannot be smaller than it in expectation, and with 4 processes a
+    kernel seen a handful of times per process otherwise shows four near-equal medians by
+    chance (the A/A false alarms of once-per-step kernels with 40 % jitter in the real trace).
+    It applies at every dispatch count (a cut-off at 21 dispatches gave 1 % A/A alarms with 23
+    iterations per process), except where the kernel's own variance contradicts it: the i.i.d.
+    formula overstates the noise of a median between the modes of a fixed mix of GEMM shapes,
+    and of a compacted table without its dispatch counts. Contradicts = ``df s^2 / floor`` in
+    the lower ``FLOOR_COMPAT_P`` tail of ``chi^2_df`` (a floor that would rarely bind falsely
+    dropped; NaN: no floor)."""
+    pred = _nanmean_rows(np.where((cnt > 1) & np.isfinite(se_true), se_true ** 2, np.nan))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_low = sps.chi2.cdf(np.where(df > 0, df, 1) * s2 / pred, np.where(df > 0, df, 1))
+    ok = np.isfinite(pred) & (pred > 0) & ~(np.isfinite(p_low) & (df > 0) & (p_low < FLOOR_COMPAT_P))
+    return np.where(ok, pred, np.nan)
 
 
 def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np.ndarray,
