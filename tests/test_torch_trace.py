@@ -46,9 +46,10 @@ def test_rocm_dispatch_columns_and_values(rocm):
     assert d["host"].isna().all()  # no host_name, file name is not the handler pattern
     assert set(d["agent"]) == {2} and set(d["gpu_arch"]) == {"gfx942"}
     gemm = _row(d, 101)
-    # ts 1100.1236 us -> 1100123.6 ns -> 1100124; dur 20.4564 us -> 20456 ns
+    # ts 1100.1236 us -> 1100123.6 ns -> 1100124 (half-even, once, on the decimal text);
+    # dur 20.4564 us -> 20456 ns; end = round(1100.1236 + 20.4564 us) = 1120580 ns
     assert gemm["start_ns"] == 1100124 and gemm["dur_ns"] == 20456
-    assert gemm["end_ns"] == 1100124 + 20456
+    assert gemm["end_ns"] == 1120580 and gemm["dur_ns"] == 1120580 - 1100124
     assert gemm["category"] == "gemm" and gemm["stream"] == 3 and gemm["thread_id"] == 4242
     # rocprofiler-sdk Kineto: args.grid [256] is the workgroup, args.block [32768] the grid
     assert (gemm["grid_x"], gemm["grid_y"], gemm["wg_x"], gemm["wg_y"]) == (32768, 1, 256, 1)

@@ -1,24 +1,111 @@
-"""Reading profiler files from disk: one place for gzip detection and read errors."""
+"""Reading profiler files from disk: one place for gzip detection, bounds and read errors.
+
+Contract of :func:`read_maybe_gzip`:
+
+* only regular files are read. The file is opened non-blocking and checked with ``fstat``
+  before any read, so a FIFO, socket or device named like a trace is an error, never a hang;
+* gzip is detected by content (the ``1f 8b`` magic), not by extension;
+* decompression is streamed in bounded chunks and stops with an error as soon as the output
+  would exceed the limit. A gzip bomb therefore costs at most ``limit`` bytes of memory
+  (plus one chunk), never its full expansion.
+
+The limit is, in order of precedence: the ``max_bytes`` argument, the environment variable
+``GEMMPERF_MAX_DECOMPRESSED_BYTES`` (a plain integer number of bytes, e.g. ``8589934592``),
+else :data:`DEFAULT_MAX_DECOMPRESSED_BYTES` = 4 GiB. Why 4 GiB: the largest real traces we
+know of (multi-GPU Kineto traces, long rocprofv3 JSON runs) are a few hundred MB to ~2 GB of
+JSON, and the decoded tables take roughly 1-2x the JSON size again. 4 GiB of JSON thus peaks
+near 10-12 GiB, which still fits a 24 GiB CI machine beside the test process; anything bigger is
+far more likely a bomb or a mistake than a trace. Uncompressed files are not bounded here: their
+size on disk is already visible to whoever produced them.
+"""
 
 from __future__ import annotations
 
 import gzip
+import io
+import os
+import stat
 import zlib
-from pathlib import Path
 
 from pytest_gemmperf.errors import GemmperfInputError
 
+#: default bound on the bytes one gzip file may expand to (see the module docstring)
+DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 1024 ** 3
+ENV_MAX_DECOMPRESSED = "GEMMPERF_MAX_DECOMPRESSED_BYTES"
+_CHUNK = 16 * 1024 * 1024
 
-def read_maybe_gzip(path: str) -> bytes:
-    """File contents, gunzipped when the file starts with the gzip magic (not by extension:
-    profilers and users both rename files)."""
+
+def max_decompressed_bytes(override: int | None = None, path: str | None = None) -> int:
+    """The decompression limit in force: ``override``, else the env var, else the default.
+
+    A malformed env value is an error (a typo must not silently disable the bound)."""
+    if override is not None:
+        if isinstance(override, bool) or not isinstance(override, int) or override <= 0:
+            raise ValueError(f"max_bytes must be a positive integer, got {override!r}")
+        return override
+    text = os.environ.get(ENV_MAX_DECOMPRESSED)
+    if text is None or not text.strip():
+        return DEFAULT_MAX_DECOMPRESSED_BYTES
     try:
-        raw = Path(path).read_bytes()
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise GemmperfInputError(path, f"{ENV_MAX_DECOMPRESSED}={text!r} is not a positive "
+                                       "integer number of bytes")
+    return value
+
+
+def _read_regular_file(path: str) -> bytes:
+    # O_NONBLOCK: opening a FIFO without a writer would otherwise block forever
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "a device" if
+                    stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+            raise GemmperfInputError(path, f"cannot read file: it is {kind}, not a regular file")
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1  # owned by fh now
+            return fh.read()
+    except OSError as exc:
+        raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def gunzip_bounded(raw: bytes, path: str, limit: int) -> bytes:
+    """Decompress all gzip members of ``raw``, failing once the output passes ``limit`` bytes."""
+    parts: list[bytes] = []
+    total = 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as gz:
+            while True:
+                chunk = gz.read(min(_CHUNK, limit + 1 - total))
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > limit:
+                    raise GemmperfInputError(
+                        path, f"gzip data expands beyond the {limit:,}-byte limit "
+                              f"({ENV_MAX_DECOMPRESSED} raises it)")
+                parts.append(chunk)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise GemmperfInputError(path, f"corrupt or truncated gzip data: {exc}") from None
+    return b"".join(parts)
+
+
+def read_maybe_gzip(path: str, max_bytes: int | None = None) -> bytes:
+    """File contents, gunzipped when the file starts with the gzip magic (not by extension:
+    profilers and users both rename files), with decompressed output bounded by
+    :func:`max_decompressed_bytes` (``max_bytes`` overrides the env var and default)."""
+    limit = max_decompressed_bytes(max_bytes, path)
+    raw = _read_regular_file(path)
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise GemmperfInputError(path, f"corrupt or truncated gzip data: {exc}") from None
+        raw = gunzip_bounded(raw, path, limit)
     return raw

@@ -2,10 +2,17 @@
 
 Kineto writes one JSON object per process: metadata keys (``schemaVersion``,
 ``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``, runtime versions) and
-``traceEvents`` in Chrome trace format. ``ts``/``dur`` are microsecond floats with nanosecond
-fractions; they become integer ns as ``round(ts * 1000)`` and ``round(dur * 1000)`` (float64
-keeps about 1 ns of the ~16 significant digits, so start times are exact to +-1 ns and durations
-exactly as written).
+``traceEvents`` in Chrome trace format. ``ts``/``dur`` are decimal microseconds with up to 3
+fractional digits (often epoch-based, ~1.7e15 µs). They are kept as undecoded number text and
+converted to integer ns exactly as written (:mod:`pytest_gemmperf.traces.jsonnum`): float64 only
+holds multiples of 256 ns at epoch magnitude. ``start_ns = ts * 1000`` and
+``end_ns = (ts + dur) * 1000`` exactly; durations are integer differences. Digits below 1 ns
+(never written by Kineto; left by tools that rewrote a trace in float) are rounded once, half to
+even, from the decimal text and counted in ``meta["subns_rounded"]``. A ``ts``/``dur`` that is
+not a JSON number, is negative (``dur``) or leaves int64 ns is an error naming the event and
+field, as is an id (pid, tid, device, stream, correlation, External id, grid and
+block, collective sizes) that is not a JSON integer in int64. ``pid``/``tid`` strings are Chrome
+trace lane labels and read as "no id".
 
 GPU events (``cat`` kernel / gpu_memcpy / gpu_memset) are the dispatches. GPU events carry the
 *device* in ``pid`` and the stream in ``tid``; the host process is the ``pid`` of the CPU-side
@@ -41,6 +48,10 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
+from pytest_gemmperf.traces.jsonnum import (ABSENT_RAW, INT64_MAX, PROBLEMS, ROUNDED, exact_ints,
+                                            first_problem, sum_us_to_ns, us_text_to_ns)
+from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
+                                               take, enclosing_ops)
 from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, INT, STR, Trace, empty,
                                            finalize_agents, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
@@ -103,8 +114,9 @@ class _Event(msgspec.Struct):
     name: str = ""
     pid: Any = None
     tid: Any = None
-    ts: Any = None
-    dur: Any = None
+    # undecoded number text: converted to ns exactly by jsonnum.us_text_to_ns
+    ts: msgspec.Raw = ABSENT_RAW
+    dur: msgspec.Raw = ABSENT_RAW
     args: _Args | None = None
 
 
@@ -130,6 +142,8 @@ class _Doc(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])
+#: collective column -> its key in the event's args (for error messages)
+_COLL_JSON = dict(zip(_Args.__struct_fields__, _Args.__struct_encode_fields__))
 _VERSION_KEYS = ("schemaVersion", "roctracer_version", "rocprofiler_sdk_version",
                  "hip_runtime_version", "hip_driver_version", "cuda_runtime_version",
                  "cuda_driver_version", "cupti_version")
@@ -140,6 +154,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     path = os.fspath(path)
     doc = _decode(path, read_maybe_gzip(path))
     events = doc.traceEvents or []
+    src = _Src(path, events)
     by_cat = _complete_events_by_cat(events)
     gpu = _pick(by_cat, GPU_CATS)
     if not gpu:
@@ -148,30 +163,31 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     runtime = _pick(by_cat, RUNTIME_CATS)
     cpu_events = _pick(by_cat, CPU_OP_CATS)
     annotations = _pick(by_cat, ANNOTATION_CATS)
-    cpu_ops = _cpu_ops_frame(cpu_events)
-    rt = _runtime_frame(runtime)
+    cpu_ops = _cpu_ops_frame(cpu_events, src)
+    rt = _runtime_frame(runtime, src)
 
-    pid = _process_pid(rt["pid"], cpu_ops["pid"], _ints([e.pid for e in annotations]))
+    pid = _process_pid(rt["pid"], cpu_ops["pid"],
+                       _idcol(src, annotations, [e.pid for e in annotations], "pid", labels_ok=True))
     host = _host(doc, path, pid)
     rank = _rank(doc.distributedInfo)
     flavor = _flavor(doc, runtime)
     agents = _agents(doc.deviceProperties, path, host, pid)
-    df = _gpu_frame(gpu, path)
+    df = _gpu_frame(gpu, src)
     df["pid"] = pid
     df["host"] = host
     df["rank"] = rank
     df["source"] = "torch"
     df["file"] = path
 
-    rt_row = _lookup(df["correlation_id"], rt["correlation"])
-    rt_ext = _take(rt["external_id"], rt_row)
-    df["thread_id"] = _take(rt["tid"], rt_row)
-    grid_rule = _apply_grid_semantics(df, flavor, _take(rt["name"], rt_row))
+    rt_row = lookup(df["correlation_id"], rt["correlation"])
+    rt_ext = take(rt["external_id"], rt_row)
+    df["thread_id"] = take(rt["tid"], rt_row)
+    grid_rule = _apply_grid_semantics(df, flavor, take(rt["name"], rt_row), src, gpu)
 
-    op_row = _link_ops(df, cpu_ops, rt, rt_row, rt_ext)
-    df["op_name"] = _take(cpu_ops["name"], op_row)
-    df["op_input_dims"] = _take(cpu_ops["input_dims"], op_row)
-    df["op_input_types"] = _take(cpu_ops["input_types"], op_row)
+    op_row = link_ops(df, cpu_ops, rt, rt_row, rt_ext)
+    df["op_name"] = take(cpu_ops["name"], op_row)
+    df["op_input_dims"] = take(cpu_ops["input_dims"], op_row)
+    df["op_input_types"] = take(cpu_ops["input_types"], op_row)
 
     from pytest_gemmperf.analysis.categories import categorize
     df["kernel"] = df["kernel"].astype(STR)
@@ -179,7 +195,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole
     short = shorten_names(df["kernel"]).astype(object)
     df["kernel_short"] = short.where(df.pop("_is_kernel").to_numpy(), df["kernel"].astype(object))
-    _fill_collectives(df, cpu_ops, rt, rt_row, op_row)
+    _fill_collectives(df, cpu_ops, rt, rt_row, op_row, src, gpu)
 
     if len(agents):
         arch = dict(zip(agents["gpu_index"].dropna().astype(int), agents["gpu_arch"]))
@@ -195,7 +211,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
         "format": "kineto",
         "flavor": flavor,
         "versions": {k: getattr(doc, k) for k in _VERSION_KEYS if getattr(doc, k) is not None},
-        "base_time_ns": _int_or_none(doc.baseTimeNanoseconds),
+        "base_time_ns": _base_time(doc, path),
         "display_time_unit": doc.displayTimeUnit,
         "trace_name": doc.traceName,
         "distributed": doc.distributedInfo,
@@ -205,8 +221,9 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
         "grid_semantics": grid_rule,
         "agent_numbering": "torch device index (among the process's visible devices)",
         "cpu_ops": cpu_ops[list(CPU_OP_COLUMNS)],
-        "steps": _steps_frame(annotations, cpu_ops),
+        "steps": _steps_frame(annotations, cpu_ops, src),
         "n_events": len(events),
+        "subns_rounded": src.rounded,
     }
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
 
@@ -225,12 +242,9 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     cpu_events = _pick(_complete_events_by_cat(events), CPU_OP_CATS)
     if not cpu_events:
         raise GemmperfInputError(path, f"no cpu_op events among {len(events)} trace events")
-    ops = _cpu_ops_frame(cpu_events)
-    missing = ops["ts_ns"].isna() | ops["dur_ns"].isna()
-    if missing.any():
-        i = int(np.flatnonzero(missing.to_numpy())[0])
-        raise GemmperfInputError(path, "cpu_op without numeric ts/dur",
-                                 record=f"cpu_op {i + 1} ({ops['name'].iloc[i]})")
+    # every cpu_op's ts/dur is checked (and exact) in _cpu_ops_frame: no missing times remain
+    src = _Src(path, events)
+    ops = _cpu_ops_frame(cpu_events, src)
     pid = _process_pid(ops["pid"])
     host = _host(doc, path, pid)
     rank = _rank(doc.distributedInfo)
@@ -249,7 +263,8 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     meta: dict[str, Any] = {
         "format": "kineto", "flavor": "cpu", "cpu_op_dispatches": True,
         "distributed": doc.distributedInfo, "rank": rank, "host": host, "pid": pid,
-        "base_time_ns": _int_or_none(doc.baseTimeNanoseconds), "n_events": len(events),
+        "base_time_ns": _base_time(doc, path), "n_events": len(events),
+        "subns_rounded": src.rounded,
     }
     return Trace(dispatches=_order_extra_columns(out), files=[path], meta=meta)
 
@@ -265,6 +280,9 @@ def _decode(path: str, raw: bytes) -> _Doc:
         raise GemmperfInputError(path, f"not a PyTorch profiler trace: {exc}") from None
     except msgspec.DecodeError as exc:
         raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise GemmperfInputError(path, "JSON nested too deeply to read (no profiler writes such "
+                                       "nesting; corrupt or hostile file?)") from None
     if isinstance(doc, list):  # bare Chrome-trace array
         doc = _Doc(traceEvents=doc)
     if doc.rocprofiler_sdk_tool is not None:
@@ -295,77 +313,129 @@ def _pick(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> list[_Event]
 
 # --------------------------------------------------------------------------- frames
 
-def _num(values: list) -> np.ndarray:
-    """float64 array from JSON numbers (or numeric strings); None/garbage -> NaN."""
-    try:
-        return np.array(values, dtype=float)  # C speed; None -> nan
-    except (TypeError, ValueError):
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float)
+class _Src:
+    """The file being read: its path, and all its events so a bad one can be named by index."""
+
+    __slots__ = ("path", "events", "rounded")
+
+    def __init__(self, path: str, events: list[_Event]) -> None:
+        self.path = path
+        self.events = events
+        self.rounded = 0  # ts/dur values with digits below 1 ns, rounded once (jsonnum)
+
+    def error(self, ev: _Event, message: str) -> GemmperfInputError:
+        # error path only: a linear identity search is fine here
+        idx = next((i for i, e in enumerate(self.events) if e is ev), None)
+        name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
+        where = "event" if idx is None else f"traceEvents[{idx}]"
+        return GemmperfInputError(self.path, message, record=f"{where}, {ev.cat} {name!r}")
 
 
-def _ints(values: list) -> pd.Series:
-    """Nullable Int64 from JSON ids (ints well below 2**53, so the float detour is exact)."""
-    v = np.rint(_num(values))
-    mask = np.isnan(v)
-    return pd.Series(pd.arrays.IntegerArray(np.where(mask, 0, v).astype(np.int64), mask))
+def _show(v: Any) -> str:
+    text = bytes(v).decode("utf-8", "replace") if isinstance(v, msgspec.Raw) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _us_to_ns(values: list) -> np.ndarray:
-    return np.rint(_num(values) * 1000.0)
+def _us_field(src: _Src, events: list[_Event], field: str) -> tuple[np.ndarray, np.ndarray]:
+    """Exact int64 ns of the ``ts`` or ``dur`` field of every event (any problem is an error),
+    and a mask of the values that had digits below 1 ns and were rounded once."""
+    tokens = [getattr(e, field) for e in events]
+    ns, status = us_text_to_ns(tokens)
+    i = first_problem(status)
+    if i is not None:
+        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {_show(tokens[i])}")
+    rounded = status == ROUNDED
+    src.rounded += int(rounded.sum())
+    return ns, rounded
 
 
-def _gpu_frame(gpu: list[_Event], path: str) -> pd.DataFrame:
+def _times(src: _Src, events: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns) = (ts, ts + dur) in exact ns; durations non-negative, ends in int64."""
+    start, r_start = _us_field(src, events, "ts")
+    dur, r_dur = _us_field(src, events, "dur")
+    bad = np.flatnonzero((dur < 0) | (start > INT64_MAX - np.maximum(dur, 0)))
+    if len(bad):
+        i = int(bad[0])
+        what = (f"dur is negative: {_show(events[i].dur)}" if dur[i] < 0 else
+                "ts + dur is outside the int64 nanosecond range")
+        raise src.error(events[i], what)
+    end = start + dur
+    # sub-ns digits (rare): the end is the exact decimal sum ts + dur, rounded once
+    for i in np.flatnonzero(r_start | r_dur).tolist():
+        end[i], st = sum_us_to_ns(bytes(events[i].ts), bytes(events[i].dur))
+        if st > ROUNDED:
+            raise src.error(events[i], "ts + dur is outside the int64 nanosecond range")
+    return start, end
+
+
+def _idcol(src: _Src, events: list[_Event], values: list, field: str,
+           labels_ok: bool = False) -> pd.Series:
+    """Nullable Int64 ids, exact; a value that is not an int64 JSON integer is an error."""
+    v, missing, status = exact_ints(values, labels_ok)
+    i = first_problem(status)
+    if i is not None:
+        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {_show(values[i])}")
+    return pd.Series(pd.arrays.IntegerArray(v, missing))
+
+
+def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
     args = [e.args or _NO_ARGS for e in gpu]
-    start = _us_to_ns([e.ts for e in gpu])
-    dur = _us_to_ns([e.dur for e in gpu])
-    bad = np.isnan(start) | np.isnan(dur)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise GemmperfInputError(path, "GPU event without numeric ts/dur",
-                                 record=f"event {gpu[i].name!r}")
+    start, end = _times(src, gpu)
     names = [e.name or e.cat for e in gpu]
-    dev = _ints([a.device for a in args])
+    dev = _idcol(src, gpu, [a.device for a in args], "args.device")
     # GPU events carry the device in pid and the stream in tid when args lack them
-    dev = dev.fillna(_ints([e.pid for e in gpu]))
-    stream = _ints([a.stream for a in args]).fillna(_ints([e.tid for e in gpu]))
+    dev = dev.fillna(_idcol(src, gpu, [e.pid for e in gpu], "pid", labels_ok=True))
+    stream = _idcol(src, gpu, [a.stream for a in args], "args.stream").fillna(
+        _idcol(src, gpu, [e.tid for e in gpu], "tid", labels_ok=True))
     df = pd.DataFrame({
         "agent": dev,
         "stream": stream,
-        "correlation_id": _ints([a.correlation for a in args]),
+        "correlation_id": _idcol(src, gpu, [a.correlation for a in args], "args.correlation"),
         "kernel": names,
-        "start_ns": start.astype(np.int64),
-        "end_ns": (start + dur).astype(np.int64),
-        "_ext": _ints([a.external_id for a in args]),
+        "start_ns": start,
+        "end_ns": end,
+        "_ext": _idcol(src, gpu, [a.external_id for a in args], "args.External id"),
         "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
     })
     df["_args"] = args
-    grid = _dim3([a.grid for a in args])
-    block = _dim3([a.block for a in args])
+    grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
+    block = _dim3(src, gpu, [a.block for a in args], "args.block")
     for i, ax in enumerate("xyz"):
         df[f"_grid_{ax}"] = grid[i]
         df[f"_block_{ax}"] = block[i]
     return df
 
 
-def _dim3(values: list) -> list[pd.Series]:
-    rows = [(list(v) + [1, 1, 1])[:3] if isinstance(v, (list, tuple)) and v else [None] * 3
-            for v in values]
+_DIM_MAX = 2 ** 32 - 1  # launch APIs and AQL packets hold each dimension in 32 bits
+
+
+def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.Series]:
+    """x, y, z columns of ``[x, y, z]`` launch dimensions (shorter lists pad with 1)."""
+    rows: list[Any] = []
+    for ev, v in zip(events, values):
+        if v is None or v == []:
+            rows.append((None, None, None))
+        elif (type(v) is list and len(v) <= 3
+              and all(type(x) is int and 0 <= x <= _DIM_MAX for x in v)):
+            rows.append((v + [1, 1])[:3])
+        else:
+            raise src.error(ev, f"{field} is not a list of 1-3 integers in [0, 2**32): {_show(v)}")
     arr = pd.DataFrame(rows, columns=["x", "y", "z"], dtype=object)
-    return [pd.to_numeric(arr[c], errors="coerce").astype(INT) for c in ("x", "y", "z")]
+    return [arr[c].astype(INT) for c in ("x", "y", "z")]
 
 
-def _runtime_frame(runtime: list[_Event]) -> pd.DataFrame:
+def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
     args = [e.args or _NO_ARGS for e in runtime]
     rt = pd.DataFrame({
         "name": pd.Series([e.name for e in runtime], dtype=object),
-        "pid": _ints([e.pid for e in runtime]),
-        "tid": _ints([e.tid for e in runtime]),
-        "ts_ns": _us_to_ns([e.ts for e in runtime]),
-        "correlation": _ints([a.correlation for a in args]),
-        "external_id": _ints([a.external_id for a in args]),
+        "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
+        "tid": _idcol(src, runtime, [e.tid for e in runtime], "tid", labels_ok=True),
+        "ts_ns": _us_field(src, runtime, "ts")[0],
+        "correlation": _idcol(src, runtime, [a.correlation for a in args], "args.correlation"),
+        "external_id": _idcol(src, runtime, [a.external_id for a in args], "args.External id"),
         "has_grid": [a.grid is not None for a in args],
     })
-    rt = rt[rt["correlation"].notna() & ~np.isnan(rt["ts_ns"].to_numpy())]
+    rt = rt[rt["correlation"].notna()]
     # ROCm Kineto can emit two runtime records per correlation id (e.g. a spurious
     # hipArray3DCreate beside hipMemsetAsync); prefer the one carrying launch dimensions.
     rt = rt.sort_values("has_grid", ascending=False, kind="stable")
@@ -373,32 +443,45 @@ def _runtime_frame(runtime: list[_Event]) -> pd.DataFrame:
     return rt.reset_index(drop=True)
 
 
-def _cpu_ops_frame(cpu: list[_Event]) -> pd.DataFrame:
+def _cpu_ops_frame(cpu: list[_Event], src: _Src) -> pd.DataFrame:
     args = [e.args or _NO_ARGS for e in cpu]
-    start = _us_to_ns([e.ts for e in cpu])
-    dur = _us_to_ns([e.dur for e in cpu])
+    start, end = _times(src, cpu)
     names = [e.name for e in cpu]
     ops = pd.DataFrame({
         "name": pd.Series(names, dtype=object),
-        "pid": _ints([e.pid for e in cpu]),
-        "tid": _ints([e.tid for e in cpu]),
-        "ts_ns": _ints(start),
-        "dur_ns": _ints(dur),
+        "pid": _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
+        "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
+        "ts_ns": pd.array(start, dtype=INT),
+        "dur_ns": pd.array(end - start, dtype=INT),
         "input_dims": pd.Series([None if a.input_dims is None else _shape_str(a.input_dims)
                                  for a in args], dtype=object),
         "input_types": pd.Series([None if a.input_type is None else _shape_str(a.input_type)
                                   for a in args], dtype=object),
-        "external_id": _ints([a.external_id for a in args]),
-        "correlation": _ints([a.correlation for a in args]),
+        "external_id": _idcol(src, cpu, [a.external_id for a in args], "args.External id"),
+        "correlation": _idcol(src, cpu, [a.correlation for a in args], "args.correlation"),
     })
     # collective metadata lives on record_param_comms ops only
     comms = [i for i, n in enumerate(names) if n == PARAM_COMMS_OP]
+    _check_coll_ints(src, [cpu[i] for i in comms], [args[i] for i in comms])
     for col in COLL_COLUMNS:
         values = np.full(len(cpu), None, dtype=object)
         if comms:
             values[comms] = [_plain(getattr(args[i], col)) for i in comms]
         ops[col] = values
     return ops
+
+
+def _check_coll_ints(src: _Src, events: list[_Event], args: list[_Args]) -> None:
+    """Integer collective metadata (group size, element counts) must be int64 JSON integers."""
+    for col, dtype in COLL_COLUMNS.items():
+        if dtype == INT and events:
+            _idcol(src, events, [getattr(a, col) for a in args], f"args.{_COLL_JSON[col]}")
+
+
+def _coll_ints(values: list) -> pd.Series:
+    """Int64 of collective metadata already checked by _check_coll_ints."""
+    v, missing, _ = exact_ints(values)
+    return pd.Series(pd.arrays.IntegerArray(v, missing))
 
 
 def _shape_str(v: Any) -> str:
@@ -410,20 +493,19 @@ def _plain(v: Any) -> Any:
     return str(v) if isinstance(v, (list, tuple, dict)) else v
 
 
-def _steps_frame(annotations: list[_Event], cpu_ops: pd.DataFrame) -> pd.DataFrame:
+def _steps_frame(annotations: list[_Event], cpu_ops: pd.DataFrame, src: _Src) -> pd.DataFrame:
     """``ProfilerStep#N`` ranges (user annotations; some older traces record them as cpu_op)."""
-    steps = [(e.name, e.ts, e.dur) for e in annotations if STEP_RE.match(e.name)]
+    steps = [e for e in annotations if STEP_RE.match(e.name)]
+    start, end = _times(src, steps)
     old = cpu_ops[cpu_ops["name"].astype(str).str.match(STEP_RE.pattern)]
-    start = np.concatenate([_us_to_ns([t for _, t, _ in steps]), old["ts_ns"].to_numpy(dtype=float)])
-    dur = np.concatenate([_us_to_ns([d for _, _, d in steps]), old["dur_ns"].to_numpy(dtype=float)])
-    names = [n for n, _, _ in steps] + list(old["name"])
-    ok = ~(np.isnan(start) | np.isnan(dur))
+    old_start = old["ts_ns"].to_numpy(dtype=np.int64)
+    names = [e.name for e in steps] + list(old["name"])
     df = pd.DataFrame({
         "name": pd.Series(names, dtype=object),
         "step": pd.Series([int(STEP_RE.match(n).group(1)) for n in names], dtype="int64"),
-        "start_ns": np.where(ok, start, 0).astype(np.int64),
-        "end_ns": np.where(ok, start + dur, 0).astype(np.int64),
-    })[ok]
+        "start_ns": np.concatenate([start, old_start]),
+        "end_ns": np.concatenate([end, old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
+    })
     return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 
@@ -478,11 +560,14 @@ def _flavor(doc: _Doc, runtime: list[_Event]) -> str:
     return "unknown"
 
 
-def _int_or_none(v: Any) -> int | None:
-    try:
-        return int(v) if v is not None else None
-    except (TypeError, ValueError):
+def _base_time(doc: _Doc, path: str) -> int | None:
+    """``baseTimeNanoseconds``: absent, or an int64 JSON integer (never truncated from a float)."""
+    v = doc.baseTimeNanoseconds
+    if v is None:
         return None
+    if type(v) is not int or not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise GemmperfInputError(path, f"baseTimeNanoseconds is not an int64 JSON integer: {_show(v)}")
+    return v
 
 
 def product_arch(product: str | None) -> str | None:
@@ -498,9 +583,14 @@ def _agents(props: Any, path: str, host: str | None, pid: int | None) -> pd.Data
     if not isinstance(props, list) or not props:
         return empty(AGENT_SCHEMA)
     rows = []
-    for p in props:
+    for k, p in enumerate(props):
         if not isinstance(p, dict):
             continue
+        for key in ("id", "numSms", "warpSize", "computeMajor", "computeMinor"):
+            v = p.get(key)
+            if v is not None and (type(v) is not int or not 0 <= v <= INT64_MAX):
+                raise GemmperfInputError(path, f"{key} is not a non-negative int64 JSON integer: "
+                                               f"{_show(v)}", record=f"deviceProperties[{k}]")
         name = p.get("name")
         arch = p.get("gcnArchName")
         if isinstance(arch, str):
@@ -515,131 +605,14 @@ def _agents(props: Any, path: str, host: str | None, pid: int | None) -> pd.Data
     return finalize_agents(pd.DataFrame(rows), path)
 
 
-# --------------------------------------------------------------------------- linkage
-
-def _lookup(keys: pd.Series, table_keys: pd.Series) -> np.ndarray:
-    """Row index in ``table_keys`` (unique) for each key; -1 when absent or key is null."""
-    if len(table_keys) == 0:
-        return np.full(len(keys), -1, dtype=np.int64)
-    idx = pd.Index(table_keys.astype("int64"))
-    k = keys.astype("Float64").to_numpy(dtype=float, na_value=np.nan)
-    out = idx.get_indexer(np.where(np.isnan(k), -(2 ** 62), k).astype(np.int64))
-    return out.astype(np.int64)
-
-
-def _take(col: pd.Series, rows: np.ndarray) -> pd.Series:
-    """``col[rows]`` with -1 -> missing, keeping nullable dtypes."""
-    if len(col) == 0:
-        dtype = col.dtype if str(col.dtype) == INT else object
-        return pd.Series([None] * len(rows), dtype=dtype)
-    safe = np.where(rows < 0, 0, rows)
-    vals = col.iloc[safe].reset_index(drop=True)
-    return vals.where(pd.Series(rows >= 0), None) if vals.dtype == object else \
-        vals.mask(pd.Series(rows < 0))
-
-
-def innermost_enclosing(op_group: np.ndarray, op_start: np.ndarray, op_end: np.ndarray,
-                        pt_group: np.ndarray, pt_time: np.ndarray) -> np.ndarray:
-    """Index of the innermost op (per group, e.g. thread) whose [start, end] holds each point.
-
-    Ops on one thread nest like brackets, so the innermost open op at a time is the most recent
-    open at the current nesting depth. One sort of open/close/point events, a cumulative sum for
-    depth and a segmented running max find it for every point at once. Returns -1 where no op
-    encloses the point. Zero-length ops cannot enclose anything and are ignored.
-    """
-    n_pt = len(pt_time)
-    result = np.full(n_pt, -1, dtype=np.int64)
-    keep = np.flatnonzero(op_end > op_start)
-    if n_pt == 0 or len(keep) == 0:
-        return result
-    g_op, s, e = op_group[keep], op_start[keep], op_end[keep]
-    n = len(keep)
-    grp = np.concatenate([g_op, g_op, pt_group])
-    time = np.concatenate([s, e, pt_time])
-    # at equal times: closes, then opens (outer first), then points
-    kind = np.concatenate([np.ones(n), np.zeros(n), np.full(n_pt, 2)])
-    tie = np.concatenate([-e, -s, np.zeros(n_pt)])
-    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(n_pt, np.int64)])
-    ref = np.concatenate([keep, keep, np.arange(n_pt)])
-    order = np.lexsort((tie, kind, time, grp))
-    depth = np.cumsum(delta[order])  # per group it returns to 0, so one global cumsum suffices
-    is_open = (kind[order] == 1)
-    is_pt = (kind[order] == 2)
-    sel = np.flatnonzero(is_open | is_pt)
-    g2, lvl, op_flag = grp[order][sel], depth[sel], is_open[sel]
-    order2 = np.lexsort((np.arange(len(sel)), lvl, g2))
-    g3, l3, f3 = g2[order2], lvl[order2], op_flag[order2]
-    seg_start = np.ones(len(order2), dtype=bool)
-    seg_start[1:] = (g3[1:] != g3[:-1]) | (l3[1:] != l3[:-1])
-    seg_first = np.maximum.accumulate(np.where(seg_start, np.arange(len(order2)), 0))
-    last_open = np.maximum.accumulate(np.where(f3, np.arange(len(order2)), -1))
-    found = f3 == False  # noqa: E712  (points only)
-    found &= (last_open >= seg_first) & (l3 > 0)
-    pos_pt = np.flatnonzero(found)
-    orig = sel[order2]  # index into the sorted event array
-    pts = ref[order][orig[pos_pt]]
-    ops = ref[order][orig[last_open[pos_pt]]]
-    result[pts] = ops
-    # improper nesting (rounded timestamps) can break the bracket rule: verify containment
-    hit = result >= 0
-    r = result[hit]
-    ok = (op_start[r] <= pt_time[hit]) & (pt_time[hit] <= op_end[r]) & (op_group[r] == pt_group[hit])
-    idx = np.flatnonzero(hit)
-    result[idx[~ok]] = -1
-    return result
-
-
-def _group_codes(*frames_cols: tuple[pd.Series, pd.Series]) -> list[np.ndarray]:
-    """Shared integer codes for (pid, tid) pairs across several frames (missing ids -> -1)."""
-    keys = [(p.fillna(-1).to_numpy(dtype=np.int64) << 32) ^ (t.fillna(-1).to_numpy(dtype=np.int64)
-                                                              & 0xFFFFFFFF)
-            for p, t in frames_cols]
-    codes, _ = pd.factorize(np.concatenate(keys))
-    out, start = [], 0
-    for k in keys:
-        out.append(codes[start:start + len(k)])
-        start += len(k)
-    return out
-
-
-def _enclosing_ops(ops: pd.DataFrame, rt: pd.DataFrame, rt_rows: np.ndarray) -> np.ndarray:
-    """Innermost op of ``ops`` around the runtime call of each dispatch (-1 if none)."""
-    n = len(rt_rows)
-    if len(ops) == 0 or len(rt) == 0:
-        return np.full(n, -1, dtype=np.int64)
-    valid = ops["ts_ns"].notna() & ops["dur_ns"].notna()
-    ops = ops[valid]
-    op_codes, rt_codes = _group_codes((ops["pid"], ops["tid"]), (rt["pid"], rt["tid"]))
-    s = ops["ts_ns"].to_numpy(dtype=np.int64)
-    e = s + ops["dur_ns"].to_numpy(dtype=np.int64)
-    per_rt = innermost_enclosing(op_codes, s, e, rt_codes, rt["ts_ns"].to_numpy(dtype=np.int64))
-    per_rt = np.where(per_rt >= 0, ops.index.to_numpy()[np.maximum(per_rt, 0)], -1)
-    return np.where(rt_rows >= 0, per_rt[np.maximum(rt_rows, 0)], -1)
-
-
-def _link_ops(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
-              rt_ext: pd.Series) -> np.ndarray:
-    if len(ops) == 0:
-        return np.full(len(df), -1, dtype=np.int64)
-    by_ext = ops["external_id"].dropna()
-    by_ext = by_ext[~by_ext.duplicated()]
-    ext_index = pd.Series(by_ext.index, index=by_ext.to_numpy())
-    row = _lookup(df["_ext"], pd.Series(ext_index.index))
-    row = np.where(row >= 0, ext_index.to_numpy()[np.maximum(row, 0)], -1)
-    row2 = _lookup(rt_ext, pd.Series(ext_index.index))
-    row2 = np.where(row2 >= 0, ext_index.to_numpy()[np.maximum(row2, 0)], -1)
-    row = np.where(row >= 0, row, row2)
-    missing = row < 0
-    if missing.any():
-        row = np.where(missing, _enclosing_ops(ops, rt, rt_row), row)
-    return row
-
+# --------------------------------------------------------------------------- collectives
 
 def _fill_collectives(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
-                      op_row: np.ndarray) -> None:
+                      op_row: np.ndarray, src: _Src, gpu: list[_Event]) -> None:
     """Collective metadata from kernel args, else from the enclosing ``record_param_comms``."""
     args = df["_args"].tolist()
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
+    _check_coll_ints(src, [gpu[i] for i in carrying], [args[i] for i in carrying])
     for col in COLL_COLUMNS:
         values = np.full(len(df), None, dtype=object)
         if carrying:
@@ -651,21 +624,30 @@ def _fill_collectives(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_
         comms = ops[ops["name"] == PARAM_COMMS_OP]
         src = np.where(np.isin(op_row, comms.index.to_numpy()), op_row, -1)
         if len(comms) and (src < 0).any():
-            src = np.where(src >= 0, src, _enclosing_ops(comms, rt, rt_row))
+            src = np.where(src >= 0, src, enclosing_ops(comms, rt, rt_row))
         src = np.where(need, src, -1)
         for col in COLL_COLUMNS:
-            filled = _take(ops[col].astype(object), src)
+            filled = take(ops[col].astype(object), src)
             df[col] = df[col].where(df[col].notna(), filled)
     for col, dtype in COLL_COLUMNS.items():
         if dtype == INT:
-            df[col] = _ints(list(df[col]))
+            df[col] = _coll_ints(list(df[col]))
         else:
             df[col] = df[col].astype(object).where(df[col].notna(), None).astype(STR)
 
 
-def _apply_grid_semantics(df: pd.DataFrame, flavor: str, launch_api: pd.Series) -> str:
+def _apply_grid_semantics(df: pd.DataFrame, flavor: str, launch_api: pd.Series, src: _Src,
+                          gpu: list[_Event]) -> str:
     g = [df.pop(f"_grid_{a}") for a in "xyz"]
     b = [df.pop(f"_block_{a}") for a in "xyz"]
+    if flavor != "rocprofiler-sdk":
+        # blocks * block: each factor is below 2**32, so the uint64 product is exact; a result
+        # beyond int64 would wrap silently in the Int64 product below
+        for i in range(3):
+            prod = g[i].to_numpy(np.uint64, na_value=0) * b[i].to_numpy(np.uint64, na_value=0)
+            over = np.flatnonzero(prod > np.uint64(INT64_MAX))
+            if len(over):
+                raise src.error(gpu[int(over[0])], "args.grid * args.block is outside int64")
     if flavor == "rocprofiler-sdk":
         for i, a in enumerate("xyz"):
             df[f"grid_{a}"], df[f"wg_{a}"] = b[i], g[i]
