@@ -144,11 +144,10 @@ def test_leftovers_after_normal_exit_are_killed(tmp_path):
                       log_path=tmp_path / "l.log", grace_s=1.0)
     assert res.returncode == 0
     grand, escaped = map(int, pid_file.read_text().split())
-    # the grandchild stayed in the group: killed; the escaped one is reachable only while its
-    # parent lives, so it is the workload's own business once the workload exited
-    assert not _running(grand)
-    if _running(escaped):
-        os.kill(escaped, signal.SIGKILL)
+    # the grandchild stayed in the group; the escaped one left it and lost its parent when the
+    # workload exited: the subreaper launcher adopted it, so both are gone
+    assert not _running(grand) and not _running(escaped)
+    assert f"killed leftover process {escaped} (" in res.log_path.read_text()
 
 
 def test_ctrl_c_kills_the_tree_and_reraises(tmp_path):
@@ -170,3 +169,145 @@ def test_ctrl_c_kills_the_tree_and_reraises(tmp_path):
     t.join()
     grand, escaped = map(int, pid_file.read_text().split())
     assert not _running(grand) and not _running(escaped)
+
+
+# --- no survivors: daemons that leave the group and the parent chain ------------------------
+
+# double fork + setsid: the classic daemon. The daemon's parent exits at once, so it is
+# re-parented (to init, or to the nearest subreaper) and is in another session and group.
+DAEMON = """
+    import os, sys, time
+    pid_file, mode = sys.argv[1], sys.argv[2]
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(pid_file + ".tmp", "w") as fh:
+                fh.write(str(os.getpid()))
+            os.rename(pid_file + ".tmp", pid_file)
+            os.execvp("sleep", ["sleep", "301"])
+        os._exit(0)
+    os.wait()
+    for _ in range(500):
+        if os.path.exists(pid_file):
+            break
+        time.sleep(0.01)
+    print("daemon up", flush=True)
+    if mode == "hang":
+        time.sleep(300)
+"""
+
+
+def _daemon_pid(pid_file: Path) -> int:
+    return int(pid_file.read_text())
+
+
+def _wait_dead(pid: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _running(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _sid(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[3])
+
+
+def test_setsid_daemon_is_killed_when_the_workload_ends(tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    res = run_process([PY, str(_script(tmp_path, DAEMON)), str(pid_file), "exit"], timeout_s=30,
+                      log_path=tmp_path / "l.log", grace_s=1.0)
+    assert res.returncode == 0 and res.ok
+    daemon = _daemon_pid(pid_file)
+    assert _wait_dead(daemon, 0.1), "the setsid daemon outlived its point"
+    log = res.log_path.read_text()
+    assert f"killed leftover process {daemon} (sleep 301) when the workload ended" in log
+    assert "daemon up" in log
+
+
+def test_setsid_daemon_is_killed_on_timeout(tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    start = time.monotonic()
+    res = run_process([PY, str(_script(tmp_path, DAEMON)), str(pid_file), "hang"], timeout_s=2.0,
+                      log_path=tmp_path / "l.log", grace_s=1.0)
+    assert res.timed_out and time.monotonic() - start < 10
+    daemon = _daemon_pid(pid_file)
+    assert _wait_dead(daemon, 0.1)
+    log = res.log_path.read_text()
+    assert f"{daemon} (sleep 301)" in log and "[gemmperf] killed" in log
+    assert "timed out after 2.0 s" in res.tail(3)
+
+
+def test_environment_marker_net_without_the_subreaper(tmp_path, monkeypatch):
+    """Where the subreaper launcher is not used, the daemon is found by the run's marker."""
+    monkeypatch.setattr(process, "USE_REAPER", False)
+    pid_file = tmp_path / "daemon.pid"
+    res = run_process([PY, str(_script(tmp_path, DAEMON)), str(pid_file), "exit"], timeout_s=30,
+                      log_path=tmp_path / "l.log", grace_s=1.0)
+    assert res.returncode == 0
+    daemon = _daemon_pid(pid_file)
+    assert _wait_dead(daemon, 0.1)
+    assert (f"[gemmperf] killed process {daemon} (sleep 301) after the workload exited"
+            in res.log_path.read_text())
+
+
+def test_runner_killed_with_sigkill_leaves_no_survivors(tmp_path):
+    """The launcher gets SIGTERM when its runner dies (PR_SET_PDEATHSIG) and cleans up."""
+    import subprocess
+
+    pid_file = tmp_path / "daemon.pid"
+    runner = tmp_path / "runner.py"
+    runner.write_text(textwrap.dedent(f"""
+        import sys
+        from pytest_gemmperf.run.process import run_process
+        run_process([sys.executable, {str(_script(tmp_path, DAEMON))!r}, {str(pid_file)!r}, "hang"],
+                    timeout_s=300, log_path={str(tmp_path / "l.log")!r}, grace_s=1.0)
+    """))
+    proc = subprocess.Popen([PY, str(runner)])
+    try:
+        for _ in range(1000):
+            if pid_file.exists():
+                break
+            time.sleep(0.01)
+        daemon = _daemon_pid(pid_file)
+        # a real daemon: a session of its own, apart from the runner's and the workload's
+        assert _running(daemon) and _sid(daemon) not in (os.getsid(0), _sid(proc.pid))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _wait_dead(daemon, 5.0), "the daemon survived its runner's SIGKILL"
+    assert f"{daemon} (sleep 301)" in (tmp_path / "l.log").read_text()
+
+
+def test_pytest_itself_is_not_made_a_subreaper(tmp_path):
+    import ctypes
+
+    run_process([PY, "-c", "pass"], timeout_s=30, log_path=tmp_path / "l.log")
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(-1)
+    assert libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0  # PR_GET_CHILD_SUBREAPER
+    assert flag.value == 0
+
+
+def test_launcher_keeps_the_workload_outcome(tmp_path):
+    res = run_process([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGABRT)"],
+                      timeout_s=30, log_path=tmp_path / "a.log")
+    assert res.returncode == -signal.SIGABRT and "killed by SIGABRT" in res.describe()
+    with pytest.raises(FileNotFoundError):
+        run_process(["no-such-program-gemmperf"], timeout_s=30, log_path=tmp_path / "b.log")
+    with pytest.raises(FileNotFoundError):
+        run_process(["./missing.sh"], timeout_s=30, log_path=tmp_path / "c.log", cwd=tmp_path)
+    # a clean run writes nothing of ours after the command line
+    res = run_process([PY, "-c", "print('only')"], timeout_s=30, log_path=tmp_path / "d.log")
+    assert res.log_path.read_text().splitlines()[1:] == ["only"]
+
+
+def test_log_symlink_is_refused(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "l.log").symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic link"):
+        run_process([PY, "-c", "print('x')"], timeout_s=30, log_path=tmp_path / "l.log")
+    assert victim.read_text() == "precious\n"

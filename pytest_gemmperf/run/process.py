@@ -5,11 +5,24 @@ mpirun -> ranks). Killing only the direct child leaves the workers running and h
 which wedges every later test. Each launch gets a new session (``start_new_session=True``), so
 the whole tree can be signalled at once; descendants that moved to another group are found
 through ``/proc`` parent links and killed as well.
+
+No survivors: a daemon that double-forks and calls ``setsid`` leaves both the group and the
+parent chain (it is re-parented to init), and on a GPU box it would keep using the GPU during
+the next point. On Linux the workload therefore runs under a small launcher,
+``run/_reaper.py``, that makes itself a child subreaper, so such orphans are re-parented to
+*it*; it kills and reaps every remaining descendant when the workload's main process ends or
+the runner stops it (timeout, Ctrl-C, runner death), naming each in the log. As a second net
+every launch carries a per-run marker variable (``GEMMPERF_RUN_MARKER``); after the run, any
+process whose initial environment holds the marker is killed too and named in the log (this
+also covers kernels without ``PR_SET_CHILD_SUBREAPER``). A process that scrubs its environment
+*and* escapes a subreaper is beyond both; a cgroup would be needed for that.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -21,10 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from pytest_gemmperf import safe_io
+from pytest_gemmperf.run._reaper import describe
+
 #: Launchers that ``launch_argv`` knows by name.
 KNOWN_LAUNCHERS = ("none", "torchrun", "srun", "mpirun")
 
 _PYTHON_NAMES = {"python", "python3", os.path.basename(sys.executable)}
+
+#: environment variable that tags every process of one ``run_process`` call
+MARKER_VAR = "GEMMPERF_RUN_MARKER"
+_REAPER = Path(__file__).with_name("_reaper.py")
+#: whether launches go through the subreaper launcher (Linux with /proc); tests turn it off
+#: to exercise the environment-marker net alone
+USE_REAPER = sys.platform.startswith("linux") and os.path.isdir("/proc") and _REAPER.is_file()
 
 
 @dataclass(frozen=True)
@@ -214,10 +237,12 @@ def live_processes(pgid: int, root_pid: int | None = None) -> set[int]:
 
 
 def _signal_all(pgid: int, pids: Iterable[int], sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Signal group ``pgid`` (skipped when negative) and each of ``pids``."""
+    if pgid > 0:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -225,10 +250,14 @@ def _signal_all(pgid: int, pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM the group and every descendant, wait ``grace_s``, SIGKILL what is left, reap."""
+def kill_tree(proc: subprocess.Popen, grace_s: float) -> dict[int, str]:
+    """SIGTERM the group and every descendant, wait ``grace_s``, SIGKILL what is left, reap.
+
+    Returns ``{pid: "pid (command line)"}`` of the processes it signalled (read before the
+    signal, so the log can name them)."""
     pgid = proc.pid  # start_new_session makes the child its own group leader
     targets = live_processes(pgid, proc.pid)
+    named = {pid: describe(pid) for pid in targets}
     _signal_all(pgid, targets, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
@@ -236,15 +265,67 @@ def kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
         targets = live_processes(pgid, proc.pid) | {p for p in targets if _alive(p)}
         if not targets:
             break
+        for pid in targets - named.keys():
+            named[pid] = describe(pid)  # forked during the shutdown
         time.sleep(0.05)
     leftovers = live_processes(pgid, proc.pid) | {p for p in targets if _alive(p)}
     if leftovers:
+        for pid in leftovers - named.keys():
+            named[pid] = describe(pid)
         _signal_all(pgid, leftovers, signal.SIGKILL)
     try:
         proc.wait(timeout=max(grace_s, 5.0))
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
         pass
     _wait_gone(leftovers, 2.0)
+    return named
+
+
+def marked_processes(marker: str) -> set[int]:
+    """Live processes (other than this one) whose initial environment holds
+    ``GEMMPERF_RUN_MARKER=<marker>``: everything a run started, wherever it was re-parented.
+
+    /proc/<pid>/environ is the environment at exec time, readable for our own user's
+    processes only, which are the only ones a workload we started can be."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    me = os.getpid()
+    found: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        if needle in data.split(b"\0") and _alive(int(name)):
+            found.add(int(name))
+    return found
+
+
+def kill_marked(marker: str, grace_s: float) -> dict[int, str]:
+    """SIGTERM every process carrying ``marker``, SIGKILL after ``grace_s``; returns
+    ``{pid: "pid (command line)"}`` of those signalled."""
+    targets = marked_processes(marker)
+    if not targets:
+        return {}
+    named = {pid: describe(pid) for pid in targets}
+    _signal_all(-1, targets, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while targets and time.monotonic() < deadline:
+        time.sleep(0.05)
+        targets = {p for p in targets if _alive(p)} | marked_processes(marker)
+        for pid in targets - named.keys():
+            named[pid] = describe(pid)
+            _signal_all(-1, [pid], signal.SIGTERM)
+    if targets:
+        _signal_all(-1, targets, signal.SIGKILL)
+        _wait_gone(targets, 2.0)
+    return named
 
 
 def _alive(pid: int) -> bool:
@@ -271,41 +352,76 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     """Run ``argv`` (no shell) in a new session; stdout and stderr go to ``log_path``.
 
     On timeout or Ctrl-C the whole tree is killed (SIGTERM, ``grace_s``, SIGKILL) and reaped;
-    KeyboardInterrupt is re-raised after the cleanup. Processes the workload left behind in its
-    group after a normal exit are killed too, so nothing outlives the call.
+    KeyboardInterrupt is re-raised after the cleanup. Processes the workload left behind after
+    a normal exit are killed too (its group, its descendants under the subreaper launcher, and
+    anything carrying this run's environment marker), so nothing outlives the call; the log
+    names each process killed (``[gemmperf] killed ...``: pid and command line). The log is
+    opened with ``O_NOFOLLOW``: a symbolic link at its name is refused, not written through.
     """
     argv = tuple(os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in argv)
     if not argv:
         raise ValueError("empty argv")
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    marker = secrets.token_hex(12)
+    child_env = dict(os.environ if env is None else env)
+    child_env[MARKER_VAR] = marker
+    launched = list(argv)
+    if USE_REAPER:
+        # the launcher execs the command itself: fail here, as Popen would, when it cannot
+        _require_executable(argv[0], child_env, cwd)
+        launched = [sys.executable, "-I", "-S", str(_REAPER), repr(max(0.0, 0.8 * grace_s)),
+                    str(os.getpid()), "--", *argv]
     timed_out = interrupted = False
-    with open(log_path, "ab") as log:
+    killed: dict[int, str] = {}
+    with safe_io.open_append(log_path) as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
         start = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=None if env is None else dict(env),
+        proc = subprocess.Popen(launched, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=child_env,
                                 cwd=cwd, start_new_session=True, close_fds=True)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            kill_tree(proc, grace_s)
+            killed.update(kill_tree(proc, grace_s))
         except KeyboardInterrupt:
             interrupted = True
-            kill_tree(proc, grace_s)
+            killed.update(kill_tree(proc, grace_s))
             raise
         finally:
             duration_s = time.monotonic() - start
             if not (timed_out or interrupted) and live_processes(proc.pid):
-                kill_tree(proc, min(grace_s, 1.0))
-        if timed_out:
-            log.write(f"\n[gemmperf] timed out after {timeout_s} s; process group killed\n"
-                      .encode())
+                killed.update(kill_tree(proc, min(grace_s, 1.0)))
+            # the second net: whatever still carries this run's marker
+            killed.update(kill_marked(marker, min(grace_s, 2.0)))
+            killed.pop(proc.pid, None) if USE_REAPER else None  # the launcher itself
+            why = ("on timeout" if timed_out else "on interrupt" if interrupted
+                   else "after the workload exited")
+            for pid in sorted(killed):
+                log.write(f"[gemmperf] killed process {killed[pid]} {why}\n".encode("utf-8", "replace"))
+            if timed_out:
+                log.write(f"\n[gemmperf] timed out after {timeout_s} s; process group killed\n"
+                          .encode())
     return ProcessResult(argv=argv, returncode=proc.returncode, duration_s=duration_s,
                          timed_out=timed_out, interrupted=interrupted, log_path=log_path,
                          pid=proc.pid)
+
+
+def _require_executable(program: str, env: Mapping[str, str], cwd: str | os.PathLike | None) -> None:
+    """Raise ``FileNotFoundError``/``PermissionError`` like ``Popen`` for a program that
+    cannot be executed (a relative path counts from ``cwd``, a bare name is looked up in the
+    child's PATH)."""
+    if os.sep in program:
+        path = program if os.path.isabs(program) else os.path.join(os.fspath(cwd or "."), program)
+        if not os.path.exists(path):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+        return
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 def require_success(result: ProcessResult, what: str = "workload",
@@ -316,5 +432,5 @@ def require_success(result: ProcessResult, what: str = "workload",
     return result
 
 
-__all__ = ["KNOWN_LAUNCHERS", "ProcessResult", "WorkloadError", "kill_tree", "launch_argv",
-           "live_processes", "log_tail", "require_success", "run_process", "split_launch"]
+__all__ = ["KNOWN_LAUNCHERS", "MARKER_VAR", "ProcessResult", "WorkloadError", "kill_marked",
+           "kill_tree", "launch_argv", "live_processes", "marked_processes", "log_tail", "require_success", "run_process", "split_launch"]
