@@ -53,7 +53,7 @@ KEY = ["point", "kernel", "metric", "unit", "value"]
 
 
 def write_rank_trace(path: Path, rank: int, *, seed: int, allreduce_scale: float = 1.0,
-                     steps: int = 6, allreduce_name: str = "allreduce") -> Path:
+                     steps: int = 6, allreduce_name: str = "allreduce", profiler_steps: bool = False) -> Path:
     """One rank of a training step loop: per step a GEMM (stream 3) with an allreduce of 4 MiB
     overlapping it and an all-gather of 2 MiB after it (stream 7), then an elementwise kernel.
     Ranks arrive with a few µs of skew; every duration has ~1 % noise per run and rank."""
@@ -64,6 +64,9 @@ def write_rank_trace(path: Path, rank: int, *, seed: int, allreduce_scale: float
              ("_allgather_base", "BFloat16", 1 << 18, 1 << 20, 900, 150))
     for i in range(steps):
         t0 = 10_000 + 2_000 * i
+        if profiler_steps:  # what torch.profiler's schedule writes around each step
+            ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 2}", "pid": pid,
+                       "tid": pid, "ts": t0 - 500, "dur": 1_990})
         corr += 10
         ev.append({"ph": "X", "cat": "kernel", "name": GEMM_KERNEL, "pid": 0, "tid": 3, "ts": t0,
                    "dur": round(400 * unit * rng.lognormal(0, 0.01), 3),
@@ -192,8 +195,12 @@ def test_kernel_replaced_by_a_slower_differently_named_one_fails_through_the_cat
     # ...but every dispatch of the point counts in the category totals
     assert set(rows(base, "category_total_ns")["kernel"]) == {"category:gemm", "category:elementwise"}
     v = compare(base, cand)
-    assert one(v, "dur_ns", "Cijk_A_MT128")["verdict"] == "missing"
-    assert one(v, "dur_ns", "Cijk_B_MT64")["verdict"] == "new"
+    a = one(v, "dur_ns", "Cijk_A_MT128")
+    if "swapped" in str(a["note"]):  # the gate pairs the two names as one swapped kernel
+        assert a["verdict"] == "regression"
+    else:
+        assert a["verdict"] == "missing"
+        assert one(v, "dur_ns", "Cijk_B_MT64")["verdict"] == "new"
     gemm = one(v, "category_total_ns", "category:gemm")
     assert gemm["verdict"] == "regression" and gemm["ratio"] == pytest.approx(1.3, rel=0.02)
     assert one(v, "category_total_ns", "category:elementwise")["verdict"] == "unchanged"
@@ -209,7 +216,7 @@ def test_gemm_that_loses_its_overlap_is_caught_by_overlap_fraction_and_exposed_c
     ov = rows(base, "overlap_fraction", "category:gemm")
     assert len(ov) == 4 and ov["value"].between(0.72, 0.78).all()
     assert (rows(cand, "overlap_fraction")["value"] == 0).all()
-    exposed = rows(base, "exposed_comm_ns", "*")["value"] / 40  # per step
+    exposed = rows(base, "exposed_comm_ns", "*")["value"]  # per step (samples are per step)
     assert exposed.between(20_000, 30_000).all()  # ~25 µs of the collective sticks out
     # the per-kernel durations did not change: only the overlap metrics can catch this
     v = compare(base, cand)
@@ -367,3 +374,67 @@ def test_plugin_gate_fails_on_slower_allreduce_and_refresh_gives_the_pytest_samp
     assert one(v, "coll_latency_ns", "allreduce:4MiB")["verdict"] == "regression"
     assert one(v, "coll_busbw_gbps", "allreduce:4MiB")["verdict"] == "regression"
     assert one(v, "dur_ns", GEMM_KERNEL)["verdict"] == "unchanged"
+
+
+# ------------------------------------------------------------------------------ per unit of work
+
+
+def _sums(s: pd.DataFrame) -> pd.DataFrame:
+    return s[s["metric"].isin(["category_total_ns", "computation_ns", "exposed_comm_ns"])]
+
+
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_a_run_with_30_percent_fewer_iterations_reads_neither_faster_nor_slower(warmup):
+    # no step ranges in these tables: the unit of work is estimated from the dispatch counts
+    base = gate_samples(synthetic(0, steps=40, comm_offset_us=25, seed=11), kernels=["^Cijk_"], warmup=warmup)
+    cand = gate_samples(synthetic(1, steps=28, comm_offset_us=25, seed=12), kernels=["^Cijk_"], warmup=warmup)
+    assert set(base.attrs["steps"]["source"]) == {"estimated: median dispatches per kernel"}
+    assert base.attrs["steps"]["steps"].tolist() == [40.0] * 4
+    assert cand.attrs["steps"]["steps"].tolist() == [28.0] * 4
+    assert any("per step" in n for n in base.attrs["notes"])
+    v = compare(base, cand, test="t")
+    sums = _sums(v)
+    assert set(sums["metric"]) == {"category_total_ns", "computation_ns", "exposed_comm_ns"}
+    assert sums["ratio"].between(0.97, 1.03).all(), sums[["kernel", "metric", "ratio"]]
+    assert not sums["verdict"].isin(["improvement", "regression"]).any()
+    # what the per-step values mean: one GEMM of ~100 µs per step (warm-up dispatches count at
+    # the steady-state mean, so the value does not depend on the warm-up either)
+    gemm = rows(base, "category_total_ns", "category:gemm")["value"]
+    assert gemm.between(97_000, 103_000).all()
+
+
+def test_per_step_values_still_catch_a_real_slowdown_of_the_totals():
+    base = gate_samples(synthetic(0, steps=40, seed=13), kernels=["^Cijk_"])
+    cand = gate_samples(synthetic(1, steps=28, gemm_us=120.0, seed=14), kernels=["^Cijk_"])
+    gemm = one(compare(base, cand), "category_total_ns", "category:gemm")
+    assert gemm["verdict"] == "regression" and gemm["ratio"] == pytest.approx(1.2, rel=0.02)
+
+
+def test_profiler_steps_column_is_the_unit_of_work():
+    d = synthetic(0, steps=40, seed=15)
+    plain = gate_samples(d, kernels=["^Cijk_"])
+    # a trace that says it ran 20 ProfilerSteps (two GEMMs per step, as far as the gate knows)
+    d["profiler_steps"] = pd.array([20] * len(d), dtype="Int64")
+    s = gate_samples(d, kernels=["^Cijk_"])
+    assert set(s.attrs["steps"]["source"]) == {"ProfilerStep ranges"} and not s.attrs["notes"]
+    a = rows(plain, "category_total_ns").set_index(["kernel", "unit"])["value"]
+    b = rows(s, "category_total_ns").set_index(["kernel", "unit"])["value"]
+    pd.testing.assert_series_equal(b, a * 2)  # per ProfilerStep = twice per estimated step
+    # a marker "step" column is used when there is no profiler_steps column
+    m = synthetic(0, steps=40, seed=15)
+    m["step"] = (m["start_ns"] // 2_000_000).astype("int64")  # 20 ranges of 2 ms
+    sm = gate_samples(m, kernels=["^Cijk_"])
+    assert set(sm.attrs["steps"]["source"]) == {"step ranges"}
+    assert sm.attrs["steps"]["steps"].tolist() == [20.0] * 4
+
+
+def test_torch_traces_carry_their_profiler_steps_and_fewer_steps_read_the_same(tmp_path):
+    base = torch_point(tmp_path / "b", runs=2, seed=21, steps=6, profiler_steps=True)
+    cand = torch_point(tmp_path / "c", runs=2, seed=22, steps=4, profiler_steps=True)
+    assert set(base["profiler_steps"].dropna().astype(int)) == {6}
+    assert set(cand["profiler_steps"].dropna().astype(int)) == {4}
+    sb, sc = gate_samples(base), gate_samples(cand)
+    assert set(sb.attrs["steps"]["source"]) == {"ProfilerStep ranges"}
+    v = _sums(compare(sb, sc))
+    assert len(v) and v["ratio"].between(0.95, 1.05).all(), v[["kernel", "metric", "ratio"]]
+    assert not v["verdict"].isin(["improvement", "regression"]).any()

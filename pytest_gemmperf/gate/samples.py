@@ -4,6 +4,8 @@ The unit is one profiled process, ``host/pid/rank/run`` (ARCHITECTURE.md "The pr
 missing parts are written ``-``). Per dispatch the table holds ``dur_ns``; per unit it holds
 ``category_total_ns`` for every kernel category (kernel ``category:<cat>``), so that a kernel
 replaced by a slower one shows up in the totals even though it appears as "missing + new".
+Sums (category totals, computation, exposed communication) are **per step** of the unit
+(:func:`unit_steps`): a run with fewer iterations is neither faster nor slower.
 Further unit-level metrics (overlap fraction, interference slowdown, exposed communication,
 collective metrics) come from analysis tables passed in as already-computed DataFrames, or,
 in :func:`gate_samples` (the one function pytest, ``baseline refresh`` and ``gemmperf compare``
@@ -27,6 +29,9 @@ SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
 #: compaction; context for the gate, never gated themselves
 DISPATCH_COUNT = "dispatch_count"
 UNIT_PARTS = ("host", "pid", "rank", "run")
+#: optional dispatch columns telling how many steps (iterations) a unit ran; see unit_steps()
+STEPS_COLUMN = "profiler_steps"  # per dispatch: ProfilerStep#N ranges in its trace file
+STEP_COLUMN = "step"  # per dispatch: id of the step (marker / ROCTx range) it ran in
 
 
 def _text(s: pd.Series) -> np.ndarray:
@@ -68,6 +73,8 @@ class _Prepared:
     value: np.ndarray      # per kept row: dur_ns as float
     pos: np.ndarray        # per kept row: position in its (point, unit, kernel) after warm-up
     pu_row: np.ndarray     # per input row: (point, unit) group code
+    full_key: np.ndarray = None   # sorted (point, unit) * n_kernels + kernel keys before warm-up
+    full_count: np.ndarray = None  # dispatches per full_key before warm-up (positive durations)
 
 
 def _sorted_factor(col: pd.Series, missing: str) -> tuple[np.ndarray, np.ndarray]:
@@ -124,12 +131,13 @@ def _prepare(dispatches: pd.DataFrame, warmup: int) -> _Prepared:
     new = np.r_[True, (pu[1:] != pu[:-1]) | (kern[1:] != kern[:-1])] if len(rows) else np.zeros(0, bool)
     run_start = np.flatnonzero(new)
     pos = np.arange(len(rows)) - run_start[np.cumsum(new) - 1] if len(rows) else np.zeros(0, np.int64)
+    full_key, full_count = np.unique(pu * len(klab) + kern, return_counts=True)
     if warmup:
         keep = pos >= warmup
         rows, pu, kern, pos = rows[keep], pu[keep], kern[keep], pos[keep] - warmup
     return _Prepared(point_of=point_of, unit_of=unit_of, kernels=klab, categories=clab, rows=rows,
                      pu=pu, kernel=kern, category=ccode[rows], value=value[rows], pos=pos,
-                     pu_row=pu_row)
+                     pu_row=pu_row, full_key=full_key, full_count=full_count)
 
 
 def _cap(p: _Prepared, max_per_unit: int | None) -> np.ndarray:
@@ -162,15 +170,29 @@ def _count_frame(p: _Prepared, mask: np.ndarray) -> pd.DataFrame:
                          "unit": p.unit_of[pu], "value": n.astype(float)})
 
 
-def _category_frame(p: _Prepared) -> pd.DataFrame:
-    """``category_total_ns`` per (point, unit, category) over every kept dispatch."""
-    n_c = len(p.categories)
-    key = p.pu * n_c + p.category
+def _category_frame(p: _Prepared, steps: np.ndarray) -> pd.DataFrame:
+    """``category_total_ns`` per (point, unit, category): GPU time per step of the unit.
+
+    Each kernel contributes its kept (post-warm-up) time scaled by ``dispatches / kept
+    dispatches`` -- its warm-up dispatches count at the kernel's steady-state mean, since the
+    steps they belong to are in ``steps`` -- and the unit's sum is divided by its step count
+    (``steps[pu]``, :func:`unit_steps`)."""
+    n_k, n_c = len(p.kernels), len(p.categories)
+    pk = p.pu * n_k + p.kernel
+    kept_key, inv_k = np.unique(pk, return_inverse=True)
+    kept_sum = np.bincount(inv_k.reshape(-1), weights=p.value, minlength=len(kept_key))
+    kept_n = np.bincount(inv_k.reshape(-1), minlength=len(kept_key))
+    full_n = p.full_count[np.searchsorted(p.full_key, kept_key)]
+    pu_k = kept_key // n_k
+    cat_k = np.zeros(n_k, np.int64)
+    cat_k[p.kernel] = p.category  # a kernel name has one category (categorize() of its name)
+    key = pu_k * n_c + cat_k[kept_key % n_k]
     uniq, inv = np.unique(key, return_inverse=True)
-    tot = np.bincount(inv.reshape(-1), weights=p.value, minlength=len(uniq))
+    tot = np.bincount(inv.reshape(-1), weights=kept_sum * full_n / kept_n, minlength=len(uniq))
     pu, cat = uniq // n_c, uniq % n_c
     return pd.DataFrame({"point": p.point_of[pu], "kernel": "category:" + p.categories[cat].astype(object),
-                         "metric": "category_total_ns", "unit": p.unit_of[pu], "value": tot.astype(float)})
+                         "metric": "category_total_ns", "unit": p.unit_of[pu],
+                         "value": tot.astype(float) / steps[pu]})
 
 
 def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -189,7 +211,8 @@ def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_u
     * ``zero_dur`` dispatches are left out of ``dur_ns`` (timestamp artefacts; log undefined).
     * ``max_per_unit``: keep at most K evenly spaced dispatches per (point, unit, kernel) in
       start order, so long runs do not dominate memory; the median is barely affected.
-    * category totals are summed over the kept dispatches after warm-up, before the cap.
+    * category totals are summed over the kept dispatches after warm-up, before the cap, per
+      step of the unit (:func:`unit_steps`).
     * ``unit_metrics``: ``{metric: frame}``, each frame one row per unit with the unit columns
       (``host, pid, rank, run`` or ``unit``), optional ``point`` and ``kernel`` (default
       ``*``) and a ``value`` column (or a column named like the metric); see
@@ -201,7 +224,7 @@ def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_u
     p = _prepare(dispatches, warmup)
     frames = [_dur_frame(p, _cap(p, max_per_unit))]
     if categories and len(p.rows):
-        frames.append(_category_frame(p))
+        frames.append(_category_frame(p, unit_steps(dispatches, p)[0]))
     for metric, frame in (unit_metrics or {}).items():
         frames.append(unit_metric_samples(frame, metric))
     return _finish(frames)
@@ -227,7 +250,10 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
       after ``warmup`` dispatches per (point, unit, kernel).
     * ``category_total_ns`` per unit and category over ALL dispatches of the point (after the
       same warm-up), so a gated kernel replaced by a slower, differently named one shows up
-      as a category regression, not only as "missing" + "new".
+      as a category regression, not only as "missing" + "new". Per step of the unit
+      (:func:`unit_steps`), like ``exposed_comm_ns`` and ``computation_ns``: a candidate that
+      runs fewer iterations reads the same. ``samples.attrs["steps"]`` holds the step count
+      of every unit and where it came from.
     * Per unit, on points that have both GEMM and collective dispatches (categories):
       ``overlap_fraction`` (kernel ``category:gemm``; GEMM time covered by same-GPU
       collectives / GEMM time, higher is better) and ``interference_slowdown`` (the unit's
@@ -235,7 +261,7 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
       weighted by dispatch count; absent when no GEMM both overlapped and ran alone).
     * Per unit, on points with communication kernels (the timeline's rule):
       ``exposed_comm_ns`` and ``computation_ns`` (kernel ``*``; TraceLens definitions, whole
-      trace: a timeline has no per-kernel warm-up).
+      trace: a timeline has no per-kernel warm-up), per step.
     * When the dispatches carry torch collective metadata (``coll_name``): ``coll_latency_ns``
       and ``coll_busbw_gbps`` per (point, ``<collective>:<size bucket>``), the unit being the
       whole multi-rank run (``-/-/-/<run>``); collectives that cannot be matched across ranks
@@ -266,14 +292,78 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
     frames = [_dur_frame(p, _compact_order(p, dur) if compact else dur)]
     if compact:
         frames.append(_count_frame(p, dur))
+    steps, source = unit_steps(d, p)
     if len(p.rows):
-        frames.append(_category_frame(p))
+        frames.append(_category_frame(p, steps))
     frames += _overlap_frames(d, p)
-    frames += _timeline_frames(d)
+    frames += _timeline_frames(d, p, steps)
     frames += _collective_frames(d, warmup, notes)
     out = _finish(frames)
-    out.attrs["notes"] = notes
+    out.attrs["notes"] = notes + _steps_notes(source)
+    out.attrs["steps"] = pd.DataFrame({"point": p.point_of, "unit": p.unit_of, "steps": steps,
+                                       "source": source})
     return out
+
+
+#: where a unit's step count came from (``samples.attrs["steps"]["source"]``)
+STEPS_PROFILER = "ProfilerStep ranges"
+STEPS_MARKERS = "step ranges"
+STEPS_ESTIMATED = "estimated: median dispatches per kernel"
+
+
+def unit_steps(d: pd.DataFrame, p: _Prepared) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, source) per (point, unit) group of ``p``: the unit of work sums are divided by.
+
+    In order of preference:
+
+    1. ``profiler_steps`` (per dispatch, the number of PyTorch ``ProfilerStep#N`` ranges in its
+       trace file; the torch backend adds it): summed over the unit's files.
+    2. ``step`` (per dispatch, the id of the marker / ROCTx range it ran in): distinct ids.
+    3. Otherwise an estimate: the median, over the unit's kernels, of each kernel's dispatch
+       count (before warm-up). A step loop launches every kernel a fixed number of times per
+       step, so every count -- and their median -- is proportional to the steps run; the
+       median (not the total count) keeps a few added, removed or renamed kernels from moving
+       it. It is a step of "the median kernel's launches", not an iteration: comparable
+       between runs of the same workload, which is what the gate needs.
+    """
+    n_pu = len(p.point_of)
+    steps = np.full(n_pu, np.nan)
+    source = np.full(n_pu, "", dtype=object)
+    if STEPS_COLUMN in d.columns:
+        v = pd.to_numeric(d[STEPS_COLUMN], errors="coerce").to_numpy(float)
+        f = (pd.factorize(d["file"])[0] if "file" in d.columns else np.zeros(len(d), np.int64))
+        g = pd.DataFrame({"pu": p.pu_row, "f": f, "v": v}).dropna()
+        per = g.groupby(["pu", "f"], sort=False)["v"].max().groupby(level="pu").sum()
+        per = per[per > 0]
+        steps[per.index.to_numpy(np.int64)] = per.to_numpy(float)
+        source[per.index.to_numpy(np.int64)] = STEPS_PROFILER
+    todo = np.isnan(steps)
+    if todo.any() and STEP_COLUMN in d.columns:
+        g = pd.DataFrame({"pu": p.pu_row, "s": d[STEP_COLUMN].to_numpy(object)}).dropna()
+        g = g[todo[g["pu"].to_numpy(np.int64)]]
+        per = g.groupby("pu", sort=False)["s"].nunique()
+        per = per[per > 0]
+        steps[per.index.to_numpy(np.int64)] = per.to_numpy(float)
+        source[per.index.to_numpy(np.int64)] = STEPS_MARKERS
+    todo = np.isnan(steps)
+    if todo.any() and len(p.full_key):
+        pu = p.full_key // max(len(p.kernels), 1)
+        med = pd.Series(p.full_count.astype(float)).groupby(pu).median()
+        idx = med.index.to_numpy(np.int64)
+        sel = todo[idx]
+        steps[idx[sel]] = med.to_numpy(float)[sel]
+        source[idx[sel]] = STEPS_ESTIMATED
+    left = np.isnan(steps)
+    steps[left] = 1.0  # no positive dispatch at all: nothing is summed for this unit
+    source[left] = "none"
+    return steps, source
+
+
+def _steps_notes(source: np.ndarray) -> list[str]:
+    if (source == STEPS_ESTIMATED).any():
+        return ["sums (category totals, computation, exposed communication) are per step, the steps "
+                "estimated from dispatch counts (no ProfilerStep or marker ranges in the trace)"]
+    return []
 
 
 def _compact_order(p: _Prepared, mask: np.ndarray, per_unit: int = 21) -> np.ndarray:
@@ -353,7 +443,7 @@ def _overlap_frames(d: pd.DataFrame, p: _Prepared) -> list[pd.DataFrame]:
     return frames
 
 
-def _timeline_frames(d: pd.DataFrame) -> list[pd.DataFrame]:
+def _timeline_frames(d: pd.DataFrame, p: _Prepared, steps: np.ndarray) -> list[pd.DataFrame]:
     from pytest_gemmperf.analysis.timeline import gpu_timeline
 
     if "end_ns" not in d.columns:
@@ -368,8 +458,10 @@ def _timeline_frames(d: pd.DataFrame) -> list[pd.DataFrame]:
         return []
     pt = per_unit.index.get_level_values("_point").to_numpy(object)
     un = per_unit.index.get_level_values("_unit").to_numpy(object)
+    by_label = pd.Series(steps, index=pd.MultiIndex.from_arrays([p.point_of, p.unit_of]))
+    n = by_label.reindex(pd.MultiIndex.from_arrays([pt, un])).fillna(1.0).to_numpy(float)
     return [pd.DataFrame({"point": pt, "kernel": "*", "metric": m, "unit": un,
-                          "value": per_unit[col].to_numpy(float)})
+                          "value": per_unit[col].to_numpy(float) / n})
             for m, col in ((EXPOSED_COMM, "exposed_comm_time_ns"), (COMPUTATION, "computation_time_ns"))]
 
 

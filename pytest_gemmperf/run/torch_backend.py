@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import msgspec
+import pandas as pd
+
 from pytest_gemmperf.errors import GemmperfInputError
 
 TRACE_DIR_ENV = "GEMMPERF_TRACE_DIR"
@@ -26,6 +29,9 @@ DEVICE_ENV = "GEMMPERF_DEVICE"
 TRACE_SUBDIR = "torch_profiler"
 
 _RANK_DIR = re.compile(r"^rank(\d+)$")
+_STEP = re.compile(r"^ProfilerStep#\d+$")
+#: dispatch column: ProfilerStep ranges in the dispatch's trace file (gate.samples.STEPS_COLUMN)
+STEPS_COLUMN = "profiler_steps"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -85,7 +91,11 @@ def collect_rank_traces(trace_dir: Path) -> dict[int | None, list[Path]]:
 
 def load_rank_traces(files: Mapping[int | None, Sequence[Path]], *, point: str, run: int,
                      reader: Callable | None = None):
-    """Read every trace file and tag its tables with point, run and (directory) rank."""
+    """Read every trace file and tag its tables with point, run and (directory) rank.
+
+    Dispatches also get ``profiler_steps``: the number of ``ProfilerStep#N`` ranges in their
+    file (from the reader's ``meta["profiler_steps"]`` or ``meta["steps"]``), the unit of work
+    the gate divides its sums by (``gate.samples.unit_steps``); absent when a trace has none."""
     from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
                                                concat_tables, set_columns)
 
@@ -98,7 +108,11 @@ def load_rank_traces(files: Mapping[int | None, Sequence[Path]], *, point: str, 
             tags = {"point": point, "run": run}
             if rank is not None:
                 tags["rank"] = rank
-            disp.append(set_columns(trace.dispatches, **tags))
+            d = set_columns(trace.dispatches, **tags)
+            n_steps = profiler_steps_of(trace.meta)
+            if n_steps:
+                d[STEPS_COLUMN] = pd.array([n_steps] * len(d), dtype="Int64")
+            disp.append(d)
             if len(trace.counters):
                 ctrs.append(set_columns(trace.counters, **tags))
             if len(trace.agents):
@@ -131,7 +145,43 @@ def run_torch_point(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Pat
 
 
 def read_trace(path: str | Path, device: str):
-    """GPU activity for GPU runs; on the CPU the operators stand in for kernels."""
+    """GPU activity for GPU runs; on the CPU the operators stand in for kernels (and
+    ``meta["profiler_steps"]`` counts the trace's ``ProfilerStep#N`` ranges, which the CPU
+    reader does not list)."""
     from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace, read_torch_trace
 
-    return read_torch_cpu_trace(path) if device == "cpu" else read_torch_trace(path)
+    if device != "cpu":
+        return read_torch_trace(path)
+    trace = read_torch_cpu_trace(path)
+    trace.meta["profiler_steps"] = count_profiler_steps(path)
+    return trace
+
+
+def profiler_steps_of(meta: Mapping | None) -> int:
+    """``ProfilerStep#N`` ranges a reader found (0 when it says nothing)."""
+    meta = meta or {}
+    n = meta.get("profiler_steps")
+    if n is None and isinstance(meta.get("steps"), pd.DataFrame):
+        n = int(meta["steps"]["step"].nunique()) if "step" in meta["steps"].columns else len(meta["steps"])
+    return int(n or 0)
+
+
+class _NamedEvent(msgspec.Struct):
+    name: str = ""
+    ph: str = ""
+
+
+class _Names(msgspec.Struct):
+    traceEvents: list[_NamedEvent] | None = None
+
+
+def count_profiler_steps(path: str | Path) -> int:
+    """Distinct ``ProfilerStep#N`` complete events of a Kineto trace (annotation or cpu_op)."""
+    from pytest_gemmperf.traces.fileio import read_maybe_gzip
+
+    try:
+        doc = msgspec.json.decode(read_maybe_gzip(str(path)), type=_Names)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise GemmperfInputError(path, f"not a Kineto trace: {exc}") from None
+    steps = {e.name for e in doc.traceEvents or () if e.ph == "X" and _STEP.match(e.name)}
+    return len(steps)
