@@ -318,20 +318,20 @@ def test_wrong_column_count_names_line(tmp_path):
 
 def test_negative_duration_names_line(tmp_path):
     p = write(tmp_path, "kernel_trace.csv", [H22, row22(), "", row22(dispatch=7, start=5000, end=4000)])
-    with pytest.raises(GemmperfInputError, match=r"kernel_trace\.csv:4 \(Dispatch_Id 7\): 1 dispatch"):
+    with pytest.raises(GemmperfInputError, match=r"kernel_trace\.csv:4 \(row 2, Dispatch_Id 7\): 1 dispatch"):
         read_kernel_trace_csv(p)
 
 
 def test_non_numeric_timestamp_names_line(tmp_path):
     p = write(tmp_path, "kernel_trace.csv", [H22, row22(), row22(dispatch=2, start="abc", end=4000)])
-    with pytest.raises(GemmperfInputError, match=r"kernel_trace\.csv:3: column 'Start_Timestamp'"):
+    with pytest.raises(GemmperfInputError, match=r"kernel_trace\.csv:3 \(row 2\): column 'Start_Timestamp'"):
         read_kernel_trace_csv(p)
 
 
 def test_fractional_value_in_integer_column_names_line(tmp_path):
     p = write(tmp_path, "kernel_trace.csv", [H22, row22(), row22(dispatch=2, start=3000, end=4000,
                                                                  lds="12.5")])
-    with pytest.raises(GemmperfInputError, match=r"kernel_trace\.csv:3: column 'LDS_Block_Size': '12.5'"):
+    with pytest.raises(GemmperfInputError, match=r"kernel_trace\.csv:3 \(row 2\): column 'LDS_Block_Size': '12.5' is not an integer"):
         read_kernel_trace_csv(p)
 
 
@@ -571,7 +571,7 @@ def test_real_stats_excerpt_artifact_is_reported_with_line():
     # The README excerpt ends in "2561.401809> " (a shell prompt cut into the block), which is
     # not rocprofv3 output: it must be rejected with its line, not read as a number.
     p = shared_file(HPC + "MLExamples__single_process__kernels_kernel_stats.HEAD10.csv")
-    with pytest.raises(GemmperfInputError, match=r"HEAD10\.csv:10: column 'StdDev'"):
+    with pytest.raises(GemmperfInputError, match=r"HEAD10\.csv:10 \(row 9\): column 'StdDev'"):
         read_kernel_stats_csv(p)
 
 

@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import infer_dtype
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.schema import (
@@ -129,6 +130,8 @@ def read_rocpd_db(path: str | os.PathLike) -> Trace:
 
 
 def _check_sqlite_file(path: str) -> None:
+    from pytest_gemmperf.traces.rocprof_csv import check_regular_file
+    check_regular_file(path)  # never open a FIFO or device named *_results.db
     try:
         with open(path, "rb") as fh:
             head = fh.read(len(_SQLITE_MAGIC))
@@ -152,7 +155,8 @@ def _read(conn: sqlite3.Connection, path: str) -> Trace:
     raw = None
     if objects.get("kernels") == "view":
         try:
-            raw = _frame(conn.execute(_KERNELS_VIEW_SQL).fetchall(), _DISPATCH_COLS)
+            raw = _frame(conn.execute(_KERNELS_VIEW_SQL).fetchall(), _DISPATCH_COLS, path,
+                         "kernels view")
         except sqlite3.Error:
             raw = None  # a view over tables that this file lacks: read the tables instead
         # The plain-name views select from one run only; when the file holds several runs (or
@@ -164,18 +168,22 @@ def _read(conn: sqlite3.Connection, path: str) -> Trace:
     meta_sources = [""] if via == "kernels view" else suffixes
     if raw is None:
         raw = pd.concat([_frame(conn.execute(_DISPATCH_TABLE_SQL.format(s=s)).fetchall(),
-                                _DISPATCH_COLS) for s in suffixes], ignore_index=True)
+                                _DISPATCH_COLS, path, f"rocpd_kernel_dispatch{s}")
+                         for s in suffixes], ignore_index=True)
 
     symbols = pd.concat([_frame(conn.execute(_SYMBOL_SQL.format(s=s)).fetchall(),
                                 ("guid", "kernel_id", "display_name", "kernel_name", "vgpr", "agpr",
-                                 "sgpr", "truncated")) for s in meta_sources], ignore_index=True)
+                                 "sgpr", "truncated"), path, f"rocpd_info_kernel_symbol{s}")
+                         for s in meta_sources], ignore_index=True)
     procs = pd.concat([_frame(conn.execute(_PROCESS_SQL.format(s=s)).fetchall(),
-                              ("guid", "pid", "host", "init", "fini", "command"))
+                              ("guid", "pid", "host", "init", "fini", "command"), path,
+                              f"rocpd_info_process{s}")
                        for s in meta_sources], ignore_index=True)
-    agents = pd.concat([_frame(conn.execute(_AGENT_SQL.format(s=s)).fetchall(), _AGENT_COLS)
+    agents = pd.concat([_frame(conn.execute(_AGENT_SQL.format(s=s)).fetchall(), _AGENT_COLS,
+                               path, f"rocpd_info_agent{s}")
                         for s in meta_sources], ignore_index=True)
     agents = _with_gpu_index(agents)
-    counters_raw = _read_counters(conn, objects, suffixes, via)
+    counters_raw = _read_counters(conn, objects, suffixes, via, path)
 
     if len(raw) == 0 and len(counters_raw) == 0:
         raise GemmperfInputError(path, f"no kernel dispatches in {max(len(suffixes), 1)} run(s)")
@@ -199,13 +207,96 @@ def _read(conn: sqlite3.Connection, path: str) -> Trace:
                  agents=_agent_table(agents, procs, path), files=[path], meta=meta)
 
 
-def _frame(rows: list[tuple], cols: tuple[str, ...]) -> pd.DataFrame:
-    return pd.DataFrame.from_records(rows, columns=list(cols)) if rows else \
-        pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+#: query columns holding numbers; all integers except the summed counter ``value``
+_INT_COLS = frozenset({"pid", "tid", "agent_node", "kernel_id", "dispatch_id", "queue", "stream",
+                       "start_ns", "end_ns", "grid_x", "grid_y", "grid_z", "wg_x", "wg_y", "wg_z",
+                       "lds_bytes", "scratch_bytes", "correlation_id", "vgpr", "agpr", "sgpr",
+                       "init", "fini", "node_id", "abs", "logical_id", "type_index"})
+_FLOAT_COLS = frozenset({"value"})
+#: our query column -> the rocpd column it reads (for messages)
+_STORED_NAME = {"start_ns": "start", "end_ns": "end", "queue": "queue_id", "stream": "stream_id",
+                "agent_node": "agent_id", "grid_x": "grid_size_x", "grid_y": "grid_size_y",
+                "grid_z": "grid_size_z", "wg_x": "workgroup_size_x", "wg_y": "workgroup_size_y",
+                "wg_z": "workgroup_size_z", "lds_bytes": "group_segment_size",
+                "scratch_bytes": "private_segment_size", "correlation_id": "stack_id",
+                "vgpr": "arch_vgpr_count", "agpr": "accum_vgpr_count", "sgpr": "sgpr_count",
+                "node_id": "id", "abs": "absolute_index", "logical_id": "logical_index"}
+_INT64_MAX_FLOAT = 2.0 ** 63  # float64 values at or above this are outside int64
+
+
+def _frame(rows: list[tuple], cols: tuple[str, ...], path: str = "", what: str = "") -> pd.DataFrame:
+    """Query rows -> DataFrame, every number column converted exactly and checked.
+
+    SQLite stores each cell with its own type whatever the column declares, so a "BIGINT"
+    column can hold REAL ``1.5``, TEXT ``'abc'`` or a BLOB. Integer columns accept INTEGER and
+    NULL, and REAL only when integral and inside int64 (``CAST`` would truncate a fraction
+    silently); ``value`` accepts finite numbers. Anything else is a
+    :class:`GemmperfInputError` naming the column, the value and its storage class. Columns are
+    built without ``from_records``: it turns an integer column with one NULL or one REAL into
+    float64, which loses nanoseconds above 2**53.
+    """
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    data: dict[str, Any] = {}
+    for name, values in zip(cols, zip(*rows)):
+        col = np.empty(len(values), dtype=object)
+        col[:] = values
+        if name in _INT_COLS:
+            data[name] = _exact_ints(col, name, path, what)
+        elif name in _FLOAT_COLS:
+            data[name] = _finite_floats(col, name, path, what)
+        else:
+            data[name] = col
+    return pd.DataFrame(data)
+
+
+def _bad_cell(col: np.ndarray, bad: np.ndarray, name: str, path: str, what: str, reason: str):
+    i = int(np.flatnonzero(bad)[0])
+    v = col[i]
+    storage = {int: "INTEGER", float: "REAL", str: "TEXT", bytes: "BLOB"}.get(type(v), type(v).__name__)
+    shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:60] + "..."
+    stored = _STORED_NAME.get(name, name)
+    return GemmperfInputError(path, f"column {stored!r}: {shown} (stored as {storage}) {reason}",
+                              record=f"{what} row {i + 1}")
+
+
+def _exact_ints(col: np.ndarray, name: str, path: str, what: str) -> pd.api.extensions.ExtensionArray:
+    kind = infer_dtype(col, skipna=True)
+    missing = pd.isna(col)
+    if kind not in ("integer", "empty", "floating", "mixed-integer-float"):
+        is_num = np.fromiter((type(v) in (int, float) for v in col), dtype=bool, count=len(col))
+        raise _bad_cell(col, ~is_num & ~missing, name, path, what, "is not a number")
+    if kind in ("floating", "mixed-integer-float"):
+        is_float = np.fromiter((type(v) is float for v in col), dtype=bool, count=len(col))
+        f = np.where(is_float & ~missing, col, 0.0).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            out_of_range = ~np.isfinite(f) | (np.abs(f) >= _INT64_MAX_FLOAT)
+            fraction = ~out_of_range & (f != np.trunc(f))
+        if (out_of_range | fraction).any():
+            first = int(np.flatnonzero(out_of_range | fraction)[0])
+            reason = ("is outside the signed 64-bit integer range" if out_of_range[first]
+                      else "is not an integer (a fraction would be truncated)")
+            raise _bad_cell(col, out_of_range | fraction, name, path, what, reason)
+    values = np.zeros(len(col), dtype=np.int64)
+    values[~missing] = col[~missing].astype(np.int64)  # Python int / integral float: exact
+    return pd.arrays.IntegerArray(values, missing)
+
+
+def _finite_floats(col: np.ndarray, name: str, path: str, what: str) -> np.ndarray:
+    kind = infer_dtype(col, skipna=True)
+    missing = pd.isna(col)
+    if kind not in ("integer", "empty", "floating", "mixed-integer-float"):
+        is_num = np.fromiter((type(v) in (int, float) for v in col), dtype=bool, count=len(col))
+        raise _bad_cell(col, ~is_num & ~missing, name, path, what, "is not a number")
+    f = np.where(missing, np.nan, col).astype(np.float64)
+    bad = ~np.isfinite(f) & ~missing
+    if bad.any():
+        raise _bad_cell(col, bad, name, path, what, "is not a finite number")
+    return f
 
 
 def _opt_int(v: Any) -> int | None:
-    return None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
+    return None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else int(v)
 
 
 def _with_gpu_index(agents: pd.DataFrame) -> pd.DataFrame:
@@ -219,10 +310,20 @@ def _with_gpu_index(agents: pd.DataFrame) -> pd.DataFrame:
 
 
 def _read_counters(conn: sqlite3.Connection, objects: dict[str, str], suffixes: list[str],
-                   via: str) -> pd.DataFrame:
+                   via: str, path: str) -> pd.DataFrame:
+    for s in suffixes:  # SQL SUM() reads TEXT as 0 and hides it: check the stored cells first
+        if objects.get(f"rocpd_pmc_event{s}") == "table":
+            bad = conn.execute(f'SELECT id, value, typeof(value) FROM "rocpd_pmc_event{s}" '
+                               "WHERE typeof(value) NOT IN ('integer', 'real') LIMIT 1").fetchone()
+            if bad is not None:
+                raise GemmperfInputError(path, f"column 'value': {str(bad[1])[:60]!r} (stored as "
+                                               f"{bad[2].upper()}) is not a number",
+                                         record=f"rocpd_pmc_event{s} id {bad[0]}")
     if via == "kernels view" and objects.get("counters_collection") == "view":
-        return _frame(conn.execute(_COUNTERS_VIEW_SQL).fetchall(), _COUNTER_COLS)
-    parts = [_frame(conn.execute(_COUNTERS_TABLE_SQL.format(s=s)).fetchall(), _COUNTER_COLS)
+        return _frame(conn.execute(_COUNTERS_VIEW_SQL).fetchall(), _COUNTER_COLS, path,
+                      "counters_collection view")
+    parts = [_frame(conn.execute(_COUNTERS_TABLE_SQL.format(s=s)).fetchall(), _COUNTER_COLS, path,
+                    f"rocpd_pmc_event{s}")
              for s in suffixes if objects.get(f"rocpd_pmc_event{s}") == "table"]
     return pd.concat(parts, ignore_index=True) if parts else _frame([], _COUNTER_COLS)
 

@@ -21,6 +21,7 @@ import csv
 import io
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.csv_values import (
+    first_non_finite,
+    first_nul,
+    floats_from_text,
+    ints_from_text,
+    parse_int,
+    INT64_RANGE,
+)
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     DISPATCH_SCHEMA,
@@ -112,8 +121,12 @@ _V1_KERNEL_HEAD = ("Index", "KernelName")
 _HEADERS: dict[tuple[str, ...], tuple[str, str]] = {}
 
 
+_SPELLING: dict[str, str] = {}  # lower-case column -> as the formats doc spells it
+
+
 def _register(cols: tuple[str, ...], kind: str, version: str) -> None:
     _HEADERS[tuple(c.lower() for c in cols)] = (kind, version)
+    _SPELLING.update((c.lower(), c) for c in cols)
 
 
 _register(_KT_62, "kernel_trace", "6.2")
@@ -152,14 +165,51 @@ class CsvKind:
     n_cols: int
     columns: tuple[str, ...] = ()  # header cells as written
     rocpd_convert: bool = False
+    #: header cells beyond the documented layout (a newer rocprofv3 adds columns); the readers
+    #: skip them and say so in ``meta["notes"]``
+    extra: tuple[str, ...] = ()
+
+    @property
+    def known(self) -> tuple[str, ...]:
+        """Header cells of the documented layout, as written, in file order."""
+        return tuple(c for c in self.columns if c not in self.extra)
+
+    def notes(self, path: str) -> list[str]:
+        if not self.extra:
+            return []
+        return [f"{path}: {len(self.extra)} column(s) not in the documented {self.version} "
+                f"{self.kind} layout ignored: {', '.join(self.extra)}"]
 
 
 def _read_head(path: str | os.PathLike, n_bytes: int = 65536) -> bytes:
+    check_regular_file(path)
     try:
         with open(path, "rb") as fh:
             return fh.read(n_bytes)
     except OSError as exc:
         raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
+
+
+def check_regular_file(path: str | os.PathLike) -> None:
+    """Refuse anything but a regular file (after following symlinks) before opening it: a FIFO
+    named like a trace would block ``open`` forever, a device could stream without end."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GemmperfInputError(path, f"not a regular file ({file_type(st.st_mode)}); "
+                                       "refusing to read it")
+
+
+def file_type(mode: int) -> str:
+    """Words for a non-regular ``st_mode``."""
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
 
 
 def _parse_header(path, head: bytes) -> tuple[str, ...]:
@@ -169,25 +219,70 @@ def _parse_header(path, head: bytes) -> tuple[str, ...]:
     first = text.splitlines()[0]
     if not first.strip():
         raise GemmperfInputError(path, "first line is blank, expected a CSV header", line=1)
+    if "\x00" in first:
+        raise GemmperfInputError(path, "NUL character in the CSV header", line=1)
     return tuple(c.strip() for c in next(csv.reader([first])))
+
+
+def _layout_by_subset(key: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, str]] | None:
+    """The largest documented layout whose columns all appear in ``key`` (any order)."""
+    have = set(key)
+    best = None
+    for cols, hit in _HEADERS.items():
+        if set(cols) <= have and (best is None or len(cols) > len(best[0])):
+            best = (cols, hit)
+    return best
+
+
+def _closest_layout(key: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, str]] | None:
+    """The documented layout sharing most columns with ``key`` (for a "missing column" error)."""
+    have = set(key)
+    best = max(_HEADERS.items(), key=lambda kv: (len(set(kv[0]) & have), -len(kv[0])))
+    shared = len(set(best[0]) & have)
+    return best if shared >= max(3, len(best[0]) // 2) else None
 
 
 def detect_csv(path: str | os.PathLike) -> CsvKind:
     """Identify a rocprofv3 / rocprof-v1 CSV by its header row.
 
-    Raises :class:`GemmperfInputError` (naming the file) for an empty file or a header that
-    matches no documented layout.
+    A header that holds every column of a documented layout plus unknown ones is that layout
+    with ``extra`` columns (future rocprofv3 releases add columns). Raises
+    :class:`GemmperfInputError` (naming the file) for an empty file, a duplicated column, or a
+    header that matches no documented layout (naming the missing columns when one is close).
     """
     cols = _parse_header(path, _read_head(path))
     low = tuple(c.lower() for c in cols)
+    dup = sorted({c for c in low if low.count(c) > 1})
+    if dup:
+        raise GemmperfInputError(path, f"CSV header names column(s) {', '.join(dup)} twice", line=1)
     rocpd = bool(low) and low[0] == "guid"
     key = low[1:] if rocpd else low
     hit = _HEADERS.get(key)
+    extra: tuple[str, ...] = ()
     if hit is None and not rocpd and key[:2] == tuple(c.lower() for c in _V1_KERNEL_HEAD):
         # rocprof v1 with pmc: input appends counter columns; accept any tail
         hit = ("legacy_v1_kernel", "rocprof-v1")
     if hit is None:
+        sub = _layout_by_subset(key)
+        if sub is not None and len(sub[0]) >= 5:
+            known = set(sub[0]) | {"guid"}
+            extra = tuple(c for c in cols if c.lower() not in known)
+            # a column of a larger layout of the same kind means a damaged header of that
+            # layout (a missing column), not a newer release adding columns
+            same_kind = {c for cs, h in _HEADERS.items() if h[0] == sub[1][0] for c in cs}
+            if not any(c.lower() in same_kind for c in extra):
+                hit = sub[1]
+    if hit is None:
         shown = ",".join(cols[:6]) + (",..." if len(cols) > 6 else "")
+        close = _closest_layout(key)
+        if close is not None and not (set(close[0]) - set(key)):
+            close = None
+        if close is not None:
+            lowset = set(key)
+            missing = [_SPELLING.get(c, c) for c in close[0] if c not in lowset]
+            raise GemmperfInputError(path, f"CSV header lacks required column(s) "
+                                           f"{', '.join(missing)} of the {close[1][1]} "
+                                           f"{close[1][0]} layout", line=1)
         raise GemmperfInputError(path, f"unrecognised CSV header ({len(cols)} columns: {shown}); "
                                        "not a known rocprofv3/rocprof output", line=1)
     kind, version = hit
@@ -196,7 +291,8 @@ def detect_csv(path: str | os.PathLike) -> CsvKind:
         kind = next((k for suf, k in _STATS_SUFFIX if name.endswith(suf)), kind)
     if rocpd:
         version = "rocpd-convert"
-    return CsvKind(kind=kind, version=version, n_cols=len(cols), columns=cols, rocpd_convert=rocpd)
+    return CsvKind(kind=kind, version=version, n_cols=len(cols), columns=cols, rocpd_convert=rocpd,
+                   extra=extra)
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,42 +342,77 @@ def _prepare_source(path: str) -> _Source:
     return _Source(path, data=body[: cut + 1], truncated_marker=True, marker_line=marker_line)
 
 
-def _find_bad_row(src: _Source, n_cols: int) -> tuple[int, int] | None:
-    """(line, n_fields) of the first non-blank line whose field count differs (error path)."""
+def _records(src: _Source):
+    """(first physical line, fields) of each non-blank CSV record, the header included.
+
+    Error path only. ``csv.reader`` keeps a quoted newline inside its record, so line numbers
+    stay right for kernel names that span lines.
+    """
     with src.lines() as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            n = len(next(csv.reader([line])))
-            if n != n_cols:
-                return lineno, n
+        reader = csv.reader(fh)
+        prev = 0
+        try:
+            for fields in reader:
+                start, prev = prev + 1, reader.line_num
+                if not fields or (len(fields) == 1 and not fields[0].strip()):
+                    continue
+                yield start, fields
+        except csv.Error:
+            return
+
+
+def _find_bad_row(src: _Source, n_cols: int) -> tuple[int, int] | None:
+    """(line, n_fields) of the first non-blank record whose field count differs (error path)."""
+    for lineno, fields in _records(src):
+        if len(fields) != n_cols:
+            return lineno, len(fields)
     return None
 
 
 def _line_of_row(src: _Source, row: int) -> int | None:
     """Physical line number of data row ``row`` (0-based, after the header; error path only)."""
-    seen = -1  # header is row -1
-    with src.lines() as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            if seen == row:
-                return lineno
-            seen += 1
+    for seen, (lineno, _) in enumerate(_records(src), -1):  # the header is row -1
+        if seen == row:
+            return lineno
     return None
 
 
+def _at_row(src: _Source, row: int, message: str, *, record: str | None = None) -> GemmperfInputError:
+    """An error for data row ``row`` (0-based): the file, its line and ``row N`` (1-based)."""
+    where = f"row {row + 1}" + (f", {record}" if record else "")
+    return GemmperfInputError(src.path, message, line=_line_of_row(src, row), record=where)
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """A cell for an error message: repr, cut to ``limit`` characters (cells can be 1 MB)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
 def _read_table(src: _Source, kind: CsvKind, types: dict[str, pa.DataType],
-                include: list[str] | None = None, *, strings_null: bool = False) -> pa.Table:
-    """Parse with pyarrow; turn its errors into one-line messages with a line number."""
+                include: list[str] | None = None, *, strings_null: bool = False,
+                newlines: bool = False) -> pa.Table:
+    """Parse with pyarrow; turn its errors into one-line messages with a line number.
+
+    Fast path ``newlines_in_values=False`` (block splitting on any newline). A quoted newline
+    in a kernel name either parses correctly inside a block or, where it straddles a block
+    boundary, makes pyarrow fail (the cut record is short of fields: string columns are never
+    last); any parse failure is therefore retried once with quote-aware splitting before it is
+    reported.
+    """
     ro = pacsv.ReadOptions(use_threads=True)
-    po = pacsv.ParseOptions(newlines_in_values=False)
-    co = pacsv.ConvertOptions(column_types=types, include_columns=include,
+    po = pacsv.ParseOptions(newlines_in_values=newlines)
+    # only an empty cell is missing: pyarrow's default null spellings ("nan", "NULL", "N/A",
+    # ...) would turn text in a numeric column into a silent gap
+    co = pacsv.ConvertOptions(column_types=types, include_columns=include, null_values=[""],
                               strings_can_be_null=strings_null, quoted_strings_can_be_null=False)
     try:
         return pacsv.read_csv(src.open(), read_options=ro, parse_options=po, convert_options=co)
     except pa.ArrowInvalid as exc:
         msg = str(exc)
+        if _CONV_ERR.search(msg):
+            raise  # _read_typed retries leniently
+        if not newlines:
+            return _read_table(src, kind, types, include, strings_null=strings_null, newlines=True)
         if "Expected" in msg and "columns" in msg:
             bad = _find_bad_row(src, kind.n_cols)
             if bad is not None:
@@ -289,8 +420,6 @@ def _read_table(src: _Source, kind: CsvKind, types: dict[str, pa.DataType],
                 raise GemmperfInputError(src.path, f"row has {n} fields, the {kind.version} "
                                                    f"{kind.kind} header has {kind.n_cols}",
                                          line=line) from None
-        if _CONV_ERR.search(msg):
-            raise  # _read_typed retries leniently
         raise GemmperfInputError(src.path, f"cannot parse CSV: {msg}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise GemmperfInputError(src.path, f"cannot parse CSV: {exc}") from None
@@ -309,19 +438,24 @@ _CONV_ERR = re.compile(r"In CSV column #(\d+): CSV conversion error to (\w+): in
 
 def _read_typed(src: _Source, kind: CsvKind, types: dict[str, pa.DataType],
                 include: list[str] | None = None) -> pa.Table:
-    """Parse numbers fast, and leniently when they are written unusually.
+    """Parse numbers fast and exactly; reject what is not a number of the column's type.
 
     Fast path: string columns typed (dictionary-encoded), int64 columns left to pyarrow's
     inference, which measured faster than declaring them (pyarrow 26) and yields int64 for
     every well-formed rocprofv3 file. If a column comes back as anything else (``16384.000000``
-    or ``1.6384e+04`` in an integer column, empty cells), or a declared type fails, the numeric
-    columns are re-read as text and converted one by one, with the line of the first bad cell.
+    or ``1.6384e+04`` in an integer column, empty cells, integers beyond int64, which pyarrow
+    infers as *double*), or a declared type fails, the numeric columns are re-read as text and
+    converted exactly by :mod:`~pytest_gemmperf.traces.csv_values`, which names the first bad
+    cell (row, line, column, reason). Float columns must be finite; no string cell may hold a
+    NUL character.
     """
+    types = {c: t for c, t in types.items() if c not in kind.extra}
     declared = {c: t for c, t in types.items() if t != pa.int64()}
     try:
         table = _read_table(src, kind, declared, include)
         if all(_type_ok(table.schema.field(c).type, t) for c, t in types.items()
                if c in table.column_names):
+            _check_cells(src, table)
             return table
     except pa.ArrowInvalid as exc:
         if not _CONV_ERR.search(str(exc)):
@@ -336,46 +470,33 @@ def _read_typed(src: _Source, kind: CsvKind, types: dict[str, pa.DataType],
     for name in table.column_names:
         t = types.get(name)
         col = table.column(name)
+        problem = None
         if t is not None and pa.types.is_integer(t):
-            col = _lenient_int(col, src, name)
+            col, problem = ints_from_text(col, t)
         elif t is not None and pa.types.is_floating(t):
-            col = _lenient_float(col, src, name)
+            col, problem = floats_from_text(col)
+        if problem is not None:
+            row, text, reason = problem
+            raise _at_row(src, row, f"column {name!r}: {_shown(text)} {reason}")
         cols[name] = col
-    return pa.table(cols)
+    table = pa.table(cols)
+    _check_cells(src, table)
+    return table
 
 
-def _bad_value(src: _Source, name: str, col: pa.ChunkedArray, bad_mask: np.ndarray, what: str):
-    i = int(np.flatnonzero(bad_mask)[0])
-    raise GemmperfInputError(src.path, f"column {name!r}: {col[i].as_py()!r} is not {what}",
-                             line=_line_of_row(src, i))
-
-
-def _lenient_float(col: pa.ChunkedArray, src: _Source, name: str) -> pa.Array:
-    s = pd.Series(col.to_numpy(zero_copy_only=False), dtype="object")
-    v = pd.to_numeric(s.str.strip(), errors="coerce")
-    bad = (v.isna() & s.notna()).to_numpy()
-    if bad.any():
-        _bad_value(src, name, col, bad, "a number")
-    return pa.array(v.to_numpy(dtype="float64", na_value=np.nan), from_pandas=True)
-
-
-def _lenient_int(col: pa.ChunkedArray, src: _Source, name: str) -> pa.Array:
-    """Integers written as ``16384.000000`` or ``1.6384e+04``: exact for the first form
-    (timestamps above 2**53 stay exact), through float64 for scientific notation."""
-    text = pc.replace_substring_regex(pc.utf8_trim_whitespace(col), r"^([+-]?\d+)\.0*$", r"\1")
-    try:
-        return pc.cast(text, pa.int64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    raw = pd.Series(text.to_numpy(zero_copy_only=False), dtype="object")
-    as_float = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
-    present = raw.notna().to_numpy()
-    bad = present & (np.isnan(as_float) | (np.round(as_float) != as_float))
-    if bad.any():
-        _bad_value(src, name, col, bad, "an integer")
-    ok = ~np.isnan(as_float)
-    out = np.where(ok, as_float, 0).astype(np.int64)
-    return pa.array(out, mask=~ok)
+def _check_cells(src: _Source, table: pa.Table) -> None:
+    """Reject non-finite floats (pyarrow reads ``inf``/``nan``/``1e400`` silently) and NUL
+    characters in strings (they would make a second, invisible spelling of a kernel name)."""
+    for name in table.column_names:
+        col = table.column(name)
+        row = first_non_finite(col)
+        if row is not None:
+            raise _at_row(src, row, f"column {name!r}: {col[row].as_py()!r} is not a finite number")
+        if pa.types.is_dictionary(col.type) or pa.types.is_string(col.type):
+            row = first_nul(col)
+            if row is not None:
+                raise _at_row(src, row, f"column {name!r}: {_shown(str(col[row].as_py()))} "
+                                        "contains a NUL character")
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,7 +531,7 @@ def _int_col(col: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
 def _ns_col(col: pa.ChunkedArray, src: _Source, name: str) -> np.ndarray:
     if col.null_count:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise GemmperfInputError(src.path, f"column {name!r} is empty", line=_line_of_row(src, i))
+        raise _at_row(src, i, f"column {name!r} is empty")
     arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
@@ -572,9 +693,8 @@ def _reject_negative(src: _Source, start: np.ndarray, end: np.ndarray, ids: Any 
     if neg.any():
         i = int(np.flatnonzero(neg)[0])
         rec = f"Dispatch_Id {ids[i]}" if ids is not None and not pd.isna(ids[i]) else None
-        raise GemmperfInputError(
-            src.path, f"{int(neg.sum())} dispatch(es) end before they start (first: start "
-                      f"{start[i]} > end {end[i]})", line=_line_of_row(src, i), record=rec)
+        raise _at_row(src, i, f"{int(neg.sum())} dispatch(es) end before they start (first: "
+                              f"start {start[i]} > end {end[i]})", record=rec)
 
 
 def _finish_dispatches(cols: dict[str, Any], n: int, path: str, host: str | None,
@@ -614,8 +734,8 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
         raise GemmperfInputError(path, f"expected a kernel_trace.csv, found a {kind.kind} CSV "
                                        f"({kind.version}, {kind.n_cols} columns)")
     src = _prepare_source(path)
-    wanted = [c for c in kind.columns if c.lower() in _KT_MAP]
-    table = _read_typed(src, kind, _column_types(kind.columns), include=wanted)
+    wanted = [c for c in kind.known if c.lower() in _KT_MAP]
+    table = _read_typed(src, kind, _column_types(kind.known), include=wanted)
     n = table.num_rows
     if n == 0:
         raise GemmperfInputError(path, "no kernel dispatches (header only)")
@@ -655,6 +775,9 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
         meta["host_pid_from"] = "path"
     if agent_file:
         meta["agent_info_file"] = agent_file
+    notes = kind.notes(path) + (list(agents.attrs.get("notes", [])) if agent_file else [])
+    if notes:
+        meta["notes"] = notes
     files = [path] + ([agent_file] if agent_file else [])
     agents_df = agents if agents is not None else empty(AGENT_SCHEMA)
     return Trace(dispatches=dispatches, agents=agents_df, files=files, meta=meta)
@@ -722,8 +845,8 @@ def read_counter_collection_csv(path: str | os.PathLike, *, agents: pd.DataFrame
     if kind.kind != "counter_collection":
         raise GemmperfInputError(path, f"expected a counter_collection.csv, found a {kind.kind} CSV")
     src = _prepare_source(path)
-    wanted = [c for c in kind.columns if c.lower() in _CC_MAP]
-    table = _read_typed(src, kind, _column_types(kind.columns, floats={"counter_value"}), wanted)
+    wanted = [c for c in kind.known if c.lower() in _CC_MAP]
+    table = _read_typed(src, kind, _column_types(kind.known, floats={"counter_value"}), wanted)
     n = table.num_rows
     if n == 0:  # rocprofv3 writes no file when nothing was collected, so this is damage
         raise GemmperfInputError(path, "no counter records (header only)")
@@ -748,6 +871,8 @@ def read_counter_collection_csv(path: str | os.PathLike, *, agents: pd.DataFrame
     df = pd.DataFrame(cols, copy=False)
     out = finalize_counters(df, path)
     out.attrs.update(_meta)
+    if kind.extra:
+        out.attrs["notes"] = kind.notes(path)
     return out
 
 
@@ -776,8 +901,8 @@ def read_agent_info_csv(path: str | os.PathLike) -> pd.DataFrame:
     src = _prepare_source(path)
     types = {c: (pa.string() if c.lower() in _STRING_COLS else
                  pa.uint64() if c.lower() in ("hive_id", "location_id", "capability") else pa.int64())
-             for c in kind.columns}
-    table = _read_typed(src, kind, types)
+             for c in kind.known}
+    table = _read_typed(src, kind, types, list(types))
     if table.num_rows == 0:
         raise GemmperfInputError(path, "no agents (header only)")
     raw = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
@@ -795,7 +920,10 @@ def read_agent_info_csv(path: str | os.PathLike) -> pd.DataFrame:
     host, pid = host_pid_from_path(path)
     df["host"] = host
     df["pid"] = pid
-    return finalize_agents(df, path)
+    out = finalize_agents(df, path)
+    if kind.extra:
+        out.attrs["notes"] = kind.notes(path)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -817,34 +945,32 @@ def read_kernel_stats_csv(path: str | os.PathLike) -> pd.DataFrame:
                          "memory_allocation_stats", "scratch_memory_stats", "legacy_v1_stats"):
         raise GemmperfInputError(path, f"expected a stats CSV, found a {kind.kind} CSV")
     src = _prepare_source(path)
-    types = {c: pa.string() for c in kind.columns}  # numbers checked below, with their line
-    table = _read_table(src, kind, types)
+    types = {c: pa.string() for c in kind.known}  # numbers checked below, with their line
+    table = _read_table(src, kind, types, list(types))
     if table.num_rows == 0:
         raise GemmperfInputError(path, "no stats rows (header only)")
-    raw = {c: table.column(c).to_numpy(zero_copy_only=False) for c in kind.columns}
-    out: dict[str, Any] = {"Name": pd.array(raw["Name"], dtype="str")}
+    _check_cells(src, table)
+    out: dict[str, Any] = {"Name": pd.array(table.column("Name").to_numpy(zero_copy_only=False),
+                                            dtype="str")}
     for c in _STATS[1:]:
-        if c not in raw:
+        if c not in types:
             out[c] = pd.array([pd.NA] * table.num_rows, dtype=INT if c in ("MinNs", "MaxNs") else "Float64")
             continue
-        s = pd.Series(raw[c], dtype="object").str.strip()
-        v = pd.to_numeric(s, errors="coerce")
-        bad = v.isna().to_numpy()
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise GemmperfInputError(path, f"column {c!r}: {raw[c][i]!r} is not a number",
-                                     line=_line_of_row(src, i))
-        if c in ("Calls", "TotalDurationNs", "MinNs", "MaxNs"):
-            if (v != v.round()).any():
-                i = int(np.flatnonzero((v != v.round()).to_numpy())[0])
-                raise GemmperfInputError(path, f"column {c!r}: {raw[c][i]!r} is not an integer",
-                                         line=_line_of_row(src, i))
-            out[c] = pd.array(v.astype("int64"), dtype=INT) if c in ("MinNs", "MaxNs") else v.astype("int64").to_numpy()
-        else:
-            out[c] = v.astype("float64").to_numpy()
+        integral = c in ("Calls", "TotalDurationNs", "MinNs", "MaxNs")
+        arr, problem = ints_from_text(table.column(c)) if integral else floats_from_text(table.column(c))
+        if problem is None and arr.null_count:
+            problem = (int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0]), "",
+                       "is not a number")
+        if problem is not None:
+            row, text, reason = problem
+            raise _at_row(src, row, f"column {c!r}: {_shown(text)} {reason}")
+        values = arr.to_numpy(zero_copy_only=False)
+        out[c] = pd.array(values, dtype=INT) if c in ("MinNs", "MaxNs") else values
     df = pd.DataFrame(out)
     df.attrs.update({"csv_kind": kind.kind, "csv_version": kind.version, "file": path,
                      "truncated_marker": src.truncated_marker})
+    if kind.extra:
+        df.attrs["notes"] = kind.notes(path)
     return df
 
 
@@ -865,7 +991,7 @@ def read_memory_copy_csv(path: str | os.PathLike) -> pd.DataFrame:
     if kind.kind != "memory_copy":
         raise GemmperfInputError(path, f"expected a memory_copy_trace.csv, found a {kind.kind} CSV")
     src = _prepare_source(path)
-    table = _read_typed(src, kind, _column_types(kind.columns))
+    table = _read_typed(src, kind, _column_types(kind.known), list(kind.known))
     n = table.num_rows
     if n == 0:
         raise GemmperfInputError(path, "no memory copies (header only)")
@@ -875,8 +1001,8 @@ def read_memory_copy_csv(path: str | os.PathLike) -> pd.DataFrame:
     neg = end < start
     if neg.any():
         i = int(np.flatnonzero(neg)[0])
-        raise GemmperfInputError(path, f"{int(neg.sum())} copies end before they start",
-                                 line=_line_of_row(src, i))
+        raise _at_row(src, i, f"{int(neg.sum())} copies end before they start (first: start "
+                              f"{start[i]} > end {end[i]})")
     src_agent, _, _ = _agent_column(_cat_col(table.column(low["source_agent_id"])), None, path)
     dst_agent, _, _ = _agent_column(_cat_col(table.column(low["destination_agent_id"])), None, path)
     df = pd.DataFrame({
@@ -892,6 +1018,8 @@ def read_memory_copy_csv(path: str | os.PathLike) -> pd.DataFrame:
         "file": _const_cat(path, n),
     })
     df.attrs.update({"csv_version": kind.version})
+    if kind.extra:
+        df.attrs["notes"] = kind.notes(path)
     return df
 
 
@@ -920,6 +1048,8 @@ def read_rocprof_csv(path: str | os.PathLike) -> Trace:
     kind = detect_csv(path)
     base = {"format": "rocprofv3-csv", "csv_kind": kind.kind, "csv_version": kind.version,
             "n_cols": kind.n_cols}
+    if kind.extra:
+        base["notes"] = kind.notes(path)
     if kind.kind in ("kernel_trace", "legacy_v1_kernel"):
         return read_kernel_trace_csv(path)
     if kind.kind == "counter_collection":
