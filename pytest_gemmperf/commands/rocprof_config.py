@@ -11,7 +11,8 @@ kernels by time variance, and ``FILE_kernel_list.txt`` beside it (one kernel nam
   exactly those names and no kernel that merely contains one of them;
 * counters default to aorta's ``rocprof_cu_only.yaml`` set; the file follows the schema of the
   installed rocprofv3 (``jobs:`` from ROCm 6.3, ``metrics:`` on 6.2, which cannot filter
-  kernels) through :func:`pytest_gemmperf.run.rocprofv3.job_file`.
+  kernels from a job file: its filter is ``--kernel-names`` on the command line, printed here)
+  through :func:`pytest_gemmperf.run.rocprofv3.job_file`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import positive
 from pytest_gemmperf.errors import GemmperfInputError
+# one escaping rule for every name-derived regex the project hands to rocprofv3
+from pytest_gemmperf.run.rocprofv3_cli import anchored_regex, ecma_escape  # noqa: F401
 
 #: aorta ``rocprof_cu_only.yaml``: CU busy cycles, waves, wave cycles, MFMA instructions
 AORTA_CU_ONLY_COUNTERS = ("SQ_BUSY_CU_CYCLES", "SQ_WAVES", "SQ_WAVE_CYCLES", "SQ_INSTS_MFMA")
-#: ECMAScript SyntaxCharacter set (ECMA-262 §22.2.1) plus "/", which is harmless to escape
-_ECMA_SPECIAL = frozenset("^$\\.*+?()[]{}|/")
 #: when rocprofv3 is not installed and no --rocprof-version is given
 DEFAULT_VERSION = "7.0"
 
@@ -58,18 +59,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="dispatches per kernel and process ignored when ranking traces")
     p.set_defaults(func=run)
     return p
-
-
-def ecma_escape(name: str) -> str:
-    """``name`` as an ECMAScript (and Python ``re``) regex that matches it literally."""
-    return "".join("\\" + ch if ch in _ECMA_SPECIAL else ch for ch in name)
-
-
-def anchored_regex(names: Sequence[str]) -> str:
-    """One regex matching exactly the given names (whole-string, via ``regex_search``)."""
-    if not names:
-        raise ValueError("no kernel names")
-    return "^(?:" + "|".join(ecma_escape(n) for n in names) + ")$"
 
 
 def kernels_from_csv(path: Path, top_k: int) -> list[str]:
@@ -146,7 +135,12 @@ def build_job(names: Sequence[str], counters: Sequence[str], version, *, max_per
     from pytest_gemmperf.run.rocprofv3 import counter_groups, job_file
 
     groups = counter_groups(counters, max_per_pass, checker)
-    return job_file(version, groups, [anchored_regex(names)], ("csv",))
+    return job_file(version, groups, (), ("csv",), kernel_names=names)
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+    return shlex.quote(text)
 
 
 def kernel_list_path(out: Path) -> Path:
@@ -180,10 +174,16 @@ def run(args: argparse.Namespace) -> int:
         raise GemmperfInputError(out, f"cannot write: {exc.strerror or exc}") from None
     if note:
         print(f"note: {note}", file=sys.stderr)
-    if not version.kernel_filter:
-        print(f"note: rocprofv3 {version.major}.{version.minor} cannot filter kernels; the job "
-              f"collects counters for every kernel, {kernel_list_path(out).name} lists the targets",
-              file=sys.stderr)
+    if version.kernel_names_option:
+        from pytest_gemmperf.run.rocprofv3_cli import ProfilerSetupError, truncated_names
+
+        try:
+            opt = "--kernel-names " + " ".join(_shell_quote(n) for n in truncated_names(names))
+            print(f"note: rocprofv3 6.2 reads no kernel filter from a job file; add `{opt}` to "
+                  f"the rocprofv3 command line ({kernel_list_path(out).name} lists the full names)",
+                  file=sys.stderr)
+        except ProfilerSetupError as exc:
+            print(f"note: {exc}; the job collects counters for every kernel", file=sys.stderr)
     passes = len(job.get("jobs", job.get("metrics", [])))
     print(f"gemmperf rocprof-config: {len(names)} kernel(s), {len(counters)} counter(s) in {passes} "
           f"pass(es) for rocprofv3 {version.major}.{version.minor} -> {out}, {kernel_list_path(out)}")

@@ -1,6 +1,7 @@
-"""rocprofv3 backend: version detection, command lines, ``--input`` job files, passes, checks.
+"""rocprofv3 backend: runs the passes of one point and checks what they wrote.
 
-Rules (rocprofv3-cli.md): timing runs use ``--kernel-trace`` only (counters serialize
+Version detection, command lines, job files and the environment rules are in
+:mod:`pytest_gemmperf.run.rocprofv3_cli` (re-exported here). Rules (rocprofv3-cli.md): timing runs use ``--kernel-trace`` only (counters serialize
 dispatches, §9) with an explicit output format (7.x defaults to rocpd, formats §1.5); counters
 run in separate passes from an ``--input`` file (``metrics:`` for 6.2, ``jobs:`` from 6.3, §3);
 the exit status does not prove counters were collected, so every pass is checked for its files
@@ -12,27 +13,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .process import ProcessResult, WorkloadError, require_success, run_process
+from .rocprofv3_cli import (  # noqa: F401  (re-exported: the backend's public names)
+    MPI_RANK_PREFIX, RANK_PREFIX, RANK_SHIM, SDK_TO_ROCM, _VERSION_RE, CounterConfigError, PmcCheck,
+    ProfilerError, ProfilerSetupError, RocprofVersion, anchored_regex, check_ecma_regex,
+    counter_groups, counter_pass_argv, default_prefix, detect_version, ecma_escape,
+    explain_frontend_error, job_file, kernel_include_regex, parse_version_output, pmc_checker,
+    profiler_env, timing_pass_argv, truncated_names, validate_job_file)
 
 # --- errors -------------------------------------------------------------------------------------
-
-
-class ProfilerError(Exception):
-    """Base class of rocprofv3 backend errors."""
-
-
-class ProfilerSetupError(ProfilerError):
-    """rocprofv3 missing, or its version cannot be determined."""
-
-
-class CounterConfigError(ProfilerError):
-    """A requested counter cannot be collected at all (unknown name, or alone too big)."""
 
 
 class ProfilerOutputError(ProfilerError):
@@ -61,266 +54,17 @@ class CountersUnavailable(ProfilerError):
         super().__init__(reason)
 
 
-# --- version ------------------------------------------------------------------------------------
-
-#: rocprofiler-sdk version -> ROCm release (formats §0).
-SDK_TO_ROCM = {(0, 4): (6, 2), (0, 5): (6, 3), (0, 6): (6, 4), (1, 0): (7, 0)}
-
-_VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-@dataclass(frozen=True)
-class RocprofVersion:
-    """ROCm release the rocprofv3 belongs to; ``source`` says how it was found."""
-
-    major: int
-    minor: int
-    patch: int = 0
-    raw: str = ""
-    source: str = ""
-
-    def at_least(self, major: int, minor: int = 0) -> bool:
-        return (self.major, self.minor) >= (major, minor)
-
-    @property
-    def jobs_schema(self) -> bool:
-        """``jobs:`` input schema (>= 6.3); 6.2 reads ``metrics:``."""
-        return self.at_least(6, 3)
-
-    @property
-    def placeholders(self) -> bool:
-        """``%env{NAME}%`` / ``%pid%`` in ``-o``/``-d``: documented and confirmed from 6.3/7.0
-        only; the 6.2 guide documents none (default prefix there is the bare pid)."""
-        return self.at_least(6, 3)
-
-    @property
-    def kernel_filter(self) -> bool:
-        """``kernel_include_regex`` (and ``--pmc``) exist from 6.3."""
-        return self.at_least(6, 3)
-
-    @property
-    def output_formats(self) -> frozenset[str]:
-        base = {"csv", "json", "pftrace", "otf2"}
-        return frozenset(base | {"rocpd"}) if self.at_least(7, 0) else frozenset(base)
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor}.{self.patch} (from {self.source})"
-
-
-def parse_version_output(text: str) -> tuple[int, int, int] | None:
-    """ROCm version from ``rocprofv3 --version`` (7.x prints ``key: value`` lines, one of them
-    ``rocm_version``; ``version`` is the SDK version)."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, val = line.partition(":")
-        if sep:
-            fields[key.strip()] = val.strip()
-    m = _VERSION_RE.match(fields.get("rocm_version", ""))
-    if m:
-        return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-    m = _VERSION_RE.match(fields.get("version", ""))
-    if m:
-        sdk = (int(m.group(1)), int(m.group(2)))
-        if sdk in SDK_TO_ROCM:
-            return (*SDK_TO_ROCM[sdk], 0)
-        if sdk[0] == 1:  # SDK 1.x ships with ROCm 7.x; the minor does not map 1:1
-            return (7, 0, 0)
-    return None
-
-
-def _rocm_version_file(path: Path) -> tuple[int, int, int] | None:
-    try:
-        text = path.read_text(errors="replace").strip()
-    except OSError:
-        return None
-    m = _VERSION_RE.match(text)
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
-
-
-def detect_version(exe: str = "rocprofv3", env: Mapping[str, str] | None = None,
-                   timeout_s: float = 60.0) -> RocprofVersion:
-    """Version of ``exe``: ``--version`` (7.x), else the ``.info/version`` of the ROCm tree the
-    executable lives in (the wrapper picks its libraries from there, not from ROCM_PATH), else
-    ``$ROCM_PATH`` and ``/opt/rocm``."""
-    env = dict(os.environ if env is None else env)
-    path = shutil.which(exe, path=env.get("PATH"))
-    if path is None:
-        raise ProfilerSetupError(f"rocprofv3 not found: {exe!r} is not on PATH")
-    try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True, env=env,
-                              timeout=timeout_s, stdin=subprocess.DEVNULL)
-        out = proc.stdout + proc.stderr
-        if proc.returncode == 0:
-            found = parse_version_output(out)
-            if found:
-                return RocprofVersion(*found, raw=out.strip(), source=f"{path} --version")
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    candidates = [Path(os.path.realpath(path)).parent.parent / ".info" / "version"]
-    if env.get("ROCM_PATH"):
-        candidates.append(Path(env["ROCM_PATH"]) / ".info" / "version")
-    candidates.append(Path("/opt/rocm/.info/version"))
-    for cand in candidates:
-        found = _rocm_version_file(cand)
-        if found:
-            return RocprofVersion(*found, raw=cand.read_text(errors="replace").strip(),
-                                  source=str(cand))
-    raise ProfilerSetupError(f"cannot determine the ROCm version of {path}: `--version` is not "
-                             f"supported before 7.0 and none of {', '.join(map(str, candidates))} "
-                             "exists")
-
-
-# --- command lines ------------------------------------------------------------------------------
-
-#: Per-process prefix: rank from torchrun's RANK, pid keeps re-spawned workers apart (cli §2.1).
-RANK_PREFIX = "rank%env{RANK}%_%pid%"
-#: Same under srun/mpirun, which export the rank through SLURM_PROCID / the MPI runtime.
-MPI_RANK_PREFIX = "rank%rank%_%pid%"
-
-
-def _check_formats(version: RocprofVersion, formats: Sequence[str]) -> list[str]:
-    fmts = [f.lower() for f in formats]
-    if not fmts:
-        raise ValueError("at least one output format is needed")
-    bad = [f for f in fmts if f not in version.output_formats]
-    if bad:
-        raise ValueError(f"rocprofv3 {version.major}.{version.minor} cannot write {bad}; "
-                         f"supported: {sorted(version.output_formats)}")
-    return fmts
-
-
-def default_prefix(version: RocprofVersion) -> str | None:
-    """``-o`` value for per-process files, or None to keep 6.2's default ``<pid>`` prefix."""
-    return RANK_PREFIX if version.placeholders else None
-
-
-def timing_pass_argv(version: RocprofVersion, out_dir: str | os.PathLike,
-                     workload_argv: Sequence[str], formats: Sequence[str] = ("csv", "json"), *,
-                     exe: str = "rocprofv3", output_prefix: str | None = None,
-                     stats: bool = False) -> list[str]:
-    """Kernel-trace-only run with explicit formats and per-process file names."""
-    argv = [exe, "--kernel-trace"]
-    if stats:
-        argv.append("--stats")
-    argv += ["--output-format", *_check_formats(version, formats), "-d", os.fspath(out_dir)]
-    prefix = output_prefix if output_prefix is not None else default_prefix(version)
-    if prefix:
-        argv += ["-o", prefix]
-    return argv + ["--", *workload_argv]
-
-
-def counter_pass_argv(version: RocprofVersion, out_dir: str | os.PathLike,
-                      job_path: str | os.PathLike, workload_argv: Sequence[str],
-                      formats: Sequence[str] = ("csv",), *, exe: str = "rocprofv3",
-                      output_prefix: str | None = None) -> list[str]:
-    """Counter passes from a job file. From 6.3 the format is inside the job (a CLI value that
-    differs from the job's is a conflict error), 6.2 reads only ``pmc`` from the file."""
-    fmts = _check_formats(version, formats)
-    argv = [exe, "-i", os.fspath(job_path), "-d", os.fspath(out_dir)]
-    prefix = output_prefix if output_prefix is not None else default_prefix(version)
-    if prefix:
-        argv += ["-o", prefix]
-    if not version.jobs_schema:
-        argv += ["--output-format", *fmts]
-    return argv + ["--", *workload_argv]
-
-
-# --- counter groups and job files ---------------------------------------------------------------
-
-PmcCheck = Callable[[Sequence[str]], tuple[bool, str]]
-
-
-def pmc_checker(exe: str = "rocprofv3-avail", env: Mapping[str, str] | None = None,
-                timeout_s: float = 60.0) -> PmcCheck | None:
-    """``rocprofv3-avail pmc-check`` as a function (None when the tool is not on PATH)."""
-    env = dict(os.environ if env is None else env)
-    path = shutil.which(exe, path=env.get("PATH"))
-    if path is None:
-        return None
-
-    def check(counters: Sequence[str]) -> tuple[bool, str]:
-        try:
-            proc = subprocess.run([path, "pmc-check", *counters], capture_output=True, text=True,
-                                  env=env, timeout=timeout_s, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return False, f"{exe} pmc-check failed: {exc}"
-        return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
-
-    return check
-
-
-def _dedupe(counters: Iterable[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for c in counters:
-        c = str(c).strip()
-        if c:
-            seen.setdefault(c, None)
-    return list(seen)
-
-
-def counter_groups(counters: Iterable[str], max_per_pass: int = 8,
-                   checker: PmcCheck | None = None) -> list[list[str]]:
-    """Split counters into passes. With a checker (``pmc_checker()``), each counter joins the
-    first group the checker still accepts it in; without, at most ``max_per_pass`` per group."""
-    if max_per_pass < 1:
-        raise ValueError("max_per_pass must be >= 1")
-    names = _dedupe(counters)
-    if checker is None:
-        return [names[i:i + max_per_pass] for i in range(0, len(names), max_per_pass)]
-    groups: list[list[str]] = []
-    for name in names:
-        # first fit: fewer passes than closing a group at the first refusal
-        for group in groups:
-            if len(group) < max_per_pass and checker([*group, name])[0]:
-                group.append(name)
-                break
-        else:
-            ok, message = checker([name])
-            if not ok:
-                raise CounterConfigError(f"counter {name} cannot be collected: {message}")
-            groups.append([name])
-    return groups
-
-
-def kernel_include_regex(kernel_regexes: Sequence[str]) -> str | None:
-    """One ECMAScript regex (std::regex_search) matching any of the point's kernel regexes."""
-    regs = [r for r in kernel_regexes if r]
-    if not regs:
-        return None
-    if len(regs) == 1:
-        return regs[0]
-    return "|".join(f"({r})" for r in regs)
-
-
-def job_file(version: RocprofVersion, groups: Sequence[Sequence[str]],
-             kernel_regexes: Sequence[str] = (), formats: Sequence[str] = ("csv",)) -> dict:
-    """``--input`` content: one pass per group; ``metrics:`` for 6.2, ``jobs:`` from 6.3."""
-    if not groups or any(not g for g in groups):
-        raise ValueError("counter groups must be non-empty")
-    if not version.jobs_schema:
-        # 6.2 reads only `pmc` (kernel filtering does not exist yet): the analysis filters
-        return {"metrics": [{"pmc": list(g)} for g in groups]}
-    fmts = _check_formats(version, formats)
-    regex = kernel_include_regex(kernel_regexes)
-    jobs = []
-    for g in groups:
-        job: dict = {"pmc": list(g)}
-        if regex:
-            job["kernel_include_regex"] = regex
-        job["output_format"] = list(fmts)
-        jobs.append(job)
-    return {"jobs": jobs}
-
-
 def write_job_file(job: Mapping, path: str | os.PathLike) -> Path:
     """Write a job file; ``.json`` (no PyYAML needed by rocprofv3) or ``.yaml``/``.yml``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from pytest_gemmperf.safe_io import write_text  # temp file + rename: never through a link
+
     if path.suffix == ".json":
-        path.write_text(json.dumps(job, indent=2) + "\n")
+        write_text(path, json.dumps(job, indent=2) + "\n")
     elif path.suffix in (".yaml", ".yml"):
         import yaml
-        path.write_text(yaml.safe_dump(dict(job), sort_keys=False))
+        write_text(path, yaml.safe_dump(dict(job), sort_keys=False))
     else:
         raise ValueError(f"{path}: job files must end in .json, .yaml or .yml")
     return path
@@ -508,6 +252,8 @@ class ProfileResult:
     counter_result: ProcessResult | None = None
     counters_skipped: str | None = None
     job_path: Path | None = None
+    #: inherited ROCPROF_* variables removed before running (profiler_env)
+    dropped_env: list[str] = field(default_factory=list)
 
     @property
     def timing_files(self) -> list[Path]:
@@ -522,55 +268,70 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
                   formats: Sequence[str] = ("csv", "json"), env: Mapping[str, str] | None = None,
                   cwd: str | os.PathLike | None = None, grace_s: float = 5.0,
                   max_counters_per_pass: int = 8, avail_exe: str = "rocprofv3-avail",
-                  tail_lines: int = 40) -> ProfileResult:
+                  tail_lines: int = 40, kernel_names: Sequence[str] = (),
+                  job_path: str | os.PathLike | None = None) -> ProfileResult:
     """Profile one sweep point: ``repeats`` timing runs (separate processes, each into
     ``run<k>/raw`` with ``run<k>/logs/rocprofv3.log``), then counter passes into
     ``counters/raw`` (log ``counters/logs/rocprofv3.log``).
 
-    ``launcher_prefix`` goes outside rocprofv3 (srun/mpirun); torchrun belongs in
-    ``workload_argv``. Raises ``WorkloadError`` (workload failed or hung; the log tail is in the
-    message), ``ProfilerOutputError`` (a pass lacks its files/counters); a GPU that cannot read
-    counters gives ``counters_skipped`` instead of an error.
+    ``launcher_prefix`` goes outside rocprofv3 (srun/mpirun), with :data:`RANK_SHIM` between
+    them so files are named by the launcher's real rank; torchrun belongs in ``workload_argv``.
+    Counter passes are restricted to ``kernel_regexes`` (from 6.3) and the exact
+    ``kernel_names`` (6.2: ``--kernel-names``); ``job_path`` runs a user's own job file instead
+    of generated groups, after :func:`validate_job_file` (one-line ``GemmperfInputError``).
+    Inherited ``ROCPROF_*`` variables are removed (``ProfileResult.dropped_env``); a point
+    setting one is a ``ProfilerSetupError``. Raises ``WorkloadError`` (workload failed or hung;
+    the log tail is in the message), ``ProfilerOutputError`` (a pass lacks its files/counters);
+    a GPU that cannot read counters gives ``counters_skipped`` instead of an error.
     """
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
-    base_env = dict(os.environ if env is None else env)
+    owned = sorted(k for k in point_env if profiler_env({k: ""})[1])
+    if owned:
+        raise ProfilerSetupError(f"the point sets {', '.join(owned)}: rocprofv3's variables are "
+                                 "set by the runner (it would append to or override them)")
+    base_env, dropped = profiler_env(os.environ if env is None else env)
     base_env.update({str(k): str(v) for k, v in point_env.items()})
     version = version or detect_version(exe, base_env)
-    prefix = MPI_RANK_PREFIX if (launcher_prefix and version.placeholders) else None
+    launcher = [*launcher_prefix, *RANK_SHIM] if launcher_prefix else []
+    prefix = MPI_RANK_PREFIX if launcher_prefix else RANK_PREFIX
     out_dir = Path(out_dir)
     runs: list[RunRecord] = []
     for k in range(repeats):
         raw = out_dir / f"run{k}" / "raw"
         log = out_dir / f"run{k}" / "logs" / "rocprofv3.log"
         raw.mkdir(parents=True, exist_ok=True)
-        argv = [*launcher_prefix,
-                *timing_pass_argv(version, raw, workload_argv, formats, exe=exe,
-                                  output_prefix=prefix)]
+        argv = [*launcher, *timing_pass_argv(version, raw, workload_argv, formats, exe=exe,
+                                             output_prefix=prefix)]
         res = run_process(argv, env=base_env, cwd=cwd, timeout_s=timeout_s, log_path=log,
                           grace_s=grace_s)
         require_success(res, f"timing run {k} (rocprofv3 --kernel-trace)", tail_lines)
         runs.append(RunRecord(k, res, raw, check_timing_output(raw, formats, log)))
-    result = ProfileResult(version=version, runs=runs)
-    if not counters:
+    result = ProfileResult(version=version, runs=runs, dropped_env=dropped)
+    if not counters and job_path is None:
         return result
 
     reason = counters_unavailable_reason(None, gpu_archs(runs[0].files))
     if reason:
         result.counters_skipped = reason
         return result
-    # pmc-check arrived with 7.0 (cli §7); an older rocprofv3 next to a newer avail lies
-    checker = pmc_checker(avail_exe, base_env) if version.at_least(7, 0) else None
-    groups = counter_groups(counters, max_counters_per_pass, checker)
     cdir = out_dir / "counters"
-    job_path = write_job_file(job_file(version, groups, kernel_regexes, ("csv",)),
-                              cdir / "job.json")
     raw = cdir / "raw"
+    if job_path is not None:
+        cli = {"output_directory": os.fspath(raw), "output_file": prefix}
+        groups = validate_job_file(version, job_path, cli=cli)
+        job_path = Path(job_path)
+    else:
+        # pmc-check arrived with 7.0 (cli §7); an older rocprofv3 next to a newer avail lies
+        checker = pmc_checker(avail_exe, base_env) if version.at_least(7, 0) else None
+        groups = counter_groups(counters, max_counters_per_pass, checker)
+        job_path = write_job_file(job_file(version, groups, kernel_regexes, ("csv",),
+                                           kernel_names=kernel_names), cdir / "job.json")
     log = cdir / "logs" / "rocprofv3.log"
     raw.mkdir(parents=True, exist_ok=True)
-    argv = [*launcher_prefix,
+    argv = [*launcher,
             *counter_pass_argv(version, raw, job_path, workload_argv, ("csv",), exe=exe,
-                               output_prefix=prefix)]
+                               output_prefix=prefix, kernel_names=kernel_names)]
     # the application re-runs once per pass
     budget = None if timeout_s is None else timeout_s * len(groups)
     res = run_process(argv, env=base_env, cwd=cwd, timeout_s=budget, log_path=log, grace_s=grace_s)
@@ -582,8 +343,12 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
         if reason:
             result.counters_skipped = reason
             return result
-        raise ProfilerOutputError(f"counter passes failed: rocprofv3 {res.describe()} "
-                                  f"(groups: {groups})", log)
+        try:
+            why = explain_frontend_error(log.read_text(errors="replace"))
+        except OSError:
+            why = None
+        raise ProfilerOutputError(f"counter passes failed: {why + '; ' if why else ''}rocprofv3 "
+                                  f"{res.describe()} (groups: {groups})", log)
     try:
         result.counter_check = check_counter_output(raw, groups, log)
     except CountersUnavailable as exc:
@@ -594,7 +359,9 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
 __all__ = [
     "COUNTERLESS_ARCHS", "CounterCheck", "CounterConfigError", "CountersUnavailable",
     "MPI_RANK_PREFIX", "ProfileResult", "ProfilerError", "ProfilerOutputError",
-    "ProfilerSetupError", "RANK_PREFIX",
+    "ProfilerSetupError", "RANK_PREFIX", "RANK_SHIM", "anchored_regex", "check_ecma_regex",
+    "ecma_escape", "explain_frontend_error", "profiler_env", "truncated_names",
+    "validate_job_file",
     "RocprofVersion", "RunRecord", "check_counter_output", "check_timing_output",
     "counter_groups", "counter_pass_argv", "counters_unavailable_reason", "default_prefix",
     "detect_version", "gpu_archs", "job_file", "kernel_include_regex", "parse_version_output",

@@ -2,7 +2,8 @@
 output-name placeholders and the CSV dialect/headers of each version.
 
 Facts follow /work/shared/docs/rocprofv3-cli.md and rocprofv3-formats.md (section numbers are
-given where a choice comes from them). Stdlib only: the double must run under any python3.
+given where a choice comes from them) and the tool-library excerpts in
+../shared/data/rocprofv3/frontend/<release>/cpp/. Stdlib only: the double must run under any python3.
 """
 
 from __future__ import annotations
@@ -18,39 +19,25 @@ from dataclasses import dataclass
 class Version:
     major: int
     minor: int
-    rocm: str      # ROCm release, e.g. "6.4.0"
-    sdk: str       # rocprofiler-sdk version (0.4.0 = 6.2, 0.6.0 = 6.4, 1.0.0 = 7.0)
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.major, self.minor)
 
-    @property
-    def jobs_schema(self) -> bool:          # 6.3 changed `metrics:` to `jobs:` (cli §3)
-        return self.key >= (6, 3)
 
-    @property
-    def placeholders(self) -> bool:
-        # 6.2's guide documents no placeholders and its default prefix is the bare pid;
-        # the double therefore treats -d/-o literally for 6.2 (see README.md)
-        return self.key >= (6, 3)
+def parse_version(raw: str) -> Version | None:
+    m = re.match(r"^\s*(\d+)\.(\d+)", raw or "")
+    return Version(int(m.group(1)), int(m.group(2))) if m else None
 
 
 def current_version() -> Version:
-    raw = os.environ.get("FAKE_ROCPROFV3_VERSION", "7.0").strip()
-    m = re.match(r"^(\d+)(?:\.(\d+))?", raw)
-    if not m:
+    """Version the fake ``rocprofv3-avail`` impersonates (FAKE_ROCPROFV3_VERSION, default 7.0)."""
+    raw = os.environ.get("FAKE_ROCPROFV3_VERSION", "7.0")
+    v = parse_version(raw)
+    if v is None:
         sys.stderr.write(f"fake rocprofv3: bad FAKE_ROCPROFV3_VERSION {raw!r}\n")
         sys.exit(97)
-    major, minor = int(m.group(1)), int(m.group(2) or 0)
-    if (major, minor) == (6, 2):
-        return Version(6, 2, "6.2.0", "0.4.0")
-    if (major, minor) == (6, 4):
-        return Version(6, 4, "6.4.0", "0.6.0")
-    if major == 7:
-        return Version(7, minor, f"7.{minor}.0", f"1.{minor}.0")
-    sys.stderr.write(f"fake rocprofv3: impersonates 6.2, 6.4 or 7.x, not {raw!r}\n")
-    sys.exit(97)
+    return v
 
 
 # --- counters ---------------------------------------------------------------------------------
@@ -70,6 +57,10 @@ DEFAULT_BLOCK_LIMIT = 2
 
 #: Consumer RDNA parts whose counters the tool cannot read (aqlprofile abort).
 COUNTERLESS_ARCHS = ("gfx1150", "gfx1151", "gfx1152")
+
+
+def bare(counter: str) -> str:
+    return counter.split(":", 1)[0]     # NAME:device=N
 
 
 def block_of(counter: str) -> str:
@@ -96,29 +87,67 @@ def gpu_arch() -> str:
     return os.environ.get("FAKE_ROCPROFV3_ARCH", "gfx942")
 
 
-# --- placeholders (formats §1.2) ----------------------------------------------------------------
+# --- placeholders: output_key.cpp / format_path.cpp / config.cpp of each release ----------------
 
-_PLACEHOLDER = re.compile(r"%env\{([^}]*)\}%|\$env\{([^}]*)\}|%q\{([^}]*)\}%|%([a-z_]+)%|%([pjrs])(?![a-z])")
+def _int_env(env: dict, name: str, default: int) -> int:
+    try:
+        return int(env.get(name, ""))
+    except ValueError:
+        return default
 
 
-def expand(template: str, pid: int, ppid: int, env: dict, argv: list[str]) -> str:
-    rank = env.get("SLURM_PROCID") or env.get("OMPI_COMM_WORLD_RANK") or env.get("PMI_RANK") or ""
-    size = env.get("SLURM_NTASKS") or env.get("OMPI_COMM_WORLD_SIZE") or env.get("PMI_SIZE") or ""
-    keys = {
-        "hostname": socket.gethostname(), "pid": str(pid), "p": str(pid), "ppid": str(ppid),
-        "pgid": str(pid), "rank": rank, "r": rank, "size": size, "s": size,
-        "job": env.get("SLURM_JOB_ID", ""), "j": env.get("SLURM_JOB_ID", ""),
-        "argt": os.path.basename(argv[0]) if argv else "", "argv": "_".join(argv),
-    }
+def mpi_rank(v: Version, env: dict) -> int:
+    """6.x: first of OMPI_COMM_WORLD_RANK, MV2_COMM_WORLD_RANK, MPI_RANK (else -1); 7.x: the
+    last set of MPI_RANK, MPI_LOCALRANKID, MPI_RANKID, MV2_COMM_WORLD_RANK, OMPI_COMM_WORLD_RANK
+    (else 0). PMI_RANK (MPICH/Hydra) is read by no release."""
+    if v.major >= 7:
+        val = 0
+        for name in ("MPI_RANK", "MPI_LOCALRANKID", "MPI_RANKID", "MV2_COMM_WORLD_RANK",
+                     "OMPI_COMM_WORLD_RANK"):
+            val = _int_env(env, name, val)
+        return val
+    return _int_env(env, "OMPI_COMM_WORLD_RANK",
+                    _int_env(env, "MV2_COMM_WORLD_RANK", _int_env(env, "MPI_RANK", -1)))
 
-    def sub(m: re.Match) -> str:
-        name = m.group(1) or m.group(2) or m.group(3)
-        if name is not None:
-            return env.get(name, "")
-        key = m.group(4) or m.group(5)
-        return keys.get(key, m.group(0))
 
-    return _PLACEHOLDER.sub(sub, template)
+def output_keys(v: Version, pid: int, ppid: int, env: dict, argv: list[str]) -> list[tuple[str, str]]:
+    """(key, value) in the order the tool replaces them (long keys before shorthands)."""
+    rank = mpi_rank(v, env)
+    dmp_rank = str(rank if rank > 0 else 0)
+    slurm_rank = env.get("SLURM_PROCID") or dmp_rank
+    size = _int_env(env, "OMPI_COMM_WORLD_SIZE", _int_env(env, "MV2_COMM_WORLD_SIZE",
+                                                         _int_env(env, "MPI_SIZE", 0)))
+    dmp_size = str(size if size > 0 else 1)
+    job = env.get("SLURM_JOB_ID") or "0"
+    argt = "_".join([os.path.basename(argv[0])] + argv[1:]) if argv else ""
+    keys = [("%argv%", "_".join(argv)), ("%argt%", argt), ("%pid%", str(pid)),
+            ("%ppid%", str(ppid)), ("%job%", job), ("%rank%", slurm_rank), ("%size%", dmp_size)]
+    if v.key >= (6, 3):      # 6.2's output keys have no hostname
+        keys.append(("%hostname%", socket.gethostname()))
+    keys += [("%p", str(pid)), ("%j", job), ("%r", slurm_rank), ("%s", dmp_size)]
+    if v.key >= (6, 3):
+        keys.append(("%h", socket.gethostname()))
+    return keys
+
+
+_ENV_RES = (re.compile(r"(.*)%(env|ENV)\{([A-Z0-9_]+)\}%(.*)", re.S),
+            re.compile(r"(.*)\$(env|ENV)\{([A-Z0-9_]+)\}(.*)", re.S))
+
+
+def expand(v: Version, template: str, pid: int, ppid: int, env: dict, argv: list[str]) -> str:
+    """Expand ``-d``/``-o`` placeholders as the tool does in each process: plain replacement
+    of every key in order, then ``%env{NAME}%``/``$env{NAME}`` (NAME upper-case, missing -> "")."""
+    if "%" not in template and "$" not in template:
+        return template
+    for key, val in output_keys(v, pid, ppid, env, argv):
+        template = template.replace(key, val)
+    for rx in _ENV_RES:
+        while True:
+            m = rx.search(template)
+            if not m:
+                break
+            template = f"{m.group(1)}{env.get(m.group(3), '')}{m.group(4)}"
+    return template
 
 
 # --- CSV dialect (formats §2) ------------------------------------------------------------------
@@ -162,6 +191,8 @@ COUNTER_HEADER = {
              "Counter_Value", "Start_Timestamp", "End_Timestamp"],
 }
 COUNTER_HEADER[(7, 0)] = COUNTER_HEADER[(6, 4)]
+#: 6.3: Kernel_Id and timestamps, but no Accum_VGPR_Count yet (formats §3.2, 18 columns)
+COUNTER_HEADER[(6, 3)] = [c for c in COUNTER_HEADER[(6, 4)] if c != "Accum_VGPR_Count"]
 
 STATS_HEADER = ["Name", "Calls", "TotalDurationNs", "AverageNs", "Percentage", "MinNs", "MaxNs",
                 "StdDev"]
@@ -185,10 +216,12 @@ _PRODUCTS = {"gfx942": ("AMD Instinct MI300X", 304, 8, 90402),
              "gfx1151": ("AMD Radeon 8060S Graphics", 40, 1, 110501)}
 
 
-def header_key(v: Version) -> tuple[int, int]:
+def header_key(v: Version, table: str = "kernel") -> tuple[int, int]:
     if v.major >= 7:
         return (7, 0)
-    return (6, 2) if v.key == (6, 2) else (6, 4)
+    if v.key == (6, 2):
+        return (6, 2)
+    return (6, 3) if (table == "counter" and v.key == (6, 3)) else (6, 4)
 
 
 def agent_info_rows(arch: str, n_gpus: int) -> list[list]:
