@@ -149,7 +149,7 @@ def test_counters_only_file_gives_empty_dispatches(tmp_path):
      ["agent_id"].update(handle=5),
      "agent handle 5 is not in agents[]", "process 1, buffer_records.kernel_dispatch[1]"),
     (lambda d: d["rocprofiler-sdk-tool"][0]["buffer_records"]["kernel_dispatch"][3].update(start_timestamp="x"),
-     "unexpected rocprofv3 JSON layout", "process 0, buffer_records.kernel_dispatch[3]"),
+     "field 'start_timestamp': Expected `int`, got `str`", "process 0, buffer_records.kernel_dispatch[3]"),
     (lambda d: [p["buffer_records"].update(kernel_dispatch=[]) or
                 p["callback_records"].update(counter_collection=[]) for p in d["rocprofiler-sdk-tool"]],
      "no kernel dispatches in 2 process(es)", None),

@@ -21,8 +21,6 @@ size on disk is already visible to whoever produced them.
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import stat
 import zlib
@@ -32,7 +30,6 @@ from pytest_gemmperf.errors import GemmperfInputError
 #: default bound on the bytes one gzip file may expand to (see the module docstring)
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 1024 ** 3
 ENV_MAX_DECOMPRESSED = "GEMMPERF_MAX_DECOMPRESSED_BYTES"
-_CHUNK = 16 * 1024 * 1024
 
 
 def max_decompressed_bytes(override: int | None = None, path: str | None = None) -> int:
@@ -80,24 +77,36 @@ def _read_regular_file(path: str) -> bytes:
 
 
 def gunzip_bounded(raw: bytes, path: str, limit: int) -> bytes:
-    """Decompress all gzip members of ``raw``, failing once the output passes ``limit`` bytes."""
+    """Decompress all gzip members of ``raw``, failing once the output passes ``limit`` bytes.
+
+    One ``zlib`` call per member with ``max_length`` set to what is left of the budget: zlib
+    grows its output buffer only as data arrives, so memory stays bounded by the limit, and the
+    member's CRC-32 and length trailer are verified (gzip wrapper mode)."""
     parts: list[bytes] = []
     total = 0
+    data = raw
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as gz:
-            while True:
-                chunk = gz.read(min(_CHUNK, limit + 1 - total))
-                if not chunk:
+        while data:
+            if data[:2] != b"\x1f\x8b":
+                if not data.strip(b"\0"):  # zero padding after the last member (tape/block tools)
                     break
-                total += len(chunk)
-                if total > limit:
-                    raise GemmperfInputError(
-                        path, f"gzip data expands beyond the {limit:,}-byte limit "
-                              f"({ENV_MAX_DECOMPRESSED} raises it)")
-                parts.append(chunk)
-    except (OSError, EOFError, zlib.error) as exc:
+                raise GemmperfInputError(path, "corrupt gzip data: garbage after the compressed "
+                                               f"stream ({len(data):,} bytes)")
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            out = d.decompress(data, limit + 1 - total)
+            total += len(out)
+            if total > limit or (d.unconsumed_tail and not d.eof):
+                raise GemmperfInputError(
+                    path, f"gzip data expands beyond the {limit:,}-byte limit "
+                          f"({ENV_MAX_DECOMPRESSED} raises it)")
+            if not d.eof:
+                raise GemmperfInputError(path, "corrupt or truncated gzip data: the compressed "
+                                               "stream ends early")
+            parts.append(out)
+            data = d.unused_data
+    except zlib.error as exc:
         raise GemmperfInputError(path, f"corrupt or truncated gzip data: {exc}") from None
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_maybe_gzip(path: str, max_bytes: int | None = None) -> bytes:

@@ -22,7 +22,7 @@ import os
 import re
 from itertools import chain
 from operator import attrgetter
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -45,23 +45,29 @@ from pytest_gemmperf.traces.schema import (
 SOURCE = "rocprofv3-json"
 TOOL_KEY = "rocprofiler-sdk-tool"
 _MISSING = -1  # sentinel for optional integer fields; handles and ids are never negative
+INT64_MAX = 2 ** 63 - 1
+#: every integer field: rocprofiler-sdk writes uint64 values (timestamps, ids, handles, sizes).
+#: The decoder checks the range in C, so a negative number (which would collide with the
+#: _MISSING sentinel) or one beyond int64 (which would wrap in the int64 tables) is an error
+#: naming the record and field, and booleans and floats are rejected by type (strict mode).
+U63 = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 
 # --------------------------------------------------------------------------------------------
 # Typed schema: only the fields the reader uses. gc=False: these objects never form cycles.
 
 
 class _Handle(Struct, frozen=True, gc=False):
-    handle: int = _MISSING
+    handle: U63 = _MISSING
 
 
 class _XYZ(Struct, frozen=True, gc=False):
-    x: int = _MISSING
-    y: int = _MISSING
-    z: int = _MISSING
+    x: U63 = _MISSING
+    y: U63 = _MISSING
+    z: U63 = _MISSING
 
 
 class _Corr(Struct, frozen=True, gc=False):
-    internal: int = _MISSING
+    internal: U63 = _MISSING
 
 
 _NO_HANDLE = _Handle()
@@ -71,20 +77,20 @@ _NO_CORR = _Corr()
 
 class _DispatchInfo(Struct, gc=False):
     agent_id: _Handle
-    kernel_id: int
+    kernel_id: U63
     queue_id: _Handle = _NO_HANDLE
-    dispatch_id: int = _MISSING
-    private_segment_size: int = _MISSING
-    group_segment_size: int = _MISSING
+    dispatch_id: U63 = _MISSING
+    private_segment_size: U63 = _MISSING
+    group_segment_size: U63 = _MISSING
     workgroup_size: _XYZ = _NO_XYZ
     grid_size: _XYZ = _NO_XYZ
 
 
 class _Dispatch(Struct, gc=False):
-    start_timestamp: int
-    end_timestamp: int
+    start_timestamp: U63
+    end_timestamp: U63
     dispatch_info: _DispatchInfo
-    thread_id: int = _MISSING
+    thread_id: U63 = _MISSING
     correlation_id: _Corr = _NO_CORR
     stream_id: _Handle = _NO_HANDLE  # absent in ROCm 6.2
 
@@ -97,14 +103,14 @@ class _CounterValue(Struct, gc=False):
 class _DispatchData(Struct, gc=False):
     dispatch_info: _DispatchInfo
     correlation_id: _Corr = _NO_CORR
-    start_timestamp: int = _MISSING
-    end_timestamp: int = _MISSING
+    start_timestamp: U63 = _MISSING
+    end_timestamp: U63 = _MISSING
 
 
 class _CounterRecord(Struct, gc=False):
     dispatch_data: _DispatchData
     records: list[_CounterValue]
-    thread_id: int = _MISSING
+    thread_id: U63 = _MISSING
     stream_id: _Handle = _NO_HANDLE
 
 
@@ -117,30 +123,31 @@ class _BufferRecords(Struct, gc=False):
 
 
 class _Symbol(Struct, gc=False):
-    kernel_id: int
+    kernel_id: U63
     kernel_name: str | None = None
     formatted_kernel_name: str | None = None
     demangled_kernel_name: str | None = None
     truncated_kernel_name: str | None = None
-    arch_vgpr_count: int = _MISSING
-    accum_vgpr_count: int = _MISSING
-    sgpr_count: int = _MISSING
+    arch_vgpr_count: U63 = _MISSING
+    accum_vgpr_count: U63 = _MISSING
+    sgpr_count: U63 = _MISSING
 
 
 class _Agent(Struct, gc=False):
     id: _Handle
-    type: int = 0
+    type: U63 = 0
     name: str | None = None
     product_name: str | None = None
-    node_id: int | None = None
-    logical_node_id: int | None = None
-    gpu_index: int | None = None  # not written by older releases; derived then
-    gfx_target_version: int | None = None
-    cu_count: int | None = None
-    simd_per_cu: int | None = None
-    wave_front_size: int | None = None
-    max_engine_clk_fcompute: int | None = None
-    num_xcc: int | None = None
+    node_id: U63 | None = None
+    logical_node_id: U63 | None = None
+    # -1 on CPU agents; not written by older releases (derived then)
+    gpu_index: Annotated[int, msgspec.Meta(ge=-1, le=INT64_MAX)] | None = None
+    gfx_target_version: U63 | None = None
+    cu_count: U63 | None = None
+    simd_per_cu: U63 | None = None
+    wave_front_size: U63 | None = None
+    max_engine_clk_fcompute: U63 | None = None
+    num_xcc: U63 | None = None
 
 
 class _CounterInfo(Struct, gc=False):
@@ -154,9 +161,9 @@ class _Node(Struct, gc=False):
 
 
 class _Metadata(Struct, gc=False):
-    pid: int | None = None
-    init_time: int | None = None
-    fini_time: int | None = None
+    pid: U63 | None = None
+    init_time: U63 | None = None
+    fini_time: U63 | None = None
     node: _Node | None = None  # from ROCm 6.3 on
     command: list[str] | None = None
     config: dict[str, Any] | None = None
@@ -225,6 +232,9 @@ def decode(data: bytes, path: str) -> list[_Process]:
         raise _validation_error(path, str(exc), data) from None
     except msgspec.DecodeError as exc:
         raise GemmperfInputError(path, f"not valid JSON (truncated or corrupt file?): {exc}") from None
+    except RecursionError:
+        raise GemmperfInputError(path, "JSON nested too deeply to read (rocprofv3 writes at most a "
+                                       "few levels; corrupt or hostile file?)") from None
     if root.tool is None:
         raise GemmperfInputError(path, _not_rocprof_message(data))
     if not root.tool:
@@ -606,11 +616,20 @@ _RECORD_RX = re.compile(r"\$\.rocprofiler-sdk-tool\[(\d+)\]\.(\w+)\.(\w+)\[(\d+)
 
 
 def _validation_error(path: str, msg: str, data: bytes) -> GemmperfInputError:
+    """One line naming the record and the field: msgspec reports ``<reason> - at `$<path>```."""
     if " - at `$" not in msg:  # the top level itself has the wrong type
         return GemmperfInputError(path, f"{_not_rocprof_message(data)} ({msg})")
-    m = _RECORD_RX.search(msg)
+    reason, _, where = msg.rpartition(" - at `")
+    where = where.rstrip("`")
+    m = _RECORD_RX.search(where)
     record = f"process {m.group(1)}, {m.group(2)}.{m.group(3)}[{m.group(4)}]" if m else None
-    return GemmperfInputError(path, f"unexpected rocprofv3 JSON layout: {msg}", record=record)
+    field = where[m.end():].lstrip(".") if m else ""
+    if field:
+        if "int` >=" in reason or "int` <=" in reason:
+            reason += " (rocprofv3 writes unsigned 64-bit values read as int64)"
+        return GemmperfInputError(path, f"field {field!r}: {reason} (at {where})", record=record)
+    return GemmperfInputError(path, f"unexpected rocprofv3 JSON layout: {reason} (at {where})",
+                              record=record)
 
 
 def _not_rocprof_message(data: bytes) -> str:
