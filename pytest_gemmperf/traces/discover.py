@@ -20,12 +20,13 @@ map or a recorded ``RANK`` in ``env``). It is never inferred from file order.
 
 from __future__ import annotations
 
+import errno
 import functools
-import gzip
 import importlib
 import json
 import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,20 +90,60 @@ def discover(path: str | os.PathLike) -> list[Source]:
 
 
 def discover_with_notes(path: str | os.PathLike) -> tuple[list[Source], list[str]]:
+    """Sources under ``path`` and notes naming everything that was skipped.
+
+    Only regular files are ever opened: a FIFO, socket or device named like a trace is skipped
+    with a note (opening a FIFO blocks forever). Symlinks are followed; a symlink loop, a
+    dangling link or a directory reached twice is a note, as is a directory that cannot be
+    listed. ``path`` itself must be a readable regular file or directory.
+    """
     p = Path(path)
-    if not p.exists():
-        raise GemmperfInputError(p, "no such file or directory")
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and not os.path.islink(p):
+            raise GemmperfInputError(p, "no such file or directory") from None
+        raise GemmperfInputError(p, f"cannot read: {_os_reason(exc)}") from None
     notes: list[str] = []
-    if p.is_file():
+    if stat.S_ISREG(st.st_mode):
         src = _file_source(p)
         if src is None:
             raise GemmperfInputError(p, "not a recognised profiler output (expected rocprofv3 "
                                         "CSV/JSON/rocpd, a PyTorch profiler trace or dispatches.parquet)")
         return [src], notes
+    if not stat.S_ISDIR(st.st_mode):
+        raise GemmperfInputError(p, f"not a regular file or directory ({_file_type(st.st_mode)}); "
+                                    "refusing to read it")
+    try:
+        with os.scandir(p):
+            pass
+    except OSError as exc:
+        raise GemmperfInputError(p, f"cannot list directory: {_os_reason(exc)}") from None
     sources = _walk(p, notes)
     if not sources:
-        raise GemmperfInputError(p, f"no profiler output found under {p}")
+        raise GemmperfInputError(p, f"no profiler output found under {p}"
+                                 + (f" ({'; '.join(notes)})" if notes else ""))
     return sources, notes
+
+
+def _os_reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symlink loop (too many levels of symbolic links)"
+    return exc.strerror or str(exc)
+
+
+def _file_type(mode: int) -> str:
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _looks_like_output(name: str) -> bool:
+    return (_csv_role(name) is not None or name.endswith((".db", ".json", ".json.gz"))
+            or name in _TABLE_FILES)
 
 
 def _file_source(p: Path) -> Source | None:
@@ -148,12 +189,12 @@ def sniff_json(p: Path) -> str | None:
     try:
         with open(p, "rb") as fh:
             head = fh.read(_SNIFF_BYTES)
-            if head[:2] == b"\x1f\x8b":
-                fh.seek(0)
-                with gzip.GzipFile(fileobj=fh) as gz:
-                    head = gz.read(_SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return by_name
+    except OSError as exc:
+        if by_name is not None:
+            return by_name  # its reader reports the error with the file name
+        raise GemmperfInputError(p, f"cannot read file: {_os_reason(exc)}") from None
+    if head[:2] == b"\x1f\x8b":
+        head = _gunzip_prefix(head)
     s = head.lstrip()
     if s.startswith(b"{"):
         m = _FIRST_KEY.match(s)
@@ -167,17 +208,70 @@ def sniff_json(p: Path) -> str | None:
     return by_name
 
 
+def _gunzip_prefix(data: bytes) -> bytes:
+    """The first decompressed bytes of a gzip stream of which only a prefix was read."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        return d.decompress(data, _SNIFF_BYTES)
+    except zlib.error:
+        return b""
+
+
+def _scan_tree(root: Path, notes: list[str]):
+    """Yield (directory, regular file names) top-down in name order, following symlinks.
+
+    Never opens a file. Skipped parts get a note: directories that cannot be listed, symlinks
+    that cannot be followed (loops, missing targets), directories reached a second time (a
+    symlink back up the tree would otherwise loop forever), and FIFOs/sockets/devices named like
+    profiler outputs. The caller may empty the yielded ``subdirs`` list to prune.
+    """
+    seen: dict[tuple[int, int], Path] = {}
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            st = os.stat(d)
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            notes.append(f"{d}: directory skipped, cannot list it ({_os_reason(exc)})")
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            notes.append(f"{d}: directory not read again, it is {seen[key]} (a symlink back "
+                         "into the tree)")
+            continue
+        seen[key] = d
+        files: list[str] = []
+        subdirs: list[Path] = []
+        for e in entries:
+            path = d / e.name
+            try:
+                est = os.stat(path)  # follows symlinks
+            except OSError as exc:
+                kind = "symlink" if os.path.islink(path) else "entry"
+                notes.append(f"{path}: {kind} skipped, cannot follow it ({_os_reason(exc)})")
+                continue
+            if stat.S_ISDIR(est.st_mode):
+                subdirs.append(path)
+            elif stat.S_ISREG(est.st_mode):
+                files.append(e.name)
+            elif _looks_like_output(e.name):
+                notes.append(f"{path}: skipped, {_file_type(est.st_mode)} named like a profiler "
+                             "output (never opened)")
+        yield d, files, subdirs
+        stack.extend(reversed(subdirs))
+
+
 def _walk(root: Path, notes: list[str]) -> list[Source]:
     sources: list[Source] = []
     prefixes: dict[tuple[Path, str], dict[str, Any]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        d = Path(dirpath)
+    for d, filenames, subdirs in _scan_tree(root, notes):
         if "dispatches.parquet" in filenames:
             sources.append(_tables_source(d))
-            dirnames[:] = []  # the tables already hold this point's raw files
+            subdirs[:] = []  # the tables already hold this point's raw files
             continue
-        for name in sorted(filenames):
+        for name in filenames:
             f = d / name
             role = _csv_role(name)
             if role is not None:
@@ -188,7 +282,11 @@ def _walk(root: Path, notes: list[str]) -> list[Source]:
             if name.endswith("_results.db"):
                 kind = "rocpd"
             elif name.endswith((".json", ".json.gz")) and name not in ("point.json", "run.json"):
-                kind = sniff_json(f)
+                try:
+                    kind = sniff_json(f)
+                except GemmperfInputError as exc:  # unreadable, and not named like a trace
+                    notes.append(f"{f}: skipped, {exc.message}")
+                    continue
             if kind is None:
                 continue
             if kind == "torch":
@@ -264,7 +362,7 @@ def _rocprof_prefix(name: str) -> str:
 def _host_dir(parent: Path, root: Path | None) -> str | None:
     """rocprofv3 >= 6.3 writes ``<host>/<pid>_*``; the parent is a host name unless it is the
     directory the user pointed at or a known layout directory."""
-    if root is not None and parent.resolve() == root.resolve():
+    if root is not None and _real(parent) == _real(root):
         return None
     name = parent.name
     if not name or name in _CONTAINER_DIRS or any(rx.match(name) for rx in (
@@ -273,13 +371,22 @@ def _host_dir(parent: Path, root: Path | None) -> str | None:
     return name
 
 
+def _real(p: Path) -> Path:
+    """``os.path.realpath``: unlike ``Path.resolve`` on Python 3.11 it never raises on a
+    symlink loop."""
+    return Path(os.path.realpath(p))
+
+
 def _point_json(d: Path) -> dict | None:
     p = d / "point.json"
     try:
-        mtime = p.stat().st_mtime_ns
+        st = p.stat()
     except OSError:
         return None
-    return _read_point_json(p.resolve(), mtime)
+    if not stat.S_ISREG(st.st_mode):
+        raise GemmperfInputError(p, f"point.json is not a regular file ({_file_type(st.st_mode)})")
+    mtime = st.st_mtime_ns
+    return _read_point_json(_real(p), mtime)
 
 
 @functools.lru_cache(maxsize=256)
@@ -296,7 +403,7 @@ def _read_point_json(p: Path, mtime_ns: int) -> dict:
 def _apply_point_json(src: Source, f: Path) -> None:
     """Our results layout: the nearest ancestor with point.json names the point and may map the
     file to its rank (``runs[].files``) or record ``RANK`` in its env."""
-    f = f.resolve()
+    f = _real(f)
     for d in list(f.parents)[:6]:
         info = _point_json(d)
         if info is None:
@@ -309,7 +416,7 @@ def _apply_point_json(src: Source, f: Path) -> None:
             for rank, paths in (run.get("files") or {}).items():
                 for rp in paths if isinstance(paths, list) else [paths]:
                     q = Path(rp)
-                    q = (q if q.is_absolute() else d / q).resolve()
+                    q = _real(q if q.is_absolute() else d / q)
                     if q == f or q in f.parents:
                         if str(rank).isdigit():
                             src.rank = int(rank)
@@ -392,13 +499,20 @@ def _read_csv_group(src: Source) -> Trace:
         dispatches = finalize_dispatches(pd.DataFrame({"start_ns": [], "end_ns": [], "kernel": []}),
                                          None, allow_empty=True)
     counters = empty(COUNTER_SCHEMA)
+    counter_notes: list[str] = []
     if "counter_collection" in roles:
         cc = rocprof_csv.read_counter_collection_csv(roles["counter_collection"], agents=agents)
+        counter_notes = list(cc.attrs.get("notes", [])) if isinstance(cc, pd.DataFrame) else []
         counters = (cc.counters if isinstance(cc, Trace)
                     else finalize_counters(cc, str(roles["counter_collection"])))
         if isinstance(cc, Trace):
             meta.setdefault("counter_meta", cc.meta)
     agents_df = agents if agents is not None else empty(AGENT_SCHEMA)
+    # reader notes (e.g. columns a newer rocprofv3 added that were ignored), once each
+    notes = [n for part in (agents_df.attrs.get("notes", []), meta.get("notes", []),
+                            counter_notes) for n in part]
+    if notes:
+        meta["notes"] = list(dict.fromkeys(notes))
     return Trace(dispatches=dispatches, counters=counters, agents=agents_df,
                  files=[str(f) for f in src.files], meta=meta)
 
@@ -509,6 +623,7 @@ def _load_all(paths, point: str | None) -> tuple[list[Path], list[Source], list[
         t = read_source(src, notes)
         if t is None:
             continue
+        notes.extend(n for n in t.meta.get("notes", []) if n not in notes)
         t.dispatches = _attach(t.dispatches, src, point, notes)
         t.counters = _attach(t.counters, src, point, notes)
         t.agents = _attach_agents(t.agents, src)
