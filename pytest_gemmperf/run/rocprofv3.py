@@ -296,6 +296,10 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
     launcher = [*launcher_prefix, *RANK_SHIM] if launcher_prefix else []
     prefix = MPI_RANK_PREFIX if launcher_prefix else RANK_PREFIX
     out_dir = Path(out_dir)
+    user_groups = None
+    if job_path is not None:    # a user's own job: refuse it before anything runs
+        cli = {"output_directory": os.fspath(out_dir / "counters" / "raw"), "output_file": prefix}
+        user_groups = validate_job_file(version, job_path, cli=cli)
     runs: list[RunRecord] = []
     for k in range(repeats):
         raw = out_dir / f"run{k}" / "raw"
@@ -317,10 +321,8 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
         return result
     cdir = out_dir / "counters"
     raw = cdir / "raw"
-    if job_path is not None:
-        cli = {"output_directory": os.fspath(raw), "output_file": prefix}
-        groups = validate_job_file(version, job_path, cli=cli)
-        job_path = Path(job_path)
+    if user_groups is not None:
+        groups, job_path = user_groups, Path(job_path)
     else:
         # pmc-check arrived with 7.0 (cli §7); an older rocprofv3 next to a newer avail lies
         checker = pmc_checker(avail_exe, base_env) if version.at_least(7, 0) else None

@@ -252,9 +252,11 @@ def truncated_names(kernel_names: Sequence[str]) -> list[str]:
     from pytest_gemmperf.traces.schema import short_name
 
     def one(name: str) -> str:
-        if "(" not in name:
-            return name if name.endswith(".kd") else name + ".kd"
-        return short_name(name)
+        if "(" in name:
+            return short_name(name)
+        for suffix in ("[clone .kd]", ".kd"):   # demangled C names may carry either
+            name = name[:-len(suffix)].rstrip() if name.endswith(suffix) else name
+        return name + ".kd"
 
     out = list(dict.fromkeys(one(n) for n in kernel_names if n))
     bad = [n for n in out if "," in n or not re.search(r"[A-Za-z0-9_]", n)]
@@ -471,18 +473,22 @@ def validate_job_file(version: RocprofVersion, path: str | os.PathLike, *,
 
 _FRONTEND_FAILURES = (
     (re.compile(r"KeyError: '(metrics|jobs|pmc)'|Fatal error: '(metrics|jobs|pmc)'"),
-     "the job file lacks the `{0}` key this rocprofv3 reads (wrong job schema for the release)"),
-    (re.compile(r"conflicting value for (\w+) : (.*) vs (.*)"),
-     "the job file sets {0} = {2} but the command line has {1}"),
-    (re.compile(r"rocprofv3: error: (.*)"), "rocprofv3 rejected its command line: {0}"),
+     lambda g: f"the job file lacks the `{g[0] or g[1]}` key this rocprofv3 reads (wrong job "
+               "schema for the release)"),
+    # 6.3 names only the key; 6.4+ add "<command line> vs <job>"
+    (re.compile(r"conflicting value for (\w+)(?: : (.*) vs (.*))?"),
+     lambda g: f"the job file sets {g[0]}" + (f" = {g[2].strip()} but the command line has "
+                                              f"{g[1].strip()}" if g[1] is not None else
+                                              " to another value than the command line")),
+    (re.compile(r"rocprofv3: error: (.*)"),
+     lambda g: f"rocprofv3 rejected its command line: {g[0].strip()}"),
 )
 
 
 def explain_frontend_error(log_text: str) -> str | None:
     """One line for a front-end failure found in a rocprofv3 log, or None."""
-    for rx, template in _FRONTEND_FAILURES:
+    for rx, say in _FRONTEND_FAILURES:
         m = rx.search(log_text)
         if m:
-            groups = [g for g in m.groups() if g is not None]
-            return template.format(*[g.strip() for g in groups])
+            return say(m.groups())
     return None

@@ -96,7 +96,9 @@ def truncate(name: str) -> str:
     template arguments and parameters; a C-named kernel (no parameter list, e.g. ``Cijk_*``)
     keeps its ``.kd`` suffix (real 6.x/7.x ``*_results.json`` in ../shared/data show both)."""
     if "(" not in name:
-        return name if name.endswith(".kd") else name + ".kd"
+        for suffix in ("[clone .kd]", ".kd"):
+            name = name[:-len(suffix)].rstrip() if name.endswith(suffix) else name
+        return name + ".kd"
     depth, cut = 0, len(name)
     for i in range(len(name) - 1, -1, -1):      # the last top-level parameter list
         if name[i] == ")":
