@@ -1,0 +1,245 @@
+"""Gate accuracy across regimes (issue 11): process counts, run lengths, shorter candidates,
+family-wide slowdowns and kernel swaps. Run through ``benchmarks/gate_accuracy.py`` (its
+``--regimes`` rows) or on its own: ``python benchmarks/gate_regimes.py [--quick]``.
+
+Noise model (the issue's independent check): each process draws its iterations from the
+scenario (real 908 trace: whole recorded steps drawn with replacement, so every kernel keeps
+its real per-step dispatch count, shape mix and tails; synthetic: ``gate_accuracy.synthetic``),
+then gets a per-process factor of sd ``SIGMA_PROCESS`` (1 %) shared by all its kernels and a
+per-kernel one (sd ~0.35 %). Both sides are compacted as the plugin stores them
+(``compact_samples``: 21 quantiles and the dispatch count per kernel and process).
+
+Rows (each a fraction of simulated tests, replicate counts printed):
+
+* ``A/A``: both sides from the same distribution; "alarm" = any ``regression`` verdict
+  anywhere in the test (kernels, ``*``, dispersion, category totals). Regimes: 2/3/4/8/16
+  processes per side, 8/16/32/64 iterations per process, a candidate with 30 % fewer or 50 %
+  more iterations than the baseline (there "alarm" also counts any kernel ``improvement``;
+  category totals are left out of that row because their per-unit-of-work normalisation is
+  built elsewhere, ``gate/samples.py``).
+* ``family X %``: the test gates GEMMs only (``kernels=[r"^Cijk_"]``: only GEMM kernels and
+  their category total in the samples) and every GEMM of the candidate is X % slower.
+  "fails" = the test has a regression; "GEMM rows" = mean fraction of GEMM kernel rows that are
+  ``regression``.
+* ``swap +30 %`` / ``swap +-0 %``: the baseline's top GEMM (largest total time) is replaced in
+  the candidate by a kernel of another name (Tensile tile parameters changed; synthetic:
+  another template argument), 30 % slower or equally fast. "fails" as above; "paired" = the
+  fraction of tests where the gate paired the two kernels (``gate/pairing.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gate_accuracy as ga  # noqa: E402
+from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare_stats  # noqa: E402
+from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
+
+SIGMA_PROCESS = 0.01
+RULES = {"default": GateConfig(), "threshold 0": GateConfig(threshold=0.0)}
+
+
+@dataclass(frozen=True)
+class Regime:
+    label: str
+    kind: str = "aa"  # "aa", "family", "swap"
+    units: int = 4
+    iters: int | None = None  # per process; None: the scenario's default
+    cand_factor: float = 1.0  # candidate iterations / baseline iterations
+    effect: float = 0.0  # family slowdown or swap ratio - 1
+
+
+def regimes() -> list[Regime]:
+    out = [Regime(f"A/A {u} processes/side", units=u) for u in (2, 3, 4, 8, 16)]
+    out += [Regime(f"A/A {n} iterations/process", iters=n) for n in (8, 16, 23, 32, 64)]
+    out += [Regime("A/A candidate 30 % fewer iterations", cand_factor=0.7),
+            Regime("A/A candidate 50 % more iterations", cand_factor=1.5)]
+    out += [Regime(f"family {int(100 * e)} % (GEMM-only test)", kind="family", effect=e) for e in (0.04, 0.07, 0.10)]
+    out += [Regime("family 7 %, 2 processes/side", kind="family", effect=0.07, units=2),
+            Regime("family 7 %, 8 processes/side", kind="family", effect=0.07, units=8)]
+    out += [Regime("swap +30 %", kind="swap", effect=0.30), Regime("swap +-0 %", kind="swap", effect=0.0)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# simulation
+
+
+def default_iters(pool: ga.StepPool) -> int:
+    return ga.RESAMPLED_STEPS if pool.per_step_sampler is None else ga.STEPS_PER_PROCESS
+
+
+def draw(pool: ga.StepPool, rng: np.random.Generator, iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel codes and durations of ``iters`` iterations of one process (no factors yet)."""
+    if pool.per_step_sampler is None:
+        steps = np.sort(rng.integers(0, len(pool.start) - 1, iters))  # time-ordered draw
+        lo, hi = pool.start[steps], pool.start[steps + 1]
+        idx = np.repeat(hi - lo, hi - lo)
+        idx = np.arange(idx.size) - np.repeat(np.cumsum(hi - lo) - (hi - lo), hi - lo) + np.repeat(lo, hi - lo)
+        return pool.kernel[idx], pool.value[idx]
+    old = ga.STEPS_PER_PROCESS
+    ga.STEPS_PER_PROCESS = iters
+    try:
+        return ga.draw_process(pool, rng, np.zeros(0, int))
+    finally:
+        ga.STEPS_PER_PROCESS = old
+
+
+def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime) -> tuple[np.ndarray, ...]:
+    """(kernel, unit, value) of one comparison: units ``0..r.units-1`` are the baseline."""
+    n_k = len(pool.names)
+    it = r.iters or default_iters(pool)
+    ks, us, vs = [], [], []
+    for u in range(2 * r.units):
+        n = it if u < r.units else max(2, int(round(it * r.cand_factor)))
+        k, v = draw(pool, rng, n)
+        factor = rng.normal(0, SIGMA_PROCESS) + rng.normal(0, 1, n_k) * pool.sigma_kernel
+        ks.append(k)
+        us.append(np.full(len(k), u))
+        vs.append(v * np.exp(factor[k]))
+    return np.concatenate(ks), np.concatenate(us), np.concatenate(vs)
+
+
+def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np.ndarray, value: np.ndarray,
+            units: int, totals: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Compacted baseline and candidate samples tables (category totals per unit unless off)."""
+    labels = np.array([f"host/{u}/0/{u}" for u in range(2 * units)])
+    d = pd.DataFrame({"point": "p", "kernel": pd.Categorical.from_codes(kernel, categories=names),
+                      "metric": "dur_ns", "unit": labels[unit], "value": value})
+    frames = [d]
+    if totals:
+        cats = np.unique(category[kernel])
+        cc = np.searchsorted(cats, category[kernel])
+        tot = np.bincount(unit * len(cats) + cc, weights=value, minlength=2 * units * len(cats))
+        uu, ci = np.divmod(np.arange(len(tot)), len(cats))
+        keep = tot > 0
+        frames.append(pd.DataFrame({"point": "p", "kernel": "category:" + cats[ci[keep]],
+                                    "metric": "category_total_ns", "unit": labels[uu[keep]], "value": tot[keep]}))
+    df = pd.concat(frames, ignore_index=True)
+    is_base = df["unit"].isin(labels[:units])
+    return compact_samples(df[is_base]), compact_samples(df[~is_base])
+
+
+def swapped_name(name: str) -> str:
+    """Another solution of the same problem: Tensile tile sizes changed, or another template
+    argument for a C++ template."""
+    m = re.search(r"MT(\d+)x(\d+)x(\d+)", name)
+    if m:
+        a, b, c = (int(x) for x in m.groups())
+        return name[:m.start()] + f"MT{a}x{b + 16}x{c}" + name[m.end():]
+    if "<" in name:
+        return name.replace("<", "<__hip_bfloat16, ", 1)
+    return name + "_v2"
+
+
+def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.ndarray, top: int) -> dict:
+    kernel, unit, value = simulate(pool, rng, r)
+    names = list(pool.names)
+    cand = unit >= r.units
+    if r.kind == "family":
+        keep = np.isin(kernel, gemm)
+        kernel, unit, value, cand = kernel[keep], unit[keep], value[keep], cand[keep]
+        value = value * np.where(cand, 1 + r.effect, 1.0)
+    if r.kind == "swap":
+        names = names + [swapped_name(names[top])]
+        hit = cand & (kernel == top)
+        kernel = np.where(hit, len(names) - 1, kernel)
+        value = value * np.where(hit, 1 + r.effect, 1.0)
+    category = np.append(pool.category, pool.category[top]) if r.kind == "swap" else pool.category
+    b, c = samples(names, category, kernel, unit, value, r.units, totals=r.cand_factor == 1.0)
+    st = compare_stats(b, c, GateConfig())
+    out = {}
+    for rule, cfg in RULES.items():
+        v = assign_verdicts(st, cfg)
+        reg = v["verdict"] == "regression"
+        dur = v[(v["metric"] == "dur_ns") & (v["kernel"] != "*")]
+        if r.kind == "aa":
+            alarm = reg.any() if r.cand_factor == 1.0 else dur["verdict"].isin(["regression", "improvement"]).any()
+            out[rule] = {"alarm": float(alarm)}
+        elif r.kind == "family":
+            out[rule] = {"fails": float(reg.any()), "GEMM rows": float((dur["verdict"] == "regression").mean())}
+        else:
+            out[rule] = {"fails": float(reg.any()),
+                         "paired": float(dur["note"].str.startswith("swapped:").any())}
+    return out
+
+
+def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int,
+        only: list[str] | None = None) -> str:
+    rng = np.random.default_rng(seed)
+    gemm = np.flatnonzero(pool.category == "gemm")
+    tot = np.bincount(pool.kernel, weights=pool.value, minlength=len(pool.names))
+    if pool.per_step_sampler is not None:
+        kern, typical, _ = pool.per_step_sampler[1]
+        tot = np.bincount(kern, weights=typical, minlength=len(pool.names))
+    top = int(gemm[np.argmax(tot[gemm])])
+    lines = [f"scenario {scenario}: {len(pool.names)} kernels ({len(gemm)} GEMMs), per-process factor "
+             f"{100 * SIGMA_PROCESS:g} %, default {default_iters(pool)} iterations/process; swap target "
+             f"{ga.stats is not None and pool.names[top][:60]}"]
+    head = ["regime", "reps"] + [f"{rule}: {m}" for rule in RULES for m in ("alarm/fails", "GEMM rows/paired")]
+    rows = [head]
+    t0 = time.perf_counter()
+    for r in regimes():
+        if only and not any(o in r.label for o in only):
+            continue
+        n = reps_aa if r.kind == "aa" else reps_eff
+        acc: dict = {}
+        for _ in range(n):
+            for rule, d in one_test(pool, rng, r, gemm, top).items():
+                for m, x in d.items():
+                    acc.setdefault(rule, {}).setdefault(m, []).append(x)
+        row = [r.label, str(n)]
+        for rule in RULES:
+            vals = list(acc[rule].items())
+            row.append(f"{100 * np.mean(vals[0][1]):.1f}%")
+            row.append(f"{100 * np.mean(vals[1][1]):.1f}%" if len(vals) > 1 else "-")
+        rows.append(row)
+        print(" | ".join(row), file=sys.stderr, flush=True)
+    w = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    fmt = lambda x: "| " + " | ".join(c.ljust(k) for c, k in zip(x, w)) + " |"  # noqa: E731
+    lines += [fmt(rows[0]), "|" + "|".join("-" * (k + 2) for k in w) + "|"] + [fmt(x) for x in rows[1:]]
+    lines.append(f"({time.perf_counter() - t0:.0f} s)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps-aa", type=int, default=300)
+    ap.add_argument("--reps-eff", type=int, default=60)
+    ap.add_argument("--quick", action="store_true", help="40 A/A and 15 effect replicates")
+    ap.add_argument("--scenarios", default="real-resampled,heavy,bimodal")
+    ap.add_argument("--only", default="", help="comma-separated substrings of the regime labels to run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.reps_aa, args.reps_eff = 40, 15
+    only = [o for o in args.only.split(",") if o]
+    for name in args.scenarios.split(","):
+        print()
+        print(run_scenario(name, args.reps_aa, args.reps_eff, only), flush=True)
+    return 0
+
+
+def run_scenario(name: str, reps_aa: int, reps_eff: int, only: list[str] | None = None) -> str:
+    i = ga.SCENARIO_SEEDS[name]
+    if name.startswith("real"):
+        if not ga.REAL.exists():
+            return f"scenario {name}: skipped ({ga.REAL} absent)"
+        pool = ga.load_real()
+    else:
+        pool = ga.synthetic(name, 100 + i)
+    return run(pool, name, reps_aa, reps_eff, seed=2000 + i, only=only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
