@@ -138,19 +138,37 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
 
 
 def _axis_overrides(config: pytest.Config) -> tuple[dict[str, list], list[str] | None]:
+    """Axis values and kernel regexes from the command line / ini, validated here, before
+    collection: a bad value is one ``UsageError`` line (exit 4), never a run with
+    ``NCCL_NTHREADS=abc`` nor a traceback per module. User axes are checked against their
+    declarations when the tests are collected (:func:`pytest_generate_tests`)."""
     values: dict[str, list] = {}
+    flag = ""
     try:
         for dest, axis in (("gemmperf_channels", "channels"), ("gemmperf_threads", "threads")):
+            flag = _flag(config, dest)
             raw = _setting(config, dest)[0]
             if raw not in (None, ""):
-                values[axis] = sweep_mod.parse_values(raw)
+                values[axis] = sweep_mod.check_builtin_values(axis, sweep_mod.parse_values(raw))
+        flag = _flag(config, "gemmperf_axis")
         for item in _setting(config, "gemmperf_axis")[0] or ():
             name, vals = sweep_mod.parse_axis_override(item)
+            if name in sweep_mod.BUILTIN_AXES:
+                vals = sweep_mod.check_builtin_values(name, vals)
             values[name] = vals
-    except ValueError as exc:
-        raise pytest.UsageError(f"gemmperf axis override: {exc}") from None
-    kernels = _setting(config, "gemmperf_kernels")[0]
+        flag = _flag(config, "gemmperf_kernels")
+        kernels = _setting(config, "gemmperf_kernels")[0]
+        if kernels:
+            sweep_mod.check_kernels(kernels)
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(f"{flag}: {exc}") from None
     return values, (list(kernels) if kernels else None)
+
+
+def _flag(config: pytest.Config, dest: str) -> str:
+    """How the user spelled a setting: ``--gemmperf-x`` or ``gemmperf_x (ini)``."""
+    return ("--" + dest.replace("_", "-")) if config.getoption(dest) is not None \
+        else f"{_SETTINGS[dest][0]} (ini)"
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -200,8 +218,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     try:
         points = sweep_mod.spec_of(marker).with_overrides(values, kernels).points()
     except (ValueError, TypeError) as exc:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid}: {exc}") from None
+        # raised here, a UsageError becomes a collection error with a traceback for every
+        # module; keep the first and end the session with one line once collection is done
+        metafunc.config.stash.setdefault(_BAD_SWEEP_KEY, []).append(
+            f"{metafunc.definition.nodeid}: {exc}")
+        return
     metafunc.parametrize("gemmperf_point", points, ids=[p.id for p in points])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
+    """Stop before anything runs when an override did not fit a test's declared axes."""
+    bad = config.stash.get(_BAD_SWEEP_KEY, [])
+    if bad:
+        more = f" (and {len(bad) - 1} more test(s))" if len(bad) > 1 else ""
+        raise pytest.UsageError(f"gemmperf axis override: {bad[0]}{more}")
 
 
 @pytest.fixture

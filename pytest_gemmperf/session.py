@@ -489,6 +489,12 @@ class PointRunner:
 
     def _save_baseline(self, store, base, samples: pd.DataFrame, result: PointResult) -> Path:
         from pytest_gemmperf.gate.baseline import BaselineRecord
+        from pytest_gemmperf.sweep import invalid_env
+
+        bad = invalid_env(result.env)  # a run nobody meant (NCCL_NTHREADS=abc) is no reference
+        if bad:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: not recorded as a "
+                            f"baseline: invalid environment: {'; '.join(bad)}")
 
         if base is not None:
             others = base.samples[base.samples["point"].astype(str) != self.point.id]

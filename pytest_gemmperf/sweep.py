@@ -11,11 +11,20 @@ mark into one test item per point (``test_x[ch28-th256]``). Axes the plugin know
 Every point also gets ``HSA_ENABLE_SDMA=0`` (copies as blit kernels, as the aorta sweep does)
 unless the sweep's ``env`` overrides it. Any other keyword declares a user axis; give it an
 :class:`Axis` to say which environment variables it sets.
+
+Values are validated where they enter, never at run time: ``channels`` and ``threads`` take
+positive integers; a user axis may declare ``type=`` (``int``, ``float``, ``bool``, ``str`` or
+any converter) and ``validate=`` (a predicate). Declared values are checked when ``@sweep``
+runs (import time), command-line and ini overrides before collection (the plugin turns the
+``ValueError`` into one ``pytest.UsageError`` line). :func:`invalid_env` is the last check:
+a point whose environment holds a malformed count (``OMP_NUM_THREADS=abc``) is never recorded
+as a baseline.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
@@ -43,18 +52,67 @@ class Axis:
     ``env`` says which variables a value sets: a variable name or a list of names (each gets
     ``str(value)``), a mapping ``{VAR: template}`` with ``{value}`` placeholders, or a callable
     ``value -> {VAR: str}``. ``abbr`` is the id prefix (default: the axis name).
+
+    ``type`` converts each value (declared or given on the command line, where values arrive
+    as text): ``int`` accepts integers and integer text only (``2.5`` and ``True`` are errors,
+    not truncated), ``float`` finite numbers, ``bool`` booleans and ``true/false/1/0/yes/no``,
+    any other callable is applied and may raise ``ValueError``/``TypeError``. ``validate`` is
+    a predicate on the converted value (false or an exception rejects it); ``describe`` names
+    what is expected in the error message (e.g. ``"a power of two"``).
     """
 
     values: tuple[Scalar, ...]
     env: EnvMapping = ()
     abbr: str | None = None
+    type: Callable[[Any], Any] | None = None
+    validate: Callable[[Any], Any] | None = None
+    describe: str | None = None
 
     def __init__(self, values: Iterable[Scalar] | Scalar, env: EnvMapping = (),
-                 abbr: str | None = None) -> None:
+                 abbr: str | None = None, *, type: Callable[[Any], Any] | None = None,
+                 validate: Callable[[Any], Any] | None = None,
+                 describe: str | None = None) -> None:
         vals = _as_values(values)
+        if type is not None and not callable(type):
+            raise TypeError(f"Axis type must be callable, got {type!r}")
+        if validate is not None and not callable(validate):
+            raise TypeError(f"Axis validate must be callable, got {validate!r}")
         object.__setattr__(self, "values", vals)
         object.__setattr__(self, "env", env)
         object.__setattr__(self, "abbr", abbr)
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "validate", validate)
+        object.__setattr__(self, "describe", describe)
+
+    def checked(self, name: str, values: Iterable[Scalar] | Scalar | None = None) -> "Axis":
+        """This axis with ``values`` (default: its own) converted and validated.
+
+        Raises ``ValueError`` naming the axis, the value and what was expected."""
+        vals = self.values if values is None else _as_values(values)
+        if not vals:
+            raise ValueError(f"sweep axis {name!r} has no values")
+        out = []
+        for v in vals:
+            out.append(self._check_one(name, v))
+        if len(set(out)) != len(out):
+            raise ValueError(f"sweep axis {name!r}: duplicate values in {list(vals)}")
+        return replace(self, values=tuple(out))
+
+    def _check_one(self, name: str, value: Scalar) -> Scalar:
+        expected = self.describe or _TYPE_WORDS.get(self.type, "a valid value")
+        try:
+            v = _convert(value, self.type)
+            ok = True if self.validate is None else self.validate(v)
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            detail = str(exc)
+            raise ValueError(f"sweep axis {name!r}: {value!r} is not {expected}"
+                             + (f" ({detail})" if detail and self.type not in _TYPE_WORDS else "")) from None
+        if not ok:
+            raise ValueError(f"sweep axis {name!r}: {value!r} is not {expected}")
+        if not isinstance(v, (str, int, float, bool)):
+            raise ValueError(f"sweep axis {name!r}: type {self.type!r} turned {value!r} into "
+                             f"{v!r}; values must be numbers, strings or booleans")
+        return v
 
     def env_for(self, value: Scalar) -> dict[str, str]:
         env = self.env
@@ -114,11 +172,8 @@ class SweepSpec:
         """Replace the values of declared axes (command line / ini); unknown names are ignored,
         because one session's overrides apply to every test and not every test has every axis."""
         values = values or {}
-        axes = tuple((name, replace(ax, values=_as_values(values[name])) if name in values else ax)
+        axes = tuple((name, ax.checked(name, values[name]) if name in values else ax)
                      for name, ax in self.axes)
-        for name, ax in axes:
-            if not ax.values:
-                raise ValueError(f"sweep axis {name!r} has no values")
         kern = self.kernels if not kernels else _check_kernels(kernels)
         return SweepSpec(axes=axes, kernels=kern, env=self.env)
 
@@ -162,15 +217,17 @@ def sweep(*, kernels: str | Sequence[str] | None = None, env: Mapping[str, Any] 
         if isinstance(spec, Axis):
             ax = spec
             if builtin is not None:
+                # a built-in axis stays a positive integer whatever env it is mapped to; an
+                # own validate narrows it further
                 ax = Axis(ax.values, env=ax.env if ax.env != () else builtin.env,
-                          abbr=ax.abbr or builtin.abbr)
+                          abbr=ax.abbr or builtin.abbr, type=builtin.type,
+                          validate=_both(builtin.validate, ax.validate),
+                          describe=ax.describe or builtin.describe)
         elif builtin is not None:
             ax = replace(builtin, values=_as_values(spec))
         else:
             ax = Axis(spec, env=name.upper())
-        if not ax.values:
-            raise ValueError(f"sweep axis {name!r} has no values")
-        declared.append((name, ax))
+        declared.append((name, ax.checked(name)))
     kern = _check_kernels([kernels] if isinstance(kernels, str) else (kernels or ()))
     const_env = tuple((str(k), _env_str(v)) for k, v in (env or {}).items())
     spec = SweepSpec(axes=tuple(declared), kernels=kern, env=const_env)
@@ -208,6 +265,87 @@ def spec_of(marker: pytest.Mark | None) -> SweepSpec:
     if not isinstance(spec, SweepSpec):
         raise TypeError("use @pytest_gemmperf.sweep(...) rather than a bare gemmperf_sweep mark")
     return spec
+
+
+def check_builtin_values(name: str, values: Sequence[Scalar]) -> list[Scalar]:
+    """Validate override values of a built-in axis (``channels``, ``threads``) on their own,
+    before any test is collected; raises ``ValueError``."""
+    return list(BUILTIN_AXES[name].checked(name, values).values)
+
+
+def check_kernels(kernels: Iterable[str]) -> tuple[str, ...]:
+    """Compile each kernel regex once; ``ValueError`` naming the first invalid one."""
+    return _check_kernels(kernels)
+
+
+#: variables that hold counts: a point whose environment gives one of them anything but a
+#: positive integer ran with a configuration nobody meant (the library silently ignores or
+#: misreads it), so its numbers must not become a baseline
+COUNT_VARS = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "RCCL_THREADS_PER_BLOCK",
+              "NCCL_NTHREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: variables that are switches (0/1)
+SWITCH_VARS = ("HSA_ENABLE_SDMA",)
+
+
+def invalid_env(env: Mapping[str, Any]) -> list[str]:
+    """Problems of a point's environment, one phrase each (empty when it is valid): count
+    variables (:data:`COUNT_VARS`) must be positive integers, switches (:data:`SWITCH_VARS`)
+    ``0`` or ``1``."""
+    problems = []
+    for var in COUNT_VARS:
+        if var in env and not re.fullmatch(r"\s*\+?0*[1-9][0-9]{0,8}\s*", str(env[var])):
+            problems.append(f"{var}={str(env[var])!r} is not a positive integer")
+    for var in SWITCH_VARS:
+        if var in env and str(env[var]).strip() not in ("0", "1"):
+            problems.append(f"{var}={str(env[var])!r} is not 0 or 1")
+    return problems
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_TYPE_WORDS: dict[Any, str] = {int: "an integer", float: "a finite number", bool: "a boolean",
+                               str: "a string"}
+
+
+def _convert(value: Scalar, kind: Callable[[Any], Any] | None) -> Any:
+    """``value`` as ``kind`` (strict for int/float/bool, see :class:`Axis`)."""
+    if kind is None or kind is str:
+        return value if kind is None else str(value)
+    if kind is int:
+        if isinstance(value, bool):
+            raise TypeError("a boolean")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+            return int(value)
+        raise ValueError("not an integer")
+    if kind is float:
+        if isinstance(value, bool):
+            raise TypeError("a boolean")
+        v = float(value)
+        if not math.isfinite(v):
+            raise ValueError("not finite")
+        return v
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError("not a boolean")
+    return kind(value)
+
+
+def _positive(v: Any) -> bool:
+    return v > 0
+
+
+def _both(a: Callable[[Any], Any] | None, b: Callable[[Any], Any] | None):
+    if a is None or b is None:
+        return a or b
+    return lambda v: a(v) and b(v)
 
 
 def _parse_scalar(item: str) -> Scalar:
@@ -264,6 +402,8 @@ def _merge_env(axis_env: Mapping[str, str], const_env: Iterable[tuple[str, str]]
 
 #: Environment mapping and id prefix of the axes the plugin knows.
 BUILTIN_AXES: dict[str, Axis] = {
-    "channels": Axis((), env=("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"), abbr="ch"),
-    "threads": Axis((), env=("RCCL_THREADS_PER_BLOCK", "NCCL_NTHREADS"), abbr="th"),
+    "channels": Axis((), env=("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"), abbr="ch", type=int,
+                     validate=_positive, describe="a positive integer"),
+    "threads": Axis((), env=("RCCL_THREADS_PER_BLOCK", "NCCL_NTHREADS"), abbr="th", type=int,
+                    validate=_positive, describe="a positive integer"),
 }
