@@ -226,6 +226,8 @@ def read_bytes(path: str) -> bytes:
 
 def decode(data: bytes, path: str) -> list[_Process]:
     """Typed decode; every failure becomes a one-line GemmperfInputError."""
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark: JSON parsers reject it
+        data = data[3:]
     try:
         root = _DECODER.decode(data)
     except msgspec.ValidationError as exc:
@@ -235,6 +237,9 @@ def decode(data: bytes, path: str) -> list[_Process]:
     except RecursionError:
         raise GemmperfInputError(path, "JSON nested too deeply to read (rocprofv3 writes at most a "
                                        "few levels; corrupt or hostile file?)") from None
+    except UnicodeDecodeError as exc:  # msgspec checks string contents lazily, as UTF-8
+        raise GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
+                                       f"at byte {exc.start} of the string)") from None
     if root.tool is None:
         raise GemmperfInputError(path, _not_rocprof_message(data))
     if not root.tool:
@@ -612,7 +617,22 @@ def _counter_frame(proc: _Process, cols: dict[str, np.ndarray], agents: _Agents,
 # --------------------------------------------------------------------------------------------
 # Error messages
 
-_RECORD_RX = re.compile(r"\$\.rocprofiler-sdk-tool\[(\d+)\]\.(\w+)\.(\w+)\[(\d+)\]")
+_WHERE_RX = re.compile(r"^\$\.rocprofiler-sdk-tool\[(\d+)\]\.?(.*)$")
+_INDEX_RX = re.compile(r"\[(\d+)\]")
+
+
+def _split_where(where: str) -> tuple[str | None, str]:
+    """``$.rocprofiler-sdk-tool[0].buffer_records.kernel_dispatch[3].dispatch_info.kernel_id`` ->
+    (``process 0, buffer_records.kernel_dispatch[3]``, ``dispatch_info.kernel_id``): the record is
+    the path up to its first list index, the field is the rest."""
+    m = _WHERE_RX.match(where)
+    if m is None:
+        return None, ""
+    rest = m.group(2)
+    idx = _INDEX_RX.search(rest)
+    if idx is None:  # e.g. metadata.pid: the process itself is the record
+        return f"process {m.group(1)}", rest
+    return f"process {m.group(1)}, {rest[:idx.end()]}", rest[idx.end():].lstrip(".")
 
 
 def _validation_error(path: str, msg: str, data: bytes) -> GemmperfInputError:
@@ -621,9 +641,7 @@ def _validation_error(path: str, msg: str, data: bytes) -> GemmperfInputError:
         return GemmperfInputError(path, f"{_not_rocprof_message(data)} ({msg})")
     reason, _, where = msg.rpartition(" - at `")
     where = where.rstrip("`")
-    m = _RECORD_RX.search(where)
-    record = f"process {m.group(1)}, {m.group(2)}.{m.group(3)}[{m.group(4)}]" if m else None
-    field = where[m.end():].lstrip(".") if m else ""
+    record, field = _split_where(where)
     if field:
         if "int` >=" in reason or "int` <=" in reason:
             reason += " (rocprofv3 writes unsigned 64-bit values read as int64)"

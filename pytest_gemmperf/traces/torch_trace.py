@@ -142,6 +142,7 @@ class _Doc(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])
+_BOM = b"\xef\xbb\xbf"
 #: collective column -> its key in the event's args (for error messages)
 _COLL_JSON = dict(zip(_Args.__struct_fields__, _Args.__struct_encode_fields__))
 _VERSION_KEYS = ("schemaVersion", "roctracer_version", "rocprofiler_sdk_version",
@@ -272,6 +273,8 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
 # --------------------------------------------------------------------------- decoding
 
 def _decode(path: str, raw: bytes) -> _Doc:
+    if raw.startswith(_BOM):  # editors on Windows add one; JSON parsers reject it
+        raw = raw[len(_BOM):]
     if not raw.strip():
         raise GemmperfInputError(path, "empty file")
     try:
@@ -283,6 +286,9 @@ def _decode(path: str, raw: bytes) -> _Doc:
     except RecursionError:
         raise GemmperfInputError(path, "JSON nested too deeply to read (no profiler writes such "
                                        "nesting; corrupt or hostile file?)") from None
+    except UnicodeDecodeError as exc:  # msgspec checks string contents lazily, as UTF-8
+        raise GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
+                                       f"at byte {exc.start} of the string)") from None
     if isinstance(doc, list):  # bare Chrome-trace array
         doc = _Doc(traceEvents=doc)
     if doc.rocprofiler_sdk_tool is not None:
