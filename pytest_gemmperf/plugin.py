@@ -55,6 +55,7 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
 
 _SESSION_KEY = pytest.StashKey[GemmperfSession]()
 _AXES_KEY = pytest.StashKey[tuple]()
+_BAD_SWEEP_KEY = pytest.StashKey[list]()
 _WORKERINPUT_DIR = "gemmperf_results_dir"
 _WORKERINPUT_ARGV = "gemmperf_argv"
 
