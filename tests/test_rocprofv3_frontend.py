@@ -29,7 +29,7 @@ import realfront  # noqa: E402
 
 from pytest_gemmperf.errors import GemmperfInputError  # noqa: E402
 from pytest_gemmperf.run.rocprofv3_cli import (  # noqa: E402
-    MPI_RANK_PREFIX, RANK_PREFIX, ProfilerSetupError, RocprofVersion, check_ecma_regex,
+    MPI_RANK_PREFIX, RANK_PREFIX, ProfilerSetupError, check_ecma_regex,
     counter_pass_argv, explain_frontend_error, kernel_include_regex, profiler_env,
     timing_pass_argv, validate_job_file)
 
@@ -214,22 +214,3 @@ def test_m7_conflicting_job_value_is_caught_first(trees, tmp_path, release):
     ok.write_text(json.dumps({"jobs": [{"pmc": ["SQ_WAVES"], "output_format": ["csv"]}]}))
     argv = counter_pass_argv(V[release], "/o", ok, ["app"])
     assert "--output-format" not in argv and _run(trees, release, argv[1:]).accepted
-
-
-def test_m7_profile_point_refuses_a_bad_user_job_before_running(tmp_path):
-    from pytest_gemmperf.run.rocprofv3 import profile_point
-
-    bad = tmp_path / "job.json"
-    bad.write_text(json.dumps({"metrics": [{"pmc": ["SQ_WAVES"]}]}))
-    with pytest.raises(GemmperfInputError, match="job schema"):
-        profile_point({}, ["true"], tmp_path / "pt", version=RocprofVersion(7, 0, 0),
-                      exe="no-such-rocprofv3", job_path=bad)
-    assert not (tmp_path / "pt" / "run0").exists()
-
-
-def test_point_env_cannot_set_profiler_variables(tmp_path):
-    from pytest_gemmperf.run.rocprofv3 import profile_point
-
-    with pytest.raises(ProfilerSetupError, match="ROCPROF_OUTPUT_FORMAT"):
-        profile_point({"ROCPROF_OUTPUT_FORMAT": "rocpd"}, ["true"], tmp_path,
-                      version=RocprofVersion(7, 0, 0))

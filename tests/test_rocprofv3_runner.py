@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run.process import WorkloadError, live_processes, run_process
 from pytest_gemmperf.run.rocprofv3 import (
     CounterConfigError, ProfilerOutputError, ProfilerSetupError, RocprofVersion,
@@ -419,3 +420,24 @@ def test_rocprofv3_goes_inside_the_launcher_with_per_rank_names(tmp_path, trees,
     assert traces == ["rank0", "rank1"]
     counted = sorted(f.name.split("_")[0] for f in res.counter_check.files[1])
     assert counted == ["rank0", "rank1"]
+    # and the trace reader takes those ranks from the names (the session reads them this way)
+    from pytest_gemmperf.traces.discover import load
+    ranks = load([res.runs[0].raw_dir]).dispatches["rank"]
+    assert sorted(ranks.dropna().unique().tolist()) == [0, 1] and ranks.notna().all()
+
+
+# --- refused before anything runs (no front end needed) -----------------------------------------
+
+def test_m7_profile_point_refuses_a_bad_user_job_before_running(tmp_path):
+    bad = tmp_path / "job.json"
+    bad.write_text(json.dumps({"metrics": [{"pmc": ["SQ_WAVES"]}]}))
+    with pytest.raises(GemmperfInputError, match="job schema"):
+        profile_point({}, ["true"], tmp_path / "pt", version=V["7.0"],
+                      exe="no-such-rocprofv3", job_path=bad)
+    assert not (tmp_path / "pt" / "run0").exists()
+
+
+def test_point_env_cannot_set_profiler_variables(tmp_path):
+    with pytest.raises(ProfilerSetupError, match="ROCPROF_OUTPUT_FORMAT"):
+        profile_point({"ROCPROF_OUTPUT_FORMAT": "rocpd"}, ["true"], tmp_path,
+                      version=V["7.0"])
