@@ -272,3 +272,43 @@ def test_real_trimmed_resolves_by_field():
     assert d["kernel_short"].nunique() == 44
     # same id -> same names as in the full file (spot check of a late, non-positional symbol)
     assert set(d.loc[d.kernel_id == 251, "kernel_short"]) == {"ncclDevKernel_Generic_1"}
+
+
+# ---------------------------------------------------------------- exact integers near 2**63
+
+
+def test_timestamps_near_2p63_are_exact(tmp_path):
+    """Timestamps just below 2**63 ns: start, end and duration exactly as written (no float
+    path anywhere), including end = 2**63 - 1 itself."""
+    doc = json.loads(V7.read_text())
+    top = 2 ** 63 - 1
+    want = []
+    for p_idx, proc in enumerate(doc["rocprofiler-sdk-tool"]):
+        for i, rec in enumerate(proc["buffer_records"]["kernel_dispatch"]):
+            end = top - 3 * i - 1000 * p_idx
+            start = end - (1 + 7919 * i)  # durations that are not multiples of anything
+            rec["start_timestamp"], rec["end_timestamp"] = start, end
+            want.append((rec["dispatch_info"]["dispatch_id"], p_idx, start, end))
+        for j, rec in enumerate(proc["callback_records"]["counter_collection"]):
+            rec["dispatch_data"]["start_timestamp"] = top - 10 ** 6 - j
+            rec["dispatch_data"]["end_timestamp"] = top - j
+    p = _write(tmp_path, doc)
+    t = read_rocprof_json(p)
+    d = t.dispatches
+    assert sorted(zip(d["start_ns"].tolist(), d["end_ns"].tolist())) == sorted((s, e) for *_, s, e in want)
+    assert d["end_ns"].max() == top
+    assert (d["dur_ns"] == d["end_ns"] - d["start_ns"]).all()
+    assert sorted(d["dur_ns"].tolist()) == sorted(e - s for *_, s, e in want)
+    c = t.counters
+    assert c["end_ns"].max() == top and (c["end_ns"] - c["start_ns"] >= 10 ** 6).all()
+
+
+@pytest.mark.parametrize("value", [2 ** 63, 2 ** 64 - 1, 2 ** 64, 10 ** 30])
+def test_integers_beyond_int64_are_errors(tmp_path, value):
+    doc = json.loads(V7.read_text())
+    doc["rocprofiler-sdk-tool"][1]["buffer_records"]["kernel_dispatch"][4]["end_timestamp"] = value
+    p = _write(tmp_path, doc)
+    with pytest.raises(GemmperfInputError) as ei:
+        read_rocprof_json(p)
+    assert ei.value.record == "process 1, buffer_records.kernel_dispatch[4]"
+    assert "field 'end_timestamp': Expected `int` <= 9223372036854775807" in ei.value.message

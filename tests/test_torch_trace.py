@@ -284,3 +284,111 @@ def test_innermost_enclosing_matches_brute_force():
         assert got[i] >= 0
         best = inside[np.lexsort((a[inside, 2] - a[inside, 1], -a[inside, 1]))[0]]
         assert (a[got[i], 1], a[got[i], 2]) == (a[best, 1], a[best, 2])
+
+
+# ----------------------------------------------------------------------------- exact time
+
+def _epoch_trace(n: int, seed: int = 7) -> tuple[dict, list[tuple[str, str]]]:
+    """``n`` kernels at Unix-epoch magnitude (ts ~ 1.7e15 us, 3 decimals, as Kineto writes).
+
+    Kernel k is launched by a runtime call with no External id, placed 1 ns before the end of
+    cpu_op ``op{k}``; the next op starts 1 ns after that end. Linking by time containment
+    therefore needs 1 ns resolution at ~1.7e18 ns, where float64 only has 256 ns steps.
+    """
+    rng = np.random.default_rng(seed)
+    t = 1_700_000_000_000_000_000 + int(rng.integers(0, 10 ** 9))  # ns
+    events, texts = [], []
+
+    def us(ns: int) -> str:
+        return f"{ns // 1000}.{ns % 1000:03d}"
+
+    for k in range(n):
+        op_start, op_dur = t, 2000 + int(rng.integers(0, 1000))
+        rt_ts = op_start + op_dur - 1  # inside op k by 1 ns
+        k_start = rt_ts + 3000 + int(rng.integers(0, 1000))
+        k_dur = int(rng.integers(1, 5000))
+        texts.append((us(k_start), us(k_dur)))
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 11, "tid": 11,
+             "ts": "@" + us(op_start), "dur": "@" + us(op_dur)},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 11,
+             "ts": "@" + us(rt_ts), "dur": "@0.500", "args": {"correlation": k + 1}},
+            {"ph": "X", "cat": "kernel", "name": f"kern{k % 7}", "pid": 0, "tid": 7,
+             "ts": "@" + texts[-1][0], "dur": "@" + texts[-1][1],
+             "args": {"device": 0, "stream": 7, "correlation": k + 1, "grid": [4, 1, 1],
+                      "block": [64, 1, 1]}},
+        ]
+        t = op_start + op_dur + 1  # the next op opens 1 ns after this one closed
+    doc = {"schemaVersion": 1, "traceEvents": events, "cuda_runtime_version": 12040}
+    return doc, texts
+
+
+def _dump_numbers(doc: dict) -> bytes:
+    """json.dumps, then the "@<decimal>" strings become bare JSON numbers (exact text)."""
+    import re
+    return re.sub(r'"@(-?[0-9.]+)"', r"\1", json.dumps(doc)).encode()
+
+
+def test_epoch_magnitude_times_are_exact(tmp_path):
+    from decimal import Decimal
+    doc, texts = _epoch_trace(3000)
+    p = tmp_path / "epoch.pt.trace.json"
+    p.write_bytes(_dump_numbers(doc))
+    t = read_torch_trace(p)
+    d = t.dispatches.sort_values("correlation_id").reset_index(drop=True)
+    assert len(d) == len(texts)
+    want_start = [int(Decimal(ts) * 1000) for ts, _ in texts]
+    want_end = [int((Decimal(ts) + Decimal(dur)) * 1000) for ts, dur in texts]
+    assert d["start_ns"].tolist() == want_start
+    assert d["end_ns"].tolist() == want_end
+    # every duration is the exact decimal difference (float64 would give 256 ns steps here)
+    assert d["dur_ns"].tolist() == [int(Decimal(dur) * 1000) for _, dur in texts]
+    assert (d["start_ns"] > 2 ** 53).all()
+    # linkage by containment at 1 ns resolution: kernel k belongs to op k, never its neighbour
+    assert d["op_name"].tolist() == [f"op{k}" for k in range(len(texts))]
+    assert t.meta["subns_rounded"] == 0
+    ops = t.meta["cpu_ops"]
+    gaps = ops["ts_ns"].to_numpy()[1:] - (ops["ts_ns"] + ops["dur_ns"]).to_numpy()[:-1]
+    assert (gaps == 1).all()  # ops 1 ns apart, as written
+
+
+def test_epoch_ids_beyond_2p53_link_exactly(tmp_path):
+    """Correlation ids above 2**53 differ in their last digits; in float64 they would be one
+    value (spacing 256 at 2**60) and every kernel would find the same runtime call."""
+    doc, _ = _epoch_trace(6)
+    base = 2 ** 60
+    for e in doc["traceEvents"]:
+        k = int(e["name"][2:]) if e["name"].startswith("op") else None
+        if "correlation" in e.get("args", {}):
+            e["args"]["correlation"] += base
+            k = e["args"]["correlation"] - base - 1
+        if e["cat"] in ("cpu_op", "cuda_runtime"):
+            e["tid"] = 100 + k  # each launch on its own thread: thread_id names the runtime call
+    p = tmp_path / "ids.pt.trace.json"
+    p.write_bytes(_dump_numbers(doc))
+    d = read_torch_trace(p).dispatches.sort_values("correlation_id")
+    assert d["correlation_id"].tolist() == [base + k + 1 for k in range(6)]
+    assert d["thread_id"].tolist() == [100 + k for k in range(6)]
+    assert d["op_name"].tolist() == [f"op{k}" for k in range(6)]
+
+
+def test_innermost_enclosing_int64_epoch_ties():
+    """Ops 1 ns apart at ~1.7e18 ns: containment must not be decided in float64."""
+    t0 = 1_700_000_000_000_000_000
+    op_group = np.zeros(3, dtype=np.int64)
+    op_start = np.array([t0, t0 + 101, t0 + 102], dtype=np.int64)
+    op_end = np.array([t0 + 100, t0 + 101 + 50, t0 + 102 + 10], dtype=np.int64)
+    pts = np.array([t0 + 99, t0 + 101, t0 + 102, t0 + 113], dtype=np.int64)
+    got = innermost_enclosing(op_group, op_start, op_end, np.zeros(4, dtype=np.int64), pts)
+    assert got.tolist() == [0, 1, 2, 1]
+
+
+def test_innermost_enclosing_same_start_1ns_apart_at_epoch():
+    """Two ops open at the same ns and close 1 ns apart: the inner one (earlier end) holds the
+    point. The tie-break on end time must be int64: in float64 both ends are one value and the
+    outer op wins (what 34e623b returned: [1, 0])."""
+    t0 = 1_700_000_000_000_000_000
+    got = innermost_enclosing(np.zeros(2, dtype=np.int64), np.array([t0, t0], dtype=np.int64),
+                              np.array([t0 + 100, t0 + 101], dtype=np.int64),
+                              np.zeros(2, dtype=np.int64), np.array([t0 + 50, t0 + 100], dtype=np.int64))
+    assert got.tolist() == [0, 1]  # at t0+100 the inner op has closed (closes sort first)

@@ -120,16 +120,21 @@ def enclosing_ops(ops: pd.DataFrame, rt: pd.DataFrame, rt_rows: np.ndarray) -> n
 
 def link_ops(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
               rt_ext: pd.Series) -> np.ndarray:
+    """Row in ``ops`` of the op that launched each dispatch (-1 if none): the dispatch's own
+    External id, else its runtime call's, else the innermost op enclosing the runtime call."""
     if len(ops) == 0:
         return np.full(len(df), -1, dtype=np.int64)
     by_ext = ops["external_id"].dropna()
     by_ext = by_ext[~by_ext.duplicated()]
-    ext_index = pd.Series(by_ext.index, index=by_ext.to_numpy())
-    row = lookup(df["_ext"], pd.Series(ext_index.index))
-    row = np.where(row >= 0, ext_index.to_numpy()[np.maximum(row, 0)], -1)
-    row2 = lookup(rt_ext, pd.Series(ext_index.index))
-    row2 = np.where(row2 >= 0, ext_index.to_numpy()[np.maximum(row2, 0)], -1)
-    row = np.where(row >= 0, row, row2)
+    row = np.full(len(df), -1, dtype=np.int64)
+    if len(by_ext):  # traces without External ids (older Kineto) link by time alone
+        op_rows = by_ext.index.to_numpy()
+        keys = pd.Series(by_ext.to_numpy())
+        row = lookup(df["_ext"], keys)
+        row = np.where(row >= 0, op_rows[np.maximum(row, 0)], -1)
+        row2 = lookup(rt_ext, keys)
+        row2 = np.where(row2 >= 0, op_rows[np.maximum(row2, 0)], -1)
+        row = np.where(row >= 0, row, row2)
     missing = row < 0
     if missing.any():
         row = np.where(missing, enclosing_ops(ops, rt, rt_row), row)
