@@ -295,3 +295,15 @@ def test_append_log_refuses_a_link(tmp_path, victim):
     with safe_io.open_append(ok) as fh:
         fh.write(b"b\n")
     assert ok.read_bytes() == b"a\nb\n"
+
+
+def test_lock_files_refuse_planted_links(tmp_path, victim):
+    """The results directory's lock files (filelock opens them with O_NOFOLLOW): a planted link
+    is refused with an error, and its target is not truncated."""
+    from pytest_gemmperf.run.results import merge_verdicts
+
+    test_dir = tmp_path / "res" / "t"
+    _plant(test_dir, [".verdicts.lock"], victim)
+    with pytest.raises(OSError):
+        merge_verdicts(test_dir, "p1", pd.DataFrame({"point": ["p1"], "kernel": ["k"]}))
+    assert victim.read_text() == "precious\n"
