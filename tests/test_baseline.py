@@ -6,6 +6,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -45,8 +46,9 @@ def make_samples(seed: int = 0, n: int = 600, scale: float = 1.0) -> pd.DataFram
 
 
 def files_of(store: BaselineStore, test_id: str = TEST, hw: str = HW) -> dict[str, bytes]:
+    """Every file of the record, by path relative to the record directory."""
     d = store.path_for(test_id, hw)
-    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 # ----------------------------------------------------------------------------- store
@@ -68,7 +70,12 @@ def test_roundtrip_and_generations(tmp_path: Path) -> None:
 
     d = store.path_for(TEST, HW)
     assert d == tmp_path / "baselines" / HW / "perf_tests_test_gemm.py__test_overlap"
-    assert sorted(p.name for p in d.iterdir()) == ["meta.json", "samples.parquet", "summary.yaml"]
+    assert sorted(files_of(store)) == ["meta.json", "summary.yaml", "v1/meta.json", "v1/samples.parquet",
+                                       "v1/summary.yaml"]
+    assert store.files_dir(TEST, HW) == d / "v1"
+    # meta.json is the pointer: a byte copy of the version's; summary.yaml a copy for review
+    assert (d / "meta.json").read_bytes() == (d / "v1" / "meta.json").read_bytes()
+    assert (d / "summary.yaml").read_bytes() == (d / "v1" / "summary.yaml").read_bytes()
     assert (tmp_path / "baselines" / ".locks" / ".gitignore").read_text() == "*\n"
 
     # the same samples again: nothing is rewritten, no diff for reviewers
@@ -79,6 +86,7 @@ def test_roundtrip_and_generations(tmp_path: Path) -> None:
     assert store.save(BaselineRecord(TEST, HW, make_samples(seed=1), meta=rec.meta)) is True
     again = store.load(TEST, HW)
     assert again.generation == 2 and again.created == got.created
+    assert sorted(p.name for p in d.iterdir()) == ["meta.json", "summary.yaml", "v2"]  # v1 removed
     assert store.load(TEST, "gfx942-AMD_Instinct_MI300X-x8") is None
     assert [r.test_id for r in store.load_all()] == [TEST]
     assert store.load_all("gfx942-other") == []
@@ -92,8 +100,8 @@ def test_summary_and_samples_are_deterministic(tmp_path: Path) -> None:
     shuffled = samples.sample(frac=1, random_state=7)[["value", "unit", "metric", "kernel", "point"]]
     b.save(BaselineRecord(TEST, HW, shuffled.astype({"point": "category"}), meta=dict(reversed(meta.items()))))
     fa, fb = files_of(a), files_of(b)
-    assert fa["summary.yaml"] == fb["summary.yaml"]
-    assert fa["samples.parquet"] == fb["samples.parquet"]
+    assert fa["summary.yaml"] == fb["summary.yaml"] == fa["v1/summary.yaml"]
+    assert fa["v1/samples.parquet"] == fb["v1/samples.parquet"]
     ma, mb = (json.loads(f["meta.json"]) for f in (fa, fb))
     for m in (ma, mb):
         m.pop("created"), m.pop("updated")
@@ -124,9 +132,15 @@ def test_summary_is_reviewable(tmp_path: Path) -> None:
 
 
 def _rewrite_checksum(d: Path, name: str) -> None:
+    """Make meta.json vouch for the (edited) data file ``name`` of the current version."""
     meta = json.loads((d / "meta.json").read_text())
-    meta["files"][name]["sha256"] = hashlib.sha256((d / name).read_bytes()).hexdigest()
+    meta["files"][name]["sha256"] = hashlib.sha256((d / meta["version"] / name).read_bytes()).hexdigest()
     (d / "meta.json").write_text(json.dumps(meta))
+
+
+def _v(d: Path, name: str) -> Path:
+    """``name`` in the record's current version directory."""
+    return d / json.loads((d / "meta.json").read_text())["version"] / name
 
 
 CORRUPTIONS = {
@@ -135,17 +149,23 @@ CORRUPTIONS = {
                      "no schema_version"),
     "meta_newer": ("meta.json", lambda d: (d / "meta.json").write_text(
         (d / "meta.json").read_text().replace('"schema_version": 1', '"schema_version": 7')), "newer gemmperf"),
-    "summary_edited": ("summary.yaml", lambda d: (d / "summary.yaml").write_text(
-        (d / "summary.yaml").read_text().replace("n_units", "n_unitz")), "checksum"),
-    "summary_bad_yaml": ("summary.yaml", lambda d: ((d / "summary.yaml").write_text("a: [b\n"),
+    "meta_generation_text": ("meta.json", lambda d: (d / "meta.json").write_text(
+        (d / "meta.json").read_text().replace('"generation": 1', '"generation": "one"')),
+        "'generation' is 'one', expected a non-negative integer"),
+    "meta_version_escapes": ("meta.json", lambda d: (d / "meta.json").write_text(
+        (d / "meta.json").read_text().replace('"version": "v1"', '"version": "../../x"')), "expected v<number>"),
+    "summary_edited": ("summary.yaml", lambda d: _v(d, "summary.yaml").write_text(
+        _v(d, "summary.yaml").read_text().replace("n_units", "n_unitz")), "checksum"),
+    "summary_bad_yaml": ("summary.yaml", lambda d: (_v(d, "summary.yaml").write_text("a: [b\n"),
                                                     _rewrite_checksum(d, "summary.yaml")), "not valid YAML"),
-    "summary_foreign": ("summary.yaml", lambda d: ((d / "summary.yaml").write_text("schema_version: 1\ntest_id: x\n"),
+    "summary_foreign": ("summary.yaml", lambda d: (_v(d, "summary.yaml").write_text("schema_version: 1\ntest_id: x\n"),
                                                    _rewrite_checksum(d, "summary.yaml")), "differ from meta.json"),
-    "parquet_truncated": ("samples.parquet", lambda d: (d / "samples.parquet").write_bytes(
-        (d / "samples.parquet").read_bytes()[:100]), "checksum"),
-    "parquet_garbage": ("samples.parquet", lambda d: ((d / "samples.parquet").write_bytes(b"PAR1 not really"),
+    "parquet_truncated": ("samples.parquet", lambda d: _v(d, "samples.parquet").write_bytes(
+        _v(d, "samples.parquet").read_bytes()[:100]), "checksum"),
+    "parquet_garbage": ("samples.parquet", lambda d: (_v(d, "samples.parquet").write_bytes(b"PAR1 not really"),
                                                       _rewrite_checksum(d, "samples.parquet")), "unreadable parquet"),
-    "parquet_missing": ("samples.parquet", lambda d: (d / "samples.parquet").unlink(), "missing"),
+    "parquet_missing": ("samples.parquet", lambda d: _v(d, "samples.parquet").unlink(), "missing"),
+    "version_missing": ("v1", lambda d: shutil.rmtree(_v(d, "")), "missing"),
     "meta_missing": ("meta.json", lambda d: (d / "meta.json").unlink(), "no meta.json"),
 }
 
@@ -203,7 +223,7 @@ def test_stale_temp_files_are_cleaned_by_next_save(tmp_path: Path) -> None:
     assert store.load(TEST, HW) is not None
     store.save(BaselineRecord(TEST, HW, make_samples(seed=2)))
     assert not list(d.glob("*.tmp")) and not list(d.glob(".*.tmp"))
-    assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in d.iterdir())
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in d.rglob("*") if p.is_file())
 
 
 def test_diff(tmp_path: Path) -> None:

@@ -209,7 +209,7 @@ def test_corrupt_history_names_the_file(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     store.save(BaselineRecord(TEST, HW, run_samples(rng)))
     store.learn(TEST, HW, run_samples(rng), "r1")
-    d = store.path_for(TEST, HW)
+    d = store.files_dir(TEST, HW)  # the current version's directory
     good = (d / "variance.parquet").read_bytes()
     (d / "variance.parquet").write_bytes(good[:50])
     with pytest.raises(GemmperfInputError, match="variance.parquet.*checksum") as err:
@@ -219,14 +219,15 @@ def test_corrupt_history_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(GemmperfInputError, match="variance.parquet.*missing"):
         store.load(TEST, HW)
     # negative sums of squares are refused even with a matching checksum
-    bad = store.path_for(TEST, HW)
+    bad = store.files_dir(TEST, HW)
     v = variance_contribution(run_samples(rng)).assign(run="x", seq=1)
     v.loc[0, "ss"] = -1.0
     data = bl._variance_to_parquet(v)
     (bad / "variance.parquet").write_bytes(data)
-    meta = json.loads((bad / "meta.json").read_text())
+    pointer = store.path_for(TEST, HW) / "meta.json"
+    meta = json.loads(pointer.read_text())
     meta["files"]["variance.parquet"]["sha256"] = bl._sha256(data)
-    (bad / "meta.json").write_text(json.dumps(meta))
+    pointer.write_text(json.dumps(meta))
     with pytest.raises(GemmperfInputError, match="variance.parquet: variance history row 1"):
         store.load(TEST, HW)
 

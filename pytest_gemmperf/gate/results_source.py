@@ -1,0 +1,203 @@
+"""Reading finished results directories: the samples and baseline records of a run.
+
+What ``gemmperf baseline refresh|learn|diff`` and ``gemmperf compare`` read from a results
+directory (``docs/ARCHITECTURE.md``, results layout): each finished point's dispatches, narrowed
+to its kernel regexes and gated with its recorded warm-up exactly as the plugin gated it, so a
+refreshed baseline holds the samples pytest compared. Nothing here writes a baseline; the store
+is :mod:`pytest_gemmperf.gate.store`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import pandas as pd
+
+from pytest_gemmperf.analysis.selection import select_kernels
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.hardware import hardware_key
+from pytest_gemmperf.gate.record import BaselineRecord, _now
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.gate.store import BaselineStore
+
+#: point.json statuses whose data must not become a baseline.
+_BAD_STATUSES = frozenset({"failed", "error", "timeout", "crashed", "skipped", "killed"})
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise GemmperfInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise GemmperfInputError(path, "expected a JSON object")
+    return doc
+
+
+def resolve_results_dir(path: str | os.PathLike) -> Path:
+    """``path`` itself when it is a results directory; the newest run inside it when it is the
+    parent of timestamped runs (``.gemmperf/results``)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise GemmperfInputError(p, "results directory does not exist")
+    if (p / "run.json").is_file() or any(p.glob("*/*/point.json")):
+        return p
+    runs = sorted(c for c in p.iterdir() if c.is_dir() and (c / "run.json").is_file())
+    if runs:
+        return runs[-1]
+    raise GemmperfInputError(p, "not a gemmperf results directory (no run.json, no <test>/<point>/point.json)")
+
+
+@dataclass
+class _Point:
+    test_id: str
+    point: str
+    dir: Path
+    doc: dict[str, Any]
+
+
+def _finished_points(root: Path, test_filter: str | None,
+                     report: Callable[[str], None] | None) -> list[_Point]:
+    points = []
+    for pj in sorted(root.glob("*/*/point.json")):
+        doc = _read_json(pj)
+        test_id = doc.get("test_id")
+        if not isinstance(test_id, str) or not test_id:
+            raise GemmperfInputError(pj, "lacks 'test_id'")
+        if test_filter and test_filter not in test_id:
+            continue
+        status = str(doc.get("status") or "").lower()
+        if status in _BAD_STATUSES:
+            if report:
+                report(f"skipped {pj.parent}: status {status!r}")
+            continue
+        points.append(_Point(test_id, str(doc.get("point") or pj.parent.name), pj.parent, doc))
+    if not points:
+        what = f"matching {test_filter!r} " if test_filter else ""
+        raise GemmperfInputError(root, f"no finished test points {what}found")
+    return points
+
+
+def _point_hw_key(p: _Point, run_hw: str | None, run_path: Path) -> str:
+    """point.json's key, else run.json's, else the GPU agents the point recorded. Never this
+    machine's key: the results may come from another host."""
+    hw = p.doc.get("hardware_key") or run_hw
+    if hw:
+        return str(hw)
+    apath = p.dir / "agents.parquet"
+    hw = hardware_key(_read_parquet(apath)) if apath.is_file() else None
+    if hw is None or hw.startswith("cpu-"):
+        raise GemmperfInputError(run_path, f"no hardware key in run.json or {p.dir.name}/point.json and no "
+                                           "GPU agents in agents.parquet: cannot tell which hardware this run is from")
+    return hw
+
+
+def _point_warmup(p: _Point, warmup: int | None, run_warmup: int | None) -> int:
+    """The caller's ``warmup``, else the one the plugin gated the point with (point.json),
+    else run.json's, else 0."""
+    for w in (warmup, p.doc.get("warmup"), run_warmup):
+        if isinstance(w, int) and not isinstance(w, bool):
+            return w
+    return 0
+
+
+def _point_samples(p: _Point, warmup: int) -> pd.DataFrame:
+    from pytest_gemmperf.gate.samples import gate_samples
+
+    dpath = p.dir / "dispatches.parquet"
+    if not dpath.is_file():
+        raise GemmperfInputError(dpath, "missing (the point finished but left no dispatch table)")
+    disp = _read_parquet(dpath)
+    if disp.empty or "kernel" not in disp.columns:
+        raise GemmperfInputError(dpath, "no dispatches")
+    if "point" not in disp.columns or disp["point"].isna().all():
+        disp["point"] = pd.Categorical([p.point] * len(disp))
+    kernels = p.doc.get("kernels") or []
+    if not isinstance(kernels, list):
+        raise GemmperfInputError(p.dir / "point.json", "'kernels' is not a list of regexes")
+    names = pd.DataFrame({"kernel": pd.unique(disp["kernel"].astype(object))})
+    if select_kernels(names, kernels, p.dir / "point.json").empty:
+        raise GemmperfInputError(dpath, f"no dispatch matches the point's kernel regexes {kernels}")
+    # the plugin's gate_samples call, with the point's regexes and warm-up: same samples
+    return gate_samples(disp, kernels=kernels, warmup=warmup, compact=True, path=dpath)
+
+
+def results_samples(results_dir: str | os.PathLike, test_filter: str | None = None, *,
+                    warmup: int | None = None,
+                    report: Callable[[str], None] | None = None) -> dict[str, pd.DataFrame]:
+    """``{test_id: samples}`` of a finished run, as the plugin gated it (no hardware key
+    needed: what ``gemmperf compare`` reads from a results directory)."""
+    root = resolve_results_dir(results_dir)
+    run_path = root / "run.json"
+    run_meta = _read_json(run_path) if run_path.is_file() else {}
+    groups: dict[str, list[_Point]] = {}
+    for p in _finished_points(root, test_filter, report):
+        groups.setdefault(p.test_id, []).append(p)
+    return {test_id: pd.concat([_point_samples(p, _point_warmup(p, warmup, run_meta.get("warmup")))
+                                for p in sorted(points, key=lambda q: q.point)], ignore_index=True)
+            for test_id, points in sorted(groups.items())}
+
+
+def records_from_results(results_dir: str | os.PathLike, test_filter: str | None = None, *,
+                         warmup: int | None = None,
+                         report: Callable[[str], None] | None = None) -> list[BaselineRecord]:
+    """Baseline records for every test of a finished run (nothing is written).
+
+    ``test_filter`` keeps tests whose id contains it. Each point's dispatches are narrowed to its
+    ``kernels`` regexes and gated by :func:`pytest_gemmperf.gate.samples.gate_samples`, as the
+    plugin gates them; ``warmup`` dispatches per (unit, kernel) are dropped, None meaning the
+    point's recorded gate warm-up (point.json), else run.json's ``warmup``, else 0.
+    Points whose status says they failed are skipped and named through ``report``.
+    """
+    root = resolve_results_dir(results_dir)
+    run_path = root / "run.json"
+    run_meta = _read_json(run_path) if run_path.is_file() else {}
+    run_hw = run_meta.get("hardware_key") or run_meta.get("hw_key")
+
+    groups: dict[tuple[str, str], list[_Point]] = {}
+    for p in _finished_points(root, test_filter, report):
+        groups.setdefault((p.test_id, _point_hw_key(p, run_hw, run_path)), []).append(p)
+
+    records = []
+    for (test_id, hw), points in sorted(groups.items()):
+        parts = [_point_samples(p, _point_warmup(p, warmup, run_meta.get("warmup")))
+                 for p in sorted(points, key=lambda q: q.point)]
+        samples = pd.concat(parts, ignore_index=True)
+        if samples is None or len(samples) == 0:
+            raise GemmperfInputError(points[0].dir, f"no samples left for {test_id!r} after warm-up removal")
+        meta = {"run": run_meta, "results_dir": root.name, "refreshed_at": _now(),
+                "points": {p.point: {k: p.doc.get(k) for k in ("kernels", "env", "command", "backend")
+                                     if p.doc.get(k) is not None} for p in points}}
+        records.append(BaselineRecord(test_id=test_id, hw_key=hw, samples=samples, meta=meta))
+    return records
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises a zoo of types for foreign or truncated files
+        raise GemmperfInputError(path, f"unreadable parquet: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def refresh_from_results(results_dir: str | os.PathLike, store: BaselineStore,
+                         test_filter: str | None = None, *, warmup: int | None = None,
+                         report: Callable[[str], None] | None = None,
+                         replace: bool = False) -> list[BaselineRecord]:
+    """Promote a finished run to baselines without re-running it, all records in one
+    transaction (a crash leaves all of them old or all new). Per point: the run's points
+    replace the stored ones, stored points the run lacks (a run made with ``-k``) are kept
+    unless ``replace``. Returns the records built from the run; those whose stored record
+    would not change are returned too but not rewritten."""
+    records = records_from_results(results_dir, test_filter, warmup=warmup, report=report)
+    written = store.save_many(records, merge=not replace, report=report)
+    if report:
+        for rec, w in zip(records, written):
+            report(f"{'updated' if w else 'unchanged'} {rec.hw_key} {rec.test_id}")
+    return records

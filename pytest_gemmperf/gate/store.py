@@ -1,0 +1,729 @@
+"""The ``baselines/`` store (DESIGN.md section 7, regression-statistics.md 3.9): crash-proof.
+
+Layout, one directory per (hardware key, test id)::
+
+    <root>/<hw_key>/<test slug>/
+        meta.json         THE POINTER: a byte copy of the current version's meta.json (schema
+                          version, ids, generation, ``version``, SHA-256 of each data file, run
+                          metadata). Switching a record to a new version is one ``os.replace``.
+        summary.yaml      derived copy of the current version's summary, at a stable path for
+                          pull-request review; rewritten after each switch, never read for data
+        v<generation>/    one immutable version: samples.parquet, summary.yaml, optional
+                          variance.parquet (variance history), meta.json
+    <root>/.locks/store.lock   the writers' lock (git-ignored)
+    <root>/.txn/<id>.json      the journal of a write in progress (git-ignored)
+
+A record written by older gemmperf (``meta.json`` without ``version``, data files beside it)
+loads as before and is migrated by its next write.
+
+Writing (every write -- save, refresh of many records, learn -- is one transaction, under the
+store lock): (1) write the journal ``state: staging`` naming each record's new version;
+(2) write every new version directory in full, fsynced; (3) replace the journal by one with
+``state: committed`` -- the single commit point of the whole transaction; (4) switch each
+record's ``meta.json``, rewrite its derived summary, remove its old versions; (5) remove the
+journal. A writer killed anywhere leaves either a staging journal (the next writer removes the
+staged versions: all records stay old) or a committed one (the next writer redoes step 4,
+which is idempotent: all records become new). Readers never write: they resolve a record
+through a committed journal when one names it, so even before recovery every record of a
+multi-record refresh reads as new, or every one as old. Pruning renames a record away in one
+step, then deletes it. See ``tests/test_baseline_crash.py``: a kill at every step.
+
+Readers take no lock: a version is complete before anything points to it, and a reader that
+finds its version deleted under it (a writer switched and cleaned up) reads again, at last
+under the writers' lock. A mismatch that persists is a hand-edited or half-merged record,
+reported as damaged; :meth:`BaselineStore.list` with ``verify=True`` checks every checksum and
+names damaged and incomplete records instead of failing on them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import pandas as pd
+from filelock import FileLock, Timeout
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate import store_fs as fs
+from pytest_gemmperf.gate.hardware import sanitize
+from pytest_gemmperf.gate.record import (_DATA_FILES, _VERSION_RE, META_FILE, SAMPLES_FILE,
+                                         SCHEMA_VERSION, SUMMARY_FILE, VARIANCE_FILE, BaselineRecord,
+                                         _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
+                                         _samples_to_parquet, _sha256, _variance_from_parquet,
+                                         _variance_to_parquet, add_history, diff_records, kept_points, merge_records,
+                                         normalize_samples, parse_time, render_summary, slug_for_test,
+                                         version_name, versions_of)
+
+LOCK_DIR = ".locks"
+LOCK_FILE = "store.lock"
+TXN_DIR = ".txn"
+LOCK_TIMEOUT_S = 300.0
+#: lock-free reads of a record before a reader waits for the writers' lock
+_READ_TRIES = 3
+_LIST_COLUMNS = ["test_id", "hw_key", "points", "kernels", "metrics", "rows", "history_runs", "updated",
+                 "generation", "versions", "status"]
+
+
+class _Mismatch(Exception):
+    """Files disagree with the meta.json read: a writer may be cleaning up, or damage."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass
+class _Current:
+    """What a record directory holds now (under the lock)."""
+
+    meta: dict[str, Any] | None  # parsed meta.json, None when absent or unreadable
+    record: BaselineRecord | None  # None when absent or damaged
+    blobs: dict[str, bytes]
+    damage: GemmperfInputError | None  # set when the record exists but cannot be read
+
+
+@dataclass
+class _Plan:
+    """One record's new version in a transaction."""
+
+    dir: Path
+    version: str
+    blobs: dict[str, bytes]  # file name -> bytes, meta.json included
+
+
+class BaselineStore:
+    """Baselines under ``root`` (usually ``baselines/`` in the repository)."""
+
+    def __init__(self, root: str | os.PathLike, *, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
+        self.root = Path(root)
+        self.lock_timeout_s = lock_timeout_s
+
+    # ------------------------------------------------------------------ paths and the lock
+    def path_for(self, test_id: str, hw_key: str) -> Path:
+        hw = sanitize(hw_key)
+        if hw.startswith("."):
+            raise GemmperfInputError(None, f"invalid hardware key {hw_key!r}")
+        return self.root / hw / slug_for_test(test_id)
+
+    def files_dir(self, test_id: str, hw_key: str) -> Path | None:
+        """The directory holding the record's current data files (its version directory, or
+        the record directory for an old-layout record); None when there is no record."""
+        d = self.path_for(test_id, hw_key)
+        meta_path = self._journal_targets().get(d) or d / META_FILE
+        try:
+            meta = _parse_meta(fs.read_bytes(meta_path), meta_path)
+        except FileNotFoundError:
+            return None
+        return d / meta["version"] if meta.get("version") else d
+
+    def _ignored_dir(self, name: str) -> Path:
+        p = self.root / name
+        if not p.is_dir():
+            fs.mkdir(p)
+        ignore = p / ".gitignore"
+        if not ignore.exists():
+            try:
+                with open(ignore, "x") as fh:
+                    fh.write("*\n")
+            except FileExistsError:
+                pass
+        return p
+
+    def _lock(self) -> FileLock:
+        return FileLock(self._ignored_dir(LOCK_DIR) / LOCK_FILE, timeout=self.lock_timeout_s)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The writers' lock (one per store: a refresh of several records is one transaction)."""
+        lock = self._lock()
+        try:
+            lock.acquire()
+        except Timeout:
+            raise GemmperfInputError(lock.lock_file, f"baseline lock held by another process for more "
+                                                     f"than {self.lock_timeout_s:.0f} s") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # ------------------------------------------------------------------ journals
+    def _journals(self) -> list[tuple[Path, dict[str, Any] | None]]:
+        """(path, parsed journal or None when unreadable), oldest first."""
+        tdir = self.root / TXN_DIR
+        try:
+            names = sorted(n for n in os.listdir(tdir) if n.endswith(".json") and not n.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for n in names:
+            p = tdir / n
+            try:
+                doc = json.loads(fs.read_bytes(p))
+            except FileNotFoundError:
+                continue  # finished meanwhile
+            except (ValueError, UnicodeDecodeError, GemmperfInputError):
+                doc = None
+            out.append((p, doc if self._valid_journal(doc) else None))
+        return out
+
+    def _valid_journal(self, doc: Any) -> bool:
+        if not isinstance(doc, dict) or doc.get("state") not in ("staging", "committed"):
+            return False
+        recs = doc.get("records")
+        return isinstance(recs, list) and all(
+            isinstance(r, dict) and isinstance(r.get("dir"), str) and isinstance(r.get("version"), str)
+            and _VERSION_RE.fullmatch(r["version"]) and len(Path(r["dir"]).parts) == 2
+            and not any(part.startswith(".") for part in Path(r["dir"]).parts) for r in recs)
+
+    def _journal_targets(self) -> dict[Path, Path | None]:
+        """Record dir -> meta.json of the version a committed (not yet applied) journal switches
+        it to: what a reader must see, before any writer has rolled the journal forward. Records
+        a staging journal names map to None: their new version is not (yet) part of the store."""
+        out: dict[Path, Path | None] = {}
+        for _p, doc in self._journals():
+            if doc is not None:
+                for r in doc["records"]:
+                    d = self.root / r["dir"]
+                    if doc["state"] == "committed":
+                        out[d] = d / r["version"] / META_FILE
+                    else:
+                        out.setdefault(d, None)
+        return out
+
+    # ------------------------------------------------------------------ reading
+    def _read_consistent(self, d: Path, targets: dict[Path, Path]
+                         ) -> tuple[dict[str, Any], Path, dict[str, bytes]] | None:
+        """(meta, files dir, {file: bytes}) whose checksums agree; None when the record is
+        absent. Raises ``_Mismatch`` when a file is missing or disagrees with meta.json, and
+        ``GemmperfInputError`` when meta.json itself is unreadable."""
+        meta_path = targets.get(d) or d / META_FILE
+        try:
+            meta_bytes = fs.read_bytes(meta_path)
+        except FileNotFoundError:
+            if meta_path != d / META_FILE:
+                raise _Mismatch(meta_path, "missing") from None
+            if (d / SAMPLES_FILE).exists():  # an old-layout record without its meta.json
+                raise GemmperfInputError(meta_path, "missing (record has data files but no meta.json)")
+            versions = _versions(d)
+            if versions and d not in targets:  # no write in progress staged them: meta.json was lost
+                raise GemmperfInputError(meta_path, f"missing (record has version {versions[-1]} but no "
+                                                    "meta.json; `gemmperf baseline refresh` rewrites it)")
+            return None  # absent, or a first write in progress / interrupted (list() names it)
+        meta = _parse_meta(meta_bytes, meta_path)
+        fdir = d / meta["version"] if meta.get("version") else d
+        names = list(_DATA_FILES)
+        entry = meta["files"].get(VARIANCE_FILE)
+        if entry is not None:
+            if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+                raise GemmperfInputError(meta_path, f"meta.json 'files' has no checksum of {VARIANCE_FILE}")
+            names.append(VARIANCE_FILE)
+        blobs: dict[str, bytes] = {}
+        for name in names:
+            try:
+                blobs[name] = fs.read_bytes(fdir / name)
+            except FileNotFoundError:
+                raise _Mismatch(fdir / name, "missing") from None
+            if _sha256(blobs[name]) != meta["files"][name]["sha256"]:
+                raise _Mismatch(fdir / name, "does not match the checksum in meta.json (edited by hand or "
+                                             "half-merged? run `gemmperf baseline refresh`)")
+        return meta, fdir, blobs
+
+    def _read_record(self, d: Path) -> tuple[dict[str, Any], Path, dict[str, bytes]] | None:
+        """:meth:`_read_consistent`, read again while a writer may be cleaning up under us, at
+        last under the writers' lock; a mismatch that persists is damage (GemmperfInputError)."""
+        for _ in range(_READ_TRIES):
+            try:
+                return self._read_consistent(d, self._journal_targets())
+            except _Mismatch:
+                time.sleep(0.01)
+        try:
+            lock = self._lock()
+            lock.acquire()
+        except (OSError, Timeout):  # read-only checkout: nobody can be writing, the mismatch is real
+            lock = None
+        try:
+            return self._read_consistent(d, self._journal_targets())
+        except _Mismatch as exc:
+            raise GemmperfInputError(exc.path, exc.message) from None
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @staticmethod
+    def _to_record(meta: dict[str, Any], fdir: Path, blobs: dict[str, bytes]) -> BaselineRecord:
+        _check_summary(blobs[SUMMARY_FILE], fdir / SUMMARY_FILE, meta)
+        samples, variance = _parse_blobs(blobs, fdir)
+        return BaselineRecord(test_id=meta["test_id"], hw_key=meta["hw_key"], samples=samples,
+                              meta=meta.get("metadata") or {}, schema_version=meta["schema_version"],
+                              created=meta.get("created"), updated=meta.get("updated"),
+                              generation=int(meta.get("generation", 0)), variance=variance)
+
+    def _load_dir(self, d: Path) -> BaselineRecord | None:
+        got = self._read_record(d)
+        return None if got is None else self._to_record(*got)
+
+    def load(self, test_id: str, hw_key: str) -> BaselineRecord | None:
+        """The baseline of ``test_id`` on ``hw_key``; None when there is none. A damaged record
+        raises ``GemmperfInputError`` naming the file and what is wrong."""
+        d = self.path_for(test_id, hw_key)
+        rec = self._load_dir(d)
+        if rec is not None and (rec.test_id != test_id or rec.hw_key != hw_key):
+            raise GemmperfInputError(d / META_FILE, f"holds test {rec.test_id!r} on {rec.hw_key!r}, "
+                                                    f"expected {test_id!r} on {hw_key!r}")
+        return rec
+
+    def _record_dirs(self, hw_key: str | None = None) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        hw_dirs = [self.root / sanitize(hw_key)] if hw_key else sorted(self.root.iterdir())
+        out = []
+        for hw in hw_dirs:
+            if hw.name.startswith(".") or not hw.is_dir():
+                continue
+            out += [d for d in sorted(hw.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+        return out
+
+    def _check_dir(self, d: Path, rec: BaselineRecord) -> None:
+        if rec.hw_key != d.parent.name:
+            raise GemmperfInputError(d / META_FILE, f"hw_key {rec.hw_key!r} does not match its "
+                                                    f"directory {d.parent.name!r}")
+
+    def load_all(self, hw_key: str | None = None, *,
+                 damaged: list[GemmperfInputError] | None = None) -> list[BaselineRecord]:
+        """Every record (of ``hw_key``). A damaged record raises, unless ``damaged`` is a list:
+        then its error is appended there and the other records still load."""
+        recs = []
+        for d in self._record_dirs(hw_key):
+            try:
+                rec = self._load_dir(d)
+                if rec is not None:
+                    self._check_dir(d, rec)
+                    recs.append(rec)
+            except GemmperfInputError as exc:
+                if damaged is None:
+                    raise
+                damaged.append(exc)
+        return recs
+
+    def list(self, hw_key: str | None = None, *, verify: bool = False) -> pd.DataFrame:
+        """One row per record directory: test_id, hw_key, points, kernels, metrics, rows,
+        history_runs, updated, generation, versions, status. Never raises for one record.
+
+        ``status``: ``ok`` (with ``verify``: every checksum and file checked), ``not verified``
+        (meta.json read only), ``damaged: ...`` or ``incomplete: ...`` with the reason."""
+        rows = []
+        targets = self._journal_targets()
+        for d in self._record_dirs(hw_key):
+            row: dict[str, Any] = {"test_id": None, "hw_key": d.parent.name}
+            meta_path = targets.get(d) or d / META_FILE
+            try:
+                meta = _parse_meta(fs.read_bytes(meta_path), meta_path)
+            except FileNotFoundError:
+                row.update(test_id=f"? ({d.name})", status=self._absent_status(d, d in targets))
+                rows.append(row)
+                continue
+            except GemmperfInputError as exc:
+                row.update(test_id=f"? ({d.name})", status=f"damaged: {exc}")
+                rows.append(row)
+                continue
+            st = meta.get("stats") if isinstance(meta.get("stats"), dict) else {}
+            v = versions_of(meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {})
+            row.update(test_id=meta["test_id"], hw_key=meta["hw_key"], points=st.get("points"),
+                       kernels=st.get("kernels"), metrics=st.get("metrics"), rows=st.get("rows"),
+                       history_runs=st.get("history_runs", 0), updated=meta.get("updated"),
+                       generation=meta.get("generation"),
+                       versions=", ".join(f"{k.removesuffix('_version')} {v[k]}" for k in
+                                          ("rocm_version", "rocprofv3_version", "torch_version") if v.get(k)),
+                       status="not verified")
+            if verify:
+                try:
+                    rec = self._load_dir(d)
+                    if rec is None:
+                        raise GemmperfInputError(meta_path, "vanished while listing")
+                    self._check_dir(d, rec)
+                    row["status"] = "ok"
+                    if meta.get("version") and d not in targets:
+                        try:
+                            derived = fs.read_bytes(d / SUMMARY_FILE)
+                        except FileNotFoundError:
+                            derived = None
+                        if derived is None or _sha256(derived) != meta["files"][SUMMARY_FILE]["sha256"]:
+                            row["status"] = "ok (summary.yaml copy stale: the next write rewrites it)"
+                except GemmperfInputError as exc:
+                    row["status"] = f"damaged: {exc}"
+            rows.append(row)
+        return pd.DataFrame(rows, columns=_LIST_COLUMNS).sort_values(["test_id", "hw_key"], ignore_index=True)
+
+    @staticmethod
+    def _absent_status(d: Path, in_journal: bool) -> str:
+        if in_journal:
+            return "incomplete: its first write is in progress or was interrupted (the next write rolls it back)"
+        if (d / SAMPLES_FILE).exists():
+            return f"incomplete: {d / META_FILE} missing (data files without meta.json)"
+        versions = _versions(d)
+        if versions:
+            return (f"incomplete: {d / META_FILE} missing; version(s) {', '.join(versions)} unreferenced "
+                    "(deleted meta.json? the next refresh replaces it)")
+        return f"incomplete: {d} holds no record"
+
+    # ------------------------------------------------------------------ writing
+    def save(self, record: BaselineRecord, *, merge: bool = False) -> bool:
+        """Write ``record`` (one transaction). ``merge``: per point, see :meth:`save_many`.
+        Returns False (and writes nothing) when the stored record would not change."""
+        return self.save_many([record], merge=merge)[0]
+
+    def save_many(self, records: Iterable[BaselineRecord], *, merge: bool = False,
+                  report: Callable[[str], None] | None = None) -> list[bool]:
+        """Write several records as ONE transaction: after a crash at any instant, all of them
+        read as before or all as after. Returns, per record, whether it was rewritten.
+
+        ``merge`` (what refresh and pytest do): each record's points replace the stored ones of
+        the same name and the stored points it lacks are kept (:func:`merge_records`); without
+        it the record replaces the stored one whole. The variance history is the store's: the
+        stored one is kept (salvaged from a damaged record when its own checksum holds), and
+        for every point whose samples this write replaces, the replaced run's contribution is
+        added to it."""
+        records = list(records)
+        prepared = []
+        for rec in records:  # encode outside the lock: the expensive part
+            d = self.path_for(rec.test_id, rec.hw_key)
+            if d in {p[0] for p in prepared}:
+                raise GemmperfInputError(d, f"two records for {rec.test_id!r} on {rec.hw_key!r} in one write")
+            prepared.append((d, rec))
+        done = []
+        with self._locked():
+            self._recover(report)
+            plans = []
+            for d, rec in prepared:
+                cur = self._current(d, rec.test_id)
+                merged = merge_records(cur.record, rec, replace=not merge)
+                kept = kept_points(cur.record, rec) if merge else []
+                if kept and report:
+                    report(f"kept {len(kept)} stored point(s) of {rec.hw_key} {rec.test_id} that the new data "
+                           f"lacks ({', '.join(kept)}; --replace removes them)")
+                plan = self._plan_save(d, merged, cur, report)
+                done.append(plan is not None)
+                if plan is not None:
+                    plans.append(plan)
+            if plans:
+                self._transaction(plans)
+        return done
+
+    def learn(self, test_id: str, hw_key: str, samples: pd.DataFrame, run: str) -> bool:
+        """Add one run's between-process variance to the history of an existing baseline
+        without changing its samples. False when there is no baseline, or ``run`` is already
+        in the history (learning the same run twice would count its evidence twice)."""
+        d = self.path_for(test_id, hw_key)
+        with self._locked():
+            self._recover(None)
+            cur = self._current(d, test_id)
+            if cur.damage is not None:
+                raise cur.damage
+            if cur.record is None:
+                return False
+            stored, history = cur.record.samples, cur.record.variance
+            if history is not None and (history["run"].astype(str) == str(run)).any():
+                return False
+            points = set(stored["point"].astype(str)) & set(samples["point"].astype(str))
+            variance = add_history(history, samples, run, points)
+            if (history is not None and variance.equals(history)) or (history is None and not len(variance)):
+                return False
+            self._transaction([self._plan(d, cur.record, cur.meta, cur.blobs[SAMPLES_FILE],
+                                          cur.blobs[SUMMARY_FILE], variance)])
+        return True
+
+    def recover(self) -> list[str]:
+        """Finish or undo what killed writers left (journals, staged versions, temp files,
+        pruned directories); returns what was done. Every writer does this first."""
+        notes: list[str] = []
+        with self._locked():
+            self._recover(notes.append)
+        return notes
+
+    def _current(self, d: Path, test_id: str) -> _Current:
+        """The record in ``d`` as stored (the caller holds the lock; journals are recovered)."""
+        try:
+            got = self._read_consistent(d, {})
+        except (_Mismatch, GemmperfInputError) as exc:
+            err = GemmperfInputError(exc.path, exc.message) if isinstance(exc, _Mismatch) else exc
+            meta = None
+            try:
+                meta = _parse_meta(fs.read_bytes(d / META_FILE), d / META_FILE)
+            except (OSError, GemmperfInputError):
+                pass
+            self._check_collision(d, meta, test_id)
+            return _Current(meta, None, {}, err)
+        if got is None:
+            return _Current(None, None, {}, None)
+        meta, fdir, blobs = got
+        self._check_collision(d, meta, test_id)
+        try:
+            rec = self._to_record(meta, fdir, blobs)
+        except GemmperfInputError as exc:
+            return _Current(meta, None, blobs, exc)
+        return _Current(meta, rec, blobs, None)
+
+    @staticmethod
+    def _check_collision(d: Path, meta: dict[str, Any] | None, test_id: str) -> None:
+        if meta is not None and meta.get("test_id") != test_id:
+            raise GemmperfInputError(d / META_FILE, f"directory already holds test {meta.get('test_id')!r} "
+                                                    f"(test ids {test_id!r} collide after sanitizing)")
+
+    def _plan_save(self, d: Path, record: BaselineRecord, cur: _Current,
+                   report: Callable[[str], None] | None) -> _Plan | None:
+        samples = normalize_samples(record.samples, d / SAMPLES_FILE)
+        if samples.empty:
+            raise GemmperfInputError(d, f"refusing to save an empty baseline for {record.test_id!r}")
+        record = BaselineRecord(**{**record.__dict__, "samples": samples})
+        samples_bytes = _samples_to_parquet(samples)
+        summary_bytes = render_summary(record, samples)
+        old = cur.record
+        if (old is not None and cur.blobs[SAMPLES_FILE] == samples_bytes
+                and cur.blobs[SUMMARY_FILE] == summary_bytes):
+            return None  # nothing changes: no write, no diff for reviewers
+        if old is not None:
+            changed = _changed_points(old.samples, samples)
+            variance = old.variance
+            if changed:
+                run = (f"baseline generation {cur.meta.get('generation', 0)} "
+                       f"({cur.meta.get('updated', 'unknown date')})")
+                variance = add_history(variance, old.samples, run, changed)
+        else:
+            variance = self._salvage_history(d, cur, report) if cur.damage else None
+        return self._plan(d, record, cur.meta, samples_bytes, summary_bytes, variance)
+
+    def _salvage_history(self, d: Path, cur: _Current, report: Callable[[str], None] | None
+                         ) -> pd.DataFrame | None:
+        """The variance history of a damaged record, when some copy of it still checks out:
+        the current meta's own checksum, else the newest version whose meta.json vouches for
+        it, else an old-layout file that parses as a valid history. Repairing a record by a
+        refresh must not throw away runs of evidence."""
+        candidates: list[tuple[Path, dict[str, Any] | None]] = []
+        if cur.meta is not None:
+            fdir = d / cur.meta["version"] if cur.meta.get("version") else d
+            candidates.append((fdir, cur.meta))
+        for v in reversed([d / n for n in _versions(d)]):
+            try:
+                candidates.append((v, _parse_meta(fs.read_bytes(v / META_FILE), v / META_FILE)))
+            except (OSError, GemmperfInputError):
+                continue
+        candidates.append((d, None))
+        for fdir, meta in candidates:
+            path = fdir / VARIANCE_FILE
+            try:
+                data = fs.read_bytes(path)
+            except (OSError, GemmperfInputError):
+                continue
+            entry = (meta or {}).get("files", {}).get(VARIANCE_FILE)
+            if meta is not None and not (isinstance(entry, dict) and entry.get("sha256") == _sha256(data)):
+                continue
+            try:
+                history = _variance_from_parquet(data, path)
+            except GemmperfInputError:
+                continue
+            if report:
+                report(f"kept the variance history of damaged record {d} from {path}")
+            return history
+        return None
+
+    def _plan(self, d: Path, record: BaselineRecord, old: dict[str, Any] | None, samples_bytes: bytes,
+              summary_bytes: bytes, variance: pd.DataFrame | None) -> _Plan:
+        """The files of the record's next version, meta.json included."""
+        samples = record.samples
+        now = _now()
+        blobs = {SAMPLES_FILE: samples_bytes, SUMMARY_FILE: summary_bytes}
+        if variance is not None and len(variance):
+            blobs[VARIANCE_FILE] = _variance_to_parquet(variance)
+        on_disk = [int(n[1:]) for n in _versions(d)]
+        generation = max([int((old or {}).get("generation", 0))] + on_disk) + 1
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "test_id": record.test_id,
+            "hw_key": record.hw_key,
+            "generation": generation,
+            "version": version_name(generation),
+            "created": (old or {}).get("created") or now,
+            "updated": now,
+            "files": {n: {"sha256": _sha256(b), "bytes": len(b)} for n, b in blobs.items()},
+            "stats": {"points": int(samples["point"].nunique()), "kernels": int(samples["kernel"].nunique()),
+                      "metrics": int(samples["metric"].nunique()), "units": int(samples["unit"].nunique()),
+                      "rows": int(len(samples)),
+                      "history_runs": int(variance["seq"].nunique()) if VARIANCE_FILE in blobs else 0},
+            "metadata": record.meta,
+        }
+        try:
+            blobs[META_FILE] = (json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n").encode()
+        except (TypeError, ValueError) as exc:
+            raise GemmperfInputError(d / META_FILE, f"metadata is not JSON-serializable: {exc}") from None
+        return _Plan(d, meta["version"], blobs)
+
+    # ------------------------------------------------------------------ the transaction
+    def _transaction(self, plans: list[_Plan]) -> None:
+        """Stage every plan, commit by one journal rename, apply, clean up (lock held)."""
+        tdir = self._ignored_dir(TXN_DIR)
+        journal = tdir / f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
+        entries = [{"dir": p.dir.relative_to(self.root).as_posix(), "version": p.version} for p in plans]
+
+        def doc(state: str) -> bytes:
+            return (json.dumps({"state": state, "records": entries}, indent=1) + "\n").encode()
+
+        fs.atomic_write(journal, doc("staging"))  # from here a crash is rolled back
+        for p in plans:
+            fs.mkdir(p.dir)
+            vdir = p.dir / p.version
+            fs.rmtree(vdir)  # an unreferenced leftover of the same name
+            fs.mkdir(vdir)
+            for name in sorted(p.blobs):
+                fs.write_new(vdir / name, p.blobs[name])
+            fs.fsync_dir(vdir)
+        fs.atomic_write(journal, doc("committed"))  # THE commit point: from here, rolled forward
+        self._apply(journal, entries)
+
+    def _apply(self, journal: Path, entries: list[dict[str, str]]) -> None:
+        """Switch each record to its version, refresh its derived summary, remove what the old
+        state left; then the journal. Idempotent: recovery runs it again after a crash."""
+        for e in entries:
+            d = self.root / e["dir"]
+            vdir = d / e["version"]
+            try:
+                meta_bytes = fs.read_bytes(vdir / META_FILE)
+            except FileNotFoundError:
+                raise GemmperfInputError(journal, f"commits {vdir}, which is gone (deleted by hand?): "
+                                                  "restore it or delete the journal") from None
+            if _file_or_none(d / META_FILE) != meta_bytes:
+                fs.atomic_write(d / META_FILE, meta_bytes)
+            summary = fs.read_bytes(vdir / SUMMARY_FILE)
+            if _file_or_none(d / SUMMARY_FILE) != summary:
+                fs.atomic_write(d / SUMMARY_FILE, summary)
+            self._clean_record(d, keep=e["version"])
+        fs.unlink(journal)
+        fs.fsync_dir(journal.parent)
+
+    @staticmethod
+    def _clean_record(d: Path, keep: str | None) -> None:
+        """Remove old versions, old-layout data files and temp files (lock held)."""
+        for p in sorted(d.iterdir()):
+            if p.is_dir() and _VERSION_RE.fullmatch(p.name) and p.name != keep:
+                fs.rmtree(p)
+            elif p.name.endswith(".tmp") and p.name.startswith("."):
+                fs.unlink(p)
+            elif keep is not None and p.name in (SAMPLES_FILE, VARIANCE_FILE):  # migrated away
+                fs.unlink(p)
+
+    def _recover(self, report: Callable[[str], None] | None) -> None:
+        """Roll committed journals forward and staging ones back; remove temp files and the
+        remains of interrupted prunes (lock held)."""
+        tdir = self.root / TXN_DIR
+        if tdir.is_dir():
+            for p in sorted(tdir.glob(".*.tmp")):
+                fs.unlink(p)
+        for path, doc in self._journals():
+            if doc is None:
+                raise GemmperfInputError(path, "unreadable baseline journal (not written by gemmperf?): "
+                                               "inspect the records it names, then delete it")
+            if doc["state"] == "committed":
+                self._apply(path, doc["records"])
+                if report:
+                    report(f"completed an interrupted baseline write ({len(doc['records'])} record(s))")
+                continue
+            for e in doc["records"]:
+                d = self.root / e["dir"]
+                cur = _file_or_none(d / META_FILE)
+                current = None
+                if cur is not None:
+                    try:
+                        current = json.loads(cur).get("version")
+                    except (ValueError, UnicodeDecodeError, AttributeError):
+                        current = None
+                if current != e["version"]:  # never remove what a meta.json points to
+                    fs.rmtree(d / e["version"])
+                if d.is_dir() and not any(d.iterdir()):  # an interrupted first write
+                    fs.rmdir(d)
+                    fs.rmdir(d.parent)
+            fs.unlink(path)
+            fs.fsync_dir(path.parent)
+            if report:
+                report(f"rolled back an interrupted baseline write ({len(doc['records'])} record(s))")
+        if self.root.is_dir():
+            for hw in sorted(self.root.iterdir()):
+                if hw.is_dir() and not hw.name.startswith("."):
+                    for trash in sorted(hw.glob(".*.pruned-*")):
+                        fs.rmtree(trash)
+                    if not any(hw.iterdir()):
+                        fs.rmdir(hw)
+
+    # ------------------------------------------------------------------ pruning
+    def prune(self, keep_test_ids: Iterable[str] | None = None,
+              older_than: _dt.timedelta | float | None = None, dry_run: bool = False,
+              hw_key: str | None = None) -> list[dict[str, Any]]:
+        """Remove records whose test id is not in ``keep_test_ids`` (when given) or whose last
+        update is older than ``older_than`` (timedelta or days). Returns what was (or, with
+        ``dry_run``, would be) removed: dicts with test_id, hw_key, updated, path, reason.
+        Each removal is one rename (the record vanishes at once), then a private delete."""
+        keep = None if keep_test_ids is None else set(keep_test_ids)
+        if older_than is not None and not isinstance(older_than, _dt.timedelta):
+            older_than = _dt.timedelta(days=float(older_than))
+        cutoff = _dt.datetime.now(_dt.timezone.utc) - older_than if older_than is not None else None
+        removed = []
+        with self._locked() if not dry_run else _nothing():
+            if not dry_run:
+                self._recover(None)
+            for d in self._record_dirs(hw_key):
+                try:
+                    m = _parse_meta(fs.read_bytes(d / META_FILE), d / META_FILE)
+                except FileNotFoundError:
+                    continue
+                reason = None
+                if keep is not None and m["test_id"] not in keep:
+                    reason = "test no longer exists"
+                elif cutoff is not None:
+                    updated = parse_time(m.get("updated"))
+                    if updated is None or updated < cutoff:
+                        reason = f"not updated for more than {older_than.days} days"
+                if reason is None:
+                    continue
+                removed.append({"test_id": m["test_id"], "hw_key": m["hw_key"], "updated": m.get("updated"),
+                                "path": str(d), "reason": reason})
+                if not dry_run:
+                    trash = d.parent / f".{d.name}.pruned-{secrets.token_hex(4)}"
+                    fs.replace(d, trash)
+                    fs.rmtree(trash)
+                    if fs.rmdir(d.parent):  # only when this was the hw key's last record
+                        fs.fsync_dir(d.parent.parent)
+        return removed
+
+    # ------------------------------------------------------------------ comparing
+    @staticmethod
+    def diff(old: BaselineRecord | pd.DataFrame | None, new: BaselineRecord | pd.DataFrame | None) -> pd.DataFrame:
+        """Per (point, kernel, metric): old/new median and unit count, ratio new/old, and
+        ``change`` in added / removed / changed / unchanged (:func:`record.diff_records`)."""
+        return diff_records(old, new)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _file_or_none(path: Path) -> bytes | None:
+    try:
+        return fs.read_bytes(path)
+    except FileNotFoundError:
+        return None
+
+
+def _versions(d: Path) -> list[str]:
+    """Names of the version directories in record directory ``d``, oldest first."""
+    try:
+        names = [e.name for e in os.scandir(d) if _VERSION_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(names, key=lambda n: int(n[1:]))
