@@ -189,8 +189,17 @@ def test_format_verdict_table_is_compact():
     text = format_verdict_table(v, max_rows=5)
     lines = text.splitlines()
     assert lines[1].startswith("regression") and "..." in lines[1]
-    assert lines[-1].startswith("... ") and len(lines) == 7
+    assert lines[6].startswith("... ")
     assert max(len(x) for x in lines) < 160
+    # the numbers explain themselves: raw ratio of the printed medians, and a footnote saying
+    # which median is printed and what "change" is
+    assert lines[0].split()[:9] == ["verdict", "point", "kernel", "metric", "base", "cand", "raw", "change", "[95%"]
+    r = row(v, LONG)
+    assert f"x{r['cand_median_ns'] / r['base_median_ns']:.3f}" in lines[1]
+    foot = " ".join(x.strip() for x in lines[7:])
+    assert lines[7].startswith("note: ") and "median over processes of each process's median" in foot
+    assert "geometric means" in foot
+    assert len(format_verdict_table(v, max_rows=5, footnote=False).splitlines()) == 7
     assert shorten_kernel("short") == "short" and len(shorten_kernel(LONG, 40)) == 40
 
 

@@ -433,7 +433,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
             row["verdict"] = NEW if nb[i] == 0 else MISSING
             rows.append(row)
             continue
-        row.update(ratio=math.exp(total[i]),
+        row.update(ratio=math.exp(total[i]), df_t=float(df_tot[i]),
                    ci_low=math.exp(lo[i]) if np.isfinite(lo[i]) else np.nan,
                    ci_high=math.exp(hi[i]) if np.isfinite(hi[i]) else np.nan,
                    p_value=p_k[i] if testable[i] else np.nan,
@@ -444,7 +444,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
         se_s = math.sqrt(var_shift) if np.isfinite(var_shift) else np.nan
         p_s = float(stats.t_pvalue(np.array([shift / se_s]), np.array([df_o], float))[0]) if se_s and np.isfinite(se_s) and se_s > 0 else np.nan
         rows.append(dict(point=point, kernel=SHARED, metric=DUR, n_base=ub, n_cand=uc,
-                         ratio=math.exp(shift), ci_low=math.exp(shift - t_q * se_s) if np.isfinite(se_s) else np.nan,
+                         ratio=math.exp(shift), df_t=float(df_o), ci_low=math.exp(shift - t_q * se_s) if np.isfinite(se_s) else np.nan,
                          ci_high=math.exp(shift + t_q * se_s) if np.isfinite(se_s) else np.nan,
                          p_value=p_s, shared_shift=math.exp(shift),
                          unit_sd_log=math.sqrt(s2_o) if np.isfinite(s2_o) else np.nan,
@@ -566,7 +566,7 @@ def _dispersion_rows(point, kernels, madb, nb_disp, madc, nc_disp, cfg) -> list[
         rows.append(dict(point=point, kernel=kernels[i], metric=CV, n_base=int(nb[i]), n_cand=int(nc[i]),
                          base_median_ns=float(np.exp(np.nanmedian(cvb[i]))),
                          cand_median_ns=float(np.exp(np.nanmedian(cvc[i]))),
-                         ratio=math.exp(diff[i]), ci_low=math.exp(diff[i] - half[i]),
+                         ratio=math.exp(diff[i]), df_t=float(df_t[i]), ci_low=math.exp(diff[i] - half[i]),
                          ci_high=math.exp(diff[i] + half[i]), p_value=p[i], prior_df=d0,
                          unit_sd_log=se[i] / math.sqrt(1 / nb[i] + 1 / nc[i])))
     return rows
