@@ -220,9 +220,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         points = sweep_mod.spec_of(marker).with_overrides(values, kernels).points()
     except (ValueError, TypeError) as exc:
         # raised here, a UsageError becomes a collection error with a traceback for every
-        # module; keep the first and end the session with one line once collection is done
-        metafunc.config.stash.setdefault(_BAD_SWEEP_KEY, []).append(
-            f"{metafunc.definition.nodeid}: {exc}")
+        # module; keep the first and end the session with one line once collection is done.
+        # An xdist worker cannot end the session (the controller reports an internal error):
+        # there a CollectError, which pytest shows as its message alone, stops the run instead
+        message = f"{metafunc.definition.nodeid}: {exc}"
+        if _is_worker(metafunc.config):
+            raise pytest.Collector.CollectError(f"gemmperf axis override: {message}") from None
+        metafunc.config.stash.setdefault(_BAD_SWEEP_KEY, []).append(message)
         return
     metafunc.parametrize("gemmperf_point", points, ids=[p.id for p in points])
 

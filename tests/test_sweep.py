@@ -201,7 +201,7 @@ def test_x(gemmperf_point):
 '''
 
 
-def _run_pytest(tmp_path, *args, ini: str | None = None):
+def _run_pytest(tmp_path, *args, ini: str | None = None, xdist: bool = False):
     import subprocess
     import sys
     from importlib.metadata import entry_points
@@ -212,7 +212,7 @@ def _run_pytest(tmp_path, *args, ini: str | None = None):
     plugin = [] if any(ep.value == "pytest_gemmperf.plugin" for ep in entry_points(group="pytest11")) \
         else ["-p", "pytest_gemmperf.plugin"]
     return subprocess.run([sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider",
-                           "-p", "no:xdist", "-p", "no:randomly", "-q",
+                           *(["-n", "2"] if xdist else ["-p", "no:xdist"]), "-q",
                            "--gemmperf-results-dir=res", "test_x.py", *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
@@ -274,3 +274,15 @@ def test_invalid_environment_is_never_a_baseline(gp, pytester):
     # the store holds no record (its lock directory may exist)
     assert not [p for p in (gp.path / "base").rglob("*")
                 if p.is_file() and ".locks" not in p.relative_to(gp.path / "base").parts]
+
+
+def test_bad_user_axis_override_under_xdist_is_one_clean_error(tmp_path):
+    """xdist workers collect, the controller cannot end the session for them: the error is a
+    collection error that shows its one line (no INTERNALERROR, no traceback), nothing runs."""
+    pytest.importorskip("xdist")
+    r = _run_pytest(tmp_path, "--gemmperf-axis", "size=3", xdist=True)
+    assert r.returncode not in (0, 3), r.stdout + r.stderr
+    text = r.stdout + r.stderr
+    assert "gemmperf axis override: test_x.py::test_x: sweep axis 'size': 3 is not a power of two" in text
+    assert "INTERNALERROR" not in text and "Traceback" not in text
+    assert not (tmp_path / "ran.txt").exists()
