@@ -47,7 +47,8 @@ MARKER_VAR = "GEMMPERF_RUN_MARKER"
 _REAPER = Path(__file__).with_name("_reaper.py")
 #: whether launches go through the subreaper launcher (Linux with /proc); tests turn it off
 #: to exercise the environment-marker net alone
-USE_REAPER = sys.platform.startswith("linux") and os.path.isdir("/proc") and _REAPER.is_file()
+USE_REAPER = (sys.platform.startswith("linux") and os.path.isdir("/proc") and _REAPER.is_file()
+              and bool(sys.executable))
 
 
 @dataclass(frozen=True)
