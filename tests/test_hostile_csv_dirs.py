@@ -320,7 +320,11 @@ REJECT = [
     ("kt7-start-text", kt_bad("7.x", start_timestamp="abc"), "load", "not a number"),
     ("kt7-queue-NULL-text", kt_bad("7.x", queue_id="NULL"), "load", "Queue_Id"),
     ("kt7-dispatch-N/A", kt_bad("7.x", dispatch_id="N/A"), "load", "Dispatch_Id"),
-    ("kt7-start-hex", kt_bad("7.x", start_timestamp="0x10"), "load", "Start_Timestamp"),
+    ("kt7-start-hex-2^63", kt_bad("7.x", start_timestamp="0x8000000000000000"), "load",
+     "outside the signed 64-bit"),
+    ("kt7-end-hex-all-ones", kt_bad("7.x", end_timestamp="0xFFFFFFFFFFFFFFFF"), "load",
+     "End_Timestamp"),
+    ("kt7-start-hex-garbage", kt_bad("7.x", start_timestamp="0xZZ"), "load", "not a number"),
     ("kt7-start-unicode-digits", kt_bad("7.x", start_timestamp="\u0661\u0662\u0663"), "load",
      "not a number"),
     ("kt7-start-1e19-sci", kt_bad("7.x", start_timestamp="1e19"), "load", "64-bit"),
@@ -715,7 +719,22 @@ def acc_legacy_v1_exact(tmp: Path):
     _exact(p, [NEAR - 10], [NEAR], reader=read_rocprof_csv)
 
 
-ACCEPT = [acc_crlf_bom_quotes, acc_near_int64_max, acc_near_int64_max_decimal_forms,
+def acc_hex_literals_read_the_same_on_both_paths(tmp: Path):
+    """pyarrow's fast path reads ``0x10`` as 16; the exact text path (taken here because of
+    the scientific-notation cell) must agree, and a negative start takes the text path too."""
+    cols = KT["7.x"]
+    fast = _write(tmp / "a" / "1_kernel_trace.csv",
+                  [_header(cols), _row(cols, 0, lds_block_size="0x10")])
+    slow = _write(tmp / "b" / "1_kernel_trace.csv",
+                  [_header(cols), _row(cols, 0, lds_block_size="0x10", grid_size_x="1.024e3"),
+                   _row(cols, 1, start_timestamp="-0x10", end_timestamp="0X10")])
+    assert load(fast).dispatches["lds_bytes"].tolist() == [16]
+    d = load(slow).dispatches
+    assert d["lds_bytes"].tolist() == [16, 1] and d["grid_x"].tolist() == [1024, 1]
+    assert d["start_ns"].tolist() == [1000, -16] and d["dur_ns"].tolist() == [1000, 32]
+
+
+ACCEPT = [acc_hex_literals_read_the_same_on_both_paths, acc_crlf_bom_quotes, acc_near_int64_max, acc_near_int64_max_decimal_forms,
           acc_negative_timestamps, acc_extra_column_kernel_trace, acc_extra_column_in_the_middle,
           acc_extra_columns_other_kinds, acc_quoted_newline_across_block_boundary,
           acc_rocpd_integral_real_and_big, acc_legacy_v1_exact]

@@ -4,7 +4,9 @@ Contract: an integer column yields exactly the integers written, or the first ce
 one is reported as ``(row index, reason)``. No value passes through float64: rocprofv3
 timestamps are integer nanoseconds up to 2**63 - 1, and float64 holds only multiples of 1024
 there. Accepted spellings of an integer: ``123``, ``-123``, ``+123``, ``16384.000000`` (any
-number of zero decimals) and scientific notation whose value is integral (``1.6384e+04``).
+number of zero decimals), scientific notation whose value is integral (``1.6384e+04``) and
+C hex literals (``0x1F``; pyarrow's own parser reads them, so the readers accept them everywhere
+rather than only in some files).
 Rejected, with the reason: text (``abc``), ``inf``/``nan``, fractions (``12.5``), values
 outside the target range (signed or unsigned 64-bit), and NUL characters.
 
@@ -16,7 +18,6 @@ unusual-file path, and it stops at nothing: every distinct value is classified s
 
 from __future__ import annotations
 
-import os
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -28,6 +29,7 @@ INT64_RANGE = (-(2 ** 63), 2 ** 63 - 1)
 UINT64_RANGE = (0, 2 ** 64 - 1)
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")  # ASCII digits only (int() takes any Unicode digit)
+_HEX_TEXT = re.compile(r"[+-]?0[xX][0-9a-fA-F]+")  # pyarrow's integer parser takes these too
 _NUM_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NON_FINITE = frozenset({"inf", "infinity", "nan", "snan"})
 
@@ -37,6 +39,8 @@ def parse_int(text: str, lo: int, hi: int) -> int | str:
     s = text.strip()
     if _INT_TEXT.fullmatch(s):
         v = int(s)
+    elif _HEX_TEXT.fullmatch(s):
+        v = int(s, 16)
     elif _NUM_TEXT.fullmatch(s):
         d = Decimal(s)
         if d.adjusted() > 40:  # far outside any 64-bit range; skip building a huge integer
@@ -89,7 +93,8 @@ def ints_from_text(col: pa.ChunkedArray | pa.Array, target: pa.DataType = pa.int
     lo, hi = UINT64_RANGE if target == pa.uint64() else INT64_RANGE
     text = _combined(pc.utf8_trim_whitespace(_combined(col)))
     plain = pc.replace_substring_regex(text, r"^([+-]?[0-9]+)\.0*$", r"\1")
-    # pyarrow's cast also takes "0x10" as 16: only plain decimal digits may take the fast cast
+    # pyarrow's cast also takes "0x8000000000000000", and wraps it to a negative int64: only
+    # plain decimal digits may take the fast cast, hex goes through the exact parse below
     decimal_only = pc.all(pc.match_substring_regex(plain, r"^[+-]?[0-9]+$")).as_py() is not False
     if decimal_only:
         try:
@@ -166,19 +171,3 @@ def first_nul(col: pa.ChunkedArray | pa.Array) -> int | None:
         offset += len(chunk)
     return None
 
-
-def has_hex_prefix(path: str, data: bytes | None = None) -> bool:
-    """Whether the file holds ``0x``/``0X`` anywhere.
-
-    pyarrow's CSV type inference reads ``0x10`` in an integer column as 16, and a file that
-    holds the prefix anywhere is therefore read through the exact text path. One memory-mapped
-    byte search (memchr speed) instead of a second parse.
-    """
-    if data is not None:
-        return b"0x" in data or b"0X" in data
-    import mmap
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return False
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return mm.find(b"0x") >= 0 or mm.find(b"0X") >= 0
