@@ -496,19 +496,13 @@ class PointRunner:
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: not recorded as a "
                             f"baseline: invalid environment: {'; '.join(bad)}")
 
-        if base is not None:
-            others = base.samples[base.samples["point"].astype(str) != self.point.id]
-            merged = pd.concat([others, samples], ignore_index=True) if len(others) else samples
-            meta = dict(base.meta)
-        else:
-            merged, meta = samples, {}
-        points = dict(meta.get("points") or {})
-        points[self.point.id] = {"results_dir": str(self.session.results.root),
-                                 "env": result.env, "command": result.command,
-                                 "backend": result.backend.name, "device": result.backend.device}
-        meta.update(self.session.metadata())
-        meta["points"] = points
-        store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=merged, meta=meta))
+        # the store merges per point (BaselineStore.save(merge=True), as `baseline refresh`
+        # does): the other points' samples and metadata stay; ``base`` is only the caller's view
+        point = {"results_dir": str(self.session.results.root), "env": result.env, "command": result.command,
+                 "backend": result.backend.name, "device": result.backend.device}
+        meta = {**self.session.metadata(), "points": {self.point.id: point}}
+        store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=samples, meta=meta),
+                   merge=True)
         return store.path_for(self.test_id, result.hw_key)
 
     def _record_verdicts(self, verdicts: pd.DataFrame, hw_key: str) -> None:
