@@ -344,10 +344,11 @@ def test_bomb_memory_is_bounded(tmp_path):
         for _ in range(16):
             f.write(z.compress(chunk))
         f.write(z.flush())
-    code = ("import resource, sys; from pytest_gemmperf.traces.torch_trace import read_torch_trace\n"
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent (pytest)
+    code = ("import sys; from pytest_gemmperf.traces.torch_trace import read_torch_trace\n"
             "from pytest_gemmperf.errors import GemmperfInputError\n"
             "try:\n    read_torch_trace(sys.argv[1])\nexcept GemmperfInputError as e:\n    print(e)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))")
     env = {**os.environ, ENV_MAX_DECOMPRESSED: str(16 << 20), "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, "-c", code, str(bomb)], capture_output=True, text=True,
                        env=env, timeout=60)

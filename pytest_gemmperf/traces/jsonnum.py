@@ -227,3 +227,9 @@ def first_problem(status: np.ndarray) -> int | None:
     """Index of the first element whose status is a problem (not OK or ROUNDED), or None."""
     bad = np.flatnonzero(status > ROUNDED)
     return int(bad[0]) if len(bad) else None
+
+
+def show(v) -> str:
+    """A value as it appears in the file (raw number text, or repr), cut to 40 characters."""
+    text = bytes(v).decode("utf-8", "replace") if isinstance(v, msgspec.Raw) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -4,9 +4,10 @@ Layout: ``{"rocprofiler-sdk-tool": [<one object per process>]}`` (rocprofv3-form
 process element becomes rows of one :class:`~pytest_gemmperf.traces.schema.Trace`.
 
 Speed: a real 7.x file is mostly kernel symbols, agent cache tables and dispatch records. The
-decoder below uses typed ``msgspec.Struct`` schemas that declare only the fields we read, so the
-rest of the document is skipped by the C decoder without building Python objects; dispatch columns
-are then pulled out in one ``map(attrgetter)`` pass and converted to numpy in one call.
+decoder uses typed ``msgspec.Struct`` schemas (:mod:`.rocprof_json_schema`, which also
+range-checks every integer) that declare only the fields we read, so the rest of the document
+is skipped by the C decoder without building Python objects; dispatch columns are then pulled
+out in one ``map(attrgetter)`` pass and converted to numpy in one call.
 
 Name choice: ``kernel`` is ``formatted_kernel_name``. rocprofv3 fills the CSV ``Kernel_Name``
 column and the rocpd ``display_name`` from that same field, so a kernel keeps one name whatever
@@ -22,15 +23,24 @@ import os
 import re
 from itertools import chain
 from operator import attrgetter
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import numpy as np
 import pandas as pd
-from msgspec import Struct, field
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
+from pytest_gemmperf.traces.rocprof_json_schema import (
+    _DECODER,
+    _MISSING,
+    TOOL_KEY,
+    _Agent,
+    _CounterRecord,
+    _Dispatch,
+    _Process,
+    _Symbol,
+)
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     COUNTER_SCHEMA,
@@ -43,147 +53,6 @@ from pytest_gemmperf.traces.schema import (
 )
 
 SOURCE = "rocprofv3-json"
-TOOL_KEY = "rocprofiler-sdk-tool"
-_MISSING = -1  # sentinel for optional integer fields; handles and ids are never negative
-INT64_MAX = 2 ** 63 - 1
-#: every integer field: rocprofiler-sdk writes uint64 values (timestamps, ids, handles, sizes).
-#: The decoder checks the range in C, so a negative number (which would collide with the
-#: _MISSING sentinel) or one beyond int64 (which would wrap in the int64 tables) is an error
-#: naming the record and field, and booleans and floats are rejected by type (strict mode).
-U63 = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
-
-# --------------------------------------------------------------------------------------------
-# Typed schema: only the fields the reader uses. gc=False: these objects never form cycles.
-
-
-class _Handle(Struct, frozen=True, gc=False):
-    handle: U63 = _MISSING
-
-
-class _XYZ(Struct, frozen=True, gc=False):
-    x: U63 = _MISSING
-    y: U63 = _MISSING
-    z: U63 = _MISSING
-
-
-class _Corr(Struct, frozen=True, gc=False):
-    internal: U63 = _MISSING
-
-
-_NO_HANDLE = _Handle()
-_NO_XYZ = _XYZ()
-_NO_CORR = _Corr()
-
-
-class _DispatchInfo(Struct, gc=False):
-    agent_id: _Handle
-    kernel_id: U63
-    queue_id: _Handle = _NO_HANDLE
-    dispatch_id: U63 = _MISSING
-    private_segment_size: U63 = _MISSING
-    group_segment_size: U63 = _MISSING
-    workgroup_size: _XYZ = _NO_XYZ
-    grid_size: _XYZ = _NO_XYZ
-
-
-class _Dispatch(Struct, gc=False):
-    start_timestamp: U63
-    end_timestamp: U63
-    dispatch_info: _DispatchInfo
-    thread_id: U63 = _MISSING
-    correlation_id: _Corr = _NO_CORR
-    stream_id: _Handle = _NO_HANDLE  # absent in ROCm 6.2
-
-
-class _CounterValue(Struct, gc=False):
-    counter_id: _Handle
-    value: float
-
-
-class _DispatchData(Struct, gc=False):
-    dispatch_info: _DispatchInfo
-    correlation_id: _Corr = _NO_CORR
-    start_timestamp: U63 = _MISSING
-    end_timestamp: U63 = _MISSING
-
-
-class _CounterRecord(Struct, gc=False):
-    dispatch_data: _DispatchData
-    records: list[_CounterValue]
-    thread_id: U63 = _MISSING
-    stream_id: _Handle = _NO_HANDLE
-
-
-class _CallbackRecords(Struct, gc=False):
-    counter_collection: list[_CounterRecord] = []
-
-
-class _BufferRecords(Struct, gc=False):
-    kernel_dispatch: list[_Dispatch] = []
-
-
-class _Symbol(Struct, gc=False):
-    kernel_id: U63
-    kernel_name: str | None = None
-    formatted_kernel_name: str | None = None
-    demangled_kernel_name: str | None = None
-    truncated_kernel_name: str | None = None
-    arch_vgpr_count: U63 = _MISSING
-    accum_vgpr_count: U63 = _MISSING
-    sgpr_count: U63 = _MISSING
-
-
-class _Agent(Struct, gc=False):
-    id: _Handle
-    type: U63 = 0
-    name: str | None = None
-    product_name: str | None = None
-    node_id: U63 | None = None
-    logical_node_id: U63 | None = None
-    # -1 on CPU agents; not written by older releases (derived then)
-    gpu_index: Annotated[int, msgspec.Meta(ge=-1, le=INT64_MAX)] | None = None
-    gfx_target_version: U63 | None = None
-    cu_count: U63 | None = None
-    simd_per_cu: U63 | None = None
-    wave_front_size: U63 | None = None
-    max_engine_clk_fcompute: U63 | None = None
-    num_xcc: U63 | None = None
-
-
-class _CounterInfo(Struct, gc=False):
-    agent_id: _Handle
-    id: _Handle
-    name: str
-
-
-class _Node(Struct, gc=False):
-    hostname: str | None = None
-
-
-class _Metadata(Struct, gc=False):
-    pid: U63 | None = None
-    init_time: U63 | None = None
-    fini_time: U63 | None = None
-    node: _Node | None = None  # from ROCm 6.3 on
-    command: list[str] | None = None
-    config: dict[str, Any] | None = None
-
-
-class _Process(Struct, gc=False):
-    metadata: _Metadata = field(default_factory=_Metadata)
-    agents: list[_Agent] = []
-    counters: list[_CounterInfo] = []
-    kernel_symbols: list[_Symbol] = []
-    callback_records: _CallbackRecords = field(default_factory=_CallbackRecords)
-    buffer_records: _BufferRecords = field(default_factory=_BufferRecords)
-
-
-class _Root(Struct, gc=False):
-    tool: list[_Process] | None = field(name=TOOL_KEY, default=None)
-
-
-_DECODER = msgspec.json.Decoder(_Root)
-
 #: dispatch fields pulled in one attrgetter pass, in this column order
 _DISPATCH_FIELDS = (
     "start_timestamp", "end_timestamp", "thread_id", "correlation_id.internal",

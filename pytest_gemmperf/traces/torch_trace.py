@@ -49,11 +49,12 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import (ABSENT_RAW, INT64_MAX, PROBLEMS, ROUNDED, exact_ints,
-                                            first_problem, sum_us_to_ns, us_text_to_ns)
+                                            first_problem, show, sum_us_to_ns, us_text_to_ns)
+from pytest_gemmperf.traces.torch_meta import (agents_table, base_time, flavor_of,  # noqa: F401
+                                               host_name, process_pid, product_arch, rank_of)
 from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
                                                take, enclosing_ops)
-from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, INT, STR, Trace, empty,
-                                           finalize_agents, finalize_dispatches,
+from pytest_gemmperf.traces.schema import (INT, STR, Trace, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
 
 # Kineto's ``cat`` values; the capitalised ones are from PyTorch 1.x-era traces
@@ -75,13 +76,6 @@ COLL_COLUMNS: dict[str, str] = {
 CPU_OP_COLUMNS = ("name", "pid", "tid", "ts_ns", "dur_ns", "input_dims", "input_types",
                   "external_id", "correlation")
 
-#: product name -> gfx target, for ROCm traces whose deviceProperties carry no arch name
-_PRODUCT_ARCH = (
-    (re.compile(r"MI35\dX?"), "gfx950"),
-    (re.compile(r"MI3(00|25)[AX]?"), "gfx942"),
-    (re.compile(r"MI2(10|50X?)"), "gfx90a"),
-    (re.compile(r"MI100"), "gfx908"),
-)
 
 
 class _Args(msgspec.Struct):
@@ -167,12 +161,12 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     cpu_ops = _cpu_ops_frame(cpu_events, src)
     rt = _runtime_frame(runtime, src)
 
-    pid = _process_pid(rt["pid"], cpu_ops["pid"],
+    pid = process_pid(rt["pid"], cpu_ops["pid"],
                        _idcol(src, annotations, [e.pid for e in annotations], "pid", labels_ok=True))
-    host = _host(doc, path, pid)
-    rank = _rank(doc.distributedInfo)
-    flavor = _flavor(doc, runtime)
-    agents = _agents(doc.deviceProperties, path, host, pid)
+    host = host_name(doc, path, pid)
+    rank = rank_of(doc.distributedInfo)
+    flavor = flavor_of(doc, runtime)
+    agents = agents_table(doc.deviceProperties, path, host, pid)
     df = _gpu_frame(gpu, src)
     df["pid"] = pid
     df["host"] = host
@@ -212,7 +206,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
         "format": "kineto",
         "flavor": flavor,
         "versions": {k: getattr(doc, k) for k in _VERSION_KEYS if getattr(doc, k) is not None},
-        "base_time_ns": _base_time(doc, path),
+        "base_time_ns": base_time(doc, path),
         "display_time_unit": doc.displayTimeUnit,
         "trace_name": doc.traceName,
         "distributed": doc.distributedInfo,
@@ -246,9 +240,9 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     # every cpu_op's ts/dur is checked (and exact) in _cpu_ops_frame: no missing times remain
     src = _Src(path, events)
     ops = _cpu_ops_frame(cpu_events, src)
-    pid = _process_pid(ops["pid"])
-    host = _host(doc, path, pid)
-    rank = _rank(doc.distributedInfo)
+    pid = process_pid(ops["pid"])
+    host = host_name(doc, path, pid)
+    rank = rank_of(doc.distributedInfo)
     start = ops["ts_ns"].to_numpy(dtype=np.int64)
     df = pd.DataFrame({
         "source": "torch", "file": path, "host": host, "pid": ops["pid"], "rank": rank,
@@ -264,7 +258,7 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     meta: dict[str, Any] = {
         "format": "kineto", "flavor": "cpu", "cpu_op_dispatches": True,
         "distributed": doc.distributedInfo, "rank": rank, "host": host, "pid": pid,
-        "base_time_ns": _base_time(doc, path), "n_events": len(events),
+        "base_time_ns": base_time(doc, path), "n_events": len(events),
         "subns_rounded": src.rounded,
     }
     return Trace(dispatches=_order_extra_columns(out), files=[path], meta=meta)
@@ -337,11 +331,6 @@ class _Src:
         return GemmperfInputError(self.path, message, record=f"{where}, {ev.cat} {name!r}")
 
 
-def _show(v: Any) -> str:
-    text = bytes(v).decode("utf-8", "replace") if isinstance(v, msgspec.Raw) else repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _us_field(src: _Src, events: list[_Event], field: str) -> tuple[np.ndarray, np.ndarray]:
     """Exact int64 ns of the ``ts`` or ``dur`` field of every event (any problem is an error),
     and a mask of the values that had digits below 1 ns and were rounded once."""
@@ -349,7 +338,7 @@ def _us_field(src: _Src, events: list[_Event], field: str) -> tuple[np.ndarray, 
     ns, status = us_text_to_ns(tokens)
     i = first_problem(status)
     if i is not None:
-        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {_show(tokens[i])}")
+        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {show(tokens[i])}")
     rounded = status == ROUNDED
     src.rounded += int(rounded.sum())
     return ns, rounded
@@ -362,7 +351,7 @@ def _times(src: _Src, events: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
     bad = np.flatnonzero((dur < 0) | (start > INT64_MAX - np.maximum(dur, 0)))
     if len(bad):
         i = int(bad[0])
-        what = (f"dur is negative: {_show(events[i].dur)}" if dur[i] < 0 else
+        what = (f"dur is negative: {show(events[i].dur)}" if dur[i] < 0 else
                 "ts + dur is outside the int64 nanosecond range")
         raise src.error(events[i], what)
     end = start + dur
@@ -380,7 +369,7 @@ def _idcol(src: _Src, events: list[_Event], values: list, field: str,
     v, missing, status = exact_ints(values, labels_ok)
     i = first_problem(status)
     if i is not None:
-        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {_show(values[i])}")
+        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {show(values[i])}")
     return pd.Series(pd.arrays.IntegerArray(v, missing))
 
 
@@ -425,7 +414,7 @@ def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.
               and all(type(x) is int and 0 <= x <= _DIM_MAX for x in v)):
             rows.append((v + [1, 1])[:3])
         else:
-            raise src.error(ev, f"{field} is not a list of 1-3 integers in [0, 2**32): {_show(v)}")
+            raise src.error(ev, f"{field} is not a list of 1-3 integers in [0, 2**32): {show(v)}")
     arr = pd.DataFrame(rows, columns=["x", "y", "z"], dtype=object)
     return [arr[c].astype(INT) for c in ("x", "y", "z")]
 
@@ -513,102 +502,6 @@ def _steps_frame(annotations: list[_Event], cpu_ops: pd.DataFrame, src: _Src) ->
         "end_ns": np.concatenate([end, old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
     })
     return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
-
-
-# --------------------------------------------------------------------------- metadata
-
-def _process_pid(*pid_columns: pd.Series) -> int | None:
-    """The host process: the most frequent pid of CPU-side events (GPU lanes use device ids)."""
-    pids = pd.concat([c.dropna() for c in pid_columns], ignore_index=True)
-    if pids.empty:
-        return None
-    return int(pids.value_counts().index[0])
-
-
-#: tensorboard_trace_handler's default file name: <hostname>_<pid>.<time_ns>.pt.trace.json
-_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
-
-
-def _host(doc: _Doc, path: str, pid: int | None) -> str | None:
-    if isinstance(doc.host_name, str) and doc.host_name:
-        return doc.host_name
-    for name in (os.path.basename(path), os.path.basename(str(doc.traceName or ""))):
-        m = _HANDLER_NAME.match(name)
-        # trust the name only when its pid is the traced process (the pattern is a convention)
-        if m and (pid is None or int(m["pid"]) == pid):
-            return m["host"]
-    return None
-
-
-def _rank(info: Any) -> int | None:
-    if isinstance(info, dict):
-        r = info.get("rank")
-        if isinstance(r, int) and not isinstance(r, bool):
-            return r
-        if isinstance(r, str) and r.strip().isdigit():
-            return int(r)
-    return None
-
-
-def _flavor(doc: _Doc, runtime: list[_Event]) -> str:
-    if doc.rocprofiler_sdk_version is not None:
-        return "rocprofiler-sdk"
-    if doc.roctracer_version is not None or doc.hip_runtime_version is not None:
-        return "roctracer"
-    if doc.cuda_runtime_version is not None or doc.cuda_driver_version is not None \
-            or doc.cupti_version is not None:
-        return "cupti"
-    names = {e.name[:3] for e in runtime[:200] if isinstance(e.name, str)}
-    if "hip" in names:
-        return "roctracer"
-    if "cud" in names:
-        return "cupti"
-    return "unknown"
-
-
-def _base_time(doc: _Doc, path: str) -> int | None:
-    """``baseTimeNanoseconds``: absent, or an int64 JSON integer (never truncated from a float)."""
-    v = doc.baseTimeNanoseconds
-    if v is None:
-        return None
-    if type(v) is not int or not -INT64_MAX - 1 <= v <= INT64_MAX:
-        raise GemmperfInputError(path, f"baseTimeNanoseconds is not an int64 JSON integer: {_show(v)}")
-    return v
-
-
-def product_arch(product: str | None) -> str | None:
-    if not product:
-        return None
-    for rx, arch in _PRODUCT_ARCH:
-        if rx.search(product):
-            return arch
-    return None
-
-
-def _agents(props: Any, path: str, host: str | None, pid: int | None) -> pd.DataFrame:
-    if not isinstance(props, list) or not props:
-        return empty(AGENT_SCHEMA)
-    rows = []
-    for k, p in enumerate(props):
-        if not isinstance(p, dict):
-            continue
-        for key in ("id", "numSms", "warpSize", "computeMajor", "computeMinor"):
-            v = p.get(key)
-            if v is not None and (type(v) is not int or not 0 <= v <= INT64_MAX):
-                raise GemmperfInputError(path, f"{key} is not a non-negative int64 JSON integer: "
-                                               f"{_show(v)}", record=f"deviceProperties[{k}]")
-        name = p.get("name")
-        arch = p.get("gcnArchName")
-        if isinstance(arch, str):
-            arch = arch.split(":")[0]
-        elif isinstance(p.get("computeMajor"), int) and "AMD" not in str(name):
-            arch = f"sm_{p['computeMajor']}{p.get('computeMinor', 0)}"
-        else:
-            arch = product_arch(name)
-        rows.append({"source": "torch", "host": host, "pid": pid, "gpu_index": p.get("id"),
-                     "type": "GPU", "gpu_arch": arch, "product": name,
-                     "cu_count": p.get("numSms"), "wave_size": p.get("warpSize")})
-    return finalize_agents(pd.DataFrame(rows), path)
 
 
 # --------------------------------------------------------------------------- collectives
