@@ -734,7 +734,19 @@ def acc_hex_literals_read_the_same_on_both_paths(tmp: Path):
     assert d["start_ns"].tolist() == [1000, -16] and d["dur_ns"].tolist() == [1000, 32]
 
 
-ACCEPT = [acc_hex_literals_read_the_same_on_both_paths, acc_crlf_bom_quotes, acc_near_int64_max, acc_near_int64_max_decimal_forms,
+def acc_one_megabyte_kernel_name(tmp: Path):
+    """Issue 10: a 98 KB CSV with one long name took 11 s (backtracking category regexes)."""
+    import time
+    cols = KT["7.x"]
+    name = "ck_" * 333_333 + "ampere_" * 10
+    p = _write(tmp / "1_kernel_trace.csv", [_header(cols), _row(cols, 0, kernel_name=f'"{name}"')])
+    t0 = time.perf_counter()
+    d = _exact(p, [1000], [2000], [name])
+    assert time.perf_counter() - t0 < 5.0  # parse + names + categories; the regexes alone < 1 s
+    assert d["category"].astype(str).tolist() == ["other"]
+
+
+ACCEPT = [acc_one_megabyte_kernel_name, acc_hex_literals_read_the_same_on_both_paths, acc_crlf_bom_quotes, acc_near_int64_max, acc_near_int64_max_decimal_forms,
           acc_negative_timestamps, acc_extra_column_kernel_trace, acc_extra_column_in_the_middle,
           acc_extra_columns_other_kinds, acc_quoted_newline_across_block_boundary,
           acc_rocpd_integral_real_and_big, acc_legacy_v1_exact]

@@ -593,3 +593,66 @@ def test_real_api_trace_via_dispatcher():
     assert len(t.meta["api_trace"]) == 13 and len(t.dispatches) == 0
     t2 = read_rocprof_csv(shared_file(DOC7 + "hip_compile_trace.csv"))  # trailing blank line
     assert len(t2.meta["api_trace"]) == 5
+
+
+# ------------------------------------------------------------------------------------------
+# exact cell conversion (csv_values), extra and missing columns
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("123", 123), ("-5", -5), ("+7", 7), ("16384.000000", 16384), ("1.6384e+04", 16384),
+    ("0x1F", 31), (str(2 ** 63 - 1), 2 ** 63 - 1), (str(-2 ** 63), -2 ** 63),
+    (str(2 ** 63), "is outside the signed 64-bit integer range"),
+    ("1e400", "is outside the signed 64-bit integer range"), ("12.5", "is not an integer"),
+    ("inf", "is not a finite number"), ("-NaN", "is not a finite number"),
+    ("abc", "is not a number"), ("\u0661", "is not a number"), ("1_000", "is not a number"),
+    ("a\x00", "contains a NUL character"),
+])
+def test_parse_int_exact(text, expected):
+    from pytest_gemmperf.traces.csv_values import INT64_RANGE, parse_int
+    assert parse_int(text, *INT64_RANGE) == expected
+
+
+def test_ints_from_text_names_first_bad_row_and_stays_exact():
+    import pyarrow as pa
+
+    from pytest_gemmperf.traces.csv_values import ints_from_text
+    arr, problem = ints_from_text(pa.array(["9007199254740993", "1.0e3", None, "0x10"]))
+    assert problem is None and arr.to_pylist() == [9007199254740993, 1000, None, 16]
+    _, problem = ints_from_text(pa.array(["1", "2", "3.5", "inf"]))
+    assert problem == (2, "3.5", "is not an integer")
+    arr, problem = ints_from_text(pa.array([str(2 ** 64 - 1)]), pa.uint64())
+    assert problem is None and arr.to_pylist() == [2 ** 64 - 1]
+
+
+def test_extra_unknown_column_is_read_with_a_note(tmp_path):
+    p = write(tmp_path, "kernel_trace.csv", [H22 + ',"Future_Counter"', row22() + ",12.5",
+                                             row22(dispatch=2, start=2100, end=2600) + ",x"])
+    t = read_kernel_trace_csv(p)
+    assert t.dispatches["dur_ns"].tolist() == [1000, 500]
+    assert t.meta["notes"] == [f"{p}: 1 column(s) not in the documented 7.x kernel_trace layout "
+                               "ignored: Future_Counter"]
+    kind = detect_csv(p)
+    assert kind.version == "7.x" and kind.extra == ("Future_Counter",) and len(kind.known) == 22
+
+
+def test_missing_or_damaged_columns_are_named(tmp_path):
+    p = write(tmp_path, "kernel_trace.csv", [H22.replace(',"SGPR_Count"', ""), row22()])
+    with pytest.raises(GemmperfInputError, match=r"kernel_trace\.csv:1: CSV header lacks required "
+                                                 r"column\(s\) SGPR_Count of the 7\.x kernel_trace"):
+        read_kernel_trace_csv(p)
+    # a 6.3 header short of Dispatch_Id is not "6.2 plus an extra Thread_Id column"
+    h63 = ('"Kind","Agent_Id","Queue_Id","Thread_Id","Kernel_Id","Kernel_Name","Correlation_Id",'
+           '"Start_Timestamp","End_Timestamp","Private_Segment_Size","Group_Segment_Size",'
+           '"Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y",'
+           '"Grid_Size_Z"')
+    with pytest.raises(GemmperfInputError, match=r"lacks required column\(s\) Dispatch_Id of the 6\.3"):
+        detect_csv(write(tmp_path, "k2_kernel_trace.csv", [h63]))
+
+
+def test_pyarrow_null_spellings_are_not_missing_values(tmp_path):
+    """pyarrow reads "NULL", "nan", "N/A" as nulls by default: here they are text errors."""
+    for i, word in enumerate(("NULL", "N/A", "nan")):
+        p = write(tmp_path, f"{i}_kernel_trace.csv", [H22, row22(), row22(dispatch=2, lds=word)])
+        with pytest.raises(GemmperfInputError, match=r"\(row 2\): column 'LDS_Block_Size'"):
+            read_kernel_trace_csv(p)

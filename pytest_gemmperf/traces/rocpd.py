@@ -130,7 +130,7 @@ def read_rocpd_db(path: str | os.PathLike) -> Trace:
 
 
 def _check_sqlite_file(path: str) -> None:
-    from pytest_gemmperf.traces.rocprof_csv import check_regular_file
+    from pytest_gemmperf.traces.csv_layouts import check_regular_file
     check_regular_file(path)  # never open a FIFO or device named *_results.db
     try:
         with open(path, "rb") as fh:
