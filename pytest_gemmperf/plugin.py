@@ -48,6 +48,9 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_update_baselines": ("gemmperf_update_baselines", "bool", False,
                                   "record the results of the selected tests as their baselines"),
     "gemmperf_warn_only": ("gemmperf_warn_only", "bool", False, "report regressions without failing"),
+    "gemmperf_confirm": ("gemmperf_confirm", "string", "1",
+                         "re-run a suspicious point up to N rounds before blocking (its repeats each; "
+                         "0: off); the new processes join the candidate and the point is judged again"),
     "gemmperf_learn_variance": ("gemmperf_learn_variance", "bool", False,
                                 "add each compared run's between-process variance to its baseline's "
                                 "history (sharper gate over time; writes baselines/)"),
@@ -124,6 +127,9 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
     repeats = num("gemmperf_repeats", int)
     if repeats is not None and repeats < 1:
         raise pytest.UsageError("--gemmperf-repeats must be >= 1")
+    confirm = num("gemmperf_confirm", int)
+    if confirm is not None and not 0 <= confirm <= 10:
+        raise pytest.UsageError(f"--gemmperf-confirm must be 0..10 rounds, got {confirm}")
     return Options(
         results_dir=results_dir,
         baseline_dir=_path_setting(config, "gemmperf_baseline_dir") or config.rootpath / "baselines",
@@ -135,6 +141,7 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         warn_only=bool(_setting(config, "gemmperf_warn_only")[0]),
         rocprofv3=str(_setting(config, "gemmperf_rocprofv3")[0]),
         learn_variance=bool(_setting(config, "gemmperf_learn_variance")[0]),
+        confirm=1 if confirm is None else confirm,
     )
 
 
@@ -295,6 +302,7 @@ class _SessionHooks:
         self.baselines: list[tuple[str, str, str]] = []
         self.compared = 0
         self.learned = 0
+        self.confirmations: list[dict] = []
         self.report: str | None = None
         self.report_error: str | None = None
 
@@ -312,6 +320,8 @@ class _SessionHooks:
                 self.baselines.append((report.nodeid, status or "", str(value)))
             elif name == f"{PROP_PREFIX}_learned":
                 self.learned += 1
+            elif name == f"{PROP_PREFIX}_confirm":
+                self.confirmations.append(json.loads(value))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
@@ -351,6 +361,8 @@ class _SessionHooks:
                       f"{len(self.verdicts)} non-unchanged verdict(s)")
         if self.learned:
             tr.write_line(f"variance of {self.learned} point run(s) added to the baselines' history")
+        for c in self.confirmations:
+            tr.write_line(_format_confirmation(c), yellow=True)
         if self.verdicts:
             tr.write_line(_format_summary_rows(self.verdicts))
         if gp.options.warn_only and any(r["verdict"] == "regression" for r in self.verdicts):
@@ -359,6 +371,17 @@ class _SessionHooks:
             tr.write_line(f"report: {self.report}")
         if self.report_error:
             tr.write_line(f"report not written: {self.report_error}", red=True)
+
+
+def _format_confirmation(c: dict) -> str:
+    """One line per confirmed point: what triggered it, what it cost, what it changed."""
+    head = f"confirmation of {c['test'].rsplit('::', 1)[-1]}[{c['point']}] ({c.get('trigger', '')})"
+    if c.get("skipped"):
+        return f"{head}: not run, {c['skipped']}"
+    changes = c.get("changes") or []
+    what = ("; ".join(f"{x['kernel']} {x['metric']}: {x['before']} -> {x['after']}" for x in changes[:4])
+            + (f"; ... {len(changes) - 4} more" if len(changes) > 4 else "")) or "no verdict changed"
+    return f"{head}: {c.get('rounds', 0)} round(s), +{c.get('extra_processes', 0)} processes: {what}"
 
 
 def _format_summary_rows(rows: list[dict], max_rows: int = 50) -> str:

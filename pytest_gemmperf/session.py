@@ -60,6 +60,8 @@ class Options:
     warn_only: bool = False
     rocprofv3: str = "rocprofv3"
     learn_variance: bool = False
+    #: confirmation rounds for a suspicious point (gate/confirm.py); 0 disables
+    confirm: int = 1
 
 
 def parse_threshold(text: str | float | None) -> float | None:
@@ -91,6 +93,8 @@ class PointResult:
     command: list[str]
     runs: list[dict[str, Any]] = field(default_factory=list)
     hw_key: str = ""
+    #: contention evidence recorded while the point ran (run/environment.py)
+    environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gated_dispatches(self) -> pd.DataFrame:
@@ -189,6 +193,9 @@ class PointRunner:
         self.test_id = base_test_id(nodeid)
         self._record = record_property or (lambda name, value: None)
         self.messages: list[str] = []
+        self._call: dict[str, Any] | None = None  # the last profile() call, for re-runs
+        self._record_json: dict[str, Any] | None = None
+        self._confirm_text = ""
 
     # -- facts a test may want
     @property
@@ -256,16 +263,14 @@ class PointRunner:
             "xdist_worker": os.environ.get("PYTEST_XDIST_WORKER"),
         }
         write_point_json(point_dir, record)
+        self._call = dict(command=command, launcher=launcher, nproc=nproc, nnodes=nnodes,
+                          launcher_args=launcher_args, counters=counters, repeats=repeats,
+                          timeout_s=timeout_s, full_env=full_env, env_set=env_set, cwd=cwd)
+        self._record_json = record
+        monitor = self._monitor()
         try:
-            if backend.name == "torch":
-                trace, argv = self._run_torch(command, launcher, nproc, nnodes, launcher_args, repeats,
-                                              timeout_s, full_env, cwd, record)
-            elif backend.name == "rocprofv3":
-                trace, argv = self._run_rocprofv3(command, launcher, nproc, nnodes, launcher_args,
-                                                  counters, repeats, timeout_s, full_env, env_set,
-                                                  cwd, record)
-            else:
-                trace, argv = self._run_replay(record)
+            with monitor:
+                trace, argv = self._execute(record, first_run=0)
         except _PointSkipped as exc:
             record["status"] = "skipped"
             record["error"] = str(exc)
@@ -286,6 +291,11 @@ class PointRunner:
                 pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}", pytrace=False)
             raise
         record["resolved_command"] = argv
+        record["environment"] = monitor.evidence
+        disturbance = self._assess(monitor.evidence)
+        record["disturbance"] = disturbance.as_dict()
+        if disturbance.disturbed:
+            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {disturbance.text}")
         hw_key = _hardware_key(trace.agents)
         tables = {"dispatches": trace.dispatches, "counters": trace.counters, "agents": trace.agents}
         write_tables(point_dir, tables)
@@ -296,10 +306,83 @@ class PointRunner:
         results.update_run_json(hardware_key=hw_key)
         return PointResult(test_id=self.test_id, point=self.point, dir=point_dir, backend=backend,
                            dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
-                           env=record["env"], command=argv, runs=record["runs"], hw_key=hw_key)
+                           env=record["env"], command=argv, runs=record["runs"], hw_key=hw_key,
+                           environment=monitor.evidence)
+
+    # -- contention and re-runs
+    def _monitor(self):
+        from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor
+
+        # a replayed point was measured elsewhere: this machine's load says nothing about it
+        return ContentionMonitor(marker_dir=self.session.results.root / ACTIVE_DIR,
+                                 label=f"{self.test_id}[{self.point.id}]",
+                                 enabled=self.backend.name != "replay")
+
+    def _assess(self, evidence: Mapping[str, Any] | None):
+        from pytest_gemmperf.run.environment import assess
+
+        # concurrent points compete for the devices unless each xdist worker has its own GPUs
+        shares = self.backend.device == "cpu" or self.options.gpus_per_point <= 0
+        return assess(dict(evidence or {}), shares_devices=shares)
+
+    def _execute(self, record: dict[str, Any], *, first_run: int):
+        """Run ``repeats`` processes of the last ``profile()`` call, numbered from ``first_run``."""
+        c = self._call
+        backend = self.backend
+        if backend.name == "torch":
+            return self._run_torch(c["command"], c["launcher"], c["nproc"], c["nnodes"], c["launcher_args"],
+                                   c["repeats"], c["timeout_s"], c["full_env"], c["cwd"], record,
+                                   first_run=first_run)
+        if backend.name == "rocprofv3":
+            # a confirmation round writes its own rocprofv3 tree and skips the counter passes
+            out = self.dir if first_run == 0 else self.dir / f"confirm{first_run}"
+            return self._run_rocprofv3(c["command"], c["launcher"], c["nproc"], c["nnodes"],
+                                       c["launcher_args"], c["counters"] if first_run == 0 else (),
+                                       c["repeats"], c["timeout_s"], c["full_env"], c["env_set"],
+                                       c["cwd"], record, out_dir=out, run_offset=first_run)
+        if first_run:
+            raise _PointSkipped("the replay backend cannot re-run a point")
+        return self._run_replay(record)
+
+    def rerun(self, result: PointResult, round_no: int) -> tuple[PointResult, dict[str, Any]] | None:
+        """Profile ``repeats`` more processes of this point (confirmation round ``round_no``,
+        runs numbered after the earlier ones); their tables join ``dispatches.parquet``.
+        Returns (the new processes only, their contention evidence), or None when the backend
+        cannot re-run (replay)."""
+        import pytest
+
+        from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
+                                                   concat_tables)
+
+        if self._call is None or self.backend.name not in ("torch", "rocprofv3"):
+            return None
+        # point.json as written so far (warm-up, verdicts...): the runs append to it
+        pj = self.dir / "point.json"
+        record = json.loads(pj.read_text(encoding="utf-8")) if pj.exists() else dict(self._record_json or {})
+        record.setdefault("runs", [])
+        monitor = self._monitor()
+        try:
+            with monitor:
+                trace, _ = self._execute(record, first_run=self._call["repeats"] * round_no)
+        except _PointFailed as exc:
+            record["status"] = exc.status
+            record["error"] = f"confirmation round {round_no}: {exc.message}"
+            write_point_json(self.dir, record)
+            pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run failed: "
+                        f"{exc.message}", pytrace=False)
+        result.dispatches = concat_tables([result.dispatches, trace.dispatches], DISPATCH_SCHEMA)
+        result.counters = concat_tables([result.counters, trace.counters], COUNTER_SCHEMA)
+        result.agents = concat_tables([result.agents, trace.agents], AGENT_SCHEMA)
+        write_tables(self.dir, {"dispatches": result.dispatches, "counters": result.counters,
+                                "agents": result.agents})
+        extra = PointResult(test_id=self.test_id, point=self.point, dir=self.dir, backend=self.backend,
+                            dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
+                            env=result.env, command=result.command, hw_key=result.hw_key,
+                            environment=monitor.evidence)
+        return extra, monitor.evidence
 
     def _run_torch(self, command, launcher, nproc, nnodes, launcher_args, repeats, timeout_s,
-                   full_env, cwd, record):
+                   full_env, cwd, record, first_run: int = 0):
         from pytest_gemmperf.run.process import launch_argv
         from pytest_gemmperf.run.torch_backend import load_rank_traces, read_trace, run_torch_point
         from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
@@ -308,7 +391,7 @@ class PointRunner:
         argv = launch_argv(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args)
         device = self.backend.device
         traces = []
-        for k in range(repeats):
+        for k in range(first_run, first_run + repeats):
             run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
                                   device=device, timeout_s=timeout_s, cwd=cwd)
             entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
@@ -337,7 +420,8 @@ class PointRunner:
         return trace, argv
 
     def _run_rocprofv3(self, command, launcher, nproc, nnodes, launcher_args, counters, repeats,
-                       timeout_s, full_env, env_set, cwd, record):
+                       timeout_s, full_env, env_set, cwd, record, out_dir: Path | None = None,
+                       run_offset: int = 0):
         from pytest_gemmperf.run import rocprofv3
         from pytest_gemmperf.run.process import WorkloadError, split_launch
         from pytest_gemmperf.traces.discover import load, load_counters
@@ -347,7 +431,8 @@ class PointRunner:
         # srun/mpirun wrap rocprofv3 (each rank profiled); torchrun runs inside it
         outer, inner = split_launch(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args)
         try:
-            res = rocprofv3.profile_point(env_set, inner, self.dir, counters=list(counters),
+            out_dir = out_dir or self.dir
+            res = rocprofv3.profile_point(env_set, inner, out_dir, counters=list(counters),
                                           kernel_regexes=list(self.point.kernels), repeats=repeats,
                                           timeout_s=timeout_s, exe=self.options.rocprofv3,
                                           launcher_prefix=outer, env=full_env, cwd=cwd)
@@ -358,16 +443,16 @@ class PointRunner:
             raise _PointFailed("error", str(exc)) from None
         disp, agents = [], []
         for run in res.runs:
-            record["runs"].append({"run": run.run, "returncode": run.result.returncode,
+            record["runs"].append({"run": run.run + run_offset, "returncode": run.result.returncode,
                                    "duration_s": round(run.result.duration_s, 3),
                                    "timed_out": run.result.timed_out,
                                    "log": _rel(run.result.log_path, self.dir),
                                    "files": {"all": [_rel(f, self.dir) for f in run.files]}})
             t = load([run.raw_dir], point=self.point.id)
-            disp.append(set_columns(t.dispatches, run=run.run))
+            disp.append(set_columns(t.dispatches, run=run.run + run_offset))
             agents.append(t.agents)
         ctrs = []
-        if counters and res.counters_skipped is None and res.counter_result is not None:
+        if counters and out_dir == self.dir and res.counters_skipped is None and res.counter_result is not None:
             ctrs.append(load_counters([self.dir / "counters" / "raw"], point=self.point.id))
         record["rocprofv3_version"] = str(getattr(res.version, "text", None) or res.version)
         record["counter_groups"] = res.counter_groups
@@ -429,6 +514,9 @@ class PointRunner:
                 else:
                     msg = (f"gemmperf: no baseline for {self.test_id}[{self.point.id}] on "
                            f"{result.hw_key} — recorded one at {path}")
+                noisy = self._assess(result.environment)
+                if noisy.disturbed:
+                    msg += f" [{noisy.text}: consider re-recording on a quiet machine]"
                 self.messages.append(msg)
                 self._record(PROP_STATUS, f"baseline-{what}")
                 self._record(f"{PROP_PREFIX}_baseline", str(path))
@@ -436,8 +524,12 @@ class PointRunner:
                 return _empty_verdicts()
         cfg = _gate_config(threshold if threshold is not None else self.options.threshold)
         from pytest_gemmperf.gate.compare import compare
+        from pytest_gemmperf.gate.confirm import apply_disturbance
 
-        verdicts = compare(base_pt, samples, cfg, test=self.test_id, history=base.history_for(self.point.id))
+        history = base.history_for(self.point.id)
+        first = compare(base_pt, samples, cfg, test=self.test_id, history=history)
+        verdicts = apply_disturbance(first, self._assess(result.environment))
+        verdicts = self._confirm(result, base_pt, samples, first, verdicts, cfg, history, warmup)
         if self.options.learn_variance:
             # outside the merge lock: learn() takes the record's own lock
             run = f"{self.session.results.root.name}/{self.point.id}"
@@ -453,6 +545,8 @@ class PointRunner:
             from pytest_gemmperf.gate.verdict import format_verdict_table
 
             table = format_verdict_table(verdicts, FAIL_TABLE_ROWS)
+            if self._confirm_text:
+                table += "\n" + self._confirm_text
             head = (f"gemmperf: {len(regressions)} regression(s) in {self.test_id}[{self.point.id}] "
                     f"on {result.hw_key} (baseline {store.path_for(self.test_id, result.hw_key)}; "
                     f"all verdicts in {self.session.results.test_dir(self.test_id) / 'verdicts.csv'})")
@@ -460,6 +554,55 @@ class PointRunner:
                 _emit(head + " [--gemmperf-warn-only: not failing]\n" + table)
             else:
                 pytest.fail(head + "\n" + table, pytrace=False)
+        return verdicts
+
+    def _confirm(self, result: PointResult, base_pt: pd.DataFrame, samples: pd.DataFrame,
+                 first: pd.DataFrame, verdicts: pd.DataFrame, cfg, history, warmup) -> pd.DataFrame:
+        """Confirm before blocking (gate/confirm.py): re-run a suspicious point up to
+        ``--gemmperf-confirm`` rounds; the new processes join the candidate and the point is
+        judged again (combined comparison + the re-run alone must reproduce). Records what
+        ran and what changed in point.json (``confirmation``) and the test's properties."""
+        from pytest_gemmperf.gate.compare import compare
+        from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge, suspicious
+
+        ccfg = ConfirmConfig(rounds=max(0, int(self.options.confirm)))
+        if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
+            return verdicts
+        trigger = first[suspicious(first, ccfg)]
+        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} x{_fmt(r.ratio)}"
+                        for r in trigger.head(3).itertuples(index=False))
+        summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
+                                   "environment": []}
+        combined = samples
+        for round_no in range(1, ccfg.rounds + 1):
+            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: confirming ({why}): re-run round {round_no}")
+            got = self.rerun(result, round_no)
+            if got is None:
+                summary["skipped"] = f"the {self.backend.name} backend cannot re-run a point"
+                break
+            extra, evidence = got
+            extra_samples = self._samples(extra, warmup)
+            combined = pd.concat([combined, extra_samples], ignore_index=True)
+            both = compare(base_pt, combined, cfg, test=self.test_id, history=history)
+            alone = compare(base_pt, extra_samples, cfg, test=self.test_id, history=history)
+            judged, changes = judge(first, both, alone, ccfg)
+            disturbance = self._assess(evidence)
+            verdicts = apply_disturbance(judged, disturbance)
+            summary["rounds"] = round_no
+            summary["extra_processes"] += int(extra_samples["unit"].nunique())
+            summary["changes"] = changes
+            summary["environment"].append(disturbance.as_dict())
+            if (verdicts["verdict"] == "regression").any() or not suspicious(verdicts, ccfg).any():
+                break
+        summary["final"] = _verdict_counts(verdicts)
+        write_point_json_field(result.dir, "confirmation", summary)
+        self._record(f"{PROP_PREFIX}_confirm", json.dumps({"test": self.test_id, "point": self.point.id,
+                                                            **summary}))
+        changed = "; ".join(f"{c['kernel']} {c['metric']}: {c['before']} -> {c['after']}"
+                            for c in summary["changes"][:5]) or "no verdict changed"
+        self._confirm_text = (f"confirmation ran ({summary['rounds']} round(s), +{summary['extra_processes']} "
+                              f"processes; triggered by {why}): {changed}")
+        _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {self._confirm_text}")
         return verdicts
 
     def _samples(self, result: PointResult, warmup: int | None) -> pd.DataFrame:

@@ -388,9 +388,9 @@ def test_a_run_with_30_percent_fewer_iterations_reads_neither_faster_nor_slower(
     # no step ranges in these tables: the unit of work is estimated from the dispatch counts
     base = gate_samples(synthetic(0, steps=40, comm_offset_us=25, seed=11), kernels=["^Cijk_"], warmup=warmup)
     cand = gate_samples(synthetic(1, steps=28, comm_offset_us=25, seed=12), kernels=["^Cijk_"], warmup=warmup)
-    assert set(base.attrs["steps"]["source"]) == {"estimated: median dispatches per kernel"}
-    assert base.attrs["steps"]["steps"].tolist() == [40.0] * 4
-    assert cand.attrs["steps"]["steps"].tolist() == [28.0] * 4
+    assert set(pd.DataFrame(base.attrs["steps"])["source"]) == {"estimated: median dispatches per kernel"}
+    assert pd.DataFrame(base.attrs["steps"])["steps"].tolist() == [40.0] * 4
+    assert pd.DataFrame(cand.attrs["steps"])["steps"].tolist() == [28.0] * 4
     assert any("per step" in n for n in base.attrs["notes"])
     v = compare(base, cand, test="t")
     sums = _sums(v)
@@ -416,7 +416,7 @@ def test_profiler_steps_column_is_the_unit_of_work():
     # a trace that says it ran 20 ProfilerSteps (two GEMMs per step, as far as the gate knows)
     d["profiler_steps"] = pd.array([20] * len(d), dtype="Int64")
     s = gate_samples(d, kernels=["^Cijk_"])
-    assert set(s.attrs["steps"]["source"]) == {"ProfilerStep ranges"} and not s.attrs["notes"]
+    assert set(pd.DataFrame(s.attrs["steps"])["source"]) == {"ProfilerStep ranges"} and not s.attrs["notes"]
     a = rows(plain, "category_total_ns").set_index(["kernel", "unit"])["value"]
     b = rows(s, "category_total_ns").set_index(["kernel", "unit"])["value"]
     pd.testing.assert_series_equal(b, a * 2)  # per ProfilerStep = twice per estimated step
@@ -424,8 +424,8 @@ def test_profiler_steps_column_is_the_unit_of_work():
     m = synthetic(0, steps=40, seed=15)
     m["step"] = (m["start_ns"] // 2_000_000).astype("int64")  # 20 ranges of 2 ms
     sm = gate_samples(m, kernels=["^Cijk_"])
-    assert set(sm.attrs["steps"]["source"]) == {"step ranges"}
-    assert sm.attrs["steps"]["steps"].tolist() == [20.0] * 4
+    assert set(pd.DataFrame(sm.attrs["steps"])["source"]) == {"step ranges"}
+    assert pd.DataFrame(sm.attrs["steps"])["steps"].tolist() == [20.0] * 4
 
 
 def test_torch_traces_carry_their_profiler_steps_and_fewer_steps_read_the_same(tmp_path):
@@ -434,7 +434,7 @@ def test_torch_traces_carry_their_profiler_steps_and_fewer_steps_read_the_same(t
     assert set(base["profiler_steps"].dropna().astype(int)) == {6}
     assert set(cand["profiler_steps"].dropna().astype(int)) == {4}
     sb, sc = gate_samples(base), gate_samples(cand)
-    assert set(sb.attrs["steps"]["source"]) == {"ProfilerStep ranges"}
+    assert set(pd.DataFrame(sb.attrs["steps"])["source"]) == {"ProfilerStep ranges"}
     v = _sums(compare(sb, sc))
     assert len(v) and v["ratio"].between(0.95, 1.05).all(), v[["kernel", "metric", "ratio"]]
     assert not v["verdict"].isin(["improvement", "regression"]).any()

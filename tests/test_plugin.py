@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf.run import backend as be
+from pytest_gemmperf.run import environment
 
 pytest_plugins = ["pytester"]
 
@@ -63,6 +64,9 @@ def gp(pytester, monkeypatch):
     monkeypatch.setattr(be, "cuda_gpu_present", lambda: False)
     monkeypatch.delenv("FAKE_SCALE", raising=False)
     monkeypatch.delenv("FAKE_FAIL", raising=False)
+    # this machine's own load must not decide these verdicts (run/environment.py reads
+    # /proc/stat; test_contention_* below feeds it a busy host on purpose)
+    monkeypatch.setattr(environment, "read_proc_stat", lambda *a, **k: None)
     pytester.makepyfile(test_gpsweep=TEST_FILE)
 
     def run(*args, results="res", inprocess=True):
@@ -297,3 +301,95 @@ def test_xdist_workers_share_one_results_dir_and_one_baseline_record(gp, monkeyp
     (rec,) = BaselineStore(gp.path / "base").load_all()
     assert sorted(set(rec.variance["run"])) == ["resy/ch28-th256", "resy/ch56-th256"]
     assert rec.samples.equals(records[0].samples)
+
+
+# ------------------------------------------------------------------ confirmation and contention
+
+#: runs 0-1 (the first look) get $TRANSIENT_SCALE, later runs (the confirmation) $FAKE_SCALE
+TRANSIENT_WRAPPER = f"""
+import os, re, runpy, sys
+k = int(re.search(r"run(\\d+)", os.environ["GEMMPERF_OUTPUT_DIR"]).group(1))
+if k < 2:
+    os.environ["FAKE_SCALE"] = os.environ.get("TRANSIENT_SCALE", "1.0")
+sys.argv = [{str(FAKE)!r}, *sys.argv[1:]]
+runpy.run_path({str(FAKE)!r}, run_name="__main__")
+"""
+
+TRANSIENT_TEST = """
+import sys
+from pathlib import Path
+from pytest_gemmperf import sweep
+
+@sweep(channels=[28], threads=[256], kernels=[r"^aten::mm$"])
+def test_gpsweep(gemmperf):
+    wrapper = str(Path(__file__).parent / "transient.py")
+    result = gemmperf.profile([sys.executable, wrapper, "--dispatches", "40"], repeats=2)
+    gemmperf.assert_no_regression(result)
+"""
+
+
+def test_confirmation_rerun_joins_the_candidate_transient_passes_real_fails(gp, pytester, monkeypatch):
+    pytester.makepyfile(test_gpsweep=TRANSIENT_TEST)
+    (pytester.path / "transient.py").write_text(TRANSIENT_WRAPPER)
+    gp(results="rec").assert_outcomes(passed=1)
+    # a transient: the first look's processes are 40 % slower, the re-run is clean
+    monkeypatch.setenv("TRANSIENT_SCALE", "1.4")
+    out = gp("--junitxml=t.xml", results="transient")
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines(["*confirmation of test_gpsweep[[]ch28-th256[]] (aten::mm dur_ns regression x1.[34]*): "
+                              "1 round(s), +4 processes: *aten::mm dur_ns: regression -> *"])
+    pj = _point_json(gp.path / "transient", "ch28-th256")
+    assert [r["run"] for r in pj["runs"]] == [0, 1, 2, 3]
+    conf = pj["confirmation"]
+    assert conf["rounds"] == 1 and conf["extra_processes"] == 4
+    assert {"kernel": "aten::mm", "metric": "dur_ns", "before": "regression"}.items() <= conf["changes"][0].items()
+    assert "environment" in pj and "disturbance" in pj
+    disp = pd.read_parquet(gp.path / "transient" / SLUG / "ch28-th256" / "dispatches.parquet")
+    assert sorted(set(disp["run"])) == [0, 1, 2, 3]  # the re-run's processes joined the candidate
+    v = pd.read_csv(gp.path / "transient" / SLUG / "verdicts.csv")
+    mm = v[(v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0]
+    assert mm["verdict"] != "regression" and mm["n_cand"] == 8
+    assert "confirmation: regression -> " in mm["note"]
+    # a real slowdown: every process slower; the re-run confirms it and the test fails
+    monkeypatch.setenv("FAKE_SCALE", "1.4")
+    monkeypatch.setenv("TRANSIENT_SCALE", "1.4")
+    out = gp(results="real")
+    out.assert_outcomes(failed=1)
+    out.stdout.fnmatch_lines(["*regression*aten::mm*dur_ns*",
+                              "confirmation ran (1 round(s), +4 processes; triggered by *): no verdict changed"])
+    v = pd.read_csv(gp.path / "real" / SLUG / "verdicts.csv")
+    assert "confirmed by a re-run (8 candidate processes)" in v[v["kernel"] == "aten::mm"]["note"].iloc[0]
+    # --gemmperf-confirm 0: no re-run, the first look decides
+    out = gp("--gemmperf-confirm", "0", results="noconf")
+    out.assert_outcomes(failed=1)
+    assert "confirmation" not in _point_json(gp.path / "noconf", "ch28-th256")
+    assert "confirmation of" not in out.stdout.str()
+
+
+def test_bad_confirm_value_is_a_usage_error(gp):
+    out = gp("--gemmperf-confirm", "-1")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--gemmperf-confirm must be 0..10" in out.stderr.str()
+
+
+def test_contention_is_recorded_and_turns_a_regression_inconclusive(gp, monkeypatch):
+    gp("-k", "ch28", results="rec").assert_outcomes(passed=1, deselected=1)
+    # a busy host: 9 runnable threads (8 besides the sampler) and other processes' CPU time
+    clock = {"busy": 0.0}
+
+    def busy_host(*a, **k):
+        clock["busy"] += 50.0
+        return {"busy": clock["busy"], "steal": 0.0, "total": clock["busy"] * 2, "procs_running": 9.0}
+
+    monkeypatch.setattr(environment, "read_proc_stat", busy_host)
+    monkeypatch.setenv("FAKE_SCALE", "1.4")
+    out = gp("-k", "ch28", "--gemmperf-confirm", "0", results="busy")
+    out.assert_outcomes(passed=1, deselected=1)
+    out.stdout.fnmatch_lines(["*inconclusive*aten::mm*dur_ns*"])
+    pj = _point_json(gp.path / "busy", "ch28-th256")
+    assert pj["environment"]["runnable_mean"] == 8.0 and pj["environment"]["foreign_cpu_cores"] > 1
+    assert pj["disturbance"]["disturbed"] and "8.0 runnable threads" in pj["disturbance"]["reasons"][0]
+    v = pd.read_csv(gp.path / "busy" / SLUG / "verdicts.csv")
+    mm = v[(v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0]
+    assert mm["verdict"] == "inconclusive" and "noisy environment: " in mm["note"]
+    assert "was regression" in mm["note"]

@@ -252,8 +252,8 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
       same warm-up), so a gated kernel replaced by a slower, differently named one shows up
       as a category regression, not only as "missing" + "new". Per step of the unit
       (:func:`unit_steps`), like ``exposed_comm_ns`` and ``computation_ns``: a candidate that
-      runs fewer iterations reads the same. ``samples.attrs["steps"]`` holds the step count
-      of every unit and where it came from.
+      runs fewer iterations reads the same. ``samples.attrs["steps"]`` (columns as lists:
+      point, unit, steps, source) holds the step count of every unit and where it came from.
     * Per unit, on points that have both GEMM and collective dispatches (categories):
       ``overlap_fraction`` (kernel ``category:gemm``; GEMM time covered by same-GPU
       collectives / GEMM time, higher is better) and ``interference_slowdown`` (the unit's
@@ -300,8 +300,9 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
     frames += _collective_frames(d, warmup, notes)
     out = _finish(frames)
     out.attrs["notes"] = notes + _steps_notes(source)
-    out.attrs["steps"] = pd.DataFrame({"point": p.point_of, "unit": p.unit_of, "steps": steps,
-                                       "source": source})
+    # plain lists, not a DataFrame: pandas compares attrs when concatenating tables
+    out.attrs["steps"] = {"point": [str(x) for x in p.point_of], "unit": [str(x) for x in p.unit_of],
+                          "steps": [float(x) for x in steps], "source": [str(x) for x in source]}
     return out
 
 

@@ -1,0 +1,202 @@
+"""Confirm before blocking: re-run a suspicious point and judge it again, without free looks.
+
+The first look (``compare(baseline, candidate)``) only *screens*. A point is suspicious when a
+row is a ``regression``, or an ``inconclusive`` / ``unchanged`` row whose estimate lies beyond
+the threshold on the worse side and whose q-value is below ``screen_q`` (an ``inconclusive``
+beyond the threshold always counts). A suspicious point is re-run (``--gemmperf-confirm N``:
+up to N rounds of the point's repeats); the new processes join the candidate and the point is
+judged on the **combined** sample. Sequential design, and why the false-alarm rate does not grow:
+
+* a row ends as ``regression`` only if the combined comparison says ``regression`` at the
+  gate's own FDR (no row is ever blocked on the first look alone). The event "blocked" is a
+  subset of "the combined comparison rejects", whatever the screen did, so the per-test false-
+  alarm rate is at most that of one comparison of the combined sample (the screen can only
+  lower it). :func:`benchmarks/gate_confirm.py` measures it.
+* and the re-run alone must reproduce it (:func:`reproduced`): its own estimate on the worse
+  side at one-sided p < ``reproduce_p`` (0.2), and no significant heterogeneity between the
+  first look and the re-run (z-test of the two log-ratio estimates at p < ``heterogeneity_p``
+  = 0.01). A transient slowdown of the first processes is not reproduced by the re-run and
+  ends ``inconclusive`` ("not reproduced by the re-run").
+
+Contention (``run.environment``) is applied last by :func:`apply_disturbance`: a
+``regression``/``improvement`` on a disturbed point becomes ``inconclusive`` ("noisy
+environment: ...") unless it lies far beyond what the contention can explain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from pytest_gemmperf.gate.verdict import (HIGHER_IS_BETTER, IMPROVEMENT, INCONCLUSIVE, REGRESSION,
+                                          UNCHANGED)
+
+KEY = ["point", "kernel", "metric"]
+
+
+@dataclass(frozen=True)
+class ConfirmConfig:
+    """Knobs of the confirmation rule (defaults measured in ``benchmarks/gate_confirm.py``)."""
+
+    #: rounds of re-runs (each the point's ``repeats`` processes); 0 disables confirmation
+    rounds: int = 1
+    #: screen: an unchanged/inconclusive row beyond the threshold with q below this is suspicious
+    screen_q: float = 0.25
+    #: the re-run alone must lean the same way at this one-sided level
+    reproduce_p: float = 0.2
+    #: first look vs re-run estimates: heterogeneous (transient) at this two-sided level
+    heterogeneity_p: float = 0.01
+    #: the CI level of the verdict tables (to recover standard errors from CIs)
+    level: float = 0.95
+
+
+def _worse(v: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ratio, ci_low, ci_high) oriented so that > 1 is worse."""
+    better = v["metric"].astype(str).isin(list(HIGHER_IS_BETTER)).to_numpy()
+    r, lo, hi = (v[c].to_numpy(float) for c in ("ratio", "ci_low", "ci_high"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (np.where(better, 1 / r, r), np.where(better, 1 / hi, lo), np.where(better, 1 / lo, hi))
+
+
+def suspicious(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> np.ndarray:
+    """Rows that make the point worth a re-run (see module doc)."""
+    cfg = config or ConfirmConfig()
+    if verdicts.empty:
+        return np.zeros(0, bool)
+    verdict = verdicts["verdict"].astype(str).to_numpy()
+    r, _, _ = _worse(verdicts)
+    thr = pd.to_numeric(verdicts.get("threshold"), errors="coerce")
+    thr = (thr.fillna(0.0).to_numpy(float) if thr is not None else np.zeros(len(verdicts)))
+    q = pd.to_numeric(verdicts["q_value"], errors="coerce").to_numpy(float)
+    with np.errstate(invalid="ignore"):
+        beyond = np.isfinite(r) & (r > 1 + thr)
+        screened = beyond & (q <= cfg.screen_q)
+    return ((verdict == REGRESSION) | ((verdict == INCONCLUSIVE) & beyond)
+            | ((verdict == UNCHANGED) & screened))
+
+
+def _log_est(v: pd.DataFrame, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(log worse-ratio, its standard error from the CI) per row (NaN where undefined)."""
+    r, lo, hi = _worse(v)
+    z = sps.norm.ppf(0.5 + level / 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.log(r)
+        se = (np.log(hi) - np.log(lo)) / (2 * z)
+    ok = np.isfinite(d) & np.isfinite(se) & (se > 0)
+    return np.where(ok, d, np.nan), np.where(ok, se, np.nan)
+
+
+def reproduced(first: pd.DataFrame, alone: pd.DataFrame, config: ConfirmConfig | None = None
+               ) -> pd.DataFrame:
+    """Per row of ``first`` (by point, kernel, metric): did the re-run alone reproduce it?
+
+    Columns ``d_first, d_rerun`` (log worse-ratios), ``z_rerun``, ``z_het`` and
+    ``reproduced`` (bool): the re-run leans worse at one-sided p < ``reproduce_p`` and does not
+    differ from the first look at two-sided p < ``heterogeneity_p``."""
+    cfg = config or ConfirmConfig()
+    a = alone.set_index(KEY)
+    f = first.set_index(KEY)
+    a = a[~a.index.duplicated()].reindex(f.index)
+    d1, s1 = _log_est(first, cfg.level)
+    d2, s2 = _log_est(a.reset_index(), cfg.level)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z2 = d2 / s2
+        zh = (d1 - d2) / np.sqrt(s1 ** 2 + s2 ** 2)
+    lean = z2 > sps.norm.ppf(1 - cfg.reproduce_p)
+    het = np.abs(zh) > sps.norm.ppf(1 - cfg.heterogeneity_p / 2)
+    # a row the re-run cannot estimate (missing there, no CI) is not reproduced
+    ok = lean & ~np.where(np.isfinite(zh), het, False)
+    return pd.DataFrame({"d_first": d1, "d_rerun": d2, "z_rerun": z2, "z_het": zh,
+                         "reproduced": np.where(np.isfinite(z2), ok, False)}, index=f.index)
+
+
+def judge(first: pd.DataFrame, combined: pd.DataFrame, alone: pd.DataFrame,
+          config: ConfirmConfig | None = None) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Final verdicts after a confirmation round, and what changed.
+
+    ``first``: the verdicts the confirmation was triggered by; ``combined``: baseline vs
+    candidate + re-run processes; ``alone``: baseline vs the re-run processes only. The result
+    is ``combined`` with every ``regression`` that the re-run did not reproduce turned
+    ``inconclusive``, and a note on every row whose verdict differs from ``first``.
+    """
+    cfg = config or ConfirmConfig()
+    out = combined.copy()
+    # the first look's estimates on the combined table's rows (NaN where it had none)
+    f = first.set_index(KEY)
+    f = f[~f.index.duplicated()].reindex(out.set_index(KEY).index).reset_index()
+    f["metric"] = f["metric"].astype(str)
+    rep = reproduced(f, alone, cfg)
+    before = first.set_index(KEY)["verdict"]
+    before = before[~before.index.duplicated()].reindex(rep.index).astype(object).fillna("-").to_numpy()
+    verdict = out["verdict"].astype(str).to_numpy().copy()
+    note = out["note"].astype(object).where(out["note"].notna(), "").astype(str).to_numpy().copy()
+    n_first = pd.to_numeric(first["n_cand"], errors="coerce").max()
+    n_now = pd.to_numeric(out["n_cand"], errors="coerce").max()
+    not_rep = (verdict == REGRESSION) & ~rep["reproduced"].to_numpy(bool)
+    for i in np.flatnonzero(not_rep):
+        d1, d2 = rep["d_first"].iloc[i], rep["d_rerun"].iloc[i]
+        note[i] = _join(note[i], f"not reproduced by the re-run (first look {_pct(d1)}, re-run alone "
+                                 f"{_pct(d2)}): transient?")
+    verdict = np.where(not_rep, INCONCLUSIVE, verdict)
+    changes: list[dict[str, Any]] = []
+    for i in range(len(out)):
+        if verdict[i] != before[i]:
+            note[i] = _join(note[i], f"confirmation: {before[i]} -> {verdict[i]} with "
+                                     f"{_int(n_now)} candidate processes (first look {_int(n_first)})")
+            changes.append({"point": str(out["point"].iloc[i]), "kernel": str(out["kernel"].iloc[i]),
+                            "metric": str(out["metric"].iloc[i]), "before": str(before[i]),
+                            "after": str(verdict[i])})
+        elif verdict[i] == REGRESSION:
+            note[i] = _join(note[i], f"confirmed by a re-run ({_int(n_now)} candidate processes)")
+    out["verdict"] = verdict
+    out["note"] = note
+    return out, changes
+
+
+def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
+    """Verdicts of a disturbed point (``run.environment.Disturbance``): ``regression`` /
+    ``improvement`` become ``inconclusive`` with the reason, unless the whole CI lies beyond
+    ``(1 + threshold) * factor`` (worse) or below ``(1 - threshold) / factor`` (better): far
+    beyond what the contention explains. Returns a copy; undisturbed tables come back as is."""
+    if disturbance is None or not disturbance.disturbed or verdicts.empty:
+        return verdicts
+    v = verdicts.copy()
+    _, low_w, high_w = _worse(v)
+    thr = pd.to_numeric(v["threshold"], errors="coerce").fillna(0.0).to_numpy(float)
+    verdict = v["verdict"].astype(str).to_numpy()
+    f = float(disturbance.factor)
+    with np.errstate(invalid="ignore"):
+        far_worse = low_w > (1 + thr) * f
+        far_better = high_w < (1 - thr) / f
+    reg, imp = verdict == REGRESSION, verdict == IMPROVEMENT
+    down = (reg & ~far_worse) | (imp & ~far_better)
+    keep = (reg & far_worse) | (imp & far_better)
+    note = v["note"].astype(object).where(v["note"].notna(), "").astype(str).to_numpy().copy()
+    for i in np.flatnonzero(down):
+        note[i] = _join(note[i], f"{disturbance.text} (was {verdict[i]}, within the x{f:.2f} the "
+                                 "contention can explain; rerun on a quiet machine)")
+    for i in np.flatnonzero(keep):
+        note[i] = _join(note[i], f"far beyond the noise of a disturbed environment (x{f:.2f}: "
+                                 f"{'; '.join(disturbance.reasons)})")
+    v["verdict"] = np.where(down, INCONCLUSIVE, verdict)
+    v["note"] = note
+    return v
+
+
+def _pct(d: float) -> str:
+    return "n/a" if not np.isfinite(d) else f"{100 * (np.exp(d) - 1):+.1f}%"
+
+
+def _int(x: Any) -> str:
+    try:
+        return str(int(x))
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b

@@ -1,0 +1,257 @@
+"""Evidence of contention while a sweep point runs, and what it does to the point's verdicts.
+
+A performance gate must not blame the code for a busy machine. :class:`ContentionMonitor` runs
+beside a point's workload and records, into the point's metadata (``point.json``
+``environment``):
+
+* ``cores``: CPUs this process may run on (``sched_getaffinity``).
+* ``runnable_mean`` / ``runnable_max``: runnable threads on the host (``procs_running`` of
+  ``/proc/stat``, sampled every ``interval_s``, minus the sampling thread itself). Includes
+  the workload's own threads: a workload that oversubscribes the box disturbs itself.
+* ``own_cpu_cores``: CPU time of this process and its finished children (the workload's
+  launcher and ranks) per wall second.
+* ``foreign_cpu_cores``: busy CPU time of the whole host (``/proc/stat`` user + nice + system
+  + irq + softirq) minus our own, per wall second: other engineers' jobs, other pytest
+  sessions.
+* ``steal_fraction``: CPU steal (hypervisor gave our vCPUs to someone else) / capacity.
+* ``load1_start`` / ``load1_end``: 1-minute load average (context; it lags by design).
+* ``concurrent_points``: other gemmperf points that ran at the same time on this host in the
+  same session (pytest-xdist workers), seen through marker files in ``<results>/.active/``.
+
+:func:`assess` turns the evidence into a :class:`Disturbance`: whether the point was disturbed,
+the reasons in words, and ``factor``, how much slower than undisturbed a CPU-bound measurement
+can read there (runnable threads per core, CPU demand per core, 1 / (1 - steal), concurrent
+points sharing the devices). ``gate.confirm.apply_disturbance`` makes a ``regression`` or
+``improvement`` on a disturbed point ``inconclusive`` with the note ``noisy environment:
+...``, unless its whole confidence interval lies beyond ``(1 + threshold) * factor`` (far
+beyond anything the contention can explain).
+
+Only Linux exposes ``/proc/stat``; elsewhere the CPU fields are left out and only concurrent
+points count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: thresholds of :func:`assess` (documented in the README's "noisy environments")
+RUNNABLE_EXCESS = 0.5      # runnable threads beyond the cores (+ this) count as contention
+FOREIGN_SHARE = 0.25       # other processes' CPU use beyond this share of the cores (min 0.5 core)
+STEAL_SHARE = 0.05         # CPU steal beyond 5 % of the capacity
+PROC_STAT = "/proc/stat"
+ACTIVE_DIR = ".active"
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def read_proc_stat(path: str = PROC_STAT) -> dict[str, float] | None:
+    """``busy`` / ``steal`` / ``total`` CPU seconds of the host and ``procs_running`` (None
+    where the file cannot be read)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    out: dict[str, float] = {}
+    tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "cpu":
+            v = [float(x) for x in parts[1:]] + [0.0] * 10
+            user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+            out["busy"] = (user + nice + system + irq + softirq) / tick
+            out["steal"] = steal / tick
+            out["total"] = (user + nice + system + idle + iowait + irq + softirq + steal) / tick
+        elif parts[0] == "procs_running" and len(parts) > 1:
+            out["procs_running"] = float(parts[1])
+    return out if "busy" in out else None
+
+
+def _own_cpu_s() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _load1() -> float | None:
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+@dataclass
+class ContentionMonitor:
+    """Context manager recording contention evidence while a point runs (see module doc).
+
+    ``marker_dir``: the session's ``<results>/.active`` (shared by its xdist workers); ``label``
+    names this point in the other workers' evidence. ``proc_stat`` is replaceable for tests.
+    """
+
+    marker_dir: Path | None = None
+    label: str = ""
+    interval_s: float = 0.25
+    proc_stat: str = PROC_STAT
+    #: False: record nothing (a replayed point measured nothing on this machine)
+    enabled: bool = True
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._runnable: list[float] = []
+        self._others: set[str] = set()
+        self._marker: Path | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+    def __enter__(self) -> "ContentionMonitor":
+        if not self.enabled:
+            return self
+        self._t0 = time.monotonic()
+        self._stat0 = read_proc_stat(self.proc_stat)
+        self._own0 = _own_cpu_s()
+        self._load0 = _load1()
+        if self.marker_dir is not None:
+            try:
+                self.marker_dir.mkdir(parents=True, exist_ok=True)
+                self._marker = self.marker_dir / f"{os.getpid()}.json"
+                self._marker.write_text(json.dumps({"point": self.label, "pid": os.getpid()}))
+            except OSError:
+                self._marker = None
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="gemmperf-contention", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.enabled:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._sample()
+        if self._marker is not None:
+            try:
+                self._marker.unlink()
+                self.marker_dir.rmdir()  # only when no other point is running
+            except OSError:
+                pass
+        self.evidence = self._summary()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        st = read_proc_stat(self.proc_stat)
+        if st is not None and "procs_running" in st:
+            self._runnable.append(max(0.0, st["procs_running"] - 1))  # minus the sampler
+        if self.marker_dir is not None:
+            try:
+                names = [p for p in self.marker_dir.glob("*.json") if p != self._marker]
+            except OSError:
+                names = []
+            for p in names:
+                try:
+                    self._others.add(json.loads(p.read_text()).get("point") or p.stem)
+                except (OSError, ValueError):
+                    continue  # removed while we looked, or half written
+
+    def _summary(self) -> dict[str, Any]:
+        wall = max(time.monotonic() - self._t0, 1e-6)
+        cores = _cores()
+        own = max(0.0, _own_cpu_s() - self._own0)
+        ev: dict[str, Any] = {"cores": cores, "wall_s": round(wall, 3),
+                              "own_cpu_cores": round(own / wall, 3),
+                              "load1_start": self._load0, "load1_end": _load1(),
+                              "concurrent_points": len(self._others),
+                              "concurrent": sorted(self._others)[:8]}
+        st1 = read_proc_stat(self.proc_stat)
+        if self._stat0 is not None and st1 is not None:
+            busy = st1["busy"] - self._stat0["busy"]
+            span = max(st1["total"] - self._stat0["total"], 1e-6)
+            ev["foreign_cpu_cores"] = round(max(0.0, busy - own) / wall, 3)
+            ev["steal_fraction"] = round(max(0.0, st1["steal"] - self._stat0["steal"]) / span, 4)
+        if self._runnable:
+            ev["runnable_mean"] = round(float(np.mean(self._runnable)), 3)
+            ev["runnable_max"] = float(np.max(self._runnable))
+            ev["samples"] = len(self._runnable)
+        return ev
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """What :func:`assess` concluded from a point's evidence."""
+
+    disturbed: bool
+    reasons: tuple[str, ...] = ()
+    factor: float = 1.0
+
+    @property
+    def text(self) -> str:
+        return "noisy environment: " + "; ".join(self.reasons) if self.reasons else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"disturbed": self.disturbed, "reasons": list(self.reasons), "factor": round(self.factor, 3)}
+
+
+def assess(evidence: dict[str, Any] | None, *, shares_devices: bool = True) -> Disturbance:
+    """Was the point disturbed, why, and by how much at most (``factor`` >= 1).
+
+    ``shares_devices``: concurrent points compete for the same devices (a CPU run, or GPU
+    points without ``--gemmperf-gpus-per-point``); points on disjoint GPUs do not disturb each
+    other through the devices (their CPU use still shows as runnable threads / foreign CPU).
+    """
+    if not evidence:
+        return Disturbance(False)
+    cores = float(evidence.get("cores") or 1)
+    reasons: list[str] = []
+    factors = [1.0]
+    others = int(evidence.get("concurrent_points") or 0)
+    if others and shares_devices:
+        reasons.append(f"{others} other gemmperf point(s) ran at the same time on this host "
+                       "(pytest-xdist workers share its CPUs/devices)")
+        factors.append(1.0 + others)
+    runnable = evidence.get("runnable_mean")
+    if runnable is not None and runnable > cores + RUNNABLE_EXCESS:
+        reasons.append(f"{runnable:.1f} runnable threads on {cores:g} cores")
+        factors.append(runnable / cores)
+    foreign = evidence.get("foreign_cpu_cores")
+    own = float(evidence.get("own_cpu_cores") or 0.0)
+    if foreign is not None and foreign > max(0.5, FOREIGN_SHARE * cores):
+        reasons.append(f"other processes used {foreign:.1f} of {cores:g} cores")
+        factors.append(max(1.0, (foreign + own) / cores))
+    steal = evidence.get("steal_fraction")
+    if steal is not None and steal > STEAL_SHARE:
+        reasons.append(f"CPU steal {100 * steal:.0f}%")
+        factors.append(1.0 / max(1e-3, 1.0 - steal))
+    return Disturbance(bool(reasons), tuple(reasons), float(max(factors)))
+
+
+def combine(*evidence: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Evidence of several runs of one point as one (worst case per field)."""
+    evs = [e for e in evidence if e]
+    if not evs:
+        return None
+    out: dict[str, Any] = dict(evs[0])
+    for e in evs[1:]:
+        for k, v in e.items():
+            if isinstance(v, (int, float)) and isinstance(out.get(k), (int, float)) and k != "cores":
+                out[k] = max(out[k], v)
+            elif k not in out:
+                out[k] = v
+    return out
