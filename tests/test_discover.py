@@ -324,3 +324,23 @@ def test_real_readers_on_real_outputs_in_sweep_layout(tmp_path):
     assert d.loc[d["source"] == "rocprofv3-json", "rank"].isna().all()
     assert set(d.loc[d["source"] == "rocprofv3-json", "pass"]) == {1}
     assert set(d.loc[d["source"] == "rocprofv3-csv", "rank"]) == {5}
+
+
+def test_symlinked_subdirectory_is_read_once_and_a_loop_is_a_note(tmp_path):
+    """The walk follows symlinked directories (a sweep assembled from links is read) but enters
+    each real directory once: a link back up the tree is a note, not an endless walk."""
+    real = tmp_path / "store" / "node-a"
+    real.mkdir(parents=True)
+    shutil.copy(FIXTURES / "rocprof_csv" / "v7" / "mi350-n1" / "5358_kernel_trace.csv", real)
+    root = tmp_path / "sweep"
+    root.mkdir()
+    (root / "node-a").symlink_to(real, target_is_directory=True)
+    (root / "again").symlink_to(real, target_is_directory=True)
+    (real / "up").symlink_to(root, target_is_directory=True)
+    sources, notes = discover_with_notes(root)
+    assert [s.files[0].name for s in sources] == ["5358_kernel_trace.csv"]
+    assert sources[0].host == "again"  # the first link in name order; the same files once
+    assert any(n.startswith(f"{root / 'node-a'}: directory not read again") for n in notes)
+    assert any(n.startswith(f"{real / 'up'}: directory not read again")
+               or n.startswith(f"{root / 'again' / 'up'}: directory not read again") for n in notes)
+    assert len(load(root).dispatches) == 13

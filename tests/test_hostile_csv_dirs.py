@@ -66,10 +66,17 @@ MEMCPY = ("Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agen
 V1 = ("Index", "KernelName", "gpu-id", "queue-id", "queue-index", "pid", "tid", "grd", "wgr",
       "lds", "scr", "arch_vgpr", "accum_vgpr", "sgpr", "wave_size", "sig", "obj", "DispatchNs",
       "BeginNs", "EndNs", "CompleteNs")
+API = ("Domain", "Function", "Process_Id", "Thread_Id", "Correlation_Id", "Start_Timestamp",
+       "End_Timestamp")
+SCRATCH = ("Kind", "Operation", "Agent_Id", "Queue_Id", "Thread_Id", "Alloc_Flags",
+           "Start_Timestamp", "End_Timestamp")
+ALLOC = ("Kind", "Operation", "Agent_Id", "Allocation_Size", "Address", "Correlation_Id",
+         "Start_Timestamp", "End_Timestamp")
 AGENT_INFO = FIXTURES / "rocprof_csv" / "v7" / "mi350-n1" / "5358_agent_info.csv"
 
 _STRINGS = {"kind", "kernel_name", "guid", "counter_name", "direction", "name", "kernelname",
-            "sig", "obj", "agent_id", "source_agent_id", "destination_agent_id"}
+            "sig", "obj", "agent_id", "source_agent_id", "destination_agent_id", "domain",
+            "function", "operation", "address"}
 _DEFAULTS = {"kind": "KERNEL_DISPATCH", "agent_id": "Agent 4", "kernel_name": "gemm_kernel",
              "guid": "g-1", "counter_name": "SQ_WAVES", "counter_value": "4.000000",
              "start_timestamp": "1000", "end_timestamp": "2000", "direction": "HOST_TO_DEVICE",
@@ -405,6 +412,14 @@ REJECT = [
     # legacy rocprof v1 results.csv
     ("v1-begin-2^63", csv_case("results.csv", V1, _row(V1, 1, beginns=BIG)), "csv", "BeginNs"),
     ("v1-end-inf", csv_case("results.csv", V1, _row(V1, 1, endns="inf")), "csv", "EndNs"),
+    # CSVs kept as raw tables
+    ("api-start-inf", csv_case("1_hip_api_trace.csv", API, _row(API, 1, start_timestamp="inf")),
+     "csv", "Start_Timestamp"),
+    ("scratch-end-2^63", csv_case("1_scratch_memory_trace.csv", SCRATCH,
+                                  _row(SCRATCH, 1, end_timestamp=BIG)), "csv", "End_Timestamp"),
+    ("alloc-size-fraction", csv_case("1_memory_allocation_trace.csv", ALLOC,
+                                     _row(ALLOC, 1, allocation_size="4096.5")), "csv",
+     "Allocation_Size"),
     # rocpd SQLite
     ("rocpd-real-fraction", rocpd_case(K + "start = start + 0.5 WHERE id = 2"), "load",
      "is not an integer"),

@@ -597,10 +597,19 @@ def read_memory_copy_csv(path: str | os.PathLike) -> pd.DataFrame:
 # Any rocprofv3 CSV
 # --------------------------------------------------------------------------------------------
 
+#: integer columns of the CSVs kept as raw tables (API, scratch, allocation, PC sampling)
+_RAW_INTS = frozenset({"start_timestamp", "end_timestamp", "correlation_id", "thread_id",
+                       "process_id", "queue_id", "dispatch_id", "sample_timestamp",
+                       "allocation_size", "stream_id"})
+
+
 def _read_raw(path: str, kind: CsvKind) -> pd.DataFrame:
+    """A CSV kept as a table: its integer columns exact and checked (nullable ``Int64``),
+    every other column as text (flags and masks such as ``0x%016x`` stay as written)."""
     src = _prepare_source(path)
-    types = {c: pa.string() for c in kind.columns if c.lower() in _STRING_COLS}
-    return _read_typed(src, kind, types).to_pandas()
+    types = {c: (pa.int64() if c.lower() in _RAW_INTS else pa.string()) for c in kind.known}
+    table = _read_typed(src, kind, types, list(types))
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
 def _empty_dispatches(path: str) -> pd.DataFrame:
