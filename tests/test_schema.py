@@ -146,3 +146,29 @@ def test_user_rules_keep_regex_semantics():
     assert category_of("abc_only", rules) == "mine"
     assert category_of("foo", rules) == "other"
     assert category_of("Cijk_x", rules) == "gemm"
+
+
+# ----------------------------------------------------------------- exact timestamps (issue 10)
+
+@pytest.mark.parametrize("start, fragment", [
+    ([1.0, 2.5], "2.5"), ([1.0, np.inf], "inf"), ([1.0, np.nan], "missing timestamp"),
+    ([1.0, 2.0 ** 63], "int64 range"), (pd.Series([1, "7"], dtype=object), "'7'"),
+    (pd.Series([1, 2 ** 63], dtype=object), "int64 range"),
+])
+def test_float_or_object_timestamps_must_be_exact_integers(start, fragment):
+    df = pd.DataFrame({"kernel": ["k", "k"], "start_ns": start, "end_ns": [10, 20]})
+    with pytest.raises(GemmperfInputError, match="dispatch row 2") as ei:
+        finalize_dispatches(df, "t.parquet")
+    assert fragment in str(ei.value)
+
+
+def test_integral_float_timestamps_are_accepted_exactly():
+    df = pd.DataFrame({"kernel": ["k"], "start_ns": [float(2 ** 62)], "end_ns": [2 ** 62 + 5]})
+    out = finalize_dispatches(df, "t")
+    assert out["start_ns"].tolist() == [2 ** 62] and out["dur_ns"].tolist() == [5]
+
+
+def test_non_finite_counter_value_is_rejected():
+    from pytest_gemmperf.traces.schema import finalize_counters
+    with pytest.raises(GemmperfInputError, match=r"c\.csv \(counter row 2\): counter value inf"):
+        finalize_counters(pd.DataFrame({"counter": ["A", "B"], "value": [1.0, np.inf]}), "c.csv")

@@ -175,8 +175,8 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
         bad = int(np.flatnonzero((df["start_ns"].isna() | df["end_ns"].isna()).to_numpy())[0])
         raise GemmperfInputError(path, "missing timestamp", record=f"dispatch row {bad + 1}")
     df = df.copy(deep=False)
-    df["start_ns"] = df["start_ns"].astype(NS)
-    df["end_ns"] = df["end_ns"].astype(NS)
+    df["start_ns"] = exact_ns(df["start_ns"], path, "start_ns")
+    df["end_ns"] = exact_ns(df["end_ns"], path, "end_ns")
     df["dur_ns"] = df["end_ns"] - df["start_ns"]
     negative = df["dur_ns"].to_numpy() < 0
     if negative.any():
@@ -198,6 +198,35 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     out = _coerce(df, DISPATCH_SCHEMA, path)
     out["zero_dur"] = out["dur_ns"].to_numpy() == 0
     out["queue_overlap"] = flag_queue_overlap(out)
+    return out
+
+
+def exact_ns(s: pd.Series, path: str | None, col: str) -> np.ndarray:
+    """A timestamp column as int64 nanoseconds, exactly, or a one-line error.
+
+    Integer columns pass unchanged. A float column (a reader or a parquet table that went
+    through float64) is accepted only where every value is finite, integral and inside int64:
+    ``astype`` would truncate fractions and turn ``inf`` into INT64_MIN with a RuntimeWarning.
+    Object columns must hold Python/NumPy integers.
+    """
+    values = s.to_numpy()
+    if values.dtype.kind in "iu" and values.dtype != np.uint64:
+        return values.astype(np.int64, copy=False)
+    if values.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(values) | (np.abs(values) >= 2.0 ** 63) | (values != np.trunc(values))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise GemmperfInputError(path, f"{col} {float(values[i])!r} is not an integer number of "
+                                           "nanoseconds in the int64 range", record=f"dispatch row {i + 1}")
+        return values.astype(np.int64)
+    out = np.zeros(len(values), dtype=np.int64)
+    for i, v in enumerate(values):  # object/uint64 columns: rare (error paths, small tables)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) \
+                or not -(2 ** 63) <= int(v) < 2 ** 63:
+            raise GemmperfInputError(path, f"{col} {v!r} is not an integer number of nanoseconds "
+                                           "in the int64 range", record=f"dispatch row {i + 1}")
+        out[i] = int(v)
     return out
 
 
@@ -293,6 +322,11 @@ def finalize_counters(df: pd.DataFrame, path: str | None, *, allow_empty: bool =
             i = int(np.flatnonzero(v.isna().to_numpy())[0])
             raise GemmperfInputError(path, f"counter value {df['value'].iloc[i]!r} is not a number",
                                      record=f"counter row {i + 1}")
+        finite = np.isfinite(v.to_numpy(dtype="float64"))
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise GemmperfInputError(path, f"counter value {float(v.iloc[i])!r} is not a finite "
+                                           "number", record=f"counter row {i + 1}")
         df["value"] = v.astype("float64")
     return _coerce(df, COUNTER_SCHEMA, path)
 
