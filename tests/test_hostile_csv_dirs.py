@@ -261,6 +261,22 @@ def dangling_only_dir(tmp: Path):
     return d, d / "1_kernel_trace.csv"
 
 
+def tables_float_fraction(tmp: Path):
+    import pandas as pd
+    d = tmp / "point"
+    d.mkdir()
+    pd.DataFrame({"kernel": ["k", "k"], "start_ns": [1.0, 1.5], "end_ns": [3, 4]}).to_parquet(
+        d / "dispatches.parquet")
+    return d, d / "dispatches.parquet"
+
+
+def tables_fifo_only(tmp: Path):
+    d = tmp / "point"
+    d.mkdir()
+    os.mkfifo(d / "dispatches.parquet")
+    return d, d / "dispatches.parquet"
+
+
 def _denied(monkeypatch, target: Path, *, scandir: bool = False, opening: bool = False):
     """Make ``target`` unreadable as for an unprivileged user (root ignores chmod 000)."""
     target_s = os.fspath(target)
@@ -458,6 +474,8 @@ REJECT = [
     ("dir-unlistable-only-subdir", unreadable_only_subdir, "load", "Permission denied"),
     ("dir-unreadable-trace-file", unreadable_trace_file, "load", "Permission denied"),
     ("dir-unreadable-json-direct", unreadable_json_direct, "load", "Permission denied"),
+    ("tables-float-fraction", tables_float_fraction, "load", "start_ns 1.5"),
+    ("tables-fifo-only", tables_fifo_only, "load", "FIFO"),
 ]
 
 READERS = {"load": load, "csv": read_rocprof_csv, "rocpd": read_rocpd_db}
