@@ -23,7 +23,9 @@ Rules (an input that cannot be read exactly is an error, never a guess):
   the readers in their metadata). It is never parsed as a float first, and an end time
   ``ts + dur`` is rounded from the exact decimal sum (:func:`sum_us_to_ns`), not summed from two
   rounded parts;
-* the result must lie in int64 nanoseconds (about +-292 years); ``1e30`` is an error.
+* the result must lie in int64 nanoseconds (about +-292 years); ``1e30`` is an error;
+* a number text longer than :data:`MAX_DIGITS` digits is an error before any arithmetic, so a
+  hostile token costs bounded time and memory.
 
 Each function reports problems as a per-element status code, so the caller can name the
 record; :data:`PROBLEMS` maps a code to its one-line description.
@@ -40,12 +42,15 @@ import numpy as np
 INT64_MAX = 2 ** 63 - 1
 INT64_MIN = -(2 ** 63)
 
-OK, ROUNDED, ABSENT, NOT_NUMBER, OUT_OF_RANGE, NOT_INTEGER = range(6)
+OK, ROUNDED, ABSENT, NOT_NUMBER, OUT_OF_RANGE, NOT_INTEGER, TOO_LONG = range(7)
+#: more significant digits than any profiler writes (bounds the exact arithmetic's work)
+MAX_DIGITS = 1000
 PROBLEMS = {
     ABSENT: "is missing",
     NOT_NUMBER: "is not a JSON number",
     OUT_OF_RANGE: "is outside the int64 range",
     NOT_INTEGER: "is not a JSON integer",
+    TOO_LONG: f"has more than {MAX_DIGITS} digits",
 }
 
 #: a shared default for absent Raw fields (zero-length token -> ABSENT)
@@ -67,11 +72,17 @@ def us_text_to_ns(tokens: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray
     if n == 0:
         return values, status
     lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+    # the per-character arrays below cost ~50 bytes a character: bound a hostile token first
+    too_long = lengths > MAX_DIGITS + 30
+    if too_long.any():
+        tokens = [b"" if long else t for t, long in zip(tokens, too_long.tolist())]
+        lengths[too_long] = 0
     c = np.frombuffer(b"".join(tokens), dtype=np.uint8)
     ends = np.cumsum(lengths)
     starts = ends - lengths
     present = lengths > 0
     status[~present] = ABSENT
+    status[too_long] = TOO_LONG
     first = np.zeros(n, dtype=np.uint8)
     first[present] = c[starts[present]]
     # the decoder validated JSON syntax: a token starting with '-' or a digit is a number
@@ -103,7 +114,7 @@ def us_text_to_ns(tokens: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray
     slow &= is_num
     live = is_digit & is_num[tok] & ~slow[tok]
     # JSON forbids leading zeros, so 17+ integer digits of µs is >= 1e19 ns: out of range
-    too_long = is_num & ~slow & (int_digits > 16)
+    too_big = is_num & ~slow & (int_digits > 16)
     weight = np.where(live & (exp10 >= 0) & (exp10 <= 19), _POW10[np.clip(exp10, 0, 19)],
                       np.uint64(0))
     csum = np.empty(len(c) + 1, dtype=np.uint64)
@@ -113,7 +124,7 @@ def us_text_to_ns(tokens: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray
     np.cumsum(digit * weight, out=csum[1:])
     mag = csum[ends] - csum[starts]
     limit = np.where(neg, np.uint64(2 ** 63), np.uint64(INT64_MAX))
-    over = too_long | (mag > limit)
+    over = too_big | (mag > limit)
     fast_ok = is_num & ~slow & (status == OK)
     status[fast_ok & over] = OUT_OF_RANGE
     good = fast_ok & ~over
@@ -125,15 +136,19 @@ def us_text_to_ns(tokens: Sequence[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray
     return values, status
 
 
-def _decimal_parts(text: bytes) -> tuple[int, int] | None:
-    """(m, e) with value = m * 10**e exactly, from JSON number text; None if not a number."""
+def _decimal_parts(text: bytes) -> tuple[int, int] | int:
+    """(m, e) with value = m * 10**e exactly, from JSON number text; else a status code."""
+    if len(text) > MAX_DIGITS + 30:  # sign, point and exponent take a few characters
+        return TOO_LONG
     try:
         d = Decimal(text.decode("ascii"))
     except (InvalidOperation, UnicodeDecodeError, ValueError):
-        return None
+        return NOT_NUMBER
     if not d.is_finite():
-        return None
+        return NOT_NUMBER
     sign, digits, exp = d.as_tuple()
+    if len(digits) > MAX_DIGITS:
+        return TOO_LONG
     m = int("".join(map(str, digits)) or "0")
     return (-m if sign else m), int(exp)
 
@@ -165,8 +180,8 @@ def _decimal_us_to_ns(text: bytes) -> tuple[int, int]:
     """µs text -> ns on the decimal digits themselves (Decimal arithmetic would round to the
     context precision, float would round to 53 bits)."""
     parts = _decimal_parts(text)
-    if parts is None:
-        return 0, NOT_NUMBER
+    if isinstance(parts, int):
+        return 0, parts
     m, e = parts
     return _round_ns(m, e + 3)
 
@@ -174,8 +189,8 @@ def _decimal_us_to_ns(text: bytes) -> tuple[int, int]:
 def sum_us_to_ns(a: bytes, b: bytes) -> tuple[int, int]:
     """``(a + b) µs`` in ns from two number texts: exact sum first, one rounding after."""
     pa, pb = _decimal_parts(a), _decimal_parts(b)
-    if pa is None or pb is None:
-        return 0, NOT_NUMBER
+    if isinstance(pa, int) or isinstance(pb, int):
+        return 0, pa if isinstance(pa, int) else pb
     e = min(pa[1], pb[1])
     if max(pa[1], pb[1]) - e > 400:  # absurd exponent spread: values are either 0 or out of range
         v, st = _round_ns(*(pa if pa[1] > pb[1] else pb)[:1], max(pa[1], pb[1]) + 3)
