@@ -412,6 +412,9 @@ def test_unusual_numbers_read_exactly(tmp_path, ts, dur, start, end, rounded):
     g = _gemm(t)
     assert (g["start_ns"], g["end_ns"], g["dur_ns"]) == (start, end, end - start)
     assert t.meta["subns_rounded"] == rounded
+    assert len(t.meta["notes"]) == (rounded > 0)
+    if rounded:
+        assert f"{rounded} ts/dur value(s) had digits below 1 ns" in t.meta["notes"][0]
 
 
 def test_negative_epoch_offsets_bom_whitespace_crlf_labels(tmp_path):

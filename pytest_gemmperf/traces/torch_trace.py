@@ -221,6 +221,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
         "steps": _steps_frame(annotations, cpu_ops, src),
         "n_events": len(events),
         "subns_rounded": src.rounded,
+        "notes": src.notes(),
     }
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
 
@@ -261,7 +262,7 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
         "format": "kineto", "flavor": "cpu", "cpu_op_dispatches": True,
         "distributed": doc.distributedInfo, "rank": rank, "host": host, "pid": pid,
         "base_time_ns": base_time(doc, path), "n_events": len(events),
-        "subns_rounded": src.rounded,
+        "subns_rounded": src.rounded, "notes": src.notes(),
     }
     return Trace(dispatches=_order_extra_columns(out), files=[path], meta=meta)
 
@@ -324,6 +325,14 @@ class _Src:
         self.path = path
         self.events = events
         self.rounded = 0  # ts/dur values with digits below 1 ns, rounded once (jsonnum)
+
+    def notes(self) -> list[str]:
+        """What was read other than exactly as written (for reports): never silent."""
+        if not self.rounded:
+            return []
+        return [f"{self.path}: {self.rounded} ts/dur value(s) had digits below 1 ns (float "
+                "arithmetic by a tool that rewrote the trace?) and were rounded once, half to "
+                "even, to integer ns"]
 
     def error(self, ev: _Event, message: str) -> GemmperfInputError:
         # error path only: a linear identity search is fine here
