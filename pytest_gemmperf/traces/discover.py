@@ -16,6 +16,14 @@ Understood inputs:
 Rank comes only from explicit information: a ``rank<R>`` / ``rank_<R>`` path component or file
 prefix, ``distributedInfo.rank`` inside a torch trace, ``point.json`` (its ``runs[].files``
 map or a recorded ``RANK`` in ``env``). It is never inferred from file order.
+
+Hostile trees (issue 10): the walk opens regular files only (a FIFO named like a trace would
+block ``open`` forever), follows symlinks but enters each real directory once, and never skips
+silently - a directory it cannot list, a symlink it cannot follow (loop, missing target), a
+directory reached a second time, a FIFO/socket/device named like an output, an unreadable JSON
+that no name marks as a trace: each becomes a line in ``notes`` (``gemmperf analyze`` prints
+them as ``note:`` lines). A path given directly that is none of a readable regular file or
+directory is an error.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.csv_layouts import file_type
 from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
                                            Trace, concat_tables, empty, finalize_agents,
                                            finalize_counters, finalize_dispatches, set_columns)
@@ -112,7 +121,7 @@ def discover_with_notes(path: str | os.PathLike) -> tuple[list[Source], list[str
                                         "CSV/JSON/rocpd, a PyTorch profiler trace or dispatches.parquet)")
         return [src], notes
     if not stat.S_ISDIR(st.st_mode):
-        raise GemmperfInputError(p, f"not a regular file or directory ({_file_type(st.st_mode)}); "
+        raise GemmperfInputError(p, f"not a regular file or directory ({file_type(st.st_mode)}); "
                                     "refusing to read it")
     try:
         with os.scandir(p):
@@ -130,15 +139,6 @@ def _os_reason(exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "a symlink loop (too many levels of symbolic links)"
     return exc.strerror or str(exc)
-
-
-def _file_type(mode: int) -> str:
-    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return word
-    return "not a regular file"
 
 
 def _looks_like_output(name: str) -> bool:
@@ -257,7 +257,7 @@ def _scan_tree(root: Path, notes: list[str]):
             elif stat.S_ISREG(est.st_mode):
                 files.append(e.name)
             elif _looks_like_output(e.name):
-                notes.append(f"{path}: skipped, {_file_type(est.st_mode)} named like a profiler "
+                notes.append(f"{path}: skipped, {file_type(est.st_mode)} named like a profiler "
                              "output (never opened)")
         yield d, files, subdirs
         stack.extend(reversed(subdirs))
@@ -384,7 +384,7 @@ def _point_json(d: Path) -> dict | None:
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
-        raise GemmperfInputError(p, f"point.json is not a regular file ({_file_type(st.st_mode)})")
+        raise GemmperfInputError(p, f"point.json is not a regular file ({file_type(st.st_mode)})")
     mtime = st.st_mtime_ns
     return _read_point_json(_real(p), mtime)
 
