@@ -303,6 +303,7 @@ class _SessionHooks:
         self.compared = 0
         self.learned = 0
         self.confirmations: list[dict] = []
+        self.noisy: list[tuple[str, str]] = []
         self.report: str | None = None
         self.report_error: str | None = None
 
@@ -322,6 +323,8 @@ class _SessionHooks:
                 self.learned += 1
             elif name == f"{PROP_PREFIX}_confirm":
                 self.confirmations.append(json.loads(value))
+            elif name == f"{PROP_PREFIX}_environment":
+                self.noisy.append((report.nodeid, str(value)))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
@@ -363,6 +366,8 @@ class _SessionHooks:
             tr.write_line(f"variance of {self.learned} point run(s) added to the baselines' history")
         for c in self.confirmations:
             tr.write_line(_format_confirmation(c), yellow=True)
+        for nodeid, text in self.noisy:  # run/environment.py: contention while the point ran
+            tr.write_line(f"{text} while {nodeid} ran", yellow=True)
         if self.verdicts:
             tr.write_line(_format_summary_rows(self.verdicts))
         if gp.options.warn_only and any(r["verdict"] == "regression" for r in self.verdicts):

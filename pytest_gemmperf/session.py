@@ -296,6 +296,7 @@ class PointRunner:
         record["disturbance"] = disturbance.as_dict()
         if disturbance.disturbed:
             _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {disturbance.text}")
+            self._record(f"{PROP_PREFIX}_environment", disturbance.text)
         hw_key = _hardware_key(trace.agents)
         tables = {"dispatches": trace.dispatches, "counters": trace.counters, "agents": trace.agents}
         write_tables(point_dir, tables)
@@ -322,8 +323,9 @@ class PointRunner:
         from pytest_gemmperf.run.environment import assess
 
         # concurrent points compete for the devices unless each xdist worker has its own GPUs
-        shares = self.backend.device == "cpu" or self.options.gpus_per_point <= 0
-        return assess(dict(evidence or {}), shares_devices=shares)
+        cpu = self.backend.device == "cpu"
+        shares = cpu or self.options.gpus_per_point <= 0
+        return assess(dict(evidence or {}), shares_devices=shares, cpu_bound=cpu)
 
     def _execute(self, record: dict[str, Any], *, first_run: int):
         """Run ``repeats`` processes of the last ``profile()`` call, numbered from ``first_run``."""
@@ -589,7 +591,7 @@ class PointRunner:
             disturbance = self._assess(evidence)
             verdicts = apply_disturbance(judged, disturbance)
             summary["rounds"] = round_no
-            summary["extra_processes"] += int(extra_samples["unit"].nunique())
+            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == "dur_ns", "unit"].nunique())
             summary["changes"] = changes
             summary["environment"].append(disturbance.as_dict())
             if (verdicts["verdict"] == "regression").any() or not suspicious(verdicts, ccfg).any():

@@ -121,3 +121,12 @@ def test_monitor_survives_a_marker_vanishing_while_it_reads(tmp_path):
         stop.set()
         t.join()
     assert mon.evidence["concurrent_points"] in (0, 1)
+
+
+def test_gpu_kernel_timings_ignore_host_cpu_load_but_not_shared_devices():
+    busy = {"cores": 2, "runnable_mean": 6.0, "foreign_cpu_cores": 1.8, "steal_fraction": 0.3}
+    assert assess(busy).disturbed
+    assert not assess(busy, cpu_bound=False).disturbed
+    d = assess({**busy, "concurrent_points": 1}, cpu_bound=False)
+    assert d.disturbed and d.factor == 2.0 and "same devices" in d.text
+    assert not assess({**busy, "concurrent_points": 1}, cpu_bound=False, shares_devices=False).disturbed

@@ -385,7 +385,9 @@ def test_contention_is_recorded_and_turns_a_regression_inconclusive(gp, monkeypa
     monkeypatch.setenv("FAKE_SCALE", "1.4")
     out = gp("-k", "ch28", "--gemmperf-confirm", "0", results="busy")
     out.assert_outcomes(passed=1, deselected=1)
-    out.stdout.fnmatch_lines(["*inconclusive*aten::mm*dur_ns*"])
+    out.stdout.fnmatch_lines(["noisy environment: 8.0 runnable threads on * cores*while "
+                              "test_gpsweep.py::test_gpsweep[[]ch28-th256[]] ran",
+                              "*inconclusive*aten::mm*dur_ns*"])
     pj = _point_json(gp.path / "busy", "ch28-th256")
     assert pj["environment"]["runnable_mean"] == 8.0 and pj["environment"]["foreign_cpu_cores"] > 1
     assert pj["disturbance"]["disturbed"] and "8.0 runnable threads" in pj["disturbance"]["reasons"][0]

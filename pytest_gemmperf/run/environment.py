@@ -209,14 +209,25 @@ class Disturbance:
         return {"disturbed": self.disturbed, "reasons": list(self.reasons), "factor": round(self.factor, 3)}
 
 
-def assess(evidence: dict[str, Any] | None, *, shares_devices: bool = True) -> Disturbance:
+def assess(evidence: dict[str, Any] | None, *, shares_devices: bool = True,
+           cpu_bound: bool = True) -> Disturbance:
     """Was the point disturbed, why, and by how much at most (``factor`` >= 1).
 
     ``shares_devices``: concurrent points compete for the same devices (a CPU run, or GPU
     points without ``--gemmperf-gpus-per-point``); points on disjoint GPUs do not disturb each
-    other through the devices (their CPU use still shows as runnable threads / foreign CPU).
+    other through the devices. ``cpu_bound``: the measured durations are CPU time (the CPU
+    backend's operators). GPU kernel durations are timed on the GPU and do not stretch when
+    the host's CPUs are busy, so for them only concurrent points sharing the devices count
+    (GPU clocks and throttling will join when telemetry is recorded).
     """
     if not evidence:
+        return Disturbance(False)
+    if not cpu_bound:
+        others = int(evidence.get("concurrent_points") or 0)
+        if others and shares_devices:
+            return Disturbance(True, (f"{others} other gemmperf point(s) ran on the same devices at the "
+                                      "same time (pytest-xdist workers without --gemmperf-gpus-per-point)",),
+                               1.0 + others)
         return Disturbance(False)
     cores = float(evidence.get("cores") or 1)
     reasons: list[str] = []
