@@ -36,6 +36,8 @@ RAW = "@@RAW@@"  # placeholder string replaced by raw JSON text after json.dumps
 DEEP = "[" * 200_000 + "]" * 200_000
 DEEP_OBJ = '{"a":' * 200_000 + "1" + "}" * 200_000
 TIMEOUT_S = 20
+# any warning (numpy RuntimeWarning included) fails a test here: none may reach a user's stderr
+pytestmark = pytest.mark.filterwarnings("error")
 
 
 @contextlib.contextmanager

@@ -329,6 +329,7 @@ def _dump_numbers(doc: dict) -> bytes:
     return re.sub(r'"@(-?[0-9.]+)"', r"\1", json.dumps(doc)).encode()
 
 
+@pytest.mark.filterwarnings("error")
 def test_epoch_magnitude_times_are_exact(tmp_path):
     from decimal import Decimal
     doc, texts = _epoch_trace(3000)
@@ -352,6 +353,7 @@ def test_epoch_magnitude_times_are_exact(tmp_path):
     assert (gaps == 1).all()  # ops 1 ns apart, as written
 
 
+@pytest.mark.filterwarnings("error")
 def test_epoch_ids_beyond_2p53_link_exactly(tmp_path):
     """Correlation ids above 2**53 differ in their last digits; in float64 they would be one
     value (spacing 256 at 2**60) and every kernel would find the same runtime call."""
