@@ -139,9 +139,9 @@ def floats_from_text(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, tuple[i
 def first_non_finite(col: pa.ChunkedArray | pa.Array) -> int | None:
     """Row of the first inf/nan in a float column (pyarrow reads ``inf``, ``nan`` and
     ``1e400`` as floats without complaint), else None."""
+    if not pa.types.is_floating(col.type):
+        return None  # before combining chunks: that copy is the cost on a million-row file
     arr = _combined(col)
-    if not pa.types.is_floating(arr.type):
-        return None
     values = arr.to_numpy(zero_copy_only=False)
     bad = ~np.isfinite(values)
     if arr.null_count:
