@@ -549,3 +549,123 @@ def test_cli(tmp_path: Path, samples_module, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["baseline", "refresh", "--baseline-dir", bdir])  # --from is required
     assert exc.value.code == 2
+
+
+def test_refresh_from_a_partial_run_keeps_the_other_points(tmp_path: Path, samples_module, capsys) -> None:
+    """A run made with -k (one point of a test) refreshes that point only; --replace is the
+    explicit way to drop points, and `baseline diff` says which ones it would drop."""
+    from pytest_gemmperf.cli import main
+
+    bdir = str(tmp_path / "baselines")
+    test = "perf_tests/test_gemm.py::test_overlap"
+    assert main(["baseline", "refresh", "--from", str(make_results(tmp_path / "r1", seed=0)),
+                 "--baseline-dir", bdir]) == 0
+    before = BaselineStore(bdir).load(test, HW)
+    partial = make_results(tmp_path / "r2", seed=50)
+    shutil.rmtree(partial / slug_for_test(test) / "ch56-th512")  # the run lacks this point
+    capsys.readouterr()
+
+    assert main(["baseline", "diff", "--from", str(partial), "--baseline-dir", bdir, "-k", "overlap"]) == 0
+    out = capsys.readouterr().out
+    assert "point(s) not in the run: ch56-th512 -- kept (refresh --replace would remove them)" in out
+    assert "0 removed" in out and "changed" in out
+    assert main(["baseline", "diff", "--from", str(partial), "--baseline-dir", bdir, "-k", "overlap",
+                 "--replace"]) == 0
+    out = capsys.readouterr().out
+    assert "REMOVED by --replace" in out and "ch56-th512" in out and " removed" in out
+    assert " 0 removed" not in out
+
+    assert main(["baseline", "refresh", "--from", str(partial), "--baseline-dir", bdir, "-k", "overlap"]) == 0
+    assert "kept 1 stored point(s)" in capsys.readouterr().err
+    merged = BaselineStore(bdir).load(test, HW)
+    assert set(merged.samples["point"]) == {"ch28-th256", "ch56-th512"}
+    keep = before.samples[before.samples["point"] == "ch56-th512"].reset_index(drop=True)
+    got = merged.samples[merged.samples["point"] == "ch56-th512"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(normalize_samples(got), normalize_samples(keep))
+    assert set(merged.meta["points"]) == {"ch28-th256", "ch56-th512"}
+    assert not merged.samples[merged.samples["point"] == "ch28-th256"].equals(
+        before.samples[before.samples["point"] == "ch28-th256"])
+    # the replaced ch28 run moved into the history; ch56 was not replaced
+    assert set(merged.variance["point"]) == {"ch28-th256"}
+
+    assert main(["baseline", "refresh", "--from", str(partial), "--baseline-dir", bdir, "-k", "overlap",
+                 "--replace"]) == 0
+    assert set(BaselineStore(bdir).load(test, HW).samples["point"]) == {"ch28-th256"}
+
+
+def test_show_verifies_and_lists_damaged_and_incomplete_records(tmp_path: Path, capsys) -> None:
+    from pytest_gemmperf.cli import main
+
+    store = BaselineStore(tmp_path)
+    tests = {n: f"t.py::test_{n}" for n in ("good", "checksum", "no_meta", "generation")}
+    for t in tests.values():
+        store.save(BaselineRecord(t, HW, make_samples()))
+    (store.files_dir(tests["checksum"], HW) / "samples.parquet").write_bytes(b"PAR1 flipped bits")
+    (store.path_for(tests["no_meta"], HW) / "meta.json").unlink()
+    gen = store.path_for(tests["generation"], HW) / "meta.json"
+    gen.write_text(gen.read_text().replace('"generation": 1', '"generation": 1.5'))
+    capsys.readouterr()
+
+    assert main(["baseline", "show", "--baseline-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert "4 record(s); checksums verified: 1 ok, 2 damaged, 1 incomplete" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 3
+    assert any(ln.startswith("damaged:") and "samples.parquet" in ln and "checksum" in ln for ln in lines)
+    assert any(ln.startswith("damaged:") and "'generation' is 1.5, expected a non-negative integer" in ln
+               for ln in lines)
+    assert any(ln.startswith("incomplete:") and "test_no_meta" in ln and "meta.json missing" in ln
+               for ln in lines)
+    table = store.list(verify=True).set_index("test_id")["status"]
+    assert table[tests["good"]] == "ok"
+
+    assert main(["baseline", "show", "--baseline-dir", str(tmp_path), "--no-verify"]) == 0
+    out = capsys.readouterr().out
+    assert "checksums NOT verified" in out
+    assert store.list().set_index("test_id")["status"][tests["checksum"]] == "not verified"
+
+    # one damaged record breaks neither the show of another nor loading the others
+    assert main(["baseline", "show", "--baseline-dir", str(tmp_path), tests["good"]]) == 0
+    assert "(checksums verified)" in capsys.readouterr().out
+    assert main(["baseline", "show", "--baseline-dir", str(tmp_path), tests["generation"]]) == 2
+    err = capsys.readouterr().err
+    assert "meta.json" in err and "'generation' is 1.5" in err and len(err.strip().splitlines()) == 1
+    damaged: list = []
+    assert [r.test_id for r in store.load_all(damaged=damaged)] == [tests["good"]]
+    assert len(damaged) == 3
+    with pytest.raises(GemmperfInputError, match="meta.json missing|no meta.json"):
+        store.load(tests["no_meta"], HW)
+    # a refresh repairs each of them
+    for t in tests.values():
+        store.save(BaselineRecord(t, HW, make_samples(seed=9)))
+    assert (store.list(verify=True)["status"] == "ok").all()
+
+
+def test_compare_of_other_records_survives_a_damaged_one(tmp_path: Path, samples_module, capsys) -> None:
+    from pytest_gemmperf.cli import main
+
+    results = make_results(tmp_path / "r", seed=0)
+    store = BaselineStore(tmp_path / "baselines")
+    refresh_from_results(results, store)
+    overlap, alone = "perf_tests/test_gemm.py::test_overlap", "perf_tests/test_gemm.py::test_alone"
+    (store.files_dir(alone, HW) / "summary.yaml").write_text("edited by hand\n")
+    cand = tmp_path / "cand"
+    shutil.copytree(results, cand)
+    shutil.rmtree(cand / slug_for_test(alone))  # (a candidate test without a baseline is another matter)
+    capsys.readouterr()
+    rc = main(["compare", str(store.root), str(cand), "--out", str(tmp_path / "o"), "--no-report"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert "summary.yaml" in err and "checksum" in err and "record skipped" in err
+    v = pd.read_csv(tmp_path / "o" / "verdicts.csv")
+    cmp = v[(v["test"] == overlap) & (v["metric"] == "dur_ns") & (v["kernel"] != "*")]
+    assert len(cmp) and (cmp["verdict"] == "unchanged").all()  # the healthy record was compared
+    # the healthy record's own directory as BASE: the damaged neighbour does not matter at all
+    from pytest_gemmperf.gate.load import all_baseline_records
+
+    assert [r.test_id for r in all_baseline_records(store.path_for(overlap, HW))] == [overlap]
+    # the damaged record's directory as BASE: one line naming the file
+    rc = main(["compare", str(store.path_for(alone, HW)), str(results), "--out", str(tmp_path / "o3")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "summary.yaml" in err and len(err.strip().splitlines()) == 1

@@ -190,7 +190,7 @@ def test_reader_waits_for_writer_cleaning_up(tmp_path: Path) -> None:
     t.start()
     time.sleep(0.5)
     assert t.is_alive() and not result  # waiting on the lock, not failing
-    store._transaction([plan])  # the writer finishes: v2 switched in, v1 gone
+    store._commit([plan])  # the writer finishes: v2 switched in, v1 gone
     lock.release()
     t.join(30)
     assert "exc" not in result, result.get("exc")

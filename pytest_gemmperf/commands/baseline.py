@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         sp.add_argument("--baseline-dir", default=DEFAULT_DIR, metavar="DIR",
                         help=f"baseline store (default: {DEFAULT_DIR})")
 
-    def from_results(name: str, help_text: str, func) -> None:
+    def from_results(name: str, help_text: str, func) -> argparse.ArgumentParser:
         sp = bsub.add_parser(name, help=help_text)
         sp.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR",
                         help="results directory of a finished run (or .gemmperf/results: newest run)")
@@ -30,8 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         sp.add_argument("--warmup", type=int, default=None, metavar="N",
                         help="dispatches per process and kernel to drop (default: as the run recorded)")
         sp.set_defaults(func=func)
+        return sp
 
-    from_results("refresh", "promote a finished results directory to baselines", run_refresh)
+    refresh = from_results("refresh", "promote a finished results directory to baselines (merged per point: "
+                            "stored points the run lacks are kept unless --replace)", run_refresh)
+    refresh.add_argument(
+        "--replace", action="store_true",
+        help="replace each refreshed record whole: stored points the run lacks are removed")
     from_results("learn", "add a finished run's between-process variance to the baselines' history "
                           "(samples unchanged)", run_learn)
 
@@ -39,6 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     common(s)
     s.add_argument("test_id", nargs="?", metavar="TEST_ID", help="show this test's statistics")
     s.add_argument("--hw", metavar="KEY", help="only this hardware key")
+    s.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="list from meta.json only, without reading and checksumming every record")
     s.set_defaults(func=run_show)
 
     d = bsub.add_parser("diff", help="what a refresh from RESULTS_DIR would change")
@@ -47,6 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     d.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
     d.add_argument("--warmup", type=int, default=None, metavar="N")
     d.add_argument("--all", action="store_true", help="also list unchanged rows")
+    d.add_argument("--replace", action="store_true",
+                   help="diff against a whole-record replace (what `refresh --replace` writes)")
     d.set_defaults(func=run_diff)
 
     pr = bsub.add_parser("prune", help="remove old baselines")
@@ -90,7 +99,8 @@ def _print_table(df: pd.DataFrame) -> None:
 def run_refresh(args: argparse.Namespace) -> int:
     from pytest_gemmperf.gate.baseline import refresh_from_results
 
-    recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say)
+    recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say,
+                                replace=args.replace)
     print(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}")
     return 0
 
@@ -121,18 +131,31 @@ def run_show(args: argparse.Namespace) -> int:
 
     store = _store(args)
     if args.test_id is None:
-        table = store.list(args.hw)
+        table = store.list(args.hw, verify=args.verify)
         if table.empty:
             print(f"no baselines in {args.baseline_dir}")
             return 0
         _print_table(table.drop(columns=["metrics", "rows", "generation"]).rename(
             columns={"test_id": "test", "hw_key": "hw"}))
+        bad = table[table["status"].str.startswith(("damaged", "incomplete"))]
+        if not args.verify:
+            print(f"{len(table)} record(s); checksums NOT verified (--no-verify)")
+        else:
+            print(f"{len(table)} record(s); checksums verified: {len(table) - len(bad)} ok, "
+                  f"{int(table['status'].str.startswith('damaged').sum())} damaged, "
+                  f"{int(table['status'].str.startswith('incomplete').sum())} incomplete")
+        for r in bad.itertuples(index=False):
+            _say(f"{r.status.split(':', 1)[0]}: {r.hw_key} {r.test_id}: {r.status.split(':', 1)[1].strip()}")
         return 0
-    recs = [r for r in store.load_all(args.hw) if r.test_id == args.test_id]
+    hws = [args.hw] if args.hw else sorted(p.name for p in store.root.iterdir()
+                                           if p.is_dir() and not p.name.startswith(".")) if store.root.is_dir() else []
+    # this test's records only: a damaged record of another test is none of this command's business
+    recs = [r for r in (store.load(args.test_id, hw) for hw in hws) if r is not None]
     if not recs:
         raise GemmperfInputError(args.baseline_dir, f"no baseline for test {args.test_id!r}")
     for rec in recs:
-        print(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}")
+        print(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}  "
+              "(checksums verified)")
         _print_table(summarize(rec.samples))
         if rec.variance is not None and len(rec.variance):
             runs = rec.variance.groupby("point")["seq"].nunique()
@@ -142,16 +165,21 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.gate.baseline import BaselineStore, records_from_results
+    from pytest_gemmperf.gate.baseline import BaselineStore, kept_points, merge_records, records_from_results
 
     store = _store(args)
     for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say):
         old = store.load(new.test_id, new.hw_key)
-        diff = BaselineStore.diff(old, new)
+        kept = kept_points(old, new)
+        # what the refresh would store: merged per point unless --replace
+        diff = BaselineStore.diff(old, merge_records(old, new, replace=args.replace))
         counts = diff["change"].value_counts()
         status = "new baseline" if old is None else ", ".join(
             f"{counts.get(c, 0)} {c}" for c in ("changed", "added", "removed", "unchanged"))
         print(f"{new.test_id}  [{new.hw_key}]: {status}")
+        if kept:
+            print(f"  point(s) not in the run: {', '.join(kept)} -- "
+                  + ("REMOVED by --replace" if args.replace else "kept (refresh --replace would remove them)"))
         shown = diff if args.all else diff[diff["change"] != "unchanged"]
         if not shown.empty:
             _print_table(shown)

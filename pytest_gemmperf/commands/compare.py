@@ -95,7 +95,10 @@ def _run(args: argparse.Namespace) -> int:
     keep = traces if getattr(args, "report", True) else None  # tables only for the reports
     # a store with several hardware keys: the one asked for, else the candidates' own
     base_path = Path(args.base)
-    base_recs = all_baseline_records(base_path) if base_path.is_dir() else None
+    damaged: list = []  # damaged baseline records: named and skipped, the others still compare
+    base_recs = all_baseline_records(base_path, damaged) if base_path.is_dir() else None
+    for err in damaged:
+        print(f"error: {err} (record skipped)", file=sys.stderr)
     hw = resolve_hardware_key(base_path, args.cands, getattr(args, "hw", None), base_recs)
     base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs)
     history = load_history(args.base, hw, records=base_recs)
@@ -128,6 +131,9 @@ def _run(args: argparse.Namespace) -> int:
     if n_reg:
         print(f"gemmperf: {n_reg} regression(s)", file=sys.stderr)
         return 1
+    if damaged:
+        print(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -28,6 +28,7 @@ from pytest_gemmperf.gate.record import (_DATA_FILES, _KEY_COLUMNS, MAX_HISTORY_
 from pytest_gemmperf.gate.results_source import (_BAD_STATUSES, records_from_results,  # noqa: F401
                                                  refresh_from_results, resolve_results_dir,
                                                  results_samples)
-from pytest_gemmperf.gate.store import LOCK_DIR, LOCK_TIMEOUT_S, TXN_DIR, BaselineStore  # noqa: F401
+from pytest_gemmperf.gate.store import LOCK_DIR, LOCK_TIMEOUT_S, BaselineStore  # noqa: F401
+from pytest_gemmperf.gate.store_txn import TXN_DIR  # noqa: F401
 from pytest_gemmperf.gate.store_fs import atomic_write as _atomic_write  # noqa: F401
 from pytest_gemmperf.gate.store_fs import fsync_dir as _fsync_dir  # noqa: F401

@@ -63,7 +63,10 @@ def baseline_records(p: Path, hw: str | None = None, recs: list | None = None) -
     return recs
 
 
-def all_baseline_records(p: Path) -> list | None:
+def all_baseline_records(p: Path, damaged: list | None = None) -> list | None:
+    """Every record of a baselines root, hardware dir or record dir (None when ``p`` is none).
+    ``damaged``: a list that receives the errors of damaged records, which are then skipped
+    (the others still compare); without it a damaged record raises."""
     if not p.is_dir():
         return None
     if (p / "meta.json").is_file():
@@ -77,12 +80,11 @@ def all_baseline_records(p: Path) -> list | None:
     from pytest_gemmperf.gate.baseline import BaselineStore
 
     if level == "root":
-        return BaselineStore(p).load_all()
+        return BaselineStore(p).load_all(damaged=damaged)
     if level == "hw":
-        return BaselineStore(p.parent).load_all(p.name)
-    store = BaselineStore(p.parent.parent)
-    return [r for r in store.load_all(p.parent.name)
-            if store.path_for(r.test_id, r.hw_key).resolve() == p.resolve()]
+        return BaselineStore(p.parent).load_all(p.name, damaged=damaged)
+    rec = BaselineStore(p.parent.parent).load_path(p)  # this record only: others' damage is no matter
+    return [] if rec is None else [rec]
 
 
 def load_history(path: str, hw: str | None = None, records: list | None = None) -> dict[str, pd.DataFrame]:

@@ -52,8 +52,9 @@ from filelock import FileLock, Timeout
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import store_fs as fs
+from pytest_gemmperf.gate import store_txn as txn
 from pytest_gemmperf.gate.hardware import sanitize
-from pytest_gemmperf.gate.record import (_DATA_FILES, _VERSION_RE, META_FILE, SAMPLES_FILE,
+from pytest_gemmperf.gate.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
                                          SCHEMA_VERSION, SUMMARY_FILE, VARIANCE_FILE, BaselineRecord,
                                          _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
                                          _samples_to_parquet, _sha256, _variance_from_parquet,
@@ -63,7 +64,6 @@ from pytest_gemmperf.gate.record import (_DATA_FILES, _VERSION_RE, META_FILE, SA
 
 LOCK_DIR = ".locks"
 LOCK_FILE = "store.lock"
-TXN_DIR = ".txn"
 LOCK_TIMEOUT_S = 300.0
 #: lock-free reads of a record before a reader waits for the writers' lock
 _READ_TRIES = 3
@@ -90,15 +90,6 @@ class _Current:
     damage: GemmperfInputError | None  # set when the record exists but cannot be read
 
 
-@dataclass
-class _Plan:
-    """One record's new version in a transaction."""
-
-    dir: Path
-    version: str
-    blobs: dict[str, bytes]  # file name -> bytes, meta.json included
-
-
 class BaselineStore:
     """Baselines under ``root`` (usually ``baselines/`` in the repository)."""
 
@@ -117,28 +108,15 @@ class BaselineStore:
         """The directory holding the record's current data files (its version directory, or
         the record directory for an old-layout record); None when there is no record."""
         d = self.path_for(test_id, hw_key)
-        meta_path = self._journal_targets().get(d) or d / META_FILE
+        meta_path = txn.targets(self.root).get(d) or d / META_FILE
         try:
             meta = _parse_meta(fs.read_bytes(meta_path), meta_path)
         except FileNotFoundError:
             return None
         return d / meta["version"] if meta.get("version") else d
 
-    def _ignored_dir(self, name: str) -> Path:
-        p = self.root / name
-        if not p.is_dir():
-            fs.mkdir(p)
-        ignore = p / ".gitignore"
-        if not ignore.exists():
-            try:
-                with open(ignore, "x") as fh:
-                    fh.write("*\n")
-            except FileExistsError:
-                pass
-        return p
-
     def _lock(self) -> FileLock:
-        return FileLock(self._ignored_dir(LOCK_DIR) / LOCK_FILE, timeout=self.lock_timeout_s)
+        return FileLock(txn.ignored_dir(self.root, LOCK_DIR) / LOCK_FILE, timeout=self.lock_timeout_s)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -154,50 +132,6 @@ class BaselineStore:
         finally:
             lock.release()
 
-    # ------------------------------------------------------------------ journals
-    def _journals(self) -> list[tuple[Path, dict[str, Any] | None]]:
-        """(path, parsed journal or None when unreadable), oldest first."""
-        tdir = self.root / TXN_DIR
-        try:
-            names = sorted(n for n in os.listdir(tdir) if n.endswith(".json") and not n.startswith("."))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        out = []
-        for n in names:
-            p = tdir / n
-            try:
-                doc = json.loads(fs.read_bytes(p))
-            except FileNotFoundError:
-                continue  # finished meanwhile
-            except (ValueError, UnicodeDecodeError, GemmperfInputError):
-                doc = None
-            out.append((p, doc if self._valid_journal(doc) else None))
-        return out
-
-    def _valid_journal(self, doc: Any) -> bool:
-        if not isinstance(doc, dict) or doc.get("state") not in ("staging", "committed"):
-            return False
-        recs = doc.get("records")
-        return isinstance(recs, list) and all(
-            isinstance(r, dict) and isinstance(r.get("dir"), str) and isinstance(r.get("version"), str)
-            and _VERSION_RE.fullmatch(r["version"]) and len(Path(r["dir"]).parts) == 2
-            and not any(part.startswith(".") for part in Path(r["dir"]).parts) for r in recs)
-
-    def _journal_targets(self) -> dict[Path, Path | None]:
-        """Record dir -> meta.json of the version a committed (not yet applied) journal switches
-        it to: what a reader must see, before any writer has rolled the journal forward. Records
-        a staging journal names map to None: their new version is not (yet) part of the store."""
-        out: dict[Path, Path | None] = {}
-        for _p, doc in self._journals():
-            if doc is not None:
-                for r in doc["records"]:
-                    d = self.root / r["dir"]
-                    if doc["state"] == "committed":
-                        out[d] = d / r["version"] / META_FILE
-                    else:
-                        out.setdefault(d, None)
-        return out
-
     # ------------------------------------------------------------------ reading
     def _read_consistent(self, d: Path, targets: dict[Path, Path]
                          ) -> tuple[dict[str, Any], Path, dict[str, bytes]] | None:
@@ -212,7 +146,7 @@ class BaselineStore:
                 raise _Mismatch(meta_path, "missing") from None
             if (d / SAMPLES_FILE).exists():  # an old-layout record without its meta.json
                 raise GemmperfInputError(meta_path, "missing (record has data files but no meta.json)")
-            versions = _versions(d)
+            versions = txn.versions(d)
             if versions and d not in targets:  # no write in progress staged them: meta.json was lost
                 raise GemmperfInputError(meta_path, f"missing (record has version {versions[-1]} but no "
                                                     "meta.json; `gemmperf baseline refresh` rewrites it)")
@@ -241,7 +175,7 @@ class BaselineStore:
         last under the writers' lock; a mismatch that persists is damage (GemmperfInputError)."""
         for _ in range(_READ_TRIES):
             try:
-                return self._read_consistent(d, self._journal_targets())
+                return self._read_consistent(d, txn.targets(self.root))
             except _Mismatch:
                 time.sleep(0.01)
         try:
@@ -250,7 +184,7 @@ class BaselineStore:
         except (OSError, Timeout):  # read-only checkout: nobody can be writing, the mismatch is real
             lock = None
         try:
-            return self._read_consistent(d, self._journal_targets())
+            return self._read_consistent(d, txn.targets(self.root))
         except _Mismatch as exc:
             raise GemmperfInputError(exc.path, exc.message) from None
         finally:
@@ -278,6 +212,14 @@ class BaselineStore:
         if rec is not None and (rec.test_id != test_id or rec.hw_key != hw_key):
             raise GemmperfInputError(d / META_FILE, f"holds test {rec.test_id!r} on {rec.hw_key!r}, "
                                                     f"expected {test_id!r} on {hw_key!r}")
+        return rec
+
+    def load_path(self, record_dir: str | os.PathLike) -> BaselineRecord | None:
+        """The record in ``record_dir`` (``<root>/<hw_key>/<slug>``); None when there is none."""
+        d = Path(record_dir)
+        rec = self._load_dir(d)
+        if rec is not None:
+            self._check_dir(d, rec)
         return rec
 
     def _record_dirs(self, hw_key: str | None = None) -> list[Path]:
@@ -320,7 +262,7 @@ class BaselineStore:
         ``status``: ``ok`` (with ``verify``: every checksum and file checked), ``not verified``
         (meta.json read only), ``damaged: ...`` or ``incomplete: ...`` with the reason."""
         rows = []
-        targets = self._journal_targets()
+        targets = txn.targets(self.root)
         for d in self._record_dirs(hw_key):
             row: dict[str, Any] = {"test_id": None, "hw_key": d.parent.name}
             meta_path = targets.get(d) or d / META_FILE
@@ -368,7 +310,7 @@ class BaselineStore:
             return "incomplete: its first write is in progress or was interrupted (the next write rolls it back)"
         if (d / SAMPLES_FILE).exists():
             return f"incomplete: {d / META_FILE} missing (data files without meta.json)"
-        versions = _versions(d)
+        versions = txn.versions(d)
         if versions:
             return (f"incomplete: {d / META_FILE} missing; version(s) {', '.join(versions)} unreferenced "
                     "(deleted meta.json? the next refresh replaces it)")
@@ -400,7 +342,7 @@ class BaselineStore:
             prepared.append((d, rec))
         done = []
         with self._locked():
-            self._recover(report)
+            txn.recover(self.root, report)
             plans = []
             for d, rec in prepared:
                 cur = self._current(d, rec.test_id)
@@ -414,7 +356,7 @@ class BaselineStore:
                 if plan is not None:
                     plans.append(plan)
             if plans:
-                self._transaction(plans)
+                self._commit(plans)
         return done
 
     def learn(self, test_id: str, hw_key: str, samples: pd.DataFrame, run: str) -> bool:
@@ -423,7 +365,7 @@ class BaselineStore:
         in the history (learning the same run twice would count its evidence twice)."""
         d = self.path_for(test_id, hw_key)
         with self._locked():
-            self._recover(None)
+            txn.recover(self.root, None)
             cur = self._current(d, test_id)
             if cur.damage is not None:
                 raise cur.damage
@@ -436,7 +378,7 @@ class BaselineStore:
             variance = add_history(history, samples, run, points)
             if (history is not None and variance.equals(history)) or (history is None and not len(variance)):
                 return False
-            self._transaction([self._plan(d, cur.record, cur.meta, cur.blobs[SAMPLES_FILE],
+            self._commit([self._plan(d, cur.record, cur.meta, cur.blobs[SAMPLES_FILE],
                                           cur.blobs[SUMMARY_FILE], variance)])
         return True
 
@@ -445,7 +387,7 @@ class BaselineStore:
         pruned directories); returns what was done. Every writer does this first."""
         notes: list[str] = []
         with self._locked():
-            self._recover(notes.append)
+            txn.recover(self.root, notes.append)
         return notes
 
     def _current(self, d: Path, test_id: str) -> _Current:
@@ -478,7 +420,7 @@ class BaselineStore:
                                                     f"(test ids {test_id!r} collide after sanitizing)")
 
     def _plan_save(self, d: Path, record: BaselineRecord, cur: _Current,
-                   report: Callable[[str], None] | None) -> _Plan | None:
+                   report: Callable[[str], None] | None) -> txn.Plan | None:
         samples = normalize_samples(record.samples, d / SAMPLES_FILE)
         if samples.empty:
             raise GemmperfInputError(d, f"refusing to save an empty baseline for {record.test_id!r}")
@@ -510,7 +452,7 @@ class BaselineStore:
         if cur.meta is not None:
             fdir = d / cur.meta["version"] if cur.meta.get("version") else d
             candidates.append((fdir, cur.meta))
-        for v in reversed([d / n for n in _versions(d)]):
+        for v in reversed([d / n for n in txn.versions(d)]):
             try:
                 candidates.append((v, _parse_meta(fs.read_bytes(v / META_FILE), v / META_FILE)))
             except (OSError, GemmperfInputError):
@@ -535,14 +477,14 @@ class BaselineStore:
         return None
 
     def _plan(self, d: Path, record: BaselineRecord, old: dict[str, Any] | None, samples_bytes: bytes,
-              summary_bytes: bytes, variance: pd.DataFrame | None) -> _Plan:
+              summary_bytes: bytes, variance: pd.DataFrame | None) -> txn.Plan:
         """The files of the record's next version, meta.json included."""
         samples = record.samples
         now = _now()
         blobs = {SAMPLES_FILE: samples_bytes, SUMMARY_FILE: summary_bytes}
         if variance is not None and len(variance):
             blobs[VARIANCE_FILE] = _variance_to_parquet(variance)
-        on_disk = [int(n[1:]) for n in _versions(d)]
+        on_disk = [int(n[1:]) for n in txn.versions(d)]
         generation = max([int((old or {}).get("generation", 0))] + on_disk) + 1
         meta = {
             "schema_version": SCHEMA_VERSION,
@@ -563,102 +505,11 @@ class BaselineStore:
             blobs[META_FILE] = (json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n").encode()
         except (TypeError, ValueError) as exc:
             raise GemmperfInputError(d / META_FILE, f"metadata is not JSON-serializable: {exc}") from None
-        return _Plan(d, meta["version"], blobs)
+        return txn.Plan(d, meta["version"], blobs)
 
-    # ------------------------------------------------------------------ the transaction
-    def _transaction(self, plans: list[_Plan]) -> None:
-        """Stage every plan, commit by one journal rename, apply, clean up (lock held)."""
-        tdir = self._ignored_dir(TXN_DIR)
-        journal = tdir / f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
-        entries = [{"dir": p.dir.relative_to(self.root).as_posix(), "version": p.version} for p in plans]
-
-        def doc(state: str) -> bytes:
-            return (json.dumps({"state": state, "records": entries}, indent=1) + "\n").encode()
-
-        fs.atomic_write(journal, doc("staging"))  # from here a crash is rolled back
-        for p in plans:
-            fs.mkdir(p.dir)
-            vdir = p.dir / p.version
-            fs.rmtree(vdir)  # an unreferenced leftover of the same name
-            fs.mkdir(vdir)
-            for name in sorted(p.blobs):
-                fs.write_new(vdir / name, p.blobs[name])
-            fs.fsync_dir(vdir)
-        fs.atomic_write(journal, doc("committed"))  # THE commit point: from here, rolled forward
-        self._apply(journal, entries)
-
-    def _apply(self, journal: Path, entries: list[dict[str, str]]) -> None:
-        """Switch each record to its version, refresh its derived summary, remove what the old
-        state left; then the journal. Idempotent: recovery runs it again after a crash."""
-        for e in entries:
-            d = self.root / e["dir"]
-            vdir = d / e["version"]
-            try:
-                meta_bytes = fs.read_bytes(vdir / META_FILE)
-            except FileNotFoundError:
-                raise GemmperfInputError(journal, f"commits {vdir}, which is gone (deleted by hand?): "
-                                                  "restore it or delete the journal") from None
-            if _file_or_none(d / META_FILE) != meta_bytes:
-                fs.atomic_write(d / META_FILE, meta_bytes)
-            summary = fs.read_bytes(vdir / SUMMARY_FILE)
-            if _file_or_none(d / SUMMARY_FILE) != summary:
-                fs.atomic_write(d / SUMMARY_FILE, summary)
-            self._clean_record(d, keep=e["version"])
-        fs.unlink(journal)
-        fs.fsync_dir(journal.parent)
-
-    @staticmethod
-    def _clean_record(d: Path, keep: str | None) -> None:
-        """Remove old versions, old-layout data files and temp files (lock held)."""
-        for p in sorted(d.iterdir()):
-            if p.is_dir() and _VERSION_RE.fullmatch(p.name) and p.name != keep:
-                fs.rmtree(p)
-            elif p.name.endswith(".tmp") and p.name.startswith("."):
-                fs.unlink(p)
-            elif keep is not None and p.name in (SAMPLES_FILE, VARIANCE_FILE):  # migrated away
-                fs.unlink(p)
-
-    def _recover(self, report: Callable[[str], None] | None) -> None:
-        """Roll committed journals forward and staging ones back; remove temp files and the
-        remains of interrupted prunes (lock held)."""
-        tdir = self.root / TXN_DIR
-        if tdir.is_dir():
-            for p in sorted(tdir.glob(".*.tmp")):
-                fs.unlink(p)
-        for path, doc in self._journals():
-            if doc is None:
-                raise GemmperfInputError(path, "unreadable baseline journal (not written by gemmperf?): "
-                                               "inspect the records it names, then delete it")
-            if doc["state"] == "committed":
-                self._apply(path, doc["records"])
-                if report:
-                    report(f"completed an interrupted baseline write ({len(doc['records'])} record(s))")
-                continue
-            for e in doc["records"]:
-                d = self.root / e["dir"]
-                cur = _file_or_none(d / META_FILE)
-                current = None
-                if cur is not None:
-                    try:
-                        current = json.loads(cur).get("version")
-                    except (ValueError, UnicodeDecodeError, AttributeError):
-                        current = None
-                if current != e["version"]:  # never remove what a meta.json points to
-                    fs.rmtree(d / e["version"])
-                if d.is_dir() and not any(d.iterdir()):  # an interrupted first write
-                    fs.rmdir(d)
-                    fs.rmdir(d.parent)
-            fs.unlink(path)
-            fs.fsync_dir(path.parent)
-            if report:
-                report(f"rolled back an interrupted baseline write ({len(doc['records'])} record(s))")
-        if self.root.is_dir():
-            for hw in sorted(self.root.iterdir()):
-                if hw.is_dir() and not hw.name.startswith("."):
-                    for trash in sorted(hw.glob(".*.pruned-*")):
-                        fs.rmtree(trash)
-                    if not any(hw.iterdir()):
-                        fs.rmdir(hw)
+    def _commit(self, plans: list[txn.Plan]) -> None:
+        """One transaction over ``plans`` (:func:`store_txn.run`; the lock is held)."""
+        txn.run(self.root, plans)
 
     # ------------------------------------------------------------------ pruning
     def prune(self, keep_test_ids: Iterable[str] | None = None,
@@ -675,7 +526,7 @@ class BaselineStore:
         removed = []
         with self._locked() if not dry_run else _nothing():
             if not dry_run:
-                self._recover(None)
+                txn.recover(self.root, None)
             for d in self._record_dirs(hw_key):
                 try:
                     m = _parse_meta(fs.read_bytes(d / META_FILE), d / META_FILE)
@@ -711,19 +562,3 @@ class BaselineStore:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
-
-
-def _file_or_none(path: Path) -> bytes | None:
-    try:
-        return fs.read_bytes(path)
-    except FileNotFoundError:
-        return None
-
-
-def _versions(d: Path) -> list[str]:
-    """Names of the version directories in record directory ``d``, oldest first."""
-    try:
-        names = [e.name for e in os.scandir(d) if _VERSION_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(names, key=lambda n: int(n[1:]))
