@@ -373,7 +373,8 @@ def _parse_meta(data: bytes, path: Path) -> dict[str, Any]:
 
 def _check_summary(data: bytes, path: Path, meta: dict[str, Any]) -> None:
     try:
-        doc = yaml.safe_load(data.decode("utf-8"))
+        # libyaml's safe loader when built in: the same documents, ~10x faster (every load checks this)
+        doc = yaml.load(data.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise GemmperfInputError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
