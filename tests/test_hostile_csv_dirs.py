@@ -36,7 +36,7 @@ from pytest_gemmperf.traces.rocpd import read_rocpd_db
 from pytest_gemmperf.traces.rocprof_csv import read_rocprof_csv
 from test_rocpd import T0, UUID_A, _db
 
-CASE_TIMEOUT_S = 30
+CASE_TIMEOUT_S = 60
 REPO = Path(__file__).resolve().parent.parent
 
 # ----------------------------------------------------------------------------- file builders
@@ -543,7 +543,7 @@ def test_cli_analyze_exits_2_with_one_stderr_line(case_id, tmp_path, monkeypatch
     given, named = _build(builder, tmp_path, monkeypatch)
     proc = subprocess.run([sys.executable, "-m", "pytest_gemmperf.cli", "analyze", os.fspath(given),
                            "--out", os.fspath(tmp_path / "out"), "--no-report"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          capture_output=True, text=True, timeout=50, cwd=REPO,
                           env={**os.environ, "PYTHONWARNINGS": "always"})
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2, proc.stderr
@@ -614,7 +614,7 @@ def test_cli_prints_the_skip_notes(tmp_path):
     os.mkfifo(d / "good" / "9_kernel_trace.csv")
     proc = subprocess.run([sys.executable, "-m", "pytest_gemmperf.cli", "analyze", os.fspath(d),
                            "--out", os.fspath(tmp_path / "out"), "--no-report"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+                          capture_output=True, text=True, timeout=50, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert [ln for ln in proc.stderr.splitlines()
             if ln.startswith("note: ") and "9_kernel_trace.csv" in ln and "FIFO" in ln]
