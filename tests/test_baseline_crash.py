@@ -193,6 +193,7 @@ def check_after_kill(root: Path, old: dict, new: dict, together: bool, where: st
     one refresh together), lists nothing damaged; the next writer cleans up without changing
     what readers saw. Returns 'old', 'new' or 'old+new' (a prune: records on their own)."""
     got = snapshot(root)  # before any writer repaired anything
+    got.pop(Z, None)  # the next writer's own record (tests that kill the next writer too)
     state = set()
     for t in old.keys() | new.keys():
         if got.get(t) == old.get(t) and old.get(t) != new.get(t):
@@ -235,6 +236,30 @@ def test_kill_at_every_step(template: Path, tmp_path: Path, name: str) -> None:
                              full_writer=k % 4 == 0 or steps[k][0] == "rename")
             for k in range(len(steps))]
     assert "old" in seen and "new" in seen  # both sides of the commit point were visited
+
+
+def test_kill_during_recovery(template: Path, tmp_path: Path) -> None:
+    """The next writer killed too, at every step of its recovery and write: still all old or
+    all new (recovery is idempotent), and the writer after that cleans up."""
+    op, touched = OPS["refresh"]
+    old = snapshot(template)
+    full = tmp_path / "full"
+    shutil.copytree(template, full)
+    steps = disk_states(full, op, tmp_path / "at")
+    new = snapshot(full)
+    journal_renames = [i for i, (kind, name) in enumerate(steps)
+                       if kind == "rename" and name.endswith(".json") and name != "meta.json"]
+    switches = [i for i, (kind, name) in enumerate(steps) if kind == "rename" and name == "meta.json"]
+    # staged half-way (rolled back), committed with nothing switched, two of four switched
+    for k, expect in ((journal_renames[1] - 5, "old"), (journal_renames[1] + 1, "new"), (switches[2], "new")):
+        first = tmp_path / "at" / str(k)
+        # the next writer's recovery (what it does first under the lock, before its own write)
+        inner = disk_states(first, lambda s: s.recover(), tmp_path / f"again{k}")
+        assert any(kind == "rmdir" or kind == "rename" for kind, _ in inner)
+        for j in range(len(inner)):
+            state = check_after_kill(tmp_path / f"again{k}" / str(j), old, new, True,
+                                     f"killed at {k} {steps[k]}, then at {j} {inner[j]}", full_writer=j % 4 == 0)
+            assert state == expect
 
 
 @pytest.mark.parametrize("name", ["save"])
@@ -336,3 +361,48 @@ def test_real_sigkill_of_a_subprocess_writer(template: Path, tmp_path: Path) -> 
         BaselineStore(root).recover()
         assert snapshot(root) == got
         assert_clean(root)
+
+
+def test_readers_never_see_half_of_a_live_multi_record_refresh(template: Path, tmp_path: Path) -> None:
+    """A writer paused between switching A's and B's meta.json: a lock-free ``load`` of either
+    already reads the new state (the committed journal), ``load_all`` waits for the writer's
+    lock and returns the whole new state."""
+    import threading
+
+    root = tmp_path / "b"
+    shutil.copytree(template, root)
+    op = lambda s: s.save_many([BaselineRecord(A, HW, run_samples(60)), BaselineRecord(B, HW, run_samples(61))])  # noqa: E731
+    full = tmp_path / "full"
+    shutil.copytree(template, full)
+    op(BaselineStore(full))
+    new = snapshot(full)
+    paused, go, switches = threading.Event(), threading.Event(), []
+
+    def hook(kind: str, path: Path) -> None:
+        if kind == "rename" and path.name == "meta.json":
+            switches.append(path)
+            if len(switches) == 2:  # A switched, B not yet
+                paused.set()
+                go.wait(30)
+
+    store_fs.hook = hook
+    writer = threading.Thread(target=op, args=(BaselineStore(root),))
+    try:
+        writer.start()
+        assert paused.wait(30)
+        store = BaselineStore(root)
+        for t in (A, B):
+            rec = store.load(t, HW)
+            assert hashlib.sha256(_samples_to_parquet(rec.samples)).hexdigest() == new[t][0]
+        result: dict = {}
+        reader = threading.Thread(target=lambda: result.setdefault("all", snapshot(root)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive()  # waiting for the writer's lock
+        go.set()
+        writer.join(30)
+        reader.join(30)
+    finally:
+        go.set()
+        store_fs.hook = None
+    assert result["all"] == new

@@ -170,19 +170,17 @@ class BaselineStore:
                                              "half-merged? run `gemmperf baseline refresh`)")
         return meta, fdir, blobs
 
-    def _read_record(self, d: Path) -> tuple[dict[str, Any], Path, dict[str, bytes]] | None:
+    def _read_record(self, d: Path, locked: bool = False) -> tuple[dict[str, Any], Path, dict[str, bytes]] | None:
         """:meth:`_read_consistent`, read again while a writer may be cleaning up under us, at
-        last under the writers' lock; a mismatch that persists is damage (GemmperfInputError)."""
-        for _ in range(_READ_TRIES):
+        last under the writers' lock (``locked``: the caller holds it); a mismatch that persists
+        is damage (GemmperfInputError)."""
+        for _ in range(0 if locked else _READ_TRIES):
             try:
                 return self._read_consistent(d, txn.targets(self.root))
             except _Mismatch:
                 time.sleep(0.01)
-        try:
-            lock = self._lock()
-            lock.acquire()
-        except (OSError, Timeout):  # read-only checkout: nobody can be writing, the mismatch is real
-            lock = None
+        # read-only checkout or timeout: nobody can be writing, the mismatch is real
+        lock = None if locked else self._try_lock()
         try:
             return self._read_consistent(d, txn.targets(self.root))
         except _Mismatch as exc:
@@ -200,8 +198,8 @@ class BaselineStore:
                               created=meta.get("created"), updated=meta.get("updated"),
                               generation=int(meta.get("generation", 0)), variance=variance)
 
-    def _load_dir(self, d: Path) -> BaselineRecord | None:
-        got = self._read_record(d)
+    def _load_dir(self, d: Path, locked: bool = False) -> BaselineRecord | None:
+        got = self._read_record(d, locked)
         return None if got is None else self._to_record(*got)
 
     def load(self, test_id: str, hw_key: str) -> BaselineRecord | None:
@@ -242,18 +240,36 @@ class BaselineStore:
                  damaged: list[GemmperfInputError] | None = None) -> list[BaselineRecord]:
         """Every record (of ``hw_key``). A damaged record raises, unless ``damaged`` is a list:
         then its error is appended there and the other records still load."""
-        recs = []
-        for d in self._record_dirs(hw_key):
-            try:
-                rec = self._load_dir(d)
-                if rec is not None:
-                    self._check_dir(d, rec)
-                    recs.append(rec)
-            except GemmperfInputError as exc:
-                if damaged is None:
-                    raise
-                damaged.append(exc)
-        return recs
+        # under the writers' lock when we can take it: one consistent snapshot, never half of a
+        # concurrent multi-record refresh (a read-only checkout has no writers to fear)
+        lock = self._try_lock()
+        try:
+            recs = []
+            for d in self._record_dirs(hw_key):
+                try:
+                    rec = self._load_dir(d, locked=lock is not None)
+                    if rec is not None:
+                        self._check_dir(d, rec)
+                        recs.append(rec)
+                except GemmperfInputError as exc:
+                    if damaged is None:
+                        raise
+                    damaged.append(exc)
+            return recs
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _try_lock(self) -> FileLock | None:
+        """The writers' lock, None where it cannot be taken (read-only checkout, timeout)."""
+        if not self.root.is_dir():
+            return None
+        try:
+            lock = self._lock()
+            lock.acquire()
+        except (OSError, Timeout):
+            return None
+        return lock
 
     def list(self, hw_key: str | None = None, *, verify: bool = False) -> pd.DataFrame:
         """One row per record directory: test_id, hw_key, points, kernels, metrics, rows,
