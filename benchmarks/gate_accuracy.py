@@ -60,9 +60,16 @@ see every dispatch.
 * Google Benchmark ``compare.py``: Mann-Whitney two-sided p < 0.05 on the pooled dispatches,
   no correction, counted when the candidate median is slower.
 
-Run: ``python benchmarks/gate_accuracy.py [--reps-aa 300 --reps-det 50] [--quick]`` (about 8 min
-on 2 cores; 0 false alarms in 300 A/A tests bound the rate by 1 % at 95 % confidence, 1 of
-300 by 1.6 %).
+Regime rows (``benchmarks/gate_regimes.py``, issue 11; ``--regimes`` picks the scenarios):
+A/A at 2/3/4/8/16 processes per side and 8/16/23/32/64 iterations per process, a candidate with
+30 % fewer / 50 % more iterations, a slowdown of every GEMM in a test that gates GEMMs only
+(4/7/10 %), and the top GEMM swapped for a differently named solution (+30 % and +-0 %), with
+a per-process factor of 1 %.
+
+Run: ``python benchmarks/gate_accuracy.py [--reps-aa 300 --reps-det 50] [--quick]`` (the
+accuracy tables take about 8 min on 2 cores, the regime rows about 0.5 s per simulated test;
+``--quick`` cuts both; 0 false alarms in 300 A/A tests bound the rate by 1 % at 95 %
+confidence, 1 of 300 by 1.6 %).
 """
 
 from __future__ import annotations
@@ -435,12 +442,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--history-runs", default="3,10",
                     help="sizes of the variance history (earlier one-side runs of 4 processes) to "
                          "measure, comma-separated; empty for none")
+    ap.add_argument("--regimes", default="real-resampled,heavy,bimodal",
+                    help="scenarios of the regime rows (benchmarks/gate_regimes.py: processes per side, "
+                         "iterations per process, shorter candidates, GEMM-family slowdowns, kernel swaps); "
+                         "empty for none")
+    ap.add_argument("--reps-regime-aa", type=int, default=200)
+    ap.add_argument("--reps-regime-eff", type=int, default=60)
     args = ap.parse_args(argv)
     global COMPACT, COUNTS, PRIOR_TREND, HISTORY_RUNS
     COMPACT, COUNTS, PRIOR_TREND = not args.no_compact, args.counts, args.prior_trend
     HISTORY_RUNS = tuple(int(x) for x in args.history_runs.split(",") if x.strip())
     if args.quick:
         args.reps_aa, args.reps_det = 60, 20
+        args.reps_regime_aa, args.reps_regime_eff = 40, 15
     print(time_compare())
     for name in args.scenarios.split(","):
         i = SCENARIO_SEEDS[name]  # same data whatever the selection or order
@@ -459,6 +473,11 @@ def main(argv: list[str] | None = None) -> int:
         out = run_scenario(name, pool, args.reps_aa, args.reps_det, seed=1000 + i)
         print()
         print(format_table(label, out), flush=True)
+    import gate_regimes  # noqa: E402 - benchmarks/ is on sys.path when run as a script
+
+    for name in [x for x in args.regimes.split(",") if x]:
+        print()
+        print(gate_regimes.run_scenario(name, args.reps_regime_aa, args.reps_regime_eff), flush=True)
     return 0
 
 

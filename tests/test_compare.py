@@ -578,3 +578,19 @@ def test_capped_prior_takes_the_smaller_trend_location():
     assert s2m[0] < 0.5 * s2m_noise[0]
     with pytest.raises(ValueError, match="prior_trend"):
         cmp._prior_covariate("banana", np.ones(3), np.ones((3, 2)), np.ones(3), np.ones(3, bool))
+
+
+def test_per_process_medians_are_the_medians_the_verdicts_print():
+    from pytest_gemmperf.gate.verdict import median_label, per_process_medians
+
+    b, c = make_side("b", 1), make_side("c", 2)
+    v = compare(b, c)
+    x = v[v["metric"].isin(["dur_ns", "category_total_ns"]) & (v["kernel"] != "*")]
+    m = per_process_medians(compact_samples(b))
+    got = m.loc[list(zip(x["point"], x["kernel"], x["metric"]))].to_numpy()
+    want = compare(compact_samples(b), c).set_index(["point", "kernel", "metric"]).loc[
+        list(zip(x["point"], x["kernel"], x["metric"])), "base_median_ns"].to_numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert "after the first 3" in median_label("per_process", warmup=3)
+    with pytest.raises(ValueError):
+        median_label("mean")

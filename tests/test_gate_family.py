@@ -81,11 +81,14 @@ def test_offsets_are_centred_within_each_side_and_blind_to_a_shift_between_them(
 def test_sampling_floor_holds_at_every_count_unless_the_kernel_contradicts_it():
     se = np.full((3, 8), 0.01)
     cnt = np.array([[10] * 8, [23] * 8, [500] * 8])
-    df = np.full(3, 6.0)
-    s2 = np.array([1e-4, 1e-4, 1e-6])  # the third is 100x below its floor: a fixed shape mix
+    df = np.array([6.0, 6.0, 36.0])
+    s2 = np.array([1e-4, 1e-4, 1e-6])  # the third is 100x below its floor on 36 df: a fixed shape mix
     floor = durations._sampling_floor(se, cnt, s2, df)
     assert floor[0] == pytest.approx(1e-4) and floor[1] == pytest.approx(1e-4)  # 23 > the old cut-off of 21
     assert np.isnan(floor[2])
+    # on 6 df (a fresh 4-vs-4 comparison) a tiny variance is no evidence against the floor:
+    # per-process medians of clumpy kernels are far from normal
+    assert durations._sampling_floor(se, cnt, s2, np.full(3, 6.0))[2] == pytest.approx(1e-4)
 
 
 def test_kernel_pvalue_is_simes_of_total_and_relative_and_the_relative_one_needs_the_same_direction():

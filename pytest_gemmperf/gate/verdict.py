@@ -135,6 +135,29 @@ def median_label(kind: str = "per_process", warmup: int | None = None) -> str:
     return text
 
 
+def per_process_medians(samples: pd.DataFrame) -> pd.Series:
+    """The median ``gemmperf compare`` and the verdict tables print (``base_median_ns`` /
+    ``cand_median_ns``, :data:`MEDIAN_KINDS` "per_process"): per (point, kernel, metric) the
+    median over units of each unit's median value. ``baseline show`` / ``diff`` use it where
+    they mean the same number. Index (point, kernel, metric), as strings."""
+    keys = ["point", "kernel", "metric"]
+    d = samples[keys + ["unit", "value"]]
+    dur = (d["metric"].astype(str) == "dur_ns").to_numpy()
+    d = d[~dur | (d["value"].to_numpy(float) > 0)]  # the gate drops zero durations
+    dur = (d["metric"].astype(str) == "dur_ns").to_numpy()
+    # durations: median of the logs per unit, as the gate takes it (an even count averages the
+    # two middle values geometrically)
+    logv = np.where(dur, np.log(np.where(dur, d["value"].to_numpy(float), 1.0)), d["value"].to_numpy(float))
+    per_unit = d.assign(value=logv).groupby(keys + ["unit"], observed=True, sort=False)["value"].median()
+    is_dur = per_unit.index.get_level_values("metric").astype(str) == "dur_ns"
+    vals = per_unit.to_numpy(float).copy()
+    vals[is_dur] = np.exp(vals[is_dur])
+    per_unit = pd.Series(vals, index=per_unit.index)
+    out = per_unit.groupby(level=keys, observed=True, sort=True).median()
+    out.index = pd.MultiIndex.from_arrays([out.index.get_level_values(k).astype(str) for k in keys], names=keys)
+    return out.rename("median_per_process")
+
+
 _ORDER = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
 
 
