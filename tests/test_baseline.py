@@ -636,6 +636,10 @@ def test_show_verifies_and_lists_damaged_and_incomplete_records(tmp_path: Path, 
     assert len(damaged) == 3
     with pytest.raises(GemmperfInputError, match="meta.json missing|no meta.json"):
         store.load(tests["no_meta"], HW)
+    # prune leaves damaged records alone and says so
+    assert main(["baseline", "prune", "--baseline-dir", str(tmp_path), "--older-than", "0", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "would remove" in out and "skipped (damaged, not pruned)" in err and "'generation' is 1.5" in err
     # a refresh repairs each of them
     for t in tests.values():
         store.save(BaselineRecord(t, HW, make_samples(seed=9)))

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import store_fs
 from pytest_gemmperf.gate.record import (SCHEMA_VERSION, BaselineRecord, _samples_to_parquet, _sha256,
                                          _variance_to_parquet, normalize_samples, render_summary)
@@ -406,3 +407,24 @@ def test_readers_never_see_half_of_a_live_multi_record_refresh(template: Path, t
         go.set()
         store_fs.hook = None
     assert result["all"] == new
+
+
+def test_hostile_journal_and_planted_links_touch_nothing_outside(template: Path, tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    shutil.copytree(template, root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    store = BaselineStore(root)
+    d = store.path_for(A, HW)
+    # a link named like a stale version, pointing outside the store
+    (d / "v99").symlink_to(outside, target_is_directory=True)
+    store.save(BaselineRecord(A, HW, run_samples(70)))
+    assert (outside / "precious").read_text() == "keep me" and not (d / "v99").exists()
+    # a journal naming a directory outside the store is refused, not followed
+    (root / ".txn" / "00000000000000000001-1-ab.json").write_text(json.dumps(
+        {"state": "staging", "records": [{"dir": str(outside), "version": "v1"}]}))
+    with pytest.raises(GemmperfInputError, match="invalid or unreadable baseline journal"):
+        store.save(BaselineRecord(A, HW, run_samples(71)))
+    assert (outside / "precious").read_text() == "keep me"
+    assert store.load(A, HW) is not None  # readers ignore it

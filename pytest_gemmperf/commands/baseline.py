@@ -187,7 +187,7 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    removed = _store(args).prune(older_than=args.older_than, dry_run=args.dry_run, hw_key=args.hw)
+    removed = _store(args).prune(older_than=args.older_than, dry_run=args.dry_run, hw_key=args.hw, report=_say)
     verb = "would remove" if args.dry_run else "removed"
     for r in removed:
         print(f"{verb} {r['hw_key']} {r['test_id']} (updated {r['updated']}; {r['reason']})")

@@ -530,11 +530,12 @@ class BaselineStore:
     # ------------------------------------------------------------------ pruning
     def prune(self, keep_test_ids: Iterable[str] | None = None,
               older_than: _dt.timedelta | float | None = None, dry_run: bool = False,
-              hw_key: str | None = None) -> list[dict[str, Any]]:
+              hw_key: str | None = None, report: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
         """Remove records whose test id is not in ``keep_test_ids`` (when given) or whose last
         update is older than ``older_than`` (timedelta or days). Returns what was (or, with
         ``dry_run``, would be) removed: dicts with test_id, hw_key, updated, path, reason.
-        Each removal is one rename (the record vanishes at once), then a private delete."""
+        Each removal is one rename (the record vanishes at once), then a private delete. A
+        record whose meta.json cannot be read is left alone and named through ``report``."""
         keep = None if keep_test_ids is None else set(keep_test_ids)
         if older_than is not None and not isinstance(older_than, _dt.timedelta):
             older_than = _dt.timedelta(days=float(older_than))
@@ -542,11 +543,15 @@ class BaselineStore:
         removed = []
         with self._locked() if not dry_run else _nothing():
             if not dry_run:
-                txn.recover(self.root, None)
+                txn.recover(self.root, report)
             for d in self._record_dirs(hw_key):
                 try:
                     m = _parse_meta(fs.read_bytes(d / META_FILE), d / META_FILE)
                 except FileNotFoundError:
+                    continue
+                except GemmperfInputError as exc:
+                    if report:
+                        report(f"skipped (damaged, not pruned): {exc}")
                     continue
                 reason = None
                 if keep is not None and m["test_id"] not in keep:

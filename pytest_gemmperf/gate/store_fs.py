@@ -118,7 +118,11 @@ def rmdir(path: Path, missing_ok: bool = True) -> bool:
 
 
 def rmtree(path: Path) -> None:
-    """Remove a directory tree bottom-up, one step per entry (no symlink is followed)."""
+    """Remove a directory tree bottom-up, one step per entry (no symlink is followed: a link
+    planted where a directory was expected is removed itself, never what it points to)."""
+    if path.is_symlink():
+        unlink(path)
+        return
     try:
         entries = list(os.scandir(path))
     except FileNotFoundError:

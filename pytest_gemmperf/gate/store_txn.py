@@ -84,8 +84,9 @@ def _valid(doc: Any) -> bool:
     # record dirs are <hw>/<slug>, never hidden, never outside the store
     return isinstance(recs, list) and all(
         isinstance(r, dict) and isinstance(r.get("dir"), str) and isinstance(r.get("version"), str)
-        and _VERSION_RE.fullmatch(r["version"]) and len(Path(r["dir"]).parts) == 2
-        and not any(part.startswith(".") or part == ".." for part in Path(r["dir"]).parts) for r in recs)
+        and _VERSION_RE.fullmatch(r["version"]) and not Path(r["dir"]).is_absolute()
+        and len(Path(r["dir"]).parts) == 2 and not any(part.startswith(".") for part in Path(r["dir"]).parts)
+        for r in recs)
 
 
 def journals(root: Path) -> list[tuple[Path, dict[str, Any] | None]]:
@@ -187,7 +188,7 @@ def recover(root: Path, report: Callable[[str], None] | None) -> None:
             fs.unlink(p)
     for path, doc in journals(root):
         if doc is None:
-            raise GemmperfInputError(path, "unreadable baseline journal (not written by gemmperf?): "
+            raise GemmperfInputError(path, "invalid or unreadable baseline journal (not written by gemmperf?): "
                                            "inspect the records it names, then delete it")
         if doc["state"] == "committed":
             apply(root, path, doc["records"])
