@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         _write_reports(args, labels, verdicts, traces, out)
 
     counts = verdicts["verdict"].value_counts()
-    print(format_verdict_table(verdicts, args.max_rows))
+    print(format_verdict_table(verdicts, args.max_rows, warmup=args.warmup))
     print("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}")
     n_reg = int(counts.get(REGRESSION, 0))
     if n_reg:
