@@ -28,11 +28,15 @@ through a committed journal when one names it, so even before recovery every rec
 multi-record refresh reads as new, or every one as old. Pruning renames a record away in one
 step, then deletes it. See ``tests/test_baseline_crash.py``: a kill at every step.
 
-Readers take no lock: a version is complete before anything points to it, and a reader that
+``load`` takes no lock: a version is complete before anything points to it, and a reader that
 finds its version deleted under it (a writer switched and cleaned up) reads again, at last
-under the writers' lock. A mismatch that persists is a hand-edited or half-merged record,
-reported as damaged; :meth:`BaselineStore.list` with ``verify=True`` checks every checksum and
-names damaged and incomplete records instead of failing on them.
+under the writers' lock. ``load_all`` reads under the writers' lock where it can take it (not
+on a read-only checkout, where nobody writes), so it never sees half of a live multi-record
+refresh. A mismatch that persists is a hand-edited or half-merged record, reported as
+damaged; :meth:`BaselineStore.list` with ``verify=True`` checks every checksum and names
+damaged and incomplete records instead of failing on them, and ``load_all(damaged=[])`` skips
+them. The transaction machinery is :mod:`pytest_gemmperf.gate.store_txn`, the file-system
+steps :mod:`pytest_gemmperf.gate.store_fs`, the record's encoding :mod:`pytest_gemmperf.gate.record`.
 """
 
 from __future__ import annotations
