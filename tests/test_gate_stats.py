@@ -274,3 +274,16 @@ def test_prior_df_at_location_matches_the_robust_fit_and_widens_off_trend():
     # too few usable kernels: the moment fit's df
     few = np.array([1.0, 2.0, 3.0])
     assert stats.prior_df_at_location(few, np.full(3, 6.0), np.ones(3)) == stats.fit_f_dist(few, np.full(3, 6.0))[0]
+
+
+def test_prior_df_from_an_iqr_between_the_largest_finite_df_and_infinity_is_infinite():
+    # regression: brentq had no sign change for an IQR in (IQR(inf), IQR(max_d0)] and raised
+    # (3 processes per side, 4 df, real trace)
+    from pytest_gemmperf.gate.stats import _d0_from_iqr, _log_f_quantiles
+
+    d_ref = 4.0
+    lo_inf, hi_inf = _log_f_quantiles(np.array([0.25, 0.75]), d_ref, np.inf)
+    lo_max, hi_max = _log_f_quantiles(np.array([0.25, 0.75]), d_ref, 1e4)
+    between = ((hi_inf - lo_inf) + (hi_max - lo_max)) / 2
+    assert _d0_from_iqr(between, d_ref) == np.inf
+    assert 0.2 < _d0_from_iqr(1.5 * (hi_inf - lo_inf), d_ref) < 1e4

@@ -483,7 +483,7 @@ def _d0_from_iqr(iqr: float, d_ref: float, max_d0: float = 1e4) -> float:
         lo, hi = _log_f_quantiles(np.array([0.25, 0.75]), d_ref, d0)
         return float(hi - lo)
 
-    if iqr <= iqr_of(np.inf):
+    if iqr <= iqr_of(max_d0):  # at or below the largest finite df: no bracket for the root
         return np.inf
     if iqr >= iqr_of(0.2):
         return 0.2
