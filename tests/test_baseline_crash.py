@@ -1,19 +1,23 @@
 """The baseline store survives ``kill -9`` at every instant of every write.
 
 Fault injection, not timing: every create / write / fsync / rename / unlink / mkdir / rmdir the
-store does goes through ``gate.store_fs`` and announces itself there first. For each operation
-(a multi-record refresh that also migrates an old-layout record and writes a first record, a
-single save, learn, prune) the test counts its steps, then for every k kills the writer AT step
-k (the hook raises ``_Killed``, a BaseException no store code catches, so no cleanup handler
-runs -- as with SIGKILL) and checks, with a fresh ``BaselineStore`` over the directory:
+store does goes through ``gate.store_fs`` and announces itself there first (a file write is
+announced half-way too, so half-written files are visited). For each operation -- a
+multi-record refresh that merges one record per point, rewrites another, migrates an
+old-layout record and writes a first one; a single save; learn (new and old layout); prune --
+``test_kill_at_every_step`` runs it once and copies the whole store before each step k: exactly
+what a kill at step k leaves on disk. For every k it checks, with a fresh ``BaselineStore``:
 
 * every record reads fully as its old state or fully as its new one, the records of one
   refresh all old or all new together, each with its variance history exactly as expected;
 * ``baseline show``'s verification lists nothing as damaged;
-* the next writer (a save of an unrelated record) rolls the interrupted write forward or back
-  without changing what readers saw, and leaves no journal, temp file, staged or old version.
+* the next writer (recovery, and every 4th step and at each rename a real save of an unrelated
+  record) rolls the interrupted write forward or back without changing what readers saw, and
+  leaves no journal, temp file, staged or old version.
 
-One more test kills real subprocess writers with SIGKILL at a few of these steps.
+Also: the next writer killed at every step of its recovery; the writer killed in-process by a
+``_Killed`` exception (a BaseException no store code catches, so no cleanup handler runs -- as
+with SIGKILL) at every step of a save; and real subprocess writers killed by SIGKILL.
 """
 
 from __future__ import annotations

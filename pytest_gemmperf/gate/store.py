@@ -355,7 +355,7 @@ class BaselineStore:
         added to it."""
         records = list(records)
         prepared = []
-        for rec in records:  # encode outside the lock: the expensive part
+        for rec in records:
             d = self.path_for(rec.test_id, rec.hw_key)
             if d in {p[0] for p in prepared}:
                 raise GemmperfInputError(d, f"two records for {rec.test_id!r} on {rec.hw_key!r} in one write")
@@ -364,7 +364,7 @@ class BaselineStore:
         with self._locked():
             txn.recover(self.root, report)
             plans = []
-            for d, rec in prepared:
+            for d, rec in prepared:  # merged with the stored record, so encoded under the lock
                 cur = self._current(d, rec.test_id)
                 merged = merge_records(cur.record, rec, replace=not merge)
                 kept = kept_points(cur.record, rec) if merge else []
