@@ -322,7 +322,11 @@ class BaselineStore:
                 except GemmperfInputError as exc:
                     row["status"] = f"damaged: {exc}"
             rows.append(row)
-        return pd.DataFrame(rows, columns=_LIST_COLUMNS).sort_values(["test_id", "hw_key"], ignore_index=True)
+        out = pd.DataFrame(rows, columns=_LIST_COLUMNS)
+        for c in ("points", "kernels", "metrics", "rows", "history_runs", "generation"):
+            # counts stay integers beside a damaged record's missing ones (not 2.0 / NaN)
+            out[c] = pd.to_numeric(out[c], errors="coerce").astype("Int64")
+        return out.sort_values(["test_id", "hw_key"], ignore_index=True)
 
     @staticmethod
     def _absent_status(d: Path, in_journal: bool) -> str:
