@@ -1,0 +1,151 @@
+"""Re-runs of a sweep point: contention monitoring, confirmation before blocking.
+
+The part of :class:`~pytest_gemmperf.session.PointRunner` that runs a point's workload again
+(``--gemmperf-confirm``, ``gate/confirm.py``) and records contention evidence while it runs
+(``run/environment.py``). A mixin so ``session.py`` stays readable; it uses the runner's state
+(``_call``: the last ``profile()`` call, ``_record``, ``options``, ``backend``, ``dir``) and
+its backend methods (``_run_torch``, ``_run_rocprofv3``, ``_run_replay``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pandas as pd
+
+from pytest_gemmperf.run.results import write_point_json, write_tables
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.session import PointResult
+
+
+class PointReruns:
+    """Methods of ``PointRunner`` for contention evidence, re-runs and confirmation."""
+
+    def _monitor(self):
+        from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor
+
+        # a replayed point was measured elsewhere: this machine's load says nothing about it
+        return ContentionMonitor(marker_dir=self.session.results.root / ACTIVE_DIR,
+                                 label=f"{self.test_id}[{self.point.id}]",
+                                 enabled=self.backend.name != "replay")
+
+    def _assess(self, evidence: Mapping[str, Any] | None):
+        from pytest_gemmperf.run.environment import assess
+
+        # concurrent points compete for the devices unless each xdist worker has its own GPUs
+        cpu = self.backend.device == "cpu"
+        shares = cpu or self.options.gpus_per_point <= 0
+        return assess(dict(evidence or {}), shares_devices=shares, cpu_bound=cpu)
+
+    def _execute(self, record: dict[str, Any], *, first_run: int):
+        """Run ``repeats`` processes of the last ``profile()`` call, numbered from ``first_run``."""
+        from pytest_gemmperf.session import _PointSkipped
+
+        c = self._call
+        backend = self.backend
+        if backend.name == "torch":
+            return self._run_torch(c["command"], c["launcher"], c["nproc"], c["nnodes"], c["launcher_args"],
+                                   c["repeats"], c["timeout_s"], c["full_env"], c["cwd"], record,
+                                   first_run=first_run)
+        if backend.name == "rocprofv3":
+            # a confirmation round writes its own rocprofv3 tree and skips the counter passes
+            out = self.dir if first_run == 0 else self.dir / f"confirm{first_run}"
+            return self._run_rocprofv3(c["command"], c["launcher"], c["nproc"], c["nnodes"],
+                                       c["launcher_args"], c["counters"] if first_run == 0 else (),
+                                       c["repeats"], c["timeout_s"], c["full_env"], c["env_set"],
+                                       c["cwd"], record, out_dir=out, run_offset=first_run)
+        if first_run:
+            raise _PointSkipped("the replay backend cannot re-run a point")
+        return self._run_replay(record)
+
+    def rerun(self, result: PointResult, round_no: int) -> tuple[PointResult, dict[str, Any]] | None:
+        """Profile ``repeats`` more processes of this point (confirmation round ``round_no``,
+        runs numbered after the earlier ones); their tables join ``dispatches.parquet``.
+        Returns (the new processes only, their contention evidence), or None when the backend
+        cannot re-run (replay)."""
+        import pytest
+
+        from pytest_gemmperf.session import PointResult, _PointFailed
+        from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
+                                                   concat_tables)
+
+        if self._call is None or self.backend.name not in ("torch", "rocprofv3"):
+            return None
+        # point.json as written so far (warm-up, verdicts...): the runs append to it
+        pj = self.dir / "point.json"
+        record = json.loads(pj.read_text(encoding="utf-8")) if pj.exists() else dict(self._record_json or {})
+        record.setdefault("runs", [])
+        monitor = self._monitor()
+        try:
+            with monitor:
+                trace, _ = self._execute(record, first_run=self._call["repeats"] * round_no)
+        except _PointFailed as exc:
+            record["status"] = exc.status
+            record["error"] = f"confirmation round {round_no}: {exc.message}"
+            write_point_json(self.dir, record)
+            pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run failed: "
+                        f"{exc.message}", pytrace=False)
+        result.dispatches = concat_tables([result.dispatches, trace.dispatches], DISPATCH_SCHEMA)
+        result.counters = concat_tables([result.counters, trace.counters], COUNTER_SCHEMA)
+        result.agents = concat_tables([result.agents, trace.agents], AGENT_SCHEMA)
+        write_tables(self.dir, {"dispatches": result.dispatches, "counters": result.counters,
+                                "agents": result.agents})
+        extra = PointResult(test_id=self.test_id, point=self.point, dir=self.dir, backend=self.backend,
+                            dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
+                            env=result.env, command=result.command, hw_key=result.hw_key,
+                            environment=monitor.evidence)
+        return extra, monitor.evidence
+
+    def _confirm(self, result: PointResult, base_pt: pd.DataFrame, samples: pd.DataFrame,
+                 first: pd.DataFrame, verdicts: pd.DataFrame, cfg, history, warmup) -> pd.DataFrame:
+        """Confirm before blocking (gate/confirm.py): re-run a suspicious point up to
+        ``--gemmperf-confirm`` rounds; the new processes join the candidate and the point is
+        judged again (combined comparison + the re-run alone must reproduce). Records what
+        ran and what changed in point.json (``confirmation``) and the test's properties."""
+        from pytest_gemmperf.gate.compare import compare
+        from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge, suspicious
+        from pytest_gemmperf.session import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
+                                             write_point_json_field)
+
+        ccfg = ConfirmConfig(rounds=max(0, int(self.options.confirm)))
+        if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
+            return verdicts
+        trigger = first[suspicious(first, ccfg)]
+        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} x{_fmt(r.ratio)}"
+                        for r in trigger.head(3).itertuples(index=False))
+        summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
+                                   "environment": []}
+        combined = samples
+        for round_no in range(1, ccfg.rounds + 1):
+            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: confirming ({why}): re-run round {round_no}")
+            got = self.rerun(result, round_no)
+            if got is None:
+                summary["skipped"] = f"the {self.backend.name} backend cannot re-run a point"
+                break
+            extra, evidence = got
+            extra_samples = self._samples(extra, warmup)
+            combined = pd.concat([combined, extra_samples], ignore_index=True)
+            both = compare(base_pt, combined, cfg, test=self.test_id, history=history)
+            alone = compare(base_pt, extra_samples, cfg, test=self.test_id, history=history)
+            judged, changes = judge(first, both, alone, ccfg)
+            disturbance = self._assess(evidence)
+            verdicts = apply_disturbance(judged, disturbance)
+            summary["rounds"] = round_no
+            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == "dur_ns", "unit"].nunique())
+            summary["changes"] = changes
+            summary["environment"].append(disturbance.as_dict())
+            if (verdicts["verdict"] == "regression").any() or not suspicious(verdicts, ccfg).any():
+                break
+        summary["final"] = _verdict_counts(verdicts)
+        write_point_json_field(result.dir, "confirmation", summary)
+        self._record(f"{PROP_PREFIX}_confirm", json.dumps({"test": self.test_id, "point": self.point.id,
+                                                            **summary}))
+        changed = "; ".join(f"{c['kernel']} {c['metric']}: {c['before']} -> {c['after']}"
+                            for c in summary["changes"][:5]) or "no verdict changed"
+        self._confirm_text = (f"confirmation ran ({summary['rounds']} round(s), +{summary['extra_processes']} "
+                              f"processes; triggered by {why}): {changed}")
+        _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {self._confirm_text}")
+        return verdicts
+
