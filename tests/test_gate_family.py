@@ -59,10 +59,20 @@ def test_the_shared_factor_widens_every_ci_instead_of_vanishing():
 
 
 def test_one_kernel_among_steady_ones_keeps_the_within_process_precision():
-    v = compare(side("b", 7), side("c", 8, scale=0.03, only=(4,)), GateConfig(threshold=0.0))
-    k = kernel_rows(v).set_index("kernel")
+    # the sides' mean factors differ by chance here (the others read -1.1 %): by default the
+    # total's interval (+1.8 %, crossing 1) guards the verdict; sized by its change relative
+    # to the other kernels (+2.9 %) it is a regression
+    b, c = side("b", 7), side("c", 8, scale=0.03, only=(4,))
+    k = kernel_rows(compare(b, c, GateConfig(threshold=0.0))).set_index("kernel")
+    assert k.loc["Cijk_k04", "verdict"] == "inconclusive" and k.loc["Cijk_k04", "q_value"] <= 0.01
+    k = kernel_rows(compare(b, c, GateConfig(threshold=0.0, size_by_relative=True))).set_index("kernel")
     assert k.loc["Cijk_k04", "verdict"] == "regression"
+    assert "relative to the other kernels" in k.loc["Cijk_k04", "note"]
     assert not (k.drop("Cijk_k04")["verdict"] == "regression").any()
+    # with the sides' factors alike the default finds it too
+    k = kernel_rows(compare(side("b", 7, sigma_process=0.002),
+                            side("c", 8, sigma_process=0.002, scale=0.03, only=(4,)), GateConfig(threshold=0.0)))
+    assert k.set_index("kernel").loc["Cijk_k04", "verdict"] == "regression"
 
 
 def test_offsets_are_centred_within_each_side_and_blind_to_a_shift_between_them():
@@ -92,8 +102,9 @@ def test_sampling_floor_holds_at_every_count_unless_the_kernel_contradicts_it():
 
 
 def test_kernel_pvalue_is_simes_of_total_and_relative_and_the_relative_one_needs_the_same_direction():
-    p = durations._kernel_pvalue(np.array([0.2, 0.2, 0.2]), np.array([0.001, 0.001, np.nan]),
-                                 np.array([0.03, -0.03, 0.03]), np.array([0.03, 0.01, 0.03]))
+    p, by_rel = durations._kernel_pvalue(np.array([0.2, 0.2, 0.2]), np.array([0.001, 0.001, np.nan]),
+                                         np.array([0.03, -0.03, 0.03]), np.array([0.03, 0.01, 0.03]))
+    assert by_rel.tolist() == [True, False, False]
     assert p[0] == pytest.approx(0.002)  # min(2 * 0.001, 0.2)
     assert p[1] == pytest.approx(0.4)  # faster than the rest while the total rose: only the total counts
     assert p[2] == pytest.approx(0.4)

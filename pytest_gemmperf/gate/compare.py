@@ -67,6 +67,12 @@ class GateConfig:
     #: one-sided confidence that a significant change exceeds the threshold before it is a
     #: regression / improvement (see assign_verdicts)
     threshold_level: float = 0.8
+    #: size a kernel whose evidence is its change relative to the other kernels by that
+    #: change's interval instead of the total's (which carries the sides' mean per-process
+    #: factors). More power for one kernel moving while the sides' factors differ by chance,
+    #: but 1.5 % A/A alarms at threshold 0 with 3 processes per side (heavy-tailed scenario,
+    #: benchmarks/gate_regimes.py): the total's interval is a second guard at few processes
+    size_by_relative: bool = False
     ci_method: str = "moderated"  # or "bootstrap"
     n_boot: int = 2000
     seed: int = 0
@@ -345,7 +351,20 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     # for the threshold plus ~2.4 standard errors with 6 df: with 4 processes per side and 1 %
     # process noise a 7 % GEMM-family slowdown failed a 5 % gate in 60 % of tests
     # (benchmarks/gate_regimes.py); the estimate alone flags real 4 % changes half the time
-    lo_t, hi_t = _bounds_at(df, cfg, rw, low_w, high_w)
+    # a kernel whose evidence is its change relative to the other kernels of its processes
+    # (one kernel moved, the rest did not) is sized by that change's interval: the total's
+    # carries the sides' mean per-process factors, noise that says nothing about this kernel
+    byr = np.zeros(len(df), bool)
+    if cfg.size_by_relative and "by_rel" in df.columns:
+        byr = df["by_rel"].astype(object).eq(True).to_numpy() & ~better
+    if byr.any():
+        rw = np.where(byr, df["rel_ratio"].to_numpy(float), rw)
+        low_w = np.where(byr, df["rel_ci_low"].to_numpy(float), low_w)
+        high_w = np.where(byr, df["rel_ci_high"].to_numpy(float), high_w)
+    dft = df["df_t"].to_numpy(float) if "df_t" in df.columns else np.full(len(df), np.nan)
+    if byr.any():
+        dft = np.where(byr, df["df_rel"].to_numpy(float), dft)
+    lo_t, hi_t = _bounds_at(dft, cfg, rw, low_w, high_w)
     reg = sig & (low_w > 1) & (lo_t > 1 + thr)
     imp = sig & (high_w < 1) & (hi_t < 1 - thr)
     blocked = (reg | imp) & ~floor_ok
@@ -373,6 +392,9 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
             msg = (f"CI crosses the {100 * thr[i]:g}% threshold: needs >= {min(n_req, 9999)} processes "
                    f"per side")
         note[i] = _join(note[i], msg)
+    for i in np.flatnonzero(byr & np.isin(verdict, [REGRESSION, IMPROVEMENT])):
+        note[i] = _join(note[i], f"{100 * (rw[i] - 1):+.1f}% relative to the other kernels "
+                                 f"[{100 * (low_w[i] - 1):+.1f}, {100 * (high_w[i] - 1):+.1f}]")
     for i in np.flatnonzero(blocked):
         note[i] = _join(note[i], f"change below the absolute floor of {cfg.abs_floor_ns:g} ns")
     for i in np.flatnonzero((verdict == UNCHANGED) & sig & ~blocked):
@@ -395,12 +417,11 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     return df
 
 
-def _bounds_at(df: pd.DataFrame, cfg: GateConfig, r: np.ndarray, lo: np.ndarray, hi: np.ndarray
+def _bounds_at(dft: np.ndarray, cfg: GateConfig, r: np.ndarray, lo: np.ndarray, hi: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """One-sided bounds at ``cfg.threshold_level`` from the two-sided ``cfg.level`` interval
     (log scale where the interval is positive, else linear; its df in ``df_t``). Rows without
     a df keep the interval's own bounds."""
-    dft = df["df_t"].to_numpy(float) if "df_t" in df.columns else np.full(len(df), np.nan)
     ok = np.isfinite(dft) & (dft > 0) & np.isfinite(lo) & np.isfinite(hi) & np.isfinite(r)
     t_ci = stats.t_quantile(cfg.level, np.where(ok, dft, 1.0))
     t_th = stats.t_quantile(2 * cfg.threshold_level - 1, np.where(ok, dft, 1.0))
