@@ -8,6 +8,11 @@ import sys
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.verdict import median_label
+
+#: which median ``show`` / ``diff`` print (issue 11: three tools printed three "medians")
+_MEDIAN_NOTE = (f"median: {median_label('all')}, of the stored samples (after the recorded warm-up); "
+                f"gemmperf compare prints the {median_label('per_process')}")
 
 DEFAULT_DIR = "baselines"
 
@@ -157,6 +162,7 @@ def run_show(args: argparse.Namespace) -> int:
         print(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}  "
               "(checksums verified)")
         _print_table(summarize(rec.samples))
+        print(_MEDIAN_NOTE)
         if rec.variance is not None and len(rec.variance):
             runs = rec.variance.groupby("point")["seq"].nunique()
             print("variance history (earlier runs per point): "
@@ -183,6 +189,7 @@ def run_diff(args: argparse.Namespace) -> int:
         shown = diff if args.all else diff[diff["change"] != "unchanged"]
         if not shown.empty:
             _print_table(shown)
+            print(_MEDIAN_NOTE)
     return 0
 
 
