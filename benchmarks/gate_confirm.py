@@ -45,6 +45,7 @@ from pytest_gemmperf.gate.confirm import ConfirmConfig, judge, suspicious  # noq
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 PROCS = 4  # processes per side and per confirmation round (the point's repeats)
+SCREEN_Q = ConfirmConfig().screen_q  # main(): --screen-q
 
 
 def draw_side(pool: "ga.StepPool", rng: np.random.Generator, units: range,
@@ -73,7 +74,7 @@ def run_test(pool, rng, cfg: GateConfig, rounds: int, slow: dict[int, float] | N
     cand = draw_side(pool, rng, range(PROCS, 2 * PROCS), slow)
     first = compare(base, cand, cfg)
     out = {0: (first, 0)}
-    ccfg = ConfirmConfig(rounds=rounds)
+    ccfg = ConfirmConfig(rounds=rounds, screen_q=SCREEN_Q)
     if not suspicious(first, ccfg).any():
         return {n: (first, 0) for n in range(rounds + 1)}
     combined, verdicts, extra = cand, first, 0
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps-aa", type=int, default=300)
     ap.add_argument("--reps-det", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2, help="largest N measured")
+    ap.add_argument("--screen-q", type=float, default=ConfirmConfig().screen_q,
+                    help="ConfirmConfig.screen_q (q-value screen of unchanged/inconclusive rows)")
     ap.add_argument("--quick", action="store_true", help="60 A/A and 20 detection replicates")
     ap.add_argument("--scenarios", default="real-resampled,heavy,bimodal")
     ap.add_argument("--configs", default="threshold 0,default (5%)",
@@ -102,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.reps_aa, args.reps_det = 60, 20
+    global SCREEN_Q
+    SCREEN_Q = args.screen_q
     configs = {"threshold 0": GateConfig(threshold=0.0), "default (5%)": GateConfig()}
     configs = {k: v for k, v in configs.items() if k in args.configs.split(",")}
     for name in args.scenarios.split(","):

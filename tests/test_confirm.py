@@ -104,9 +104,11 @@ def test_only_suspicious_points_are_rerun():
     assert suspicious(fake).sum() == 0
     fake.loc[i, ["ratio", "verdict"]] = [0.98, "inconclusive"]  # better, not worse: not suspicious
     assert suspicious(fake).sum() == 0
-    fake.loc[i, ["ratio", "verdict", "q_value"]] = [1.03, "inconclusive", 0.9]  # beyond: always
+    fake.loc[i, ["ratio", "verdict", "q_value"]] = [1.03, "inconclusive", 0.2]  # beyond, screened
     assert suspicious(fake).sum() == 1
-    assert suspicious(fake, ConfirmConfig(screen_q=0.0)).sum() == 1
+    assert suspicious(fake, ConfirmConfig(screen_q=0.1)).sum() == 0
+    fake.loc[i, "q_value"] = 0.9  # a noisy row beyond the threshold that one more round cannot decide
+    assert suspicious(fake).sum() == 0
 
 
 def test_contention_turns_a_regression_inconclusive_unless_far_beyond_it():

@@ -2,8 +2,10 @@
 
 The first look (``compare(baseline, candidate)``) only *screens*. A point is suspicious when a
 row is a ``regression``, or an ``inconclusive`` / ``unchanged`` row whose estimate lies beyond
-the threshold on the worse side and whose q-value is below ``screen_q`` (an ``inconclusive``
-beyond the threshold always counts). A suspicious point is re-run (``--gemmperf-confirm N``:
+the threshold on the worse side and whose q-value is below ``screen_q``. (Without the q screen
+an ``inconclusive`` beyond a 5 % threshold is found in almost every clean run of the real 908
+kernels -- heavy-tailed RCCL kernels -- and every test would pay a re-run that cannot decide it;
+measured in ``benchmarks/gate_confirm.py``.) A suspicious point is re-run (``--gemmperf-confirm N``:
 up to N rounds of the point's repeats); the new processes join the candidate and the point is
 judged on the **combined** sample. Sequential design, and why the false-alarm rate does not grow:
 
@@ -75,8 +77,10 @@ def suspicious(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> n
     with np.errstate(invalid="ignore"):
         beyond = np.isfinite(r) & (r > 1 + thr)
         screened = beyond & (q <= cfg.screen_q)
-    return ((verdict == REGRESSION) | ((verdict == INCONCLUSIVE) & beyond)
-            | ((verdict == UNCHANGED) & screened))
+    # an inconclusive row beyond the threshold must pass the same screen: the noisiest kernels
+    # (RCCL, heavy tails) sit beyond a 5 % threshold with q ~ 1 in most clean runs, and one
+    # more round would not decide them -- without the screen every test would pay a re-run
+    return (verdict == REGRESSION) | (np.isin(verdict, [INCONCLUSIVE, UNCHANGED]) & screened)
 
 
 def _log_est(v: pd.DataFrame, level: float) -> tuple[np.ndarray, np.ndarray]:
