@@ -44,6 +44,10 @@ from pytest_gemmperf.gate.verdict import (HIGHER_IS_BETTER, IMPROVEMENT, INCONCL
                                           REGRESSION, UNCHANGED, verdicts_to_frame)
 
 
+#: variance history (df) from which a kernel's change relative to the other kernels sizes it
+RELATIVE_MIN_HISTORY_DF = 6
+
+
 @dataclass
 class GateConfig:
     """Knobs of the gate. Thresholds are relative (0.05 = 5 %)."""
@@ -69,9 +73,10 @@ class GateConfig:
     threshold_level: float = 0.8
     #: size a kernel whose evidence is its change relative to the other kernels by that
     #: change's interval instead of the total's (which carries the sides' mean per-process
-    #: factors). More power for one kernel moving while the sides' factors differ by chance,
-    #: but 1.5 % A/A alarms at threshold 0 with 3 processes per side (heavy-tailed scenario,
-    #: benchmarks/gate_regimes.py): the total's interval is a second guard at few processes
+    #: factors) also without variance history. More power for one kernel moving while the
+    #: sides' factors differ by chance, but 1.5 % A/A alarms at threshold 0 with 3 processes
+    #: per side (heavy-tailed scenario, benchmarks/gate_regimes.py). By default only kernels
+    #: with >= RELATIVE_MIN_HISTORY_DF df of variance history are sized so.
     size_by_relative: bool = False
     ci_method: str = "moderated"  # or "bootstrap"
     n_boot: int = 2000
@@ -355,8 +360,14 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     # (one kernel moved, the rest did not) is sized by that change's interval: the total's
     # carries the sides' mean per-process factors, noise that says nothing about this kernel
     byr = np.zeros(len(df), bool)
-    if cfg.size_by_relative and "by_rel" in df.columns:
+    if "by_rel" in df.columns:
         byr = df["by_rel"].astype(object).eq(True).to_numpy() & ~better
+        if not cfg.size_by_relative:
+            # by default only where the kernel's variance rests on its own history: the
+            # relative interval is then the kernel's measured noise, not the cross-kernel
+            # prior's guess (which is what failed with 3 processes per side)
+            hist_df = df["history_df"].to_numpy(float) if "history_df" in df.columns else np.zeros(len(df))
+            byr &= np.nan_to_num(hist_df) >= RELATIVE_MIN_HISTORY_DF
     if byr.any():
         rw = np.where(byr, df["rel_ratio"].to_numpy(float), rw)
         low_w = np.where(byr, df["rel_ci_low"].to_numpy(float), low_w)
