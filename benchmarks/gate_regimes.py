@@ -186,7 +186,7 @@ def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int
     top = int(gemm[np.argmax(tot[gemm])])
     lines = [f"scenario {scenario}: {len(pool.names)} kernels ({len(gemm)} GEMMs), per-process factor "
              f"{100 * SIGMA_PROCESS:g} %, default {default_iters(pool)} iterations/process; swap target "
-             f"{ga.stats is not None and pool.names[top][:60]}"]
+             f"{pool.names[top][:60]}"]
     head = ["regime", "reps"] + [f"{rule}: {m}" for rule in RULES for m in ("alarm/fails", "GEMM rows/paired")]
     rows = [head]
     t0 = time.perf_counter()
