@@ -114,3 +114,26 @@ def test_two_processes_per_side_never_give_a_definite_verdict_on_noise():
     for seed in range(6):
         v = compare(side("b", 100 + seed, units=2), side("c", 200 + seed, units=2), GateConfig(threshold=0.0))
         assert not (v["verdict"] == "regression").any(), seed
+
+
+def test_a_fixed_shape_mix_loses_the_floor_and_keeps_its_power(monkeypatch):
+    # one kernel name covers two GEMM shapes in a fixed 50/50 mix: its median sits between
+    # the modes, where the i.i.d. order-statistic noise is huge, but the mix (and so every
+    # central quantile) is the same in every process
+    def mixed(tag, seed, slow=0.0):
+        rng = np.random.default_rng(seed)
+        frames = [side(tag, seed)]
+        for u in range(4):
+            a = rng.normal(0, 0.001)  # steady apart from its shape mix
+            shape = np.tile([1.0, 1.5], 30)
+            v = 1e5 * shape * (1 + slow) * np.exp(a + rng.normal(0, 0.002) + 0.01 * rng.standard_normal(60))
+            frames.append(compact_samples(pd.DataFrame({"point": "p", "kernel": "Cijk_mixed", "metric": "dur_ns",
+                                                        "unit": f"{tag}/{u}", "value": v})))
+        return pd.concat(frames, ignore_index=True)
+
+    b, c = mixed("b", 1), mixed("c", 2, slow=0.05)
+    v = compare(b, c, GateConfig(threshold=0.0)).set_index("kernel")
+    assert v.loc["Cijk_mixed", "verdict"] == "regression"
+    monkeypatch.setattr(durations, "FLOOR_QUANTILE_P", 0.0)  # judged on the median alone
+    v = compare(b, c, GateConfig(threshold=0.0)).set_index("kernel")
+    assert v.loc["Cijk_mixed", "verdict"] != "regression"

@@ -107,6 +107,7 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -136,6 +137,8 @@ FLOOR_MAX_DISPATCHES = math.inf
 FLOOR_COMPAT_P = 1e-4
 #: ... judged only on this many df (own + history) or more
 FLOOR_COMPAT_MIN_DF = 20
+#: ... or whose central quantiles vary this improbably little under it (any df)
+FLOOR_QUANTILE_P = 1e-3
 #: a kernel whose variance now is this improbable under its history's F distribution ignores it
 HISTORY_OUTLIER_P = 1e-3
 
@@ -420,7 +423,8 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
         true_n.index = true_n.index.astype(str)
         n_true = true_n.reindex(kernels).to_numpy(float)
         n_disp = np.where(np.isfinite(n_true), np.fmax(n_true, n_disp), n_disp)
-    floor = _sampling_floor(np.concatenate([vb, vc], axis=1), cnt, s2, df)
+    s2_q = _central_quantile_var(logb, gidb, ub, logc, gidc, uc, len(kernels), offsets)
+    floor = _sampling_floor(np.concatenate([vb, vc], axis=1), cnt, s2, df, s2_q)
 
     # trend of the prior in log dispatches per process (log of the order-statistic noise of the
     # median was measured too: a larger prior df, but 1.3-2 % A/A alarms on the real trace,
@@ -508,7 +512,49 @@ def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total:
     return np.where(np.isfinite(p_tot), out, np.nan), p_r < p_tot
 
 
-def _sampling_floor(se_true: np.ndarray, cnt: np.ndarray, s2: np.ndarray, df: np.ndarray) -> np.ndarray:
+#: quantile levels whose between-process spread tells a fixed shape mix from a varying one
+_CENTRAL_LEVELS = (0.3, 0.4, 0.6, 0.7)
+
+
+def _central_quantile_var(logb, gidb, ub, logc, gidc, uc, n_k, offsets) -> np.ndarray:
+    """Per kernel: mean over :data:`_CENTRAL_LEVELS` of the pooled within-side variance of the
+    per-process log quantile (after the shared factor), from the stored values (a compacted
+    table's order statistics read as a quantile function, as ``stats.group_median_se``).
+
+    A kernel whose median sits between the modes of a *fixed* mix of shapes has stable central
+    quantiles in every process (the mix is the same), far below the median's i.i.d. sampling
+    noise; a kernel whose mix varies between processes (step-clustered dispatches) moves them.
+    Four levels give the floor check several times the df of the median alone."""
+    out = []
+    for log, gid, nu, off in ((logb, gidb, ub, offsets[:ub]), (logc, gidc, uc, offsets[ub:])):
+        if nu == 0 or not len(log):
+            out.append(np.full((len(_CENTRAL_LEVELS), n_k, nu), np.nan))
+            continue
+        srt, starts, counts = stats.group_sort(log, gid, n_k * nu)
+        m = counts.astype(float)
+        ok = counts > 1
+        levels = []
+        for p in _CENTRAL_LEVELS:
+            q = np.full(n_k * nu, np.nan)
+            pos = np.clip(p * m[ok] - 0.5, 0.0, m[ok] - 1)
+            lo = np.floor(pos).astype(int)
+            hi = np.minimum(lo + 1, counts[ok] - 1)
+            frac = pos - lo
+            q[ok] = (1 - frac) * srt[starts[ok] + lo] + frac * srt[starts[ok] + hi]
+            levels.append(q.reshape(n_k, nu) - off[None, :])
+        out.append(np.stack(levels))
+    qb, qc = out
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: kernels absent on a side
+        ss = np.nansum((qb - np.nanmean(qb, axis=2, keepdims=True)) ** 2, axis=2) if ub else 0.0
+        ss = ss + (np.nansum((qc - np.nanmean(qc, axis=2, keepdims=True)) ** 2, axis=2) if uc else 0.0)
+        n = np.isfinite(qb).sum(axis=2) + np.isfinite(qc).sum(axis=2) - 2
+        v = np.where(n > 0, ss / np.maximum(n, 1), np.nan)
+        return np.nanmean(v, axis=0) if v.size else np.full(n_k, np.nan)
+
+
+def _sampling_floor(se_true: np.ndarray, cnt: np.ndarray, s2: np.ndarray, df: np.ndarray,
+                    s2_q: np.ndarray | None = None) -> np.ndarray:
     """Lower bound on each kernel's between-process variance: the sampling variance of a
     per-process median (order-statistic SE at the true dispatch count, mean over units).
 
@@ -527,7 +573,15 @@ def _sampling_floor(se_true: np.ndarray, cnt: np.ndarray, s2: np.ndarray, df: np
     # only with enough df (variance history, many processes): per-process medians of clumpy
     # kernels are far from normal, so with 4-6 df a tiny s^2 is no evidence against the floor
     # (dropping it at chi^2 p < 1e-4 still let 3-vs-3 A/A tests alarm on the real trace)
-    ok = np.isfinite(pred) & (pred > 0) & ~(np.isfinite(p_low) & (df >= FLOOR_COMPAT_MIN_DF) & (p_low < FLOOR_COMPAT_P))
+    contra = np.isfinite(p_low) & (df >= FLOOR_COMPAT_MIN_DF) & (p_low < FLOOR_COMPAT_P)
+    if s2_q is not None:
+        # the central quantiles' spread on twice the df (four correlated levels): a fixed shape
+        # mix keeps them far below the floor, a varying one does not
+        dq = 2 * np.where(df > 0, df, 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p_q = sps.chi2.cdf(dq * s2_q / pred, dq)
+        contra |= np.isfinite(p_q) & (df > 0) & (p_q < FLOOR_QUANTILE_P)
+    ok = np.isfinite(pred) & (pred > 0) & ~contra
     return np.where(ok, pred, np.nan)
 
 
