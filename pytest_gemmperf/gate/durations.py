@@ -46,11 +46,14 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
    dispatch count: between-process spread cannot be smaller than it in expectation, and without
    the floor a kernel seen a few times per process sometimes shows four near-equal medians by
    chance (the main source of A/A false alarms on the real trace before the floor). A kernel
-   whose own variance, on >= 20 df (variance history), is improbably small under the floor
-   (lower 0.01 % of chi^2: a median inside a fixed mix of GEMM shapes, a compacted table
-   without its dispatch counts) has no floor (``_sampling_floor``; a cut-off at 21 dispatches
-   per process gave 1 % A/A alarms at 23, and judging the floor on 4-6 df gave 3 % with 3
-   processes per side).
+   whose central quantiles (levels 0.3-0.7) vary improbably little between processes under
+   the floor (lower 0.1 % of chi^2 on twice the median's df), or whose own variance does on
+   >= 20 df (variance history), has no floor: a median between the modes of a *fixed* mix of
+   GEMM shapes (``_sampling_floor``, ``_central_quantile_var``). A cut-off at 21 dispatches
+   per process gave 1 % A/A alarms at 23; judging the floor on the median's 4-6 df alone gave
+   3 % with 3 processes per side (a kernel whose step mix varies between processes shows
+   near-equal medians by chance, but not near-equal central quantiles); the floor everywhere
+   cost the bimodal scenario half its power at 10 %.
    ``prior_trend`` picks the trend's covariate: "count" (log dispatches per process), "noise" (log sampling variance of the per-process median, order statistics at the
    *true* dispatch count, ``stats.group_median_se``) or "additive" (log of that variance plus
    the kernels' median excess of s^2 over it: kernel-specific process noise + the median's own
