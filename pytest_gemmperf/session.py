@@ -22,6 +22,7 @@ from pytest_gemmperf.run.backend import BackendChoice, select_backend
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.run.results import (ResultsDir, base_test_id, merge_verdicts,
                                          write_point_json, write_tables)
+from pytest_gemmperf import safe_io
 from pytest_gemmperf.session_reruns import PointReruns
 from pytest_gemmperf.sweep import SweepPoint
 
@@ -605,7 +606,7 @@ class _merge_lock:
         ignore = lock_dir / ".gitignore"
         if not ignore.exists():
             try:
-                ignore.write_text("*\n")
+                safe_io.write_text(ignore, "*\n")  # never through a planted link
             except OSError:
                 pass
         self._lock = FileLock(str(lock_dir / f"{record_dir.parent.name}__{record_dir.name}.merge.lock"),

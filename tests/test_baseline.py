@@ -673,3 +673,19 @@ def test_compare_of_other_records_survives_a_damaged_one(tmp_path: Path, samples
     rc = main(["compare", str(store.path_for(alone, HW)), str(results), "--out", str(tmp_path / "o3")])
     err = capsys.readouterr().err
     assert rc == 2 and "summary.yaml" in err and len(err.strip().splitlines()) == 1
+
+
+def test_refresh_skips_point_with_invalid_environment(tmp_path: Path, samples_module) -> None:
+    """A point that ran with e.g. OMP_NUM_THREADS=abc never becomes a baseline, by the CLI refresh
+    as by the pytest path (session._save_baseline)."""
+    results = make_results(tmp_path / "results" / "run")
+    pj = results / slug_for_test("perf_tests/test_gemm.py::test_overlap") / "ch56-th512" / "point.json"
+    doc = json.loads(pj.read_text())
+    doc["env"] = {"OMP_NUM_THREADS": "abc"}
+    pj.write_text(json.dumps(doc))
+    store = BaselineStore(tmp_path / "baselines")
+    messages: list[str] = []
+    refresh_from_results(results, store, report=messages.append)
+    overlap = store.load("perf_tests/test_gemm.py::test_overlap", HW)
+    assert set(overlap.samples["point"]) == {"ch28-th256"}
+    assert any("ch56-th512" in m and "OMP_NUM_THREADS='abc'" in m for m in messages)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.sweep import invalid_env
 from pytest_gemmperf.gate.hardware import hardware_key
 from pytest_gemmperf.gate.record import BaselineRecord, _now
 
@@ -77,6 +78,12 @@ def _finished_points(root: Path, test_filter: str | None,
         if status in _BAD_STATUSES:
             if report:
                 report(f"skipped {pj.parent}: status {status!r}")
+            continue
+        bad_env = invalid_env(doc.get("env") or {})
+        if bad_env:
+            # a run nobody meant (OMP_NUM_THREADS=abc) is no reference; the pytest path refuses it too
+            if report:
+                report(f"skipped {pj.parent}: invalid environment: {'; '.join(bad_env)}")
             continue
         points.append(_Point(test_id, str(doc.get("point") or pj.parent.name), pj.parent, doc))
     if not points:

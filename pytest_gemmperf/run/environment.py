@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from pytest_gemmperf import safe_io
+
 #: thresholds of :func:`assess` (documented in the README's "noisy environments")
 RUNNABLE_EXCESS = 0.5      # runnable threads beyond the cores (+ this) count as contention
 FOREIGN_SHARE = 0.25       # other processes' CPU use beyond this share of the cores (min 0.5 core)
@@ -129,7 +131,7 @@ class ContentionMonitor:
             try:
                 self.marker_dir.mkdir(parents=True, exist_ok=True)
                 self._marker = self.marker_dir / f"{os.getpid()}.json"
-                self._marker.write_text(json.dumps({"point": self.label, "pid": os.getpid()}))
+                safe_io.write_text(self._marker, json.dumps({"point": self.label, "pid": os.getpid()}))
             except OSError:
                 self._marker = None
         self._sample()
