@@ -53,9 +53,9 @@ def _prctl(option: int, arg: int) -> bool:
         return False
 
 
-def _parents() -> dict[int, tuple[int, str]]:
-    """pid -> (ppid, state) for every visible process (from /proc/<pid>/stat)."""
-    out: dict[int, tuple[int, str]] = {}
+def proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, pgid, state) for every visible process (from /proc/<pid>/stat)."""
+    out: dict[int, tuple[int, int, str]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -69,14 +69,14 @@ def _parents() -> dict[int, tuple[int, str]]:
         except OSError:
             continue
         rest = raw[raw.rfind(")") + 2:].split()  # the command name may hold spaces and ')'
-        if len(rest) >= 2:
-            out[int(name)] = (int(rest[1]), rest[0])
+        if len(rest) >= 3:
+            out[int(name)] = (int(rest[1]), int(rest[2]), rest[0])
     return out
 
 
 def descendants(root: int) -> set[int]:
     """Live (non-zombie) descendants of ``root``, following parent links in /proc."""
-    table = _parents()
+    table = {pid: (ppid, st) for pid, (ppid, _, st) in proc_table().items()}
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from pytest_gemmperf import safe_io
-from pytest_gemmperf.run._reaper import describe
+from pytest_gemmperf.run._reaper import describe, proc_table as _proc_table
 
 #: Launchers that ``launch_argv`` knows by name.
 KNOWN_LAUNCHERS = ("none", "torchrun", "srun", "mpirun")
@@ -194,29 +194,6 @@ def launch_argv(command: str | Sequence[str], launcher: str | Sequence[str] | No
 
 # ---------------------------------------------------------------------------------------------
 # process-tree bookkeeping (Linux /proc; elsewhere only the process group is used)
-
-def _proc_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, pgid, state) for every visible process."""
-    table: dict[int, tuple[int, int, str]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                raw = fh.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        # the command name may contain spaces and parentheses: split after the last ')'
-        rest = raw[raw.rfind(")") + 2:].split()
-        if len(rest) < 3:
-            continue
-        table[int(name)] = (int(rest[1]), int(rest[2]), rest[0])
-    return table
-
 
 def live_processes(pgid: int, root_pid: int | None = None) -> set[int]:
     """Non-zombie processes in group ``pgid`` plus descendants of ``root_pid`` (any group)."""
