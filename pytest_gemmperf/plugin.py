@@ -54,6 +54,11 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_learn_variance": ("gemmperf_learn_variance", "bool", False,
                                 "add each compared run's between-process variance to its baseline's "
                                 "history (sharper gate over time; writes baselines/)"),
+    "gemmperf_telemetry": ("gemmperf_telemetry", "string", "on",
+                           "on | off: sample host and GPU telemetry (clocks, power, temperature, "
+                           "throttling) while each point runs, into telemetry.parquet"),
+    "gemmperf_telemetry_interval": ("gemmperf_telemetry_interval", "string", "0.1",
+                                    "seconds between telemetry samples (0.01..60, default 0.1)"),
 }
 
 _SESSION_KEY = pytest.StashKey[GemmperfSession]()
@@ -130,6 +135,12 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
     confirm = num("gemmperf_confirm", int)
     if confirm is not None and not 0 <= confirm <= 10:
         raise pytest.UsageError(f"--gemmperf-confirm must be 0..10 rounds, got {confirm}")
+    telemetry = str(_setting(config, "gemmperf_telemetry")[0]).strip().lower()
+    if telemetry not in ("on", "off", "true", "false", "1", "0"):
+        raise pytest.UsageError(f"--gemmperf-telemetry: {telemetry!r} is not on or off")
+    interval = num("gemmperf_telemetry_interval", float)
+    if interval is not None and not 0.01 <= interval <= 60:
+        raise pytest.UsageError(f"--gemmperf-telemetry-interval must be 0.01..60 seconds, got {interval}")
     return Options(
         results_dir=results_dir,
         baseline_dir=_path_setting(config, "gemmperf_baseline_dir") or config.rootpath / "baselines",
@@ -142,6 +153,8 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         rocprofv3=str(_setting(config, "gemmperf_rocprofv3")[0]),
         learn_variance=bool(_setting(config, "gemmperf_learn_variance")[0]),
         confirm=1 if confirm is None else confirm,
+        telemetry=telemetry in ("on", "true", "1"),
+        telemetry_interval_s=0.1 if interval is None else interval,
     )
 
 

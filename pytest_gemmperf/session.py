@@ -64,6 +64,9 @@ class Options:
     learn_variance: bool = False
     #: confirmation rounds for a suspicious point (gate/confirm.py); 0 disables
     confirm: int = 1
+    #: sample host/GPU telemetry while points run (run/telemetry.py)
+    telemetry: bool = True
+    telemetry_interval_s: float = 0.1
 
 
 def parse_threshold(text: str | float | None) -> float | None:
@@ -271,8 +274,9 @@ class PointRunner(PointReruns):
                           timeout_s=timeout_s, full_env=full_env, env_set=env_set, cwd=cwd)
         self._record_json = record
         monitor = self._monitor()
+        sampler = self._sampler(full_env)
         try:
-            with monitor:
+            with monitor, sampler:
                 trace, argv = self._execute(record, first_run=0)
         except _PointSkipped as exc:
             record["status"] = "skipped"
@@ -294,6 +298,7 @@ class PointRunner(PointReruns):
                 pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}", pytrace=False)
             raise
         record["resolved_command"] = argv
+        self._store_telemetry(sampler, record, monitor.evidence, round_no=0)
         record["environment"] = monitor.evidence
         disturbance = self._assess(monitor.evidence)
         record["disturbance"] = disturbance.as_dict()
@@ -324,8 +329,9 @@ class PointRunner(PointReruns):
         device = self.backend.device
         traces = []
         for k in range(first_run, first_run + repeats):
-            run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
-                                  device=device, timeout_s=timeout_s, cwd=cwd)
+            with self._process_window(k):
+                run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
+                                      device=device, timeout_s=timeout_s, cwd=cwd)
             entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
                      "timed_out": run.timed_out, "log": _rel(run.log, self.dir),
                      "files": {("none" if r is None else str(r)): [_rel(p, self.dir) for p in ps]
@@ -462,6 +468,7 @@ class PointRunner(PointReruns):
         first = compare(base_pt, samples, cfg, test=self.test_id, history=history)
         verdicts = apply_disturbance(first, self._assess(result.environment))
         verdicts = self._confirm(result, base_pt, samples, first, verdicts, cfg, history, warmup)
+        verdicts = self._telemetry_notes(verdicts)
         if self.options.learn_variance:
             # outside the merge lock: learn() takes the record's own lock
             run = f"{self.session.results.root.name}/{self.point.id}"

@@ -1,8 +1,8 @@
-"""Re-runs of a sweep point: contention monitoring, confirmation before blocking.
+"""Re-runs of a sweep point: contention monitoring, telemetry, confirmation before blocking.
 
 The part of :class:`~pytest_gemmperf.session.PointRunner` that runs a point's workload again
-(``--gemmperf-confirm``, ``gate/confirm.py``) and records contention evidence while it runs
-(``run/environment.py``). A mixin so ``session.py`` stays readable; it uses the runner's state
+(``--gemmperf-confirm``, ``gate/confirm.py``) and records contention evidence
+(``run/environment.py``) and host/GPU telemetry (``run/telemetry.py``) while it runs. A mixin so ``session.py`` stays readable; it uses the runner's state
 (``_call``: the last ``profile()`` call, ``_record``, ``options``, ``backend``, ``dir``) and
 its backend methods (``_run_torch``, ``_run_rocprofv3``, ``_run_replay``).
 """
@@ -30,6 +30,66 @@ class PointReruns:
         return ContentionMonitor(marker_dir=self.session.results.root / ACTIVE_DIR,
                                  label=f"{self.test_id}[{self.point.id}]",
                                  enabled=self.backend.name != "replay")
+
+    def _sampler(self, env: Mapping[str, str]):
+        from pytest_gemmperf.run.telemetry import TelemetrySampler
+
+        # a replayed point ran elsewhere: this machine's clocks say nothing about it
+        sampler = TelemetrySampler(self.options.telemetry_interval_s, env=dict(env),
+                                   enabled=self.options.telemetry and self.backend.name != "replay")
+        self._telemetry = sampler
+        return sampler
+
+    def _process_window(self, run: int):
+        """Context marking workload process ``run`` in the current telemetry sampler."""
+        from contextlib import nullcontext
+
+        sampler = getattr(self, "_telemetry", None)
+        return sampler.process(run) if sampler is not None and sampler.enabled else nullcontext()
+
+    def _store_telemetry(self, sampler, record: dict[str, Any], evidence: dict[str, Any],
+                         *, round_no: int) -> None:
+        """Write the samples to ``telemetry.parquet`` (appended for a confirmation round), the
+        metadata and per-process summary to ``record["telemetry"]`` (point.json), and this
+        round's summary into ``evidence["telemetry"]`` for the gate."""
+        from pytest_gemmperf.run.telemetry import summarise, write_telemetry
+
+        self._telemetry = None
+        if not sampler.enabled:
+            record["telemetry"] = {"enabled": False}
+            return
+        frame = sampler.frame()
+        meta = sampler.metadata()
+        summary = summarise(frame, sampler.windows, sampler.interval_s)
+        write_telemetry(self.dir, frame, append=round_no > 0)
+        if round_no and isinstance(record.get("telemetry"), dict) and record["telemetry"].get("enabled"):
+            old = record["telemetry"]
+            old["processes"].update(meta["processes"])
+            old["summary"] = [*old.get("summary", []), *summary]
+            old["rows"] = int(old.get("rows", 0)) + meta["rows"]
+            old["samples"] = int(old.get("samples", 0)) + meta["samples"]
+            old["stopped_ns"] = meta["stopped_ns"]
+            old["notes"] = list(dict.fromkeys([*old.get("notes", []), *meta["notes"]]))[:20]
+        else:
+            record["telemetry"] = {**meta, "summary": summary}
+        evidence["telemetry"] = summary
+        if meta["static"] and round_no == 0:
+            self.session.results.update_run_json(telemetry={"interval_s": meta["interval_s"],
+                                                            "clock": meta["clock"],
+                                                            "sources": meta["sources"],
+                                                            "static": meta["static"]})
+
+    def _telemetry_notes(self, verdicts: pd.DataFrame) -> pd.DataFrame:
+        """Each verdict row of the point names the telemetry evidence of all its processes."""
+        from pytest_gemmperf.run.telemetry import evidence, note_rows
+
+        pj = self.dir / "point.json"
+        try:
+            tele = json.loads(pj.read_text(encoding="utf-8")).get("telemetry") or {}
+        except (OSError, ValueError):
+            return verdicts
+        reasons, _ = evidence(tele.get("summary"))
+        return note_rows(verdicts, reasons)
 
     def _assess(self, evidence: Mapping[str, Any] | None):
         from pytest_gemmperf.run.environment import assess
@@ -78,8 +138,9 @@ class PointReruns:
         record = json.loads(pj.read_text(encoding="utf-8")) if pj.exists() else dict(self._record_json or {})
         record.setdefault("runs", [])
         monitor = self._monitor()
+        sampler = self._sampler(self._call["full_env"])
         try:
-            with monitor:
+            with monitor, sampler:
                 trace, _ = self._execute(record, first_run=self._call["repeats"] * round_no)
         except _PointFailed as exc:
             record["status"] = exc.status
@@ -87,6 +148,8 @@ class PointReruns:
             write_point_json(self.dir, record)
             pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run failed: "
                         f"{exc.message}", pytrace=False)
+        self._store_telemetry(sampler, record, monitor.evidence, round_no=round_no)
+        write_point_json(self.dir, record)
         result.dispatches = concat_tables([result.dispatches, trace.dispatches], DISPATCH_SCHEMA)
         result.counters = concat_tables([result.counters, trace.counters], COUNTER_SCHEMA)
         result.agents = concat_tables([result.agents, trace.agents], AGENT_SCHEMA)

@@ -49,7 +49,8 @@ def write_reports(out_dir: str | os.PathLike, *,
                   formats: Iterable[str] = FORMATS, skip: Iterable[str] = (),
                   warmup: int = 0, top_k: int = 5,
                   short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
-                  max_sheet_rows: int | None = None) -> dict[str, Path]:
+                  max_sheet_rows: int | None = None,
+                  telemetry: tuple[pd.DataFrame, pd.DataFrame, dict] | None = None) -> dict[str, Path]:
     """Write every report into ``out_dir``; returns ``{file name: path}``.
 
     ``dispatches`` is one canonical dispatches table, a list of them (with ``labels``; the
@@ -73,7 +74,7 @@ def write_reports(out_dir: str | os.PathLike, *,
             meta["hardware"] = hw
     data = build_report_data(dispatches, verdicts=verdicts, counters=counters, agents=agents,
                              meta=meta, labels=labels, warmup=warmup, top_k=top_k,
-                             short_kernel_us=short_kernel_us)
+                             short_kernel_us=short_kernel_us, telemetry=telemetry)
     try:
         out.mkdir(parents=True, exist_ok=True)
         return _write(data, out, formats, skip, max_sheet_rows)
@@ -171,6 +172,9 @@ def write_results_reports(results_dir: str | os.PathLike, out_dir: str | os.Path
     trace = load([root])
     meta = _session_meta(_read_run_json(root))
     meta.setdefault("inputs", [str(root)])
+    from pytest_gemmperf.report.telemetry import read_results_telemetry
+
+    kwargs.setdefault("telemetry", read_results_telemetry(root))
     write_reports(out_dir, dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
                   verdicts=read_verdict_files(root), meta=meta, **kwargs)
     return Path(out_dir)

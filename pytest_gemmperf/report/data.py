@@ -72,6 +72,12 @@ class ReportData:
     stragglers: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: aorta's ``nccl_master_all_configs`` sheet
     nccl_master: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: telemetry samples (``run/telemetry.py`` long format + ``test``/``point``), empty when none
+    telemetry: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per (test, point, process, device) telemetry summary (clocks, power, temperatures, throttling)
+    telemetry_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per ``test[point]``: process windows, interval, sources, clock, notes
+    telemetry_meta: dict[str, dict] = field(default_factory=dict)
 
     @property
     def has_collectives(self) -> bool:
@@ -488,9 +494,11 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
                       agents: pd.DataFrame | Sequence[pd.DataFrame | None] | None = None,
                       meta: Mapping[str, Any] | None = None, labels: Sequence[str] | None = None,
                       warmup: int = 0, top_k: int = 5,
-                      short_kernel_us: float = DEFAULT_SHORT_KERNEL_US) -> ReportData:
+                      short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
+                      telemetry: tuple[pd.DataFrame, pd.DataFrame, dict] | None = None) -> ReportData:
     """Analyse one sweep (a dispatches table) or several (a list with ``labels``, or a mapping
-    label -> table; the first is the baseline of an N-way comparison)."""
+    label -> table; the first is the baseline of an N-way comparison). ``telemetry``: (samples,
+    summary, per-point metadata) of ``report.telemetry.read_results_telemetry``, shown as is."""
     if isinstance(dispatches, Mapping):
         labels = list(dispatches)
         frames = list(dispatches.values())
@@ -536,7 +544,17 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
         meta=dict(meta or {}), short_kernel_us=float(short_kernel_us), top_k=int(top_k),
         notes=notes, n_dispatches=n_disp, collectives=get("collectives"),
         collective_best=get("collective_best"), stragglers=get("stragglers"),
-        nccl_master=get("nccl_master"))
+        nccl_master=get("nccl_master"),
+        **_telemetry_fields(telemetry))
+
+
+def _telemetry_fields(telemetry) -> dict[str, Any]:
+    if not telemetry:
+        return {}
+    samples, summary, meta = telemetry
+    return {"telemetry": samples if samples is not None else pd.DataFrame(),
+            "telemetry_summary": summary if summary is not None else pd.DataFrame(),
+            "telemetry_meta": dict(meta or {})}
 
 
 def finite(x: Any) -> bool:

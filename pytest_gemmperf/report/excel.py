@@ -442,6 +442,12 @@ def _fill(book: "_Book", data: ReportData) -> None:
         if data.has_collectives:
             _collective_sheets(book, data)
         _environment_sheet(book, data)
+        if len(data.telemetry_summary):
+            book.table("telemetry", data.telemetry_summary,
+                       "machine state per point, process and device while it ran (run/telemetry.py): "
+                       "GFX/SM clock (host: CPU frequency) min/median/max MHz, median power W, max "
+                       "temperatures °C, seconds throttled by a power/thermal limit; samples in each "
+                       "point's telemetry.parquet")
     finally:
         book.close()
 

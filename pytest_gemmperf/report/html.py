@@ -176,6 +176,8 @@ def _collective_context(data: ReportData) -> dict[str, Any]:
 
 
 def render_html(data: ReportData) -> str:
+    from pytest_gemmperf.report.telemetry import telemetry_context
+
     env = _env()
     tmpl = env.get_template(TEMPLATE)
     v = data.verdicts
@@ -215,6 +217,7 @@ def render_html(data: ReportData) -> str:
         "kernels": _records(_kernel_overview(data)),
         "notes": data.notes,
         **_collective_context(data),
+        "telemetry": telemetry_context(data.telemetry, data.telemetry_summary, data.telemetry_meta),
     }
     return tmpl.render(**ctx)
 

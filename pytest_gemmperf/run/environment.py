@@ -219,11 +219,30 @@ def assess(evidence: dict[str, Any] | None, *, shares_devices: bool = True,
     points without ``--gemmperf-gpus-per-point``); points on disjoint GPUs do not disturb each
     other through the devices. ``cpu_bound``: the measured durations are CPU time (the CPU
     backend's operators). GPU kernel durations are timed on the GPU and do not stretch when
-    the host's CPUs are busy, so for them only concurrent points sharing the devices count
-    (GPU clocks and throttling will join when telemetry is recorded).
+    the host's CPUs are busy, so for them only concurrent points sharing the devices and the
+    GPUs' own telemetry count.
+
+    Telemetry (``evidence["telemetry"]``: the per-process summary of ``run/telemetry.py``)
+    adds throttled GPUs and GPU clock drops (``gpu0 throttled 1.8 s in process 3``) with
+    the factor the clocks explain (best median clock / the slowest process's mean clock).
     """
     if not evidence:
         return Disturbance(False)
+    base = _assess_contention(evidence, shares_devices=shares_devices, cpu_bound=cpu_bound)
+    summary = evidence.get("telemetry")
+    if not summary:
+        return base
+    from pytest_gemmperf.run.telemetry import evidence as telemetry_evidence
+
+    # the host's CPU frequency is recorded but not gated on: CPU contention is judged above,
+    # and frequency scaling on shared CI hosts would make every CPU run look disturbed
+    reasons, factor = telemetry_evidence(summary, include_host=False)
+    if not reasons:
+        return base
+    return Disturbance(True, base.reasons + tuple(reasons), max(base.factor, factor))
+
+
+def _assess_contention(evidence: dict[str, Any], *, shares_devices: bool, cpu_bound: bool) -> Disturbance:
     if not cpu_bound:
         others = int(evidence.get("concurrent_points") or 0)
         if others and shares_devices:

@@ -1,0 +1,318 @@
+"""GPU and host telemetry per sweep point: sampled while the workload runs, stored, summarised
+per process, and turned into evidence for the gate.
+
+:class:`TelemetrySampler` is a context manager around a point's workload. A daemon thread
+reads every source (``run/telemetry_sources.py``: host always, ``amdsmi`` / ``pynvml`` when
+importable and a device answers) every ``interval_s`` (default 0.1 s) and keeps the rows in
+memory; :meth:`TelemetrySampler.process` marks the wall-clock window of each workload process
+so the samples can be attributed to it. Storage (:func:`write_telemetry`):
+``<point>/telemetry.parquet`` in long format ``time_ns, host, device, metric, value, unit``.
+``time_ns`` is ``CLOCK_REALTIME`` (``time.time_ns()``, ns since the Unix epoch);
+``point.json["telemetry"]["clock"]`` states it and records the offsets to ``CLOCK_MONOTONIC``
+and ``CLOCK_BOOTTIME`` taken at start, so samples align with trace timestamps of either clock.
+
+:func:`summarise` gives per process and device the min/median/max GFX clock, median power,
+max temperatures and the time spent throttled (samples with ``throttle_active`` = 1, each
+counting until the next sample, at most two intervals). :func:`evidence` turns that into
+sentences (``gpu0 throttled 1.8 s in process 3``, ``gpu0 clock median 1410 MHz in process 2,
+1980 MHz in the others``) and ``factor``, how much slower than the best process a process can
+read from its clock alone (best median clock / its mean clock, >= 1). ``run.environment.assess``
+adds them to the point's :class:`~pytest_gemmperf.run.environment.Disturbance`, so a
+regression on a throttled point is ``inconclusive`` unless far beyond that factor.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.run.telemetry_sources import AmdSmiSource, HostSource, NvmlSource, visible_indices
+
+TELEMETRY_FILE = "telemetry.parquet"
+COLUMNS = ("time_ns", "host", "device", "metric", "value", "unit")
+CLOCK = "CLOCK_REALTIME (time.time_ns(): ns since the Unix epoch)"
+DEFAULT_INTERVAL_S = 0.1
+#: a process whose median GFX clock is this far below the best process's counts as a clock drop
+CLOCK_DROP = 0.05
+#: throttled time below this (seconds) is not evidence (one stray sample)
+MIN_THROTTLE_S = 0.05
+#: metrics the panel draws and the summary reads
+CLOCK_METRIC, POWER_METRIC, THROTTLE_METRIC = "gfx_clock_mhz", "power_w", "throttle_active"
+TEMP_METRICS = ("temp_edge_c", "temp_hotspot_c", "temp_mem_c")
+
+
+def _clock_offsets() -> dict[str, int]:
+    real = time.time_ns()
+    out = {"monotonic_minus_realtime_ns": time.monotonic_ns() - real}
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        out["boottime_minus_realtime_ns"] = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - real
+    return out
+
+
+class TelemetrySampler:
+    """Sample host and GPU telemetry in a background thread while the ``with`` block runs.
+
+    ``sources`` replaces the default set (tests); ``env`` restricts GPUs to the visible-device
+    variables the workload gets. ``enabled=False`` records nothing (``--gemmperf-telemetry
+    off``, replayed points). Never raises from a source: failures become ``notes``.
+    """
+
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, *, enabled: bool = True,
+                 env: dict[str, str] | None = None, sources: list[Any] | None = None) -> None:
+        self.interval_s = max(0.01, float(interval_s))
+        self.enabled = enabled
+        self.host = socket.gethostname()
+        idx = visible_indices(env)
+        self.sources = sources if sources is not None else [
+            HostSource(), AmdSmiSource(indices=idx), NvmlSource(indices=idx)]
+        self.rows: list[tuple[int, str, str, float, str]] = []
+        self.windows: dict[str, list[int]] = {}
+        self.static: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.active: list[Any] = []
+        self.thread_cpu_s = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.started_ns = self.stopped_ns = 0
+        self.clock_offsets: dict[str, int] = {}
+
+    def __enter__(self) -> "TelemetrySampler":
+        if not self.enabled:
+            return self
+        self.started_ns = time.time_ns()
+        self.clock_offsets = _clock_offsets()
+        for src in self.sources:
+            try:
+                ok = src.open()
+            except Exception as exc:  # noqa: BLE001 - a source must never break the run
+                self.notes.append(f"{getattr(src, 'name', src)}: not opened ({type(exc).__name__}: {exc})")
+                ok = False
+            if ok:
+                self.active.append(src)
+                try:
+                    self.static[src.name] = src.static()
+                except Exception as exc:  # noqa: BLE001
+                    self.notes.append(f"{src.name}: static info unreadable ({type(exc).__name__}: {exc})")
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="gemmperf-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.enabled:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._sample()
+        self.stopped_ns = time.time_ns()
+        for src in self.active:
+            try:
+                src.close()
+            except Exception:  # noqa: BLE001
+                pass
+            for n in getattr(src, "notes", []):
+                if n not in self.notes:
+                    self.notes.append(n)
+        for src in self.sources:
+            if src not in self.active:
+                self.notes.extend(n for n in getattr(src, "notes", []) if n not in self.notes)
+
+    def _loop(self) -> None:
+        t0 = time.thread_time()
+        # fixed-rate schedule: a slow sample does not shift the following ones
+        nxt = time.monotonic() + self.interval_s
+        while not self._stop.wait(max(0.0, nxt - time.monotonic())):
+            self._sample()
+            nxt += self.interval_s
+            if nxt < time.monotonic():
+                nxt = time.monotonic() + self.interval_s
+        self.thread_cpu_s = time.thread_time() - t0
+
+    def _sample(self) -> None:
+        t = time.time_ns()
+        got: list[tuple[int, str, str, float, str]] = []
+        for src in self.active:
+            try:
+                got.extend((t, d, m, v, u) for d, m, v, u in src.sample())
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"{src.name}: sample failed ({type(exc).__name__}: {exc})")
+        with self._lock:
+            self.rows.extend(got)
+
+    @contextmanager
+    def process(self, run: int | str) -> Iterator[None]:
+        """Mark the window of workload process ``run`` (its samples are attributed to it)."""
+        start = time.time_ns()
+        try:
+            yield
+        finally:
+            self.windows[str(run)] = [start, time.time_ns()]
+
+    # -- results
+    def frame(self) -> pd.DataFrame:
+        with self._lock:
+            rows = list(self.rows)
+        if not rows:
+            return empty_frame()
+        t, dev, met, val, unit = zip(*rows)
+        return pd.DataFrame({"time_ns": np.asarray(t, dtype="int64"), "host": self.host,
+                             "device": list(dev), "metric": list(met),
+                             "value": np.asarray(val, dtype="float64"), "unit": list(unit)})
+
+    def metadata(self) -> dict[str, Any]:
+        """What ``point.json["telemetry"]`` records (the summary is added by the caller)."""
+        if not self.enabled:
+            return {"enabled": False}
+        wall = max((self.stopped_ns - self.started_ns) / 1e9, 1e-9)
+        return {"enabled": True, "file": TELEMETRY_FILE, "clock": CLOCK,
+                "clock_offsets": self.clock_offsets, "interval_s": self.interval_s,
+                "sources": [s.name for s in self.active], "host": self.host,
+                "started_ns": self.started_ns, "stopped_ns": self.stopped_ns,
+                "samples": len({r[0] for r in self.rows}), "rows": len(self.rows),
+                "processes": {k: list(v) for k, v in self.windows.items()},
+                "sampler_cpu_fraction": round(self.thread_cpu_s / wall, 5),
+                "static": self.static, "notes": self.notes[:20]}
+
+
+def empty_frame() -> pd.DataFrame:
+    return pd.DataFrame({"time_ns": pd.Series(dtype="int64"), "host": pd.Series(dtype=object),
+                         "device": pd.Series(dtype=object), "metric": pd.Series(dtype=object),
+                         "value": pd.Series(dtype="float64"), "unit": pd.Series(dtype=object)})
+
+
+def write_telemetry(point_dir: Path, frame: pd.DataFrame, *, append: bool = False) -> Path:
+    """Write (or extend, for a confirmation round) ``<point_dir>/telemetry.parquet``."""
+    from pytest_gemmperf import safe_io
+
+    path = Path(point_dir) / TELEMETRY_FILE
+    if append and path.exists():
+        frame = pd.concat([read_telemetry(path), frame], ignore_index=True)
+    return safe_io.write_parquet(frame.loc[:, list(COLUMNS)], path, index=False)
+
+
+def read_telemetry(path: Path) -> pd.DataFrame:
+    """A ``telemetry.parquet``; a bad file is one ``GemmperfInputError`` line."""
+    from pytest_gemmperf.errors import GemmperfInputError
+
+    try:
+        df = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types
+        raise GemmperfInputError(path, f"unreadable telemetry: {exc}") from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise GemmperfInputError(path, f"telemetry lacks columns {missing} (expected {list(COLUMNS)})")
+    return df
+
+
+# -------------------------------------------------------------------------- summary / evidence
+
+def assign_process(frame: pd.DataFrame, windows: dict[str, list[int]]) -> pd.Series:
+    """Process label of each sample (``""`` outside every window), vectorised per window."""
+    out = pd.Series("", index=frame.index, dtype=object)
+    t = frame["time_ns"].to_numpy()
+    for run, (a, b) in windows.items():
+        out[(t >= a) & (t <= b)] = str(run)
+    return out
+
+
+def _durations(times: np.ndarray, interval_s: float) -> np.ndarray:
+    """Seconds each sample stands for: until the next one, at most two intervals."""
+    if len(times) == 0:
+        return np.zeros(0)
+    d = np.diff(times, append=times[-1] + int(interval_s * 1e9)) / 1e9
+    return np.clip(d, 0.0, 2 * interval_s)
+
+
+def summarise(frame: pd.DataFrame, windows: dict[str, list[int]], interval_s: float) -> list[dict[str, Any]]:
+    """Per (process, device) rows: clock min/median/max, power median, max temperatures,
+    throttled seconds. Devices without a GFX clock (the host) report CPU frequency and busy
+    fraction instead. ``process`` is ``"all"`` when no windows were marked."""
+    if frame.empty:
+        return []
+    f = frame.copy()
+    f["process"] = assign_process(f, windows) if windows else "all"
+    f = f[f["process"] != ""]
+    out = []
+    for (proc, dev), g in f.groupby(["process", "device"], sort=True):
+        if dev.startswith("cpu"):
+            continue  # per-CPU rows: in the parquet, too many for the summary
+        row: dict[str, Any] = {"process": str(proc), "device": str(dev)}
+        by = {m: s for m, s in g.groupby("metric")}
+        clk = by.get(CLOCK_METRIC) if dev != "host" else by.get("cpu_freq_mhz")
+        if clk is not None and len(clk):
+            v = clk["value"].to_numpy()
+            row.update(clock_min_mhz=float(v.min()), clock_median_mhz=float(np.median(v)),
+                       clock_mean_mhz=float(v.mean()), clock_max_mhz=float(v.max()))
+        if POWER_METRIC in by:
+            row["power_median_w"] = float(by[POWER_METRIC]["value"].median())
+        for m in TEMP_METRICS:
+            if m in by:
+                row[m.replace("_c", "_max_c")] = float(by[m]["value"].max())
+        if "cpu_busy_frac" in by:
+            row["cpu_busy_median"] = float(by["cpu_busy_frac"]["value"].median())
+        if THROTTLE_METRIC in by:
+            th = by[THROTTLE_METRIC].sort_values("time_ns")
+            dur = _durations(th["time_ns"].to_numpy(), interval_s)
+            row["throttle_s"] = round(float(dur[th["value"].to_numpy() > 0].sum()), 3)
+        row["samples"] = int(g["time_ns"].nunique())
+        out.append(row)
+    return out
+
+
+def evidence(summary: list[dict[str, Any]] | None, *, include_host: bool = False) -> tuple[list[str], float]:
+    """(sentences, factor) from a point's per-process summary: throttled processes, processes
+    whose median clock fell more than :data:`CLOCK_DROP` below the best process's. ``factor``
+    (>= 1): best median clock / the slowest process's mean clock. The host's CPU frequency
+    counts only with ``include_host`` (CPU-bound measurements)."""
+    if not summary:
+        return [], 1.0
+    s = pd.DataFrame(summary)
+    if not include_host:
+        s = s[s["device"] != "host"]
+    if s.empty:
+        return [], 1.0
+    reasons: list[str] = []
+    factor = 1.0
+    for dev, g in s.groupby("device", sort=True):
+        label = "CPU frequency" if dev == "host" else f"{dev} clock"
+        if "throttle_s" in g:
+            for r in g[g["throttle_s"].fillna(0) >= MIN_THROTTLE_S].itertuples(index=False):
+                reasons.append(f"{dev} throttled {r.throttle_s:.1f} s in {_proc(r.process)}")
+        if "clock_median_mhz" in g and g["clock_median_mhz"].notna().any():
+            best = float(g["clock_median_mhz"].max())
+            if best > 0:
+                drop = g[g["clock_median_mhz"] < (1 - CLOCK_DROP) * best]
+                for r in drop.itertuples(index=False):
+                    reasons.append(f"{label} median {r.clock_median_mhz:.0f} MHz in {_proc(r.process)}, "
+                                   f"{best:.0f} MHz in the best")
+                mean = g["clock_mean_mhz"].where(g["clock_mean_mhz"] > 0)
+                if mean.notna().any() and (len(drop) or ("throttle_s" in g and
+                                                         (g["throttle_s"].fillna(0) >= MIN_THROTTLE_S).any())):
+                    factor = max(factor, best / float(mean.min()))
+    return reasons, float(factor)
+
+
+def _proc(p: str) -> str:
+    return "the point" if p == "all" else f"process {p}"
+
+
+def note_rows(verdicts: pd.DataFrame, reasons: list[str]) -> pd.DataFrame:
+    """Every verdict row of the point carries the telemetry evidence of its processes
+    (``telemetry: gpu0 throttled 1.8 s in process 3``) unless its note already says it."""
+    if verdicts.empty or not reasons:
+        return verdicts
+    text = "telemetry: " + "; ".join(reasons[:4]) + (f" (+{len(reasons) - 4} more)" if len(reasons) > 4 else "")
+    v = verdicts.copy()
+    note = v["note"].astype(object).where(v["note"].notna(), "").astype(str)
+    has = note.str.contains(reasons[0], regex=False)
+    v["note"] = np.where(has, note, np.where(note == "", text, note + "; " + text))
+    return v
