@@ -21,10 +21,16 @@
 # POINT_TIMEOUT_S (per workload launch, default 90), PYTEST_EXTRA (more pytest arguments for
 # both runs, split on spaces, e.g. "-k ch28" to run half the sweep).
 #
-# Evidence in $OUT (8 files, flat): check.log (versions, stage timings, per-launch wall times,
-# analyze output, final status), pytest_run1.log, pytest_run2.log, verdicts.csv, summary.md,
-# report.html (the gating session's report), kernels.csv (from analyze), results_meta.tgz
-# (run/point/baseline json, workload logs incl. NCCL warnings; no raw traces).
+# Evidence in $OUT (10 files, flat): check.log (versions, stage timings, per-launch wall times,
+# telemetry summary, analyze output, final status), pytest_run1.log, pytest_run2.log,
+# verdicts.csv, summary.md, report.html (the gating session's report, with its telemetry panel
+# per point), kernels.csv (from analyze), telemetry_summary.txt (per point, process and GPU:
+# SM clock min/median/max, power, temperature, throttled seconds, plus sample rows taken while
+# the GEMM workload ran), telemetry_gpu.csv (every GPU sample, long format),
+# results_meta.tgz (run/point/baseline json, workload logs incl. NCCL warnings, each point's
+# telemetry.parquet; no raw traces).
+# Telemetry: NVML through pynvml (nvidia-ml-py); without it only host samples are recorded and
+# the telemetry stage says so (the check itself does not fail on it).
 # Time: GPU sweep 4 points x REPEATS launches per run; worst case with every timeout hit is
 # about 90 + 2 x 150 + 60 s, so give the device call timeout_s=480. If run 1 times out, run 2
 # gates only FIRST_POINT. Exit status: 0 when both pytest runs and analyze succeeded, else 1.
@@ -69,7 +75,7 @@ versions() {
 import importlib, platform, sys
 print("python", sys.version.split()[0], sys.executable, platform.machine())
 for name in ("torch", "pandas", "numpy", "pyarrow", "scipy", "pytest", "msgspec", "xlsxwriter",
-             "jinja2", "yaml", "filelock", "xdist"):
+             "jinja2", "yaml", "filelock", "xdist", "pynvml"):
     try:
         mod = importlib.import_module(name)
         print(f"{name:11s} {getattr(mod, '__version__', '?'):14s} {getattr(mod, '__file__', '')}")
@@ -145,7 +151,7 @@ main() {
     done
     [ -f "$WORK/analyze/kernels.csv" ] && cp "$WORK/analyze/kernels.csv" "$OUT/kernels.csv"
     (cd "$WORK" && find . -path ./analyze -prune -o \( -name '*.json' -not -path '*/raw/*' \
-        -o -name '*.log' -o -name 'verdicts.csv' \) -type f -print0 2>/dev/null |
+        -o -name '*.log' -o -name 'verdicts.csv' -o -name 'telemetry.parquet' \) -type f -print0 2>/dev/null |
         tar -czf "$OUT/results_meta.tgz" --null -T - 2>/dev/null)
     # per-launch wall times (torchrun start + CUDA/NCCL init + workload), from point.json
     "$PY" - "$WORK" <<'EOF' || true
@@ -157,6 +163,53 @@ for p in sorted(Path(sys.argv[1]).glob("results*/*/*/point.json")):
     print(f"{p.parent.parent.parent.name} {rec.get('point')}: {rec.get('status')} "
           f"{rec.get('backend')}/{rec.get('device')} nproc={rec.get('nproc')} "
           f"dispatches={rec.get('dispatches')} verdicts={rec.get('verdicts', '-')} runs: {runs}")
+EOF
+    stage "telemetry (NVML clocks/power/temperature sampled while the workload ran)"
+    "$PY" - "$WORK" "$OUT" <<'EOF' 2>&1 | tee "$OUT/telemetry_summary.txt" || true
+import json, sys
+from pathlib import Path
+import pandas as pd
+work, out = Path(sys.argv[1]), Path(sys.argv[2])
+nan = float("nan")
+gpu_frames = []
+for res in sorted(work.glob("results*")):
+    for pq in sorted(res.glob("*/*/telemetry.parquet")):
+        rec = json.loads((pq.parent / "point.json").read_text())
+        tele = rec.get("telemetry") or {}
+        df = pd.read_parquet(pq)
+        gpu = df[df["device"].str.startswith("gpu")]
+        print(f"{res.name} {rec.get('point')}: sources={tele.get('sources')} interval={tele.get('interval_s')} s "
+              f"samples={tele.get('samples')} rows={len(df)} gpu_rows={len(gpu)} "
+              f"sampler_cpu={100 * float(tele.get('sampler_cpu_fraction') or 0):.2f}% of a core")
+        for d, st in (tele.get("static") or {}).get("nvml", {}).get("devices", {}).items():
+            print(f"  {d}: {st}")
+        for n in (tele.get("notes") or [])[:5]:
+            print(f"  note: {n}")
+        for r in tele.get("summary") or []:
+            if r["device"] == "host":
+                continue
+            print(f"  process {r['process']} {r['device']}: SM clock min/median/max "
+                  f"{r.get('clock_min_mhz', nan):.0f}/{r.get('clock_median_mhz', nan):.0f}/"
+                  f"{r.get('clock_max_mhz', nan):.0f} MHz, power median {r.get('power_median_w', nan):.0f} W, "
+                  f"temp max {r.get('temp_edge_max_c', nan):.0f} C, throttled {r.get('throttle_s', 0):.2f} s, "
+                  f"samples {r.get('samples')}")
+        if len(gpu):
+            wide = gpu.pivot_table(index=["time_ns", "device"], columns="metric", values="value").reset_index()
+            win = (tele.get("processes") or {}).get("0")
+            if win:  # samples while process 0 (the GEMM workload) ran
+                wide = wide[(wide["time_ns"] >= win[0]) & (wide["time_ns"] <= win[1])]
+            wide["t_s"] = (wide["time_ns"] - wide["time_ns"].min()) / 1e9
+            cols = [c for c in ("t_s", "device", "gfx_clock_mhz", "mem_clock_mhz", "power_w", "temp_edge_c",
+                                "gfx_activity_pct", "vram_used_mib", "throttle_reasons") if c in wide]
+            step = max(1, len(wide) // 10)
+            print("  samples during process 0 (every %d-th):" % step)
+            print(wide[cols].iloc[::step].round(2).to_string(index=False))
+            gpu_frames.append(gpu.assign(results=res.name, point=rec.get("point")))
+if gpu_frames:
+    pd.concat(gpu_frames).to_csv(out / "telemetry_gpu.csv", index=False)
+    print(f"TELEMETRY: {sum(len(f) for f in gpu_frames)} GPU sample rows -> telemetry_gpu.csv")
+else:
+    print("TELEMETRY: no GPU samples (pynvml missing or NVML unavailable): host samples only")
 EOF
     ls -la "$OUT"
 

@@ -403,3 +403,47 @@ def test_cli_compare_nway_writes_one_report(tmp_path, capsys):
     assert (out / "report.xlsx").is_file() and (out / "summary.md").is_file()
     k = pd.read_csv(out / "kernels.csv")
     assert set(k["label"]) == {"base", "slow", "same"}
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium not installed (Debian package 'chromium'; "
+                                                "installed by .ci/run)")
+def test_telemetry_panel_in_headless_chromium(tmp_path):
+    """A point whose (double) GPU throttles during process 2 of 4: the panel renders an SVG
+    with a shaded interval and process bands, the summary table marks process 2, no errors."""
+    from telemetry_doubles import fake_pynvml
+    from pytest_gemmperf.report.telemetry import read_results_telemetry
+    from pytest_gemmperf.run.telemetry import TelemetrySampler, summarise, write_telemetry
+    from pytest_gemmperf.run.telemetry_sources import HostSource, NvmlSource
+
+    state: dict = {}
+    s = TelemetrySampler(0.02, sources=[HostSource(), NvmlSource(module=fake_pynvml(state))])
+    with s:
+        for k in range(4):
+            with s.process(k):
+                state.update(throttle=k == 2, sm_mhz=1400 if k == 2 else 1980)
+                time.sleep(0.25)
+    point_dir = tmp_path / "res" / "t.py__test_x" / "ch28-th256"
+    point_dir.mkdir(parents=True)
+    write_telemetry(point_dir, s.frame())
+    (point_dir / "point.json").write_text(json.dumps(
+        {"test_id": "t.py::test_x", "point": "ch28-th256",
+         "telemetry": {**s.metadata(), "summary": summarise(s.frame(), s.windows, s.interval_s)}}))
+    files = write_reports(tmp_path / "report", dispatches=_sweep(), formats=["html"],
+                          telemetry=read_results_telemetry(tmp_path / "res"))
+    browser = DevTools(_chromium(), tmp_path / "profile")
+    try:
+        browser.open(files["report.html"].resolve().as_uri())
+        assert browser.evaluate("document.querySelectorAll('#telemetry svg').length") == 1
+        assert browser.evaluate("document.querySelectorAll('#telemetry svg polyline').length") >= 3
+        tips = browser.evaluate("Array.from(document.querySelectorAll('#telemetry svg rect title'))"
+                                ".map(t => t.textContent)")
+        assert any(t.startswith("gpu0 throttled") for t in tips)
+        assert sum(t.startswith("process ") for t in tips) == 4
+        rows = browser.evaluate("Array.from(document.querySelectorAll('#telemetry .telemetry-table tbody tr'))"
+                                ".map(r => [r.className, r.cells[0].innerText, r.cells[1].innerText])")
+        assert ["throttled", "2", "gpu0"] in rows
+        assert not any(r[0] == "throttled" and r[1] != "2" for r in rows)
+        assert browser.evaluate("document.getElementById('telemetry').getBoundingClientRect().height") > 200
+        assert browser.errors() == []
+    finally:
+        browser.close()
