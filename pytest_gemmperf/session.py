@@ -468,7 +468,7 @@ class PointRunner(PointReruns):
         first = compare(base_pt, samples, cfg, test=self.test_id, history=history)
         verdicts = apply_disturbance(first, self._assess(result.environment))
         verdicts = self._confirm(result, base_pt, samples, first, verdicts, cfg, history, warmup)
-        verdicts = self._telemetry_notes(verdicts)
+        verdicts = self._telemetry_notes(verdicts, result.dispatches)
         if self.options.learn_variance:
             # outside the merge lock: learn() takes the record's own lock
             run = f"{self.session.results.root.name}/{self.point.id}"

@@ -79,9 +79,11 @@ class PointReruns:
                                                             "sources": meta["sources"],
                                                             "static": meta["static"]})
 
-    def _telemetry_notes(self, verdicts: pd.DataFrame) -> pd.DataFrame:
-        """Each verdict row of the point names the telemetry evidence of all its processes."""
-        from pytest_gemmperf.run.telemetry import evidence, note_rows
+    def _telemetry_notes(self, verdicts: pd.DataFrame, dispatches: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Each verdict row of the point names the telemetry evidence of all its processes;
+        a slower kernel's row also says whether its slowest process was a throttled one."""
+        from pytest_gemmperf.run.telemetry import (affected_processes, evidence, note_rows,
+                                                   slowest_process_notes)
 
         pj = self.dir / "point.json"
         try:
@@ -89,6 +91,7 @@ class PointReruns:
         except (OSError, ValueError):
             return verdicts
         reasons, _ = evidence(tele.get("summary"))
+        verdicts = slowest_process_notes(verdicts, dispatches, affected_processes(tele.get("summary")))
         return note_rows(verdicts, reasons)
 
     def _assess(self, evidence: Mapping[str, Any] | None):

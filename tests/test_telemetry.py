@@ -15,10 +15,14 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.confirm import apply_disturbance
 from pytest_gemmperf.run.environment import assess
 from pytest_gemmperf.traces.schema import finalize_dispatches
-from pytest_gemmperf.run.telemetry import (TELEMETRY_FILE, TelemetrySampler, evidence, note_rows,
-                                           read_telemetry, summarise, write_telemetry)
+from pytest_gemmperf.run.telemetry import (TELEMETRY_FILE, TelemetrySampler, affected_processes, evidence,
+                                           note_rows, read_telemetry, slowest_process_notes, summarise,
+                                           write_telemetry)
 from pytest_gemmperf.run.telemetry_sources import AmdSmiSource, HostSource, NvmlSource, visible_indices
 from telemetry_doubles import fake_amdsmi, fake_pynvml
+# the same stand-in workload and sweep as test_plugin; importing it also imports, once, what
+# pytester's in-process sessions would otherwise import again (pyarrow extension types)
+from test_plugin import PLUGIN_ARGS, TEST_FILE
 
 
 def _run_processes(sampler: TelemetrySampler, state: dict, n: int = 4, seconds: float = 0.35,
@@ -163,6 +167,17 @@ def test_throttle_in_one_of_four_processes_named_in_verdicts_and_report(tmp_path
     assert out["note"].str.contains("in process 2", regex=False).all()
     assert out["note"].str.count("throttled").max() == 1 or "noisy environment" in out["note"][0]
 
+    # per row: does the kernel's slowest process coincide with the throttled one?
+    runs = pd.DataFrame({"kernel": np.repeat(["gemm_a", "gemm_b", "gemm_c"], 8), "run": np.tile(np.arange(4), 6),
+                         "dur_ns": np.concatenate([np.tile([100, 100, 130, 100], 2), np.tile([400, 300, 300, 300], 2),
+                                                   np.tile([100, 101, 100, 100], 2)]).astype(float)})
+    slow = slowest_process_notes(out, runs, affected_processes(summary))
+    assert affected_processes(summary) == {"2"}
+    assert "slowest process 2 coincides with throttling" in slow["note"][0]
+    assert "slowest process 0 ran without throttling" in slow["note"][1]
+    assert "slowest process" not in slow["note"][2]  # unchanged rows: nothing to explain
+    out = slow
+
     # storage and report
     point_dir = tmp_path / "res" / "tests_t.py__test_x" / "p"
     point_dir.mkdir(parents=True)
@@ -221,3 +236,77 @@ def test_append_for_confirmation_round(tmp_path):
     write_telemetry(tmp_path, f)
     write_telemetry(tmp_path, f, append=True)
     assert len(read_telemetry(tmp_path / TELEMETRY_FILE)) == 2 * len(f)
+
+
+# ------------------------------------------------------------------ through the plugin (pytester)
+
+pytest_plugins = ["pytester"]
+
+
+def _plugin_run(pytester, monkeypatch):
+    from pytest_gemmperf.run import backend as be
+    from pytest_gemmperf.run import environment
+
+    monkeypatch.setattr(be, "rocm_gpu_present", lambda *a: False)
+    monkeypatch.setattr(be, "cuda_gpu_present", lambda: False)
+    monkeypatch.delenv("FAKE_SCALE", raising=False)
+    monkeypatch.setattr(environment, "read_proc_stat", lambda *a, **k: None)
+    pytester.makepyfile(test_gpsweep=TEST_FILE.replace("repeats=2", "repeats=4"))
+
+    def run(*args, results="res"):
+        return pytester.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+                                  f"--gemmperf-results-dir={results}", "--gemmperf-baseline-dir=base",
+                                  "--gemmperf-confirm=0", "-k", "ch28", *args)
+    return run
+
+
+def test_plugin_writes_telemetry_and_names_the_throttled_process(pytester, monkeypatch):
+    """Four processes per point; the NVML double throttles (1980 -> 1400 MHz) while process 2
+    runs. The run writes telemetry.parquet and its summary; a 25 % slower candidate is
+    reported inconclusive because of the throttling, process 2 named in verdicts and report."""
+    from pytest_gemmperf.run import telemetry as tm
+
+    run = _plugin_run(pytester, monkeypatch)
+    state: dict = {}
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(state))
+    monkeypatch.setitem(sys.modules, "amdsmi", None)
+    out = run("--gemmperf-telemetry-interval=0.02", results="res1")
+    out.assert_outcomes(passed=1)
+    pdir = pytester.path / "res1" / "test_gpsweep.py__test_gpsweep" / "ch28-th256"
+    f = read_telemetry(pdir / TELEMETRY_FILE)
+    assert {"host", "gpu0"} <= set(f["device"]) and "gfx_clock_mhz" in set(f["metric"])
+    tele = json.loads((pdir / "point.json").read_text())["telemetry"]
+    assert tele["interval_s"] == 0.02 and sorted(tele["processes"]) == ["0", "1", "2", "3"]
+    assert {r["process"] for r in tele["summary"]} == {"0", "1", "2", "3"}
+    run_json = json.loads((pytester.path / "res1" / "run.json").read_text())
+    assert run_json["telemetry"]["static"]["nvml"]["devices"]["gpu0"]["product"] == "NVIDIA H200"
+
+    original = tm.TelemetrySampler.process
+
+    def throttling(self, run_no):
+        state.update(throttle=str(run_no) == "2", sm_mhz=1400 if str(run_no) == "2" else 1980)
+        return original(self, run_no)
+
+    monkeypatch.setattr(tm.TelemetrySampler, "process", throttling)
+    monkeypatch.setenv("FAKE_SCALE", "1.25")
+    out = run("--gemmperf-telemetry-interval=0.02", "--gemmperf-report-dir=rep2", results="res2")
+    out.assert_outcomes(passed=1)  # inconclusive, not a failure: the throttling explains it
+    v = pd.read_csv(pytester.path / "res2" / "test_gpsweep.py__test_gpsweep" / "verdicts.csv")
+    mm = v[(v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0]
+    assert mm["verdict"] == "inconclusive", mm.to_dict()
+    assert "gpu0 throttled" in mm["note"] and "in process 2" in mm["note"]
+    assert v["note"].fillna("").str.contains("in process 2", regex=False).all()
+    html = (pytester.path / "rep2" / "report.html").read_text()
+    assert 'id="telemetry"' in html and "in process 2" in html
+
+
+def test_telemetry_off_and_bad_interval(pytester, monkeypatch):
+    run = _plugin_run(pytester, monkeypatch)
+    out = run("--gemmperf-telemetry=off", results="off")
+    out.assert_outcomes(passed=1)
+    pdir = pytester.path / "off" / "test_gpsweep.py__test_gpsweep" / "ch28-th256"
+    assert not (pdir / TELEMETRY_FILE).exists()
+    assert json.loads((pdir / "point.json").read_text())["telemetry"] == {"enabled": False}
+    out = run("--gemmperf-telemetry-interval=0", results="bad")
+    assert out.ret == 4
+    out.stderr.fnmatch_lines(["*--gemmperf-telemetry-interval must be 0.01..60 seconds*"])

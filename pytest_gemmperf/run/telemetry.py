@@ -316,3 +316,43 @@ def note_rows(verdicts: pd.DataFrame, reasons: list[str]) -> pd.DataFrame:
     has = note.str.contains(reasons[0], regex=False)
     v["note"] = np.where(has, note, np.where(note == "", text, note + "; " + text))
     return v
+
+
+def affected_processes(summary: list[dict[str, Any]] | None) -> set[str]:
+    """Processes that :func:`evidence` names (throttled or with a GPU clock drop)."""
+    reasons, _ = evidence(summary)
+    out = set()
+    for r in reasons:
+        _, _, tail = r.partition(" in process ")
+        if tail:
+            out.add(tail.split(",", 1)[0].strip())
+    return out
+
+
+def slowest_process_notes(verdicts: pd.DataFrame, dispatches: pd.DataFrame, affected: set[str]) -> pd.DataFrame:
+    """On each ``dur_ns`` row judged regression / inconclusive, name the kernel's slowest
+    process (highest per-process median duration) and whether the telemetry saw it throttled
+    or clocked down: does the slowness coincide with the machine's state?"""
+    if verdicts.empty or not affected or dispatches is None or dispatches.empty or \
+            not {"kernel", "run", "dur_ns"} <= set(dispatches.columns):
+        return verdicts
+    d = dispatches[["kernel", "run", "dur_ns"]].dropna()
+    if d.empty:
+        return verdicts
+    med = d.assign(kernel=d["kernel"].astype(str), run=d["run"].astype("int64").astype(str)) \
+        .groupby(["kernel", "run"], sort=False)["dur_ns"].median()
+    n_runs = med.groupby(level=0).size()
+    slowest = med.groupby(level=0).idxmax().map(lambda kr: kr[1])
+    slowest = slowest[n_runs.reindex(slowest.index) > 1]
+    v = verdicts.copy()
+    hit = (v["metric"].astype(str) == "dur_ns") & v["verdict"].isin(["regression", "inconclusive"])
+    proc = v["kernel"].astype(str).map(slowest)
+    hit &= proc.notna()
+    if not hit.any():
+        return verdicts
+    text = np.where(proc[hit].isin(affected),
+                    "slowest process " + proc[hit].astype(str) + " coincides with throttling / a clock drop",
+                    "slowest process " + proc[hit].astype(str) + " ran without throttling or clock drop")
+    note = v["note"].astype(object).where(v["note"].notna(), "").astype(str)
+    v.loc[hit, "note"] = np.where(note[hit] == "", text, note[hit] + "; " + text)
+    return v
