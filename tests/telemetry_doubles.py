@@ -77,7 +77,7 @@ def fake_pynvml(state: dict[str, Any], n_devices: int = 1, unsupported: tuple[st
 
     def util(h):
         check("utilization")
-        return types.SimpleNamespace(gpu=97, memory=40)
+        return types.SimpleNamespace(gpu=state.get("util", 97), memory=40)
 
     def mem(h):
         check("memory")

@@ -217,6 +217,23 @@ def test_no_throttle_no_evidence():
     assert not assess({"telemetry": summary}, cpu_bound=False).disturbed
 
 
+def test_idle_clocks_are_not_a_clock_drop():
+    """An idle GPU parks its clocks (start-up of a process): only busy samples count."""
+    state: dict = {}
+    s = TelemetrySampler(0.02, sources=[NvmlSource(module=fake_pynvml(state))])
+    with s:
+        for k in range(3):
+            with s.process(k):
+                state.update(util=0, sm_mhz=345)  # start-up: idle
+                time.sleep(0.1 if k != 1 else 0.3)  # process 1 idles longer
+                state.update(util=98, sm_mhz=1980)
+                time.sleep(0.15)
+    summary = summarise(s.frame(), s.windows, s.interval_s)
+    # medians: a sample taken while the state flips may pair an idle clock with busy activity
+    assert all(r["clock_median_mhz"] == 1980 and r["busy_samples"] > 0 for r in summary)
+    assert evidence(summary) == ([], 1.0)
+
+
 def test_bad_telemetry_file_is_one_line(tmp_path):
     p = tmp_path / TELEMETRY_FILE
     p.write_bytes(b"not parquet")

@@ -43,6 +43,9 @@ DEFAULT_INTERVAL_S = 0.1
 CLOCK_DROP = 0.05
 #: throttled time below this (seconds) is not evidence (one stray sample)
 MIN_THROTTLE_S = 0.05
+#: GPU activity (%) from which a sample counts as busy for the clock statistics
+BUSY_PCT = 50.0
+ACTIVITY_METRIC = "gfx_activity_pct"
 #: metrics the panel draws and the summary reads
 CLOCK_METRIC, POWER_METRIC, THROTTLE_METRIC = "gfx_clock_mhz", "power_w", "throttle_active"
 TEMP_METRICS = ("temp_edge_c", "temp_hotspot_c", "temp_mem_c")
@@ -233,7 +236,8 @@ def _durations(times: np.ndarray, interval_s: float) -> np.ndarray:
 
 
 def summarise(frame: pd.DataFrame, windows: dict[str, list[int]], interval_s: float) -> list[dict[str, Any]]:
-    """Per (process, device) rows: clock min/median/max, power median, max temperatures,
+    """Per (process, device) rows: clock min/median/max (GPUs: over the samples with GFX
+    activity >= :data:`BUSY_PCT` where activity is reported), power median, max temperatures,
     throttled seconds. Devices without a GFX clock (the host) report CPU frequency and busy
     fraction instead. ``process`` is ``"all"`` when no windows were marked."""
     if frame.empty:
@@ -248,6 +252,13 @@ def summarise(frame: pd.DataFrame, windows: dict[str, list[int]], interval_s: fl
         row: dict[str, Any] = {"process": str(proc), "device": str(dev)}
         by = {m: s for m, s in g.groupby("metric")}
         clk = by.get(CLOCK_METRIC) if dev != "host" else by.get("cpu_freq_mhz")
+        if clk is not None and len(clk) and ACTIVITY_METRIC in by:
+            # an idle GPU parks its clocks: compare clocks only while the GPU was busy (a
+            # process is mostly start-up and a short busy phase; its idle share varies)
+            act = by[ACTIVITY_METRIC].set_index("time_ns")["value"]
+            busy = clk["time_ns"].map(act).fillna(0.0).to_numpy() >= BUSY_PCT
+            row["busy_samples"] = int(busy.sum())
+            clk = clk[busy]
         if clk is not None and len(clk):
             v = clk["value"].to_numpy()
             row.update(clock_min_mhz=float(v.min()), clock_median_mhz=float(np.median(v)),
