@@ -286,6 +286,8 @@ class PointRunner(PointReruns):
         except _PointFailed as exc:
             record["status"] = exc.status
             record["error"] = exc.message
+            # a failed or timed-out point keeps its telemetry: was the box healthy?
+            self._store_telemetry(sampler, record, {}, round_no=0)
             write_point_json(point_dir, record)
             pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc.message}", pytrace=False)
         except Exception as exc:

@@ -61,7 +61,10 @@ class PointReruns:
         frame = sampler.frame()
         meta = sampler.metadata()
         summary = summarise(frame, sampler.windows, sampler.interval_s)
-        write_telemetry(self.dir, frame, append=round_no > 0)
+        try:
+            write_telemetry(self.dir, frame, append=round_no > 0)
+        except (OSError, ValueError) as exc:  # telemetry must never decide a point's outcome
+            meta["notes"].append(f"telemetry.parquet not written: {exc}")
         if round_no and isinstance(record.get("telemetry"), dict) and record["telemetry"].get("enabled"):
             old = record["telemetry"]
             old["processes"].update(meta["processes"])

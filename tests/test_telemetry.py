@@ -327,3 +327,14 @@ def test_telemetry_off_and_bad_interval(pytester, monkeypatch):
     out = run("--gemmperf-telemetry-interval=0", results="bad")
     assert out.ret == 4
     out.stderr.fnmatch_lines(["*--gemmperf-telemetry-interval must be 0.01..60 seconds*"])
+
+
+def test_failed_point_keeps_its_telemetry(pytester, monkeypatch):
+    run = _plugin_run(pytester, monkeypatch)
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    out = run(results="failed")
+    out.assert_outcomes(failed=1, deselected=1)
+    pdir = pytester.path / "failed" / "test_gpsweep.py__test_gpsweep" / "ch28-th256"
+    pj = json.loads((pdir / "point.json").read_text())
+    assert pj["status"] == "failed" and pj["telemetry"]["enabled"] and pj["telemetry"]["summary"]
+    assert len(read_telemetry(pdir / TELEMETRY_FILE)) > 0
