@@ -300,7 +300,7 @@ class PointRunner(PointReruns):
                 pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}", pytrace=False)
             raise
         record["resolved_command"] = argv
-        self._store_telemetry(sampler, record, monitor.evidence, round_no=0)
+        self._store_telemetry(sampler, record, monitor.evidence, round_no=0, dispatches=trace.dispatches)
         record["environment"] = monitor.evidence
         disturbance = self._assess(monitor.evidence)
         record["disturbance"] = disturbance.as_dict()

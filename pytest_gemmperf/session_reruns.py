@@ -48,16 +48,20 @@ class PointReruns:
         return sampler.process(run) if sampler is not None and sampler.enabled else nullcontext()
 
     def _store_telemetry(self, sampler, record: dict[str, Any], evidence: dict[str, Any],
-                         *, round_no: int) -> None:
+                         *, round_no: int, dispatches: pd.DataFrame | None = None) -> None:
         """Write the samples to ``telemetry.parquet`` (appended for a confirmation round), the
         metadata and per-process summary to ``record["telemetry"]`` (point.json), and this
-        round's summary into ``evidence["telemetry"]`` for the gate."""
-        from pytest_gemmperf.run.telemetry import summarise, write_telemetry
+        round's summary into ``evidence["telemetry"]`` for the gate. rocprofv3 runs all
+        repeats in one call: their process windows come from ``dispatches`` (CLOCK_BOOTTIME)."""
+        from pytest_gemmperf.run.telemetry import summarise, windows_from_dispatches, write_telemetry
 
         self._telemetry = None
         if not sampler.enabled:
             record["telemetry"] = {"enabled": False}
             return
+        if not sampler.windows and self.backend.name == "rocprofv3" and dispatches is not None:
+            sampler.windows.update(windows_from_dispatches(
+                dispatches, sampler.clock_offsets.get("boottime_minus_realtime_ns")))
         frame = sampler.frame()
         meta = sampler.metadata()
         summary = summarise(frame, sampler.windows, sampler.interval_s)
@@ -154,7 +158,8 @@ class PointReruns:
             write_point_json(self.dir, record)
             pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run failed: "
                         f"{exc.message}", pytrace=False)
-        self._store_telemetry(sampler, record, monitor.evidence, round_no=round_no)
+        self._store_telemetry(sampler, record, monitor.evidence, round_no=round_no,
+                              dispatches=trace.dispatches)
         write_point_json(self.dir, record)
         result.dispatches = concat_tables([result.dispatches, trace.dispatches], DISPATCH_SCHEMA)
         result.counters = concat_tables([result.counters, trace.counters], COUNTER_SCHEMA)

@@ -340,3 +340,16 @@ def test_failed_point_keeps_its_telemetry(pytester, monkeypatch):
     assert pj["status"] == "failed" and pj["telemetry"]["enabled"] and pj["telemetry"]["samples"] >= 2
     assert "0" in pj["telemetry"]["processes"]
     assert len(read_telemetry(pdir / TELEMETRY_FILE)) > 0
+
+
+def test_rocprofv3_process_windows_from_boottime_dispatches():
+    """rocprofv3 runs its repeats in one call: windows come from the dispatches' CLOCK_BOOTTIME
+    timestamps, moved onto CLOCK_REALTIME with the offset taken at the sampler's start."""
+    from pytest_gemmperf.run.telemetry import windows_from_dispatches
+
+    off = -1_700_000_000_000_000_000  # boottime - realtime
+    d = pd.DataFrame({"run": [0, 0, 1, 1], "start_ns": [100, 150, 500, 520], "end_ns": [140, 190, 510, 600]})
+    w = windows_from_dispatches(d, off)
+    assert w == {"0": [100 - off, 190 - off], "1": [500 - off, 600 - off]}
+    assert windows_from_dispatches(d, None) == {}
+    assert windows_from_dispatches(d.drop(columns="run"), off) == {}

@@ -367,3 +367,17 @@ def slowest_process_notes(verdicts: pd.DataFrame, dispatches: pd.DataFrame, affe
     note = v["note"].astype(object).where(v["note"].notna(), "").astype(str)
     v.loc[hit, "note"] = np.where(note[hit] == "", text, note[hit] + "; " + text)
     return v
+
+
+def windows_from_dispatches(dispatches: pd.DataFrame, boottime_minus_realtime_ns: int | None) -> dict[str, list[int]]:
+    """Process windows from rocprofv3 dispatches (``CLOCK_BOOTTIME`` ns, rocprofv3-formats.md):
+    per ``run``, first start to last end, moved onto the telemetry's ``CLOCK_REALTIME``. These
+    windows are the GPU-busy part of each process, so samples align with its kernel timeline.
+    Empty when the offset or the columns are missing."""
+    if boottime_minus_realtime_ns is None or dispatches is None or dispatches.empty or \
+            not {"run", "start_ns", "end_ns"} <= set(dispatches.columns):
+        return {}
+    d = dispatches[["run", "start_ns", "end_ns"]].dropna()
+    g = d.groupby(d["run"].astype("int64"), sort=True).agg(a=("start_ns", "min"), b=("end_ns", "max"))
+    off = int(boottime_minus_realtime_ns)
+    return {str(r): [int(a) - off, int(b) - off] for r, a, b in zip(g.index, g["a"], g["b"])}
