@@ -196,7 +196,9 @@ def test_throttle_in_one_of_four_processes_named_in_verdicts_and_report(tmp_path
     disp["end_ns"] = disp["start_ns"] + 500
     disp = finalize_dispatches(disp, "synthetic")
     files = write_reports(tmp_path / "rep", dispatches=disp, verdicts=out.assign(test="tests/t.py::test_x"),
-                          telemetry=tele, formats=("html", "xlsx"))
+                          telemetry=tele, formats=("html", "xlsx", "md"))
+    md = files["summary.md"].read_text()
+    assert "Telemetry (machine state" in md and "`test_x[p]`" in md and "in process 2" in md
     html = files["report.html"].read_text()
     assert 'id="telemetry"' in html and "throttled" in html and "in process 2" in html
     assert html.count("<svg") >= 1 and "p2</text>" in html

@@ -205,6 +205,7 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
         else:
             lines.append("All compared kernels are unchanged.")
         lines.append("")
+    lines += _telemetry_md(data)
     top = data.top_variance
     if len(top):
         lines += [f"Top GEMM kernels by time variance (max - min, top {data.top_k} per cell):", "",
@@ -220,6 +221,25 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     if report_name:
         lines.append(f"Full report: `{report_name}` (HTML), `report.xlsx`, CSVs beside it.")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _telemetry_md(data: ReportData) -> list[str]:
+    """Machine state per point (run/telemetry.py): throttled processes and GPU clock drops."""
+    s = data.telemetry_summary
+    if s is None or not len(s):
+        return []
+    from pytest_gemmperf.run.telemetry import evidence
+
+    out = []
+    for (test, point), g in s.groupby(["test", "point"], sort=True):
+        reasons, _ = evidence(g.drop(columns=["test", "point"]).to_dict("records"))
+        if reasons:
+            out.append(f"* {md_code(str(test).rsplit('::', 1)[-1] + '[' + str(point) + ']')}: "
+                       + md_text("; ".join(reasons[:4])))
+    n = s.groupby(["test", "point"]).ngroups
+    if not out:
+        return [f"Telemetry: no GPU throttling or clock drop in {n} point(s).", ""]
+    return ["Telemetry (machine state while the points ran):", "", *out, ""]
 
 
 def write_summary_md(data: ReportData, path: Path) -> Path:

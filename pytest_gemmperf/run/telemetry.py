@@ -305,7 +305,8 @@ def evidence(summary: list[dict[str, Any]] | None, *, include_host: bool = False
                 for r in drop.itertuples(index=False):
                     reasons.append(f"{label} median {r.clock_median_mhz:.0f} MHz in {_proc(r.process)}, "
                                    f"{best:.0f} MHz in the best")
-                mean = g["clock_mean_mhz"].where(g["clock_mean_mhz"] > 0)
+                m = g["clock_mean_mhz"] if "clock_mean_mhz" in g else g["clock_median_mhz"]
+                mean = m.where(m > 0)
                 if mean.notna().any() and (len(drop) or ("throttle_s" in g and
                                                          (g["throttle_s"].fillna(0) >= MIN_THROTTLE_S).any())):
                     factor = max(factor, best / float(mean.min()))
