@@ -419,8 +419,11 @@ def test_telemetry_panel_in_headless_chromium(tmp_path):
     s = TelemetrySampler(0.02, sources=[HostSource(), NvmlSource(module=fake_pynvml(state))])
     with s:
         for k in range(4):
+            # the state flips between windows (with a gap), so no sample of another process
+            # can see process 2's throttling
+            state.update(throttle=k == 2, sm_mhz=1400 if k == 2 else 1980)
+            time.sleep(0.05)
             with s.process(k):
-                state.update(throttle=k == 2, sm_mhz=1400 if k == 2 else 1980)
                 time.sleep(0.25)
     point_dir = tmp_path / "res" / "t.py__test_x" / "ch28-th256"
     point_dir.mkdir(parents=True)

@@ -15,7 +15,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.confirm import apply_disturbance
 from pytest_gemmperf.run.environment import assess
 from pytest_gemmperf.traces.schema import finalize_dispatches
-from pytest_gemmperf.run.telemetry import (TELEMETRY_FILE, TelemetrySampler, affected_processes, evidence,
+from pytest_gemmperf.run.telemetry import (MIN_THROTTLE_S, TELEMETRY_FILE, TelemetrySampler, affected_processes, evidence,
                                            note_rows, read_telemetry, slowest_process_notes, summarise,
                                            write_telemetry)
 from pytest_gemmperf.run.telemetry_sources import AmdSmiSource, HostSource, NvmlSource, visible_indices
@@ -146,7 +146,8 @@ def test_throttle_in_one_of_four_processes_named_in_verdicts_and_report(tmp_path
     summary = summarise(frame, s.windows, s.interval_s)
     gpu = {r["process"]: r for r in summary if r["device"] == "gpu0"}
     assert set(gpu) == {"0", "1", "2", "3"}
-    assert gpu["2"]["throttle_s"] >= 0.2 and all(gpu[p]["throttle_s"] == 0 for p in "013")
+    # (another process may at most catch one sample taken while the state flipped, under load)
+    assert gpu["2"]["throttle_s"] >= 0.2 and all(gpu[p]["throttle_s"] < MIN_THROTTLE_S for p in "013")
     reasons, factor = evidence(summary)
     assert any(r.startswith("gpu0 throttled") and r.endswith("in process 2") for r in reasons)
     assert not any("process 0" in r or "process 1" in r or "process 3" in r for r in reasons)
