@@ -85,7 +85,7 @@ def fake_pynvml(state: dict[str, Any], n_devices: int = 1, unsupported: tuple[st
 
     def reasons(h):
         check("throttle")
-        return 0x4 if state.get("throttle") else 0x0
+        return (0x4 if state.get("throttle") else 0x0) | (0x1 if state.get("idle") else 0x0)
 
     nv.nvmlDeviceGetClockInfo, nv.nvmlDeviceGetMaxClockInfo = clock, max_clock
     nv.nvmlDeviceGetPowerUsage, nv.nvmlDeviceGetEnforcedPowerLimit = power, limit

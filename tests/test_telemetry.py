@@ -227,13 +227,32 @@ def test_idle_clocks_are_not_a_clock_drop():
     with s:
         for k in range(3):
             with s.process(k):
-                state.update(util=0, sm_mhz=345)  # start-up: idle
+                state.update(util=0, sm_mhz=345, idle=True)  # start-up: idle
                 time.sleep(0.1 if k != 1 else 0.3)  # process 1 idles longer
-                state.update(util=98, sm_mhz=1980)
+                state.update(util=98, sm_mhz=1980, idle=False)
                 time.sleep(0.15)
     summary = summarise(s.frame(), s.windows, s.interval_s)
     # medians: a sample taken while the state flips may pair an idle clock with busy activity
     assert all(r["clock_median_mhz"] == 1980 and r["busy_samples"] > 0 for r in summary)
+    assert evidence(summary) == ([], 1.0)
+
+
+def test_busy_from_the_drivers_idle_flag_when_utilisation_reads_zero():
+    """On an H200, NVML's utilisation (a long average) read 0 % beside 1980 MHz and 121 W during
+    bursts of GEMMs, which left every clock statistic empty: the idle clock-event reason decides
+    busy too."""
+    state: dict = {"util": 0}
+    s = TelemetrySampler(0.02, sources=[NvmlSource(module=fake_pynvml(state))])
+    with s:
+        for k in range(3):
+            with s.process(k):
+                state.update(idle=True, sm_mhz=345)
+                time.sleep(0.12)
+                state.update(idle=False, sm_mhz=1980)
+                time.sleep(0.15)
+    summary = summarise(s.frame(), s.windows, s.interval_s)
+    assert len(summary) == 3
+    assert all(r["busy_samples"] > 0 and r["clock_median_mhz"] == 1980 for r in summary)
     assert evidence(summary) == ([], 1.0)
 
 

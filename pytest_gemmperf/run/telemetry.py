@@ -46,6 +46,7 @@ MIN_THROTTLE_S = 0.05
 #: GPU activity (%) from which a sample counts as busy for the clock statistics
 BUSY_PCT = 50.0
 ACTIVITY_METRIC = "gfx_activity_pct"
+IDLE_METRIC = "gpu_idle"
 #: metrics the panel draws and the summary reads
 CLOCK_METRIC, POWER_METRIC, THROTTLE_METRIC = "gfx_clock_mhz", "power_w", "throttle_active"
 TEMP_METRICS = ("temp_edge_c", "temp_hotspot_c", "temp_mem_c")
@@ -252,11 +253,17 @@ def summarise(frame: pd.DataFrame, windows: dict[str, list[int]], interval_s: fl
         row: dict[str, Any] = {"process": str(proc), "device": str(dev)}
         by = {m: s for m, s in g.groupby("metric")}
         clk = by.get(CLOCK_METRIC) if dev != "host" else by.get("cpu_freq_mhz")
-        if clk is not None and len(clk) and ACTIVITY_METRIC in by:
+        if clk is not None and len(clk) and (ACTIVITY_METRIC in by or IDLE_METRIC in by):
             # an idle GPU parks its clocks: compare clocks only while the GPU was busy (a
-            # process is mostly start-up and a short busy phase; its idle share varies)
-            act = by[ACTIVITY_METRIC].set_index("time_ns")["value"]
-            busy = clk["time_ns"].map(act).fillna(0.0).to_numpy() >= BUSY_PCT
+            # process is mostly start-up and a short busy phase; its idle share varies).
+            # Busy: activity >= BUSY_PCT, or the driver does not call the GPU idle (NVML's
+            # utilisation is a long average and reads 0 % during short bursts)
+            t = clk["time_ns"]
+            busy = np.zeros(len(clk), bool)
+            if ACTIVITY_METRIC in by:
+                busy |= t.map(by[ACTIVITY_METRIC].set_index("time_ns")["value"]).fillna(0.0).to_numpy() >= BUSY_PCT
+            if IDLE_METRIC in by:
+                busy |= t.map(by[IDLE_METRIC].set_index("time_ns")["value"]).fillna(1.0).to_numpy() == 0.0
             row["busy_samples"] = int(busy.sum())
             clk = clk[busy]
         if clk is not None and len(clk):

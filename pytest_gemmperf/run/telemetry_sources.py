@@ -12,7 +12,7 @@ gate read one vocabulary: ``gfx_clock_mhz`` (AMD GFX / NVIDIA SM clock), ``mem_c
 ``power_w``, ``power_cap_w``, ``temp_edge_c`` (NVIDIA: the GPU sensor), ``temp_hotspot_c``,
 ``temp_mem_c``, ``gfx_activity_pct``, ``vram_used_mib``, ``throttle_active`` (1 while clocks
 are held down by a power or thermal limit, 0 otherwise) and ``throttle_reasons`` (vendor bit
-mask, for the record).
+mask, for the record); NVML adds ``gpu_idle`` (1 while the driver reports the GPU idle).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable
 #: slowdown (0x8), SW thermal (0x20), HW thermal (0x40), HW power brake (0x80). Idle (0x1),
 #: application clocks (0x2), sync boost (0x10) and display clock (0x100) are not throttling.
 NVML_THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+#: NVML clock-event reason "GPU idle": clocks parked because nothing runs
+NVML_IDLE_REASON = 0x1
 #: amdsmi_get_violation_status() keys whose True means a limit is active now
 AMD_VIOLATION_KEYS = ("active_ppt_pwr", "active_socket_thrm", "active_prochot_thrm",
                       "active_vr_thrm", "active_hbm_thrm", "active_gfx_clk_below_host_limit")
@@ -322,6 +324,9 @@ class NvmlSource:
             if reasons is not None:
                 rows.append((dev, "throttle_reasons", float(int(reasons)), "bitmask"))
                 rows.append((dev, "throttle_active", float(bool(int(reasons) & NVML_THROTTLE_MASK)), "1"))
+                # the driver's own idle flag: utilisation is averaged over up to a second and
+                # read 0 % beside 1980 MHz and 121 W during bursts of GEMMs on an H200
+                rows.append((dev, "gpu_idle", float(bool(int(reasons) & NVML_IDLE_REASON)), "1"))
         return rows
 
     def close(self) -> None:
