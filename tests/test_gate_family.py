@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pytest_gemmperf.gate import durations
+from pytest_gemmperf.gate import durations, stats
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.gate.samples import compact_samples
 
@@ -137,3 +137,39 @@ def test_a_fixed_shape_mix_loses_the_floor_and_keeps_its_power(monkeypatch):
     monkeypatch.setattr(durations, "FLOOR_QUANTILE_P", 0.0)  # judged on the median alone
     v = compare(b, c, GateConfig(threshold=0.0)).set_index("kernel")
     assert v.loc["Cijk_mixed", "verdict"] != "regression"
+
+
+def test_hierarchical_rule_gates_the_kernel_totals_on_the_shared_shift():
+    from pytest_gemmperf.gate.compare import compare_stats
+
+    cfg = GateConfig(threshold=0.0)
+    # family shift: '*' is tested in its own family at shared_alpha * fdr, then opens the
+    # kernels' totals (a second family at the full level); its own rejection stands
+    st = compare_stats(side("b", 21), side("c", 22, scale=0.07), cfg)
+    star = st[st["kernel"] == "*"].iloc[0]
+    assert star["q_value"] == pytest.approx(min(star["p_value"] / cfg.shared_alpha, 1.0))
+    k = kernel_rows(st)
+    opened = stats.bh_qvalues(k["p_total"].to_numpy(float))
+    assert star["q_value"] <= cfg.fdr
+    if star["q_value"] <= cfg.fdr:
+        assert (k["q_value"].to_numpy(float) <= opened + 1e-12).all()
+    # one kernel among steady ones: '*' stays quiet, the kernel is found by its relative change
+    st1 = compare_stats(side("b", 23), side("c", 24, scale=0.05, only=(3,)), cfg)
+    assert st1.loc[st1["kernel"] == "*", "q_value"].item() > cfg.fdr
+    row = st1[(st1["kernel"] == "Cijk_k03") & (st1["metric"] == "dur_ns")].iloc[0]
+    assert row["q_value"] <= cfg.fdr and row["by_rel"] is True
+    # the plain rule is still there
+    plain = compare_stats(side("b", 23), side("c", 24, scale=0.05, only=(3,)), GateConfig(multiplicity="simes"))
+    assert "by_rel" not in plain.columns or not plain["by_rel"].eq(True).all()
+    with pytest.raises(ValueError):
+        compare_stats(side("b", 23), side("c", 24), GateConfig(multiplicity="bonferroni"))
+
+
+def test_hierarchical_rule_keeps_the_per_test_false_alarm_budget():
+    # A/A, threshold 0: no '*' and no kernel rejected in 30 synthetic tests (the rate is
+    # measured in benchmarks/gate_regimes.py; this guards against a gross error of the split)
+    hits = 0
+    for seed in range(30):
+        v = compare(side("b", 100 + seed), side("c", 200 + seed), GateConfig(threshold=0.0))
+        hits += int((v["verdict"] == "regression").any())
+    assert hits <= 1

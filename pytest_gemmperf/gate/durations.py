@@ -29,9 +29,12 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
    kernel's p-value is the Simes combination of that total test and the test of its change
    relative to the shared movement (no shared-factor variance: one kernel moving among steady
    ones keeps the precision of a within-process comparison; counted only in the direction of
-   the total change), ``_kernel_pvalue``. The ``kernel == "*"`` row summarises the shared
-   movement: median over the offset kernels of their change, t-test with the variance above
-   plus the median's own noise (``pi/2 MAD^2 / kernels``).
+   the total change), ``_kernel_pvalue``; both are kept (``p_total``, ``p_relative``) for the
+   default hierarchical multiplicity rule of ``compare_stats`` (``compare._hierarchical_q``:
+   the ``*`` row first, at part of the budget; where it is rejected the kernels are judged on
+   their totals, and the relative tests form a family of their own). The ``kernel == "*"`` row
+   summarises the shared movement: median over the offset kernels of their change, t-test
+   with the variance above plus the median's own noise (``pi/2 MAD^2 / kernels``).
 3. **Moderated t.** Per kernel, the between-unit variance of the normalised summaries (df =
    n_base + n_cand - 2, i.e. 6 with 4 processes per side) is shrunk towards a prior fitted
    across all kernels of the point (empirical Bayes, Smyth 2004). The default ``prior="robust"``
@@ -448,6 +451,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     with np.errstate(invalid="ignore", divide="ignore"):
         p_tot = stats.t_pvalue(total / np.sqrt(var_tot), df_tot)
     p_k, by_rel = _kernel_pvalue(p_tot, p_rel, rel, total)
+    p_rel_dir = np.where((np.sign(rel) == np.sign(total)) & np.isfinite(p_rel), p_rel, 1.0)
     half_rel = stats.t_quantile(cfg.level, df_rel) * se_rel
     half = stats.t_quantile(cfg.level, df_tot) * np.sqrt(var_tot)
     lo, hi = total - half, total + half
@@ -473,10 +477,14 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
                    ci_high=math.exp(hi[i]) if np.isfinite(hi[i]) else np.nan,
                    p_value=p_k[i] if testable[i] else np.nan,
                    rank_p_value=rank_p[i])
-        if by_rel[i] and testable[i]:
-            # decided by the change relative to the other kernels: assign_verdicts sizes it
-            # against the threshold with this interval
-            row.update(by_rel=True, rel_ratio=math.exp(rel[i]), rel_ci_low=math.exp(rel[i] - half_rel[i]),
+        if testable[i]:
+            # the two tests behind p_value, for the hierarchical multiplicity rule of
+            # compare_stats (p_relative: 1 where the relative change runs against the total)
+            row.update(p_total=float(p_tot[i]), p_relative=float(p_rel_dir[i]))
+        if testable[i] and (by_rel[i] or cfg.multiplicity == "hierarchical"):
+            # decided by the change relative to the other kernels (compare_stats may set
+            # by_rel): assign_verdicts sizes it against the threshold with this interval
+            row.update(by_rel=bool(by_rel[i]), rel_ratio=math.exp(rel[i]), rel_ci_low=math.exp(rel[i] - half_rel[i]),
                        rel_ci_high=math.exp(rel[i] + half_rel[i]), df_rel=float(df_rel[i]))
         rows.append(row)
     if n_shared:
