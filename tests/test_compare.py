@@ -596,3 +596,18 @@ def test_per_process_medians_are_the_medians_the_verdicts_print():
     assert "after the first 3" in median_label("per_process", warmup=3)
     with pytest.raises(ValueError):
         median_label("mean")
+
+
+def test_a_side_without_samples_gives_new_or_missing_rows_not_a_crash():
+    """A test present in the candidate run but absent from the baselines (or the reverse) compares
+    to an empty side: every kernel is new (missing), with empty statistics — once a KeyError."""
+    rng = np.random.default_rng(3)
+    rows = [("p", f"k{k}", "dur_ns", f"u{u}", v) for u in range(4) for k in range(3)
+            for v in rng.lognormal(10, 0.01, 30)]
+    full = pd.DataFrame(rows, columns=["point", "kernel", "metric", "unit", "value"])
+    empty = full.iloc[:0]
+    new = compare(empty, full)
+    assert set(new["verdict"]) == {"new"} and new["ratio"].isna().all()
+    gone = compare(full, empty)
+    assert set(gone["verdict"]) == {"missing"}
+    assert list(new.columns[:len(VERDICT_COLUMNS)]) == list(VERDICT_COLUMNS)

@@ -255,8 +255,10 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
     if df.empty:
         raise GemmperfInputError(None, "nothing to compare: both samples tables are empty")
     df.insert(0, "test", test)
-    if "p_value" not in df.columns:
-        df["p_value"] = np.nan
+    # a side with no samples gives only new/missing rows, which carry no statistics
+    for col in ("ratio", "ci_low", "ci_high", "p_value"):
+        if col not in df.columns:
+            df[col] = np.nan
     pv = df["p_value"].to_numpy(float)
     if cfg.multiplicity not in ("hierarchical", "simes"):
         raise ValueError(f"GateConfig.multiplicity must be 'hierarchical' or 'simes', not {cfg.multiplicity!r}")
