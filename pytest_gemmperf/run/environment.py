@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from pytest_gemmperf import safe_io
+from pytest_gemmperf.run.telemetry_sources import cpu_ticks_split
 
 #: thresholds of :func:`assess` (documented in the README's "noisy environments")
 RUNNABLE_EXCESS = 0.5      # runnable threads beyond the cores (+ this) count as contention
@@ -74,11 +75,8 @@ def read_proc_stat(path: str = PROC_STAT) -> dict[str, float] | None:
         if not parts:
             continue
         if parts[0] == "cpu":
-            v = [float(x) for x in parts[1:]] + [0.0] * 10
-            user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
-            out["busy"] = (user + nice + system + irq + softirq) / tick
-            out["steal"] = steal / tick
-            out["total"] = (user + nice + system + idle + iowait + irq + softirq + steal) / tick
+            busy, steal, total = cpu_ticks_split(float(x) for x in parts[1:9])
+            out["busy"], out["steal"], out["total"] = busy / tick, steal / tick, total / tick
         elif parts[0] == "procs_running" and len(parts) > 1:
             out["procs_running"] = float(parts[1])
     return out if "busy" in out else None

@@ -86,6 +86,15 @@ def _num(v: Any) -> float | None:
 
 # ------------------------------------------------------------------------------------- host
 
+def cpu_ticks_split(fields: Iterable[float]) -> tuple[float, float, float]:
+    """``(busy, steal, total)`` of a ``/proc/stat`` cpu line's fields (user nice system idle
+    iowait irq softirq steal; missing ones are 0). Busy leaves out idle, iowait and steal; one
+    definition for the telemetry samples and the contention monitor (``run/environment.py``)."""
+    user, nice, system, idle, iowait, irq, softirq, steal = (list(fields) + [0.0] * 8)[:8]
+    busy = user + nice + system + irq + softirq
+    return busy, steal, busy + idle + iowait + steal
+
+
 class HostSource:
     """Host metrics from ``/proc`` and ``/sys`` (Linux; elsewhere only the load average).
 
@@ -178,12 +187,10 @@ class HostSource:
                 p = self._prev.get(cpu)
                 if p is None:
                     continue
-                d = [a - b for a, b in zip(v, p)]
-                total = sum(d)
+                busy, steal, total = cpu_ticks_split(a - b for a, b in zip(v, p))
                 if total <= 0:
                     continue
-                user, nice, system, idle, iowait, irq, softirq, steal = d[:8]
-                busy = (user + nice + system + irq + softirq) / total
+                busy /= total
                 dev = "host" if cpu == "cpu" else cpu
                 if dev == "host":
                     rows.append((dev, "cpu_busy_frac", busy, "1"))
