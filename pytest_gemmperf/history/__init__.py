@@ -1,0 +1,6 @@
+"""Run history: every gated run's values over time (issue 12).
+
+``values.py`` reduces a gate samples table to one value per (test, point, kernel, metric, unit);
+``store.py`` keeps them in an append-only Parquet dataset (local directory or fsspec URL);
+``changepoints.py`` finds level shifts in the series; ``pytest_side.py`` wires the plugin.
+"""
