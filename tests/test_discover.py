@@ -230,6 +230,11 @@ def test_empty_or_missing_dir(tmp_path):
     _touch(empty_dir / "sub" / "readme.md")
     with pytest.raises(GemmperfInputError) as ei:
         load(empty_dir)
+    # no layout name near the top: refused from names alone (traces/dirscan.py)
+    assert str(ei.value).startswith(f"{empty_dir}: not a results, rocprofv3 output or sweep directory")
+    _touch(empty_dir / "notes.json", "{}")  # a JSON at the top may be a trace: read, none found
+    with pytest.raises(GemmperfInputError) as ei:
+        load(empty_dir)
     assert str(ei.value).endswith(f"no profiler output found under {empty_dir}")
     with pytest.raises(GemmperfInputError, match="no such file"):
         discover(tmp_path / "absent")

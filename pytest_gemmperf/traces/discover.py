@@ -24,6 +24,10 @@ directory reached a second time, a FIFO/socket/device named like an output, an u
 that no name marks as a trace: each becomes a line in ``notes`` (``gemmperf analyze`` prints
 them as ``note:`` lines). A path given directly that is none of a readable regular file or
 directory is an error.
+
+Unrelated trees (issue 12): a directory is read only when a layout name shows within two levels
+of its top and the walk stays under an entry cap (``traces/dirscan.py`` states the rule); both
+are decided from names alone, before any file is opened.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.csv_layouts import file_type
+from pytest_gemmperf.traces.dirscan import STOP_FILE, scan_tree
+from pytest_gemmperf.traces.dirscan import os_reason as _os_reason
 from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
                                            Trace, concat_tables, empty, finalize_agents,
                                            finalize_counters, finalize_dispatches, set_columns)
@@ -135,17 +141,6 @@ def discover_with_notes(path: str | os.PathLike) -> tuple[list[Source], list[str
     return sources, notes
 
 
-def _os_reason(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "a symlink loop (too many levels of symbolic links)"
-    return exc.strerror or str(exc)
-
-
-def _looks_like_output(name: str) -> bool:
-    return (_csv_role(name) is not None or name.endswith((".db", ".json", ".json.gz"))
-            or name in _TABLE_FILES)
-
-
 def _file_source(p: Path) -> Source | None:
     name = p.name
     if name in _TABLE_FILES:
@@ -217,59 +212,12 @@ def _gunzip_prefix(data: bytes) -> bytes:
         return b""
 
 
-def _scan_tree(root: Path, notes: list[str]):
-    """Yield (directory, regular file names) top-down in name order, following symlinks.
-
-    Never opens a file. Skipped parts get a note: directories that cannot be listed, symlinks
-    that cannot be followed (loops, missing targets), directories reached a second time (a
-    symlink back up the tree would otherwise loop forever), and FIFOs/sockets/devices named like
-    profiler outputs. The caller may empty the yielded ``subdirs`` list to prune.
-    """
-    seen: dict[tuple[int, int], Path] = {}
-    stack = [root]
-    while stack:
-        d = stack.pop()
-        try:
-            st = os.stat(d)
-            with os.scandir(d) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            notes.append(f"{d}: directory skipped, cannot list it ({_os_reason(exc)})")
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            notes.append(f"{d}: directory not read again, it is {seen[key]} (a symlink back "
-                         "into the tree)")
-            continue
-        seen[key] = d
-        files: list[str] = []
-        subdirs: list[Path] = []
-        for e in entries:
-            path = d / e.name
-            try:
-                est = os.stat(path)  # follows symlinks
-            except OSError as exc:
-                kind = "symlink" if os.path.islink(path) else "entry"
-                notes.append(f"{path}: {kind} skipped, cannot follow it ({_os_reason(exc)})")
-                continue
-            if stat.S_ISDIR(est.st_mode):
-                subdirs.append(path)
-            elif stat.S_ISREG(est.st_mode):
-                files.append(e.name)
-            elif _looks_like_output(e.name):
-                notes.append(f"{path}: skipped, {file_type(est.st_mode)} named like a profiler "
-                             "output (never opened)")
-        yield d, files, subdirs
-        stack.extend(reversed(subdirs))
-
-
 def _walk(root: Path, notes: list[str]) -> list[Source]:
     sources: list[Source] = []
     prefixes: dict[tuple[Path, str], dict[str, Any]] = {}
-    for d, filenames, subdirs in _scan_tree(root, notes):
-        if "dispatches.parquet" in filenames:
-            sources.append(_tables_source(d))
-            subdirs[:] = []  # the tables already hold this point's raw files
+    for d, filenames, _subdirs in scan_tree(root, notes):
+        if STOP_FILE in filenames:
+            sources.append(_tables_source(d))  # scan_tree did not descend below it
             continue
         for name in filenames:
             f = d / name
@@ -603,7 +551,8 @@ def _str_categories(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _load_all(paths, point: str | None) -> tuple[list[Path], list[Source], list[Trace], list[str]]:
+def discover_all(paths) -> tuple[list[Path], list[Source], list[Source], list[str]]:
+    """(roots, every source found, the sources to read - each set of files once -, notes)."""
     roots = _as_path_list(paths)
     if not roots:
         raise GemmperfInputError(None, "no input paths given")
@@ -613,22 +562,53 @@ def _load_all(paths, point: str | None) -> tuple[list[Path], list[Source], list[
         s, n = discover_with_notes(r)
         sources += s
         notes += n
-    traces: list[Trace] = []
+    unique: list[Source] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     for src in sources:
         key = (src.kind, tuple(sorted(str(f) for f in src.files)))
         if key in seen:  # e.g. dispatches/counters/agents.parquet of one point named separately
             continue
         seen.add(key)
-        t = read_source(src, notes)
-        if t is None:
-            continue
+        unique.append(src)
+    return roots, sources, unique, notes
+
+
+def read_attached(src: Source, point: str | None) -> tuple[Trace | None, list[str], list[str]]:
+    """One source read with its provenance attached: (trace or None, the reader's notes, the
+    notes of attaching path information). Picklable, so a worker process can run it
+    (``traces/parallel.py``)."""
+    notes: list[str] = []
+    t = read_source(src, notes)
+    if t is None:
+        return None, notes, []
+    attach: list[str] = []
+    t.dispatches = _attach(t.dispatches, src, point, attach)
+    t.counters = _attach(t.counters, src, point, attach)
+    t.agents = _attach_agents(t.agents, src)
+    t.meta = {**t.meta, "source": src.describe()}
+    return t, notes, attach
+
+
+def merge_notes(notes: list[str], t: Trace | None, read_notes: list[str], attach_notes: list[str]) -> None:
+    """Add one source's notes to ``notes`` in the order the serial reader wrote them."""
+    notes += read_notes
+    if t is not None:
         notes.extend(n for n in t.meta.get("notes", []) if n not in notes)
-        t.dispatches = _attach(t.dispatches, src, point, notes)
-        t.counters = _attach(t.counters, src, point, notes)
-        t.agents = _attach_agents(t.agents, src)
-        t.meta = {**t.meta, "source": src.describe()}
-        traces.append(t)
+        notes += attach_notes
+
+
+def _load_all(paths, point: str | None, jobs: int | None = 1
+              ) -> tuple[list[Path], list[Source], list[Trace], list[str]]:
+    from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
+
+    roots, sources, unique, notes = discover_all(paths)
+    n_jobs = pool_jobs(jobs, [f for s in unique for f in s.files])
+    traces: list[Trace] = []
+    for t, read_notes, attach_notes in map_ordered(functools.partial(read_attached, point=point),
+                                                   unique, n_jobs):
+        merge_notes(notes, t, read_notes, attach_notes)
+        if t is not None:
+            traces.append(t)
     return roots, sources, traces, notes
 
 
@@ -638,14 +618,17 @@ def _attach_agents(df: pd.DataFrame, src: Source) -> pd.DataFrame:
     return set_columns(df, **values) if values else df
 
 
-def load(paths: str | os.PathLike | Iterable[str | os.PathLike], *, point: str | None = None) -> Trace:
+def load(paths: str | os.PathLike | Iterable[str | os.PathLike], *, point: str | None = None,
+         jobs: int | None = 1) -> Trace:
     """Discover and read everything under ``paths`` into one Trace.
 
     ``point`` overrides the point of every row (replay of a directory onto a declared point).
+    ``jobs``: worker processes reading sources at once (None or 0: every usable core; 1: in
+    this process); the Trace is the same whatever ``jobs`` is (``traces/parallel.py``).
     ``meta``: ``sources`` (what was read, with provenance), ``notes`` (what was skipped and why),
     ``files`` (per-file reader meta, e.g. torch ``cpu_ops``/``steps``).
     """
-    roots, sources, traces, notes = _load_all(paths, point)
+    roots, sources, traces, notes = _load_all(paths, point, jobs)
     if not any(len(t.dispatches) for t in traces):
         label = ", ".join(str(r) for r in roots)
         raise GemmperfInputError(roots[0], f"no kernel dispatches found under {label}"
