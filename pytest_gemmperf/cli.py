@@ -14,7 +14,7 @@ import sys
 from pytest_gemmperf import __version__
 from pytest_gemmperf.errors import GemmperfInputError
 
-SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config")
+SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,170 @@
+"""The pytest side of the run history: append each gated point, check it for slow creep.
+
+``plugin.py`` resolves the options into :class:`HistorySettings` (one run id and time per
+session, made by the controller and handed to xdist workers) and sets ``session.history``;
+``session.py``'s ``assert_no_regression`` calls :func:`record_point` once the gate's samples
+exist and :func:`fail_on_creep` after the verdicts. Every point appends its own immutable file
+(``HistoryStore.append``: one file per call, a fresh uuid in its name), so concurrent workers
+never read-modify-write anything.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+
+#: values of --gemmperf-history that turn the history off
+OFF_VALUES = ("none", "off", "no", "false", "0")
+DEFAULT_WINDOW = 5
+#: CI variables naming the branch being built (GitHub Actions, GitLab CI, Jenkins, Buildkite)
+_BRANCH_VARS = ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME", "BUILDKITE_BRANCH")
+
+
+@dataclass(frozen=True)
+class HistorySettings:
+    """Where this session's history goes and whether it is checked for slow creep."""
+
+    url: str
+    run_id: str
+    time: str
+    branch: str | None = None
+    check: bool = False
+    window: int = DEFAULT_WINDOW
+
+    def as_workerinput(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "time": self.time, "branch": self.branch}
+
+
+def new_run(results_dir: Path, rootdir: Path | None) -> dict[str, Any]:
+    """Run id, time and branch of a new session (the xdist controller's; workers get a copy).
+
+    The id is the results directory's name plus a random suffix: a fixed
+    ``--gemmperf-results-dir`` reused by every CI job, or two machines starting in the same
+    second, still give distinct runs."""
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    return {"run_id": f"{Path(results_dir).name}-{uuid.uuid4().hex[:8]}", "time": now,
+            "branch": current_branch(rootdir)}
+
+
+def current_branch(cwd: Path | None) -> str | None:
+    """The branch being tested: a CI variable when set (CI checkouts are often detached),
+    else ``git rev-parse --abbrev-ref HEAD`` (None when detached or not a repository)."""
+    for var in _BRANCH_VARS:
+        if os.environ.get(var):
+            return os.environ[var]
+    git = shutil.which("git")
+    if not git:
+        return None
+    try:
+        out = subprocess.run([git, "rev-parse", "--abbrev-ref", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    name = out.stdout.strip() if out.returncode == 0 else ""
+    return name if name and name != "HEAD" else None
+
+
+def record_point(runner, result, samples: pd.DataFrame) -> str:
+    """Append the values this point's gate used; with ``--gemmperf-history-check`` return the
+    slow-creep failure text (empty when none). A history that cannot be written is reported
+    and does not fail the test unless the check was asked for (it needs the history)."""
+    hs: HistorySettings | None = getattr(runner.session, "history", None)
+    if hs is None:
+        return ""
+    from pytest_gemmperf.history.store import HistoryStore, RunInfo
+    from pytest_gemmperf.history.values import history_values
+
+    where = f"{runner.test_id}[{runner.point.id}]"
+    meta_all = runner.session.metadata()
+    telemetry = (result.environment or {}).get("telemetry") if isinstance(result.environment, dict) else None
+    meta = {"versions": {k: v for k, v in meta_all.items() if k.endswith("_version") and v},
+            "host": meta_all.get("host"), "backend": result.backend.name,
+            "xdist_worker": os.environ.get("PYTEST_XDIST_WORKER"),
+            "results_dir": str(runner.session.results.root)}
+    if telemetry:
+        meta["telemetry"] = telemetry
+    try:
+        store = HistoryStore(hs.url)
+        run = RunInfo(run_id=hs.run_id, time=hs.time, commit=meta_all.get("git_commit"), branch=hs.branch,
+                      hw_key=result.hw_key, meta=meta)
+        store.append(history_values(samples, test=runner.test_id), run)
+    except (OSError, GemmperfInputError) as exc:
+        text = f"gemmperf: {where}: history not recorded in {hs.url}: {exc}"
+        if hs.check:
+            raise _fail(text)
+        print(text, file=sys.stderr)
+        return ""
+    if not hs.check:
+        return ""
+    return creep_text(store, runner.test_id, runner.point.id, result.hw_key, hs.window)
+
+
+def creep_text(store, test: str, point: str, hw_key: str, window: int) -> str:
+    """Regression change points of this (test, point) on ``hw_key`` whose first worse run is
+    among the last ``window`` runs, as a failure message naming the runs; empty when none."""
+    try:
+        from pytest_gemmperf.history.changepoints import detect_changes, recent_regressions
+    except ImportError:
+        raise _fail("gemmperf: --gemmperf-history-check: change detection unavailable "
+                    "(pytest_gemmperf.history.changepoints is not installed)") from None
+    try:
+        h = store.read(test=test, hw_key=hw_key, point=point)
+    except GemmperfInputError as exc:
+        raise _fail(f"gemmperf: {test}[{point}]: history check: {exc}") from None
+    if h.empty:
+        return ""
+    recent = recent_regressions(detect_changes(h, source=store.url), h, window)
+    if recent.empty:
+        return ""
+    return (f"gemmperf: history of {test}[{point}] on {hw_key} ({store.url}): {len(recent)} regression "
+            f"change point(s) within the last {window} run(s) (slow creep):\n" + format_changes(recent))
+
+
+def fail_on_creep(runner, text: str) -> None:
+    """Fail the test with ``text`` (or, with ``--gemmperf-warn-only``, only report it)."""
+    if not text:
+        return
+    if runner.options.warn_only:
+        print(text + " [--gemmperf-warn-only: not failing]", file=sys.stderr)
+        return
+    raise _fail(text)
+
+
+def format_changes(rows: pd.DataFrame, max_rows: int = 30) -> str:
+    """One line per change point: where, how much (after/before, CI, q), between which runs
+    and at which commit."""
+    lines = []
+    for r in rows.head(max_rows).itertuples(index=False):
+        commit = f" commit {str(r.commit_after)[:12]}" if isinstance(r.commit_after, str) and r.commit_after else ""
+        kernel = str(r.kernel) if len(str(r.kernel)) <= 60 else str(r.kernel)[:57] + "..."
+        lines.append(f"  {r.test}[{r.point}] {kernel} {r.metric}: x{_fmt(r.ratio)} "
+                     f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] q={_fmt(r.q_value)} "
+                     f"between runs {r.run_before} -> {r.run_after}{commit}")
+    if len(rows) > max_rows:
+        lines.append(f"  ... {len(rows) - max_rows} more")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    return f"{x:.4g}" if x == x and abs(x) != float("inf") else "-"
+
+
+def _fail(message: str):
+    import pytest
+
+    return pytest.fail.Exception(message, pytrace=False)
