@@ -54,6 +54,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-rows", type=int, default=20, help="rows of the printed table (default 20)")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="write verdicts.csv only (no report.html / report.xlsx / summary.md)")
+    p.add_argument("--history", metavar="DIR",
+                   help="also append each candidate as a run to this history store (directory or fsspec URL)")
+    p.add_argument("--run-id", metavar="ID",
+                   help="run id in --history (default: the candidate's label; ID-<label> for several)")
     p.set_defaults(func=run)
     return p
 
@@ -107,6 +111,10 @@ def _run(args: argparse.Namespace) -> int:
     for label, cpath in zip(labels, args.cands):
         cand = load_side(cpath, args.warmup, keep)
         cand_samples.append((label, cand))
+        if getattr(args, "history", None):
+            from pytest_gemmperf.commands.history import record_compare_candidate
+
+            record_compare_candidate(args.history, args.run_id, cpath, label, cand, len(args.cands), keep)
         for test, b, c in pair_tests(base, cand, args.base, cpath):
             v = compare(b, c, cfg, test=test, history=history.get(test))
             if len(args.cands) > 1:

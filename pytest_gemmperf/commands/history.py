@@ -132,15 +132,17 @@ def record_samples(history: str, sides: dict[str, pd.DataFrame], run, default_te
 
 
 def record_compare_candidate(history: str, run_id: str | None, path: str, label: str,
-                             sides: dict[str, pd.DataFrame], n_cands: int) -> None:
-    """``gemmperf compare --history DIR [--run-id ID]``: append a candidate as a run
-    (``--run-id`` default: the candidate's name; with several candidates ``ID-<label>``)."""
-    rid = run_id or label
-    if run_id and n_cands > 1:
-        rid = f"{run_id}-{label}"
-    run = run_info_for(path, run_id=rid)
-    files = record_samples(history, sides, run, Path(path).name or str(path))
-    print(f"history: run {rid} recorded ({len(files)} file(s)) in {history}")
+                             sides: dict[str, pd.DataFrame], n_cands: int, traces: dict | None = None) -> None:
+    """``gemmperf compare --history DIR [--run-id ID]``: append a candidate as a run. Run id:
+    ``ID`` (``ID-<label>`` with several candidates); without ``--run-id`` the label plus a
+    random suffix, so repeated compares of a same-named candidate stay distinct runs."""
+    import uuid
+
+    rid = (f"{run_id}-{label}" if n_cands > 1 else run_id) if run_id else f"{label}-{uuid.uuid4().hex[:8]}"
+    mine = {path: traces[path]} if traces and path in traces else None
+    run = run_info_for(path, run_id=rid, traces=mine)
+    files = record_samples(history, sides, run, Path(path).resolve().name or str(path))
+    print(f"history: run {rid} (hw {run.hw_key}) recorded in {history} ({len(files)} file(s))")
 
 
 def run_record(args: argparse.Namespace) -> int:
