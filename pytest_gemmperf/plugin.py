@@ -59,11 +59,15 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
                            "throttling) while each point runs, into telemetry.parquet"),
     "gemmperf_telemetry_interval": ("gemmperf_telemetry_interval", "string", "0.1",
                                     "seconds between telemetry samples (0.01..60, default 0.1)"),
+    "gemmperf_shard": ("gemmperf_shard", "string", None,
+                       "I/N: run shard I of N of the sweep points (one CI job of a matrix), "
+                       "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
 }
 
 _SESSION_KEY = pytest.StashKey[GemmperfSession]()
 _AXES_KEY = pytest.StashKey[tuple]()
 _BAD_SWEEP_KEY = pytest.StashKey[list]()
+_SHARD_KEY = pytest.StashKey[Any]()
 _WORKERINPUT_DIR = "gemmperf_results_dir"
 _WORKERINPUT_ARGV = "gemmperf_argv"
 
@@ -192,6 +196,34 @@ def _flag(config: pytest.Config, dest: str) -> str:
         else f"{_SETTINGS[dest][0]} (ini)"
 
 
+def _shard_option(config: pytest.Config):
+    """``--gemmperf-shard`` > ``$GEMMPERF_SHARD`` > ini ``gemmperf_shard``; None: no sharding."""
+    from pytest_gemmperf import shard as shard_mod
+
+    value, flag = config.getoption("gemmperf_shard"), "--gemmperf-shard"
+    if value is None and os.environ.get(shard_mod.SHARD_ENV, "").strip():
+        value, flag = os.environ[shard_mod.SHARD_ENV], f"${shard_mod.SHARD_ENV}"
+    if value is None:
+        value, flag = config.getini("gemmperf_shard") or None, "gemmperf_shard (ini)"
+    if value in (None, ""):
+        return None
+    try:
+        return shard_mod.parse_shard(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{flag}: {exc}") from None
+
+
+def _item_key(item: pytest.Item) -> str:
+    """``test_id[point]`` of a sweep item (durations are recorded per test and point)."""
+    from pytest_gemmperf.run.results import base_test_id
+    from pytest_gemmperf.shard import item_id
+
+    callspec = getattr(item, "callspec", None)
+    point = callspec.params.get("gemmperf_point") if callspec is not None else None
+    point_id = getattr(point, "id", None) or sweep_mod.DEFAULT_POINT_ID
+    return item_id(base_test_id(item.nodeid), point_id)
+
+
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
@@ -212,6 +244,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = _options(config, results_dir)
     config.stash[_SESSION_KEY] = GemmperfSession(options, argv=argv, rootdir=config.rootpath)
     config.stash[_AXES_KEY] = _axis_overrides(config)
+    config.stash[_SHARD_KEY] = _shard_option(config)
     config.pluginmanager.register(_SessionHooks(config), "gemmperf-session")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "gemmperf-xdist")
@@ -319,6 +352,46 @@ class _SessionHooks:
         self.noisy: list[tuple[str, str]] = []
         self.report: str | None = None
         self.report_error: str | None = None
+        self.shard_info: dict | None = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items) -> None:
+        """Keep this shard's items (after -k/-m selection, so every shard of a matrix, given the
+        same selection, splits the same list); the rest are reported as deselected."""
+        shard = config.stash.get(_SHARD_KEY, None)
+        if shard is None or not items:
+            return
+        from pytest_gemmperf import shard as shard_mod
+        from pytest_gemmperf.run.results import base_test_id
+
+        gp = config.stash[_SESSION_KEY]
+        ids = [item.nodeid for item in items]
+        known = shard_mod.baseline_durations(gp.options.baseline_dir, {base_test_id(i) for i in ids})
+        durations = {item.nodeid: known[k] for item in items if (k := _item_key(item)) in known}
+        try:
+            keep = shard_mod.select(ids, durations, shard)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--gemmperf-shard: {exc}") from None
+        selected = [it for it, k in zip(items, keep) if k]
+        deselected = [it for it, k in zip(items, keep) if not k]
+        info = {"shard": str(shard), "index": shard.index, "count": shard.count,
+                "selected": len(selected), "total": len(items), "timed": len(durations),
+                "plan": shard_mod.plan_digest(ids, durations, shard.count),
+                "items": [it.nodeid for it in selected]}
+        self.shard_info = info
+        gp.run_fields["shard"] = info  # into run.json: `gemmperf merge` checks the plans agree
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = selected
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, items) -> list[str]:
+        return [self._shard_line()] if self.shard_info else []
+
+    def _shard_line(self) -> str:
+        i = self.shard_info
+        how = (f"balanced by the recorded durations of {i['timed']}" if i["timed"]
+               else "no recorded durations: balanced by count")
+        return f"gemmperf shard {i['shard']}: {i['selected']} of {i['total']} points ({how})"
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -368,6 +441,8 @@ class _SessionHooks:
         tr = terminalreporter
         tr.section("gemmperf")
         tr.write_line(f"results: {gp.results.root}")
+        if self.shard_info:
+            tr.write_line(self._shard_line() + "; combine the shards with `gemmperf merge`")
         for nodeid, status, path in self.baselines:
             if status == "baseline-updated":
                 tr.write_line(f"baseline updated for {nodeid}: {path}")

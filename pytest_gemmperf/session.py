@@ -144,6 +144,8 @@ class GemmperfSession:
         self.rootdir = rootdir
         self._backend: BackendChoice | None = None
         self._metadata: dict[str, Any] | None = None
+        #: extra run.json fields set before the first point runs (plugin: the shard plan)
+        self.run_fields: dict[str, Any] = {}
 
     @property
     def backend(self) -> BackendChoice:
@@ -178,6 +180,7 @@ class GemmperfSession:
         }
         if o.warmup is not None:
             meta["warmup"] = o.warmup
+        meta.update(self.run_fields)
         self.results.ensure(meta)
         return self.results
 
@@ -535,6 +538,9 @@ class PointRunner(PointReruns):
         # does): the other points' samples and metadata stay; ``base`` is only the caller's view
         point = {"results_dir": str(self.session.results.root), "env": result.env, "command": result.command,
                  "backend": result.backend.name, "device": result.backend.device}
+        seconds = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
+        if seconds > 0:  # what --gemmperf-shard balances the CI matrix's jobs by (shard.py)
+            point["duration_s"] = round(seconds, 3)
         meta = {**self.session.metadata(), "points": {self.point.id: point}}
         store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=samples, meta=meta),
                    merge=True)
