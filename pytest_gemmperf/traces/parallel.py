@@ -1,0 +1,136 @@
+"""A bounded process pool for reading many trace files at once, results in input order.
+
+Method: :func:`map_ordered` runs one picklable function over a list of items in a
+``concurrent.futures.ProcessPoolExecutor`` with the ``forkserver`` start method (``fork`` would
+copy a parent whose pyarrow / BLAS threads may hold locks; ``forkserver`` forks workers from a
+clean single-threaded server instead), ``max_workers = min(jobs, len(items))``, and returns the
+results in the order of ``items`` - never in completion order - so every table built from them
+equals the serial path's row for row. ``jobs == 1`` (or a single item) runs the same function
+in this process, without a pool: the serial path.
+
+Contract:
+
+* ``jobs``: None or 0 mean :func:`usable_cores` (the CPUs this process may run on, which a
+  container or ``taskset`` may make fewer than the machine has); a negative or non-integer
+  value is a :class:`~pytest_gemmperf.errors.GemmperfInputError`.
+* A :class:`~pytest_gemmperf.errors.GemmperfInputError` raised in a worker is re-raised in the
+  parent as the same one-line error naming the same file (the exception is carried across as
+  its fields: its constructor takes keyword arguments, which default exception pickling loses).
+  When several items fail, the first failing item in input order wins - the error the serial
+  path would have stopped at. Pending work is cancelled.
+* :func:`pool_jobs` keeps small inputs serial: a worker start (a fresh interpreter importing
+  pandas and pyarrow) costs about half a CPU-second, more than reading a few small files.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from pytest_gemmperf.errors import GemmperfInputError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: below this many bytes of input in total, reading serially beats starting workers
+POOL_MIN_BYTES = 16 * 1024 * 1024
+#: the start method: never "fork" (see the module docstring)
+START_METHOD = "forkserver"
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where the
+    platform has no affinity call)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_jobs(jobs: int | None, *, where: str | None = None) -> int:
+    """``jobs`` as a worker count >= 1: None or 0 mean :func:`usable_cores`."""
+    if jobs is None:
+        return usable_cores()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise GemmperfInputError(where, f"jobs must be a non-negative integer (0 = all usable cores), "
+                                        f"got {jobs!r}")
+    return usable_cores() if jobs == 0 else jobs
+
+
+def pool_jobs(jobs: int | None, files: Iterable[os.PathLike | str], *,
+              min_bytes: int | None = None) -> int:
+    """Workers worth starting for reading ``files``: ``resolve_jobs(jobs)`` capped at the number
+    of files, and 1 when the files total fewer than ``min_bytes`` (a file that cannot be
+    stat'ed counts as large: its reader reports the problem)."""
+    min_bytes = POOL_MIN_BYTES if min_bytes is None else min_bytes
+    files = list(files)
+    n = min(resolve_jobs(jobs), len(files))
+    if n <= 1:
+        return 1
+    total = 0
+    for f in files:
+        try:
+            total += os.stat(f).st_size
+        except OSError:
+            return n
+        if total >= min_bytes:
+            return n
+    return 1
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A worker's GemmperfInputError, as plain fields (picklable whatever the constructor)."""
+
+    path: str | None
+    message: str
+    line: int | None
+    record: str | None
+
+    def raise_(self) -> None:
+        raise GemmperfInputError(self.path, self.message, line=self.line, record=self.record)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """``fn(item)`` with a GemmperfInputError turned into a :class:`_Failed` value."""
+
+    fn: Callable[[Any], Any]
+
+    def __call__(self, item: Any) -> Any:
+        try:
+            return self.fn(item)
+        except GemmperfInputError as exc:
+            return _Failed(exc.path, exc.message, exc.line, exc.record)
+
+
+def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) -> list[R]:
+    """``[fn(x) for x in items]``, on up to ``jobs`` worker processes, in the order of ``items``.
+
+    ``fn`` and the items must be picklable (a module-level function or a
+    ``functools.partial`` of one). ``jobs == 1`` runs in this process (errors propagate as
+    raised). See the module docstring for errors and ordering.
+    """
+    items = list(items)
+    n = min(resolve_jobs(jobs), len(items))
+    if n <= 1:
+        return [fn(x) for x in items]
+    ctx = multiprocessing.get_context(START_METHOD)
+    call = _Call(fn)
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        futures = [pool.submit(call, x) for x in items]
+        out: list[R] = []
+        try:
+            for fut in futures:  # input order, not completion order
+                r = fut.result()
+                if isinstance(r, _Failed):
+                    r.raise_()
+                out.append(r)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return out
