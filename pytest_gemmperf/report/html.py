@@ -17,6 +17,7 @@ import jinja2
 import pandas as pd
 
 from pytest_gemmperf import __version__
+from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.report import plots
 from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT
@@ -111,8 +112,9 @@ def _meta_rows(data: ReportData) -> list[tuple[str, str]]:
     return rows
 
 
-def _distribution_panels(data: ReportData) -> list[dict]:
-    """One section per axis, one SVG panel per plotted kernel."""
+def _distribution_panels(data: ReportData, short: dict[str, str] | None = None) -> list[dict]:
+    """One section per axis, one SVG panel per plotted kernel (titled by its page label)."""
+    short = short or {}
     sections = []
     titles = {"label": "per sweep" if data.multi else "whole run",
               "threads": "by threads", "channel": "by channels", "rank": "by rank"}
@@ -127,7 +129,8 @@ def _distribution_panels(data: ReportData) -> list[dict]:
             b = b.assign(channel=["ch" + str(int(x)) for x in b["channel"]])
         if axis == "rank":
             b = b.assign(rank=[int(x) for x in b["rank"]])
-        panels = [plots.box_panel(grp.sort_values(group_cols), group_cols, str(kernel))
+        panels = [plots.box_panel(grp.sort_values(group_cols), group_cols, str(kernel),
+                                  label=short.get(str(kernel)))
                   for kernel, grp in b.groupby("kernel", sort=False)]
         sections.append({"title": titles[axis], "panels": panels})
     return sections
@@ -175,6 +178,28 @@ def _collective_context(data: ReportData) -> dict[str, Any]:
             "collective_rows": _records(c, 500), "collective_best": _records(data.collective_best, 200)}
 
 
+#: optional verdict-table columns, shown only when some row has a value
+OPTIONAL_VERDICT_COLUMNS = ("test", "point", "note")
+
+
+def _blank(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or str(x).strip() in ("", "-", "nan", "None")
+
+
+def visible_columns(rows: list[dict], columns: tuple[str, ...] = OPTIONAL_VERDICT_COLUMNS) -> set[str]:
+    """The columns among ``columns`` that have at least one non-empty (not blank, not ``-``) value."""
+    return {c for c in columns if any(not _blank(r.get(c)) for r in rows)}
+
+
+def page_kernel_labels(names_per_table: list[Any]) -> dict[str, str]:
+    """One :func:`short_names` call over every kernel the page shows, so each label is
+    distinct across the whole page (tables and plots alike)."""
+    names: set[str] = set()
+    for col in names_per_table:
+        names.update(str(x) for x in col if x is not None and not (isinstance(x, float) and math.isnan(x)))
+    return short_names(names)
+
+
 def render_html(data: ReportData) -> str:
     from pytest_gemmperf.report.telemetry import telemetry_context
 
@@ -182,11 +207,20 @@ def render_html(data: ReportData) -> str:
     tmpl = env.get_template(TEMPLATE)
     v = data.verdicts
     verdict_rows = _records(v) if v is not None else []
+    kernel_rows = _records(_kernel_overview(data))
+    top_rows = _records(data.top_variance, 200)
+    overlap_rows = (_records(data.overlap.sort_values("total_overlap_ns", ascending=False), 200)
+                    if len(data.overlap) else [])
     cat = data.by_category
     cat_series = (cat.groupby("category")["total_ns"].sum() / 1e6) if len(cat) else pd.Series(dtype=float)
     counters = data.counters if len(data.counters.columns) > 1 else pd.DataFrame()
     counter_cols = [c for c in ("cu_utilization", "active_cus", "waves", "mfma_insts", "valu_insts",
                                 "wave_cycles_per_wave", "median_dur_us") if c in counters.columns]
+    counter_rows = _records(counters, 500)
+    boxes = [b["kernel"] for b in data.boxes.values() if b is not None and len(b)]
+    short = page_kernel_labels([[r.get("kernel") for r in verdict_rows], [r.get("kernel") for r in kernel_rows],
+                                [r.get("kernel_name") for r in top_rows], [r.get("kernel") for r in overlap_rows],
+                                [r.get("kernel") for r in counter_rows], *boxes])
     ctx = {
         "version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -198,23 +232,24 @@ def render_html(data: ReportData) -> str:
         "meta_rows": _meta_rows(data),
         "has_verdicts": v is not None,
         "verdicts": verdict_rows,
+        "vcols": visible_columns(verdict_rows),
+        "short": short,
         "n_verdicts": 0 if v is None else len(v),
         "verdict_names": sorted({r["verdict"] for r in verdict_rows}),
         "max_rows": HTML_MAX_ROWS,
-        "forest": plots.forest_plot(v) if v is not None and len(v) else None,
-        "distributions": _distribution_panels(data),
+        "forest": plots.forest_plot(v, short=short) if v is not None and len(v) else None,
+        "distributions": _distribution_panels(data, short),
         "interaction": plots.interaction_plot(data.interaction),
         "timeline_svg": plots.stacked_timeline(data.timeline_by_point, multi=data.multi),
         "timeline_rows": _records(data.timeline_by_point),
         "overlap_svg": plots.overlap_scatter(data.overlap),
-        "overlap_rows": _records(data.overlap.sort_values("total_overlap_ns", ascending=False), 200)
-        if len(data.overlap) else [],
+        "overlap_rows": overlap_rows,
         "category_svg": plots.hbar(cat_series, "GPU kernel time by category (ms)", "ms"),
-        "counters": _records(counters, 500),
+        "counters": counter_rows,
         "counter_cols": counter_cols,
-        "top": _records(data.top_variance, 200),
+        "top": top_rows,
         "top_k": data.top_k,
-        "kernels": _records(_kernel_overview(data)),
+        "kernels": kernel_rows,
         "notes": data.notes,
         **_collective_context(data),
         "telemetry": telemetry_context(data.telemetry, data.telemetry_summary, data.telemetry_meta),
@@ -228,4 +263,4 @@ def write_html(data: ReportData, path: Path) -> Path:
     return write_text(path, render_html(data))
 
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["page_kernel_labels", "render_html", "visible_columns", "write_html"]

@@ -115,9 +115,14 @@ def empty_note(message: str) -> Markup:
 
 
 def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
-              width: int = 560) -> Markup:
+              width: int = 560, label: str | None = None) -> Markup:
     """Horizontal box plots (whiskers p05-p95, box Q1-Q3, median line, min/max dots) of one
-    kernel, one row per group."""
+    kernel, one row per group.
+
+    ``title`` is the full kernel name (the SVG ``<title>`` and the heading's tooltip);
+    ``label`` the short distinguishing name shown as the heading (``short_names``), else
+    the full name elided in the middle.
+    """
     if len(boxes) == 0:
         return empty_note("no data")
     rows = boxes.reset_index(drop=True)
@@ -134,7 +139,8 @@ def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
     if hi_s <= lo_s:
         lo_s, hi_s = lo_s - 1, hi_s + 1
     svg = _Svg(width, height, title)
-    svg.text(8, 15, shorten_kernel(title, int(width / 7.4)), weight="600", tip=title)
+    svg.text(8, 15, label or shorten_kernel(title, int(width / 7.4)), weight="600", tip=title,
+             cls="kernel-title")
     x0, x1 = left, width - right
 
     def X(v: float) -> float:
@@ -162,8 +168,13 @@ def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
     return svg.markup()
 
 
-def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900) -> Markup:
-    """Ratio candidate/baseline with its CI per kernel; threshold band around 1."""
+def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900,
+                short: dict[str, str] | None = None) -> Markup:
+    """Ratio candidate/baseline with its CI per kernel; threshold band around 1.
+
+    Rows are labelled by ``short`` (full kernel name -> page label) when given; the full
+    name is in each label's tooltip.
+    """
     v = verdicts[(verdicts["metric"] == "dur_ns") & np.isfinite(verdicts["ratio"].astype(float))]
     if len(v) == 0:
         return empty_note("no per-kernel duration comparisons")
@@ -192,7 +203,9 @@ def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900)
         name = str(r["kernel"])
         lab = (f"{r['label']} " if "label" in v.columns and verdicts["label"].nunique() > 1 else "")
         lab += f"{r['point']} " if r.get("point") not in (None, "", "-") else ""
-        svg.text(left - 8, y + 4, shorten_kernel(lab + name, 58), anchor="end", tip=lab + name)
+        shown = (short or {}).get(name)
+        svg.text(left - 8, y + 4, lab + shown if shown else shorten_kernel(lab + name, 58), anchor="end",
+                 tip=lab + name, cls="kernel-label")
         c = colours.get(str(r["verdict"]), "#555")
         svg.line(X(lows[i]), y, X(highs[i]), y, stroke=c, width=2)
         svg.circle(X(float(r["ratio"])), y, 4, c,
