@@ -184,8 +184,8 @@ class HistoryStore:
         return path if self.local else self.fs.unstrip_protocol(path)
 
     def _dataset(self, hw_key: str | None = None, test: str | None = None) -> ds.Dataset | None:
-        """The dataset below the narrowest partition directory the filters allow (discovery
-        then lists only that part), or None when nothing is stored there."""
+        """The dataset of the history files below the narrowest partition directory the filters
+        allow (only that part is listed), or None when nothing is stored there."""
         base = self.root
         if hw_key is not None:
             base += "/" + _segment("hw_key", hw_key)
@@ -204,7 +204,16 @@ class HistoryStore:
                 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
                 pafs = PyFileSystem(FSSpecHandler(self.fs))
-            return ds.dataset(base, filesystem=pafs, format="parquet", schema=DATASET_SCHEMA,
+            from pyarrow.fs import FileSelector, FileType
+
+            # history files only: *.parquet, no hidden/temporary segment (".x.tmp", "_x"); any
+            # other file a person leaves in the directory is neither read nor ever pruned
+            files = sorted(i.path for i in pafs.get_file_info(FileSelector(base, recursive=True))
+                           if i.type == FileType.File and i.path.endswith(".parquet")
+                           and not any(seg.startswith((".", "_")) for seg in i.path[len(base):].split("/")))
+            if not files:
+                return None
+            return ds.dataset(files, filesystem=pafs, format="parquet", schema=DATASET_SCHEMA,
                               partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
                               partition_base_dir=self.root)
         except (OSError, pa.ArrowException) as exc:
