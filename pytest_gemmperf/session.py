@@ -325,22 +325,37 @@ class PointRunner(PointReruns):
 
     def _run_torch(self, command, launcher, nproc, nnodes, launcher_args, repeats, timeout_s,
                    full_env, cwd, record, first_run: int = 0):
-        from pytest_gemmperf.run.process import launch_argv
-        from pytest_gemmperf.run.torch_backend import load_rank_traces, read_trace, run_torch_point
+        from pytest_gemmperf.run.process import is_local_multinode, launch_argv, node_launch_argvs
+        from pytest_gemmperf.run.torch_backend import (load_rank_traces, read_trace, run_torch_nodes,
+                                                       run_torch_point)
         from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
                                                    concat_tables)
 
-        argv = launch_argv(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args)
+        # torchrun with nnodes > 1: one node agent per node on this machine (run/torch_backend.py)
+        multinode = is_local_multinode(launcher, nnodes)
+        argv = (node_launch_argvs(command, nproc, nnodes, launcher_args)[0] if multinode
+                else launch_argv(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args))
         device = self.backend.device
         traces = []
         for k in range(first_run, first_run + repeats):
             with self._process_window(k):
-                run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
-                                      device=device, timeout_s=timeout_s, cwd=cwd)
+                if multinode:  # a fresh rendezvous port per repeat
+                    nodes = node_launch_argvs(command, nproc, nnodes, launcher_args)
+                    record["node_commands"] = nodes
+                    run = run_torch_nodes(nodes, env=full_env, run_dir=self.dir / f"run{k}", run=k,
+                                          device=device, timeout_s=timeout_s, cwd=cwd,
+                                          world_size=nproc * nnodes)
+                else:
+                    run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
+                                          device=device, timeout_s=timeout_s, cwd=cwd)
             entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
                      "timed_out": run.timed_out, "log": _rel(run.log, self.dir),
                      "files": {("none" if r is None else str(r)): [_rel(p, self.dir) for p in ps]
                                for r, ps in run.files.items()}}
+            if run.node_logs:
+                entry["nodes"] = [{"node": n, "log": _rel(log, self.dir), "ranks": run.node_ranks.get(n, [])}
+                                  for n, log in enumerate(run.node_logs)]
+                entry["missing_ranks"] = run.missing_ranks
             record["runs"].append(entry)
             write_point_json(self.dir, record)
             if run.timed_out:

@@ -26,8 +26,10 @@ import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -62,6 +64,8 @@ class ProcessResult:
     interrupted: bool
     log_path: Path
     pid: int = -1
+    #: stopped through ``run_process(cancel=...)`` (another node agent of the run failed)
+    cancelled: bool = False
 
     @property
     def ok(self) -> bool:
@@ -73,6 +77,8 @@ class ProcessResult:
             return f"timed out after {self.duration_s:.1f} s (process group killed)"
         if self.interrupted:
             return "interrupted (process group killed)"
+        if self.cancelled:
+            return "stopped because another node agent of the run failed (process group killed)"
         rc = self.returncode
         if rc is None:
             return "did not finish"
@@ -171,11 +177,13 @@ def split_launch(command: str | Sequence[str], launcher: str | Sequence[str] | N
         return words + extra, cmd
     name = words[0].lower()
     if name == "torchrun":
-        if shutil.which("torchrun"):
-            prefix = ["torchrun"]
-        else:
-            prefix = [sys.executable, "-m", "torch.distributed.run"]
-        return [], [*prefix, "--nnodes", str(nnodes), "--nproc_per_node", str(nproc), *extra,
+        if nnodes > 1 and not _has_rendezvous(extra):
+            # one torchrun call with --nnodes 2 and no rendezvous waits for the other node forever
+            raise ValueError(f"torchrun with nnodes={nnodes} needs a rendezvous: give launcher_args "
+                             "(--rdzv-backend c10d --rdzv-endpoint HOST:PORT) and start the other "
+                             "nodes' agents, or use the torch backend, which starts one agent per "
+                             "node on this machine (node_launch_argvs)")
+        return [], [*_torchrun_prefix(), "--nnodes", str(nnodes), "--nproc_per_node", str(nproc), *extra,
                     *_torchrun_program(cmd)]
     if name == "srun":
         return ["srun", f"--nodes={nnodes}", f"--ntasks-per-node={nproc}", *extra], cmd
@@ -183,6 +191,54 @@ def split_launch(command: str | Sequence[str], launcher: str | Sequence[str] | N
         return ["mpirun", "-np", str(nproc * nnodes), *extra], cmd
     raise ValueError(f"unknown launcher {launcher!r}; use one of {', '.join(KNOWN_LAUNCHERS)}, "
                      "or give the launcher command as a list")
+
+
+#: torchrun options that say where the nodes meet (both spellings torchrun accepts)
+_RENDEZVOUS_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr",
+                     "--master-port", "--master_port", "--standalone")
+
+
+def _has_rendezvous(extra: Sequence[str]) -> bool:
+    return any(str(e).split("=", 1)[0] in _RENDEZVOUS_FLAGS for e in extra)
+
+
+def _torchrun_prefix() -> list[str]:
+    return ["torchrun"] if shutil.which("torchrun") else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def is_local_multinode(launcher: str | Sequence[str] | None, nnodes: int) -> bool:
+    """Whether ``profile(launcher="torchrun", nnodes>1)`` runs as several local node agents."""
+    return (isinstance(launcher, str) and launcher.strip().lower() == "torchrun" and nnodes > 1)
+
+
+def node_launch_argvs(command: str | Sequence[str], nproc: int, nnodes: int, extra: Sequence[str] = (),
+                      *, master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[list[str]]:
+    """One torchrun node agent per node, all on this machine: ``--nnodes N --node_rank k`` with
+    a static rendezvous at ``master_addr:master_port`` (a free port when None), so node ``k``
+    runs global ranks ``k*nproc .. k*nproc+nproc-1`` (torchrun's static assignment).
+
+    On a cluster the agents run on different hosts and the scheduler starts them, e.g.
+    ``srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc_per_node 8
+    --rdzv-backend c10d --rdzv-endpoint $HEAD:29500 train.py`` given to ``profile`` as a list
+    launcher (README "Multi-node points"); rendezvous options in ``extra`` replace ours."""
+    if nproc < 1 or nnodes < 2:
+        raise ValueError(f"node agents need nproc >= 1 and nnodes >= 2, got {nproc}, {nnodes}")
+    extra = [str(e) for e in extra]
+    program = _torchrun_program(_command_list(command))
+    if _has_rendezvous(extra):
+        meet: list[str] = []
+    else:
+        port = free_port(master_addr) if master_port is None else int(master_port)
+        meet = ["--master_addr", master_addr, "--master_port", str(port)]
+    return [[*_torchrun_prefix(), "--nnodes", str(nnodes), "--nproc_per_node", str(nproc),
+             "--node_rank", str(k), *meet, *extra, *program] for k in range(nnodes)]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the agents bind it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def launch_argv(command: str | Sequence[str], launcher: str | Sequence[str] | None = None,
@@ -326,7 +382,8 @@ def _wait_gone(pids: Iterable[int], timeout_s: float) -> None:
 
 def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                 cwd: str | os.PathLike | None = None, timeout_s: float | None,
-                log_path: str | os.PathLike, grace_s: float = 5.0) -> ProcessResult:
+                log_path: str | os.PathLike, grace_s: float = 5.0,
+                cancel: threading.Event | None = None) -> ProcessResult:
     """Run ``argv`` (no shell) in a new session; stdout and stderr go to ``log_path``.
 
     On timeout or Ctrl-C the whole tree is killed (SIGTERM, ``grace_s``, SIGKILL) and reaped;
@@ -335,6 +392,8 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     anything carrying this run's environment marker), so nothing outlives the call; the log
     names each process killed (``[gemmperf] killed ...``: pid and command line). The log is
     opened with ``O_NOFOLLOW``: a symbolic link at its name is refused, not written through.
+    ``cancel`` (set from another thread) stops the tree the same way (``result.cancelled``):
+    the node agents of one multi-node run stop together when one of them fails.
     """
     argv = tuple(os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in argv)
     if not argv:
@@ -350,7 +409,7 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         _require_executable(argv[0], child_env, cwd)
         launched = [sys.executable, "-I", "-S", str(_REAPER), repr(max(0.0, 0.8 * grace_s)),
                     str(os.getpid()), "--", *argv]
-    timed_out = interrupted = False
+    timed_out = interrupted = cancelled = False
     killed: dict[int, str] = {}
     with safe_io.open_append(log_path) as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())
@@ -360,7 +419,9 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                                 stderr=subprocess.STDOUT, env=child_env,
                                 cwd=cwd, start_new_session=True, close_fds=True)
         try:
-            proc.wait(timeout=timeout_s)
+            cancelled = _wait(proc, timeout_s, cancel)
+            if cancelled:
+                killed.update(kill_tree(proc, grace_s))
         except subprocess.TimeoutExpired:
             timed_out = True
             killed.update(kill_tree(proc, grace_s))
@@ -376,7 +437,7 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             killed.update(kill_marked(marker, min(grace_s, 2.0)))
             killed.pop(proc.pid, None) if USE_REAPER else None  # the launcher itself
             why = ("on timeout" if timed_out else "on interrupt" if interrupted
-                   else "after the workload exited")
+                   else "as another node agent failed" if cancelled else "after the workload exited")
             for pid in sorted(killed):
                 log.write(f"[gemmperf] killed process {killed[pid]} {why}\n".encode("utf-8", "replace"))
             if timed_out:
@@ -384,7 +445,25 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                           .encode())
     return ProcessResult(argv=argv, returncode=proc.returncode, duration_s=duration_s,
                          timed_out=timed_out, interrupted=interrupted, log_path=log_path,
-                         pid=proc.pid)
+                         pid=proc.pid, cancelled=cancelled)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None, cancel: threading.Event | None) -> bool:
+    """Wait for ``proc``; True when ``cancel`` was set first. Raises ``TimeoutExpired``."""
+    if cancel is None:
+        proc.wait(timeout=timeout_s)
+        return False
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        try:
+            proc.wait(timeout=0.1 if left is None else min(0.1, left))
+            return False
+        except subprocess.TimeoutExpired:
+            if cancel.is_set():
+                return True
 
 
 def _require_executable(program: str, env: Mapping[str, str], cwd: str | os.PathLike | None) -> None:
@@ -410,5 +489,5 @@ def require_success(result: ProcessResult, what: str = "workload",
     return result
 
 
-__all__ = ["KNOWN_LAUNCHERS", "MARKER_VAR", "ProcessResult", "WorkloadError", "kill_marked",
-           "kill_tree", "launch_argv", "live_processes", "marked_processes", "log_tail", "require_success", "run_process", "split_launch"]
+__all__ = ["KNOWN_LAUNCHERS", "MARKER_VAR", "ProcessResult", "WorkloadError", "free_port",
+           "is_local_multinode", "kill_marked", "kill_tree", "launch_argv", "node_launch_argvs", "live_processes", "marked_processes", "log_tail", "require_success", "run_process", "split_launch"]

@@ -9,6 +9,14 @@ The workload learns where to write from the environment, or from ``{trace_dir}``
 * ``GEMMPERF_DEVICE``     = ``cpu`` | ``cuda`` | ``rocm``
 
 Works on ROCm, CUDA and CPU alike; the device only changes which activities the workload records.
+
+Multi-node points (``profile(launcher="torchrun", nnodes=N)``): :func:`run_torch_nodes` starts
+one torchrun node agent per node on this machine, each in its own process group under the
+same timeout and cleanup as a single run, with its own output tree ``<run>/raw/node<k>/``
+(``GEMMPERF_NODE_RANK=k``) and log ``<run>/logs/node<k>.log``; when one agent fails the
+others are stopped (their peers would wait for it until the timeout). The rank traces of all
+nodes are gathered into the point: global ranks (torchrun's ``RANK``) must be distinct across
+nodes and below ``nnodes * nproc``; hosts come from each trace's own metadata, as for one node.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 TRACE_DIR_ENV = "GEMMPERF_TRACE_DIR"
 OUTPUT_DIR_ENV = "GEMMPERF_OUTPUT_DIR"
 DEVICE_ENV = "GEMMPERF_DEVICE"
+NODE_RANK_ENV = "GEMMPERF_NODE_RANK"
 TRACE_SUBDIR = "torch_profiler"
 
 _RANK_DIR = re.compile(r"^rank(\d+)$")
@@ -46,6 +55,11 @@ class TorchRun:
     log: Path
     files: dict[int | None, list[Path]] = field(default_factory=dict)
     tail: str = ""
+    #: multi-node runs: one log per node agent (``log`` is node 0's), ranks each node wrote
+    node_logs: list[Path] = field(default_factory=list)
+    node_ranks: dict[int, list[int]] = field(default_factory=dict)
+    #: ranks in 0..world-1 that wrote no trace (a workload may profile some ranks only)
+    missing_ranks: list[int] = field(default_factory=list)
 
 
 def run_dirs(run_dir: Path) -> tuple[Path, Path, Path]:
@@ -142,6 +156,81 @@ def run_torch_point(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Pat
     files = collect_rank_traces(traces)
     return TorchRun(run=run, returncode=proc.returncode, duration_s=proc.duration_s,
                     timed_out=proc.timed_out, log=log, files=files, tail=proc.tail(40))
+
+
+def run_torch_nodes(node_argvs: Sequence[Sequence[str]], *, env: Mapping[str, str], run_dir: Path,
+                    run: int, device: str, timeout_s: float, world_size: int,
+                    cwd: Path | None = None) -> TorchRun:
+    """Run one repeat as ``len(node_argvs)`` node agents started together (see the module
+    docstring); returns the gathered :class:`TorchRun` (``returncode`` 0 only when every agent
+    exited 0). Raises ``GemmperfInputError`` when two nodes wrote the same global rank or a rank
+    outside ``0..world_size-1`` (a misconfigured rendezvous, not a measurement)."""
+    import threading
+
+    from pytest_gemmperf.run.process import run_process
+
+    _, _, logs = run_dirs(run_dir)
+    logs.mkdir(parents=True, exist_ok=True)
+    cancel = threading.Event()
+    results: list = [None] * len(node_argvs)
+    errors: list[BaseException] = []
+
+    def agent(k: int) -> None:
+        node_dir = run_dir / "raw" / f"node{k}"
+        (node_dir / TRACE_SUBDIR).mkdir(parents=True, exist_ok=True)
+        node_env = {**env, OUTPUT_DIR_ENV: str(node_dir), TRACE_DIR_ENV: str(node_dir / TRACE_SUBDIR),
+                    DEVICE_ENV: device, NODE_RANK_ENV: str(k)}
+        argv = [a.replace("{output_dir}", str(node_dir)).replace("{trace_dir}", str(node_dir / TRACE_SUBDIR))
+                .replace("{run_dir}", str(run_dir)) for a in node_argvs[k]]
+        try:
+            results[k] = run_process(argv, env=node_env, cwd=cwd, timeout_s=timeout_s,
+                                     log_path=logs / f"node{k}.log", cancel=cancel)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+            cancel.set()
+            return
+        if not results[k].ok:
+            cancel.set()
+
+    threads = [threading.Thread(target=agent, args=(k,), name=f"gemmperf-node{k}", daemon=True)
+               for k in range(len(node_argvs))]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        cancel.set()  # the agents' trees are killed by their own run_process calls
+        for t in threads:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
+    # the first agent that failed on its own explains the run (the others were stopped)
+    failed = [r for r in results if not r.ok and not r.cancelled] or [r for r in results if not r.ok]
+    head = failed[0] if failed else results[0]
+    files: dict[int | None, list[Path]] = {}
+    owner: dict[int, int] = {}
+    node_ranks: dict[int, list[int]] = {}
+    for k in range(len(node_argvs)):
+        found = collect_rank_traces(run_dir / "raw" / f"node{k}" / TRACE_SUBDIR)
+        node_ranks[k] = sorted(r for r in found if r is not None)
+        for rank, paths in found.items():
+            if rank is not None and rank in owner:
+                raise GemmperfInputError(paths[0], f"rank {rank} written by node {owner[rank]} and node {k}: "
+                                                   "the node agents did not rendezvous into one world")
+            if rank is not None and not 0 <= rank < world_size:
+                raise GemmperfInputError(paths[0], f"rank {rank} outside 0..{world_size - 1} "
+                                                   f"(nnodes x nproc = {world_size})")
+            if rank is not None:
+                owner[rank] = k
+            files.setdefault(rank, []).extend(paths)
+    return TorchRun(run=run, returncode=head.returncode if head.returncode is not None else -1,
+                    duration_s=max(r.duration_s for r in results),
+                    timed_out=any(r.timed_out for r in results), log=head.log_path, files=files,
+                    tail=head.tail(40), node_logs=[r.log_path for r in results], node_ranks=node_ranks,
+                    # traces outside rank<R>/ directories name their rank inside: not counted here
+                    missing_ranks=[] if None in files else sorted(set(range(world_size)) - set(owner)))
 
 
 def read_trace(path: str | Path, device: str):

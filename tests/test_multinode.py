@@ -1,0 +1,146 @@
+"""Multi-node points: ``profile(launcher="torchrun", nnodes=2)`` as two torchrun node agents on
+this machine (static rendezvous, gloo on the CPU), their rank traces gathered into one point;
+the ``srun`` command line; agents stopping together when one fails."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.run import backend as be
+from pytest_gemmperf.run import environment, process
+from pytest_gemmperf.run.process import launch_argv, node_launch_argvs, split_launch
+from pytest_gemmperf.run.torch_backend import load_rank_traces, read_trace, run_torch_nodes
+
+pytest_plugins = ["pytester"]
+
+# pytester's in-process runs drop the modules they imported afterwards; pyarrow extension types
+# cannot be registered twice, so everything the inner sessions use is imported here, once.
+import pandas.core.arrays.arrow.extension_types  # noqa: E402,F401
+import pyarrow.parquet  # noqa: E402,F401
+
+import pytest_gemmperf.gate.baseline  # noqa: E402,F401
+import pytest_gemmperf.gate.compare  # noqa: E402,F401
+import pytest_gemmperf.gate.hardware  # noqa: E402,F401
+import pytest_gemmperf.gate.samples  # noqa: E402,F401
+import pytest_gemmperf.traces.torch_trace  # noqa: E402,F401
+
+REPO = Path(__file__).resolve().parent.parent
+GEMM_COMM = REPO / "perf_tests" / "workloads" / "gemm_comm.py"
+FAKE = REPO / "tests" / "fixtures" / "gemmperf_plugin" / "fake_kineto_workload.py"
+PY = sys.executable
+#: a tiny CPU step: the test is about ranks and nodes, not about the GEMMs
+TINY = ["--shape", "32x32x32", "--steps", "2", "--warmup-steps", "1", "--gemms-per-step", "2",
+        "--comm-mb", "0.05"]
+
+PLUGIN_ARGS = ([] if any(ep.value == "pytest_gemmperf.plugin"
+                         for ep in importlib.metadata.entry_points(group="pytest11"))
+               else ["-p", "pytest_gemmperf.plugin"])
+
+
+def test_node_agent_command_lines(monkeypatch):
+    monkeypatch.setattr(process.shutil, "which", lambda name: "/usr/bin/torchrun")
+    nodes = node_launch_argvs([PY, "train.py", "--x", "1"], nproc=4, nnodes=2, master_port=29555)
+    assert nodes == [["torchrun", "--nnodes", "2", "--nproc_per_node", "4", "--node_rank", str(k),
+                      "--master_addr", "127.0.0.1", "--master_port", "29555", "train.py", "--x", "1"]
+                     for k in (0, 1)]
+    # the user's rendezvous replaces ours; the port is free and differs per call otherwise
+    mine = node_launch_argvs("train.py", 1, 3, ["--rdzv-backend", "c10d", "--rdzv-endpoint=head:29400"])
+    assert len(mine) == 3 and all("--master_port" not in a and "--rdzv-endpoint=head:29400" in a for a in mine)
+    port = int(node_launch_argvs("train.py", 1, 2)[0][10])
+    assert 0 < port < 65536
+    with pytest.raises(ValueError, match="nnodes >= 2"):
+        node_launch_argvs("train.py", 1, 1)
+
+
+def test_srun_and_torchrun_multinode_command_lines():
+    # srun starts every task itself; rank and host come from SLURM_PROCID / SLURMD_NODENAME in
+    # the tasks' environment, and rocprofv3 goes inside srun (each rank profiled)
+    assert launch_argv("./app --n 3", "srun", nproc=8, nnodes=2) == [
+        "srun", "--nodes=2", "--ntasks-per-node=8", "./app", "--n", "3"]
+    outer, inner = split_launch("./app", "srun", nproc=2, nnodes=4, extra=["--gpus-per-task=1"])
+    assert outer == ["srun", "--nodes=4", "--ntasks-per-node=2", "--gpus-per-task=1"] and inner == ["./app"]
+    # one torchrun call for 2 nodes without a rendezvous would wait forever: refused
+    with pytest.raises(ValueError, match="needs a rendezvous"):
+        launch_argv("train.py", "torchrun", nproc=2, nnodes=2)
+    ok = launch_argv("train.py", "torchrun", nproc=2, nnodes=2,
+                     extra=["--rdzv-backend=c10d", "--rdzv-endpoint=head:29400"])
+    assert ok[-3:] == ["--rdzv-backend=c10d", "--rdzv-endpoint=head:29400", "train.py"]
+
+
+def test_two_node_agents_gather_all_ranks(tmp_path):
+    """2 agents x 2 processes, gloo on the CPU: 4 rank traces, ranks 0..3, one world."""
+    nodes = node_launch_argvs([PY, str(GEMM_COMM), *TINY], nproc=2, nnodes=2)
+    t0 = time.monotonic()
+    run = run_torch_nodes(nodes, env=dict(__import__("os").environ), run_dir=tmp_path / "run0", run=0,
+                          device="cpu", timeout_s=120, world_size=4)
+    assert run.returncode == 0, run.tail
+    assert time.monotonic() - t0 < 90
+    assert sorted(run.files) == [0, 1, 2, 3] and run.missing_ranks == []
+    # static rendezvous: node k runs global ranks 2k, 2k+1, in its own output tree and log
+    assert run.node_ranks == {0: [0, 1], 1: [2, 3]}
+    for rank, paths in run.files.items():
+        assert all(f"node{rank // 2}" in p.parts for p in paths)
+    assert [p.name for p in run.node_logs] == ["node0.log", "node1.log"]
+    trace = load_rank_traces(run.files, point="p", run=0, reader=lambda p: read_trace(p, "cpu"))
+    d = trace.dispatches
+    assert sorted(d["rank"].dropna().astype(int).unique()) == [0, 1, 2, 3]
+    per_rank = d.groupby("rank", observed=True)["pid"].nunique()
+    assert (per_rank == 1).all() and d["pid"].nunique() == 4  # four processes, one per rank
+    assert d["host"].astype(str).nunique() == 1 and d["host"].astype(str).iloc[0] not in ("", "nan")
+
+
+def test_a_failing_agent_stops_the_others(tmp_path):
+    nodes = [[PY, "-c", "import time; time.sleep(120)"],
+             [PY, "-c", "import sys; print('node 1 broke'); sys.exit(3)"]]
+    t0 = time.monotonic()
+    run = run_torch_nodes(nodes, env=dict(__import__("os").environ), run_dir=tmp_path / "r", run=0,
+                          device="cpu", timeout_s=120, world_size=2)
+    assert time.monotonic() - t0 < 30          # not the 120 s the sleeping agent asked for
+    assert run.returncode == 3 and "node 1 broke" in run.tail and run.log.name == "node1.log"
+    assert "as another node agent failed" in (tmp_path / "r" / "logs" / "node0.log").read_text()
+
+
+def test_same_rank_from_two_nodes_is_an_error(tmp_path):
+    # two agents that never rendezvoused: each thinks it is rank 0 of a world of one
+    nodes = [[PY, str(FAKE), "--ranks", "1", "--dispatches", "3"]] * 2
+    with pytest.raises(GemmperfInputError, match="rank 0 written by node 0 and node 1"):
+        run_torch_nodes(nodes, env=dict(__import__("os").environ), run_dir=tmp_path / "r", run=0,
+                        device="cpu", timeout_s=60, world_size=2)
+
+
+def test_plugin_point_with_two_node_agents(pytester, monkeypatch):
+    """``gemmperf.profile(..., launcher="torchrun", nnodes=2)`` end to end: one point, both
+    nodes' ranks in its tables and point.json."""
+    monkeypatch.setattr(be, "rocm_gpu_present", lambda *a: False)
+    monkeypatch.setattr(be, "cuda_gpu_present", lambda: False)
+    monkeypatch.setattr(environment, "read_proc_stat", lambda *a, **k: None)
+    pytester.makepyfile(test_mn=f"""
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(kernels=[r"^aten::mm$"])
+def test_mn(gemmperf):
+    r = gemmperf.profile([sys.executable, {str(GEMM_COMM)!r}, *{TINY!r}], launcher="torchrun",
+                         nproc=1, nnodes=2, repeats=1, timeout_s=120)
+    assert sorted(r.dispatches["rank"].dropna().astype(int).unique()) == [0, 1]
+""")
+    out = pytester.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+                             "--gemmperf-results-dir=res", "--gemmperf-baseline-dir=base",
+                             "--gemmperf-telemetry=off")
+    out.assert_outcomes(passed=1)
+    point = pytester.path / "res" / "test_mn.py__test_mn" / "default"
+    pj = json.loads((point / "point.json").read_text())
+    run = pj["runs"][0]
+    assert [n["ranks"] for n in run["nodes"]] == [[0], [1]] and run["missing_ranks"] == []
+    assert sorted(run["files"]) == ["0", "1"]
+    assert len(pj["node_commands"]) == 2 and pj["node_commands"][1][pj["node_commands"][1].index("--node_rank") + 1] == "1"
+    d = pd.read_parquet(point / "dispatches.parquet")
+    assert sorted(d["rank"].dropna().astype(int).unique()) == [0, 1] and d["pid"].nunique() == 2
