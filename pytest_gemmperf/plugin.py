@@ -59,6 +59,14 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
                            "throttling) while each point runs, into telemetry.parquet"),
     "gemmperf_telemetry_interval": ("gemmperf_telemetry_interval", "string", "0.1",
                                     "seconds between telemetry samples (0.01..60, default 0.1)"),
+    "gemmperf_history": ("gemmperf_history", "string", None,
+                         "run-history store every gated point appends to: a directory or an fsspec URL; "
+                         "none/off: no history"),
+    "gemmperf_history_check": ("gemmperf_history_check", "bool", False,
+                               "also fail a test whose history shows a regression change point within the "
+                               "last K runs (slow creep), naming the runs"),
+    "gemmperf_history_window": ("gemmperf_history_window", "string", "5",
+                                "K of --gemmperf-history-check: runs a change point counts as recent"),
     "gemmperf_shard": ("gemmperf_shard", "string", None,
                        "I/N: run shard I of N of the sweep points (one CI job of a matrix), "
                        "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
@@ -70,6 +78,7 @@ _BAD_SWEEP_KEY = pytest.StashKey[list]()
 _SHARD_KEY = pytest.StashKey[Any]()
 _WORKERINPUT_DIR = "gemmperf_results_dir"
 _WORKERINPUT_ARGV = "gemmperf_argv"
+_WORKERINPUT_HISTORY = "gemmperf_history_run"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -243,11 +252,39 @@ def pytest_configure(config: pytest.Config) -> None:
         argv = [str(a) for a in config.invocation_params.args]
     options = _options(config, results_dir)
     config.stash[_SESSION_KEY] = GemmperfSession(options, argv=argv, rootdir=config.rootpath)
+    config.stash[_SESSION_KEY].history = _history_settings(config, results_dir)
     config.stash[_AXES_KEY] = _axis_overrides(config)
     config.stash[_SHARD_KEY] = _shard_option(config)
     config.pluginmanager.register(_SessionHooks(config), "gemmperf-session")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "gemmperf-xdist")
+
+
+def _history_settings(config: pytest.Config, results_dir: Path):
+    """The run history of this session (history/pytest_side.py), None when turned off. One run
+    id and time per session: the controller makes them, xdist workers receive a copy."""
+    from pytest_gemmperf.history.pytest_side import OFF_VALUES, HistorySettings, new_run
+
+    raw, _ = _setting(config, "gemmperf_history")
+    check = bool(_setting(config, "gemmperf_history_check")[0])
+    if raw is not None and str(raw).strip().lower() in OFF_VALUES:
+        if check:
+            raise pytest.UsageError("--gemmperf-history-check needs a history (--gemmperf-history is off)")
+        return None
+    try:
+        window = int(_setting(config, "gemmperf_history_window")[0])
+    except (TypeError, ValueError):
+        window = 0
+    if window < 1:
+        raise pytest.UsageError(f"{_flag(config, 'gemmperf_history_window')}: must be an integer >= 1")
+    if raw is not None and "://" in str(raw):
+        url = str(raw)
+    else:
+        url = str(_path_setting(config, "gemmperf_history") or config.rootpath / ".gemmperf" / "history")
+    run = (dict(config.workerinput[_WORKERINPUT_HISTORY]) if _is_worker(config)
+           and _WORKERINPUT_HISTORY in config.workerinput else new_run(results_dir, config.rootpath))
+    return HistorySettings(url=url, run_id=run["run_id"], time=run["time"], branch=run.get("branch"),
+                           check=check, window=window)
 
 
 class _XdistHooks:
@@ -259,6 +296,8 @@ class _XdistHooks:
         session = node.config.stash[_SESSION_KEY]
         node.workerinput[_WORKERINPUT_DIR] = str(session.results.root)
         node.workerinput[_WORKERINPUT_ARGV] = session.argv
+        if getattr(session, "history", None) is not None:
+            node.workerinput[_WORKERINPUT_HISTORY] = session.history.as_workerinput()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -457,6 +457,9 @@ class PointRunner(PointReruns):
         import pytest
 
         samples = self._samples(result, warmup)
+        from pytest_gemmperf.history.pytest_side import fail_on_creep, record_point
+
+        creep = record_point(self, result, samples)  # run history; slow-creep text with the check
         store = self.session.baseline_store()
         with _merge_lock(store, self.test_id, result.hw_key):
             base = store.load(self.test_id, result.hw_key)
@@ -479,6 +482,7 @@ class PointRunner(PointReruns):
                 self._record(PROP_STATUS, f"baseline-{what}")
                 self._record(f"{PROP_PREFIX}_baseline", str(path))
                 _emit(msg)
+                fail_on_creep(self, creep)
                 return _empty_verdicts()
         cfg = _gate_config(threshold if threshold is not None else self.options.threshold)
         from pytest_gemmperf.gate.compare import compare
@@ -506,6 +510,7 @@ class PointRunner(PointReruns):
             table = format_verdict_table(verdicts, FAIL_TABLE_ROWS)
             if self._confirm_text:
                 table += "\n" + self._confirm_text
+            table, creep = (table + "\n" + creep, "") if creep else (table, creep)
             head = (f"gemmperf: {len(regressions)} regression(s) in {self.test_id}[{self.point.id}] "
                     f"on {result.hw_key} (baseline {store.path_for(self.test_id, result.hw_key)}; "
                     f"all verdicts in {self.session.results.test_dir(self.test_id) / 'verdicts.csv'})")
@@ -513,6 +518,7 @@ class PointRunner(PointReruns):
                 _emit(head + " [--gemmperf-warn-only: not failing]\n" + table)
             else:
                 pytest.fail(head + "\n" + table, pytrace=False)
+        fail_on_creep(self, creep)
         return verdicts
 
     def _samples(self, result: PointResult, warmup: int | None) -> pd.DataFrame:
