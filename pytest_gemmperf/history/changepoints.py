@@ -40,7 +40,9 @@ distinguishable from the run noise. Series with fewer than ``min_runs`` runs are
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -48,6 +50,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.stats import bh_qvalues, t_pvalue, t_quantile
 from pytest_gemmperf.gate.verdict import HIGHER_IS_BETTER
+from pytest_gemmperf.safe_io import write_csv
 
 CHANGE_COLUMNS = ("test", "point", "kernel", "metric", "run_before", "run_after", "time_after",
                   "commit_after", "ratio", "ci_low", "ci_high", "q_value", "direction")
@@ -99,7 +102,9 @@ def _prepare(history: pd.DataFrame, source: str | os.PathLike | None) -> pd.Data
                    f"kernel {df['kernel'].iat[i]}, metric {df['metric'].iat[i]}, unit {df['unit'].iat[i]})")
     df["value"] = value
     try:
-        ts = pd.to_datetime(history["time"], utc=True)
+        with warnings.catch_warnings():  # "could not infer format": element-wise parsing is fine
+            warnings.simplefilter("ignore", UserWarning)
+            ts = pd.to_datetime(history["time"], utc=True)
     except (ValueError, TypeError) as e:
         raise GemmperfInputError(where, f"column time is not a timestamp ({e})") from None
     if ts.isna().any():
@@ -376,9 +381,11 @@ def _frame(s: _Series, found: list[tuple[int, dict]], cfg: ChangeConfig) -> pd.D
     tq = t_quantile(cfg.level, cat["df"])
     d, se, m1, m2 = cat["d"], cat["se"], cat["m1"], cat["m2"]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        # np.where evaluates both branches: exp of a linear-scale level may overflow, unused
         ratio = np.where(log, np.exp(d), m2 / m1)
         lo = np.where(log, np.exp(d - tq * se), (m1 + d - tq * se) / m1)
         hi = np.where(log, np.exp(d + tq * se), (m1 + d + tq * se) / m1)
+        level_before, level_after = np.where(log, np.exp(m1), m1), np.where(log, np.exp(m2), m2)
     bad_base = ~log & ~(m1 > 0)
     ratio, lo, hi = (np.where(bad_base, np.nan, x) for x in (ratio, lo, hi))
     lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
@@ -393,7 +400,7 @@ def _frame(s: _Series, found: list[tuple[int, dict]], cfg: ChangeConfig) -> pd.D
         "ratio": ratio, "ci_low": lo, "ci_high": hi, "q_value": cat["q"],
         "direction": np.where(worse, REGRESSION, IMPROVEMENT),
         "hw_key": keys["hw_key"], "p_value": cat["p"],
-        "level_before": np.where(log, np.exp(m1), m1), "level_after": np.where(log, np.exp(m2), m2),
+        "level_before": level_before, "level_after": level_after,
         "runs_before": (cat["index"] - cat["start"]).astype(int), "runs_after": (cat["end"] - cat["index"]).astype(int),
         "index_after": idx, "note": note})
     if cfg.min_ratio > 0:
@@ -420,3 +427,13 @@ def recent_regressions(changes: pd.DataFrame, history: pd.DataFrame, window: int
     probe = reg[key + ["run_after"]].astype(str)
     hit = probe.merge(recent.assign(_hit=True), how="left", on=key + ["run_after"])["_hit"].fillna(False)
     return reg[hit.to_numpy(bool)].reset_index(drop=True)
+
+
+def write_changes_csv(changes: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write ``changes.csv`` (contract columns first, extras after; times ISO 8601 UTC) atomically,
+    with formula cells neutralised (``safe_io.write_csv``). Returns the path."""
+    out = changes.copy()
+    if "time_after" in out.columns and len(out):
+        out["time_after"] = pd.to_datetime(out["time_after"], utc=True).dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cols = [c for c in CHANGE_COLUMNS + EXTRA_COLUMNS if c in out.columns]
+    return write_csv(out[cols + [c for c in out.columns if c not in cols]], path)
