@@ -282,12 +282,19 @@ def run_check(args: argparse.Namespace) -> int:
     h = _read(args)
     changes = detect(h, detect_changes, args.history)
     recent_df = recent_fn(changes, h, args.window)
-    cols = list(change_cols) + [c for c in changes.columns if c not in change_cols]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from pytest_gemmperf.safe_io import write_csv
+    try:  # the detector's own writer: ISO 8601 UTC times, formula cells neutralised
+        from pytest_gemmperf.history.changepoints import write_changes_csv
+    except ImportError:
+        write_changes_csv = None
+    if write_changes_csv is not None:
+        write_changes_csv(changes, out / "changes.csv")
+    else:
+        from pytest_gemmperf.safe_io import write_csv
 
-    write_csv(changes[cols], out / "changes.csv")
+        write_csv(changes[list(change_cols) + [c for c in changes.columns if c not in change_cols]],
+                  out / "changes.csv")
     n_series = h.groupby(SERIES, observed=True).ngroups
     print(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
           f"{len(changes)} change point(s) -> {out / 'changes.csv'}")
