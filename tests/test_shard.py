@@ -197,6 +197,11 @@ def test_two_shards_merged_equal_the_unsharded_run(gp, monkeypatch, capsys):
     meta = json.loads(next((root / "base").glob(f"*/{SLUG}/meta.json")).read_text())
     points = meta["metadata"]["points"]
     assert all(p["duration_s"] > 0 for p in points.values()) and len(points) == 6
+    # the refresh job (the one writer of a sharded CI's store) records the durations too
+    assert cli_main(["baseline", "refresh", "--from", str(root / "res_base"),
+                     "--baseline-dir", str(root / "refreshed")]) == 0
+    timed = shard.baseline_durations(root / "refreshed", ["test_shsweep.py::test_shsweep"])
+    assert len(timed) == 6 and timed == shard.baseline_durations(root / "base", ["test_shsweep.py::test_shsweep"])
     # 2. the candidate: two points 30 % slower, recorded into a scratch store (no gate yet)
     monkeypatch.setenv("SLOW_POINTS", "ch56-th256,ch70-th512")
     gp(results="res_cand", base="scratch").assert_outcomes(passed=7)

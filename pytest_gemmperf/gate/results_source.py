@@ -180,10 +180,20 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
         if samples is None or len(samples) == 0:
             raise GemmperfInputError(points[0].dir, f"no samples left for {test_id!r} after warm-up removal")
         meta = {"run": run_meta, "results_dir": root.name, "refreshed_at": _now(),
-                "points": {p.point: {k: p.doc.get(k) for k in ("kernels", "env", "command", "backend")
-                                     if p.doc.get(k) is not None} for p in points}}
+                "points": {p.point: {**{k: p.doc.get(k) for k in ("kernels", "env", "command", "backend")
+                                        if p.doc.get(k) is not None}, **_profiled_seconds(p.doc)}
+                           for p in points}}
         records.append(BaselineRecord(test_id=test_id, hw_key=hw, samples=samples, meta=meta))
     return records
+
+
+def _profiled_seconds(doc: dict) -> dict:
+    """``{"duration_s": total}`` of a point's runs (what ``--gemmperf-shard`` balances by,
+    shard.py), or nothing when the point.json records no run times (a replayed point)."""
+    runs = doc.get("runs") if isinstance(doc.get("runs"), list) else []
+    total = sum(float(r["duration_s"]) for r in runs
+                if isinstance(r, dict) and isinstance(r.get("duration_s"), (int, float)))
+    return {"duration_s": round(total, 3)} if total > 0 else {}
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
