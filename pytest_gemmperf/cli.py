@@ -12,13 +12,15 @@ import os
 import sys
 
 from pytest_gemmperf import __version__
+from pytest_gemmperf.commands.helpfmt import GemmperfParser
 from pytest_gemmperf.errors import GemmperfInputError
 
 SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # help as a user reads it: reST stripped, defaults shown (sub-parsers inherit the class)
+    parser = GemmperfParser(
         prog="gemmperf",
         description="GPU kernel performance analysis and regression gating for rocprofv3 and "
                     "PyTorch profiler outputs.",

@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import non_negative
+from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.tables import clean
 
@@ -36,7 +37,7 @@ STR_DTYPE = "category"
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "analyze", help="per-kernel statistics of profiler outputs (no baseline needed)",
-        description=__doc__.split("\n\n")[0])
+        description=command_description(__doc__))
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="trace file, rocprofv3 output dir, aorta sweep dir or results dir")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",

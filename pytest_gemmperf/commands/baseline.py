@@ -7,6 +7,8 @@ import sys
 
 import pandas as pd
 
+from pytest_gemmperf.commands.argtypes import non_negative
+from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.verdict import median_label
 
@@ -19,21 +21,26 @@ DEFAULT_DIR = "baselines"
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("baseline", help="refresh, learn, show, diff or prune stored baselines",
-                       description=__doc__)
+                       description=command_description(__doc__))
     bsub = p.add_subparsers(dest="baseline_command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--baseline-dir", default=DEFAULT_DIR, metavar="DIR",
                         help=f"baseline store (default: {DEFAULT_DIR})")
 
-    def from_results(name: str, help_text: str, func) -> argparse.ArgumentParser:
-        sp = bsub.add_parser(name, help=help_text)
+    def run_options(sp: argparse.ArgumentParser) -> None:
+        # refresh, learn and diff read a run the same way: one wording, one type
         sp.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR",
                         help="results directory of a finished run (or .gemmperf/results: newest run)")
         common(sp)
-        sp.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
-        sp.add_argument("--warmup", type=int, default=None, metavar="N",
+        sp.add_argument("-k", dest="test_filter", metavar="SUBSTR",
+                        help="only tests whose id contains SUBSTR (default: every test of the run)")
+        sp.add_argument("--warmup", type=non_negative, default=None, metavar="N",
                         help="dispatches per process and kernel to drop (default: as the run recorded)")
+
+    def from_results(name: str, help_text: str, func) -> argparse.ArgumentParser:
+        sp = bsub.add_parser(name, help=help_text, description=_sentence(help_text))
+        run_options(sp)
         sp.set_defaults(func=func)
         return sp
 
@@ -45,33 +52,42 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from_results("learn", "add a finished run's between-process variance to the baselines' history "
                           "(samples unchanged)", run_learn)
 
-    s = bsub.add_parser("show", help="list baselines, or the summary of one test")
+    s = bsub.add_parser("show", help="list baselines, or the summary of one test",
+                        description="List the stored baselines (checksums verified), or print the "
+                                    "per-kernel summary of one test.")
     common(s)
-    s.add_argument("test_id", nargs="?", metavar="TEST_ID", help="show this test's statistics")
-    s.add_argument("--hw", metavar="KEY", help="only this hardware key")
+    s.add_argument("test_id", nargs="?", metavar="TEST_ID",
+                   help="show this test's statistics (default: list every record)")
+    s.add_argument("--hw", metavar="KEY", help="only this hardware key (default: all)")
     s.add_argument("--no-verify", dest="verify", action="store_false",
                    help="list from meta.json only, without reading and checksumming every record")
     s.set_defaults(func=run_show)
 
-    d = bsub.add_parser("diff", help="what a refresh from RESULTS_DIR would change")
-    d.add_argument("--from", dest="results", required=True, metavar="RESULTS_DIR")
-    common(d)
-    d.add_argument("-k", dest="test_filter", metavar="SUBSTR", help="only tests whose id contains SUBSTR")
-    d.add_argument("--warmup", type=int, default=None, metavar="N")
+    d = bsub.add_parser("diff", help="what a refresh from RESULTS_DIR would change",
+                        description="Show what `gemmperf baseline refresh` from RESULTS_DIR would "
+                                    "change, without writing anything.")
+    run_options(d)
     d.add_argument("--all", action="store_true", help="also list unchanged rows")
     d.add_argument("--replace", action="store_true",
                    help="diff against a whole-record replace (what `refresh --replace` writes)")
     d.set_defaults(func=run_diff)
 
-    pr = bsub.add_parser("prune", help="remove old baselines")
+    pr = bsub.add_parser("prune", help="remove old baselines",
+                         description="Remove baseline records not updated for DAYS days.")
     common(pr)
-    pr.add_argument("--older-than", type=float, metavar="DAYS", help="records not updated for DAYS days")
-    pr.add_argument("--hw", metavar="KEY", help="only this hardware key")
+    pr.add_argument("--older-than", type=float, metavar="DAYS",
+                    help="records not updated for DAYS days (required to select anything)")
+    pr.add_argument("--hw", metavar="KEY", help="only this hardware key (default: all)")
     pr.add_argument("--dry-run", action="store_true", help="list what would be removed")
     pr.set_defaults(func=run_prune)
 
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     return p
+
+
+def _sentence(text: str) -> str:
+    """A sub-command's one-line help as its --help description."""
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _store(args: argparse.Namespace):

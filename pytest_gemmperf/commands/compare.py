@@ -3,8 +3,9 @@
 BASE and each CAND may be anything ``gemmperf analyze`` reads (trace files, rocprofv3 output
 dirs, aorta sweep dirs, results dirs), a baselines store / hardware dir / record dir, or a
 samples table file (``.parquet`` / ``.csv`` with ``point, kernel, metric, unit, value``).
-Writes ``DIR/verdicts.csv`` (the contract columns first, in order, extras after) and exits 1
-when any verdict is ``regression``, 2 on bad input, else 0.
+Writes ``DIR/verdicts.csv`` (columns in the order the pytest session writes them: ``test``,
+``point``, ``kernel``, ``metric``, ..., ``verdict``, ``threshold``, ``note``, extras after) and
+exits 1 when any verdict is ``regression``, 2 on bad input, else 0.
 """
 
 from __future__ import annotations
@@ -16,21 +17,23 @@ from pathlib import Path
 import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import non_negative
+from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
 from pytest_gemmperf.gate.load import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
     all_baseline_records, load_history, load_side, pair_tests, resolve_hardware_key, results_hw_key)
-from pytest_gemmperf.gate.verdict import REGRESSION, format_verdict_table
+from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
+                                          verdicts_csv_order)
 
-#: verdicts.csv column order required by the CLI contract (ARCHITECTURE extras follow).
-CSV_COLUMNS = ("point", "kernel", "metric", "n_base", "n_cand", "base_median_ns", "cand_median_ns",
-               "ratio", "ci_low", "ci_high", "p_value", "q_value", "verdict")
+#: verdicts.csv column order: the one the pytest session writes too (test first, contract
+#: columns in ARCHITECTURE order, label, diagnostics, other extras by name)
+CSV_COLUMNS = VERDICTS_CSV_COLUMNS
 DEFAULT_OUT = "gemmperf-compare"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("compare", help="compare candidate(s) against a baseline; exit 1 on regression",
-                              description=__doc__.split("\n\n")[0])
+                              description=command_description(__doc__))
     p.add_argument("base", metavar="BASE", help="baseline: traces, results/sweep dir, baselines dir, samples file")
     p.add_argument("cands", nargs="+", metavar="CAND", help="candidate(s), same kinds as BASE")
     p.add_argument("--labels", nargs="+", metavar="L", help="one label per CAND (default: the path names)")
@@ -51,7 +54,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--hw", metavar="KEY",
                    help="with a baselines directory as BASE: use its records of this hardware key "
                         "(default: the candidate results' hardware key when the store holds several)")
-    p.add_argument("--max-rows", type=int, default=20, help="rows of the printed table (default 20)")
+    p.add_argument("--max-rows", type=non_negative, default=20, metavar="N",
+                   help="rows of the printed verdict table (default 20; verdicts.csv has them all)")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="write verdicts.csv only (no report.html / report.xlsx / summary.md)")
     p.add_argument("--history", metavar="DIR",
@@ -123,10 +127,9 @@ def _run(args: argparse.Namespace) -> int:
     verdicts = pd.concat(frames, ignore_index=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cols = list(CSV_COLUMNS) + [c for c in verdicts.columns if c not in CSV_COLUMNS]
     from pytest_gemmperf.safe_io import write_csv
 
-    write_csv(verdicts[cols], out / "verdicts.csv")  # formulas neutralised, no link followed
+    write_csv(verdicts_csv_order(verdicts), out / "verdicts.csv")  # formulas neutralised, no link followed
     if args.benchmark_json:
         _export(args.benchmark_json, base, cand_samples)
     if getattr(args, "report", True):

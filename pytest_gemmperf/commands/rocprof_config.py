@@ -11,20 +11,24 @@ kernels by time variance, and ``FILE_kernel_list.txt`` beside it (one kernel nam
   exactly those names and no kernel that merely contains one of them;
 * counters default to aorta's ``rocprof_cu_only.yaml`` set; the file follows the schema of the
   installed rocprofv3 (``jobs:`` from ROCm 6.3, ``metrics:`` on 6.2, which cannot filter
-  kernels from a job file: its filter is ``--kernel-names`` on the command line, printed here)
-  through :func:`pytest_gemmperf.run.rocprofv3.job_file`.
+  kernels from a job file: its filter is ``--kernel-names`` on the command line, printed here);
+* a CPU-only run (PyTorch profiler on the CPU: its "kernels" are CPU operators such as
+  ``aten::mm``) gets a warning line: such a regex matches no GPU kernel under rocprofv3.
 """
+# the job's schema per release: pytest_gemmperf.run.rocprofv3.job_file
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
-from pytest_gemmperf.commands.argtypes import positive
+from pytest_gemmperf.commands.argtypes import non_negative, positive
+from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 # one escaping rule for every name-derived regex the project hands to rocprofv3
 from pytest_gemmperf.run.rocprofv3_cli import anchored_regex, ecma_escape  # noqa: F401
@@ -33,12 +37,14 @@ from pytest_gemmperf.run.rocprofv3_cli import anchored_regex, ecma_escape  # noq
 AORTA_CU_ONLY_COUNTERS = ("SQ_BUSY_CU_CYCLES", "SQ_WAVES", "SQ_WAVE_CYCLES", "SQ_INSTS_MFMA")
 #: when rocprofv3 is not installed and no --rocprof-version is given
 DEFAULT_VERSION = "7.0"
+#: PyTorch operator namespaces: names a CPU-only profile ranks, never a GPU kernel's name
+_CPU_OP_NAME = re.compile(r"^(?:aten|c10d|_c10d_functional|prim|profiler|torch|mkldnn|quantized)::")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "rocprof-config", help="rocprofv3 counter job for the top-K variance kernels",
-        description=__doc__.split("\n\n")[0])
+        description=command_description(__doc__))
     p.add_argument("--from", dest="sources", action="append", required=True, metavar="RESULTS_OR_CSV",
                    help="top-variance CSV, results directory or profiler output (repeatable)")
     p.add_argument("--top-k", type=positive, default=5, metavar="K",
@@ -46,17 +52,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE.yaml",
                    help="job file to write (.yaml, .yml or .json)")
     p.add_argument("--counters", metavar="A,B,...",
-                   help=f"counters (default aorta's rocprof_cu_only set: {','.join(AORTA_CU_ONLY_COUNTERS)})")
+                   help=f"counters (default aorta's rocprof_cu_only set: {', '.join(AORTA_CU_ONLY_COUNTERS)})")
     p.add_argument("--rocprof-version", metavar="X.Y",
                    help="ROCm release of the target rocprofv3 (default: detect the installed one, "
                         f"else {DEFAULT_VERSION})")
-    p.add_argument("--rocprofv3", default="rocprofv3", metavar="EXE", help="rocprofv3 executable")
+    p.add_argument("--rocprofv3", default="rocprofv3", metavar="EXE",
+                   help="rocprofv3 executable whose version picks the job schema (default: rocprofv3 on PATH)")
     p.add_argument("--max-per-pass", type=positive, default=8, metavar="N",
                    help="counters per pass when rocprofv3-avail cannot check groups (default 8)")
     p.add_argument("--sort-by", choices=("range", "robust"), default="range",
-                   help="ranking when reading traces: aorta's max-min range or the robust CV")
-    p.add_argument("--warmup", type=int, default=0, metavar="N",
-                   help="dispatches per kernel and process ignored when ranking traces")
+                   help="ranking when reading traces: aorta's max-min range or the robust CV (default: range)")
+    p.add_argument("--warmup", type=non_negative, default=0, metavar="N",
+                   help="dispatches per kernel and process ignored when ranking traces (default 0)")
     p.set_defaults(func=run)
     return p
 
@@ -78,12 +85,33 @@ def kernels_from_csv(path: Path, top_k: int) -> list[str]:
     return list(dict.fromkeys(names))[:top_k]
 
 
+def cpu_op_kernels(d: pd.DataFrame) -> set[str]:
+    """Kernel names of ``d`` that are CPU operators, not GPU kernels: a CPU-only PyTorch profile
+    (``traces.torch_trace.read_torch_cpu_trace``) makes each operator its own dispatch, so the
+    row has no GPU agent and its kernel is its own ``op_name``. Vectorised over the table."""
+    if "op_name" not in d.columns or len(d) == 0:
+        return set()
+    kernel = d["kernel"].astype(object)
+    cpu = (d["source"].astype(object) == "torch") & d["agent"].isna() & (kernel == d["op_name"].astype(object))
+    return set(kernel[cpu.fillna(False).to_numpy(bool)].astype(str).unique())
+
+
+def looks_like_cpu_op(name: str) -> bool:
+    """A PyTorch operator name (``aten::mm``, ``c10d::allreduce_``): what a top-variance CSV of a
+    CPU-only run lists, never a GPU kernel name (those are ``Cijk_...``, ``void at::native::...``)."""
+    return _CPU_OP_NAME.match(name) is not None
+
+
 def kernels_from_traces(paths: Sequence[str], top_k: int, *, sort_by: str = "range",
-                        warmup: int = 0) -> list[str]:
+                        warmup: int = 0, cpu_ops: set[str] | None = None) -> list[str]:
+    """The top-K GEMM kernel names by variance; ``cpu_ops``, when given, receives the names
+    among them that are CPU operators (:func:`cpu_op_kernels`)."""
     from pytest_gemmperf.analysis.variance import top_variance
     from pytest_gemmperf.traces.discover import load
 
     d = load(list(paths)).dispatches
+    if cpu_ops is not None:
+        cpu_ops |= cpu_op_kernels(d)
     top = top_variance(d, k=top_k, warmup=warmup, sort_by=sort_by)
     if len(top) == 0:
         raise GemmperfInputError(paths[0], "no GEMM dispatches (category 'gemm') to rank")
@@ -93,7 +121,9 @@ def kernels_from_traces(paths: Sequence[str], top_k: int, *, sort_by: str = "ran
 
 
 def select_kernels(sources: Sequence[str], top_k: int, *, sort_by: str = "range",
-                   warmup: int = 0) -> list[str]:
+                   warmup: int = 0, cpu_ops: set[str] | None = None) -> list[str]:
+    """Kernel names to target, CSVs first; ``cpu_ops`` (optional) receives those that are CPU
+    operators (:func:`cpu_op_kernels` for traces, :func:`looks_like_cpu_op` for any name)."""
     csvs = [s for s in sources if Path(s).is_file() and Path(s).suffix.lower() == ".csv"
             and not Path(s).name.endswith(("_kernel_trace.csv", "_counter_collection.csv",
                                            "_agent_info.csv", "_kernel_stats.csv"))]
@@ -105,11 +135,24 @@ def select_kernels(sources: Sequence[str], top_k: int, *, sort_by: str = "range"
     for c in csvs:
         names += kernels_from_csv(Path(c), top_k)
     if others:
-        names += kernels_from_traces(others, top_k, sort_by=sort_by, warmup=warmup)
+        names += kernels_from_traces(others, top_k, sort_by=sort_by, warmup=warmup, cpu_ops=cpu_ops)
     names = list(dict.fromkeys(names))[:top_k]
     if not names:
         raise GemmperfInputError(sources[0], "no kernels found to target")
+    if cpu_ops is not None:
+        cpu_ops |= {n for n in names if looks_like_cpu_op(n)}
     return names
+
+
+def cpu_warning(names: Sequence[str], cpu_ops: set[str]) -> str | None:
+    """One warning line when some target names are CPU operators, else None."""
+    hit = [n for n in names if n in cpu_ops]
+    if not hit:
+        return None
+    shown = ", ".join(hit[:3]) + (", ..." if len(hit) > 3 else "")
+    return (f"warning: {len(hit)} of {len(names)} kernel(s) are CPU operators of a CPU-only PyTorch "
+            f"profile ({shown}): the regex selects CPU ops and would match no GPU kernel under "
+            "rocprofv3; rank the kernels of a GPU run instead")
 
 
 def _version(args: argparse.Namespace):
@@ -157,7 +200,9 @@ def run(args: argparse.Namespace) -> int:
                 else list(AORTA_CU_ONLY_COUNTERS))
     if not counters:
         raise GemmperfInputError(None, "--counters: no counter names given")
-    names = select_kernels(args.sources, args.top_k, sort_by=args.sort_by, warmup=args.warmup)
+    cpu_ops: set[str] = set()
+    names = select_kernels(args.sources, args.top_k, sort_by=args.sort_by, warmup=args.warmup,
+                           cpu_ops=cpu_ops)
     version, note = _version(args)
     # pmc-check exists from 7.0 (an older rocprofv3 beside a newer avail would mislead)
     checker = pmc_checker() if version.at_least(7, 0) and version.source != "default" else None
@@ -174,6 +219,9 @@ def run(args: argparse.Namespace) -> int:
         raise GemmperfInputError(out, f"cannot write: {exc.strerror or exc}") from None
     if note:
         print(f"note: {note}", file=sys.stderr)
+    warning = cpu_warning(names, cpu_ops)
+    if warning:
+        print(warning, file=sys.stderr)
     if version.kernel_names_option:
         from pytest_gemmperf.run.rocprofv3_cli import ProfilerSetupError, truncated_names
 
@@ -190,5 +238,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["AORTA_CU_ONLY_COUNTERS", "anchored_regex", "build_job", "ecma_escape", "kernel_list_path",
-           "kernels_from_csv", "kernels_from_traces", "select_kernels"]
+__all__ = ["AORTA_CU_ONLY_COUNTERS", "anchored_regex", "build_job", "cpu_op_kernels", "cpu_warning",
+           "ecma_escape", "kernel_list_path", "kernels_from_csv", "kernels_from_traces", "looks_like_cpu_op",
+           "select_kernels"]

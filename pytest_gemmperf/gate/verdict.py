@@ -26,6 +26,11 @@ VERDICT_COLUMNS = ("test", "point", "kernel", "metric", "n_base", "n_cand", "bas
                    "threshold", "note")
 #: Extra columns appended after the contract columns (diagnostics of the statistics).
 EXTRA_COLUMNS = ("rank_p_value", "prior_df", "shared_shift")
+#: ``verdicts.csv`` column order, one for every writer (the pytest session's
+#: ``run.results.merge_verdicts`` and ``gemmperf compare``): the contract columns (``test``
+#: first), ``label`` (compare with several candidates), the statistics' diagnostics; any other
+#: column follows in name order (:func:`verdicts_csv_order`), so the two files line up.
+VERDICTS_CSV_COLUMNS = VERDICT_COLUMNS + ("label",) + EXTRA_COLUMNS
 
 #: Metrics where a larger value is better (a regression is a fall).
 HIGHER_IS_BETTER = frozenset({"overlap_fraction", "coll_busbw_gbps"})
@@ -74,6 +79,15 @@ def verdicts_to_frame(verdicts: list[Verdict] | pd.DataFrame) -> pd.DataFrame:
         df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
     extra = [c for c in df.columns if c not in VERDICT_COLUMNS]
     return df[list(VERDICT_COLUMNS) + extra].reset_index(drop=True)
+
+
+def verdicts_csv_order(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its columns in the ``verdicts.csv`` order (:data:`VERDICTS_CSV_COLUMNS` that
+    are present, then the others sorted by name). Columns are reordered, never added: a frame
+    lacking a contract column is written as it is, not padded."""
+    known = [c for c in VERDICTS_CSV_COLUMNS if c in df.columns]
+    rest = sorted((c for c in df.columns if c not in VERDICTS_CSV_COLUMNS), key=str)
+    return df[known + rest]
 
 
 def shorten_kernel(name: str, width: int = 48) -> str:

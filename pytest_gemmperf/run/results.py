@@ -158,7 +158,9 @@ def merge_verdicts(test_dir: Path, point_id: str, verdicts: pd.DataFrame) -> Pat
             merged = verdicts
         if "point" in merged.columns:
             merged = merged.sort_values("point", kind="stable")
-        atomic_write_text(path, safe_io.csv_text(merged))  # formula cells neutralised
+        from pytest_gemmperf.gate.verdict import verdicts_csv_order  # the order `gemmperf compare` writes
+
+        atomic_write_text(path, safe_io.csv_text(verdicts_csv_order(merged)))  # formula cells neutralised
     return path
 
 
