@@ -395,3 +395,34 @@ def test_real_908_through_store_and_change_detection(tmp_path, trace_908):
     assert html_lib.unescape(first.group(1)) == slow
     assert '<g class="cp regression"' in html
     assert files["history.html"].stat().st_size < 3_000_000
+
+
+def test_report_and_history_link_each_other(small, tmp_path):
+    """Whichever page is written second links to the first (both land in one directory)."""
+    from pytest_gemmperf.report import write_reports
+    from test_report_html import _sweep
+
+    h, c = small
+    write_history_reports(h, c, tmp_path)
+    report = write_reports(tmp_path, dispatches=_sweep(0, points=("th256",), ranks=(0,), n_per_kernel=10),
+                           formats=["html"])["report.html"].read_text(encoding="utf-8")
+    assert '<p id="history-link"><a href="history.html">' in report
+    alone = write_reports(tmp_path / "alone", dispatches=_sweep(0, points=("th256",), ranks=(0,), n_per_kernel=10),
+                          formats=["html"])["report.html"].read_text(encoding="utf-8")
+    assert "history-link" not in alone
+    again = write_history_reports(h, c, tmp_path)["history.html"].read_text(encoding="utf-8")
+    assert '<a href="report.html">back to the run report</a>' in again
+
+
+def test_edge_series_single_run_constant_and_unknown_commit():
+    h = make_history(["k1", "k2"], n_runs=3, units=2, noise=0.0)
+    h.loc[h["kernel"] == "k2", "value"] = 5.0  # constant: flat y range
+    h.loc[h["run_id"] == "mi300x-run002", ["commit", "branch"]] = None
+    h.loc[h.index[:1], "value"] = np.nan  # dropped, not charted as 0
+    one = make_history(["k3"], n_runs=1, units=1, noise=0.0)  # one run, one process
+    html = render_history_page(pd.concat([h, one], ignore_index=True), None)
+    assert html.count('class="trend"') == 3
+    assert "No change points were detected" in html and 'class="cp ' not in html
+    assert "commit unknown" in html and "over 1 process\n" in html
+    assert html.count('class="few"') == 3 + 3 + 1  # every run of these series has < 3 processes
+    assert ">nan<" not in html.lower() and " nan " not in html.lower()

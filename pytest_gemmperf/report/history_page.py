@@ -55,7 +55,10 @@ RECENT_RUNS = 5
 
 def _text(s: pd.Series, missing: Any = "") -> pd.Series:
     """Strings as Python ``str`` (object dtype); nulls become ``missing``."""
-    return s.astype(object).where(s.notna(), missing).map(lambda v: v if v is None else str(v))
+    ok = s.notna().to_numpy()
+    out = np.full(len(s), missing, dtype=object)
+    out[ok] = s[ok].astype(str).to_numpy(object)
+    return pd.Series(out, index=s.index, dtype=object)
 
 
 def _check_history(history: pd.DataFrame) -> pd.DataFrame:
@@ -227,6 +230,10 @@ def _is_ns(metric: pd.Series) -> np.ndarray:
     return (m.str.endswith("_ns") | m.str.startswith("category_total_ns")).to_numpy()
 
 
+def _metric_is_ns(metric: str) -> bool:
+    return metric.endswith("_ns") or metric.startswith("category_total_ns")
+
+
 def _native_unit(metric: str) -> str:
     return {"coll_busbw_gbps": "GB/s", "overlap_fraction": "fraction", "interference_slowdown": "ratio",
             "cv_robust": "CV"}.get(metric, "")
@@ -234,7 +241,7 @@ def _native_unit(metric: str) -> str:
 
 def _display_scale(metric: str, typical: float) -> tuple[float, str]:
     """Scale and unit label for a series: ns metrics in ns, µs or ms by magnitude."""
-    if not _is_ns(pd.Series([metric]))[0]:
+    if not _metric_is_ns(str(metric)):
         return 1.0, _native_unit(metric)
     for scale, unit in ((1e-6, "ms"), (1e-3, "µs")):
         if abs(typical) * scale >= 1:
@@ -269,24 +276,26 @@ def _tip_time(t: pd.Timestamp) -> str:
 # page
 
 
-def _chart_for(series: pd.Series, runs: pd.DataFrame, changes: pd.DataFrame, short: str) -> dict:
+def _chart_for(series: dict, runs: pd.DataFrame, changes: pd.DataFrame, short: str) -> dict:
     """Context (including the SVG) of one charted series; ``runs`` is its trend rows in order."""
     scale, unit = _display_scale(series["metric"], float(np.nanmedian(runs["median"].to_numpy(float))))
     arr = {k: runs[k].to_numpy(float) * scale for k in ("median", "q1", "q3", "min", "max", "level")}
-    cuts = changes.set_index("run_index")
+    # the (last) change point starting at each run index, for the hover text
+    cuts = {int(i): (d, r) for i, d, r in zip(changes["run_index"], changes["direction"], changes["ratio"])}
     tips = []
-    for i, r in enumerate(runs.itertuples(index=False)):
-        commit = f"commit {r.commit[:12]}" if r.commit else "commit unknown"
-        branch = f" ({r.branch})" if r.branch else ""
-        tip = (f"run {r.run_id}\n{_tip_time(r.time)}\n{commit}{branch}\n"
-               f"median {_fmt(arr['median'][i])} {unit} over {r.n_units} process{'es' if r.n_units != 1 else ''}\n"
+    cols = (runs["run_id"].tolist(), runs["time"].tolist(), runs["commit"].tolist(), runs["branch"].tolist(),
+            runs["n_units"].tolist())
+    for i, (run_id, when, commit, branch, n_units) in enumerate(zip(*cols)):
+        commit = f"commit {commit[:12]}" if commit else "commit unknown"
+        branch = f" ({branch})" if branch else ""
+        tip = (f"run {run_id}\n{_tip_time(when)}\n{commit}{branch}\n"
+               f"median {_fmt(arr['median'][i])} {unit} over {n_units} process{'es' if n_units != 1 else ''}\n"
                f"IQR {_fmt(arr['q1'][i])} – {_fmt(arr['q3'][i])}, range {_fmt(arr['min'][i])} – {_fmt(arr['max'][i])}")
-        if i in cuts.index:
-            c = cuts.loc[[i]].iloc[-1]
-            tip += f"\nchange point: {c['direction']} {_pct(c['ratio'])}"
+        if i in cuts:
+            tip += f"\nchange point: {cuts[i][0]} {_pct(cuts[i][1])}"
         tips.append(tip)
     marks = []
-    for c in changes.itertuples(index=False):
+    for c in (changes.itertuples(index=False) if len(changes) else ()):
         ci = (f" [{_pct(c.ci_low)}, {_pct(c.ci_high)}]" if np.isfinite(c.ci_low) and np.isfinite(c.ci_high) else "")
         q = f", q = {c.q_value:.2g}" if np.isfinite(c.q_value) else ""
         tip = (f"{c.direction}: {_pct(c.ratio)}{ci}{q}\nlevel {_fmt(c.level_before * scale)} -> "
@@ -303,12 +312,13 @@ def _chart_for(series: pd.Series, runs: pd.DataFrame, changes: pd.DataFrame, sho
     chart = SeriesChart(
         title=f"{series['kernel']} · {series['metric']} · {series['point']} · {series['test']}", unit=unit,
         median=arr["median"], q1=arr["q1"], q3=arr["q3"], lo=arr["min"], hi=arr["max"], tips=tips,
+        few=runs["n_units"].to_numpy() < 3,
         first_label=runs["time"].iloc[0].strftime(fmt), last_label=runs["time"].iloc[-1].strftime(fmt),
         changes=marks, levels=levels)
     return {**_series_row(series, short, scale, unit), "svg": trend_chart(chart)}
 
 
-def _series_row(s: pd.Series, short: str, scale: float, unit: str) -> dict:
+def _series_row(s: dict, short: str, scale: float, unit: str) -> dict:
     d = s["latest_direction"] if isinstance(s["latest_direction"], str) else ""
     return {"sid": s["sid"], "hw_key": s["hw_key"], "test": s["test"], "point": s["point"], "kernel": s["kernel"],
             "short": short, "metric": s["metric"], "unit": unit, "n_runs": int(s["n_runs"]),
@@ -362,9 +372,9 @@ def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
     ch_by = dict(tuple(ch_sid.sort_values("run_index").groupby("sid", sort=False)))
     empty = ch_sid.iloc[0:0]
     charts = [_chart_for(s, by_sid[s["sid"]], ch_by.get(s["sid"], empty), shorts[s["kernel"]])
-              for _, s in charted.iterrows()]
+              for s in charted.to_dict("records")]
     rest = []
-    for _, s in order.iloc[len(charted):].iterrows():
+    for s in order.iloc[len(charted):].to_dict("records"):
         scale, unit = _display_scale(s["metric"], float(s["series_median"]))
         rest.append(_series_row(s, shorts[s["kernel"]], scale, unit))
     runs = h.drop_duplicates("run_id").sort_values(["time", "run_id"])

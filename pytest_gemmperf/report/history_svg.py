@@ -7,7 +7,8 @@ processes' interquartile range and the thin whiskers their min-max. Change point
 vertical lines between the last run before and the first run after the shift, coloured by
 direction, labelled with the signed change; the dotted horizontal segments are the level
 (median of run medians) between change points. Every run has a transparent hit column whose
-``<title>`` is the hover text (run id, time, commit, median, spread, process count).
+``<title>`` is the hover text (run id, time, commit, median, spread, process count); a run
+with fewer than three processes is drawn hollow, since its spread says little.
 
 All text from data goes through :func:`markupsafe.escape`.
 """
@@ -50,6 +51,8 @@ class SeriesChart:
     lo: np.ndarray
     hi: np.ndarray
     tips: Sequence[str]
+    #: runs with fewer than 3 processes (drawn hollow: no spread to speak of)
+    few: np.ndarray
     first_label: str
     last_label: str
     changes: list[ChangeMark] = field(default_factory=list)
@@ -61,7 +64,7 @@ def _f(x: float) -> str:
     return f"{x:.1f}"
 
 
-def trend_chart(s: SeriesChart, *, width: int = 460, height: int = 200) -> Markup:
+def trend_chart(s: SeriesChart, *, width: int = 440, height: int = 200) -> Markup:
     """The SVG of one series (see the module docstring for what each mark means)."""
     left, right, top, bottom = 62, 12, 24, 34
     pw, ph = width - left - right, height - top - bottom
@@ -112,8 +115,9 @@ def trend_chart(s: SeriesChart, *, width: int = 460, height: int = 200) -> Marku
     ok = np.isfinite(s.median)
     pts = " ".join(f"{_f(a)},{_f(b)}" for a, b in zip(xs[ok], y(s.median[ok])))
     parts.append(f'<polyline class="median" points="{pts}" fill="none" stroke="{LINE}" stroke-width="1.6"/>')
-    parts.extend(f'<circle cx="{_f(a)}" cy="{_f(b)}" r="2.4" fill="{LINE}"/>'
-                 for a, b in zip(xs[ok], y(s.median[ok])))
+    parts.extend(f'<circle cx="{_f(a)}" cy="{_f(b)}" r="2.4" '
+                 + (f'fill="#fff" stroke="{LINE}" class="few"/>' if few else f'fill="{LINE}"/>')
+                 for a, b, few in zip(xs[ok], y(s.median[ok]), s.few[ok]))
     for c in s.changes:
         colour = COLOURS.get(c.direction, "#555")
         xx = _f(xs[c.index] - step / 2)
