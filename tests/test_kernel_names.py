@@ -89,6 +89,8 @@ def test_empty_and_single():
     cpp = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int)"
     assert short_names([cpp]) == {cpp: "vectorized_elementwise_kernel"}
     assert short_names(["attn_fwd.kd"]) == {"attn_fwd.kd": "attn_fwd"}
+    # PyTorch CPU ops keep their namespace: short already, and "mm" alone would be vague
+    assert short_names(["aten::mm", "aten::add"]) == {"aten::mm": "aten::mm", "aten::add": "aten::add"}
     # repeated names and missing values
     assert short_names(["a", "a", None, float("nan")]) == {"a": "a"}
 
@@ -128,7 +130,8 @@ def test_cpp_nested_templates_and_special_characters():
 
 def test_lambdas_and_anonymous_namespaces():
     names = [
-        "void at::native::(anonymous namespace)::k<at::native::foo(at::Tensor&)::{lambda()#1}::operator()() const::{lambda(float)#1}, 4>(int)",
+        "void at::native::(anonymous namespace)::k<at::native::foo(at::Tensor&)::{lambda()#1}::operator()() const"
+        "::{lambda(float)#1}, 4>(int)",
         "void at::native::(anonymous namespace)::k<at::native::bar(at::Tensor&)::{lambda(float)#2}, 4>(int)",
     ]
     assert short_names(names) == {names[0]: "k<fooλ>", names[1]: "k<barλ>"}

@@ -64,7 +64,7 @@ def test_sheets_headers_and_layout(workbook):
     assert k[:3] == ["point", "rank", "kernel"]
     assert "median (µs)" in k and "std (µs)" in k and not any(h.endswith("_ns") for h in k)
     v = _headers(wb["verdicts"])
-    assert v[:4] == ["test", "point", "kernel", "metric"]
+    assert v[:5] == ["test", "point", "kernel", "short_name", "metric"]
     assert "base_median (µs)" in v and "base_value" in v and "ratio (cand/base)" in v
     top = _headers(wb["top_variance"])
     assert top[:7] == ["threads", "channel", "rank", "kernel_name", "kernel_time_min (µs)",
@@ -116,6 +116,21 @@ def test_no_formula_from_any_string(workbook):
     assert {INJECTIONS[0], FORMULA, XSS, "=cmd"} <= seen_injection
     kernels = {c.value for c in wb["kernels"]["C"] if c.value}
     assert NASTY in kernels
+
+
+def test_verdicts_short_name_beside_full_name(workbook):
+    """The verdicts sheet's short_name column: the report.html label of each kernel, one per
+    kernel and distinct; the full name stays in the kernel column."""
+    path, cand, v = workbook
+    ws = openpyxl.load_workbook(path)["verdicts"]
+    hdr = _headers(ws)
+    frame = pd.DataFrame([r[:len(hdr)] for r in ws.iter_rows(min_row=3, values_only=True)], columns=hdr)
+    pairs = frame[["kernel", "short_name"]].drop_duplicates()
+    assert len(pairs) == frame["kernel"].nunique() == pairs["short_name"].nunique()
+    short = dict(zip(pairs["kernel"], pairs["short_name"]))
+    assert short[NASTY] == "kernel_gemm" and NASTY in set(frame["kernel"])
+    assert short["Cijk_Ailk_Bljk_HHS_BH_MT128x128x64_MI32x32x8"] == "Cijk_Ailk_Bljk_HHS_MT128x128x64"
+    assert all(len(x) <= 48 for x in short.values())
 
 
 def test_charts_present(workbook):

@@ -226,8 +226,8 @@ def _cpp_split(name: str) -> tuple[str, list[str]] | None:
     the function is its part after the last depth-0 ``::`` (class scopes are dropped).
     """
     s = name.replace("(anonymous namespace)", "anonymous_namespace").strip()
-    if "<" not in s and "(" not in s and "::" not in s:
-        return None
+    if "<" not in s and "(" not in s and ("::" not in s or len(s) <= MAX_LEN):
+        return None  # plain or short qualified names (aten::mm) read best as they are
     paren = _split_top(s, 0, "(")
     decl = s[:paren] if paren >= 0 else s
     spaces = _top_level_cuts(decl, " ")

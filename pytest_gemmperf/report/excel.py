@@ -215,9 +215,15 @@ def _verdicts_sheet(book: _Book, data: ReportData) -> None:
         ws.write_string(0, 0, "no baseline was compared: no verdicts", book.fmt["note"])
         return
     df = _verdict_units(public(v, data))
+    # the distinguishing short label of report.html beside the full name (sort/filter by it)
+    from pytest_gemmperf.report.html import report_kernel_labels
+
+    labels = report_kernel_labels(data)
+    df.insert(df.columns.get_loc("kernel") + 1, "short_name",
+              df["kernel"].astype(str).map(labels).astype(object))
     ws, hdr, cols = book.table("verdicts", df, "gate verdicts: ratio = candidate / baseline median, "
                                "95% CI; regression needs q <= FDR and CI above 1 + threshold",
-                               csv_hint="verdicts.csv")
+                               csv_hint="verdicts.csv", widths={"short_name": 50})
     n = min(len(df), book.max_rows)
     if n == 0:
         return

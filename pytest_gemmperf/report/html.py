@@ -200,7 +200,22 @@ def page_kernel_labels(names_per_table: list[Any]) -> dict[str, str]:
     return short_names(names)
 
 
-def render_html(data: ReportData) -> str:
+def report_kernel_labels(data: ReportData) -> dict[str, str]:
+    """Short labels for every kernel of the report (verdicts, kernel statistics, variance,
+    overlap, counters, plotted boxes): one mapping for report.html and report.xlsx alike, so a
+    kernel reads the same in both and no two kernels share a label anywhere."""
+    cols: list[Any] = []
+    if data.verdicts is not None and "kernel" in data.verdicts.columns:
+        cols.append(data.verdicts["kernel"])
+    for df, c in ((data.kernels, "kernel"), (data.top_variance, "kernel_name"), (data.overlap, "kernel"),
+                  (data.counters, "kernel")):
+        if df is not None and c in df.columns:
+            cols.append(df[c])
+    cols += [b["kernel"] for b in data.boxes.values() if b is not None and "kernel" in b.columns]
+    return page_kernel_labels([pd.unique(c.dropna().astype(str)) for c in cols])
+
+
+def render_html(data: ReportData, *, history_href: str | None = None) -> str:
     from pytest_gemmperf.report.telemetry import telemetry_context
 
     env = _env()
@@ -217,10 +232,7 @@ def render_html(data: ReportData) -> str:
     counter_cols = [c for c in ("cu_utilization", "active_cus", "waves", "mfma_insts", "valu_insts",
                                 "wave_cycles_per_wave", "median_dur_us") if c in counters.columns]
     counter_rows = _records(counters, 500)
-    boxes = [b["kernel"] for b in data.boxes.values() if b is not None and len(b)]
-    short = page_kernel_labels([[r.get("kernel") for r in verdict_rows], [r.get("kernel") for r in kernel_rows],
-                                [r.get("kernel_name") for r in top_rows], [r.get("kernel") for r in overlap_rows],
-                                [r.get("kernel") for r in counter_rows], *boxes])
+    short = report_kernel_labels(data)
     ctx = {
         "version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -254,13 +266,16 @@ def render_html(data: ReportData) -> str:
         **_collective_context(data),
         "telemetry": telemetry_context(data.telemetry, data.telemetry_summary, data.telemetry_meta),
     }
+    ctx["history_href"] = history_href  # link to history.html (report/history_page.py)
     return tmpl.render(**ctx)
 
 
 def write_html(data: ReportData, path: Path) -> Path:
     from pytest_gemmperf.safe_io import write_text
 
-    return write_text(path, render_html(data))
+    # link the trend page when one was written beside this report
+    href = "history.html" if Path(path).with_name("history.html").is_file() else None
+    return write_text(path, render_html(data, history_href=href))
 
 
-__all__ = ["page_kernel_labels", "render_html", "visible_columns", "write_html"]
+__all__ = ["page_kernel_labels", "render_html", "report_kernel_labels", "visible_columns", "write_html"]

@@ -175,6 +175,11 @@ def _pct(r: float, lo: float, hi: float) -> str:
 
 
 def summary_markdown(data: ReportData, report_name: str | None = "report.html") -> str:
+    from pytest_gemmperf.report.html import report_kernel_labels
+
+    # the distinguishing labels of report.html (an elided middle made GEMMs read alike);
+    # full names are in verdicts.csv and the variance CSVs
+    labels = report_kernel_labels(data)
     lines = [f"## gemmperf: {STATUS_TEXT[data.status]}", ""]
     counts = verdict_counts(data.verdicts)
     facts = [f"sweeps: {', '.join(md_code(x) for x in data.labels)}",
@@ -195,7 +200,8 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
             for r in shown.itertuples(index=False):
                 q = r.q_value if isinstance(r.q_value, float) and math.isfinite(r.q_value) else None
                 cells = ([md_code(r.label)] if data.multi else []) + [
-                    md_text(r.verdict), md_code(r.point or "-"), md_code(shorten_kernel(r.kernel, 80)),
+                    md_text(r.verdict), md_code(r.point or "-"),
+                    md_code(labels.get(str(r.kernel)) or shorten_kernel(r.kernel, 80)),
                     md_text(r.metric), _pct(r.ratio, r.ci_low, r.ci_high),
                     "-" if q is None else f"{q:.2g}"]
                 lines.append("| " + " | ".join(cells) + " |")
@@ -212,7 +218,8 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
                   "| point | rank | kernel | min µs | max µs | diff µs | robust CV |", "|---|---|---|---|---|---|---|"]
         for r in top.head(5).itertuples(index=False):
             lines.append(f"| {md_code(r.point if isinstance(r.point, str) else '-')} | "
-                         f"{'-' if pd.isna(r.rank) else int(r.rank)} | {md_code(shorten_kernel(r.kernel_name, 80))} | "
+                         f"{'-' if pd.isna(r.rank) else int(r.rank)} | "
+                         f"{md_code(labels.get(str(r.kernel_name)) or shorten_kernel(r.kernel_name, 80))} | "
                          f"{r.kernel_time_min_us:.2f} | {r.kernel_time_max_us:.2f} | {r.time_diff_us:.2f} | "
                          f"{r.mad_cv:.3f} |")
         lines.append("")
