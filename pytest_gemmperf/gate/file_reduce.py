@@ -56,6 +56,7 @@ DUR, COUNT, CATEGORY, OVERLAP, INTERFERENCE, EXPOSED, COMPUTATION = range(7)
 ALWAYS, IF_COLLECTIVES, IF_COMM = 0, 1, 2
 STAT_KEYS = ("source", "point", "rank", "kernel")
 _SLIM = (*STAT_KEYS, "category", "dur_ns")
+_SEG_COLUMNS = ("kind", "key", "point", "cond", "start", "stop")
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,8 @@ def _key(point_of: np.ndarray, unit_of: np.ndarray) -> np.ndarray:
     return np.asarray(point_of, dtype=object) + "\x1f" + np.asarray(unit_of, dtype=object)
 
 
-def _tagged(frame: pd.DataFrame, kind: int, cond: int = ALWAYS) -> pd.DataFrame:
-    frame = frame[list(S.SAMPLE_COLUMNS)]
-    return frame.assign(_kind=kind, _cond=cond, _key=_key(frame["point"].to_numpy(object),
-                                                          frame["unit"].to_numpy(object)))
+def _tagged(frame: pd.DataFrame, kind: int, cond: int = ALWAYS) -> tuple[pd.DataFrame, int, int]:
+    return frame[list(S.SAMPLE_COLUMNS)], kind, cond
 
 
 def _overlap_only_gemm(d: pd.DataFrame, p) -> pd.DataFrame | None:
@@ -160,20 +159,29 @@ def _timeline(d: pd.DataFrame, p, steps: np.ndarray) -> tuple[list[pd.DataFrame]
     return frames, {str(k): int(v) for k, v in comm.items()}
 
 
-def _segments(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Rows sorted by (kind, key) - stable, so each unit keeps gate_samples' order within it -
-    and one segment per run of equal (kind, key)."""
-    kind = rows["_kind"].to_numpy(np.int64)
-    keys, kcode = np.unique(rows["_key"].to_numpy(object), return_inverse=True)
-    order = np.lexsort((kcode.reshape(-1), kind))
-    rows = rows.iloc[order].reset_index(drop=True)
-    kind, kcode = kind[order], kcode.reshape(-1)[order]
-    new = np.r_[True, (kind[1:] != kind[:-1]) | (kcode[1:] != kcode[:-1])] if len(rows) else np.zeros(0, bool)
-    start = np.flatnonzero(new)
-    stop = np.r_[start[1:], len(rows)]
-    seg = pd.DataFrame({"kind": kind[start], "key": keys[kcode[start]], "point": rows["point"].to_numpy(object)[start],
-                        "cond": rows["_cond"].to_numpy(np.int64)[start], "start": start, "stop": stop})
-    return rows[list(S.SAMPLE_COLUMNS)], seg
+def _segments(tagged: list[tuple[pd.DataFrame, int, int]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frames' rows one after the other, and one segment per run of equal (point, unit)
+    in each frame. Every frame gate_samples builds is ordered by (point, unit) (its codes are
+    the ranks of the sorted ``point\x1funit`` labels), so runs are whole units and only
+    segments - one per unit and kind, not one per row - need sorting in the parent."""
+    segs = []
+    off = 0
+    for frame, kind, cond in tagged:
+        n = len(frame)
+        if n == 0:
+            continue
+        pt = frame["point"].to_numpy(object)
+        un = frame["unit"].to_numpy(object)
+        start = np.flatnonzero(np.r_[True, (pt[1:] != pt[:-1]) | (un[1:] != un[:-1])])
+        stop = np.r_[start[1:], n]
+        segs.append(pd.DataFrame({"kind": kind, "key": _key(pt[start], un[start]), "point": pt[start],
+                                  "cond": cond, "start": start + off, "stop": stop + off}))
+        off += n
+    if not segs:
+        return tagged[0][0].iloc[:0], pd.DataFrame({c: np.zeros(0, np.int64) if c in ("kind", "cond", "start", "stop")
+                                                    else np.zeros(0, object) for c in _SEG_COLUMNS})
+    rows = pd.concat([f for f, _, _ in tagged if len(f)], ignore_index=True)
+    return rows, pd.concat(segs, ignore_index=True)
 
 
 def reduce_source(src, opts: _Options) -> _Partial:
@@ -227,7 +235,7 @@ def reduce_source(src, opts: _Options) -> _Partial:
     if "end_ns" in d.columns:
         tl_frames, out.comm_ns = _timeline(d, p, steps)
         frames += [_tagged(f, kind, IF_COMM) for f, kind in zip(tl_frames, (EXPOSED, COMPUTATION))]
-    out.rows, out.seg = _segments(pd.concat(frames, ignore_index=True))
+    out.rows, out.seg = _segments(frames)
     out.units = np.unique(_key(p.point_of, p.unit_of))
     out.steps = {"point": [str(x) for x in p.point_of], "unit": [str(x) for x in p.unit_of],
                  "steps": [float(x) for x in steps], "source": [str(x) for x in source]}
