@@ -1,0 +1,379 @@
+"""Scale benchmark: many rank files -> gate samples + kernel statistics + verdicts, serial vs parallel.
+
+Issue 14 item 1, "Must show". For each size (default 256 files x 20,000 dispatches = 5.1 M, and
+1,024 files x 5,000) and each format (rocprofv3 7.x kernel_trace.csv, rocprofv3 7.x
+``*_results.json``, PyTorch/Kineto ``*.pt.trace.json``) it
+
+1. writes the files into ``tempfile.mkdtemp()`` (one format at a time; the directory is removed
+   afterwards, also on Ctrl-C or an error) - one process per file (its own pid and rank), the
+   layout of a multi-node job (``node<N>/`` directories);
+2. runs, in a fresh interpreter each (so peak RSS is that run's own), the pipeline
+   ``gate.file_reduce.gate_inputs`` (per-file reduction: samples with ``compact=True``, as a
+   baseline stores them, plus per-(point, rank, kernel) statistics) followed by
+   ``gate.compare.compare`` (verdicts of the run against its own compacted samples) with
+   ``jobs=1`` (serial, no pool) and ``jobs=N`` (default: the usable cores);
+3. measures wall time, the parent's peak RSS (VmHWM) and the whole process tree's peak RSS (the
+   sum of VmRSS over the parent and its live children, sampled every 20 ms by a thread - a sum,
+   unlike ``RUSAGE_CHILDREN.ru_maxrss``, which is the largest single child; both are printed);
+4. checks that both runs gave the same samples, statistics and verdicts.
+
+Prints a markdown table, and an extrapolation to a 16-core node computed from the measured
+per-file worker time (stated as an extrapolation, not a measurement).
+
+The per-file data are synthetic but shaped like real traces: 50 kernel names in real shapes
+(Tensile, RCCL, CK, PyTorch templates; ``benchmarks/ingest_csv.kernel_names``), Zipf-like
+kernel mix, log-normal durations, four queues. To keep generation short, each format writes 8
+distinct dispatch bodies and every file uses one of them with its own pid / rank / host.
+
+Usage: python benchmarks/scale.py [--sizes 256x20000,1024x5000] [--formats csv,json,kineto]
+       [--jobs N] [--quick] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+FORMATS = ("csv", "json", "kineto")
+N_BODIES = 8
+GPUS_PER_NODE = 8
+T0_NS = 1_700_000_000_000_000_000
+
+
+# ----------------------------------------------------------------------------- generation
+
+def _schedule(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(kernel index, queue, start_ns, end_ns) of ``n`` dispatches on four queues."""
+    rng = np.random.default_rng(seed)
+    n_names = 50
+    w = 1.0 / np.arange(1, n_names + 1)
+    kid = rng.choice(n_names, n, p=w / w.sum())
+    median = np.random.default_rng(0).uniform(2_000, 400_000, n_names)
+    dur = np.maximum(1, rng.lognormal(np.log(median[kid]), 0.15)).astype(np.int64)
+    queue = rng.integers(0, 4, n)
+    gap = rng.integers(0, 3_000, n)
+    start = np.empty(n, dtype=np.int64)
+    for q in range(4):
+        sel = queue == q
+        inc = dur[sel] + gap[sel]
+        ends = T0_NS + np.cumsum(inc)
+        start[sel] = ends - inc
+    return kid, queue, start, start + dur
+
+
+def _csv_body(n: int, seed: int) -> bytes:
+    from ingest_csv import KERNEL_TRACE_7X, kernel_names  # the project's 7.x CSV knowledge
+
+    names = kernel_names(50)
+    kid, queue, start, end = _schedule(n, seed)
+    lines = [",".join(f'"{c}"' for c in KERNEL_TRACE_7X)]
+    quoted = [f'"{x}"' for x in names]
+    for i in range(n):  # generation only; the readers are what is measured
+        k = kid[i]
+        lines.append(f'"KERNEL_DISPATCH","Agent 2",{queue[i] + 1},{queue[i] + 1},834304,{i + 1},{k + 10},'
+                     f'{quoted[k]},{i + 1},{start[i]},{end[i]},{(k % 4) * 16384},0,64,0,96,256,1,1,'
+                     f'{256 * (1 + k * 64)},1,1')
+    return ("\n".join(lines) + "\n").encode()
+
+
+_AGENT_INFO = None
+
+
+def _agent_info_csv() -> bytes:
+    src = REPO / "tests" / "fixtures" / "rocprof_csv" / "v7" / "mi350-n1" / "5358_agent_info.csv"
+    return src.read_bytes()
+
+
+def _json_parts(n: int, seed: int) -> tuple[dict, bytes]:
+    """(process document without dispatches, the kernel_dispatch JSON array bytes)."""
+    import msgspec
+    from ingest_csv import kernel_names
+
+    doc = json.loads((REPO / "tests" / "fixtures" / "rocprof_json" /
+                      "v7_two_processes_counters_results.json").read_text())
+    proc = doc["rocprofiler-sdk-tool"][0]
+    proc["callback_records"]["counter_collection"] = []
+    sym0 = proc["kernel_symbols"][0]
+    syms = []
+    for i, name in enumerate(kernel_names(50)):
+        s = dict(sym0, kernel_id=i + 1, kernel_name=name, formatted_kernel_name=name,
+                 demangled_kernel_name=name, truncated_kernel_name=name.split("(")[0].split("<")[0])
+        syms.append(s)
+    proc["kernel_symbols"] = syms
+    rec0 = proc["buffer_records"]["kernel_dispatch"][0]
+    agent = rec0["dispatch_info"]["agent_id"]
+    kid, queue, start, end = _schedule(n, seed)
+    recs = []
+    for i in range(n):
+        info = dict(rec0["dispatch_info"], agent_id=agent, queue_id={"handle": int(queue[i]) + 16},
+                    kernel_id=int(kid[i]) + 1, dispatch_id=i + 1)
+        recs.append(dict(rec0, correlation_id={"internal": i + 1, "external": 0},
+                         start_timestamp=int(start[i]), end_timestamp=int(end[i]), dispatch_info=info))
+    proc["buffer_records"]["kernel_dispatch"] = "@DISPATCHES@"
+    return proc, msgspec.json.encode(recs)
+
+
+def _json_file(proc: dict, body: bytes, pid: int, host: str) -> bytes:
+    import msgspec
+
+    p = dict(proc, metadata=dict(proc["metadata"], pid=pid,
+                                 node=dict(proc["metadata"]["node"], hostname=host)))
+    head = msgspec.json.encode({"rocprofiler-sdk-tool": [p]})
+    return head.replace(b'"@DISPATCHES@"', body)
+
+
+def _kineto_body(n: int, seed: int) -> bytes:
+    import msgspec
+    from ingest_csv import kernel_names
+
+    names = kernel_names(50)
+    kid, queue, start, end = _schedule(n, seed)
+    t0 = int(start.min())
+    events = []
+    for i in range(n):
+        s, d = int(start[i] - t0), int(end[i] - start[i])
+        events.append({"ph": "X", "cat": "kernel", "name": names[kid[i]], "pid": 2, "tid": int(queue[i]) + 3,
+                       "ts": f"@{s // 1000}.{s % 1000:03d}", "dur": f"@{d // 1000}.{d % 1000:03d}",
+                       "args": {"device": 2, "stream": int(queue[i]) + 3, "correlation": i + 1,
+                                "kind": "Dispatch Kernel", "grid": [256, 1, 1], "block": [256, 1, 1]}})
+    raw = msgspec.json.encode(events)
+    import re
+    return re.sub(rb'"@(-?[0-9.]+)"', rb"\1", raw)  # exact decimal microseconds, as Kineto writes
+
+
+def _kineto_file(body: bytes, rank: int, world: int) -> bytes:
+    head = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "displayTimeUnit": "ms", "baseTimeNanoseconds": T0_NS, "traceEvents": "@EVENTS@"}
+    return json.dumps(head).encode().replace(b'"@EVENTS@"', body)
+
+
+def generate(root: Path, fmt: str, n_files: int, n_disp: int) -> int:
+    """Write ``n_files`` rank files of ``n_disp`` dispatches; returns bytes written."""
+    total = 0
+    bodies = {}
+    for r in range(n_files):
+        b = r % N_BODIES
+        node = f"node{r // GPUS_PER_NODE:03d}"
+        pid = 10_000 + r
+        if fmt == "csv":
+            if b not in bodies:
+                bodies[b] = _csv_body(n_disp, b)
+            d = root / node / f"rank{r}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{pid}_kernel_trace.csv").write_bytes(bodies[b])
+            (d / f"{pid}_agent_info.csv").write_bytes(_agent_info_csv())
+            total += len(bodies[b])
+        elif fmt == "json":
+            if b not in bodies:
+                bodies[b] = _json_parts(n_disp, b)
+            d = root / node / f"rank{r}"
+            d.mkdir(parents=True, exist_ok=True)
+            data = _json_file(*bodies[b], pid=pid, host=node)
+            (d / f"{pid}_results.json").write_bytes(data)
+            total += len(data)
+        else:
+            if b not in bodies:
+                bodies[b] = _kineto_body(n_disp, b)
+            d = root / node
+            d.mkdir(parents=True, exist_ok=True)
+            data = _kineto_file(bodies[b], r, n_files)
+            (d / f"{node}_{pid}.{T0_NS + r}.pt.trace.json").write_bytes(data)
+            total += len(data)
+    return total
+
+
+# ----------------------------------------------------------------------------- measurement
+
+def _status_kib(pid: int | str, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                kids = [int(x) for x in fh.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+class TreeRss(threading.Thread):
+    """Peak of the summed VmRSS of this process and all its descendants (sampled)."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.peak_kib = 0
+        self.max_children = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self._halt.is_set():
+            kids = _children(me)
+            self.max_children = max(self.max_children, len(kids))
+            total = _status_kib(me, "VmRSS:") + sum(_status_kib(k, "VmRSS:") for k in kids)
+            self.peak_kib = max(self.peak_kib, total)
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def measure(root: str, jobs: int, out: str) -> None:
+    """Child mode: run the pipeline once on ``root`` and write timings, RSS and results."""
+    import resource
+
+    import pandas as pd
+
+    from pytest_gemmperf.gate.compare import GateConfig, compare
+    from pytest_gemmperf.gate.file_reduce import gate_inputs
+    from pytest_gemmperf.gate.samples import compact_samples
+
+    mon = TreeRss()
+    mon.start()
+    t0 = time.perf_counter()
+    gi = gate_inputs([root], jobs=jobs, compact=True)
+    t1 = time.perf_counter()
+    verdicts = compare(compact_samples(gi.samples), gi.samples, GateConfig(), test="scale")
+    t2 = time.perf_counter()
+    mon.stop()
+    res = {"ingest_s": t1 - t0, "verdict_s": t2 - t1, "wall_s": t2 - t0,
+           "parent_hwm_mib": _status_kib("self", "VmHWM:") / 1024,
+           "tree_peak_mib": max(mon.peak_kib, _status_kib("self", "VmHWM:")) / 1024,
+           "max_child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+           "workers_seen": mon.max_children, "n_dispatches": gi.n_dispatches, "reduced": gi.reduced,
+           "n_samples": len(gi.samples), "n_stats": len(gi.kernel_stats), "n_verdicts": len(verdicts),
+           "cpu_s": sum(resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime
+                        for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))}
+    pd.to_pickle((gi.samples, gi.kernel_stats, verdicts), out + ".pkl")
+    Path(out).write_text(json.dumps(res))
+
+
+def _run_child(root: Path, jobs: int, out: Path) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--measure", str(root), "--jobs", str(jobs),
+           "--result", str(out)]
+    subprocess.run(cmd, check=True)
+    return json.loads(out.read_text())
+
+
+def _same_results(a: Path, b: Path) -> bool:
+    import pandas as pd
+
+    (sa, ka, va), (sb, kb, vb) = pd.read_pickle(str(a) + ".pkl"), pd.read_pickle(str(b) + ".pkl")
+    try:
+        pd.testing.assert_frame_equal(sa, sb, check_exact=True)
+        pd.testing.assert_frame_equal(ka, kb, check_exact=True)
+        pd.testing.assert_frame_equal(va, vb, check_exact=True)
+    except AssertionError as exc:
+        print(f"MISMATCH serial vs parallel: {str(exc)[:300]}", file=sys.stderr)
+        return False
+    return sa.attrs == sb.attrs
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pytest_gemmperf.traces.parallel import usable_cores
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="256x20000,1024x5000", help="FILESxDISPATCHES,... (default %(default)s)")
+    ap.add_argument("--files", type=int, help="one size: number of files (with --dispatches)")
+    ap.add_argument("--dispatches", type=int, help="one size: dispatches per file")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="subset of csv,json,kineto")
+    ap.add_argument("--jobs", type=int, default=0, help="parallel workers (default 0: the usable cores)")
+    ap.add_argument("--quick", action="store_true", help="32 files x 2,000 dispatches, for a smoke run")
+    ap.add_argument("--keep", action="store_true", help="keep the generated files (prints where)")
+    ap.add_argument("--measure", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.measure:
+        measure(args.measure, args.jobs or usable_cores(), args.result)
+        return 0
+    if args.quick:
+        sizes = [(32, 2000)]
+    elif args.files or args.dispatches:
+        sizes = [(args.files or 256, args.dispatches or 20000)]
+    else:
+        sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
+    formats = [f for f in args.formats.split(",") if f]
+    jobs = args.jobs or usable_cores()
+    tmp = Path(tempfile.mkdtemp(prefix="gemmperf-scale-"))
+    # Ctrl-C or a kill: remove the generated files before leaving
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
+    rows = []
+    try:
+        for n_files, n_disp in sizes:
+            for fmt in formats:
+                root = tmp / f"{fmt}-{n_files}x{n_disp}"
+                t = time.perf_counter()
+                nbytes = generate(root, fmt, n_files, n_disp)
+                gen_s = time.perf_counter() - t
+                ser = _run_child(root, 1, tmp / f"{root.name}-serial.json")
+                par = _run_child(root, jobs, tmp / f"{root.name}-par.json")
+                same = _same_results(tmp / f"{root.name}-serial.json", tmp / f"{root.name}-par.json")
+                rows.append((fmt, n_files, n_disp, nbytes, gen_s, ser, par, same))
+                print(f"# {fmt} {n_files}x{n_disp}: {nbytes / 2**20:.0f} MiB generated in {gen_s:.1f} s; "
+                      f"serial {ser['wall_s']:.2f} s, jobs={jobs} {par['wall_s']:.2f} s, identical={same}",
+                      file=sys.stderr, flush=True)
+                if not args.keep:
+                    shutil.rmtree(root, ignore_errors=True)
+    finally:
+        if args.keep:
+            print(f"files kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    _print_table(rows, jobs)
+    return 0 if all(r[-1] for r in rows) else 1
+
+
+def _print_table(rows: list, jobs: int) -> None:
+    print(f"\nScale benchmark: per-file reduction -> samples + kernel stats + verdicts "
+          f"(usable cores: {jobs}; host shared with other work, timings noisy)\n")
+    print("| format | files | dispatches | MiB | serial s | parallel s | speed-up | ingest speed-up "
+          "| parent peak RSS MiB | tree peak RSS MiB | largest worker MiB | identical |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for fmt, nf, nd, nbytes, _gen, ser, par, same in rows:
+        print(f"| {fmt} | {nf} | {ser['n_dispatches']:,} | {nbytes / 2**20:.0f} | {ser['wall_s']:.2f} | "
+              f"{par['wall_s']:.2f} | {ser['wall_s'] / par['wall_s']:.2f}x | "
+              f"{ser['ingest_s'] / par['ingest_s']:.2f}x | {par['parent_hwm_mib']:.0f} "
+              f"(serial {ser['parent_hwm_mib']:.0f}) | {par['tree_peak_mib']:.0f} | {par['max_child_mib']:.0f} | "
+              f"{'yes' if same else 'NO'} |")
+    print("\nExtrapolation to a 16-core node (NOT measured): per-file work is independent, so the "
+          "ingest time is about serial_ingest / min(16, files) + the parent's merge; the parent's "
+          "share is estimated as the parallel run's ingest time minus serial_ingest / jobs.")
+    for fmt, nf, nd, _nbytes, _gen, ser, par, _same in rows:
+        parent = max(0.0, par["ingest_s"] - ser["ingest_s"] / jobs)
+        est = ser["ingest_s"] / min(16, nf) + parent + ser["verdict_s"]
+        print(f"- {fmt} {nf}x{nd}: serial {ser['wall_s']:.1f} s -> about {est:.1f} s on 16 cores "
+              f"(parent merge + verdicts {parent + ser['verdict_s']:.1f} s stay serial)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
