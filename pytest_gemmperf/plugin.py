@@ -374,7 +374,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         raise pytest.UsageError(f"--gemmperf-backend: {exc}") from None
     return [f"gemmperf: backend {backend}; results {o.results_dir}; baselines {o.baseline_dir}"
             + ("; updating baselines" if o.update_baselines else "")
-            + ("; warn-only" if o.warn_only else "")]
+            + ("; warn-only" if o.warn_only else "")
+            + (f"; shard {config.stash[_SHARD_KEY]}" if config.stash.get(_SHARD_KEY, None) else "")]
 
 
 class _SessionHooks:

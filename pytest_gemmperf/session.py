@@ -333,6 +333,10 @@ class PointRunner(PointReruns):
 
         # torchrun with nnodes > 1: one node agent per node on this machine (run/torch_backend.py)
         multinode = is_local_multinode(launcher, nnodes)
+        if isinstance(launcher, str) and launcher.strip().lower() == "srun":
+            from pytest_gemmperf.run.slurm_env import wrap_command
+
+            command = wrap_command(command)  # srun tasks get RANK/WORLD_SIZE/MASTER_ADDR from SLURM's
         argv = (node_launch_argvs(command, nproc, nnodes, launcher_args)[0] if multinode
                 else launch_argv(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args))
         device = self.backend.device

@@ -144,3 +144,50 @@ def test_mn(gemmperf):
     assert len(pj["node_commands"]) == 2 and pj["node_commands"][1][pj["node_commands"][1].index("--node_rank") + 1] == "1"
     d = pd.read_parquet(point / "dispatches.parquet")
     assert sorted(d["rank"].dropna().astype(int).unique()) == [0, 1] and d["pid"].nunique() == 2
+
+
+# ------------------------------------------------------------------ srun: SLURM -> torch env
+
+def test_slurm_host_lists_and_task_counts():
+    from pytest_gemmperf.run.slurm_env import first_host, tasks_per_node
+
+    assert first_host("gpu[07-09,12],cpu1") == "gpu07"
+    assert first_host("node3,node[1-2]") == "node3"
+    assert first_host("a[001-004]-ib") == "a001-ib"
+    assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    with pytest.raises(ValueError, match="cannot read"):
+        tasks_per_node("2(y3)")
+
+
+def test_slurm_task_env_maps_to_torch_distributed():
+    from pytest_gemmperf.run.slurm_env import torch_env
+
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "6", "SLURM_LOCALID": "1",
+             "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "4,2", "SLURM_STEP_NODELIST": "gpu[07-08]"}
+    assert torch_env(slurm) == {"RANK": "5", "WORLD_SIZE": "6", "LOCAL_RANK": "1", "GROUP_RANK": "1",
+                                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "gpu07", "MASTER_PORT": "29500"}
+    assert torch_env({**slurm, "MASTER_ADDR": "head-ib", "MASTER_PORT": "4000"})["RANK"] == "5"
+    assert "MASTER_ADDR" not in torch_env({**slurm, "MASTER_ADDR": "head-ib"})  # the user's wins
+    assert torch_env({"PATH": "/bin"}) == {}  # not a SLURM task: nothing added
+
+
+def test_srun_torch_command_runs_the_workload_through_the_mapping(tmp_path):
+    import os
+    import subprocess
+
+    from pytest_gemmperf.run.slurm_env import wrap_command
+
+    argv = launch_argv(wrap_command("train.py --x 1"), "srun", nproc=8, nnodes=2)
+    assert argv == ["srun", "--nodes=2", "--ntasks-per-node=8", PY, "-m", "pytest_gemmperf.run.slurm_env",
+                    "--", "train.py", "--x", "1"]
+    # what one srun task does: the shim maps the variables and execs the workload in place
+    show = "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR')}), os.getpid())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(SLURM_PROCID="3", SLURM_NTASKS="4", SLURM_JOB_NODELIST="n[1-2]", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(wrap_command([PY, "-c", show]), env=env, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    doc, pid = out.rsplit(" ", 1)
+    assert json.loads(doc) == {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "n1"}
+    assert int(pid) == proc.pid  # exec: the profiler sees the workload's own process
+    bad = subprocess.run(wrap_command(["/nonexistent/prog"]), env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 127 and "cannot run '/nonexistent/prog'" in bad.stderr
