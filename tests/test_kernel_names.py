@@ -150,6 +150,15 @@ def test_fallback_hash_for_overloads_and_long_names():
 
 def test_hostile_huge_name_is_cheap():
     huge = "void k<" + "A<" * 50_000 + "int" + ">" * 50_000 + ">(int)"
+    # deep nesting under the parse limit, differing at the bottom: no recursion blow-up
+    deep = "void k<" + "A<" * 2000 + "int" + ">" * 2000 + ">(int)"
+    deep2 = deep.replace("int>", "float>", 1)
+    # one 8000-character identifier (the qualifier regex only starts at identifier starts: linear)
+    ident, ident2 = "void k<" + "x" * 8000 + ">(int)", "void k<y" + "x" * 7999 + ">(int)"
+    t0 = time.perf_counter()
+    _check_contract(short_names([deep, deep2]), [deep, deep2])
+    _check_contract(short_names([ident, ident2, "void k<int>(int)"]), [ident, ident2, "void k<int>(int)"])
+    assert time.perf_counter() - t0 < 2.0
     flat = "Cijk_Ailk_Bljk_S_" + "_".join(f"X{i}" for i in range(200_000))
     t0 = time.perf_counter()
     m = short_names([huge, flat, "void k<int>(int)"])

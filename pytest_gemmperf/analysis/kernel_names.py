@@ -46,12 +46,15 @@ __all__ = ["MAX_LEN", "short_names", "short_name_series"]
 MAX_LEN = 48
 #: Names longer than this are labelled by prefix + hash without being parsed.
 PARSE_LIMIT = 8192
+#: Template nesting levels diffed recursively (labels have room for few anyway).
+MAX_DEPTH = 6
 
 _TENSILE_HEAD = re.compile(r"C[a-z]+_A[a-z]+_B[a-z]+_[A-Za-z0-9]+")
 _KEY = re.compile(r"([A-Za-z]+?)(n?\d.*)?")
 _LAMBDA = re.compile(r"::\{lambda\([^{}]*\)#\d+\}")
 _OPERATOR_CALL = re.compile(r"::operator\(\)\(\)(?: const)?")
-_QUALIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::")
+# the look-behind makes a match start only at an identifier's first character: linear time
+_QUALIFIER = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*::")
 _SPACES = re.compile(r"\s*([<>,*&])\s*")
 
 
@@ -253,9 +256,15 @@ def _head_args(v: str) -> tuple[str, list[str] | None]:
     return v[:lt], _split_args(v[lt + 1:_matching(v, lt)])
 
 
-def _diff_values(vals: list[str], elide: bool) -> list[str]:
-    """Per-value rendering that tells the differing values apart (values not all equal)."""
+def _diff_values(vals: list[str], elide: bool, depth: int = 0) -> list[str]:
+    """Per-value rendering that tells the differing values apart (values not all equal).
+
+    Recursion into shared template heads stops at :data:`MAX_DEPTH` (the values are then
+    shown whole and cut later), which bounds the cost on deeply nested names.
+    """
     out = list(vals)
+    if depth >= MAX_DEPTH:
+        return out
     by_head: dict[str, list[int]] = defaultdict(list)
     parsed = [_head_args(v) for v in vals]
     for i, (h, _) in enumerate(parsed):
@@ -268,7 +277,7 @@ def _diff_values(vals: list[str], elide: bool) -> list[str]:
             for i in idx:
                 out[i] = head if (templated and len(by_head) > 1) else vals[i]
         elif templated:
-            inner = _diff_arglists([parsed[i][1] for i in idx], elide)
+            inner = _diff_arglists([parsed[i][1] for i in idx], elide, depth + 1)
             # eliding the head is only safe when no other head is there to tell apart
             shown = "…" if (elide and len(by_head) == 1) else head
             for i, r in zip(idx, inner):
@@ -299,14 +308,14 @@ def _greedy_columns(rows: list[tuple[str, ...]], cols: list[int]) -> list[int]:
     return sorted(chosen)
 
 
-def _diff_arglists(arglists: list[list[str]], elide: bool) -> list[str]:
+def _diff_arglists(arglists: list[list[str]], elide: bool, depth: int = 0) -> list[str]:
     """Comma-joined renderings of the fewest differing argument positions that tell apart."""
     width = max((len(a) for a in arglists), default=0)
     rows = [tuple(a[p] if p < len(a) else "" for p in range(width)) for a in arglists]
     differing = [p for p in range(width) if len({r[p] for r in rows}) > 1]
     parts: list[list[str]] = [[] for _ in arglists]
     for p in _greedy_columns(rows, differing):
-        for i, r in enumerate(_diff_values([row[p] for row in rows], elide)):
+        for i, r in enumerate(_diff_values([row[p] for row in rows], elide, depth)):
             parts[i].append(r)
     return [",".join(p) for p in parts]
 
@@ -340,6 +349,11 @@ def _fit(func: str, diff: str, widest: int) -> str:
     if len(func) > room:
         keep = max(room, 12)
         func = func[:keep - 1] + "…"
+    free = MAX_LEN - len(func) - 2
+    if len(diff) > free:
+        # the innermost (last) differences are the most specific: keep the head and the tail
+        head = free // 3
+        diff = diff[:head] + "…" + diff[len(diff) - (free - head - 1):]
     return f"{func}<{diff}>"
 
 
