@@ -184,7 +184,8 @@ def test_cap_order_size_and_speed_80_kernels_4_metrics_40_runs(tmp_path):
     kernels = [f"void ck::gemm_kernel<ck::Tile<{i}, 128, 64>, float&, std::array<char*, 2ul> >(int)" for i in range(80)]
     metrics = ("dur_ns", "overlap_fraction", "category_total_ns:gemm", "exposed_comm_ns")
     shifts = {(kernels[3], "dur_ns", "ch28-th256"): (30, 1.10), (kernels[7], "dur_ns", "ch28-th256"): (38, 1.40),
-              (kernels[9], "overlap_fraction", "ch28-th256"): (20, 1.3), (kernels[11], "exposed_comm_ns", "ch28-th256"): (10, 0.7)}
+              (kernels[9], "overlap_fraction", "ch28-th256"): (20, 1.3),
+              (kernels[11], "exposed_comm_ns", "ch28-th256"): (10, 0.7)}
     h = make_history(kernels, metrics=metrics, n_runs=40, shifts=shifts)
     c = make_changes(h, shifts)
     t0 = time.perf_counter()

@@ -288,9 +288,11 @@ def _chart_for(series: dict, runs: pd.DataFrame, changes: pd.DataFrame, short: s
     for i, (run_id, when, commit, branch, n_units) in enumerate(zip(*cols)):
         commit = f"commit {commit[:12]}" if commit else "commit unknown"
         branch = f" ({branch})" if branch else ""
+        procs = f"{n_units} process{'es' if n_units != 1 else ''}"
         tip = (f"run {run_id}\n{_tip_time(when)}\n{commit}{branch}\n"
-               f"median {_fmt(arr['median'][i])} {unit} over {n_units} process{'es' if n_units != 1 else ''}\n"
-               f"IQR {_fmt(arr['q1'][i])} – {_fmt(arr['q3'][i])}, range {_fmt(arr['min'][i])} – {_fmt(arr['max'][i])}")
+               f"median {_fmt(arr['median'][i])} {unit} over {procs}\n"
+               f"IQR {_fmt(arr['q1'][i])} – {_fmt(arr['q3'][i])}, "
+               f"range {_fmt(arr['min'][i])} – {_fmt(arr['max'][i])}")
         if i in cuts:
             tip += f"\nchange point: {cuts[i][0]} {_pct(cuts[i][1])}"
         tips.append(tip)
@@ -340,17 +342,23 @@ def _change_rows(changes: pd.DataFrame, order: pd.DataFrame, shorts: dict[str, s
     rows = []
     for r in c.itertuples(index=False):
         scale, unit = _display_scale(r.metric, float(r.series_median) if pd.notna(r.series_median) else np.nan)
+        has_ci = np.isfinite(r.ci_low) and np.isfinite(r.ci_high)
+        has_levels = pd.notna(r.level_before) and pd.notna(r.level_after)
+        has_time = pd.notna(r.time_after)
         rows.append({
             "direction": r.direction, "test": r.test, "point": r.point, "kernel": r.kernel,
-            "short": shorts.get(r.kernel, r.kernel), "metric": r.metric, "hw_key": r.hw_key if isinstance(r.hw_key, str) else "",
+            "short": shorts.get(r.kernel, r.kernel), "metric": r.metric,
+            "hw_key": r.hw_key if isinstance(r.hw_key, str) else "",
             "ratio": _pct(r.ratio), "ratio_v": float(r.ratio),
-            "ci": f"{_pct(r.ci_low)} … {_pct(r.ci_high)}" if np.isfinite(r.ci_low) and np.isfinite(r.ci_high) else "–",
-            "q": f"{r.q_value:.2g}" if np.isfinite(r.q_value) else "–", "q_v": r.q_value if np.isfinite(r.q_value) else None,
+            "ci": f"{_pct(r.ci_low)} … {_pct(r.ci_high)}" if has_ci else "–",
+            "q": f"{r.q_value:.2g}" if np.isfinite(r.q_value) else "–",
+            "q_v": r.q_value if np.isfinite(r.q_value) else None,
             "levels": (f"{_fmt(r.level_before * scale)} → {_fmt(r.level_after * scale)} {unit}"
-                       if pd.notna(r.level_before) and pd.notna(r.level_after) else "–"),
+                       if has_levels else "–"),
             "run_before": r.run_before, "run_after": r.run_after,
-            "time": _tip_time(r.time_after) if pd.notna(r.time_after) else "", "time_v": r.time_after.timestamp() if pd.notna(r.time_after) else None,
-            "commit": r.commit_after or "", "runs_since": None if not np.isfinite(r.age_) else int(r.age_),
+            "time": _tip_time(r.time_after) if has_time else "",
+            "time_v": r.time_after.timestamp() if has_time else None,
+            "commit": r.commit_after or "", "runs_since": int(r.age_) if np.isfinite(r.age_) else None,
             "anchor": r.sid if isinstance(r.sid, str) and r.sid in charted else None})
     return rows
 
