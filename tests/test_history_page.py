@@ -396,6 +396,11 @@ def test_real_908_through_store_and_change_detection(tmp_path, trace_908):
     assert html_lib.unescape(first.group(1)) == slow
     assert '<g class="cp regression"' in html
     assert files["history.html"].stat().st_size < 3_000_000
+    # "recent" means what `gemmperf history check --window 5` means
+    n_recent = len(changepoints.recent_regressions(changes, hist, 5))
+    assert n_recent >= 1 and f"({n_recent} within the last 5 runs of their series)" in html
+    n3 = len(changepoints.recent_regressions(changes, hist, 3))
+    assert f"({n3} within the last 3 runs" in render_history_page(hist, changes, recent_window=3)
 
 
 def test_report_and_history_link_each_other(small, tmp_path):

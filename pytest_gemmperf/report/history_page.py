@@ -46,6 +46,7 @@ OPTIONAL_CHANGES = ("time_after", "commit_after", "ci_low", "ci_high", "q_value"
 DEFAULT_MAX_CHARTS = 60
 DEFAULT_MAX_CHANGE_ROWS = 1000
 #: a change whose run_after is among the last RECENT_RUNS runs of its series counts as recent
+#: (the default window of ``gemmperf history check`` / ``--gemmperf-history-window``)
 RECENT_RUNS = 5
 
 
@@ -93,9 +94,9 @@ def _check_history(history: pd.DataFrame) -> pd.DataFrame:
 
 def _check_changes(changes: pd.DataFrame | None) -> pd.DataFrame:
     cols = [*NEEDED_CHANGES, *OPTIONAL_CHANGES]
+    if changes is not None and not isinstance(changes, pd.DataFrame):
+        raise GemmperfInputError("changes", f"expected a DataFrame, got {type(changes).__name__}")
     if changes is None or len(changes) == 0:
-        if changes is not None and not isinstance(changes, pd.DataFrame):
-            raise GemmperfInputError("changes", f"expected a DataFrame, got {type(changes).__name__}")
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     missing = [c for c in NEEDED_CHANGES if c not in changes.columns]
     if missing:
@@ -365,8 +366,10 @@ def _change_rows(changes: pd.DataFrame, order: pd.DataFrame, shorts: dict[str, s
 
 def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
                         title: str = "gemmperf run history", max_charts: int = DEFAULT_MAX_CHARTS,
-                        max_change_rows: int = DEFAULT_MAX_CHANGE_ROWS, report_href: str | None = None) -> str:
-    """The HTML text of ``history.html`` (see the module docstring)."""
+                        max_change_rows: int = DEFAULT_MAX_CHANGE_ROWS, report_href: str | None = None,
+                        recent_window: int = RECENT_RUNS) -> str:
+    """The HTML text of ``history.html`` (see the module docstring). ``recent_window``: a
+    regression whose first run after is among the series' last that many runs is "recent"."""
     from pytest_gemmperf.report.html import _env
 
     h = _check_history(history)
@@ -386,7 +389,7 @@ def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
         scale, unit = _display_scale(s["metric"], float(s["series_median"]))
         rest.append(_series_row(s, shorts[s["kernel"]], scale, unit))
     runs = h.drop_duplicates("run_id").sort_values(["time", "run_id"])
-    recent = ch[(ch["direction"] == "regression") & (ch["runs_since"] < RECENT_RUNS)]
+    recent = ch[(ch["direction"] == "regression") & (ch["runs_since"] < int(recent_window))]
     ctx = {
         "title": title, "version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -397,7 +400,7 @@ def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
         "points": sorted(h["point"].unique()), "metrics": sorted(h["metric"].unique()),
         "n_changes": len(ch), "n_regressions": int((ch["direction"] == "regression").sum()),
         "n_improvements": int((ch["direction"] == "improvement").sum()),
-        "n_recent": len(recent), "recent_runs": RECENT_RUNS,
+        "n_recent": len(recent), "recent_runs": int(recent_window),
         "n_unmatched": int((~ch["charted_series"]).sum()),
         "charts": charts, "rest": rest,
         "changes": _change_rows(ch, order, shorts, set(charted["sid"]), max_change_rows),
@@ -408,7 +411,7 @@ def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
 
 def write_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, out: Path, *,
                        title: str = "gemmperf run history", max_charts: int = DEFAULT_MAX_CHARTS,
-                       report_href: str | None = None) -> Path:
+                       report_href: str | None = None, recent_window: int = RECENT_RUNS) -> Path:
     """Write ``history.html`` atomically. ``out`` is the file (``*.html``) or its directory.
     ``report_href`` adds a link back to report.html (pass it only when that file exists)."""
     from pytest_gemmperf.safe_io import write_text
@@ -417,7 +420,7 @@ def write_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, out:
     path = out if out.suffix.lower() in (".html", ".htm") else out / "history.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_text(path, render_history_page(history, changes, title=title, max_charts=max_charts,
-                                                report_href=report_href))
+                                                report_href=report_href, recent_window=recent_window))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,15 +465,16 @@ def write_history_xlsx(history: pd.DataFrame, changes: pd.DataFrame | None, path
 
 
 def write_history_reports(history: pd.DataFrame, changes: pd.DataFrame | None, out_dir: Path, *,
-                          title: str = "gemmperf run history",
-                          max_charts: int = DEFAULT_MAX_CHARTS) -> dict[str, Path]:
+                          title: str = "gemmperf run history", max_charts: int = DEFAULT_MAX_CHARTS,
+                          recent_window: int = RECENT_RUNS) -> dict[str, Path]:
     """Write ``history.html`` and ``history.xlsx`` into ``out_dir``; returns name -> path.
     The page links to a ``report.html`` already in ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     href = "report.html" if (out_dir / "report.html").is_file() else None
     return {"history.html": write_history_page(history, changes, out_dir / "history.html", title=title,
-                                               max_charts=max_charts, report_href=href),
+                                               max_charts=max_charts, report_href=href,
+                                               recent_window=recent_window),
             "history.xlsx": write_history_xlsx(history, changes, out_dir / "history.xlsx")}
 
 
