@@ -121,10 +121,15 @@ _LABELS_JS = """
               copy: td.querySelector('button.copy').getAttribute('data-copy')});
   });
   document.querySelectorAll('svg text.kernel-title, svg text.kernel-label').forEach(t => {
+    // forest rows: "sweep point <tspan class=name>label</tspan>", tooltip "sweep point full"
     const tip = t.querySelector('title');
-    const label = Array.from(t.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join('');
+    const name = t.querySelector('tspan.name');
+    const prefix = name ? t.textContent.slice(0, t.textContent.indexOf(name.textContent)) : '';
+    const label = name ? name.textContent
+                       : Array.from(t.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join('');
+    const full = tip ? tip.textContent : null;
     out.push({where: t.closest('section').id + '-svg', label: label.trim(),
-              full: tip ? tip.textContent : null, code: null, copy: null});
+              full: full && full.startsWith(prefix) ? full.slice(prefix.length) : full, code: null, copy: null});
   });
   return out;
 })()
@@ -207,6 +212,28 @@ def test_synthetic_tensile_report_reads_at_a_glance(tmp_path, synthetic_report):
         if browser.evaluate(f"{second}.querySelector('button.copy').className") == "copy":
             assert browser.evaluate(f"{second}.querySelector('details').open")
             assert browser.evaluate("window.getSelection().toString()") == browser.evaluate(f"{second}.title")
+        assert browser.errors() == []
+    finally:
+        browser.close()
+
+
+@needs_chromium
+def test_nway_report_keeps_key_columns_in_view(tmp_path):
+    """Several candidate sweeps: the sweep column comes first, the key columns still fit."""
+    from pytest_gemmperf.gate.compare import compare
+    from pytest_gemmperf.gate.samples import samples_from_dispatches
+
+    base, c1, c2 = _trace(0, 1.0), _trace(1, 1.3), _trace(2, 1.0)
+    sb = samples_from_dispatches(base)
+    v = pd.concat([compare(sb, samples_from_dispatches(c), test="tests/test_gemm.py::test_mlp").assign(label=lab)
+                   for lab, c in (("candidate-a", c1), ("candidate-b", c2))], ignore_index=True)
+    html = write_reports(tmp_path / "rep", dispatches=[base, c1, c2], labels=["base", "candidate-a", "candidate-b"],
+                         verdicts=v, formats=["html"])["report.html"]
+    browser = DevTools(_chromium(), tmp_path / "profile")
+    try:
+        browser.open(html.resolve().as_uri(), width=WIDTH, height=HEIGHT)
+        res = _check_page(browser)
+        assert res["layout"]["heads"][0] == "sweep"
         assert browser.errors() == []
     finally:
         browser.close()

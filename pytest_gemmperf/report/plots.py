@@ -57,12 +57,16 @@ class _Svg:
             f"<title>{escape(title)}</title>"]
 
     def text(self, x: float, y: float, s: str, *, anchor: str = "start", cls: str = "",
-             weight: str = "", rotate: bool = False, tip: str | None = None, fill: str = "") -> None:
+             weight: str = "", rotate: bool = False, tip: str | None = None, fill: str = "",
+             prefix: str = "") -> None:
+        """Escaped text; ``prefix`` (e.g. sweep and point) goes before ``s``, which is then
+        wrapped in ``<tspan class="name">`` so the name itself can be found in the page."""
         extra = f' font-weight="{weight}"' if weight else ""
         extra += f' fill="{fill}"' if fill else ""
         extra += f' transform="rotate(-90 {_f(x)} {_f(y)})"' if rotate else ""
         extra += f' class="{cls}"' if cls else ""
-        inner = escape(s) + (Markup(f"<title>{escape(tip)}</title>") if tip else "")
+        body = escape(prefix) + Markup('<tspan class="name">') + escape(s) + Markup("</tspan>") if prefix else escape(s)
+        inner = body + (Markup(f"<title>{escape(tip)}</title>") if tip else "")
         self.parts.append(f'<text x="{_f(x)}" y="{_f(y)}" text-anchor="{anchor}"{extra}>{inner}</text>')
 
     def line(self, x1, y1, x2, y2, stroke="#333", width=1.0, dash: str | None = None) -> None:
@@ -204,8 +208,10 @@ def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900,
         lab = (f"{r['label']} " if "label" in v.columns and verdicts["label"].nunique() > 1 else "")
         lab += f"{r['point']} " if r.get("point") not in (None, "", "-") else ""
         shown = (short or {}).get(name)
-        svg.text(left - 8, y + 4, lab + shown if shown else shorten_kernel(lab + name, 58), anchor="end",
-                 tip=lab + name, cls="kernel-label")
+        if shown:
+            svg.text(left - 8, y + 4, shown, prefix=lab, anchor="end", tip=lab + name, cls="kernel-label")
+        else:
+            svg.text(left - 8, y + 4, shorten_kernel(lab + name, 58), anchor="end", tip=lab + name)
         c = colours.get(str(r["verdict"]), "#555")
         svg.line(X(lows[i]), y, X(highs[i]), y, stroke=c, width=2)
         svg.circle(X(float(r["ratio"])), y, 4, c,
