@@ -334,7 +334,8 @@ def _cpp_labels(parsed: dict[str, tuple[str, list[str]]]) -> dict[str, str]:
         for elide in (False, True):
             diffs = _diff_arglists(arglists, elide)
             # one cut of the function name for the whole group keeps its labels aligned
-            labels = [_fit(func, d, max(map(len, diffs))) for d in diffs]
+            widest = max(map(len, diffs))
+            labels = [_fit(func, d, widest) for d in diffs]
             if max(map(len, labels)) <= MAX_LEN:
                 break
         out.update(zip(group, labels))
