@@ -8,6 +8,7 @@ layout (``run/results.py``), and gates the result against ``baselines/``.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import shutil
@@ -195,7 +196,7 @@ class PointRunner(PointReruns):
     contention and confirmation: :class:`~pytest_gemmperf.session_reruns.PointReruns`)."""
 
     def __init__(self, session: GemmperfSession, point: SweepPoint, nodeid: str,
-                 record_property=None) -> None:
+                 record_property=None, progress=None) -> None:
         self.session = session
         self.point = point
         self.nodeid = nodeid
@@ -203,6 +204,8 @@ class PointRunner(PointReruns):
         self._record = record_property or (lambda name, value: None)
         self.messages: list[str] = []
         self._call: dict[str, Any] | None = None  # the last profile() call, for re-runs
+        #: ``progress(event, **fields)``: the plugin's progress lines (progress.py); a no-op here
+        self._progress = progress or (lambda event, **fields: None)
         self._record_json: dict[str, Any] | None = None
         self._confirm_text = ""
 
@@ -278,6 +281,8 @@ class PointRunner(PointReruns):
         self._record_json = record
         monitor = self._monitor()
         sampler = self._sampler(full_env)
+        self._progress("point_start", repeats=repeats, backend=backend.name,
+                       counter_passes=_expected_passes(backend.name, counters))
         try:
             with monitor, sampler:
                 trace, argv = self._execute(record, first_run=0)
@@ -344,6 +349,7 @@ class PointRunner(PointReruns):
         for k in range(first_run, first_run + repeats):
             with self._process_window(k):
                 if multinode:  # a fresh rendezvous port per repeat
+            self._progress("run_start", run=k - first_run, total=repeats, round=first_run // repeats)
                     nodes = node_launch_argvs(command, nproc, nnodes, launcher_args)
                     record["node_commands"] = nodes
                     run = run_torch_nodes(nodes, env=full_env, run_dir=self.dir / f"run{k}", run=k,
@@ -354,6 +360,8 @@ class PointRunner(PointReruns):
                                           device=device, timeout_s=timeout_s, cwd=cwd)
             entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
                      "timed_out": run.timed_out, "log": _rel(run.log, self.dir),
+            self._progress("run_end", run=k - first_run, total=repeats, round=first_run // repeats,
+                           duration_s=run.duration_s, ok=run.returncode == 0 and not run.timed_out)
                      "files": {("none" if r is None else str(r)): [_rel(p, self.dir) for p in ps]
                                for r, ps in run.files.items()}}
             if run.node_logs:
@@ -397,7 +405,9 @@ class PointRunner(PointReruns):
             res = rocprofv3.profile_point(env_set, inner, out_dir, counters=list(counters),
                                           kernel_regexes=list(self.point.kernels), repeats=repeats,
                                           timeout_s=timeout_s, exe=self.options.rocprofv3,
-                                          launcher_prefix=outer, env=full_env, cwd=cwd)
+                                          launcher_prefix=outer, env=full_env, cwd=cwd,
+                                          progress=functools.partial(self._progress,
+                                                                     round=run_offset // repeats))
         except WorkloadError as exc:
             timed_out = exc.result is not None and exc.result.timed_out
             raise _PointFailed("timeout" if timed_out else "failed", str(exc)) from None
@@ -547,6 +557,10 @@ class PointRunner(PointReruns):
             _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {note}")
         if len(samples) == 0:
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no samples left after "
+        from pytest_gemmperf.session_benchmark import gated_property
+
+        # --gemmperf-benchmark-json: the controller exports this point at the session's end
+        self._record(*gated_property(self.test_id, self.point.id, w, self.point.kernels))
                             "warm-up removal; profile more steps or lower --gemmperf-warmup")
         return samples
 
@@ -568,6 +582,9 @@ class PointRunner(PointReruns):
             point["duration_s"] = round(seconds, 3)
         meta = {**self.session.metadata(), "points": {self.point.id: point}}
         store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=samples, meta=meta),
+        # per process: the ETA of the progress lines (progress.py) on the next run
+        point["run_durations_s"] = [round(float(r["duration_s"]), 3) for r in result.runs
+                                    if r.get("duration_s")]
                    merge=True)
         return store.path_for(self.test_id, result.hw_key)
 
@@ -609,6 +626,12 @@ def _fail_now(message: str):
 
 def _emit(message: str) -> None:
     """Visible in the test's captured output and, with -s, on the terminal."""
+def _expected_passes(backend: str, counters: Sequence[str]) -> int:
+    """Counter passes a rocprofv3 point will likely run (the ETA's guess; the real grouping
+    comes later): at most 8 counters share a pass (``profile_point``'s default)."""
+    return -(-len(counters) // 8) if backend == "rocprofv3" and counters else 0
+
+
     print(message, file=sys.stderr)
 
 

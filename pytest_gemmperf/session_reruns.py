@@ -147,6 +147,9 @@ class PointReruns:
         pj = self.dir / "point.json"
         record = json.loads(pj.read_text(encoding="utf-8")) if pj.exists() else dict(self._record_json or {})
         record.setdefault("runs", [])
+        # confirmation rounds skip the counter passes (_execute)
+        self._progress("point_start", repeats=self._call["repeats"], backend=self.backend.name,
+                       counter_passes=0, round=round_no)
         monitor = self._monitor()
         sampler = self._sampler(self._call["full_env"])
         try:

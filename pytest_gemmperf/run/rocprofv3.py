@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .process import ProcessResult, WorkloadError, require_success, run_process
 from .rocprofv3_cli import (  # noqa: F401  (re-exported: the backend's public names)
@@ -269,7 +269,8 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
                   cwd: str | os.PathLike | None = None, grace_s: float = 5.0,
                   max_counters_per_pass: int = 8, avail_exe: str = "rocprofv3-avail",
                   tail_lines: int = 40, kernel_names: Sequence[str] = (),
-                  job_path: str | os.PathLike | None = None) -> ProfileResult:
+                  job_path: str | os.PathLike | None = None,
+                  progress: Callable[..., None] | None = None) -> ProfileResult:
     """Profile one sweep point: ``repeats`` timing runs (separate processes, each into
     ``run<k>/raw`` with ``run<k>/logs/rocprofv3.log``), then counter passes into
     ``counters/raw`` (log ``counters/logs/rocprofv3.log``).
@@ -283,7 +284,11 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
     setting one is a ``ProfilerSetupError``. Raises ``WorkloadError`` (workload failed or hung;
     the log tail is in the message), ``ProfilerOutputError`` (a pass lacks its files/counters);
     a GPU that cannot read counters gives ``counters_skipped`` instead of an error.
+    ``progress(event, **fields)``, when given, hears ``run_start``/``run_end`` (run, total,
+    duration_s, ok) of each timing run and ``passes_start``/``passes_end`` (groups) of the
+    counter passes (the pytest plugin's progress lines; see ``pytest_gemmperf/progress.py``).
     """
+    progress = progress or (lambda event, **fields: None)
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     owned = sorted(k for k in point_env if profiler_env({k: ""})[1])
@@ -307,8 +312,11 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
         raw.mkdir(parents=True, exist_ok=True)
         argv = [*launcher, *timing_pass_argv(version, raw, workload_argv, formats, exe=exe,
                                              output_prefix=prefix)]
+        progress("run_start", run=k, total=repeats)
         res = run_process(argv, env=base_env, cwd=cwd, timeout_s=timeout_s, log_path=log,
                           grace_s=grace_s)
+        progress("run_end", run=k, total=repeats, duration_s=res.duration_s,
+                 ok=res.ok)
         require_success(res, f"timing run {k} (rocprofv3 --kernel-trace)", tail_lines)
         runs.append(RunRecord(k, res, raw, check_timing_output(raw, formats, log)))
     result = ProfileResult(version=version, runs=runs, dropped_env=dropped)
@@ -336,7 +344,10 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
                                output_prefix=prefix, kernel_names=kernel_names)]
     # the application re-runs once per pass
     budget = None if timeout_s is None else timeout_s * len(groups)
+    progress("passes_start", groups=len(groups))
     res = run_process(argv, env=base_env, cwd=cwd, timeout_s=budget, log_path=log, grace_s=grace_s)
+    progress("passes_end", groups=len(groups), duration_s=res.duration_s,
+             ok=res.ok)
     result.counter_groups, result.job_path, result.counter_result = groups, job_path, res
     if res.timed_out or res.interrupted:
         raise WorkloadError(f"counter passes {res.describe()}", res, tail_lines)

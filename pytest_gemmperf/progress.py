@@ -1,0 +1,261 @@
+"""Progress lines of a pytest session: one line per event of a profiled sweep point.
+
+A point runs for tens of seconds to minutes (``repeats`` workload processes, then rocprofv3's
+counter passes) while pytest shows a single dot. :class:`ProgressReporter` writes one whole
+line per event:
+
+* the point starts (``gemmperf ▶ test[point] start: 3 runs (torch), ETA ~41 s (baseline)``);
+* each workload process (a repeat, which for rocprofv3 is one ``--kernel-trace`` timing pass)
+  starts and ends, with its duration, the point's elapsed time and the ETA of the rest;
+* the counter passes (one rocprofv3 call running the application once per counter group)
+  start and end;
+* the point ends (``gemmperf ■ test[point] passed in 41.2 s (compared: unchanged=8)``).
+
+**Where the lines go.** In a plain session through pytest's terminal reporter:
+``ensure_newline()`` first, so a line never lands behind pytest's dots (pytest then re-writes
+the file name before the next dot), inside ``capturemanager.global_and_fixture_disabled()`` so
+fd capture does not swallow a line written while the test runs. An xdist worker has no
+terminal (its stdout is execnet's channel; its stderr is the controller's stderr, inherited):
+it writes ``[gwN] gemmperf ...`` lines to file descriptor 2, each line one ``os.write`` (whole
+lines below ``PIPE_BUF`` are not interleaved with other workers' lines), also outside fd
+capture. The alternative, forwarding lines to the controller, has no channel in xdist before
+a test's report arrives, i.e. after the point ended -- too late for progress.
+
+**Verbosity.** Default and ``-v``: every event. ``-q``: only the point start and end lines.
+``-qq`` or ``--gemmperf-progress off``: none.
+
+**ETA.** Expected duration of one workload process, in order: the median of the per-process
+durations the baseline recorded for this point (``meta.points[<point>].run_durations_s``,
+written when the baseline is saved), else the mean of this point's finished processes; a
+counter pass counts as one more process. A baseline that recorded only the point's total
+(``duration_s``) gives ``total - elapsed`` until a process has finished. Progress never fails
+a test: an unreadable baseline simply gives no ETA.
+
+The run layer knows nothing of this module: the runner receives a plain callable
+``progress(event, **fields)`` (:class:`PointProgress`), so data flows one way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+#: events the runner emits (``progress(event, **fields)``)
+POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round
+RUN_START = "run_start"        # run (0-based within this call), total, round
+RUN_END = "run_end"            # run, total, duration_s, ok, round
+PASSES_START = "passes_start"  # groups
+PASSES_END = "passes_end"      # groups, duration_s, ok
+
+Sink = Callable[..., None]
+
+
+def no_progress(event: str, **fields: Any) -> None:
+    """The sink used when nobody listens (the runner's default)."""
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 100:
+        return f"{seconds:.1f} s"
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+def baseline_durations(baseline_dir: Path, test_slug: str, point_id: str,
+                       hw_key: str | None = None) -> tuple[list[float], float | None]:
+    """What a baseline recorded about how long ``point_id`` of the test whose record directory
+    is ``test_slug`` took: (per-process seconds ``run_durations_s``, total seconds
+    ``duration_s``), either possibly empty/None. Under ``hw_key`` when known, else from the
+    only hardware key holding that test (several: none, they would mislead). Reads
+    ``meta.json`` only; anything missing or unreadable gives ``([], None)``."""
+    try:
+        if hw_key:
+            from pytest_gemmperf.gate.hardware import sanitize
+
+            metas = [Path(baseline_dir) / sanitize(hw_key) / test_slug / "meta.json"]
+        else:
+            metas = list(Path(baseline_dir).glob(f"*/{test_slug}/meta.json"))
+        if len(metas) != 1 or not metas[0].is_file():
+            return [], None
+        meta = json.loads(metas[0].read_text(encoding="utf-8"))
+        # the pointer meta.json holds the record's metadata under "metadata"
+        points = next((p for p in ((meta.get("metadata") or {}).get("points"), meta.get("points"))
+                       if isinstance(p, dict)), {})
+        info = points.get(point_id) or {}
+        runs = [float(x) for x in info.get("run_durations_s") or []
+                if isinstance(x, (int, float)) and x > 0]
+        total = info.get("duration_s")
+        total = float(total) if isinstance(total, (int, float)) and total > 0 else None
+        return runs, total
+    except (OSError, ValueError, TypeError, AttributeError, ImportError):
+        return [], None
+
+
+class ProgressReporter:
+    """Writes progress lines for one pytest process (controller or xdist worker).
+
+    ``write`` is the only output path; ``level`` 0 lines (point start/end) show at ``-q``,
+    level 1 lines (processes, passes) from the default verbosity up."""
+
+    def __init__(self, config: Any, *, enabled: bool = True) -> None:
+        self.config = config
+        verbose = int(getattr(config.option, "verbose", 0) or 0)
+        self.max_level = -1 if not enabled or verbose <= -2 else (0 if verbose == -1 else 1)
+        worker = getattr(config, "workerinput", None)
+        self.worker_id = (worker or {}).get("workerid") if worker is not None else None
+        self.points: dict[str, PointProgress] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_level >= 0
+
+    def write(self, line: str, level: int = 1) -> None:
+        if level > self.max_level:
+            return
+        pm = self.config.pluginmanager
+        capman = pm.getplugin("capturemanager")
+        try:
+            if capman is not None:
+                with capman.global_and_fixture_disabled():
+                    self._write(line, pm)
+            else:
+                self._write(line, pm)
+        except (OSError, ValueError):  # a closed terminal must not fail the point
+            pass
+
+    def _write(self, line: str, pm: Any) -> None:
+        tr = None if self.worker_id else pm.getplugin("terminalreporter")
+        if tr is not None:
+            tr.ensure_newline()  # after "file.py ..": pytest re-writes the file name next time
+            tw = getattr(tr, "_tw", None)
+            if tw is not None and tw.width_of_current_line:  # -q writes its letters bare
+                tw.line()
+            tr.write_line(line)
+            tr.flush()
+            return
+        prefix = f"[{self.worker_id}] " if self.worker_id else ""
+        enc = getattr(sys.__stderr__, "encoding", None) or "utf-8"
+        os.write(2, (prefix + line + "\n").encode(enc, errors="replace"))
+
+    def for_point(self, session: Any, nodeid: str, point_id: str) -> "PointProgress | None":
+        """The sink of a test item's point in ``session`` (a ``GemmperfSession``), with the ETA
+        its baseline allows; None when progress is off. The hardware key is the one this
+        session's first profiled point found (``run.json``), if any."""
+        if not self.enabled:
+            return None
+        from pytest_gemmperf.gate.record import slug_for_test
+        from pytest_gemmperf.run.results import RUN_JSON, base_test_id
+
+        hw_key = None
+        try:
+            hw_key = json.loads((session.results.root / RUN_JSON).read_text(encoding="utf-8")).get("hardware_key")
+        except (OSError, ValueError, AttributeError):
+            pass
+        runs, total = baseline_durations(session.options.baseline_dir, slug_for_test(base_test_id(nodeid)),
+                                         point_id, hw_key)
+        return self.point(nodeid, point_id, baseline_runs=runs, baseline_total=total)
+
+    def point(self, nodeid: str, point_id: str, *, baseline_runs: list[float] | None = None,
+              baseline_total: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> "PointProgress":
+        """The sink for one test item's point; remembered until its report arrives."""
+        label = f"{nodeid.rsplit('::', 1)[-1].split('[', 1)[0]}[{point_id}]"
+        p = PointProgress(self, label, baseline_runs or [], clock, baseline_total)
+        self.points[nodeid] = p
+        return p
+
+    def finish(self, nodeid: str, outcome: str, status: str | None) -> None:
+        """The test item's call phase ended: one line with outcome, time and gate status."""
+        p = self.points.pop(nodeid, None)
+        if p is None or not p.started:
+            return
+        what = f" ({status})" if status else ""
+        self.write(f"gemmperf ■ {p.label} {outcome} in {_fmt_s(p.elapsed())}{what}", level=0)
+
+    # pytest hooks (the reporter is registered as a plugin by plugin.py)
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            from pytest_gemmperf.session import PROP_STATUS
+
+            status = next((str(v) for k, v in report.user_properties if k == PROP_STATUS), None)
+            self.finish(report.nodeid, report.outcome, status)
+
+
+class PointProgress:
+    """Callable sink of one point: ``progress(event, **fields)`` -> a line, with the ETA."""
+
+    def __init__(self, reporter: ProgressReporter, label: str, baseline: list[float],
+                 clock: Callable[[], float], baseline_total: float | None = None) -> None:
+        self.reporter = reporter
+        self.label = label
+        self.baseline = baseline
+        self.baseline_total = baseline_total
+        self.clock = clock
+        self.started: float | None = None
+        self.done: list[float] = []        # durations of this point's finished processes
+        self.remaining_runs = 0
+        self.groups = 0                    # counter passes still to come (0: none)
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started is None else self.clock() - self.started
+
+    def per_run(self) -> tuple[float | None, str]:
+        if self.baseline:
+            return statistics.median(self.baseline), "baseline"
+        if self.done:
+            return sum(self.done) / len(self.done), "this point"
+        return None, ""
+
+    def eta(self) -> str:
+        per, where = self.per_run()
+        if per is None and self.baseline_total is not None:
+            return f", ETA {_fmt_s(max(0.0, self.baseline_total - self.elapsed()))} (baseline)"
+        if per is None:
+            return ""
+        left = per * (self.remaining_runs + self.groups)
+        return f", ETA {_fmt_s(left)} ({where})"
+
+    def __call__(self, event: str, **f: Any) -> None:
+        try:
+            self._event(event, f)
+        except Exception:  # progress is cosmetic; never let it decide a test
+            pass
+
+    def _event(self, event: str, f: dict[str, Any]) -> None:
+        rnd = int(f.get("round", 0) or 0)
+        tag = f" confirmation round {rnd}:" if rnd else ""
+        if event == POINT_START:
+            if self.started is None or not rnd:
+                self.started = self.clock()
+            self.remaining_runs = int(f.get("repeats", 0))
+            self.groups = int(f.get("counter_passes", 0) or 0)
+            passes = f" + {self.groups} counter pass(es)" if self.groups else ""
+            self.reporter.write(f"gemmperf ▶ {self.label}{tag} start: {self.remaining_runs} "
+                                f"process(es){passes} ({f.get('backend', '?')}){self.eta()}", level=0)
+        elif event == RUN_START:
+            self.reporter.write(f"gemmperf   {self.label}{tag} run {f['run'] + 1}/{f['total']} started"
+                                f" (elapsed {_fmt_s(self.elapsed())}{self.eta()})")
+        elif event == RUN_END:
+            d = f.get("duration_s")
+            if d is not None:
+                self.done.append(float(d))
+            self.remaining_runs = max(0, int(f["total"]) - int(f["run"]) - 1)
+            state = "done" if f.get("ok", True) else "FAILED"
+            self.reporter.write(f"gemmperf   {self.label}{tag} run {f['run'] + 1}/{f['total']} {state} "
+                                f"in {_fmt_s(d)} (elapsed {_fmt_s(self.elapsed())}{self.eta()})")
+        elif event == PASSES_START:
+            self.groups = int(f.get("groups", 0))
+            self.reporter.write(f"gemmperf   {self.label} counter passes 1-{self.groups}/{self.groups} "
+                                f"started (one rocprofv3 call; elapsed {_fmt_s(self.elapsed())}{self.eta()})")
+        elif event == PASSES_END:
+            self.groups = 0
+            state = "done" if f.get("ok", True) else "FAILED"
+            self.reporter.write(f"gemmperf   {self.label} counter passes {state} in "
+                                f"{_fmt_s(f.get('duration_s'))} (elapsed {_fmt_s(self.elapsed())})")

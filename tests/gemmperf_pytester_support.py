@@ -1,0 +1,72 @@
+"""Shared set-up of the pytester tests of the progress lines and the session's benchmark JSON:
+the plugin on the CPU torch backend with the fast stand-in workload
+(tests/fixtures/gemmperf_plugin/fake_kineto_workload.py), results and baselines under the
+pytester directory, and this machine's load kept out of the verdicts."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import pytest
+
+# pytester's in-process runs drop the modules they imported afterwards; pyarrow extension types
+# cannot be registered twice, so everything the inner sessions use is imported here, once.
+import pandas.core.arrays.arrow.extension_types  # noqa: E402,F401
+import pyarrow.parquet  # noqa: E402,F401
+
+import pytest_gemmperf.gate.baseline  # noqa: E402,F401
+import pytest_gemmperf.gate.compare  # noqa: E402,F401
+import pytest_gemmperf.gate.hardware  # noqa: E402,F401
+import pytest_gemmperf.gate.samples  # noqa: E402,F401
+import pytest_gemmperf.gate.verdict  # noqa: E402,F401
+import pytest_gemmperf.progress  # noqa: E402,F401
+import pytest_gemmperf.run.process  # noqa: E402,F401
+import pytest_gemmperf.run.torch_backend  # noqa: E402,F401
+import pytest_gemmperf.session_benchmark  # noqa: E402,F401
+import pytest_gemmperf.traces.torch_trace  # noqa: E402,F401
+from pytest_gemmperf.run import backend as be
+from pytest_gemmperf.run import environment
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE = REPO / "tests" / "fixtures" / "gemmperf_plugin" / "fake_kineto_workload.py"
+
+TEST_FILE = f"""
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(channels=[28, 56], threads=[256], kernels=[r"^aten::mm$"])
+def test_gpsweep(gemmperf):
+    result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "40"], repeats=2)
+    gemmperf.assert_no_regression(result)
+"""
+
+
+def _entry_point_loaded() -> bool:
+    return any(ep.value == "pytest_gemmperf.plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
+
+
+PLUGIN_ARGS = [] if _entry_point_loaded() else ["-p", "pytest_gemmperf.plugin"]
+
+
+@pytest.fixture
+def gp(pytester, monkeypatch):
+    """``gp(*args, results=..., inprocess=True)`` runs the sweep above in pytester."""
+    monkeypatch.setattr(be, "rocm_gpu_present", lambda *a: False)
+    monkeypatch.setattr(be, "cuda_gpu_present", lambda: False)
+    monkeypatch.delenv("FAKE_SCALE", raising=False)
+    monkeypatch.delenv("FAKE_FAIL", raising=False)
+    monkeypatch.setattr(environment, "read_proc_stat", lambda *a, **k: None)
+    # a subprocess run (xdist) cannot be patched: the torch backend is chosen explicitly there
+    pytester.makepyfile(test_gpsweep=TEST_FILE)
+
+    def run(*args, results="res", inprocess=True):
+        full = [*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+                "--gemmperf-backend", "torch", "--gemmperf-telemetry", "off",
+                f"--gemmperf-results-dir={results}", "--gemmperf-baseline-dir=base", *args]
+        return pytester.runpytest(*full) if inprocess else pytester.runpytest_subprocess(*full)
+
+    run.path = pytester.path
+    run.python = sys.executable
+    return run
