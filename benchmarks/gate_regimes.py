@@ -67,11 +67,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy as ga  # noqa: E402
-from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare_stats  # noqa: E402
+from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare, compare_stats  # noqa: E402
+from pytest_gemmperf.gate.confirm import judge, suspicious  # noqa: E402
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 SIGMA_PROCESS = 0.01
 RULES = {"default": GateConfig(), "threshold 0": GateConfig(threshold=0.0)}
+#: threshold 0 with the plugin's default confirmation rule (one re-run of a suspicious point)
+CONFIRM_RULE = "threshold 0 + confirm 1"
 
 
 @dataclass(frozen=True)
@@ -121,12 +124,14 @@ def draw(pool: ga.StepPool, rng: np.random.Generator, iters: int) -> tuple[np.nd
         ga.STEPS_PER_PROCESS = old
 
 
-def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime) -> tuple[np.ndarray, ...]:
-    """(kernel, unit, value) of one comparison: units ``0..r.units-1`` are the baseline."""
+def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, groups: int = 2) -> tuple[np.ndarray, ...]:
+    """(kernel, unit, value) of one comparison: units ``0..r.units-1`` are the baseline, the
+    next ``r.units`` the candidate and, with ``groups=3``, the last ``r.units`` a confirmation
+    re-run of the candidate (same distribution)."""
     n_k = len(pool.names)
     it = r.iters or default_iters(pool)
     ks, us, vs = [], [], []
-    for u in range(2 * r.units):
+    for u in range(groups * r.units):
         n = it if u < r.units else max(2, int(round(it * r.cand_factor)))
         k, v = draw(pool, rng, n)
         factor = rng.normal(0, SIGMA_PROCESS) + rng.normal(0, 1, n_k) * pool.sigma_kernel
@@ -137,23 +142,25 @@ def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime) -> tuple[np
 
 
 def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np.ndarray, value: np.ndarray,
-            units: int, totals: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compacted baseline and candidate samples tables (category totals per unit unless off)."""
-    labels = np.array([f"host/{u}/0/{u}" for u in range(2 * units)])
+            units: int, totals: bool = True) -> list[pd.DataFrame]:
+    """Compacted samples of each group of ``units`` processes (baseline, candidate[, re-run]),
+    category totals per unit unless off."""
+    groups = int(unit.max()) // units + 1 if len(unit) else 2
+    labels = np.array([f"host/{u}/0/{u}" for u in range(groups * units)])
     d = pd.DataFrame({"point": "p", "kernel": pd.Categorical.from_codes(kernel, categories=names),
                       "metric": "dur_ns", "unit": labels[unit], "value": value})
     frames = [d]
     if totals:
         cats = np.unique(category[kernel])
         cc = np.searchsorted(cats, category[kernel])
-        tot = np.bincount(unit * len(cats) + cc, weights=value, minlength=2 * units * len(cats))
+        tot = np.bincount(unit * len(cats) + cc, weights=value, minlength=groups * units * len(cats))
         uu, ci = np.divmod(np.arange(len(tot)), len(cats))
         keep = tot > 0
         frames.append(pd.DataFrame({"point": "p", "kernel": "category:" + cats[ci[keep]],
                                     "metric": "category_total_ns", "unit": labels[uu[keep]], "value": tot[keep]}))
-    df = pd.concat(frames, ignore_index=True)
-    is_base = df["unit"].isin(labels[:units])
-    return compact_samples(df[is_base]), compact_samples(df[~is_base])
+    df = compact_samples(pd.concat(frames, ignore_index=True))  # per unit: splitting afterwards is exact
+    group = df["unit"].map({lab: i // units for i, lab in enumerate(labels)}).to_numpy()
+    return [df[group == g].reset_index(drop=True) for g in range(groups)]
 
 
 def swapped_name(name: str) -> str:
@@ -169,17 +176,17 @@ def swapped_name(name: str) -> str:
 
 
 def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.ndarray, top: int) -> dict:
-    kernel, unit, value = simulate(pool, rng, r)
+    kernel, unit, value = simulate(pool, rng, r, groups=3)
     names = list(pool.names)
-    cand = unit >= r.units
+    cand = unit >= r.units  # candidate and its confirmation re-run
     if r.kind == "family":
         keep = np.isin(kernel, gemm)
         kernel, unit, value, cand = kernel[keep], unit[keep], value[keep], cand[keep]
         value = value * np.where(cand, 1 + r.effect, 1.0)
     if r.kind == "single":
         # one kernel with >= 50 dispatches in every process, chosen at random, X % slower
-        n_k = len(names)
-        per = np.bincount(kernel * (2 * r.units) + unit, minlength=n_k * 2 * r.units).reshape(n_k, -1).min(axis=1)
+        n_k, n_u = len(names), 3 * r.units
+        per = np.bincount(kernel * n_u + unit, minlength=n_k * n_u).reshape(n_k, -1).min(axis=1)
         slowed = int(rng.choice(np.flatnonzero(per >= 50)))
         value = value * np.where(cand & (kernel == slowed), 1 + r.effect, 1.0)
     if r.kind == "swap":
@@ -188,11 +195,12 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
         kernel = np.where(hit, len(names) - 1, kernel)
         value = value * np.where(hit, 1 + r.effect, 1.0)
     category = np.append(pool.category, pool.category[top]) if r.kind == "swap" else pool.category
-    b, c = samples(names, category, kernel, unit, value, r.units, totals=r.cand_factor == 1.0)
+    b, c, rerun = samples(names, category, kernel, unit, value, r.units, totals=r.cand_factor == 1.0)
     st = compare_stats(b, c, GateConfig())
+    verdicts = {rule: assign_verdicts(st, cfg) for rule, cfg in RULES.items()}
+    verdicts[CONFIRM_RULE], extra = confirmed(b, c, rerun, RULES["threshold 0"], r.units)
     out = {}
-    for rule, cfg in RULES.items():
-        v = assign_verdicts(st, cfg)
+    for rule, v in verdicts.items():
         reg = v["verdict"] == "regression"
         dur = v[(v["metric"] == "dur_ns") & (v["kernel"] != "*")]
         if r.kind == "aa":
@@ -205,8 +213,22 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
             out[rule] = {"fails": float(reg.any()), "GEMM rows": float((dur["verdict"] == "regression").mean())}
         else:
             out[rule] = {"fails": float(reg.any()),
-                         "paired": float(dur["note"].str.startswith("swapped:").any())}
+                         "paired": float(dur["note"].astype(str).str.startswith("swapped:").any())}
+    out[CONFIRM_RULE]["extra processes"] = float(extra)
     return out
+
+
+def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun: pd.DataFrame, cfg: GateConfig,
+              units: int) -> tuple[pd.DataFrame, int]:
+    """The plugin's default confirmation (``--gemmperf-confirm 1``, ``gate/confirm.py``): a
+    suspicious first look re-runs the point once (``units`` more candidate processes) and the
+    point is judged on the combined candidate. Returns (final verdicts, extra processes)."""
+    first = compare(base, cand, cfg)
+    if not suspicious(first).any():
+        return first, 0
+    both = pd.concat([cand, rerun], ignore_index=True)
+    final, _ = judge(first, compare(base, both, cfg), compare(base, rerun, cfg))
+    return final, units
 
 
 def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int,
@@ -221,7 +243,9 @@ def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int
     lines = [f"scenario {scenario}: {len(pool.names)} kernels ({len(gemm)} GEMMs), per-process factor "
              f"{100 * SIGMA_PROCESS:g} %, default {default_iters(pool)} iterations/process; swap target "
              f"{pool.names[top][:60]}"]
-    head = ["regime", "reps"] + [f"{rule}: {m}" for rule in RULES for m in ("alarm/fails", "GEMM rows/paired")]
+    rules = [*RULES, CONFIRM_RULE]
+    head = (["regime", "reps"] + [f"{rule}: {m}" for rule in rules for m in ("alarm/fails", "GEMM rows/paired")]
+            + ["confirm: extra processes/test"])
     rows = [head]
     t0 = time.perf_counter()
     for r in regimes():
@@ -234,10 +258,12 @@ def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int
                 for m, x in d.items():
                     acc.setdefault(rule, {}).setdefault(m, []).append(x)
         row = [r.label, str(n)]
-        for rule in RULES:
+        extra = acc[CONFIRM_RULE].pop("extra processes")
+        for rule in rules:
             vals = list(acc[rule].items())
             row.append(f"{100 * np.mean(vals[0][1]):.1f}%")
             row.append(f"{100 * np.mean(vals[1][1]):.1f}%" if len(vals) > 1 else "-")
+        row.append(f"{np.mean(extra):.2f}")
         rows.append(row)
         print(" | ".join(row), file=sys.stderr, flush=True)
     w = [max(len(x[i]) for x in rows) for i in range(len(head))]
