@@ -81,7 +81,7 @@ sys.path.insert(0, str(HERE))
 
 import gate_accuracy as ga  # noqa: E402
 from pytest_gemmperf.gate import stats  # noqa: E402
-from pytest_gemmperf.gate.compare import (COUNT, DUR, FLOOR_MAX_DISPATCHES, GateConfig,  # noqa: E402
+from pytest_gemmperf.gate.compare import (COUNT, DUR, GateConfig,  # noqa: E402
                                           _matrix, _moderated, _nanmean_rows, _nanmedian_rows,
                                           _pooled_var, _prior_covariate, _shared_offsets,
                                           assign_verdicts, check_samples, compare_stats)
@@ -136,7 +136,7 @@ def kernel_stats(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig) -> Ker
         n_disp = np.where(np.isfinite(true_n.reindex(kernels).to_numpy(float)),
                           np.fmax(true_n.reindex(kernels).to_numpy(float), n_disp), n_disp)
     pred = _nanmean_rows(np.where(cnt > 1, np.concatenate([seb, sec], axis=1) ** 2, np.nan))
-    floor = np.where(n_disp < FLOOR_MAX_DISPATCHES, pred, np.nan)
+    floor = pred  # the gate floors at every dispatch count (gate/durations._sampling_floor)
     se_true = np.concatenate([vb, vc], axis=1)
     s2_fit, df_fit = np.where(testable, s2, np.nan), np.where(testable, df, 0.0)
     cov = _prior_covariate(cfg.prior_trend, n_disp, se_true, s2, testable)

@@ -41,7 +41,7 @@ from scipy import stats as sps
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.durations import (  # noqa: F401 - re-exported: tests and benchmarks use them
-    COUNT, CV, DUR, FLOOR_MAX_DISPATCHES, HISTORY_OUTLIER_P, SAMPLE_COLUMNS, SHARED, _as_category, _codes,
+    COUNT, CV, DUR, HISTORY_OUTLIER_P, SAMPLE_COLUMNS, SHARED, _as_category, _codes,
     _duration_rows, _matrix, _moderated, _nanmean_rows, _nanmedian_rows, _pooled_var, _prior_covariate,
     _shared_offsets, _with_history, check_samples, variance_contribution)
 from pytest_gemmperf.gate.pairing import Swap, pair_swaps

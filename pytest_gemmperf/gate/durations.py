@@ -136,8 +136,6 @@ CV = "cv_robust"
 COUNT = DISPATCH_COUNT
 SHARED = "*"
 _MAD_TO_SD = 1.4826
-#: the sampling-variance floor has no dispatch-count cut-off any more (kept for importers)
-FLOOR_MAX_DISPATCHES = math.inf
 #: a kernel whose between-process variance is this improbably small under its sampling floor
 #: (lower tail of chi^2) has a floor that does not hold (fixed shape mix, unknown counts)
 FLOOR_COMPAT_P = 1e-4
