@@ -204,10 +204,11 @@ def gp(pytester, monkeypatch):
     pytester.makepyfile(test_hsweep=TEST_FILE)
     loaded = any(ep.value == "pytest_gemmperf.plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
 
-    def run(*args, results):
-        return pytester.runpytest(*([] if loaded else ["-p", "pytest_gemmperf.plugin"]), "-p", "no:cacheprovider",
-                                  "-p", "no:benchmark", f"--gemmperf-results-dir={results}",
-                                  "--gemmperf-baseline-dir=base", "--gemmperf-telemetry=off", *args)
+    def run(*args, results, inprocess=True):
+        go = pytester.runpytest if inprocess else pytester.runpytest_subprocess
+        return go(*([] if loaded else ["-p", "pytest_gemmperf.plugin"]), "-p", "no:cacheprovider",
+                  "-p", "no:benchmark", f"--gemmperf-results-dir={results}",
+                  "--gemmperf-baseline-dir=base", "--gemmperf-telemetry=off", *args)
 
     run.path = pytester.path
     return run
@@ -271,3 +272,21 @@ def test_history_check_with_history_off_is_a_usage_error(gp):
     assert out.ret == pytest.ExitCode.USAGE_ERROR
     out = gp("--gemmperf-history-window=0", results="r1")
     assert out.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_xdist_workers_append_one_run_concurrently(gp, monkeypatch):
+    """Two xdist workers gate one point each and append at the same time: one run (the
+    controller's id), one file per point, each written by its own worker."""
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    out = gp("-n", "2", "--gemmperf-backend", "torch", "--gemmperf-history=hx", results="resx", inprocess=False)
+    if "GEMMPERF_DEVICE" in out.stdout.str():  # pragma: no cover - only on GPU machines
+        pytest.skip("GPU machine: the stand-in workload writes CPU traces")
+    out.assert_outcomes(passed=2)
+    runs = HistoryStore(gp.path / "hx").runs()
+    assert len(runs) == 1 and runs["run_id"].iloc[0].startswith("resx-") and runs["files"].iloc[0] == 2
+    h = HistoryStore(gp.path / "hx").read()
+    assert set(h["point"]) == {"ch28-th256", "ch56-th256"}
+    files = sorted((gp.path / "hx").rglob("*.parquet"))
+    workers = {pd.read_parquet(f, columns=["run_meta"])["run_meta"].iloc[0] for f in files}
+    assert {__import__("json").loads(w)["xdist_worker"] for w in workers} <= {"gw0", "gw1"}
