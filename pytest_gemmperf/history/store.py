@@ -259,16 +259,16 @@ class HistoryStore:
             e = pc.match_substring(ds.field("kernel"), str(kernel_contains))
             filt = e if filt is None else filt & e
         table = self._scan(dataset, list(HISTORY_COLUMNS), filt)
-        df = table.to_pandas()
-        if df.empty:
+        if table.num_rows == 0:
             return _empty_history()
-        for c in HISTORY_COLUMNS:
-            if c not in ("time", "value"):
-                df[c] = df[c].astype(object).where(df[c].notna(), None)
+        # sorted by Arrow (C++), before pandas: several times faster than sort_values on strings
+        keys = ["time", "run_id", "test", "point", "kernel", "metric", "unit"]
+        df = table.sort_by([(k, "ascending") for k in keys]).to_pandas()
+        for c in ("commit", "branch"):  # the nullable ones: None, not NaN, when unknown
+            df[c] = df[c].astype(object).where(df[c].notna(), None)
         df["time"] = pd.to_datetime(df["time"], utc=True).astype("datetime64[ns, UTC]")
         df["value"] = df["value"].astype(np.float64)
-        keys = ["time", "run_id", "test", "point", "kernel", "metric", "unit"]
-        return df.sort_values(keys, kind="stable").reset_index(drop=True)[list(HISTORY_COLUMNS)]
+        return df[list(HISTORY_COLUMNS)]
 
     def _file_runs(self, hw_key: str | None = None) -> pd.DataFrame:
         """One row per history file: run columns, hw_key, test, file. Every column is constant
