@@ -68,6 +68,8 @@ def test_record_check_show_find_a_recent_step(tmp_path, capsys):
     rc = main(["history", "check", "--history", str(hist), "--out", str(out_dir), "--window", "5"])
     out = capsys.readouterr().out
     assert rc == 1, out
+    assert (out_dir / "history.html").stat().st_size > 0 and (out_dir / "history.xlsx").is_file()
+    assert "nightly-09" in (out_dir / "history.html").read_text(encoding="utf-8")
     changes = pd.read_csv(out_dir / "changes.csv")
     assert tuple(changes.columns[: len(CHANGE_COLUMNS)]) == CHANGE_COLUMNS
     step = changes[(changes["kernel"] == "Cijk_gemm") & (changes["metric"] == "dur_ns")]
@@ -92,8 +94,8 @@ def test_record_check_show_find_a_recent_step(tmp_path, capsys):
 def test_check_on_a_flat_history_passes_and_improvements_do_not_fail(tmp_path, capsys):
     hist = tmp_path / "hist"
     _record_series(tmp_path, hist, [1000.0] * 8 + [850.0] * 2)  # faster: an improvement
-    rc = main(["history", "check", "--history", str(hist), "--out", str(tmp_path / "o")])
-    assert rc == 0
+    rc = main(["history", "check", "--history", str(hist), "--out", str(tmp_path / "o"), "--no-report"])
+    assert rc == 0 and not (tmp_path / "o" / "history.html").exists()
     ch = pd.read_csv(tmp_path / "o" / "changes.csv")
     assert set(ch.loc[ch["kernel"] == "Cijk_gemm", "direction"]) == {"improvement"}
 

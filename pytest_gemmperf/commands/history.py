@@ -74,6 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="where changes.csv is written (default ./gemmperf-history)")
     c.add_argument("--window", type=positive, default=DEFAULT_WINDOW, metavar="K",
                    help=f"a regression counts when its first worse run is among the last K runs (default {DEFAULT_WINDOW})")
+    c.add_argument("--no-report", dest="report", action="store_false",
+                   help="write changes.csv only (no history.html / history.xlsx)")
     c.set_defaults(func=run_check)
 
     pr = hsub.add_parser("prune", help="delete old runs (dry run unless --yes)")
@@ -295,6 +297,8 @@ def run_check(args: argparse.Namespace) -> int:
 
         write_csv(changes[list(change_cols) + [c for c in changes.columns if c not in change_cols]],
                   out / "changes.csv")
+    if getattr(args, "report", True):
+        _write_reports(h, changes, out, args.window)
     n_series = h.groupby(SERIES, observed=True).ngroups
     print(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
           f"{len(changes)} change point(s) -> {out / 'changes.csv'}")
@@ -307,6 +311,23 @@ def run_check(args: argparse.Namespace) -> int:
         return 1
     print(f"no regression change point within the last {args.window} run(s)")
     return 0
+
+
+def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, window: int) -> None:
+    """history.html + history.xlsx (report/history_page.py) beside changes.csv. A report
+    failure is reported and never changes the check's exit status."""
+    try:
+        from pytest_gemmperf.report.history_page import write_history_reports
+    except ImportError:
+        print("note: no history.html: report.history_page is not installed", file=sys.stderr)
+        return
+    try:
+        files = write_history_reports(history, changes, out, recent_window=window)
+    except Exception as exc:  # noqa: BLE001 - changes.csv is written; say why the page is not
+        print(f"gemmperf: history report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if "history.html" in files:
+        print(f"report: {files['history.html']}")
 
 
 # ------------------------------------------------------------------------------------ prune
