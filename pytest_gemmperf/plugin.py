@@ -38,9 +38,9 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
                         "analyse existing outputs in DIR instead of running workloads"),
     "gemmperf_repeats": ("gemmperf_repeats", "string", "3", "processes (repeats) per sweep point"),
     "gemmperf_threshold": ("gemmperf_threshold", "string", None,
-                           "practical threshold of the gate, e.g. 5%% or 0.05 (default: the gate's)"),
+                           "practical threshold of the gate, e.g. 5%% or 0.05 (default: the gate's, 5%%)"),
     "gemmperf_warmup": ("gemmperf_warmup", "string", None,
-                        "dispatches per kernel and process dropped as warm-up (default: the gate's)"),
+                        "dispatches per kernel and process dropped as warm-up (default: 0)"),
     "gemmperf_timeout": ("gemmperf_timeout", "string", "1800", "seconds allowed per workload run"),
     "gemmperf_gpus_per_point": ("gemmperf_gpus_per_point", "string", "0",
                                 "GPUs per point; xdist worker N gets GPUs [N*G, (N+1)*G)"),
@@ -48,6 +48,12 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_update_baselines": ("gemmperf_update_baselines", "bool", False,
                                   "record the results of the selected tests as their baselines"),
     "gemmperf_warn_only": ("gemmperf_warn_only", "bool", False, "report regressions without failing"),
+    "gemmperf_progress": ("gemmperf_progress", "string", "on",
+                          "on | off: a line per point as it starts and ends and per workload process "
+                          "(-q: point lines only; -qq: none)"),
+    "gemmperf_benchmark_json": ("gemmperf_benchmark_json", "string", None,
+                                "at the end of the session write the gated kernels' dispatch durations "
+                                "of every gated point as pytest-benchmark JSON to PATH"),
     "gemmperf_confirm": ("gemmperf_confirm", "string", "1",
                          "re-run a suspicious point up to N rounds before blocking (its repeats each; "
                          "0: off); the new processes join the candidate and the point is judged again"),
@@ -72,9 +78,49 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
                        "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
 }
 
+#: option dest -> (metavar, the default as --help states it); a flag has no metavar. An
+#: option missing here shows metavar VALUE and no default (tests/test_progress.py fails on it).
+_SHOWN: dict[str, tuple[str, str]] = {
+    "gemmperf_channels": ("C1,C2", "the values the test declares"),
+    "gemmperf_threads": ("T1,T2", "the values the test declares"),
+    "gemmperf_kernels": ("REGEX", "the regexes the test declares"),
+    "gemmperf_axis": ("NAME=V1,V2", "the values the test declares"),
+    "gemmperf_results_dir": ("DIR", ".gemmperf/results/<timestamp>"),
+    "gemmperf_baseline_dir": ("DIR", "baselines"),
+    "gemmperf_report_dir": ("DIR", "gemmperf-report"),
+    "gemmperf_backend": ("NAME", "auto"),
+    "gemmperf_replay": ("DIR", "none: run the workloads"),
+    "gemmperf_repeats": ("N", "3"),
+    "gemmperf_threshold": ("T", "the gate's, 5%%"),
+    "gemmperf_warmup": ("N", "0"),
+    "gemmperf_timeout": ("SECONDS", "1800"),
+    "gemmperf_gpus_per_point": ("G", "0: no binding"),
+    "gemmperf_rocprofv3": ("EXE", "rocprofv3 on PATH"),
+    "gemmperf_update_baselines": ("", "off"),
+    "gemmperf_warn_only": ("", "off"),
+    "gemmperf_progress": ("on|off", "on"),
+    "gemmperf_benchmark_json": ("PATH", "not written"),
+    "gemmperf_confirm": ("N", "1"),
+    "gemmperf_learn_variance": ("", "off"),
+    "gemmperf_telemetry": ("on|off", "on"),
+    "gemmperf_telemetry_interval": ("SECONDS", "0.1"),
+    "gemmperf_history": ("DIR|URL", ".gemmperf/history under the rootdir"),
+    "gemmperf_history_check": ("", "off"),
+    "gemmperf_history_window": ("K", "5"),
+    "gemmperf_shard": ("I/N", "no sharding"),
+}
+
+
+def _help(dest: str, help_text: str) -> str:
+    """The help text ending with its default (unless it already states one)."""
+    shown = _SHOWN.get(dest, ("VALUE", ""))[1]
+    return help_text if not shown or "default" in help_text else f"{help_text} (default: {shown})"
+
+
 _SESSION_KEY = pytest.StashKey[GemmperfSession]()
 _AXES_KEY = pytest.StashKey[tuple]()
 _BAD_SWEEP_KEY = pytest.StashKey[list]()
+_PROGRESS_KEY = pytest.StashKey[Any]()
 _SHARD_KEY = pytest.StashKey[Any]()
 _WORKERINPUT_DIR = "gemmperf_results_dir"
 _WORKERINPUT_ARGV = "gemmperf_argv"
@@ -85,12 +131,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gemmperf", "GPU kernel performance gate (pytest-gemmperf)")
     for dest, (ini, kind, default, help_text) in _SETTINGS.items():
         flag = "--" + dest.replace("_", "-")
+        help_text = _help(dest, help_text)
+        metavar = _SHOWN.get(dest, ("VALUE", ""))[0] or "VALUE"
         if kind == "bool":
             group.addoption(flag, action="store_true", default=None, dest=dest, help=help_text)
         elif kind == "linelist":
-            group.addoption(flag, action="append", default=None, dest=dest, metavar="VALUE", help=help_text)
+            group.addoption(flag, action="append", default=None, dest=dest, metavar=metavar, help=help_text)
         else:
-            group.addoption(flag, action="store", default=None, dest=dest, metavar="VALUE", help=help_text)
+            group.addoption(flag, action="store", default=None, dest=dest, metavar=metavar, help=help_text)
         ini_default = {"bool": bool(default), "linelist": []}.get(kind, "" if default is None else str(default))
         parser.addini(ini, help=help_text.replace("%%", "%"), type=kind, default=ini_default)
 
@@ -233,6 +281,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.stash[_SHARD_KEY] is not None:  # deselects the other shards' items (shard_hooks.py)
         config.pluginmanager.register(ShardHooks(config.stash[_SHARD_KEY], config.stash[_SESSION_KEY]),
                                       PLUGIN_NAME)
+    from pytest_gemmperf.progress import ProgressReporter
+
+    progress = str(_setting(config, "gemmperf_progress")[0]).strip().lower()
+    if progress not in ("on", "off", "true", "false", "1", "0"):
+        raise pytest.UsageError(f"{_flag(config, 'gemmperf_progress')}: {progress!r} is not on or off")
+    config.stash[_PROGRESS_KEY] = ProgressReporter(config, enabled=progress in ("on", "true", "1"))
+    config.pluginmanager.register(config.stash[_PROGRESS_KEY], "gemmperf-progress")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "gemmperf-xdist")
 
@@ -336,8 +391,11 @@ def gemmperf(request: pytest.FixtureRequest, gemmperf_session: GemmperfSession,
     to report to the controller). Not through ``record_property``: that warns under the default
     ``junit_family=xunit2`` although pytest writes the properties all the same."""
     node = request.node
+    reporter = request.config.stash.get(_PROGRESS_KEY, None)
+    progress = reporter.for_point(gemmperf_session, node.nodeid, gemmperf_point.id) if reporter else None
     return PointRunner(gemmperf_session, gemmperf_point, node.nodeid,
-                       record_property=lambda name, value: node.user_properties.append((name, value)))
+                       record_property=lambda name, value: node.user_properties.append((name, value)),
+                       progress=progress)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -369,6 +427,9 @@ class _SessionHooks:
         self.noisy: list[tuple[str, str]] = []
         self.report: str | None = None
         self.report_error: str | None = None
+        self.gated: list[dict] = []  # --gemmperf-benchmark-json (session_benchmark.py)
+        self.benchmark_json: str | None = None
+        self.benchmark_error: str | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -388,6 +449,8 @@ class _SessionHooks:
                 self.confirmations.append(json.loads(value))
             elif name == f"{PROP_PREFIX}_environment":
                 self.noisy.append((report.nodeid, str(value)))
+            elif name == f"{PROP_PREFIX}_gated":
+                self.gated.append(json.loads(value))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
@@ -399,6 +462,27 @@ class _SessionHooks:
         if _path_setting(config, "gemmperf_results_dir") is None:
             link_latest(gp.results.root)
         self._write_reports(gp)
+        self._write_benchmark_json(gp)
+
+    def _write_benchmark_json(self, gp: GemmperfSession) -> None:
+        """``--gemmperf-benchmark-json``: every gated point of the session (workers' included:
+        their reports carry the ``gemmperf_gated`` properties, their tables are in the shared
+        results directory)."""
+        path = _path_setting(self.config, "gemmperf_benchmark_json")
+        if path is None:
+            return
+        from pytest_gemmperf.errors import GemmperfInputError
+        from pytest_gemmperf.session_benchmark import write_session_benchmark_json
+
+        commit = gp.metadata().get("git_commit")
+        try:
+            out, n = write_session_benchmark_json(
+                path, gp.results.root, self.gated,
+                commit_info={"id": commit, "project": gp.rootdir.name if gp.rootdir else None} if commit else {})
+        except (GemmperfInputError, OSError) as exc:
+            self.benchmark_error = str(exc)
+            return
+        self.benchmark_json = f"{out} ({n} benchmark(s))"
 
     def _write_reports(self, gp: GemmperfSession) -> None:
         from pytest_gemmperf.report import write_results_reports
@@ -442,6 +526,10 @@ class _SessionHooks:
             tr.write_line(f"report: {self.report}")
         if self.report_error:
             tr.write_line(f"report not written: {self.report_error}", red=True)
+        if self.benchmark_json:
+            tr.write_line(f"pytest-benchmark JSON: {self.benchmark_json}")
+        if self.benchmark_error:
+            tr.write_line(f"pytest-benchmark JSON not written: {self.benchmark_error}", red=True)
 
 
 def _format_confirmation(c: dict) -> str:
