@@ -248,3 +248,36 @@ def test_changes_csv_has_the_contract_columns(tmp_path):
     assert back["run_after"].tolist() == ["run024"] and back["time_after"].iloc[0] == "2026-03-25T00:00:00.000000Z"
     empty = pd.read_csv(write_changes_csv(ch.iloc[0:0], tmp_path / "none.csv"))
     assert empty.empty and list(empty.columns) == list(CHANGE_COLUMNS + EXTRA_COLUMNS)
+
+
+def test_real_908_histories_flat_and_step():
+    """40-run histories resampled from the real 908 trace (the benchmark's generator: 4
+    processes per run, 20 recorded steps each, 1 % process and 0.3 % run factors): the flat one
+    reports nothing, a 4 % step in a steady kernel at run 25 is found there (+-2 runs)."""
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        import gate_accuracy as ga
+        import history_detection as hd
+    finally:
+        sys.path.remove(str(bench))
+    if not ga.REAL.exists():
+        pytest.skip(f"{ga.REAL} absent (../shared not laid out)")
+    pool = ga.load_real()
+    rng = np.random.default_rng(21)
+    n_k = len(pool.names)
+    flat = hd.simulate(pool, rng, np.ones((hd.N_RUNS, n_k))).frame
+    assert detect_changes(flat).empty
+    many, steady, _ = hd.candidates(pool, rng)
+    assert len(steady) >= 5
+    k = int(steady[0])
+    eff = np.ones((hd.N_RUNS, n_k))
+    eff[hd.STEP_RUN - 1:, k] = 1.04
+    out = detect_changes(hd.simulate(pool, rng, eff).frame)
+    hit = out[(out["kernel"] == pool.names[k]) & (out["metric"] == "dur_ns")]
+    assert len(hit) == 1 and hit["direction"].iloc[0] == "regression"
+    assert abs(hit["index_after"].iloc[0] - (hd.STEP_RUN - 1)) <= 2
+    assert hit["ci_low"].iloc[0] < 1.04 < hit["ci_high"].iloc[0]
+    assert set(out["kernel"]) == {pool.names[k]}
