@@ -48,6 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="YAML {category: [regex, ...]} tried before the built-in rules")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip report.html / report.xlsx / summary.md / variance CSVs")
+    p.add_argument("--jobs", type=non_negative, default=0, metavar="N",
+                   help="worker processes reading trace files at once (default 0: every usable core; "
+                        "1: serial, no pool); results do not depend on it")
     p.set_defaults(func=run)
     return p
 
@@ -66,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     from pytest_gemmperf.traces.discover import load
 
     extra_rules = _rules(args.categories)
-    trace = load(args.paths)
+    trace = load(args.paths, jobs=getattr(args, "jobs", 0))
     d = trace.dispatches
     if extra_rules:
         from pytest_gemmperf.analysis.categories import categorize

@@ -37,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="only tests whose id contains SUBSTR (default: every test of the run)")
         sp.add_argument("--warmup", type=non_negative, default=None, metavar="N",
                         help="dispatches per process and kernel to drop (default: as the run recorded)")
+        sp.add_argument("--jobs", type=non_negative, default=0, metavar="N",
+                        help="worker processes reading result points at once (default 0: every usable "
+                             "core; 1: serial, no pool); results do not depend on it")
 
     def from_results(name: str, help_text: str, func) -> argparse.ArgumentParser:
         sp = bsub.add_parser(name, help=help_text, description=_sentence(help_text))
@@ -121,7 +124,7 @@ def run_refresh(args: argparse.Namespace) -> int:
     from pytest_gemmperf.gate.baseline import refresh_from_results
 
     recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say,
-                                replace=args.replace)
+                                replace=args.replace, jobs=getattr(args, "jobs", 0))
     print(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}")
     return 0
 
@@ -132,7 +135,8 @@ def run_learn(args: argparse.Namespace) -> int:
     store = _store(args)
     root = resolve_results_dir(args.results)
     learned = 0
-    for rec in records_from_results(root, args.test_filter, warmup=args.warmup, report=_say):
+    for rec in records_from_results(root, args.test_filter, warmup=args.warmup, report=_say,
+                                    jobs=getattr(args, "jobs", 0)):
         # existence only: learn() reads and checks the record under its lock
         if not (store.path_for(rec.test_id, rec.hw_key) / META_FILE).is_file():
             _say(f"no baseline for {rec.hw_key} {rec.test_id}: nothing to learn into (refresh first)")
@@ -190,7 +194,8 @@ def run_diff(args: argparse.Namespace) -> int:
     from pytest_gemmperf.gate.baseline import BaselineStore, kept_points, merge_records, records_from_results
 
     store = _store(args)
-    for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say):
+    for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say,
+                                    jobs=getattr(args, "jobs", 0)):
         old = store.load(new.test_id, new.hw_key)
         kept = kept_points(old, new)
         # what the refresh would store: merged per point unless --replace

@@ -62,6 +62,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="also append each candidate as a run to this history store (directory or fsspec URL)")
     p.add_argument("--run-id", metavar="ID",
                    help="run id in --history (default: the candidate's label; ID-<label> for several)")
+    p.add_argument("--jobs", type=non_negative, default=0, metavar="N",
+                   help="worker processes reading trace files at once (default 0: every usable core; "
+                        "1: serial, no pool); results do not depend on it")
     p.set_defaults(func=run)
     return p
 
@@ -108,12 +111,13 @@ def _run(args: argparse.Namespace) -> int:
     for err in damaged:
         print(f"error: {err} (record skipped)", file=sys.stderr)
     hw = resolve_hardware_key(base_path, args.cands, getattr(args, "hw", None), base_recs)
-    base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs)
+    jobs = getattr(args, "jobs", 0)
+    base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs, jobs=jobs)
     history = load_history(args.base, hw, records=base_recs)
     frames = []
     cand_samples = []
     for label, cpath in zip(labels, args.cands):
-        cand = load_side(cpath, args.warmup, keep)
+        cand = load_side(cpath, args.warmup, keep, jobs=jobs)
         cand_samples.append((label, cand))
         if getattr(args, "history", None):
             from pytest_gemmperf.commands.history import record_compare_candidate

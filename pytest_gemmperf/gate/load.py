@@ -121,14 +121,18 @@ def results_hw_key(paths: list[str]) -> str | None:
 
 
 def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
-              hw: str | None = None, records: list | None = None) -> dict[str, pd.DataFrame]:
+              hw: str | None = None, records: list | None = None,
+              jobs: int | None = 1) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of one input ('' when the input carries no test id).
 
     Samples come from :func:`~pytest_gemmperf.gate.samples.gate_samples`, as in pytest and
     ``baseline refresh``: a results directory per test with each point's kernel regexes and
     warm-up (``warmup`` None: the recorded one), other traces with every kernel gated.
     ``traces``, when given, receives ``{path: Trace}`` for trace inputs (the reports need the
-    dispatches, not only the samples)."""
+    dispatches, not only the samples). ``jobs``: worker processes reading trace files or
+    results points at once (None or 0: every usable core); without ``traces`` each trace file
+    is reduced to its samples where it is read (``gate/file_reduce.py``), so the full
+    dispatches table is never held; the samples are the same whatever ``jobs`` is."""
     p = Path(path)
     if not p.exists():
         raise GemmperfInputError(p, "no such file or directory")
@@ -147,14 +151,18 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     if _is_results_dir(p):
         from pytest_gemmperf.gate.baseline import results_samples
 
-        out = results_samples(p, warmup=warmup)
+        out = results_samples(p, warmup=warmup, jobs=jobs)
         if traces is not None:
-            traces[path] = load([p])
+            traces[path] = load([p], jobs=jobs)
         return out
-    trace = load([p])
-    if traces is not None:
+    if traces is None:
+        from pytest_gemmperf.gate.file_reduce import gate_inputs
+
+        samples = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False).samples
+    else:
+        trace = load([p], jobs=jobs)
         traces[path] = trace
-    samples = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p)
+        samples = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p)
     for note in samples.attrs.get("notes", []):
         print(f"note: {p}: {note}", file=sys.stderr)
     return {"": samples}

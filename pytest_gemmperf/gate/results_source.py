@@ -138,23 +138,42 @@ def _point_samples(p: _Point, warmup: int) -> pd.DataFrame:
 
 def results_samples(results_dir: str | os.PathLike, test_filter: str | None = None, *,
                     warmup: int | None = None,
-                    report: Callable[[str], None] | None = None) -> dict[str, pd.DataFrame]:
+                    report: Callable[[str], None] | None = None,
+                    jobs: int | None = 1) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of a finished run, as the plugin gated it (no hardware key
-    needed: what ``gemmperf compare`` reads from a results directory)."""
+    needed: what ``gemmperf compare`` reads from a results directory). ``jobs``: points
+    read and gated at once in worker processes (``traces/parallel.py``; same result)."""
     root = resolve_results_dir(results_dir)
     run_path = root / "run.json"
     run_meta = _read_json(run_path) if run_path.is_file() else {}
     groups: dict[str, list[_Point]] = {}
     for p in _finished_points(root, test_filter, report):
         groups.setdefault(p.test_id, []).append(p)
-    return {test_id: pd.concat([_point_samples(p, _point_warmup(p, warmup, run_meta.get("warmup")))
-                                for p in sorted(points, key=lambda q: q.point)], ignore_index=True)
-            for test_id, points in sorted(groups.items())}
+    ordered = [sorted(points, key=lambda q: q.point) for _, points in sorted(groups.items())]
+    parts = iter(_samples_of_points([p for points in ordered for p in points], warmup,
+                                    run_meta.get("warmup"), jobs))
+    return {points[0].test_id: pd.concat([next(parts) for _ in points], ignore_index=True)
+            for points in ordered}
+
+
+def _point_samples_task(task: tuple[_Point, int]) -> pd.DataFrame:
+    return _point_samples(*task)
+
+
+def _samples_of_points(points: list[_Point], warmup: int | None, run_warmup: int | None,
+                       jobs: int | None) -> list[pd.DataFrame]:
+    """``_point_samples`` of each point, in order, on up to ``jobs`` worker processes."""
+    from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
+
+    tasks = [(p, _point_warmup(p, warmup, run_warmup)) for p in points]
+    n = pool_jobs(jobs, [p.dir / "dispatches.parquet" for p in points])
+    return map_ordered(_point_samples_task, tasks, n)
 
 
 def records_from_results(results_dir: str | os.PathLike, test_filter: str | None = None, *,
                          warmup: int | None = None,
-                         report: Callable[[str], None] | None = None) -> list[BaselineRecord]:
+                         report: Callable[[str], None] | None = None,
+                         jobs: int | None = 1) -> list[BaselineRecord]:
     """Baseline records for every test of a finished run (nothing is written).
 
     ``test_filter`` keeps tests whose id contains it. Each point's dispatches are narrowed to its
@@ -173,9 +192,11 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
         groups.setdefault((p.test_id, _point_hw_key(p, run_hw, run_path)), []).append(p)
 
     records = []
-    for (test_id, hw), points in sorted(groups.items()):
-        parts = [_point_samples(p, _point_warmup(p, warmup, run_meta.get("warmup")))
-                 for p in sorted(points, key=lambda q: q.point)]
+    ordered = [(key, sorted(points, key=lambda q: q.point)) for key, points in sorted(groups.items())]
+    all_parts = iter(_samples_of_points([p for _, points in ordered for p in points], warmup,
+                                        run_meta.get("warmup"), jobs))
+    for (test_id, hw), points in ordered:
+        parts = [next(all_parts) for _ in points]
         samples = pd.concat(parts, ignore_index=True)
         if samples is None or len(samples) == 0:
             raise GemmperfInputError(points[0].dir, f"no samples left for {test_id!r} after warm-up removal")
@@ -206,13 +227,13 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 def refresh_from_results(results_dir: str | os.PathLike, store: BaselineStore,
                          test_filter: str | None = None, *, warmup: int | None = None,
                          report: Callable[[str], None] | None = None,
-                         replace: bool = False) -> list[BaselineRecord]:
+                         replace: bool = False, jobs: int | None = 1) -> list[BaselineRecord]:
     """Promote a finished run to baselines without re-running it, all records in one
     transaction (a crash leaves all of them old or all new). Per point: the run's points
     replace the stored ones, stored points the run lacks (a run made with ``-k``) are kept
     unless ``replace``. Returns the records built from the run; those whose stored record
     would not change are returned too but not rewritten."""
-    records = records_from_results(results_dir, test_filter, warmup=warmup, report=report)
+    records = records_from_results(results_dir, test_filter, warmup=warmup, report=report, jobs=jobs)
     written = store.save_many(records, merge=not replace, report=report)
     if report:
         for rec, w in zip(records, written):
