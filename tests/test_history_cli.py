@@ -262,6 +262,15 @@ def test_pytest_sessions_append_and_history_check_fails_slow_creep(gp, monkeypat
     # the same history with a window of 1: the change (2 runs back) is not recent
     gp(f"--gemmperf-history={other}", "--gemmperf-history-check", "--gemmperf-history-window=1",
        results="r5").assert_outcomes(passed=2)
+    # a results directory imported later: same hardware key, run.json's time, same values
+    assert main(["history", "record", str(root / "r1"), "--history", str(root / "imp"), "--run-id", "imp-1"]) == 0
+    imp = HistoryStore(root / "imp")
+    run_json = __import__("json").loads((root / "r1" / "run.json").read_text())
+    assert imp.runs()["hw_key"].tolist() == [hw]
+    assert imp.runs()["time"].iloc[0] == pd.Timestamp(run_json["created"])
+    got = imp.read().sort_values(["point", "kernel", "metric", "unit"])["value"].to_numpy()
+    first = h[h["run_id"] == runs["run_id"].iloc[0]].sort_values(["point", "kernel", "metric", "unit"])
+    np.testing.assert_allclose(got, first["value"].to_numpy(), rtol=1e-12)
     # warn-only reports the creep without failing
     out = gp(f"--gemmperf-history={other}", "--gemmperf-history-check", "--gemmperf-history-window=9",
              "--gemmperf-warn-only", "-s", results="r6")

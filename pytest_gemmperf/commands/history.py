@@ -1,4 +1,4 @@
-"""``gemmperf history record|show|check|prune``: the run history over time (issue 12).
+"""``gemmperf history record|show|check|prune``: every gated run's per-process values over time.
 
 * ``record PATH``: append any input ``gemmperf compare`` accepts as a candidate (results
   directories, rocprofv3 output directories, traces, samples tables) as one run, so past runs
@@ -39,7 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     def store(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--history", required=True, metavar="DIR",
-                        help="history store: a directory or an fsspec URL (memory://, s3://...)")
+                        help="history store: a directory or an fsspec URL (file://, s3://, gs://... "
+                             "with that filesystem's fsspec package installed)")
 
     def filters(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-k", dest="kernel", metavar="SUBSTR", help="only kernels whose name contains SUBSTR")
