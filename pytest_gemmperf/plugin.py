@@ -392,7 +392,9 @@ def gemmperf(request: pytest.FixtureRequest, gemmperf_session: GemmperfSession,
     ``junit_family=xunit2`` although pytest writes the properties all the same."""
     node = request.node
     reporter = request.config.stash.get(_PROGRESS_KEY, None)
-    progress = reporter.for_point(gemmperf_session, node.nodeid, gemmperf_point.id) if reporter else None
+    progress = (reporter.for_point(gemmperf_session, node.nodeid, gemmperf_point.id,
+                                   on_start=lambda name, value: node.user_properties.append((name, value)))
+                if reporter else None)
     return PointRunner(gemmperf_session, gemmperf_point, node.nodeid,
                        record_property=lambda name, value: node.user_properties.append((name, value)),
                        progress=progress)

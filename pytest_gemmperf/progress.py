@@ -18,8 +18,11 @@ fd capture does not swallow a line written while the test runs. An xdist worker 
 terminal (its stdout is execnet's channel; its stderr is the controller's stderr, inherited):
 it writes ``[gwN] gemmperf ...`` lines to file descriptor 2, each line one ``os.write`` (whole
 lines below ``PIPE_BUF`` are not interleaved with other workers' lines), also outside fd
-capture. The alternative, forwarding lines to the controller, has no channel in xdist before
-a test's report arrives, i.e. after the point ended -- too late for progress.
+capture. Forwarding those lines to the controller has no channel in xdist before a test's
+report arrives, i.e. after the point ended -- too late for progress. The point's end line is
+the controller's, from that report, written after pytest's outcome letter: the terminal is
+then at the start of a line, where the workers' next lines land (a suite mixing gemmperf
+points with ordinary tests can still have a worker line follow their dots).
 
 **Verbosity.** Default and ``-v``: every event. ``-q``: only the point start and end lines.
 ``-qq`` or ``--gemmperf-progress off``: none.
@@ -45,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 #: events the runner emits (``progress(event, **fields)``)
 POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round
 RUN_START = "run_start"        # run (0-based within this call), total, round
@@ -52,11 +57,8 @@ RUN_END = "run_end"            # run, total, duration_s, ok, round
 PASSES_START = "passes_start"  # groups
 PASSES_END = "passes_end"      # groups, duration_s, ok
 
-Sink = Callable[..., None]
-
-
-def no_progress(event: str, **fields: Any) -> None:
-    """The sink used when nobody listens (the runner's default)."""
+#: user property of a test item whose point started (value: ``test[point]``)
+PROP_PROGRESS = "gemmperf_progress"
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -144,10 +146,13 @@ class ProgressReporter:
         enc = getattr(sys.__stderr__, "encoding", None) or "utf-8"
         os.write(2, (prefix + line + "\n").encode(enc, errors="replace"))
 
-    def for_point(self, session: Any, nodeid: str, point_id: str) -> "PointProgress | None":
+    def for_point(self, session: Any, nodeid: str, point_id: str,
+                  on_start: Callable[[str, str], None] | None = None) -> "PointProgress | None":
         """The sink of a test item's point in ``session`` (a ``GemmperfSession``), with the ETA
         its baseline allows; None when progress is off. The hardware key is the one this
-        session's first profiled point found (``run.json``), if any."""
+        session's first profiled point found (``run.json``), if any. ``on_start(name, value)``
+        (the item's user property recorder) hears ``gemmperf_progress`` when the point starts,
+        so the controller of an xdist session knows the report is a profiled point's."""
         if not self.enabled:
             return None
         from pytest_gemmperf.gate.record import slug_for_test
@@ -160,7 +165,9 @@ class ProgressReporter:
             pass
         runs, total = baseline_durations(session.options.baseline_dir, slug_for_test(base_test_id(nodeid)),
                                          point_id, hw_key)
-        return self.point(nodeid, point_id, baseline_runs=runs, baseline_total=total)
+        p = self.point(nodeid, point_id, baseline_runs=runs, baseline_total=total)
+        p.on_start = on_start
+        return p
 
     def point(self, nodeid: str, point_id: str, *, baseline_runs: list[float] | None = None,
               baseline_total: float | None = None,
@@ -171,21 +178,34 @@ class ProgressReporter:
         self.points[nodeid] = p
         return p
 
-    def finish(self, nodeid: str, outcome: str, status: str | None) -> None:
-        """The test item's call phase ended: one line with outcome, time and gate status."""
-        p = self.points.pop(nodeid, None)
-        if p is None or not p.started:
-            return
-        what = f" ({status})" if status else ""
-        self.write(f"gemmperf ■ {p.label} {outcome} in {_fmt_s(p.elapsed())}{what}", level=0)
-
     # pytest hooks (the reporter is registered as a plugin by plugin.py)
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: Any) -> None:
-        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            from pytest_gemmperf.session import PROP_STATUS
+        """The point's end line, once its call phase is reported: outcome, time, gate status.
 
-            status = next((str(v) for k, v in report.user_properties if k == PROP_STATUS), None)
-            self.finish(report.nodeid, report.outcome, status)
+        Written after pytest's own outcome letter (``trylast``) and by the process owning the
+        terminal: locally, or under xdist by the controller from the worker's report (which
+        carries the ``gemmperf_progress`` property and the call's duration). The terminal is
+        then at the start of a line, where the workers' next lines land."""
+        if report.when != "call":
+            return
+        local = self.points.pop(report.nodeid, None)
+        if self.worker_id:
+            return
+        label = next((str(v) for k, v in report.user_properties if k == PROP_PROGRESS), None)
+        if local is not None and local.started is not None:
+            label, seconds = local.label, local.elapsed()
+        elif label is not None:
+            seconds = float(getattr(report, "duration", 0.0) or 0.0)
+        else:
+            return
+        from pytest_gemmperf.session import PROP_STATUS
+
+        status = next((str(v) for k, v in report.user_properties if k == PROP_STATUS), None)
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        who = f"[{gateway.id}] " if gateway is not None else ""
+        what = f" ({status})" if status else ""
+        self.write(f"{who}gemmperf ■ {label} {report.outcome} in {_fmt_s(seconds)}{what}", level=0)
 
 
 class PointProgress:
@@ -202,6 +222,7 @@ class PointProgress:
         self.done: list[float] = []        # durations of this point's finished processes
         self.remaining_runs = 0
         self.groups = 0                    # counter passes still to come (0: none)
+        self.on_start: Callable[[str, str], None] | None = None
 
     def elapsed(self) -> float:
         return 0.0 if self.started is None else self.clock() - self.started
@@ -232,6 +253,8 @@ class PointProgress:
         rnd = int(f.get("round", 0) or 0)
         tag = f" confirmation round {rnd}:" if rnd else ""
         if event == POINT_START:
+            if self.started is None and self.on_start is not None:
+                self.on_start(PROP_PROGRESS, self.label)
             if self.started is None or not rnd:
                 self.started = self.clock()
             self.remaining_runs = int(f.get("repeats", 0))

@@ -202,10 +202,10 @@ class PointRunner(PointReruns):
         self.nodeid = nodeid
         self.test_id = base_test_id(nodeid)
         self._record = record_property or (lambda name, value: None)
-        self.messages: list[str] = []
-        self._call: dict[str, Any] | None = None  # the last profile() call, for re-runs
         #: ``progress(event, **fields)``: the plugin's progress lines (progress.py); a no-op here
         self._progress = progress or (lambda event, **fields: None)
+        self.messages: list[str] = []
+        self._call: dict[str, Any] | None = None  # the last profile() call, for re-runs
         self._record_json: dict[str, Any] | None = None
         self._confirm_text = ""
 
@@ -279,10 +279,10 @@ class PointRunner(PointReruns):
                           launcher_args=launcher_args, counters=counters, repeats=repeats,
                           timeout_s=timeout_s, full_env=full_env, env_set=env_set, cwd=cwd)
         self._record_json = record
-        monitor = self._monitor()
-        sampler = self._sampler(full_env)
         self._progress("point_start", repeats=repeats, backend=backend.name,
                        counter_passes=_expected_passes(backend.name, counters))
+        monitor = self._monitor()
+        sampler = self._sampler(full_env)
         try:
             with monitor, sampler:
                 trace, argv = self._execute(record, first_run=0)
@@ -347,9 +347,9 @@ class PointRunner(PointReruns):
         device = self.backend.device
         traces = []
         for k in range(first_run, first_run + repeats):
+            self._progress("run_start", run=k - first_run, total=repeats, round=first_run // repeats)
             with self._process_window(k):
                 if multinode:  # a fresh rendezvous port per repeat
-            self._progress("run_start", run=k - first_run, total=repeats, round=first_run // repeats)
                     nodes = node_launch_argvs(command, nproc, nnodes, launcher_args)
                     record["node_commands"] = nodes
                     run = run_torch_nodes(nodes, env=full_env, run_dir=self.dir / f"run{k}", run=k,
@@ -358,10 +358,10 @@ class PointRunner(PointReruns):
                 else:
                     run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
                                           device=device, timeout_s=timeout_s, cwd=cwd)
-            entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
-                     "timed_out": run.timed_out, "log": _rel(run.log, self.dir),
             self._progress("run_end", run=k - first_run, total=repeats, round=first_run // repeats,
                            duration_s=run.duration_s, ok=run.returncode == 0 and not run.timed_out)
+            entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
+                     "timed_out": run.timed_out, "log": _rel(run.log, self.dir),
                      "files": {("none" if r is None else str(r)): [_rel(p, self.dir) for p in ps]
                                for r, ps in run.files.items()}}
             if run.node_logs:
@@ -555,12 +555,12 @@ class PointRunner(PointReruns):
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}") from None
         for note in samples.attrs.get("notes", []):
             _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {note}")
-        if len(samples) == 0:
-            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no samples left after "
         from pytest_gemmperf.session_benchmark import gated_property
 
         # --gemmperf-benchmark-json: the controller exports this point at the session's end
         self._record(*gated_property(self.test_id, self.point.id, w, self.point.kernels))
+        if len(samples) == 0:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no samples left after "
                             "warm-up removal; profile more steps or lower --gemmperf-warmup")
         return samples
 
@@ -580,11 +580,11 @@ class PointRunner(PointReruns):
         seconds = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
         if seconds > 0:  # what --gemmperf-shard balances the CI matrix's jobs by (shard.py)
             point["duration_s"] = round(seconds, 3)
-        meta = {**self.session.metadata(), "points": {self.point.id: point}}
-        store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=samples, meta=meta),
         # per process: the ETA of the progress lines (progress.py) on the next run
         point["run_durations_s"] = [round(float(r["duration_s"]), 3) for r in result.runs
                                     if r.get("duration_s")]
+        meta = {**self.session.metadata(), "points": {self.point.id: point}}
+        store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=samples, meta=meta),
                    merge=True)
         return store.path_for(self.test_id, result.hw_key)
 
@@ -624,14 +624,14 @@ def _fail_now(message: str):
     return pytest.fail.Exception(message, pytrace=False)
 
 
-def _emit(message: str) -> None:
-    """Visible in the test's captured output and, with -s, on the terminal."""
 def _expected_passes(backend: str, counters: Sequence[str]) -> int:
     """Counter passes a rocprofv3 point will likely run (the ETA's guess; the real grouping
     comes later): at most 8 counters share a pass (``profile_point``'s default)."""
     return -(-len(counters) // 8) if backend == "rocprofv3" and counters else 0
 
 
+def _emit(message: str) -> None:
+    """Visible in the test's captured output and, with -s, on the terminal."""
     print(message, file=sys.stderr)
 
 

@@ -100,6 +100,11 @@ def test_xdist_workers_write_whole_prefixed_lines(gp):
         for ln in mine:
             assert re.search(r"\[gw\d\] gemmperf [▶■ ] ", ln), ln
             assert ln.count("gemmperf") == 1, ln
+    # the end lines are the controller's (stdout, from the reports), each on its own line
+    ends = [ln for ln in out.stdout.lines if "gemmperf ■" in ln]
+    assert len(ends) == 2 and all(re.match(r"\[gw\d\] gemmperf ■ test_gpsweep\[ch\d\d-th256\] passed in "
+                                           r"[0-9.]+ s \(baseline-recorded\)$", ln) for ln in ends), ends
+    assert "gemmperf ■" not in out.stderr.str()
 
 
 def test_every_option_has_a_metavar_and_states_its_default(pytester):
