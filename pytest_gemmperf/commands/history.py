@@ -298,11 +298,11 @@ def run_check(args: argparse.Namespace) -> int:
 
         write_csv(changes[list(change_cols) + [c for c in changes.columns if c not in change_cols]],
                   out / "changes.csv")
-    if getattr(args, "report", True):
-        _write_reports(h, changes, out, args.window)
     n_series = h.groupby(SERIES, observed=True).ngroups
     print(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
           f"{len(changes)} change point(s) -> {out / 'changes.csv'}")
+    if getattr(args, "report", True):
+        _write_reports(h, changes, out, args.window)
     if len(recent_df):
         print(f"regression change point(s) within the last {args.window} run(s):")
         from pytest_gemmperf.history.pytest_side import format_changes
