@@ -224,3 +224,41 @@ def test_rocprofv3_runner_reports_timing_runs_and_counter_passes(tmp_path):
                                       "passes_start", "passes_end"]
     assert events[1][1]["run"] == 0 and events[3][1]["total"] == 2 and events[3][1]["ok"] is True
     assert events[1][1]["duration_s"] > 0 and events[4][1] == {"groups": 1}
+
+
+def test_pytest_session_on_the_rocprofv3_backend_shows_runs_and_counter_passes(pytester, monkeypatch, tmp_path):
+    """A whole session on AMD's real rocprofv3 front end and the fake tool (skips without
+    ../shared): the timing runs and the counter passes each get their lines."""
+    double = Path(__file__).resolve().parent / "rocprofv3_double"
+    sys.path.insert(0, str(double))
+    import realfront
+
+    if not realfront.available() or "7.0" not in realfront.releases():
+        pytest.skip(realfront.skip_reason() if not realfront.available() else "release folder 7.0 is absent")
+    from test_rocprofv3_runner import _env
+
+    from gemmperf_pytester_support import PLUGIN_ARGS
+
+    env = _env({"7.0": realfront.install("7.0", tmp_path / "rocm")}, "7.0")
+    monkeypatch.setenv("PATH", env["PATH"])
+    pytester.makepyfile(test_rp=f"""
+import sys
+
+def test_rp(gemmperf):
+    gemmperf.profile([sys.executable, {str(double / 'fake_app.py')!r}, "--kernels", "Cijk_A=3@20000"],
+                     counters=["SQ_WAVES"], repeats=2)
+""")
+    out = pytester.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+                             "--gemmperf-backend", "rocprofv3", "--gemmperf-telemetry", "off",
+                             "--gemmperf-results-dir=res", "--gemmperf-baseline-dir=base")
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines([
+        "gemmperf ▶ test_rp[[]default[]] start: 2 process(es) + 1 counter pass(es) (rocprofv3)",
+        "gemmperf   test_rp[[]default[]] run 1/2 started (elapsed *)",
+        "gemmperf   test_rp[[]default[]] run 1/2 done in * (elapsed *, ETA * (this point))",
+        "gemmperf   test_rp[[]default[]] run 2/2 done in * (elapsed *, ETA * (this point))",
+        "gemmperf   test_rp[[]default[]] counter passes 1-1/1 started (one rocprofv3 call; elapsed *, ETA *)",
+        "gemmperf   test_rp[[]default[]] counter passes done in * (elapsed *)",
+        "gemmperf ■ test_rp[[]default[]] passed in *",
+    ])
+    _all_whole(_progress_lines(out.stdout.str()))
