@@ -301,3 +301,13 @@ def test_xdist_workers_append_one_run_concurrently(gp, monkeypatch):
     files = sorted((gp.path / "hx").rglob("*.parquet"))
     workers = {pd.read_parquet(f, columns=["run_meta"])["run_meta"].iloc[0] for f in files}
     assert {__import__("json").loads(w)["xdist_worker"] for w in workers} <= {"gw0", "gw1"}
+
+
+def test_unwritable_history_warns_and_fails_only_with_the_check(gp):
+    (gp.path / "blocker").write_text("a regular file where the history directory should be\n")
+    out = gp("--gemmperf-history=blocker", "-s", results="r1")
+    out.assert_outcomes(passed=2)  # the gate's own result stands
+    assert "history not recorded in" in out.stdout.str() + out.stderr.str()
+    out = gp("--gemmperf-history=blocker", "--gemmperf-history-check", results="r2")
+    out.assert_outcomes(failed=2)
+    out.stdout.fnmatch_lines(["*gemmperf: test_hsweep.py::test_hsweep[[]ch28-th256[]]: history not recorded in *blocker*"])
