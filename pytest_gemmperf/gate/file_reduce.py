@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -102,6 +103,8 @@ class GateInputs:
     sources: list[dict]           # == load(paths).meta["sources"]
     n_dispatches: int
     reduced: bool                 # False: a unit spanned sources, full tables were used
+    #: wall seconds: discover (walk), read_reduce (the pool or the serial loop), merge (parent)
+    timings: dict = field(default_factory=dict)
 
 
 def _key(point_of: np.ndarray, unit_of: np.ndarray) -> np.ndarray:
@@ -257,12 +260,15 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     from pytest_gemmperf.traces.discover import discover_all, merge_notes
     from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 
+    t0 = time.perf_counter()
     roots, sources, unique, notes = discover_all(paths)
     opts = _Options(point=point, kernels=tuple(str(k) for k in kernels) if kernels else None,
                     warmup=int(warmup), compact=compact, path=None if path is None else os.fspath(path),
                     stats=stats)
     n_jobs = pool_jobs(jobs, [f for s in unique for f in s.files])
+    t1 = time.perf_counter()
     parts = map_ordered(functools.partial(reduce_source, opts=opts), unique, n_jobs)
+    t2 = time.perf_counter()
     for part in parts:
         # the Trace's meta notes are what merge_notes reads; a stand-in carries them
         merge_notes(notes, _MetaNotes(part.meta_notes) if part.read else None,
@@ -281,8 +287,10 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     _selection_errors(live, kernels, warmup, path)
     samples = _merge_samples(live, warmup)
     stat_table, by = _stats(live, warmup) if stats else (None, ())
+    timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
+               "workers": n_jobs}
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
-                      sources=described, n_dispatches=n, reduced=True)
+                      sources=described, n_dispatches=n, reduced=True, timings=timings)
 
 
 class _MetaNotes:
