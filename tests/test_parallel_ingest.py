@@ -10,6 +10,7 @@ Kineto inputs. The pool is forced on small fixtures by setting ``POOL_MIN_BYTES`
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -197,6 +198,18 @@ def test_map_ordered_keeps_input_order_and_first_error():
     assert parallel.map_ordered(_sleep_then_return, items, jobs=2) == items
     with pytest.raises(GemmperfInputError, match=r"^item-2: bad item$"):
         parallel.map_ordered(_fail_on_even, [1, 3, 2, 4], jobs=2)
+
+
+def test_killed_worker_is_one_line(tmp_path):
+    f = tmp_path / "trace.json"
+    f.write_text("{}")
+    with pytest.raises(GemmperfInputError) as exc:
+        parallel.map_ordered(_die, [str(f), str(f)], jobs=2)
+    assert str(exc.value).startswith(f"{f}: a worker process died") and "\n" not in str(exc.value)
+
+
+def _die(x: str) -> str:
+    os._exit(9)
 
 
 def _sleep_then_return(x: float) -> float:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -124,8 +125,14 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
         futures = [pool.submit(call, x) for x in items]
         out: list[R] = []
         try:
-            for fut in futures:  # input order, not completion order
-                r = fut.result()
+            for i, fut in enumerate(futures):  # input order, not completion order
+                try:
+                    r = fut.result()
+                except BrokenProcessPool:
+                    # a worker was killed (OOM killer, signal): one line, not a pool traceback
+                    raise GemmperfInputError(_label(items[i]), "a worker process died while reading this "
+                                             "(killed, or out of memory?); rerun with fewer jobs "
+                                             "(jobs=1: no worker processes)") from None
                 if isinstance(r, _Failed):
                     r.raise_()
                 out.append(r)
@@ -134,3 +141,11 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
                 fut.cancel()
             raise
     return out
+
+
+def _label(item: Any) -> str | None:
+    """The file an item stands for, for an error line: a discovery Source's first file."""
+    files = getattr(item, "files", None)
+    if files:
+        return os.fspath(files[0])
+    return os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
