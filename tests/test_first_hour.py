@@ -151,10 +151,24 @@ def test_unrelated_directory_is_refused_in_one_line_naming_it(tmp_path, capsys):
     good = REPO / "tests" / "fixtures" / "rocprof_json" / "v7_two_processes_counters_results.json"
     rc, err = _cli(capsys, "compare", str(junk), str(good), "--out", str(tmp_path / "o"), "--no-report")
     assert rc == 2 and len(err) == 1, err
-    assert err[0].startswith(f"gemmperf: error: {junk}: not a results, rocprofv3 output or sweep directory")
+    # compare also accepts a baselines store, and says so
+    assert err[0].startswith(f"gemmperf: error: {junk}: not a baselines store (")
+    assert "results, rocprofv3 output or sweep directory (found no trace files" in err[0]
     assert f"within depth {dirscan.RECOGNISE_DEPTH}" in err[0] and "point.json" not in err[0]
     rc, err = _cli(capsys, "analyze", str(junk), "--out", str(tmp_path / "o2"), "--no-report")
-    assert rc == 2 and len(err) == 1 and "not a results, rocprofv3 output or sweep directory" in err[0]
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith(f"gemmperf: error: {junk}: not a results, rocprofv3 output or sweep directory")
+
+
+def test_compare_against_an_empty_baselines_store_says_so(tmp_path, capsys):
+    store = tmp_path / "baselines"
+    _write(store / "README.md", "# baselines\n")  # the repository's store before any recording
+    good = REPO / "tests" / "fixtures" / "rocprof_json" / "v7_two_processes_counters_results.json"
+    for extra in ([], ["--no-report"]):
+        rc, err = _cli(capsys, "compare", str(store), str(good), "--out", str(tmp_path / "o"), *extra)
+        assert rc == 2 and len(err) == 1, err
+        assert err[0].startswith(f"gemmperf: error: {store}: not a baselines store (no <hw_key>/<test>/meta.json: "
+                                 "nothing recorded yet?), results, rocprofv3 output or sweep directory"), err
 
 
 def test_huge_tree_stops_at_the_entry_cap(tmp_path, capsys, monkeypatch):

@@ -155,6 +155,8 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
         if traces is not None:
             traces[path] = load([p], jobs=jobs)
         return out
+    if p.is_dir():
+        _check_trace_dir(p)  # before any reader: an unrelated tree is one line naming it
     if traces is None:
         from pytest_gemmperf.gate.file_reduce import gate_inputs
 
@@ -166,6 +168,22 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     for note in samples.attrs.get("notes", []):
         print(f"note: {p}: {note}", file=sys.stderr)
     return {"": samples}
+
+
+def _check_trace_dir(p: Path) -> None:
+    """Refuse a directory that is no known layout (``traces/dirscan.py``), naming the baselines
+    store as one more thing it could have been (``gemmperf compare baselines/ ...`` before any
+    baseline was recorded: the store has no ``<hw_key>/<test>/meta.json`` yet)."""
+    from pytest_gemmperf.traces.dirscan import NOT_A_LAYOUT, check_recognisable
+
+    try:
+        check_recognisable(p)
+    except GemmperfInputError as exc:
+        if not exc.message.startswith(NOT_A_LAYOUT):
+            raise
+        raise GemmperfInputError(p, "not a baselines store (no <hw_key>/<test>/meta.json: nothing "
+                                    "recorded yet?), results, rocprofv3 output or sweep directory"
+                                 + exc.message[len(NOT_A_LAYOUT):]) from None
 
 
 def hw_keys_by_test(recs: list) -> dict[str, set[str]]:

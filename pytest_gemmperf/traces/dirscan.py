@@ -43,6 +43,8 @@ DEFAULT_MAX_ENTRIES = 50_000
 MAX_ENTRIES_ENV = "GEMMPERF_MAX_DIR_ENTRIES"
 #: a point directory holding its tables is read from them; its raw files are never descended into
 STOP_FILE = "dispatches.parquet"
+#: how both refusals start (``gate.load`` adds "baselines store" where one is accepted too)
+NOT_A_LAYOUT = "not a results, rocprofv3 output or sweep directory"
 
 _MARKER_FILES = frozenset({"run.json", "point.json", "dispatches.parquet"})
 _OUTPUT_SUFFIXES = ("kernel_trace.csv", "counter_collection.csv", "agent_info.csv",
@@ -99,8 +101,7 @@ class _Budget:
         self.used += n
         if self.used > self.limit:
             raise GemmperfInputError(
-                self.root, f"not a results, rocprofv3 output or sweep directory: more than "
-                f"{self.limit:,} entries under it (scan stopped); name the run's own directory or "
+                self.root, f"{NOT_A_LAYOUT}: more than {self.limit:,} entries under it (scan stopped); name the run's own directory or "
                 f"its trace files, or raise {MAX_ENTRIES_ENV}")
 
 
@@ -152,7 +153,7 @@ def check_recognisable(root: Path, budget: _Budget | None = None) -> None:
     if unsure:
         return
     raise GemmperfInputError(
-        root, f"not a results, rocprofv3 output or sweep directory (found no trace files or "
+        root, f"{NOT_A_LAYOUT} (found no trace files or "
         f"layout directories within depth {RECOGNISE_DEPTH}); name the run's results directory, "
         "rocprofv3 output directory, sweep directory or trace files")
 
