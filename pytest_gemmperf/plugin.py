@@ -76,6 +76,9 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_shard": ("gemmperf_shard", "string", None,
                        "I/N: run shard I of N of the sweep points (one CI job of a matrix), "
                        "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
+    "gemmperf_jobs": ("gemmperf_jobs", "string", "0",
+                      "worker processes reading a point's trace files at once (0: every usable core; "
+                      "1: serial, no pool); the tables do not depend on it"),
 }
 
 #: option dest -> (metavar, the default as --help states it); a flag has no metavar. An
@@ -108,6 +111,7 @@ _SHOWN: dict[str, tuple[str, str]] = {
     "gemmperf_history_check": ("", "off"),
     "gemmperf_history_window": ("K", "5"),
     "gemmperf_shard": ("I/N", "no sharding"),
+    "gemmperf_jobs": ("N", "0: every usable core"),
 }
 
 
@@ -199,6 +203,9 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
     telemetry = str(_setting(config, "gemmperf_telemetry")[0]).strip().lower()
     if telemetry not in ("on", "off", "true", "false", "1", "0"):
         raise pytest.UsageError(f"--gemmperf-telemetry: {telemetry!r} is not on or off")
+    jobs = num("gemmperf_jobs", int)
+    if jobs is not None and jobs < 0:
+        raise pytest.UsageError(f"--gemmperf-jobs must be >= 0 (0: every usable core), got {jobs}")
     interval = num("gemmperf_telemetry_interval", float)
     if interval is not None and not 0.01 <= interval <= 60:
         raise pytest.UsageError(f"--gemmperf-telemetry-interval must be 0.01..60 seconds, got {interval}")
@@ -216,6 +223,7 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         confirm=1 if confirm is None else confirm,
         telemetry=telemetry in ("on", "true", "1"),
         telemetry_interval_s=0.1 if interval is None else interval,
+        jobs=jobs or 0,
     )
 
 

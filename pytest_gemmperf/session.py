@@ -68,6 +68,8 @@ class Options:
     #: sample host/GPU telemetry while points run (run/telemetry.py)
     telemetry: bool = True
     telemetry_interval_s: float = 0.1
+    #: worker processes reading trace files (traces/parallel.py); 0: every usable core
+    jobs: int = 0
 
 
 def parse_threshold(text: str | float | None) -> float | None:
@@ -420,7 +422,7 @@ class PointRunner(PointReruns):
                                    "timed_out": run.result.timed_out,
                                    "log": _rel(run.result.log_path, self.dir),
                                    "files": {"all": [_rel(f, self.dir) for f in run.files]}})
-            t = load([run.raw_dir], point=self.point.id)
+            t = load([run.raw_dir], point=self.point.id, jobs=self.options.jobs)
             disp.append(set_columns(t.dispatches, run=run.run + run_offset))
             agents.append(t.agents)
         ctrs = []
@@ -448,7 +450,7 @@ class PointRunner(PointReruns):
             # files, and discovery reads the whole table set for each of them)
             from pytest_gemmperf.traces.discover import load
 
-            trace = load([res.directory])
+            trace = load([res.directory], jobs=self.options.jobs)
         else:
             trace = res.load()
         trace.dispatches = set_columns(trace.dispatches, point=self.point.id)

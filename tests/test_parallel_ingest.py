@@ -26,6 +26,8 @@ from pytest_gemmperf.gate.samples import compact_samples, gate_samples
 from pytest_gemmperf.traces import parallel
 from pytest_gemmperf.traces.discover import load
 
+pytest_plugins = ["pytester"]
+
 FIX = Path(__file__).parent / "fixtures"
 CSV_DIR = FIX / "rocprof_csv" / "v7" / "mi350-n1"
 JSON_V7 = FIX / "rocprof_json" / "v7_two_processes_counters_results.json"
@@ -283,3 +285,16 @@ def test_results_dir_points_read_in_parallel(tmp_path):
     for a, b in zip(recs1, recs2):
         pd.testing.assert_frame_equal(a.samples, b.samples, check_exact=True)
     assert np.isfinite(serial["x.py::t_a"]["value"]).all()
+
+
+def test_pytest_jobs_option_and_ini(pytester):
+    """``--gemmperf-jobs N`` wins over ini ``gemmperf_jobs``; the default 0 means every usable
+    core; a negative value is a usage error naming the option."""
+    from pytest_gemmperf import plugin
+
+    assert plugin._options(pytester.parseconfig(), pytester.path).jobs == 0
+    pytester.makeini("[pytest]\ngemmperf_jobs = 2\n")
+    assert plugin._options(pytester.parseconfig(), pytester.path).jobs == 2
+    assert plugin._options(pytester.parseconfig("--gemmperf-jobs", "3"), pytester.path).jobs == 3
+    with pytest.raises(pytest.UsageError, match="--gemmperf-jobs"):
+        plugin._options(pytester.parseconfig("--gemmperf-jobs", "-1"), pytester.path)
