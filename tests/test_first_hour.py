@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import os
 import subprocess
 import sys
@@ -325,4 +324,17 @@ def test_verdicts_csv_same_columns_from_pytest_and_compare(pytester, monkeypatch
     assert set(a["test"]) == set(b["test"]) == {"test_order.py::test_order"}
     key = ["point", "kernel", "metric"]
     assert a.sort_values(key)[key].astype(str).values.tolist() == b.sort_values(key)[key].astype(str).values.tolist()
-    json.dumps(list(a.columns))  # plain string names
+
+    # the parent of several runs (.gemmperf/results) compares its newest run, as `baseline refresh
+    # --from` reads it, instead of pooling every run under it as anonymous traces
+    import shutil
+
+    shutil.copytree(root / "res1", root / "runs" / "2026-01-01T00-00-00")
+    shutil.copytree(root / "res2", root / "runs" / "2026-01-02T00-00-00")
+    rc = cli_main(["compare", str(root / "base"), str(root / "runs"), "--out", str(root / "cmp2"), "--no-report"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "comparing the newest" in err and "2026-01-02T00-00-00" in err
+    c = pd.read_csv(root / "cmp2" / "verdicts.csv")
+    assert set(c["test"]) == {"test_order.py::test_order"}
+    assert c.sort_values(key)[key + ["n_cand"]].astype(str).values.tolist() == \
+        b.sort_values(key)[key + ["n_cand"]].astype(str).values.tolist()

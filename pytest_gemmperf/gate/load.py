@@ -104,7 +104,7 @@ def results_hw_key(paths: list[str]) -> str | None:
     """The hardware key the candidate results directories recorded (run.json), when they agree."""
     keys = set()
     for path in paths:
-        p = Path(path)
+        p = newest_run(Path(path)) or Path(path)
         if not _is_results_dir(p):
             return None
         try:
@@ -148,6 +148,11 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
         return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
     from pytest_gemmperf.traces.discover import load
 
+    run = newest_run(p)
+    if run is not None:
+        # as `baseline refresh --from .gemmperf/results`: the newest run, not all runs pooled
+        print(f"note: {p}: holds {run.name} and older runs; comparing the newest, {run}", file=sys.stderr)
+        p = run
     if _is_results_dir(p):
         from pytest_gemmperf.gate.baseline import results_samples
 
@@ -191,6 +196,19 @@ def hw_keys_by_test(recs: list) -> dict[str, set[str]]:
     for r in recs:
         keys.setdefault(str(r.test_id), set()).add(r.hw_key)
     return keys
+
+
+def newest_run(p: Path) -> Path | None:
+    """The newest run when ``p`` is the parent of timestamped results directories
+    (``.gemmperf/results``: children holding ``run.json``) and no results directory itself;
+    else None. Timestamps (``YYYY-mm-ddTHH-MM-SS``) sort by name."""
+    if not p.is_dir() or _is_results_dir(p):
+        return None
+    try:
+        runs = sorted(c for c in p.iterdir() if not c.is_symlink() and (c / "run.json").is_file())
+    except OSError:
+        return None
+    return runs[-1] if runs else None
 
 
 def _is_results_dir(p: Path) -> bool:
