@@ -1,8 +1,8 @@
 """``gemmperf compare BASE CAND [CAND...]``: the gate outside pytest.
 
 BASE and each CAND may be anything ``gemmperf analyze`` reads (trace files, rocprofv3 output
-dirs, aorta sweep dirs, results dirs), a baselines store / hardware dir / record dir, or a
-samples table file (``.parquet`` / ``.csv`` with ``point, kernel, metric, unit, value``).
+dirs, aorta sweep dirs, results dirs; ``.gemmperf/results``: its newest run), a baselines store /
+hardware dir / record dir, or a samples table file (``.parquet`` / ``.csv`` with ``point, kernel, metric, unit, value``).
 Writes ``DIR/verdicts.csv`` (columns in the order the pytest session writes them: ``test``,
 ``point``, ``kernel``, ``metric``, ..., ``verdict``, ``threshold``, ``note``, extras after) and
 exits 1 when any verdict is ``regression``, 2 on bad input, else 0.
