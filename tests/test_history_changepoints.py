@@ -281,3 +281,15 @@ def test_real_908_histories_flat_and_step():
     assert abs(hit["index_after"].iloc[0] - (hd.STEP_RUN - 1)) <= 2
     assert hit["ci_low"].iloc[0] < 1.04 < hit["ci_high"].iloc[0]
     assert set(out["kernel"]) == {pool.names[k]}
+
+
+def test_series_with_missing_runs_and_several_points():
+    # kernel_02 is absent from runs 5-7 (not dispatched there); another point has no change
+    h = make_history(n_kernels=4, step=(2, 24, 1.05), seed=22)
+    h = h[~((h["kernel"] == "kernel_02") & h["run_id"].isin(["run005", "run006", "run007"]))]
+    other = make_history(n_kernels=4, seed=23).assign(point="ch56-th256")
+    out = detect_changes(pd.concat([h, other], ignore_index=True))
+    assert out[["point", "kernel", "run_before", "run_after"]].values.tolist() == [
+        ["ch28-th256", "kernel_02", "run023", "run024"]]
+    assert out["index_after"].iloc[0] == 21  # the series' own position: 3 runs are missing
+    assert out.attrs == {"series": 8, "short_series": 0}
