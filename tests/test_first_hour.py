@@ -189,16 +189,29 @@ def test_huge_tree_stops_at_the_entry_cap(tmp_path, capsys, monkeypatch):
     assert dirscan.max_entries() == dirscan.DEFAULT_MAX_ENTRIES
 
 
-def test_the_probe_opens_no_file(tmp_path, monkeypatch):
+def test_the_refusal_opens_no_file(tmp_path, capsys):
+    """Names decide: FIFOs named like outputs below the bound would block any reader that
+    opened them (the alarm turns such a hang into a failure)."""
+    import signal
+
     d = tmp_path / "d"
     for i in range(5):
-        _write(d / f"p{i}" / "q" / "r" / "s" / "point.json", "{}")
-    opened = []
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
-    with pytest.raises(GemmperfInputError, match="not a results"):
-        dirscan.scan_tree(d, [])
-    assert opened == []
+        (d / f"p{i}" / "q" / "r").mkdir(parents=True)
+        os.mkfifo(d / f"p{i}" / "q" / "r" / "point.json")
+        os.mkfifo(d / f"p{i}" / "q" / "r" / "1_results.json")
+
+    def expire(signum, frame):
+        raise TimeoutError("a file was opened (blocked on a FIFO)")
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(20)
+    try:
+        with pytest.raises(GemmperfInputError, match="not a results"):
+            dirscan.scan_tree(d, [])
+        rc, err = _cli(capsys, "compare", str(d), str(d), "--out", str(tmp_path / "o"), "--no-report")
+        assert rc == 2 and len(err) == 1 and "point.json" not in err[0] and "FIFO" not in err[0], err
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.mark.parametrize("layout", [
