@@ -125,7 +125,8 @@ def simulate(pool: ga.StepPool, rng: np.random.Generator, effect: np.ndarray, ke
         "time": T0 + pd.to_timedelta(pr // UNITS, "h"), "commit": None, "hw_key": "mi350x", "test": "t",
         "point": "p",
         "kernel": np.concatenate([np.asarray(pool.names, object)[k_idx], ("category:" + cats[c_idx]).astype(object)]),
-        "metric": np.concatenate([np.full(len(p_idx), "dur_ns", object), np.full(len(pc), "category_total_ns", object)]),
+        "metric": np.concatenate([np.full(len(p_idx), "dur_ns", object),
+                                  np.full(len(pc), "category_total_ns", object)]),
         "unit": np.char.add("u", (pr % UNITS).astype(str)).astype(object),
         "value": np.concatenate([med[p_idx, k_idx], tot.ravel()])})
     raw = None
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps-flat", type=int, default=200)
     ap.add_argument("--reps-step", type=int, default=60)
     ap.add_argument("--reps-creep", type=int, default=30)
-    ap.add_argument("--creep-gate-reps", type=int, default=5, help="creep histories whose 39 adjacent pairs the gate compares")
+    ap.add_argument("--creep-gate-reps", type=int, default=5,
+                    help="creep histories whose 39 adjacent pairs the gate compares")
     ap.add_argument("--quick", action="store_true", help="40 flat, 15 step, 8 creep, 2 gate-pair histories")
     ap.add_argument("--otava", type=Path, default=OTAVA_PY, help="python of a venv with apache-otava")
     ap.add_argument("--seed", type=int, default=12)
