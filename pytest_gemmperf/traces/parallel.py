@@ -18,6 +18,8 @@ Contract:
   its fields: its constructor takes keyword arguments, which default exception pickling loses).
   When several items fail, the first failing item in input order wins - the error the serial
   path would have stopped at. Pending work is cancelled.
+* Each worker gets ``usable_cores() // workers`` pyarrow threads, so a pool of n workers does
+  not start n x cores reader threads.
 * :func:`pool_jobs` keeps small inputs serial: a worker start (a fresh interpreter importing
   pandas and pyarrow) costs about half a CPU-second, more than reading a few small files.
 """
@@ -121,7 +123,9 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
         return [fn(x) for x in items]
     ctx = multiprocessing.get_context(START_METHOD)
     call = _Call(fn)
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+    threads = max(1, usable_cores() // n)
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
+                             initargs=(threads,)) as pool:
         futures = [pool.submit(call, x) for x in items]
         out: list[R] = []
         try:
@@ -141,6 +145,18 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
                 fut.cancel()
             raise
     return out
+
+
+def _init_worker(threads: int) -> None:
+    """Share the cores between the workers: pyarrow's CSV reader (``use_threads=True``) would
+    otherwise start a thread per core in every worker, and n workers x all cores threads
+    oversubscribe the machine."""
+    try:
+        import pyarrow
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        return
+    pyarrow.set_cpu_count(threads)
+    pyarrow.set_io_thread_count(max(2, threads))
 
 
 def _label(item: Any) -> str | None:
