@@ -440,6 +440,7 @@ class _SessionHooks:
         self.gated: list[dict] = []  # --gemmperf-benchmark-json (session_benchmark.py)
         self.benchmark_json: str | None = None
         self.benchmark_error: str | None = None
+        self.usage_error = False  # a worker's collection error from a bad axis override
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -462,8 +463,17 @@ class _SessionHooks:
             elif name == f"{PROP_PREFIX}_gated":
                 self.gated.append(json.loads(value))
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # an xdist worker can only stop on a bad axis override with a collection error (see
+        # pytest_generate_tests); the controller receives it here and ends with exit 4 as
+        # without xdist: a usage error, not a test failure
+        if report.failed and "gemmperf axis override:" in str(report.longrepr):
+            self.usage_error = True
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
+        if self.usage_error and not _is_worker(config):
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
         gp = config.stash.get(_SESSION_KEY, None)
         if _is_worker(config) or gp is None or not gp.results.root.is_dir():
             return

@@ -278,10 +278,11 @@ def test_invalid_environment_is_never_a_baseline(gp, pytester):
 
 def test_bad_user_axis_override_under_xdist_is_one_clean_error(tmp_path):
     """xdist workers collect, the controller cannot end the session for them: the error is a
-    collection error that shows its one line (no INTERNALERROR, no traceback), nothing runs."""
+    collection error that shows its one line (no INTERNALERROR, no traceback), nothing runs,
+    and the controller ends with the usage-error status (4) as without xdist."""
     pytest.importorskip("xdist")
     r = _run_pytest(tmp_path, "--gemmperf-axis", "size=3", xdist=True)
-    assert r.returncode not in (0, 3), r.stdout + r.stderr
+    assert r.returncode == 4, r.stdout + r.stderr
     text = r.stdout + r.stderr
     assert "gemmperf axis override: test_x.py::test_x: sweep axis 'size': 3 is not a power of two" in text
     assert "INTERNALERROR" not in text and "Traceback" not in text
