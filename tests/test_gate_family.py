@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pytest_gemmperf.gate import durations, stats
+from pytest_gemmperf.gate import durations, noise_floors, stats
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.gate.samples import compact_samples
 
@@ -93,12 +93,12 @@ def test_sampling_floor_holds_at_every_count_unless_the_kernel_contradicts_it():
     cnt = np.array([[10] * 8, [23] * 8, [500] * 8])
     df = np.array([6.0, 6.0, 36.0])
     s2 = np.array([1e-4, 1e-4, 1e-6])  # the third is 100x below its floor on 36 df: a fixed shape mix
-    floor = durations._sampling_floor(se, cnt, s2, df)
+    floor = noise_floors._sampling_floor(se, cnt, s2, df)
     assert floor[0] == pytest.approx(1e-4) and floor[1] == pytest.approx(1e-4)  # 23 > the old cut-off of 21
     assert np.isnan(floor[2])
     # on 6 df (a fresh 4-vs-4 comparison) a tiny variance is no evidence against the floor:
     # per-process medians of clumpy kernels are far from normal
-    assert durations._sampling_floor(se, cnt, s2, np.full(3, 6.0))[2] == pytest.approx(1e-4)
+    assert noise_floors._sampling_floor(se, cnt, s2, np.full(3, 6.0))[2] == pytest.approx(1e-4)
 
 
 def test_kernel_pvalue_is_simes_of_total_and_relative_and_the_relative_one_needs_the_same_direction():
@@ -134,7 +134,7 @@ def test_a_fixed_shape_mix_loses_the_floor_and_keeps_its_power(monkeypatch):
     b, c = mixed("b", 1), mixed("c", 2, slow=0.05)
     v = compare(b, c, GateConfig(threshold=0.0)).set_index("kernel")
     assert v.loc["Cijk_mixed", "verdict"] == "regression"
-    monkeypatch.setattr(durations, "FLOOR_QUANTILE_P", 0.0)  # judged on the median alone
+    monkeypatch.setattr(noise_floors, "FLOOR_QUANTILE_P", 0.0)  # judged on the median alone
     v = compare(b, c, GateConfig(threshold=0.0)).set_index("kernel")
     assert v.loc["Cijk_mixed", "verdict"] != "regression"
 

@@ -113,7 +113,6 @@ Method (``docs/regression-statistics.md`` section 3, choices measured by
 from __future__ import annotations
 
 import math
-import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -121,6 +120,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.arrays import _as_category, _codes, _nanmean_rows, _nanmedian_rows  # noqa: F401 - re-exported
+from pytest_gemmperf.gate.noise_floors import _central_quantile_var, _resolution_var, _sampling_floor
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT
 from pytest_gemmperf.gate.verdict import MISSING, NEW
@@ -136,13 +137,6 @@ CV = "cv_robust"
 COUNT = DISPATCH_COUNT
 SHARED = "*"
 _MAD_TO_SD = 1.4826
-#: a kernel whose between-process variance is this improbably small under its sampling floor
-#: (lower tail of chi^2) has a floor that does not hold (fixed shape mix, unknown counts)
-FLOOR_COMPAT_P = 1e-4
-#: ... judged only on this many df (own + history) or more
-FLOOR_COMPAT_MIN_DF = 20
-#: ... or whose central quantiles vary this improbably little under it (any df)
-FLOOR_QUANTILE_P = 1e-3
 #: a kernel whose variance now is this improbable under its history's F distribution ignores it
 HISTORY_OUTLIER_P = 1e-3
 
@@ -161,36 +155,6 @@ def check_samples(df: pd.DataFrame, what: str = "samples") -> pd.DataFrame:
         i = int(np.flatnonzero(out["value"].isna().to_numpy())[0])
         raise GemmperfInputError(what, "non-numeric or missing sample value", record=f"row {i + 1}")
     return out
-
-
-def _as_category(s: pd.Series) -> pd.Series:
-    """Categorical with string categories ('' for missing), without a per-row Python loop.
-
-    Built from codes only: relabelling or filling a categorical whose values are not (yet) in
-    its categories is deprecated in pandas (Pandas4Warning) and will raise in pandas 4.
-    """
-    c = (s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")).array
-    codes = np.asarray(c.codes, np.int64)
-    names = np.array([str(x) for x in c.categories], dtype=object)
-    # distinct values may share a name (1 and "1"): merge them
-    cats, inv = np.unique(names, return_inverse=True) if len(names) else (names, np.zeros(0, np.int64))
-    cats = list(cats)
-    if (codes < 0).any():
-        if "" not in cats:
-            cats.append("")
-        fill = cats.index("")
-    else:
-        fill = 0
-    new = np.where(codes >= 0, inv[np.maximum(codes, 0)] if len(inv) else 0, fill)
-    return pd.Series(pd.Categorical.from_codes(new, categories=pd.Index(cats, dtype=object)), index=s.index)
-
-
-def _codes(s: pd.Series, categories: pd.Index) -> np.ndarray:
-    """Positions of ``s`` (a categorical from check_samples) in ``categories`` (-1 if absent)."""
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        lookup = categories.get_indexer(s.cat.categories.astype(object))
-        return lookup[s.cat.codes.to_numpy()].astype(np.int64)
-    return categories.get_indexer(s.astype(object)).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,48 +473,6 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     return rows
 
 
-def _resolution_var(b: pd.DataFrame, c: pd.DataFrame, kernels: pd.Index) -> np.ndarray:
-    """Per kernel, the variance (log scale) that the timer's resolution adds to a change.
-
-    Durations are multiples of a tick (Kineto's µs with 3 decimals, a GPU timer's period). The
-    tick is bounded above by the smallest positive gap between two durations of the kernel in
-    one process, and by the largest power of ten dividing all its durations (the resolution
-    the trace reports; the only clue when every process repeats one value). A per-process
-    median is rounded to the tick, and the rounding does not average out over processes that
-    all sit on the same ticks (3 identical medians per side gave a zero-width CI on an H200
-    memset): each side's level is uncertain by up to a tick, so the change gets
-    ``(tick / median)^2 / 3`` (each side uniform on +-1 tick), whatever the number of
-    processes. Negligible for kernels timed to the ns over µs; decisive for a one-tick change."""
-    d = pd.concat([b[["kernel", "unit", "value"]], c[["kernel", "unit", "value"]]], ignore_index=True)
-    n_k = len(kernels)
-    k = _codes(d["kernel"], kernels)
-    u = pd.factorize(d["unit"].astype(str) + np.where(np.arange(len(d)) < len(b), "|b", "|c"))[0]
-    v = d["value"].to_numpy(float)
-    ok = (k >= 0) & np.isfinite(v) & (v > 0)
-    k, u, v = k[ok], u[ok], v[ok]
-    order = np.lexsort((v, u, k))
-    k, u, v = k[order], u[order], v[order]
-    gap = np.diff(v)
-    within = (k[1:] == k[:-1]) & (u[1:] == u[:-1]) & (gap > 0)
-    tick = np.full(n_k, np.inf)
-    np.minimum.at(tick, k[1:][within], gap[within])
-    # decimal resolution: 10^j divides every duration of the kernel (integers in ns)
-    integral = np.isclose(v, np.round(v), rtol=0, atol=1e-6)
-    iv = np.round(v).astype(np.int64)
-    dec = np.ones(len(v))
-    for j in range(1, 10):
-        dec = np.where(integral & (iv % 10 ** j == 0), 10.0 ** j, dec)
-    res = np.full(n_k, np.inf)
-    np.minimum.at(res, k, np.where(integral, dec, np.inf))
-    tick = np.fmin(tick, res)
-    med = np.full(n_k, np.nan)
-    if len(k):
-        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-        ends = np.r_[starts[1:], len(k)]
-        med[k[starts]] = np.array([np.median(v[a:e]) for a, e in zip(starts, ends)])
-    return np.where(np.isfinite(tick) & (med > 0), (tick / med) ** 2 / 3, 0.0)
-
-
 def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total: np.ndarray) -> np.ndarray:
     """One p-value per kernel from two tests of "this kernel changed", combined by Simes
     (and whether the relative test was the stronger: its interval then sizes the change)
@@ -569,79 +491,6 @@ def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total:
     hi = np.fmax(p_tot, p_r)
     out = np.minimum(np.minimum(2 * lo, hi), 1.0)
     return np.where(np.isfinite(p_tot), out, np.nan), p_r < p_tot
-
-
-#: quantile levels whose between-process spread tells a fixed shape mix from a varying one
-_CENTRAL_LEVELS = (0.3, 0.4, 0.6, 0.7)
-
-
-def _central_quantile_var(logb, gidb, ub, logc, gidc, uc, n_k, offsets) -> np.ndarray:
-    """Per kernel: mean over :data:`_CENTRAL_LEVELS` of the pooled within-side variance of the
-    per-process log quantile (after the shared factor), from the stored values (a compacted
-    table's order statistics read as a quantile function, as ``stats.group_median_se``).
-
-    A kernel whose median sits between the modes of a *fixed* mix of shapes has stable central
-    quantiles in every process (the mix is the same), far below the median's i.i.d. sampling
-    noise; a kernel whose mix varies between processes (step-clustered dispatches) moves them.
-    Four levels give the floor check several times the df of the median alone."""
-    out = []
-    for log, gid, nu, off in ((logb, gidb, ub, offsets[:ub]), (logc, gidc, uc, offsets[ub:])):
-        if nu == 0 or not len(log):
-            out.append(np.full((len(_CENTRAL_LEVELS), n_k, nu), np.nan))
-            continue
-        srt, starts, counts = stats.group_sort(log, gid, n_k * nu)
-        m = counts.astype(float)
-        ok = counts > 1
-        levels = []
-        for p in _CENTRAL_LEVELS:
-            q = np.full(n_k * nu, np.nan)
-            pos = np.clip(p * m[ok] - 0.5, 0.0, m[ok] - 1)
-            lo = np.floor(pos).astype(int)
-            hi = np.minimum(lo + 1, counts[ok] - 1)
-            frac = pos - lo
-            q[ok] = (1 - frac) * srt[starts[ok] + lo] + frac * srt[starts[ok] + hi]
-            levels.append(q.reshape(n_k, nu) - off[None, :])
-        out.append(np.stack(levels))
-    qb, qc = out
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: kernels absent on a side
-        ss = np.nansum((qb - np.nanmean(qb, axis=2, keepdims=True)) ** 2, axis=2) if ub else 0.0
-        ss = ss + (np.nansum((qc - np.nanmean(qc, axis=2, keepdims=True)) ** 2, axis=2) if uc else 0.0)
-        n = np.isfinite(qb).sum(axis=2) + np.isfinite(qc).sum(axis=2) - 2
-        v = np.where(n > 0, ss / np.maximum(n, 1), np.nan)
-        return np.nanmean(v, axis=0) if v.size else np.full(n_k, np.nan)
-
-
-def _sampling_floor(se_true: np.ndarray, cnt: np.ndarray, s2: np.ndarray, df: np.ndarray,
-                    s2_q: np.ndarray | None = None) -> np.ndarray:
-    """Lower bound on each kernel's between-process variance: the sampling variance of a
-    per-process median (order-statistic SE at the true dispatch count, mean over units).
-
-    Between-process spread cannot be smaller than it in expectation, and with 4 processes a
-    kernel seen a handful of times per process otherwise shows four near-equal medians by
-    chance (the A/A false alarms of once-per-step kernels with 40 % jitter in the real trace).
-    It applies at every dispatch count (a cut-off at 21 dispatches gave 1 % A/A alarms with 23
-    iterations per process), except where the kernel's own variance contradicts it: the i.i.d.
-    formula overstates the noise of a median between the modes of a fixed mix of GEMM shapes,
-    and of a compacted table without its dispatch counts. Contradicts = ``df s^2 / floor`` in
-    the lower ``FLOOR_COMPAT_P`` tail of ``chi^2_df`` (a floor that would rarely bind falsely
-    dropped; NaN: no floor)."""
-    pred = _nanmean_rows(np.where((cnt > 1) & np.isfinite(se_true), se_true ** 2, np.nan))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p_low = sps.chi2.cdf(np.where(df > 0, df, 1) * s2 / pred, np.where(df > 0, df, 1))
-    # only with enough df (variance history, many processes): per-process medians of clumpy
-    # kernels are far from normal, so with 4-6 df a tiny s^2 is no evidence against the floor
-    # (dropping it at chi^2 p < 1e-4 still let 3-vs-3 A/A tests alarm on the real trace)
-    contra = np.isfinite(p_low) & (df >= FLOOR_COMPAT_MIN_DF) & (p_low < FLOOR_COMPAT_P)
-    if s2_q is not None:
-        # the central quantiles' spread on twice the df (four correlated levels): a fixed shape
-        # mix keeps them far below the floor, a varying one does not
-        dq = 2 * np.where(df > 0, df, 1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            p_q = sps.chi2.cdf(dq * s2_q / pred, dq)
-        contra |= np.isfinite(p_q) & (df > 0) & (p_q < FLOOR_QUANTILE_P)
-    ok = np.isfinite(pred) & (pred > 0) & ~contra
-    return np.where(ok, pred, np.nan)
 
 
 def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np.ndarray,
@@ -668,23 +517,6 @@ def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np
 def _empty(n_k: int):
     z = np.zeros((n_k, 0))
     return z, z, z.astype(int), np.zeros(0), np.zeros(0, int), z, z
-
-
-def _nanmedian_rows(a: np.ndarray) -> np.ndarray:
-    if a.shape[1] == 0:
-        return np.full(a.shape[0], np.nan)
-    with np.errstate(all="ignore"):
-        ok = np.isfinite(a).any(axis=1)
-        out = np.full(a.shape[0], np.nan)
-        if ok.any():
-            out[ok] = np.nanmedian(a[ok], axis=1)
-    return out
-
-
-def _nanmean_rows(a: np.ndarray) -> np.ndarray:
-    n = np.isfinite(a).sum(axis=1)
-    tot = np.where(np.isfinite(a), a, 0.0).sum(axis=1)
-    return np.where(n > 0, tot / np.maximum(n, 1), np.nan)
 
 
 def _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, shift, testable, lo, hi, cfg):
