@@ -183,8 +183,8 @@ class PointReruns:
         ran and what changed in point.json (``confirmation``) and the test's properties."""
         from pytest_gemmperf.gate.compare import compare
         from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge, suspicious
-        from pytest_gemmperf.session import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
-                                             write_point_json_field)
+        from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
+                                                  write_point_json_field)
 
         ccfg = ConfirmConfig(rounds=max(0, int(self.options.confirm)))
         if ccfg.rounds == 0 or not suspicious(first, ccfg).any():

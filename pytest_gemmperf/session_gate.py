@@ -1,0 +1,259 @@
+"""The gate step of a sweep point (``PointRunner``'s methods): samples from the point's
+dispatches, the stored baseline, ``compare`` and confirmation, verdicts into the results and the
+test report, a recorded baseline when there is none. Split out of ``session.py``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from pytest_gemmperf import safe_io
+from pytest_gemmperf.run.results import merge_verdicts, write_point_json
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.session import PointResult
+
+#: rows of the verdict table in a failure message
+FAIL_TABLE_ROWS = 20
+# user_properties of a gated point's test report (read by plugin.py and progress.py)
+PROP_STATUS = "gemmperf_status"
+PROP_VERDICTS = "gemmperf_verdicts"
+PROP_PREFIX = "gemmperf"
+
+
+class PointGate:
+    """Methods of ``PointRunner`` that gate a profiled point."""
+
+    def assert_no_regression(self, result: PointResult, *, threshold: float | str | None = None,
+                             warmup: int | None = None) -> pd.DataFrame:
+        """Compare ``result`` with the stored baseline of this test and point.
+
+        No baseline yet (or ``--gemmperf-update-baselines``): record one and pass. Otherwise fail
+        on a regression with the compact verdict table (unless ``--gemmperf-warn-only``). Returns
+        the verdicts table (empty when a baseline was recorded).
+        """
+        import pytest
+
+        samples = self._samples(result, warmup)
+        from pytest_gemmperf.history.pytest_side import fail_on_creep, record_point
+
+        creep = record_point(self, result, samples)  # run history; slow-creep text with the check
+        store = self.session.baseline_store()
+        with _merge_lock(store, self.test_id, result.hw_key):
+            base = store.load(self.test_id, result.hw_key)
+            base_pt = (base.samples[base.samples["point"].astype(str) == self.point.id]
+                       if base is not None else None)
+            if self.options.update_baselines or base_pt is None or base_pt.empty:
+                path = self._save_baseline(store, base, samples, result)
+                updating = self.options.update_baselines and base_pt is not None and not base_pt.empty
+                what = "updated" if updating else "recorded"
+                if updating:
+                    msg = (f"gemmperf: baseline of {self.test_id}[{self.point.id}] on {result.hw_key} "
+                           f"updated at {path}")
+                else:
+                    msg = (f"gemmperf: no baseline for {self.test_id}[{self.point.id}] on "
+                           f"{result.hw_key} — recorded one at {path}")
+                noisy = self._assess(result.environment)
+                if noisy.disturbed:
+                    msg += f" [{noisy.text}: consider re-recording on a quiet machine]"
+                self.messages.append(msg)
+                self._record(PROP_STATUS, f"baseline-{what}")
+                self._record(f"{PROP_PREFIX}_baseline", str(path))
+                _emit(msg)
+                fail_on_creep(self, creep)
+                return _empty_verdicts()
+        cfg = _gate_config(threshold if threshold is not None else self.options.threshold)
+        from pytest_gemmperf.gate.compare import compare
+        from pytest_gemmperf.gate.confirm import apply_disturbance
+
+        history = base.history_for(self.point.id)
+        first = compare(base_pt, samples, cfg, test=self.test_id, history=history)
+        verdicts = apply_disturbance(first, self._assess(result.environment))
+        verdicts = self._confirm(result, base_pt, samples, first, verdicts, cfg, history, warmup)
+        verdicts = self._telemetry_notes(verdicts, result.dispatches)
+        if self.options.learn_variance:
+            # outside the merge lock: learn() takes the record's own lock
+            run = f"{self.session.results.root.name}/{self.point.id}"
+            if store.learn(self.test_id, result.hw_key, samples, run):
+                self._record(f"{PROP_PREFIX}_learned", run)
+                _emit(f"gemmperf: {self.test_id}[{self.point.id}]: variance of this run added to the "
+                      f"baseline's history ({store.path_for(self.test_id, result.hw_key)})")
+        merge_verdicts(self.session.results.test_dir(self.test_id), self.point.id, verdicts)
+        write_point_json_field(result.dir, "verdicts", _verdict_counts(verdicts))
+        self._record_verdicts(verdicts, result.hw_key)
+        regressions = verdicts[verdicts["verdict"] == "regression"]
+        if len(regressions):
+            from pytest_gemmperf.gate.verdict import format_verdict_table
+
+            table = format_verdict_table(verdicts, FAIL_TABLE_ROWS)
+            if self._confirm_text:
+                table += "\n" + self._confirm_text
+            table, creep = (table + "\n" + creep, "") if creep else (table, creep)
+            head = (f"gemmperf: {len(regressions)} regression(s) in {self.test_id}[{self.point.id}] "
+                    f"on {result.hw_key} (baseline {store.path_for(self.test_id, result.hw_key)}; "
+                    f"all verdicts in {self.session.results.test_dir(self.test_id) / 'verdicts.csv'})")
+            if self.options.warn_only:
+                _emit(head + " [--gemmperf-warn-only: not failing]\n" + table)
+            else:
+                pytest.fail(head + "\n" + table, pytrace=False)
+        fail_on_creep(self, creep)
+        return verdicts
+
+    def _samples(self, result: PointResult, warmup: int | None) -> pd.DataFrame:
+        from pytest_gemmperf.errors import GemmperfInputError
+        from pytest_gemmperf.gate.samples import gate_samples
+
+        if result.gated_dispatches.empty:
+            kern = ", ".join(self.point.kernels)
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no dispatches match the "
+                            f"kernel regexes ({kern}); kernels seen: "
+                            f"{', '.join(sorted(map(str, result.dispatches['kernel'].unique()))[:10])}")
+        w = warmup if warmup is not None else self.options.warmup
+        w = int(w or 0)
+        # `baseline refresh` reads it back, so a refreshed baseline has exactly these samples
+        write_point_json_field(result.dir, "warmup", w)
+        try:
+            samples = gate_samples(result.dispatches, kernels=list(self.point.kernels), warmup=w,
+                                   compact=True, path=result.paths["dispatches"])
+        except GemmperfInputError as exc:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}") from None
+        for note in samples.attrs.get("notes", []):
+            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {note}")
+        from pytest_gemmperf.session_benchmark import gated_property
+
+        # --gemmperf-benchmark-json: the controller exports this point at the session's end
+        self._record(*gated_property(self.test_id, self.point.id, w, self.point.kernels))
+        if len(samples) == 0:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no samples left after "
+                            "warm-up removal; profile more steps or lower --gemmperf-warmup")
+        return samples
+
+    def _save_baseline(self, store, base, samples: pd.DataFrame, result: PointResult) -> Path:
+        from pytest_gemmperf.gate.baseline import BaselineRecord
+        from pytest_gemmperf.sweep import invalid_env
+
+        bad = invalid_env(result.env)  # a run nobody meant (NCCL_NTHREADS=abc) is no reference
+        if bad:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: not recorded as a "
+                            f"baseline: invalid environment: {'; '.join(bad)}")
+
+        # the store merges per point (BaselineStore.save(merge=True), as `baseline refresh`
+        # does): the other points' samples and metadata stay; ``base`` is only the caller's view
+        point = {"results_dir": str(self.session.results.root), "env": result.env, "command": result.command,
+                 "backend": result.backend.name, "device": result.backend.device}
+        seconds = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
+        if seconds > 0:  # what --gemmperf-shard balances the CI matrix's jobs by (shard.py)
+            point["duration_s"] = round(seconds, 3)
+        # per process: the ETA of the progress lines (progress.py) on the next run
+        point["run_durations_s"] = [round(float(r["duration_s"]), 3) for r in result.runs
+                                    if r.get("duration_s")]
+        meta = {**self.session.metadata(), "points": {self.point.id: point}}
+        store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=samples, meta=meta),
+                   merge=True)
+        return store.path_for(self.test_id, result.hw_key)
+
+    def _record_verdicts(self, verdicts: pd.DataFrame, hw_key: str) -> None:
+        counts = _verdict_counts(verdicts)
+        self._record(PROP_STATUS, "compared: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+        notable = verdicts[verdicts["verdict"] != "unchanged"]
+        rows = []
+        for r in notable.head(200).itertuples(index=False):
+            row = {"test": self.test_id, "point": str(r.point), "kernel": str(r.kernel),
+                   "metric": str(r.metric), "verdict": str(r.verdict), "ratio": _num(r.ratio),
+                   "ci_low": _num(r.ci_low), "ci_high": _num(r.ci_high), "q_value": _num(r.q_value),
+                   "hw_key": hw_key}
+            rows.append(row)
+            self._record(f"{PROP_PREFIX}:{r.point}:{r.metric}:{r.kernel}",
+                         f"{r.verdict} ratio={_fmt(r.ratio)} ci=[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] "
+                         f"q={_fmt(r.q_value, '.3g')}")
+        self._record(PROP_VERDICTS, json.dumps(rows))
+
+
+def _gate_config(threshold: float | str | None):
+    import dataclasses
+
+    from pytest_gemmperf.gate.compare import GateConfig
+
+    from pytest_gemmperf.session import parse_threshold
+
+    value = parse_threshold(threshold)
+    if value is None:
+        return GateConfig()
+    names = {f.name for f in dataclasses.fields(GateConfig)} if dataclasses.is_dataclass(GateConfig) else set()
+    for name in ("threshold", "threshold_rel", "rel_threshold"):
+        if name in names:
+            return GateConfig(**{name: value})
+    return GateConfig(threshold=value)
+
+
+class _merge_lock:
+    """Serializes load-modify-save of one baseline record across xdist workers. A lock file of
+    its own: the store's per-record lock is taken again inside ``save``."""
+
+    def __init__(self, store, test_id: str, hw_key: str) -> None:
+        from filelock import FileLock
+
+        record_dir = store.path_for(test_id, hw_key)
+        lock_dir = Path(store.root) / ".locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        ignore = lock_dir / ".gitignore"
+        if not ignore.exists():
+            try:
+                safe_io.write_text(ignore, "*\n")  # never through a planted link
+            except OSError:
+                pass
+        self._lock = FileLock(str(lock_dir / f"{record_dir.parent.name}__{record_dir.name}.merge.lock"),
+                              timeout=600)
+
+    def __enter__(self):
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+def _empty_verdicts() -> pd.DataFrame:
+    from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
+
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in VERDICT_COLUMNS})
+
+
+def _verdict_counts(verdicts: pd.DataFrame) -> dict[str, int]:
+    vc = verdicts["verdict"].astype(str).value_counts()
+    return {str(k): int(v) for k, v in vc.sort_index().items()}
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    v = _num(x)
+    return "-" if v is None else format(v, spec)
+
+
+def _fail_now(message: str):
+    import pytest
+
+    return pytest.fail.Exception(message, pytrace=False)
+
+
+def _emit(message: str) -> None:
+    """Visible in the test's captured output and, with -s, on the terminal."""
+    print(message, file=sys.stderr)
+
+
+def write_point_json_field(point_dir: Path, key: str, value: Any) -> None:
+    path = point_dir / "point.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data[key] = value
+    write_point_json(point_dir, data)
