@@ -270,8 +270,10 @@ class TreeRss(threading.Thread):
         return sum(self.child_ticks.values()) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(root: str, jobs: int, out: str) -> None:
-    """Child mode: run the pipeline once on ``root`` and write timings, RSS and results."""
+def measure(root: str, jobs: int, out: str, legacy: bool = False) -> None:
+    """Child mode: run the pipeline once on ``root`` and write timings, RSS and results.
+    ``legacy``: the path before per-file reduction, for comparison: ``load`` the full
+    dispatches table, then ``gate_samples`` and ``kernel_stats`` on it."""
     import resource
 
     import pandas as pd
@@ -283,7 +285,10 @@ def measure(root: str, jobs: int, out: str) -> None:
     mon = TreeRss()
     mon.start()
     t0 = time.perf_counter()
-    gi = gate_inputs([root], jobs=jobs, compact=True)
+    if legacy:
+        gi = _legacy_inputs(root, jobs)
+    else:
+        gi = gate_inputs([root], jobs=jobs, compact=True)
     t1 = time.perf_counter()
     verdicts = compare(compact_samples(gi.samples), gi.samples, GateConfig(), test="scale")
     t2 = time.perf_counter()
@@ -301,9 +306,28 @@ def measure(root: str, jobs: int, out: str) -> None:
     Path(out).write_text(json.dumps(res))
 
 
-def _run_child(root: Path, jobs: int, out: Path) -> dict:
+def _legacy_inputs(root: str, jobs: int):
+    from pytest_gemmperf.analysis.kernel_stats import kernel_stats
+    from pytest_gemmperf.gate.file_reduce import GateInputs
+    from pytest_gemmperf.gate.samples import gate_samples
+    from pytest_gemmperf.traces.discover import load
+
+    t0 = time.perf_counter()
+    trace = load([root], jobs=jobs)
+    t1 = time.perf_counter()
+    d = trace.dispatches
+    samples = gate_samples(d, compact=True)
+    by = ("source", "point", "rank", "kernel") if d["source"].nunique() > 1 else ("point", "rank", "kernel")
+    stats = kernel_stats(d, by=by)
+    return GateInputs(samples=samples, kernel_stats=stats, stats_by=by, notes=trace.meta["notes"],
+                      sources=trace.meta["sources"], n_dispatches=len(d), reduced=False,
+                      timings={"discover_s": 0.0, "read_reduce_s": t1 - t0,
+                               "merge_s": time.perf_counter() - t1, "workers": jobs})
+
+
+def _run_child(root: Path, jobs: int, out: Path, legacy: bool = False) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--measure", str(root), "--jobs", str(jobs),
-           "--result", str(out)]
+           "--result", str(out)] + (["--legacy"] if legacy else [])
     subprocess.run(cmd, check=True)
     return json.loads(out.read_text())
 
@@ -333,11 +357,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=0, help="parallel workers (default 0: the usable cores)")
     ap.add_argument("--quick", action="store_true", help="32 files x 2,000 dispatches, for a smoke run")
     ap.add_argument("--keep", action="store_true", help="keep the generated files (prints where)")
+    ap.add_argument("--legacy", action="store_true",
+                    help="also time the full-table path (load everything, then gate_samples + kernel_stats) "
+                         "serially, for its peak RSS")
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.measure:
-        measure(args.measure, args.jobs or usable_cores(), args.result)
+        measure(args.measure, args.jobs or usable_cores(), args.result, legacy=args.legacy)
         return 0
     if args.quick:
         sizes = [(32, 2000)]
@@ -351,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C or a kill: remove the generated files before leaving
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     rows = []
+    legacy_rows: list = []
     try:
         for n_files, n_disp in sizes:
             for fmt in formats:
@@ -361,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
                 ser = _run_child(root, 1, tmp / f"{root.name}-serial.json")
                 par = _run_child(root, jobs, tmp / f"{root.name}-par.json")
                 same = _same_results(tmp / f"{root.name}-serial.json", tmp / f"{root.name}-par.json")
+                if args.legacy:
+                    leg = _run_child(root, 1, tmp / f"{root.name}-legacy.json", legacy=True)
+                    same = same and _same_results(tmp / f"{root.name}-serial.json", tmp / f"{root.name}-legacy.json")
+                    legacy_rows.append((fmt, n_files, n_disp, leg))
                 rows.append((fmt, n_files, n_disp, nbytes, gen_s, ser, par, same))
                 print(f"# {fmt} {n_files}x{n_disp}: {nbytes / 2**20:.0f} MiB generated in {gen_s:.1f} s; "
                       f"serial {ser['wall_s']:.2f} s, jobs={jobs} {par['wall_s']:.2f} s, identical={same}",
@@ -373,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     _print_table(rows, jobs)
+    for fmt, nf, nd, leg in legacy_rows:
+        print(f"- full-table path (before this change), {fmt} {nf}x{nd}, serial: {leg['wall_s']:.1f} s, "
+              f"parent peak RSS {leg['parent_hwm_mib']:.0f} MiB (same samples, statistics and verdicts)")
     return 0 if all(r[-1] for r in rows) else 1
 
 
