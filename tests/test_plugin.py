@@ -3,7 +3,6 @@ CPU Kineto traces (tests/fixtures/gemmperf_plugin/fake_kineto_workload.py)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import re
@@ -18,22 +17,9 @@ from pytest_gemmperf.run import environment
 
 pytest_plugins = ["pytester"]
 
-# pytester's in-process runs drop the modules they imported afterwards; pyarrow extension types
-# cannot be registered twice, so everything the inner sessions use is imported here, once.
-import pandas.core.arrays.arrow.extension_types  # noqa: E402,F401
-import pyarrow.parquet  # noqa: E402,F401
+# the modules the inner sessions use are imported once there (pytester drops them afterwards)
+from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, REPO  # noqa: E402,F401 - FAKE: imported by other tests
 
-import pytest_gemmperf.gate.baseline  # noqa: E402,F401
-import pytest_gemmperf.gate.compare  # noqa: E402,F401
-import pytest_gemmperf.gate.hardware  # noqa: E402,F401
-import pytest_gemmperf.gate.samples  # noqa: E402,F401
-import pytest_gemmperf.gate.verdict  # noqa: E402,F401
-import pytest_gemmperf.run.process  # noqa: E402,F401
-import pytest_gemmperf.run.torch_backend  # noqa: E402,F401
-import pytest_gemmperf.traces.torch_trace  # noqa: E402,F401
-
-REPO = Path(__file__).resolve().parent.parent
-FAKE = REPO / "tests" / "fixtures" / "gemmperf_plugin" / "fake_kineto_workload.py"
 SLUG = "test_gpsweep.py__test_gpsweep"
 TEST_ID = "test_gpsweep.py::test_gpsweep"
 
@@ -47,13 +33,6 @@ def test_gpsweep(gemmperf):
     assert set(result.gated_dispatches["kernel"].astype(str)) == {{"aten::mm"}}
     gemmperf.assert_no_regression(result)
 """
-
-
-def _entry_point_loaded() -> bool:
-    return any(ep.value == "pytest_gemmperf.plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
-
-
-PLUGIN_ARGS = [] if _entry_point_loaded() else ["-p", "pytest_gemmperf.plugin"]
 
 
 @pytest.fixture
