@@ -121,7 +121,9 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
     n = min(resolve_jobs(jobs), len(items))
     if n <= 1:
         return [fn(x) for x in items]
-    ctx = multiprocessing.get_context(START_METHOD)
+    # forkserver is POSIX-only; spawn (also fork-free) elsewhere
+    method = START_METHOD if START_METHOD in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
     call = _Call(fn)
     threads = max(1, usable_cores() // n)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
