@@ -49,6 +49,12 @@ family 7 % default, GEMM rows regression real 76.6 % -> 81.2 %, heavy 92.4 % (bo
 2 and 8 processes, swaps unchanged or better; single kernel 3 % at threshold 0: real 2.5 %
 (both), heavy 77.5 % -> 80 %. A/A with 300 replicates per row: every row <= 1.0 % (real:
 0-0.7 %; heavy: 0-1.0 %, the 1.0 % at 8 iterations, threshold 0).
+
+Session 4 (``*``-row variance no longer double-counted; a "threshold 0 + confirm 1" column runs
+the plugin's default confirmation, ``confirmed``): real 908 kernels, 300 A/A / 60 effect
+replicates, ~36 min on 2 busy cores: every A/A row <= 1.0 % in every column; family 4 % at
+threshold 0 fails 68.3 % on the first look, 95.0 % with confirmation (4 extra processes);
+family 7 % at the default rule 100 % / GEMM rows 74.0 %; swap +30 % 100 %, +-0 % 0 % (default).
 """
 
 from __future__ import annotations
