@@ -112,22 +112,12 @@ def _tensile_labels(parsed: dict[str, tuple[str, list[tuple[str, str]]]]) -> dic
             order.setdefault(key, len(order))
             d[key] = tok
         values.append(d)
-    chosen: list[str] = ["MT"] if "MT" in order else []
-    sig = [(parsed[n][0],) + tuple(values[i].get(k, "") for k in chosen) for i, n in enumerate(names)]
-    n_distinct = len(set(sig))
-    candidates = [k for k in sorted(order, key=order.__getitem__) if k not in chosen]
-    while n_distinct < len(names) and candidates:
-        best, best_n = None, n_distinct
-        for k in candidates:  # first key (in name order) among the best splitters wins
-            cnt = len({s + (values[i].get(k, ""),) for i, s in enumerate(sig)})
-            if cnt > best_n:
-                best, best_n = k, cnt
-        if best is None:
-            break
-        chosen.append(best)
-        candidates.remove(best)
-        sig = [s + (values[i].get(best, ""),) for i, s in enumerate(sig)]
-        n_distinct = best_n
+    # MT always, then the other parameters greedily (first in name order among the best)
+    always = ["MT"] if "MT" in order else []
+    rest = [k for k in sorted(order, key=order.__getitem__) if k not in always]
+    start = [(parsed[n][0],) + tuple(values[i].get(k, "") for k in always) for i, n in enumerate(names)]
+    rows = [tuple(v.get(k, "") for k in rest) for v in values]
+    chosen = always + [rest[c] for c in _greedy_columns(rows, list(range(len(rest))), start)]
     keys = sorted(chosen, key=order.__getitem__)
     return {n: "_".join([parsed[n][0]] + [values[i][k] for k in keys if k in values[i]])
             for i, n in enumerate(names)}
@@ -285,14 +275,16 @@ def _diff_values(vals: list[str], elide: bool, depth: int = 0) -> list[str]:
     return out
 
 
-def _greedy_columns(rows: list[tuple[str, ...]], cols: list[int]) -> list[int]:
-    """Columns (greedily, best splitter first, earlier column on ties) that make rows distinct.
+def _greedy_columns(rows: list[tuple[str, ...]], cols: list[int],
+                    start: list[tuple[str, ...]] | None = None) -> list[int]:
+    """Columns (greedily, best splitter first, earlier column on ties) that make rows distinct,
+    beyond what the ``start`` signatures (default: none) already tell apart.
 
     Stops when every row is distinct or no remaining column splits any group further.
     """
-    target = len(set(rows))
-    sig: list[tuple[str, ...]] = [()] * len(rows)
-    have, chosen, left = 1, [], list(cols)
+    sig: list[tuple[str, ...]] = list(start) if start is not None else [()] * len(rows)
+    target = len({s + r for s, r in zip(sig, rows)})
+    have, chosen, left = len(set(sig)), [], list(cols)
     while have < target and left:
         best, best_n = None, have
         for c in left:
