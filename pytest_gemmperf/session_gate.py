@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from pytest_gemmperf import safe_io
-from pytest_gemmperf.run.results import merge_verdicts, write_point_json
+from pytest_gemmperf.gate.verdicts_file import merge_verdicts
+from pytest_gemmperf.run.results import write_point_json
 
 if TYPE_CHECKING:
     from pytest_gemmperf.session import PointResult

@@ -15,6 +15,7 @@ import pytest
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.analysis.selection import select_kernels
+from pytest_gemmperf.gate.verdicts_file import merge_verdicts
 from pytest_gemmperf.run import results as res
 from pytest_gemmperf.run import torch_backend as tb
 from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace
@@ -159,9 +160,9 @@ def test_results_names_and_verdict_merge(tmp_path):
     first.mkdir()
     assert res.timestamped_dir(tmp_path, now).name == "2026-01-02T03-04-05-1"
     v = lambda point, verdict: pd.DataFrame({"point": [point], "kernel": ["k"], "verdict": [verdict]})
-    res.merge_verdicts(tmp_path, "ch28", v("ch28", "unchanged"))
-    res.merge_verdicts(tmp_path, "ch56", v("ch56", "regression"))
-    res.merge_verdicts(tmp_path, "ch28", v("ch28", "improvement"))
+    merge_verdicts(tmp_path, "ch28", v("ch28", "unchanged"))
+    merge_verdicts(tmp_path, "ch56", v("ch56", "regression"))
+    merge_verdicts(tmp_path, "ch28", v("ch28", "improvement"))
     merged = pd.read_csv(tmp_path / "verdicts.csv")
     assert merged[["point", "verdict"]].values.tolist() == [["ch28", "improvement"], ["ch56", "regression"]]
 

@@ -101,14 +101,14 @@ class ResultsDir:
         target = self.root / RUN_JSON
         if target.exists():
             return
-        with _lock(self.root / ".run.json.lock"):
+        with file_lock(self.root / ".run.json.lock"):
             if not target.exists():
                 write_json(target, dict(session_meta))
 
     def update_run_json(self, **fields: Any) -> None:
         """Add fields to ``run.json`` (e.g. the hardware key once a point has run)."""
         target = self.root / RUN_JSON
-        with _lock(self.root / ".run.json.lock"):
+        with file_lock(self.root / ".run.json.lock"):
             data = json.loads(target.read_text(encoding="utf-8")) if target.exists() else {}
             changed = False
             for k, v in fields.items():
@@ -143,27 +143,6 @@ def read_tables(point_dir: Path) -> dict[str, pd.DataFrame]:
             for name, fname in TABLE_FILES.items() if (point_dir / fname).exists()}
 
 
-def merge_verdicts(test_dir: Path, point_id: str, verdicts: pd.DataFrame) -> Path:
-    """Replace this point's rows of ``<test_dir>/verdicts.csv`` (other workers own other points)."""
-    path = test_dir / VERDICTS_CSV
-    test_dir.mkdir(parents=True, exist_ok=True)
-    with _lock(test_dir / ".verdicts.lock"):
-        # a link at the name is not ours: it is replaced, and never read as earlier verdicts
-        if path.exists() and not path.is_symlink() and path.stat().st_size:
-            old = safe_io.unneutralise_frame(pd.read_csv(path, dtype={"point": str}))
-            old = old[old["point"].astype(str) != point_id]
-            frames = [f for f in (old, verdicts) if len(f)]
-            merged = pd.concat(frames, ignore_index=True) if frames else verdicts
-        else:
-            merged = verdicts
-        if "point" in merged.columns:
-            merged = merged.sort_values("point", kind="stable")
-        from pytest_gemmperf.gate.verdict import verdicts_csv_order  # the order `gemmperf compare` writes
-
-        atomic_write_text(path, safe_io.csv_text(verdicts_csv_order(merged)))  # formula cells neutralised
-    return path
-
-
 def link_latest(results_root: Path) -> None:
     """Point ``<base>/latest`` at this session's directory (best effort: not all file systems
     allow symlinks, and nothing depends on it)."""
@@ -178,7 +157,9 @@ def link_latest(results_root: Path) -> None:
         pass
 
 
-def _lock(path: Path):
+def file_lock(path: Path):
+    """The writers' lock of a shared results file (``run.json``, a test's ``verdicts.csv``):
+    xdist workers of one session write them in turn."""
     from filelock import FileLock
 
     return FileLock(str(path), timeout=600)
