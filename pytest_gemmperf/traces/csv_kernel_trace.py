@@ -1,0 +1,191 @@
+"""rocprofv3 ``kernel_trace.csv`` and legacy rocprof v1 ``results.csv`` -> canonical dispatches.
+
+Split from :mod:`pytest_gemmperf.traces.rocprof_csv` (the public entry; see its docstring for the
+formats and the input contract). This is the hot path: a million dispatches per process is
+ordinary, so the file is parsed by pyarrow with explicit column types, string columns arrive
+dictionary-encoded (pandas categoricals for free), and every canonical column is built here
+with its final dtype, so :func:`~pytest_gemmperf.traces.schema.finalize_dispatches` has
+nothing left to convert.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.csv_columns import (
+    _STRING_COLS,
+    SOURCE,
+    _agent_column,
+    _cat_col,
+    _column_types,
+    _const_cat,
+    _const_int,
+    _int_col,
+    _ns_col,
+    host_pid_from_path,
+    map_category_values,
+    sibling_file,
+)
+from pytest_gemmperf.traces.csv_layouts import CsvKind, detect_csv
+from pytest_gemmperf.traces.csv_parse import _DICT, _Source, _at_row, _prepare_source, _read_typed
+from pytest_gemmperf.traces.csv_tables import read_agent_info_csv
+from pytest_gemmperf.traces.schema import (
+    AGENT_SCHEMA,
+    DISPATCH_SCHEMA,
+    STR,
+    Trace,
+    empty,
+    finalize_dispatches,
+    short_name,
+)
+
+#: lower-case header name -> canonical column
+_KT_MAP = {
+    "agent_id": "_agent", "queue_id": "queue", "stream_id": "stream", "thread_id": "thread_id",
+    "dispatch_id": "dispatch_id", "kernel_id": "kernel_id", "kernel_name": "kernel",
+    "correlation_id": "correlation_id", "start_timestamp": "start_ns", "end_timestamp": "end_ns",
+    # 7.x: LDS rounded up to 512 B granules; 6.x: raw group/private segment bytes
+    "lds_block_size": "lds_bytes", "group_segment_size": "lds_bytes",
+    "scratch_size": "scratch_bytes", "private_segment_size": "scratch_bytes",
+    "vgpr_count": "vgpr", "accum_vgpr_count": "agpr", "sgpr_count": "sgpr",
+    "workgroup_size_x": "wg_x", "workgroup_size_y": "wg_y", "workgroup_size_z": "wg_z",
+    "grid_size_x": "grid_x", "grid_size_y": "grid_y", "grid_size_z": "grid_z",
+    "guid": "guid",
+}
+
+
+def _reject_negative(src: _Source, start: np.ndarray, end: np.ndarray, ids: Any = None) -> None:
+    neg = end < start
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        rec = f"Dispatch_Id {ids[i]}" if ids is not None and not pd.isna(ids[i]) else None
+        raise _at_row(src, i, f"{int(neg.sum())} dispatch(es) end before they start (first: "
+                              f"start {start[i]} > end {end[i]})", record=rec)
+
+
+def _finish_dispatches(cols: dict[str, Any], n: int, path: str, host: str | None,
+                       pid: int | None) -> pd.DataFrame:
+    """Fill every canonical column with a cheap, correctly typed array, then finalize."""
+    from pytest_gemmperf.analysis.categories import category_of
+
+    cols.setdefault("source", _const_cat(SOURCE, n))
+    cols.setdefault("file", _const_cat(path, n))
+    cols.setdefault("host", _const_cat(host, n))
+    if "pid" not in cols:
+        cols["pid"] = _const_int(pid, n)
+    kern = cols["kernel"]
+    cols["kernel_short"] = map_category_values(kern, short_name)
+    cols["category"] = map_category_values(kern, category_of)
+    for col, dtype in DISPATCH_SCHEMA.items():
+        if col in cols or col in ("dur_ns", "zero_dur", "queue_overlap"):
+            continue
+        cols[col] = _const_cat(None, n) if dtype == STR else _const_int(None, n)
+    order = [c for c in DISPATCH_SCHEMA if c in cols] + [c for c in cols if c not in DISPATCH_SCHEMA]
+    df = pd.DataFrame({c: cols[c] for c in order}, copy=False)
+    return finalize_dispatches(df, path)
+
+
+def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | None = None) -> Trace:
+    """Read a rocprofv3 ``kernel_trace.csv`` (16/18/19/22 columns or rocpd-convert) or a legacy
+    rocprof v1 ``results.csv`` into the canonical dispatches table.
+
+    ``agents`` (a finalized agents table) maps ``Agent_Id`` to the 0-based GPU index; when it is
+    None, an ``<prefix>agent_info.csv`` beside the file is used if present.
+    """
+    path = os.fspath(path)
+    kind = detect_csv(path)
+    if kind.kind == "legacy_v1_kernel":
+        return _read_v1_kernel(path, kind)
+    if kind.kind != "kernel_trace":
+        raise GemmperfInputError(path, f"expected a kernel_trace.csv, found a {kind.kind} CSV "
+                                       f"({kind.version}, {kind.n_cols} columns)")
+    src = _prepare_source(path)
+    wanted = [c for c in kind.known if c.lower() in _KT_MAP]
+    table = _read_typed(src, kind, _column_types(kind.known), include=wanted)
+    n = table.num_rows
+    if n == 0:
+        raise GemmperfInputError(path, "no kernel dispatches (header only)")
+    names = {c: _KT_MAP[c.lower()] for c in wanted}
+    cols: dict[str, Any] = {}
+    for raw, canon in names.items():
+        col = table.column(raw)
+        if canon in ("start_ns", "end_ns"):
+            cols[canon] = _ns_col(col, src, raw)
+        elif canon in ("kernel", "guid"):
+            cols[canon] = _cat_col(col)
+        elif canon == "_agent":
+            cols["_agent"] = _cat_col(col)
+        else:
+            cols[canon] = _int_col(col)
+    del table
+    _reject_negative(src, cols["start_ns"], cols["end_ns"], cols.get("dispatch_id"))
+
+    agent_file = None
+    if agents is None:
+        sib = sibling_file(path, "agent_info")
+        if sib is not None:
+            agents = read_agent_info_csv(sib)
+            agent_file = os.fspath(sib)
+    cols["agent"], agent_meta, arch = _agent_column(cols.pop("_agent"), agents, path)
+    if arch is not None:
+        cols["gpu_arch"] = arch
+    host, pid = host_pid_from_path(path, kind.version)
+    dispatches = _finish_dispatches(cols, n, path, host, pid)
+
+    meta: dict[str, Any] = {"format": "rocprofv3-csv", "csv_kind": kind.kind,
+                            "csv_version": kind.version, "n_cols": kind.n_cols,
+                            "truncated_marker": src.truncated_marker, **agent_meta}
+    if src.truncated_marker:
+        meta["truncated_marker_line"] = src.marker_line
+    if host is not None or pid is not None:
+        meta["host_pid_from"] = "path"
+    if agent_file:
+        meta["agent_info_file"] = agent_file
+    notes = kind.notes(path) + (list(agents.attrs.get("notes", [])) if agent_file else [])
+    if notes:
+        meta["notes"] = notes
+    files = [path] + ([agent_file] if agent_file else [])
+    agents_df = agents if agents is not None else empty(AGENT_SCHEMA)
+    return Trace(dispatches=dispatches, agents=agents_df, files=files, meta=meta)
+
+
+def _read_v1_kernel(path: str, kind: CsvKind) -> Trace:
+    """Legacy rocprof v1 ``results.csv`` (``"Index","KernelName",...,"BeginNs","EndNs"``)."""
+    low = {c.lower(): c for c in kind.columns}
+    if "beginns" not in low or "endns" not in low:
+        raise GemmperfInputError(path, "rocprof v1 results.csv without BeginNs/EndNs columns")
+    src = _prepare_source(path)
+    types = {c: (_DICT if c.lower() in _STRING_COLS else pa.int64()) for c in kind.columns
+             if c.lower() in _V1_MAP}
+    table = _read_typed(src, kind, types, include=list(types))
+    n = table.num_rows
+    if n == 0:
+        raise GemmperfInputError(path, "no kernel dispatches (header only)")
+    cols: dict[str, Any] = {}
+    for raw in types:
+        canon = _V1_MAP[raw.lower()]
+        col = table.column(raw)
+        if canon in ("start_ns", "end_ns"):
+            cols[canon] = _ns_col(col, src, raw)
+        elif canon == "kernel":
+            cols[canon] = _cat_col(col)
+        else:
+            cols[canon] = _int_col(col)
+    _reject_negative(src, cols["start_ns"], cols["end_ns"], cols.get("dispatch_id"))
+    dispatches = _finish_dispatches(cols, n, path, None, None)
+    meta = {"format": "rocprof-v1-csv", "legacy": "rocprof-v1", "csv_kind": kind.kind,
+            "csv_version": kind.version, "n_cols": kind.n_cols,
+            "truncated_marker": src.truncated_marker, "agent_numbering": "gpu-id (rocprof v1)"}
+    return Trace(dispatches=dispatches, files=[path], meta=meta)
+
+
+_V1_MAP = {"index": "dispatch_id", "kernelname": "kernel", "gpu-id": "agent", "queue-id": "queue",
+           "pid": "pid", "tid": "thread_id", "grd": "grid_x", "wgr": "wg_x", "lds": "lds_bytes",
+           "scr": "scratch_bytes", "arch_vgpr": "vgpr", "accum_vgpr": "agpr", "sgpr": "sgpr",
+           "beginns": "start_ns", "endns": "end_ns"}
