@@ -228,7 +228,7 @@ def _fail_on_even(x: int) -> int:
 
 
 def test_jobs_resolution(tmp_path):
-    assert parallel.resolve_jobs(None) == parallel.usable_cores() == parallel.resolve_jobs(0)
+    assert parallel.resolve_jobs(None) == parallel.default_jobs() == parallel.resolve_jobs(0)
     assert parallel.resolve_jobs(3) == 3
     with pytest.raises(GemmperfInputError, match="non-negative"):
         parallel.resolve_jobs(-1)

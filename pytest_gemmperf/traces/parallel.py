@@ -10,16 +10,21 @@ in this process, without a pool: the serial path.
 
 Contract:
 
-* ``jobs``: None or 0 mean :func:`usable_cores` (the CPUs this process may run on, which a
-  container or ``taskset`` may make fewer than the machine has); a negative or non-integer
-  value is a :class:`~pytest_gemmperf.errors.GemmperfInputError`.
+* ``jobs``: None or 0 mean :func:`default_jobs`: :func:`usable_cores` (the CPUs this process
+  may run on, which a container or ``taskset`` may make fewer than the machine has) divided by
+  the number of pytest-xdist workers sharing them (``PYTEST_XDIST_WORKER_COUNT``; under
+  ``pytest -n K`` every worker sizes its own pool, and K pools of all cores would
+  oversubscribe the machine K times), at least 1. An explicit positive ``jobs``
+  (``--gemmperf-jobs N``, ``gemmperf ... --jobs N``) is taken as given: the user chose it per
+  process. A negative or non-integer value is a
+  :class:`~pytest_gemmperf.errors.GemmperfInputError`.
 * A :class:`~pytest_gemmperf.errors.GemmperfInputError` raised in a worker is re-raised in the
   parent as the same one-line error naming the same file (the exception is carried across as
   its fields: its constructor takes keyword arguments, which default exception pickling loses).
   When several items fail, the first failing item in input order wins - the error the serial
   path would have stopped at. Pending work is cancelled.
-* Each worker gets ``usable_cores() // workers`` pyarrow threads, so a pool of n workers does
-  not start n x cores reader threads.
+* Each worker gets ``default_jobs() // workers`` pyarrow threads (at least 1), so a pool of n
+  workers does not start n x cores reader threads, nor K xdist workers K times that.
 * :func:`pool_jobs` keeps small inputs serial: a worker start (a fresh interpreter importing
   pandas and pyarrow) costs about half a CPU-second, more than reading a few small files.
 """
@@ -42,6 +47,8 @@ R = TypeVar("R")
 POOL_MIN_BYTES = 16 * 1024 * 1024
 #: the start method: never "fork" (see the module docstring)
 START_METHOD = "forkserver"
+#: set by pytest-xdist in each worker: how many workers the session started
+XDIST_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
 
 
 def usable_cores() -> int:
@@ -53,14 +60,31 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def xdist_workers() -> int:
+    """How many pytest-xdist workers share this machine's cores: ``PYTEST_XDIST_WORKER_COUNT``
+    (set by xdist in each worker), 1 outside xdist or when the value is not a positive integer
+    (a malformed variable must not stop the reading, only its sharing)."""
+    try:
+        n = int(os.environ.get(XDIST_COUNT_ENV, "").strip() or 1)
+    except ValueError:
+        return 1
+    return max(1, n)
+
+
+def default_jobs() -> int:
+    """This process's share of the cores: ``usable_cores() // xdist_workers()``, at least 1."""
+    return max(1, usable_cores() // xdist_workers())
+
+
 def resolve_jobs(jobs: int | None, *, where: str | None = None) -> int:
-    """``jobs`` as a worker count >= 1: None or 0 mean :func:`usable_cores`."""
+    """``jobs`` as a worker count >= 1: None or 0 mean :func:`default_jobs`; a positive
+    integer is returned as given."""
     if jobs is None:
-        return usable_cores()
+        return default_jobs()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise GemmperfInputError(where, f"jobs must be a non-negative integer (0 = all usable cores), "
                                         f"got {jobs!r}")
-    return usable_cores() if jobs == 0 else jobs
+    return default_jobs() if jobs == 0 else jobs
 
 
 def pool_jobs(jobs: int | None, files: Iterable[os.PathLike | str], *,
@@ -125,7 +149,7 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
     method = START_METHOD if START_METHOD in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
     call = _Call(fn)
-    threads = max(1, usable_cores() // n)
+    threads = worker_threads(n)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
                              initargs=(threads,)) as pool:
         futures = [pool.submit(call, x) for x in items]
@@ -147,6 +171,12 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
                 fut.cancel()
             raise
     return out
+
+
+def worker_threads(workers: int) -> int:
+    """pyarrow threads for each of ``workers`` pool processes: this process's share of the
+    cores (:func:`default_jobs`) split between them, at least 1."""
+    return max(1, default_jobs() // max(1, int(workers)))
 
 
 def _init_worker(threads: int) -> None:
