@@ -77,7 +77,8 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
                        "I/N: run shard I of N of the sweep points (one CI job of a matrix), "
                        "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
     "gemmperf_jobs": ("gemmperf_jobs", "string", "0",
-                      "worker processes reading a point's trace files at once (0: every usable core; "
+                      "worker processes reading a point's trace files at once (0: every usable core, "
+                      "split between pytest-xdist workers; "
                       "1: serial, no pool); the tables do not depend on it"),
 }
 
