@@ -1,0 +1,260 @@
+"""Typed Kineto events -> column frames (GPU activity, runtime calls, CPU ops, profiler steps).
+
+Split from :mod:`pytest_gemmperf.traces.torch_trace` (the public entry). Every value is read
+exactly or rejected with an error naming the event (``traceEvents[i]``, category and name):
+
+* ``ts``/``dur`` are decimal µs text converted to int64 ns by
+  :mod:`~pytest_gemmperf.traces.jsonnum` (``start_ns = ts * 1000``, ``end_ns = (ts + dur) *
+  1000`` exactly; sub-ns digits rounded once, half to even, and counted in ``_Src.rounded``); a
+  negative ``dur`` or an end outside int64 is an error;
+* ids (pid, tid, device, stream, correlation, External id, collective sizes) must be int64
+  JSON integers; ``pid``/``tid`` strings are Chrome trace lane labels and read as "no id";
+* launch dimensions are lists of 1-3 integers in [0, 2**32).
+
+Columns are built with list comprehensions over the events and numpy, one pass per field.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from itertools import chain, compress, repeat
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.jsonnum import (INT64_MAX, PROBLEMS, ROUNDED, exact_ints, first_problem,
+                                            show, sum_us_to_ns, us_text_to_ns)
+from pytest_gemmperf.traces.schema import INT, STR
+from pytest_gemmperf.traces.torch_decode import _NO_ARGS, _Args, _Event
+
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+PARAM_COMMS_OP = "record_param_comms"
+
+#: extra dispatch columns (after the op columns): collective metadata, from the kernel's args or
+#: its ``record_param_comms`` op
+COLL_COLUMNS: dict[str, str] = {
+    "coll_name": STR, "pg_name": STR, "pg_ranks": STR, "group_size": INT, "coll_dtype": STR,
+    "in_nelems": INT, "out_nelems": INT, "in_split": STR, "out_split": STR,
+}
+#: collective column -> its key in the event's args (for error messages)
+_COLL_JSON = dict(zip(_Args.__struct_fields__, _Args.__struct_encode_fields__))
+
+
+class _Src:
+    """The file being read: its path, and all its events so a bad one can be named by index."""
+
+    __slots__ = ("path", "events", "rounded")
+
+    def __init__(self, path: str, events: list[_Event]) -> None:
+        self.path = path
+        self.events = events
+        self.rounded = 0  # ts/dur values with digits below 1 ns, rounded once (jsonnum)
+
+    def notes(self) -> list[str]:
+        """What was read other than exactly as written (for reports): never silent."""
+        if not self.rounded:
+            return []
+        return [f"{self.path}: {self.rounded} ts/dur value(s) had digits below 1 ns (float "
+                "arithmetic by a tool that rewrote the trace?) and were rounded once, half to "
+                "even, to integer ns"]
+
+    def error(self, ev: _Event, message: str) -> GemmperfInputError:
+        # error path only: a linear identity search is fine here
+        idx = next((i for i, e in enumerate(self.events) if e is ev), None)
+        name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
+        where = "event" if idx is None else f"traceEvents[{idx}]"
+        return GemmperfInputError(self.path, message, record=f"{where}, {ev.cat} {name!r}")
+
+
+def _us_field(src: _Src, events: list[_Event], field: str) -> tuple[np.ndarray, np.ndarray]:
+    """Exact int64 ns of the ``ts`` or ``dur`` field of every event (any problem is an error),
+    and a mask of the values that had digits below 1 ns and were rounded once."""
+    tokens = [getattr(e, field) for e in events]
+    ns, status = us_text_to_ns(tokens)
+    i = first_problem(status)
+    if i is not None:
+        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {show(tokens[i])}")
+    rounded = status == ROUNDED
+    src.rounded += int(rounded.sum())
+    return ns, rounded
+
+
+def _times(src: _Src, events: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns) = (ts, ts + dur) in exact ns; durations non-negative, ends in int64."""
+    start, r_start = _us_field(src, events, "ts")
+    dur, r_dur = _us_field(src, events, "dur")
+    bad = np.flatnonzero((dur < 0) | (start > INT64_MAX - np.maximum(dur, 0)))
+    if len(bad):
+        i = int(bad[0])
+        what = (f"dur is negative: {show(events[i].dur)}" if dur[i] < 0 else
+                "ts + dur is outside the int64 nanosecond range")
+        raise src.error(events[i], what)
+    end = start + dur
+    # sub-ns digits (rare): the end is the exact decimal sum ts + dur, rounded once
+    for i in np.flatnonzero(r_start | r_dur).tolist():
+        end[i], st = sum_us_to_ns(bytes(events[i].ts), bytes(events[i].dur))
+        if st > ROUNDED:
+            raise src.error(events[i], "ts + dur is outside the int64 nanosecond range")
+    return start, end
+
+
+def _idcol(src: _Src, events: list[_Event], values: list, field: str,
+           labels_ok: bool = False) -> pd.Series:
+    """Nullable Int64 ids, exact; a value that is not an int64 JSON integer is an error."""
+    v, missing, status = exact_ints(values, labels_ok)
+    i = first_problem(status)
+    if i is not None:
+        raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {show(values[i])}")
+    return pd.Series(pd.arrays.IntegerArray(v, missing))
+
+
+def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
+    args = [e.args or _NO_ARGS for e in gpu]
+    start, end = _times(src, gpu)
+    names = [e.name or e.cat for e in gpu]
+    dev = _idcol(src, gpu, [a.device for a in args], "args.device")
+    # GPU events carry the device in pid and the stream in tid when args lack them
+    dev = dev.fillna(_idcol(src, gpu, [e.pid for e in gpu], "pid", labels_ok=True))
+    stream = _idcol(src, gpu, [a.stream for a in args], "args.stream").fillna(
+        _idcol(src, gpu, [e.tid for e in gpu], "tid", labels_ok=True))
+    df = pd.DataFrame({
+        "agent": dev,
+        "stream": stream,
+        "correlation_id": _idcol(src, gpu, [a.correlation for a in args], "args.correlation"),
+        "kernel": names,
+        "start_ns": start,
+        "end_ns": end,
+        "_ext": _idcol(src, gpu, [a.external_id for a in args], "args.External id"),
+        "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
+    })
+    df["_args"] = args
+    grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
+    block = _dim3(src, gpu, [a.block for a in args], "args.block")
+    for i, ax in enumerate("xyz"):
+        df[f"_grid_{ax}"] = grid[i]
+        df[f"_block_{ax}"] = block[i]
+    return df
+
+
+_DIM_MAX = 2 ** 32 - 1  # launch APIs and AQL packets hold each dimension in 32 bits
+
+
+def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.Series]:
+    """x, y, z columns of ``[x, y, z]`` launch dimensions (shorter lists pad with 1).
+
+    Fast path (every real trace): lists of three JSON integers, checked by C-level ``map``
+    passes and one int64 conversion. Anything else goes through the per-event check, which
+    names the first bad event."""
+    n = len(values)
+    none = np.fromiter(map(operator.is_, values, repeat(None)), dtype=bool, count=n)
+    lists = list(compress(values, ~none))
+    if (set(map(type, lists)) <= {list} and set(map(len, lists)) <= {3}
+            and set(map(type, chain.from_iterable(lists))) <= {int}):
+        try:
+            arr = np.array(lists, dtype=np.int64).reshape(len(lists), 3)
+        except OverflowError:
+            arr = None
+        if arr is not None and not ((arr < 0) | (arr > _DIM_MAX)).any():
+            full = np.zeros((n, 3), dtype=np.int64)
+            full[~none] = arr
+            return [pd.Series(pd.arrays.IntegerArray(full[:, i].copy(), none.copy()))
+                    for i in range(3)]
+    rows: list[Any] = []
+    for ev, v in zip(events, values):
+        if v is None or v == []:
+            rows.append((None, None, None))
+        elif (type(v) is list and len(v) <= 3
+              and all(type(x) is int and 0 <= x <= _DIM_MAX for x in v)):
+            rows.append((v + [1, 1])[:3])
+        else:
+            raise src.error(ev, f"{field} is not a list of 1-3 integers in [0, 2**32): {show(v)}")
+    arr = pd.DataFrame(rows, columns=["x", "y", "z"], dtype=object)
+    return [arr[c].astype(INT) for c in ("x", "y", "z")]
+
+
+def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
+    args = [e.args or _NO_ARGS for e in runtime]
+    rt = pd.DataFrame({
+        "name": pd.Series([e.name for e in runtime], dtype=object),
+        "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
+        "tid": _idcol(src, runtime, [e.tid for e in runtime], "tid", labels_ok=True),
+        "ts_ns": _us_field(src, runtime, "ts")[0],
+        "correlation": _idcol(src, runtime, [a.correlation for a in args], "args.correlation"),
+        "external_id": _idcol(src, runtime, [a.external_id for a in args], "args.External id"),
+        "has_grid": [a.grid is not None for a in args],
+    })
+    rt = rt[rt["correlation"].notna()]
+    # ROCm Kineto can emit two runtime records per correlation id (e.g. a spurious
+    # hipArray3DCreate beside hipMemsetAsync); prefer the one carrying launch dimensions.
+    rt = rt.sort_values("has_grid", ascending=False, kind="stable")
+    rt = rt.drop_duplicates("correlation", keep="first")
+    return rt.reset_index(drop=True)
+
+
+def _cpu_ops_frame(cpu: list[_Event], src: _Src) -> pd.DataFrame:
+    args = [e.args or _NO_ARGS for e in cpu]
+    start, end = _times(src, cpu)
+    names = [e.name for e in cpu]
+    ops = pd.DataFrame({
+        "name": pd.Series(names, dtype=object),
+        "pid": _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
+        "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
+        "ts_ns": pd.array(start, dtype=INT),
+        "dur_ns": pd.array(end - start, dtype=INT),
+        "input_dims": pd.Series([None if a.input_dims is None else _shape_str(a.input_dims)
+                                 for a in args], dtype=object),
+        "input_types": pd.Series([None if a.input_type is None else _shape_str(a.input_type)
+                                  for a in args], dtype=object),
+        "external_id": _idcol(src, cpu, [a.external_id for a in args], "args.External id"),
+        "correlation": _idcol(src, cpu, [a.correlation for a in args], "args.correlation"),
+    })
+    # collective metadata lives on record_param_comms ops only
+    comms = [i for i, n in enumerate(names) if n == PARAM_COMMS_OP]
+    _check_coll_ints(src, [cpu[i] for i in comms], [args[i] for i in comms])
+    for col in COLL_COLUMNS:
+        values = np.full(len(cpu), None, dtype=object)
+        if comms:
+            values[comms] = [_plain(getattr(args[i], col)) for i in comms]
+        ops[col] = values
+    return ops
+
+
+def _check_coll_ints(src: _Src, events: list[_Event], args: list[_Args]) -> None:
+    """Integer collective metadata (group size, element counts) must be int64 JSON integers."""
+    for col, dtype in COLL_COLUMNS.items():
+        if dtype == INT and events:
+            _idcol(src, events, [getattr(a, col) for a in args], f"args.{_COLL_JSON[col]}")
+
+
+def _coll_ints(values: list) -> pd.Series:
+    """Int64 of collective metadata already checked by _check_coll_ints."""
+    v, missing, _ = exact_ints(values)
+    return pd.Series(pd.arrays.IntegerArray(v, missing))
+
+
+def _shape_str(v: Any) -> str:
+    return v if isinstance(v, str) else str(v)
+
+
+def _plain(v: Any) -> Any:
+    """Collective metadata: scalars stay, lists (ranks, split sizes) become their string."""
+    return str(v) if isinstance(v, (list, tuple, dict)) else v
+
+
+def _steps_frame(annotations: list[_Event], cpu_ops: pd.DataFrame, src: _Src) -> pd.DataFrame:
+    """``ProfilerStep#N`` ranges (user annotations; some older traces record them as cpu_op)."""
+    steps = [e for e in annotations if STEP_RE.match(e.name)]
+    start, end = _times(src, steps)
+    old = cpu_ops[cpu_ops["name"].astype(str).str.match(STEP_RE.pattern)]
+    old_start = old["ts_ns"].to_numpy(dtype=np.int64)
+    names = [e.name for e in steps] + list(old["name"])
+    df = pd.DataFrame({
+        "name": pd.Series(names, dtype=object),
+        "step": pd.Series([int(STEP_RE.match(n).group(1)) for n in names], dtype="int64"),
+        "start_ns": np.concatenate([start, old_start]),
+        "end_ns": np.concatenate([end, old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
+    })
+    return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
