@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import shutil
 import sys
@@ -40,6 +39,7 @@ import pandas as pd
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run.results import POINT_JSON, RUN_JSON, VERDICTS_CSV, write_json
+from pytest_gemmperf.traces.fileio import read_json_object
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -183,12 +183,7 @@ def _read_run_json(d: Path) -> dict:
     path = d / RUN_JSON
     if not path.is_file():
         raise GemmperfInputError(path, "missing: not a gemmperf results directory")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise GemmperfInputError(path, f"unreadable: {exc}") from None
-    if not isinstance(doc, dict):
-        raise GemmperfInputError(path, "not a JSON object")
+    doc = read_json_object(path)
     if "shard" in doc and not _valid_shard(doc["shard"]):
         raise GemmperfInputError(path, "'shard' needs index, count and plan")
     return doc

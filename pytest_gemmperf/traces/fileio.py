@@ -21,6 +21,7 @@ size on disk is already visible to whoever produced them.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import zlib
@@ -118,3 +119,25 @@ def read_maybe_gzip(path: str, max_bytes: int | None = None) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         raw = gunzip_bounded(raw, path, limit)
     return raw
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """The JSON object stored in ``path`` (a small metadata file: ``point.json``, ``run.json``).
+
+    Read as a regular file only (:func:`_read_regular_file`: a FIFO is an error, never a hang),
+    decoded as UTF-8, parsed with :func:`json.loads`. Every failure is one
+    :class:`GemmperfInputError` naming ``path`` and the problem: ``cannot read file: <reason>``,
+    ``not valid JSON: <parser message>`` (also for bytes that are not UTF-8), or ``not a JSON
+    object (found <type>)`` when the document is e.g. a list. Not for traces: no gzip, no bound.
+    """
+    name = os.fspath(path)
+    raw = _read_regular_file(name)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both derive from it
+        raise GemmperfInputError(name, f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        found = "null" if doc is None else {list: "an array", str: "a string", bool: "a boolean"}.get(
+            type(doc), "a number")
+        raise GemmperfInputError(name, f"not a JSON object (found {found})")
+    return doc
