@@ -6,8 +6,8 @@ beside a point's workload and records, into the point's metadata (``point.json``
 
 * ``cores``: CPUs this process may run on (``sched_getaffinity``).
 * ``runnable_mean`` / ``runnable_max``: runnable threads on the host (``procs_running`` of
-  ``/proc/stat``, sampled every ``interval_s``, minus the sampling thread itself). Includes
-  the workload's own threads: a workload that oversubscribes the box disturbs itself.
+  ``/proc/stat`` at each sample, minus the sampling thread itself). Includes the workload's
+  own threads: a workload that oversubscribes the box disturbs itself. ``samples``: how many.
 * ``own_cpu_cores``: CPU time of this process and its finished children (the workload's
   launcher and ranks) per wall second.
 * ``foreign_cpu_cores``: busy CPU time of the whole host (``/proc/stat`` user + nice + system
@@ -25,6 +25,13 @@ points sharing the devices). ``gate.confirm.apply_disturbance`` makes a ``regres
 ``improvement`` on a disturbed point ``inconclusive`` with the note ``noisy environment:
 ...``, unless its whole confidence interval lies beyond ``(1 + threshold) * factor`` (far
 beyond anything the contention can explain).
+
+Sampling: one thread per process reads ``/proc/stat`` (``run/procstat.py``). While the
+telemetry sampler runs (``--gemmperf-telemetry`` on, the default), its host source reads the
+file at every telemetry tick and hands the parsed reading to the monitor, which keeps no
+thread of its own; otherwise (telemetry off, replay, another ``proc_stat`` path) the monitor
+polls every ``interval_s`` itself. Either way each reading goes through
+:func:`read_proc_stat`, the monitor's one view of the host's CPU state.
 
 Only Linux exposes ``/proc/stat``; elsewhere the CPU fields are left out and only concurrent
 points count.
@@ -44,13 +51,13 @@ from typing import Any
 import numpy as np
 
 from pytest_gemmperf import safe_io
-from pytest_gemmperf.run.telemetry_sources import cpu_ticks_split
+from pytest_gemmperf.run import procstat
+from pytest_gemmperf.run.procstat import PROC_STAT, ProcStat
 
 #: thresholds of :func:`assess` (documented in the README's "noisy environments")
 RUNNABLE_EXCESS = 0.5      # runnable threads beyond the cores (+ this) count as contention
 FOREIGN_SHARE = 0.25       # other processes' CPU use beyond this share of the cores (min 0.5 core)
 STEAL_SHARE = 0.05         # CPU steal beyond 5 % of the capacity
-PROC_STAT = "/proc/stat"
 ACTIVE_DIR = ".active"
 
 
@@ -61,25 +68,27 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def read_proc_stat(path: str = PROC_STAT) -> dict[str, float] | None:
+def read_proc_stat(path: str = PROC_STAT, parsed: ProcStat | None = None) -> dict[str, float] | None:
     """``busy`` / ``steal`` / ``total`` CPU seconds of the host and ``procs_running`` (None
-    where the file cannot be read)."""
-    try:
-        text = Path(path).read_text()
-    except OSError:
+    where the file cannot be read or is not a /proc/stat file).
+
+    ``parsed``: a reading of ``path`` already taken (the telemetry's host source hands its
+    tick's reading over), so the file is not read and parsed a second time.
+    """
+    if parsed is None:
+        try:
+            parsed = procstat.parse_proc_stat(Path(path).read_text())
+        except OSError:
+            return None
+    row = parsed.total_row() if parsed is not None else None
+    if row is None:
         return None
-    out: dict[str, float] = {}
     tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "cpu":
-            busy, steal, total = cpu_ticks_split(float(x) for x in parts[1:9])
-            out["busy"], out["steal"], out["total"] = busy / tick, steal / tick, total / tick
-        elif parts[0] == "procs_running" and len(parts) > 1:
-            out["procs_running"] = float(parts[1])
-    return out if "busy" in out else None
+    busy, steal, total = (float(x) for x in procstat.cpu_ticks_split(row))
+    out = {"busy": busy / tick, "steal": steal / tick, "total": total / tick}
+    if parsed.procs_running is not None:
+        out["procs_running"] = parsed.procs_running
+    return out
 
 
 def _own_cpu_s() -> float:
@@ -100,6 +109,7 @@ class ContentionMonitor:
 
     ``marker_dir``: the session's ``<results>/.active`` (shared by its xdist workers); ``label``
     names this point in the other workers' evidence. ``proc_stat`` is replaceable for tests.
+    ``interval_s``: the polling interval when no telemetry sampler feeds the monitor.
     """
 
     marker_dir: Path | None = None
@@ -116,6 +126,7 @@ class ContentionMonitor:
         self._others: set[str] = set()
         self._marker: Path | None = None
         self._thread: threading.Thread | None = None
+        self._open = False
 
     # -- lifecycle
     def __enter__(self) -> "ContentionMonitor":
@@ -132,32 +143,54 @@ class ContentionMonitor:
                 safe_io.write_text(self._marker, json.dumps({"point": self.label, "pid": os.getpid()}))
             except OSError:
                 self._marker = None
-        self._sample()
-        self._thread = threading.Thread(target=self._loop, name="gemmperf-contention", daemon=True)
-        self._thread.start()
+        self._sample(self._stat0)
+        self._open = True
+        # fed(): starts the polling thread unless a telemetry sampler already reads the file
+        procstat.listen(self.proc_stat, self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if not self.enabled:
             return
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._sample()
+        procstat.unlisten(self.proc_stat, self)
+        self._open = False
+        self._stop_polling()
+        st1 = read_proc_stat(self.proc_stat)
+        self._sample(st1)
         if self._marker is not None:
             try:
                 self._marker.unlink()
                 self.marker_dir.rmdir()  # only when no other point is running
             except OSError:
                 pass
-        self.evidence = self._summary()
+        self.evidence = self._summary(st1)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
+    # -- procstat.Listener: readings handed over by the telemetry's host source
+    def fed(self, on: bool) -> None:
+        """Stop polling while a driver feeds :meth:`observe`; poll again when it stops."""
+        if on:
+            self._stop_polling()
+        elif self._open and self._thread is None:
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._loop, args=(self._stop,),
+                                            name="gemmperf-contention", daemon=True)
+            self._thread.start()
 
-    def _sample(self) -> None:
-        st = read_proc_stat(self.proc_stat)
+    def observe(self, stat: ProcStat) -> None:
+        if self._open:
+            self._sample(read_proc_stat(self.proc_stat, parsed=stat))
+
+    def _stop_polling(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval_s):
+            self._sample(read_proc_stat(self.proc_stat))
+
+    def _sample(self, st: dict[str, float] | None) -> None:
         if st is not None and "procs_running" in st:
             self._runnable.append(max(0.0, st["procs_running"] - 1))  # minus the sampler
         if self.marker_dir is not None:
@@ -171,7 +204,7 @@ class ContentionMonitor:
                 except (OSError, ValueError):
                     continue  # removed while we looked, or half written
 
-    def _summary(self) -> dict[str, Any]:
+    def _summary(self, st1: dict[str, float] | None) -> dict[str, Any]:
         wall = max(time.monotonic() - self._t0, 1e-6)
         cores = _cores()
         own = max(0.0, _own_cpu_s() - self._own0)
@@ -180,7 +213,6 @@ class ContentionMonitor:
                               "load1_start": self._load0, "load1_end": _load1(),
                               "concurrent_points": len(self._others),
                               "concurrent": sorted(self._others)[:8]}
-        st1 = read_proc_stat(self.proc_stat)
         if self._stat0 is not None and st1 is not None:
             busy = st1["busy"] - self._stat0["busy"]
             span = max(st1["total"] - self._stat0["total"], 1e-6)

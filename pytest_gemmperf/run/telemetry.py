@@ -5,7 +5,8 @@ per process, and turned into evidence for the gate.
 reads every source (``run/telemetry_sources.py``: host always, ``amdsmi`` / ``pynvml`` when
 importable and a device answers) every ``interval_s`` (default 0.1 s) and keeps the rows in
 memory; :meth:`TelemetrySampler.process` marks the wall-clock window of each workload process
-so the samples can be attributed to it. Storage (:func:`write_telemetry`):
+so the samples can be attributed to it. The host source's ``/proc/stat`` reading of each tick
+also feeds the point's contention monitor (``run/procstat.py``), so one thread samples the host. Storage (:func:`write_telemetry`):
 ``<point>/telemetry.parquet`` in long format ``time_ns, host, device, metric, value, unit``.
 ``time_ns`` is ``CLOCK_REALTIME`` (``time.time_ns()``, ns since the Unix epoch);
 ``point.json["telemetry"]["clock"]`` states it and records the offsets to ``CLOCK_MONOTONIC``

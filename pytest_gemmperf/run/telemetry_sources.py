@@ -20,7 +20,11 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from pytest_gemmperf.run import procstat
 
 #: NVML clock-event (throttle) reasons that mean "held down by a limit": SW power cap (0x4), HW
 #: slowdown (0x8), SW thermal (0x20), HW thermal (0x40), HW power brake (0x80). Idle (0x1),
@@ -86,25 +90,19 @@ def _num(v: Any) -> float | None:
 
 # ------------------------------------------------------------------------------------- host
 
-def cpu_ticks_split(fields: Iterable[float]) -> tuple[float, float, float]:
-    """``(busy, steal, total)`` of a ``/proc/stat`` cpu line's fields (user nice system idle
-    iowait irq softirq steal; missing ones are 0). Busy leaves out idle, iowait and steal; one
-    definition for the telemetry samples and the contention monitor (``run/environment.py``)."""
-    user, nice, system, idle, iowait, irq, softirq, steal = (list(fields) + [0.0] * 8)[:8]
-    busy = user + nice + system + irq + softirq
-    return busy, steal, busy + idle + iowait + steal
-
-
 class HostSource:
     """Host metrics from ``/proc`` and ``/sys`` (Linux; elsewhere only the load average).
 
     * ``load1`` and ``load_per_core`` (1-minute load average / usable cores)
     * ``cpu_busy_frac`` / ``cpu_steal_frac`` for the host (device ``host``) and per CPU
-      (device ``cpuN``, busy only for each CPU, steal per CPU only when any is non-zero), from
+      (device ``cpuN``, busy only for each CPU, steal per CPU only where non-zero), from
       the ``/proc/stat`` tick deltas between two samples
     * ``cpu_freq_mhz``: mean ``scaling_cur_freq`` over the CPUs (where cpufreq is exposed)
     * ``mem_available_frac`` (``/proc/meminfo``) and ``mem_pressure_some_avg10``
       (``/proc/pressure/memory``, PSI: % of time some task stalled on memory)
+
+    While open it drives the ``/proc/stat`` feed (``run/procstat.py``): each sample's parsed
+    reading also goes to the contention monitor, which then reads nothing itself.
     """
 
     name = "host"
@@ -113,29 +111,14 @@ class HostSource:
         self.proc = Path(proc)
         self.sys_cpu = Path(sys_cpu)
         self.notes: list[str] = []
-        self._prev: dict[str, list[float]] | None = None
+        self._prev: procstat.ProcStat | None = None
         self._freq_files: list[Path] = []
-        self._fds: dict[str, int] = {}
+        self._files = procstat.StatFile()
+        self._driver: procstat.Driver | None = None
         try:
             self.cores = max(1, len(os.sched_getaffinity(0)))
         except (AttributeError, OSError):
             self.cores = max(1, os.cpu_count() or 1)
-
-    def _read(self, path: Path) -> str:
-        """Read a /proc or /sys file through a descriptor kept open between samples (pread
-        from offset 0 re-reads it): a third of the cost of open/read/close each time."""
-        key = str(path)
-        fd = self._fds.get(key)
-        if fd is None:
-            fd = self._fds[key] = os.open(key, os.O_RDONLY)
-        chunks, off = [], 0
-        while True:
-            b = os.pread(fd, 65536, off)
-            if not b:
-                break
-            chunks.append(b)
-            off += len(b)
-        return b"".join(chunks).decode()
 
     def open(self) -> bool:
         try:
@@ -147,6 +130,8 @@ class HostSource:
         if not (self.proc / "pressure" / "memory").exists():
             self.notes.append("host: memory pressure (PSI) not exposed")
         self._prev = self._read_stat()
+        if self._prev is not None:  # no /proc/stat: the monitor keeps (failing) on its own
+            self._driver = procstat.drive(self.proc / "stat")
         return True
 
     def static(self) -> dict[str, Any]:
@@ -160,17 +145,11 @@ class HostSource:
             pass
         return out
 
-    def _read_stat(self) -> dict[str, list[float]] | None:
+    def _read_stat(self) -> procstat.ProcStat | None:
         try:
-            text = self._read(self.proc / "stat")
+            return procstat.parse_proc_stat(self._files.read(self.proc / "stat"))
         except OSError:
             return None
-        out = {}
-        for line in text.splitlines():
-            if line.startswith("cpu"):
-                parts = line.split()
-                out[parts[0]] = [float(x) for x in parts[1:9]] + [0.0] * max(0, 9 - len(parts))
-        return out
 
     def sample(self) -> list[Sample]:
         rows: list[Sample] = []
@@ -180,41 +159,24 @@ class HostSource:
         except (AttributeError, OSError):
             pass
         cur = self._read_stat()
-        if cur is not None and self._prev is not None:
-            steal_any = False
-            per: list[Sample] = []
-            for cpu, v in cur.items():
-                p = self._prev.get(cpu)
-                if p is None:
-                    continue
-                busy, steal, total = cpu_ticks_split(a - b for a, b in zip(v, p))
-                if total <= 0:
-                    continue
-                busy /= total
-                dev = "host" if cpu == "cpu" else cpu
-                if dev == "host":
-                    rows.append((dev, "cpu_busy_frac", busy, "1"))
-                    rows.append((dev, "cpu_steal_frac", steal / total, "1"))
-                else:
-                    per.append((dev, "cpu_busy_frac", busy, "1"))
-                    if steal > 0:
-                        steal_any = True
-                        per.append((dev, "cpu_steal_frac", steal / total, "1"))
-            rows += per if steal_any else [r for r in per if r[1] == "cpu_busy_frac"]
         if cur is not None:
+            if self._prev is not None:
+                rows += _cpu_rows(self._prev, cur)
             self._prev = cur
+            if self._driver is not None:
+                self._driver.publish(cur)
         if self._freq_files:
             khz = []
             for f in self._freq_files:
                 try:
-                    khz.append(float(self._read(f)))
+                    khz.append(float(self._files.read(f)))
                 except (OSError, ValueError):
                     continue
             if khz:
                 rows.append(("host", "cpu_freq_mhz", sum(khz) / len(khz) / 1000.0, "MHz"))
         try:
             mem = {}
-            for line in self._read(self.proc / "meminfo").splitlines()[:8]:
+            for line in self._files.read(self.proc / "meminfo").splitlines()[:8]:
                 k, _, v = line.partition(":")
                 mem[k] = float(v.split()[0]) if v.split() else 0.0
             if mem.get("MemTotal") and "MemAvailable" in mem:
@@ -222,7 +184,7 @@ class HostSource:
         except (OSError, ValueError):
             pass
         try:
-            first = self._read(self.proc / "pressure" / "memory").split("\n", 1)[0]
+            first = self._files.read(self.proc / "pressure" / "memory").split("\n", 1)[0]
             avg10 = dict(kv.split("=") for kv in first.split()[1:]).get("avg10")
             if avg10 is not None:
                 rows.append(("host", "mem_pressure_some_avg10", float(avg10), "%"))
@@ -231,219 +193,254 @@ class HostSource:
         return rows
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds.clear()
+        if self._driver is not None:
+            self._driver.stop()
+            self._driver = None
+        self._files.close()
 
 
-# ----------------------------------------------------------------------------------- NVIDIA
+def _cpu_rows(prev: procstat.ProcStat, cur: procstat.ProcStat) -> list[Sample]:
+    """Busy / steal fractions from the tick deltas of the CPUs in both readings (all CPUs at
+    once; a CPU with no ticks in between is left out): host rows first, then per CPU its busy
+    fraction and, where non-zero, its steal fraction."""
+    if prev.names == cur.names:
+        names, d = cur.names, cur.ticks - prev.ticks
+    else:  # a CPU went on- or offline between the two readings
+        pos = {n: i for i, n in enumerate(prev.names)}
+        keep = [i for i, n in enumerate(cur.names) if n in pos]
+        names = tuple(cur.names[i] for i in keep)
+        d = cur.ticks[keep] - prev.ticks[[pos[n] for n in names]]
+    busy, steal, total = procstat.cpu_ticks_split(d)
+    ok = total > 0
+    safe = np.where(ok, total, 1.0)
+    busy_f, steal_f = (busy / safe).tolist(), (steal / safe).tolist()
+    host: list[Sample] = []
+    per: list[Sample] = []
+    for name, b, s, has_steal, good in zip(names, busy_f, steal_f, (steal > 0).tolist(), ok.tolist()):
+        if not good:
+            continue
+        if name == "cpu":
+            host += [("host", "cpu_busy_frac", b, "1"), ("host", "cpu_steal_frac", s, "1")]
+        else:
+            per.append((name, "cpu_busy_frac", b, "1"))
+            if has_steal:
+                per.append((name, "cpu_steal_frac", s, "1"))
+    return host + per
 
-class NvmlSource:
-    """NVIDIA GPUs through NVML (``pynvml`` of ``nvidia-ml-py``); ``module`` replaceable."""
 
-    name = "nvml"
+# ------------------------------------------------------------------------------------- GPUs
+
+class GpuSource:
+    """What the GPU sources share: optional import of the vendor library (``module`` replaces
+    it in tests), init and device handles filtered to ``indices`` (``gpuN`` by the library's
+    index), static facts per device, samples per device, shutdown. A subclass holds only what
+    differs: :meth:`_open_handles`, :meth:`_system_static`, :meth:`_device_static` and
+    :meth:`_device_sample`, which yields ``(metric, value, unit)``; values that are None or
+    not numbers (amdsmi's ``"N/A"``) are dropped. Library calls go through ``self._p.call``
+    so an unsupported metric drops out after one note."""
+
+    name = ""         # also the notes' prefix
+    module_name = ""  # the Python module imported on open()
+    vendor = ""       # static()["vendor"]
+
+    def __init_subclass__(cls, *, name: str, module_name: str, vendor: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.name, cls.module_name, cls.vendor = name, module_name, vendor
 
     def __init__(self, indices: Iterable[int] | None = None, module: Any = None) -> None:
-        self.nv = module
+        self.lib = module
         self.indices = None if indices is None else list(indices)
         self.notes: list[str] = []
         self.handles: list[tuple[str, Any]] = []
-        self._p = _Probes(self.notes, "nvml")
+        self._p = _Probes(self.notes, self.name)
 
     def open(self) -> bool:
-        nv = self.nv or _import("pynvml")
-        if nv is None:
+        lib = self.lib or _import(self.module_name)
+        if lib is None:
             return False
-        self.nv = nv
+        self.lib = lib
         try:
-            nv.nvmlInit()
-            n = int(nv.nvmlDeviceGetCount())
-        except Exception as exc:  # noqa: BLE001 - NVMLError (no driver): not an NVIDIA host
-            self.notes.append(f"nvml: not available ({type(exc).__name__}: {exc})")
+            self.handles = self._open_handles()
+        except Exception as exc:  # noqa: BLE001 - NVMLError / AmdSmiException: no driver, not this vendor
+            self.notes.append(f"{self.name}: not available ({type(exc).__name__}: {exc})")
             return False
-        for i in (range(n) if self.indices is None else [i for i in self.indices if i < n]):
-            try:
-                self.handles.append((f"gpu{i}", nv.nvmlDeviceGetHandleByIndex(i)))
-            except Exception as exc:  # noqa: BLE001
-                self.notes.append(f"nvml: gpu{i} skipped ({type(exc).__name__}: {exc})")
         if not self.handles:
             self.close()
             return False
         return True
 
+    def _wanted(self, i: int) -> bool:
+        return self.indices is None or i in self.indices
+
+    def static(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"vendor": self.vendor, **self._system_static()}
+        out["devices"] = {dev: self._device_static(h, out) for dev, h in self.handles}
+        return out
+
+    def sample(self) -> list[Sample]:
+        return [(dev, metric, v, unit) for dev, h in self.handles
+                for metric, raw, unit in self._device_sample(h) if (v := _num(raw)) is not None]
+
+    def close(self) -> None:
+        try:
+            self._shutdown()
+        except Exception:  # noqa: BLE001 - already shut down
+            pass
+
+    # -- what differs per vendor
+    def _open_handles(self) -> list[tuple[str, Any]]:
+        """Initialise the library; the wanted devices as ``(gpuN, handle)``."""
+        raise NotImplementedError
+
+    def _system_static(self) -> dict[str, Any]:
+        return {}
+
+    def _device_static(self, h: Any, out: dict[str, Any]) -> dict[str, Any]:
+        """Facts of one device (may add system-wide ones to ``out``)."""
+        raise NotImplementedError
+
+    def _device_sample(self, h: Any) -> Iterator[tuple[str, Any, str]]:
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
+
+
+def _scaled(v: Any, scale: float) -> float | None:
+    return None if v is None else float(v) * scale
+
+
+class NvmlSource(GpuSource, name="nvml", module_name="pynvml", vendor="nvidia"):
+    """NVIDIA GPUs through NVML (``pynvml`` of ``nvidia-ml-py``)."""
+
+    def _open_handles(self) -> list[tuple[str, Any]]:
+        nv = self.lib
+        nv.nvmlInit()
+        n = int(nv.nvmlDeviceGetCount())
+        out = []
+        for i in (range(n) if self.indices is None else [i for i in self.indices if i < n]):
+            try:
+                out.append((f"gpu{i}", nv.nvmlDeviceGetHandleByIndex(i)))
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"nvml: gpu{i} skipped ({type(exc).__name__}: {exc})")
+        return out
+
     def _reasons_fn(self):
-        nv = self.nv
+        nv = self.lib
         # renamed "clock event reasons" in newer NVML; the throttle name is the older alias
         return getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons")
 
-    def static(self) -> dict[str, Any]:
-        nv, p = self.nv, self._p
-        out: dict[str, Any] = {"vendor": "nvidia"}
-        drv = p.call("driver_version", nv.nvmlSystemGetDriverVersion)
-        if drv is not None:
-            out["driver"] = _text(drv)
-        devices = {}
-        for dev, h in self.handles:
-            d: dict[str, Any] = {}
-            for key, fn in (("product", lambda: nv.nvmlDeviceGetName(h)),
-                            ("vbios", lambda: nv.nvmlDeviceGetVbiosVersion(h)),
-                            ("uuid", lambda: nv.nvmlDeviceGetUUID(h))):
-                v = p.call(key, fn)
-                if v is not None:
-                    d[key] = _text(v)
-            cap = p.call("power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-            if cap is not None:
-                d["power_cap_w"] = float(cap) / 1000.0
-            for key, clk in (("max_gfx_clock_mhz", "NVML_CLOCK_SM"), ("max_mem_clock_mhz", "NVML_CLOCK_MEM")):
-                v = p.call(key, lambda: nv.nvmlDeviceGetMaxClockInfo(h, getattr(nv, clk)))
-                if v is not None:
-                    d[key] = float(v)
-            devices[dev] = d
-        out["devices"] = devices
-        return out
+    def _system_static(self) -> dict[str, Any]:
+        drv = self._p.call("driver_version", self.lib.nvmlSystemGetDriverVersion)
+        return {} if drv is None else {"driver": _text(drv)}
 
-    def sample(self) -> list[Sample]:
-        nv, p = self.nv, self._p
-        rows: list[Sample] = []
-        for dev, h in self.handles:
-            def add(metric: str, unit: str, fn: Callable[[], Any], scale: float = 1.0) -> None:
-                v = p.call(metric, fn)
-                if v is not None:
-                    rows.append((dev, metric, float(v) * scale, unit))
+    def _device_static(self, h: Any, out: dict[str, Any]) -> dict[str, Any]:
+        nv, p = self.lib, self._p
+        d: dict[str, Any] = {}
+        for key, fn in (("product", lambda: nv.nvmlDeviceGetName(h)),
+                        ("vbios", lambda: nv.nvmlDeviceGetVbiosVersion(h)),
+                        ("uuid", lambda: nv.nvmlDeviceGetUUID(h))):
+            v = p.call(key, fn)
+            if v is not None:
+                d[key] = _text(v)
+        cap = p.call("power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
+        if cap is not None:
+            d["power_cap_w"] = float(cap) / 1000.0
+        for key, clk in (("max_gfx_clock_mhz", "NVML_CLOCK_SM"), ("max_mem_clock_mhz", "NVML_CLOCK_MEM")):
+            v = p.call(key, lambda: nv.nvmlDeviceGetMaxClockInfo(h, getattr(nv, clk)))
+            if v is not None:
+                d[key] = float(v)
+        return d
 
-            add("gfx_clock_mhz", "MHz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
-            add("mem_clock_mhz", "MHz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
-            add("power_w", "W", lambda: nv.nvmlDeviceGetPowerUsage(h), 1e-3)
-            add("power_cap_w", "W", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), 1e-3)
-            add("temp_edge_c", "C", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
-            util = p.call("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
-            if util is not None:
-                rows.append((dev, "gfx_activity_pct", float(util.gpu), "%"))
-                rows.append((dev, "mem_activity_pct", float(util.memory), "%"))
-            mem = p.call("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
-            if mem is not None:
-                rows.append((dev, "vram_used_mib", float(mem.used) / 2**20, "MiB"))
-            reasons = p.call("throttle_reasons", lambda: self._reasons_fn()(h))
-            if reasons is not None:
-                rows.append((dev, "throttle_reasons", float(int(reasons)), "bitmask"))
-                rows.append((dev, "throttle_active", float(bool(int(reasons) & NVML_THROTTLE_MASK)), "1"))
-                # the driver's own idle flag: utilisation is averaged over up to a second and
-                # read 0 % beside 1980 MHz and 121 W during bursts of GEMMs on an H200
-                rows.append((dev, "gpu_idle", float(bool(int(reasons) & NVML_IDLE_REASON)), "1"))
-        return rows
+    def _device_sample(self, h: Any) -> Iterator[tuple[str, Any, str]]:
+        nv, call = self.lib, self._p.call
+        yield "gfx_clock_mhz", call("gfx_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)), "MHz"
+        yield "mem_clock_mhz", call("mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)), "MHz"
+        # NVML reports milliwatts
+        yield "power_w", _scaled(call("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h)), 1e-3), "W"
+        yield "power_cap_w", _scaled(call("power_cap_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h)), 1e-3), "W"
+        yield "temp_edge_c", call("temp_edge_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)), "C"
+        util = call("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
+        if util is not None:
+            yield "gfx_activity_pct", float(util.gpu), "%"
+            yield "mem_activity_pct", float(util.memory), "%"
+        mem = call("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
+        if mem is not None:
+            yield "vram_used_mib", float(mem.used) / 2**20, "MiB"
+        reasons = call("throttle_reasons", lambda: self._reasons_fn()(h))
+        if reasons is not None:
+            bits = int(reasons)
+            yield "throttle_reasons", float(bits), "bitmask"
+            yield "throttle_active", float(bool(bits & NVML_THROTTLE_MASK)), "1"
+            # the driver's own idle flag: utilisation is averaged over up to a second and
+            # read 0 % beside 1980 MHz and 121 W during bursts of GEMMs on an H200
+            yield "gpu_idle", float(bool(bits & NVML_IDLE_REASON)), "1"
 
-    def close(self) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - already shut down
-            pass
+    def _shutdown(self) -> None:
+        self.lib.nvmlShutdown()
 
 
-# -------------------------------------------------------------------------------------- AMD
+class AmdSmiSource(GpuSource, name="amdsmi", module_name="amdsmi", vendor="amd"):
+    """AMD GPUs through ``amdsmi`` (ROCm's Python library)."""
 
-class AmdSmiSource:
-    """AMD GPUs through ``amdsmi`` (ROCm's Python library); ``module`` replaceable."""
+    def _open_handles(self) -> list[tuple[str, Any]]:
+        am = self.lib
+        flags = getattr(getattr(am, "AmdSmiInitFlags", None), "INIT_AMD_GPUS", None)
+        am.amdsmi_init() if flags is None else am.amdsmi_init(flags)
+        return [(f"gpu{i}", h) for i, h in enumerate(am.amdsmi_get_processor_handles()) if self._wanted(i)]
 
-    name = "amdsmi"
+    def _device_static(self, h: Any, out: dict[str, Any]) -> dict[str, Any]:
+        am, p = self.lib, self._p
+        d: dict[str, Any] = {}
+        asic = p.call("asic_info", lambda: am.amdsmi_get_gpu_asic_info(h)) or {}
+        if asic.get("market_name"):
+            d["product"] = str(asic["market_name"])
+        vb = p.call("vbios_info", lambda: am.amdsmi_get_gpu_vbios_info(h)) or {}
+        if vb.get("version"):
+            d["vbios"] = str(vb["version"])
+        drv = p.call("driver_info", lambda: am.amdsmi_get_gpu_driver_info(h)) or {}
+        if drv.get("driver_version"):
+            out["driver"] = str(drv["driver_version"])
+        cap = p.call("power_cap_info", lambda: am.amdsmi_get_power_cap_info(h)) or {}
+        if _num(cap.get("power_cap")) is not None:
+            d["power_cap_w"] = _num(cap["power_cap"]) / 1e6  # documented in microwatts
+        gfx = p.call("clock_info", lambda: am.amdsmi_get_clock_info(h, am.AmdSmiClkType.GFX)) or {}
+        if _num(gfx.get("max_clk")) is not None:
+            d["max_gfx_clock_mhz"] = _num(gfx["max_clk"])
+        return d
 
-    def __init__(self, indices: Iterable[int] | None = None, module: Any = None) -> None:
-        self.am = module
-        self.indices = None if indices is None else list(indices)
-        self.notes: list[str] = []
-        self.handles: list[tuple[str, Any]] = []
-        self._p = _Probes(self.notes, "amdsmi")
+    def _device_sample(self, h: Any) -> Iterator[tuple[str, Any, str]]:
+        am, call = self.lib, self._p.call
+        for metric, clk in (("gfx_clock_mhz", "GFX"), ("mem_clock_mhz", "MEM")):
+            info = call(metric, lambda: am.amdsmi_get_clock_info(h, getattr(am.AmdSmiClkType, clk))) or {}
+            yield metric, info.get("clk", info.get("cur_clk")), "MHz"
+        pw = call("power_info", lambda: am.amdsmi_get_power_info(h)) or {}
+        cur = _num(pw.get("current_socket_power"))
+        yield "power_w", cur if cur is not None else pw.get("average_socket_power"), "W"
+        yield "power_cap_w", pw.get("power_limit"), "W"
+        for metric, kind in (("temp_edge_c", "EDGE"), ("temp_hotspot_c", "HOTSPOT"), ("temp_mem_c", "VRAM")):
+            yield metric, call(metric, lambda: am.amdsmi_get_temp_metric(
+                h, getattr(am.AmdSmiTemperatureType, kind), am.AmdSmiTemperatureMetric.CURRENT)), "C"
+        act = call("gpu_activity", lambda: am.amdsmi_get_gpu_activity(h)) or {}
+        yield "gfx_activity_pct", act.get("gfx_activity"), "%"
+        vram = call("vram_usage", lambda: am.amdsmi_get_gpu_vram_usage(h)) or {}
+        yield "vram_used_mib", vram.get("vram_used"), "MiB"  # documented in MB
+        viol = call("violation_status", lambda: am.amdsmi_get_violation_status(h))
+        if viol is not None:
+            flags = [viol.get(k) for k in AMD_VIOLATION_KEYS if isinstance(viol.get(k), bool)]
+            if flags:
+                yield "throttle_active", float(any(flags)), "1"
+        else:
+            # older ASICs: the gpu_metrics throttle_status word (non-zero = throttled)
+            gm = call("gpu_metrics_info", lambda: am.amdsmi_get_gpu_metrics_info(h)) or {}
+            ts = _num(gm.get("throttle_status"))
+            if ts is not None:
+                yield "throttle_reasons", ts, "bitmask"
+                yield "throttle_active", float(ts != 0), "1"
 
-    def open(self) -> bool:
-        am = self.am or _import("amdsmi")
-        if am is None:
-            return False
-        self.am = am
-        try:
-            flags = getattr(getattr(am, "AmdSmiInitFlags", None), "INIT_AMD_GPUS", None)
-            am.amdsmi_init() if flags is None else am.amdsmi_init(flags)
-            handles = list(am.amdsmi_get_processor_handles())
-        except Exception as exc:  # noqa: BLE001 - AmdSmiException (no driver): not an AMD host
-            self.notes.append(f"amdsmi: not available ({type(exc).__name__}: {exc})")
-            return False
-        for i, h in enumerate(handles):
-            if self.indices is None or i in self.indices:
-                self.handles.append((f"gpu{i}", h))
-        if not self.handles:
-            self.close()
-            return False
-        return True
-
-    def static(self) -> dict[str, Any]:
-        am, p = self.am, self._p
-        out: dict[str, Any] = {"vendor": "amd"}
-        devices = {}
-        for dev, h in self.handles:
-            d: dict[str, Any] = {}
-            asic = p.call("asic_info", lambda: am.amdsmi_get_gpu_asic_info(h)) or {}
-            if asic.get("market_name"):
-                d["product"] = str(asic["market_name"])
-            vb = p.call("vbios_info", lambda: am.amdsmi_get_gpu_vbios_info(h)) or {}
-            if vb.get("version"):
-                d["vbios"] = str(vb["version"])
-            drv = p.call("driver_info", lambda: am.amdsmi_get_gpu_driver_info(h)) or {}
-            if drv.get("driver_version"):
-                out["driver"] = str(drv["driver_version"])
-            cap = p.call("power_cap_info", lambda: am.amdsmi_get_power_cap_info(h)) or {}
-            if _num(cap.get("power_cap")) is not None:
-                d["power_cap_w"] = _num(cap["power_cap"]) / 1e6  # documented in microwatts
-            gfx = p.call("clock_info", lambda: am.amdsmi_get_clock_info(h, am.AmdSmiClkType.GFX)) or {}
-            if _num(gfx.get("max_clk")) is not None:
-                d["max_gfx_clock_mhz"] = _num(gfx["max_clk"])
-            devices[dev] = d
-        out["devices"] = devices
-        return out
-
-    def sample(self) -> list[Sample]:
-        am, p = self.am, self._p
-        rows: list[Sample] = []
-        for dev, h in self.handles:
-            def add(metric: str, value: Any, unit: str) -> None:
-                v = _num(value)
-                if v is not None:
-                    rows.append((dev, metric, v, unit))
-
-            for metric, clk in (("gfx_clock_mhz", "GFX"), ("mem_clock_mhz", "MEM")):
-                info = p.call(metric, lambda: am.amdsmi_get_clock_info(h, getattr(am.AmdSmiClkType, clk))) or {}
-                add(metric, info.get("clk", info.get("cur_clk")), "MHz")
-            pw = p.call("power_info", lambda: am.amdsmi_get_power_info(h)) or {}
-            cur = _num(pw.get("current_socket_power"))
-            add("power_w", cur if cur is not None else pw.get("average_socket_power"), "W")
-            add("power_cap_w", pw.get("power_limit"), "W")
-            for metric, kind in (("temp_edge_c", "EDGE"), ("temp_hotspot_c", "HOTSPOT"), ("temp_mem_c", "VRAM")):
-                add(metric, p.call(metric, lambda: am.amdsmi_get_temp_metric(
-                    h, getattr(am.AmdSmiTemperatureType, kind), am.AmdSmiTemperatureMetric.CURRENT)), "C")
-            act = p.call("gpu_activity", lambda: am.amdsmi_get_gpu_activity(h)) or {}
-            add("gfx_activity_pct", act.get("gfx_activity"), "%")
-            vram = p.call("vram_usage", lambda: am.amdsmi_get_gpu_vram_usage(h)) or {}
-            add("vram_used_mib", vram.get("vram_used"), "MiB")  # documented in MB
-            viol = p.call("violation_status", lambda: am.amdsmi_get_violation_status(h))
-            if viol is not None:
-                flags = [viol.get(k) for k in AMD_VIOLATION_KEYS if isinstance(viol.get(k), bool)]
-                if flags:
-                    rows.append((dev, "throttle_active", float(any(flags)), "1"))
-            else:
-                # older ASICs: the gpu_metrics throttle_status word (non-zero = throttled)
-                gm = p.call("gpu_metrics_info", lambda: am.amdsmi_get_gpu_metrics_info(h)) or {}
-                ts = _num(gm.get("throttle_status"))
-                if ts is not None:
-                    rows.append((dev, "throttle_reasons", ts, "bitmask"))
-                    rows.append((dev, "throttle_active", float(ts != 0), "1"))
-        return rows
-
-    def close(self) -> None:
-        try:
-            self.am.amdsmi_shut_down()
-        except Exception:  # noqa: BLE001
-            pass
+    def _shutdown(self) -> None:
+        self.lib.amdsmi_shut_down()
 
 
 def _text(v: Any) -> str:
