@@ -21,7 +21,8 @@ from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
 from pytest_gemmperf.gate.load import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
-    all_baseline_records, load_history, load_side, pair_tests, resolve_hardware_key, results_hw_key)
+    all_baseline_records, load_history, load_side, pair_tests, resolve_hardware_key, results_hw_key,
+    trace_hw_key)
 from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
                                           verdicts_csv_order)
 
@@ -117,12 +118,14 @@ def _run(args: argparse.Namespace) -> int:
     frames = []
     cand_samples = []
     for label, cpath in zip(labels, args.cands):
-        cand = load_side(cpath, args.warmup, keep, jobs=jobs)
+        agents: dict = {}  # a trace candidate's agents: its hardware key in --history
+        cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents)
         cand_samples.append((label, cand))
         if getattr(args, "history", None):
             from pytest_gemmperf.commands.history import record_compare_candidate
 
-            record_compare_candidate(args.history, args.run_id, cpath, label, cand, len(args.cands), keep)
+            record_compare_candidate(args.history, args.run_id, cpath, label, cand, len(args.cands), keep,
+                                     hw=trace_hw_key(cpath, agents))
         for test, b, c in pair_tests(base, cand, args.base, cpath):
             v = compare(b, c, cfg, test=test, history=history.get(test))
             if len(args.cands) > 1:

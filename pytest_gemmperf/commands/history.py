@@ -135,15 +135,18 @@ def record_samples(history: str, sides: dict[str, pd.DataFrame], run, default_te
 
 
 def record_compare_candidate(history: str, run_id: str | None, path: str, label: str,
-                             sides: dict[str, pd.DataFrame], n_cands: int, traces: dict | None = None) -> None:
+                             sides: dict[str, pd.DataFrame], n_cands: int, traces: dict | None = None,
+                             hw: str | None = None) -> None:
     """``gemmperf compare --history DIR [--run-id ID]``: append a candidate as a run. Run id:
     ``ID`` (``ID-<label>`` with several candidates); without ``--run-id`` the label plus a
-    random suffix, so repeated compares of a same-named candidate stay distinct runs."""
+    random suffix, so repeated compares of a same-named candidate stay distinct runs. ``hw``:
+    the hardware key the caller read from the candidate's traces (``--no-report`` keeps no
+    Trace to read it from); else as :func:`run_info_for` finds it."""
     import uuid
 
     rid = (f"{run_id}-{label}" if n_cands > 1 else run_id) if run_id else f"{label}-{uuid.uuid4().hex[:8]}"
     mine = {path: traces[path]} if traces and path in traces else None
-    run = run_info_for(path, run_id=rid, traces=mine)
+    run = run_info_for(path, run_id=rid, traces=mine, hw=hw)
     files = record_samples(history, sides, run, Path(path).resolve().name or str(path))
     print(f"history: run {rid} (hw {run.hw_key}) recorded in {history} ({len(files)} file(s))")
 

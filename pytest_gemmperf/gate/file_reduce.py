@@ -90,6 +90,7 @@ class _Partial:
     comm_ns: dict = field(default_factory=dict)  # point -> total communication time
     collectives: pd.DataFrame | None = None
     slim: pd.DataFrame | None = None
+    agents: pd.DataFrame | None = None     # the source's agents table (a few rows)
 
 
 @dataclass
@@ -105,6 +106,8 @@ class GateInputs:
     reduced: bool                 # False: a unit spanned sources, full tables were used
     #: wall seconds: discover (walk), read_reduce (the pool or the serial loop), merge (parent)
     timings: dict = field(default_factory=dict)
+    #: == load(paths).agents (the hardware key of trace inputs; None: no source listed agents)
+    agents: pd.DataFrame | None = None
 
 
 def _key(point_of: np.ndarray, unit_of: np.ndarray) -> np.ndarray:
@@ -201,6 +204,7 @@ def reduce_source(src, opts: _Options) -> _Partial:
     out.read = True
     out.meta_notes = list(t.meta.get("notes", []))
     out.n_dispatches = len(t.dispatches)
+    out.agents = t.agents if t.agents is not None and len(t.agents) else None
     if len(t.dispatches) == 0:
         return out
     d = t.dispatches.reset_index(drop=True)
@@ -289,8 +293,13 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     stat_table, by = _stats(live, warmup) if stats else (None, ())
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
                "workers": n_jobs}
+    from pytest_gemmperf.traces.discover import concat_with_extras
+    from pytest_gemmperf.traces.schema import AGENT_SCHEMA
+
+    agents = [p.agents for p in parts if p.agents is not None]
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
-                      sources=described, n_dispatches=n, reduced=True, timings=timings)
+                      sources=described, n_dispatches=n, reduced=True, timings=timings,
+                      agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None)
 
 
 class _MetaNotes:
@@ -379,4 +388,5 @@ def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats) -> 
     by = _stats_by(d) if stats else ()
     table = kernel_stats(d, by=by, warmup=warmup) if stats else None
     return GateInputs(samples=samples, kernel_stats=table, stats_by=by, notes=trace.meta["notes"],
-                      sources=trace.meta["sources"], n_dispatches=len(d), reduced=False)
+                      sources=trace.meta["sources"], n_dispatches=len(d), reduced=False,
+                      agents=trace.agents if len(trace.agents) else None)

@@ -110,6 +110,16 @@ def hardware_key(agents: pd.DataFrame | None) -> str:
     return key + (f"-n{n_host}" if n_host > 1 else "")
 
 
+def trace_hardware_key(agents: pd.DataFrame | None) -> str | None:
+    """The hardware key a trace's own agents table names (rocprofv3 ``agent_info`` / JSON
+    agents, rocpd, Kineto ``deviceProperties``): :func:`hardware_key` of its GPU agents; None
+    when it lists no GPU. Unlike :func:`hardware_key` it never falls back to this machine's CPU:
+    a trace read here may have been recorded anywhere, so without GPU agents it says nothing."""
+    if agents is None or not len(agents) or _gpu_rows(agents).empty:
+        return None
+    return hardware_key(agents)
+
+
 # ----------------------------------------------------------------------------- metadata
 
 

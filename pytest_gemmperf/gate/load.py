@@ -120,9 +120,18 @@ def results_hw_key(paths: list[str]) -> str | None:
     return keys.pop() if len(keys) == 1 else None
 
 
+def trace_hw_key(path: str, agents: dict) -> str | None:
+    """The hardware key of a trace input from the agents :func:`load_side` collected for it
+    (``gfx942-AMD_Instinct_MI300X-x8``), None when its traces list no GPU agent; results
+    directories are keyed by their ``run.json`` instead (:func:`results_hw_key`)."""
+    from pytest_gemmperf.gate.hardware import trace_hardware_key
+
+    return trace_hardware_key(agents.get(path))
+
+
 def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
               hw: str | None = None, records: list | None = None,
-              jobs: int | None = 1) -> dict[str, pd.DataFrame]:
+              jobs: int | None = 1, agents: dict | None = None) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of one input ('' when the input carries no test id).
 
     Samples come from :func:`~pytest_gemmperf.gate.samples.gate_samples`, as in pytest and
@@ -132,7 +141,10 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     dispatches, not only the samples). ``jobs``: worker processes reading trace files or
     results points at once (None or 0: every usable core); without ``traces`` each trace file
     is reduced to its samples where it is read (``gate/file_reduce.py``), so the full
-    dispatches table is never held; the samples are the same whatever ``jobs`` is."""
+    dispatches table is never held; the samples are the same whatever ``jobs`` is.
+    ``agents``, when given, receives ``{path: agents table}`` for trace inputs that list agents
+    (with or without ``traces``): what names their hardware when no ``run.json`` does
+    (:func:`trace_hw_key`). Results directories, baselines and samples files add nothing."""
     p = Path(path)
     if not p.exists():
         raise GemmperfInputError(p, "no such file or directory")
@@ -165,11 +177,14 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     if traces is None:
         from pytest_gemmperf.gate.file_reduce import gate_inputs
 
-        samples = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False).samples
+        inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False)
+        samples, found = inputs.samples, inputs.agents
     else:
         trace = load([p], jobs=jobs)
         traces[path] = trace
-        samples = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p)
+        samples, found = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p), trace.agents
+    if agents is not None and found is not None and len(found):
+        agents[path] = found
     for note in samples.attrs.get("notes", []):
         print(f"note: {p}: {note}", file=sys.stderr)
     return {"": samples}
