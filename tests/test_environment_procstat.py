@@ -170,3 +170,18 @@ def test_parse_proc_stat_one_parser_for_both():
     assert env.read_proc_stat("unused", parsed=st) == {"busy": 0.06, "steal": 0.0, "total": 0.16,
                                                       "procs_running": 2.0}
     assert np.isclose(env.read_proc_stat("unused", parsed=st)["total"], 16 / TICK)
+
+
+def test_a_host_source_dropped_without_close_releases_the_monitors(tmp_path):
+    import gc
+
+    proc = tmp_path / "proc"
+    write_stat(proc, busy=100, idle=100, running=3)
+    src = HostSource(proc=str(proc), sys_cpu=str(tmp_path / "sys"))
+    assert src.open()
+    del src
+    gc.collect()
+    with ContentionMonitor(interval_s=0.01, proc_stat=str(proc / "stat")) as mon:
+        time.sleep(0.08)
+        assert _samplers() == ["gemmperf-contention"]
+    assert mon.evidence["samples"] >= 4

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -132,6 +133,8 @@ class HostSource:
         self._prev = self._read_stat()
         if self._prev is not None:  # no /proc/stat: the monitor keeps (failing) on its own
             self._driver = procstat.drive(self.proc / "stat")
+            # a source dropped without close() must not keep the monitors waiting for readings
+            weakref.finalize(self, self._driver.stop)
         return True
 
     def static(self) -> dict[str, Any]:
