@@ -77,12 +77,13 @@ def run_test(pool, rng, cfg: GateConfig, rounds: int, slow: dict[int, float] | N
     ccfg = ConfirmConfig(rounds=rounds, screen_q=SCREEN_Q)
     if not suspicious(first, ccfg).any():
         return {n: (first, 0) for n in range(rounds + 1)}
-    combined, verdicts, extra = cand, first, 0
+    combined, verdicts, extra, reruns = cand, first, 0, cand.iloc[:0]
     for n in range(1, rounds + 1):
         rerun = draw_side(pool, rng, range(PROCS * (n + 1), PROCS * (n + 2)), None if transient else slow)
         combined = pd.concat([combined, rerun], ignore_index=True)
+        reruns = pd.concat([reruns, rerun], ignore_index=True)  # every round so far: "the re-run alone"
         extra += PROCS
-        verdicts, _ = judge(first, compare(base, combined, cfg), compare(base, rerun, cfg), ccfg)
+        verdicts, _ = judge(first, compare(base, combined, cfg), compare(base, reruns, cfg), ccfg)
         out[n] = (verdicts, extra)
         if (verdicts["verdict"] == "regression").any() or not suspicious(verdicts, ccfg).any():
             for m in range(n + 1, rounds + 1):
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps-aa", type=int, default=300)
     ap.add_argument("--reps-det", type=int, default=60)
-    ap.add_argument("--rounds", type=int, default=2, help="largest N measured")
+    ap.add_argument("--rounds", type=int, default=ConfirmConfig().rounds, help="largest N measured (default: the plugin's)")
     ap.add_argument("--screen-q", type=float, default=ConfirmConfig().screen_q,
                     help="ConfirmConfig.screen_q (q-value screen of unchanged/inconclusive rows)")
     ap.add_argument("--quick", action="store_true", help="60 A/A and 20 detection replicates")

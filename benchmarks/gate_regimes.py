@@ -74,15 +74,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy as ga  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare, compare_stats  # noqa: E402
-from pytest_gemmperf.gate.confirm import judge, suspicious  # noqa: E402
+from pytest_gemmperf.gate.confirm import ConfirmConfig, judge, suspicious  # noqa: E402
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 SIGMA_PROCESS = 0.01
 RULES = {"default": GateConfig(), "threshold 0": GateConfig(threshold=0.0)}
-#: threshold 0 with the plugin's default confirmation rule (one re-run of a suspicious point)
-CONFIRM_RULE = "threshold 0 + confirm 1"
-#: confirmation columns: name -> the first-look rule it confirms (the plugin default is the second)
-CONFIRM_RULES = {CONFIRM_RULE: "threshold 0", "default + confirm 1": "default"}
+#: confirmation columns (the plugin's default ``--gemmperf-confirm`` rounds): name -> the
+#: first-look rule it confirms (the plugin default is the second)
+CONFIRM_RULES = {f"threshold 0 + confirm {ConfirmConfig().rounds}": "threshold 0",
+                 f"default + confirm {ConfirmConfig().rounds}": "default"}
 
 
 @dataclass(frozen=True)
@@ -132,14 +132,14 @@ def draw(pool: ga.StepPool, rng: np.random.Generator, iters: int) -> tuple[np.nd
         ga.STEPS_PER_PROCESS = old
 
 
-def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, groups: int = 2) -> tuple[np.ndarray, ...]:
-    """(kernel, unit, value) of one comparison: units ``0..r.units-1`` are the baseline, the
-    next ``r.units`` the candidate and, with ``groups=3``, the last ``r.units`` a confirmation
-    re-run of the candidate (same distribution)."""
+def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, units: range) -> tuple[np.ndarray, ...]:
+    """(kernel, unit, value) of processes ``units`` of one comparison: units ``0..r.units-1`` are
+    the baseline, the rest candidate processes (the first look's, then each confirmation
+    round's ``r.units``; same distribution)."""
     n_k = len(pool.names)
     it = r.iters or default_iters(pool)
     ks, us, vs = [], [], []
-    for u in range(groups * r.units):
+    for u in units:
         n = it if u < r.units else max(2, int(round(it * r.cand_factor)))
         k, v = draw(pool, rng, n)
         factor = rng.normal(0, SIGMA_PROCESS) + rng.normal(0, 1, n_k) * pool.sigma_kernel
@@ -184,29 +184,45 @@ def swapped_name(name: str) -> str:
 
 
 def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.ndarray, top: int) -> dict:
-    kernel, unit, value = simulate(pool, rng, r, groups=3)
     names = list(pool.names)
-    cand = unit >= r.units  # candidate and its confirmation re-run
-    if r.kind == "family":
-        keep = np.isin(kernel, gemm)
-        kernel, unit, value, cand = kernel[keep], unit[keep], value[keep], cand[keep]
-        value = value * np.where(cand, 1 + r.effect, 1.0)
-    if r.kind == "single":
-        # one kernel with >= 50 dispatches in every process, chosen at random, X % slower
-        n_k, n_u = len(names), 3 * r.units
-        per = np.bincount(kernel * n_u + unit, minlength=n_k * n_u).reshape(n_k, -1).min(axis=1)
-        slowed = int(rng.choice(np.flatnonzero(per >= 50)))
-        value = value * np.where(cand & (kernel == slowed), 1 + r.effect, 1.0)
     if r.kind == "swap":
         names = names + [swapped_name(names[top])]
-        hit = cand & (kernel == top)
-        kernel = np.where(hit, len(names) - 1, kernel)
-        value = value * np.where(hit, 1 + r.effect, 1.0)
     category = np.append(pool.category, pool.category[top]) if r.kind == "swap" else pool.category
-    b, c, rerun = samples(names, category, kernel, unit, value, r.units, totals=r.cand_factor == 1.0)
+    slowed: list[int] = []
+
+    def groups(first: int, count: int) -> list[pd.DataFrame]:
+        """Compacted samples of groups ``first .. first + count - 1`` (0: baseline, 1: the
+        candidate's first look, 2...: confirmation rounds), the regime's effect applied."""
+        kernel, unit, value = simulate(pool, rng, r, range(first * r.units, (first + count) * r.units))
+        cand = unit >= r.units
+        if r.kind == "family":
+            keep = np.isin(kernel, gemm)
+            kernel, unit, value, cand = kernel[keep], unit[keep], value[keep], cand[keep]
+            value = value * np.where(cand, 1 + r.effect, 1.0)
+        if r.kind == "single":
+            if not slowed:  # one kernel with >= 50 dispatches in every process of the first look
+                n_k, n_u = len(names), (first + count) * r.units
+                per = np.bincount(kernel * n_u + unit, minlength=n_k * n_u).reshape(n_k, -1).min(axis=1)
+                slowed.append(int(rng.choice(np.flatnonzero(per >= 50))))
+            value = value * np.where(cand & (kernel == slowed[0]), 1 + r.effect, 1.0)
+        if r.kind == "swap":
+            hit = cand & (kernel == top)
+            kernel = np.where(hit, len(names) - 1, kernel)
+            value = value * np.where(hit, 1 + r.effect, 1.0)
+        out = samples(names, category, kernel, unit, value, r.units, totals=r.cand_factor == 1.0)
+        return out[first:first + count]
+
+    b, c = groups(0, 2)
     st = compare_stats(b, c, GateConfig())
     verdicts = {rule: assign_verdicts(st, cfg) for rule, cfg in RULES.items()}
     extra = {}
+    reruns: list[pd.DataFrame] = []  # drawn once, shared by both confirmation columns
+
+    def rerun(n: int) -> pd.DataFrame:
+        while len(reruns) < n:
+            reruns.extend(groups(2 + len(reruns), 1))
+        return reruns[n - 1]
+
     for name, first_rule in CONFIRM_RULES.items():
         verdicts[name], extra[name] = confirmed(b, c, rerun, RULES[first_rule], r.units)
     out = {}
@@ -217,7 +233,7 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
             alarm = reg.any() if r.cand_factor == 1.0 else dur["verdict"].isin(["regression", "improvement"]).any()
             out[rule] = {"alarm": float(alarm)}
         elif r.kind == "single":
-            hit = dur[dur["kernel"] == names[slowed]]
+            hit = dur[dur["kernel"] == names[slowed[0]]]
             out[rule] = {"detected": float((hit["verdict"] == "regression").any()), "fails": float(reg.any())}
         elif r.kind == "family":
             out[rule] = {"fails": float(reg.any()), "GEMM rows": float((dur["verdict"] == "regression").mean())}
@@ -229,17 +245,24 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
     return out
 
 
-def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun: pd.DataFrame, cfg: GateConfig,
-              units: int) -> tuple[pd.DataFrame, int]:
-    """The plugin's default confirmation (``--gemmperf-confirm 1``, ``gate/confirm.py``): a
-    suspicious first look re-runs the point once (``units`` more candidate processes) and the
-    point is judged on the combined candidate. Returns (final verdicts, extra processes)."""
+def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun, cfg: GateConfig, units: int,
+              rounds: int = ConfirmConfig().rounds) -> tuple[pd.DataFrame, int]:
+    """The plugin's default confirmation (``--gemmperf-confirm``, ``session_reruns._confirm``):
+    a suspicious first look re-runs the point (``units`` more candidate processes a round,
+    ``rerun(n)`` draws round n), the point is judged on the combined candidate against the
+    re-runs alone, and rounds go on while the point is still suspicious and has no
+    regression, up to ``rounds``. Returns (final verdicts, extra processes)."""
     first = compare(base, cand, cfg)
     if not suspicious(first).any():
         return first, 0
-    both = pd.concat([cand, rerun], ignore_index=True)
-    final, _ = judge(first, compare(base, both, cfg), compare(base, rerun, cfg))
-    return final, units
+    combined, alone, final = cand, [], first
+    for n in range(1, rounds + 1):
+        alone.append(rerun(n))
+        combined = pd.concat([combined, alone[-1]], ignore_index=True)
+        final, _ = judge(first, compare(base, combined, cfg), compare(base, pd.concat(alone, ignore_index=True), cfg))
+        if (final["verdict"] == "regression").any() or not suspicious(final).any():
+            break
+    return final, units * len(alone)
 
 
 def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int,

@@ -54,7 +54,7 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_benchmark_json": ("gemmperf_benchmark_json", "string", None,
                                 "at the end of the session write the gated kernels' dispatch durations "
                                 "of every gated point as pytest-benchmark JSON to PATH"),
-    "gemmperf_confirm": ("gemmperf_confirm", "string", "1",
+    "gemmperf_confirm": ("gemmperf_confirm", "string", "3",
                          "re-run a suspicious point up to N rounds before blocking (its repeats each; "
                          "0: off); the new processes join the candidate and the point is judged again"),
     "gemmperf_learn_variance": ("gemmperf_learn_variance", "bool", False,
@@ -104,7 +104,7 @@ _SHOWN: dict[str, tuple[str, str]] = {
     "gemmperf_warn_only": ("", "off"),
     "gemmperf_progress": ("on|off", "on"),
     "gemmperf_benchmark_json": ("PATH", "not written"),
-    "gemmperf_confirm": ("N", "1"),
+    "gemmperf_confirm": ("N", "3"),
     "gemmperf_learn_variance": ("", "off"),
     "gemmperf_telemetry": ("on|off", "on"),
     "gemmperf_telemetry_interval": ("SECONDS", "0.1"),
@@ -221,7 +221,7 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         warn_only=bool(_setting(config, "gemmperf_warn_only")[0]),
         rocprofv3=str(_setting(config, "gemmperf_rocprofv3")[0]),
         learn_variance=bool(_setting(config, "gemmperf_learn_variance")[0]),
-        confirm=1 if confirm is None else confirm,
+        confirm=Options.confirm if confirm is None else confirm,
         telemetry=telemetry in ("on", "true", "1"),
         telemetry_interval_s=0.1 if interval is None else interval,
         jobs=jobs or 0,

@@ -58,8 +58,8 @@ class Options:
     warn_only: bool = False
     rocprofv3: str = "rocprofv3"
     learn_variance: bool = False
-    #: confirmation rounds for a suspicious point (gate/confirm.py); 0 disables
-    confirm: int = 1
+    #: confirmation rounds for a suspicious point (gate/confirm.py ConfirmConfig.rounds); 0 disables
+    confirm: int = 3
     #: sample host/GPU telemetry while points run (run/telemetry.py)
     telemetry: bool = True
     telemetry_interval_s: float = 0.1

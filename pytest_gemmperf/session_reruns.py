@@ -194,7 +194,7 @@ class PointReruns:
                         for r in trigger.head(3).itertuples(index=False))
         summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
                                    "environment": []}
-        combined = samples
+        combined, reruns = samples, samples.iloc[:0]
         for round_no in range(1, ccfg.rounds + 1):
             _emit(f"gemmperf: {self.test_id}[{self.point.id}]: confirming ({why}): re-run round {round_no}")
             got = self.rerun(result, round_no)
@@ -204,8 +204,10 @@ class PointReruns:
             extra, evidence = got
             extra_samples = self._samples(extra, warmup)
             combined = pd.concat([combined, extra_samples], ignore_index=True)
+            # "the re-run alone" is every round so far: later rounds reproduce on more processes
+            reruns = pd.concat([reruns, extra_samples], ignore_index=True)
             both = compare(base_pt, combined, cfg, test=self.test_id, history=history)
-            alone = compare(base_pt, extra_samples, cfg, test=self.test_id, history=history)
+            alone = compare(base_pt, reruns, cfg, test=self.test_id, history=history)
             judged, changes = judge(first, both, alone, ccfg)
             disturbance = self._assess(evidence)
             verdicts = apply_disturbance(judged, disturbance)
