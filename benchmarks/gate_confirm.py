@@ -83,7 +83,7 @@ def run_test(pool, rng, cfg: GateConfig, rounds: int, slow: dict[int, float] | N
         combined = pd.concat([combined, rerun], ignore_index=True)
         reruns = pd.concat([reruns, rerun], ignore_index=True)  # every round so far: "the re-run alone"
         extra += PROCS
-        verdicts, _ = judge(first, compare(base, combined, cfg), compare(base, reruns, cfg), ccfg)
+        verdicts, _ = judge(first, compare(base, combined, ccfg.gate_config(cfg, n)), compare(base, reruns, cfg), ccfg)
         out[n] = (verdicts, extra)
         if (verdicts["verdict"] == "regression").any() or not suspicious(verdicts, ccfg).any():
             for m in range(n + 1, rounds + 1):
@@ -148,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                 "extra procs/test A/A", "extra procs/test 3%"]
         rows = [head]
         for (cfg_name, n), d in res.items():
-            rule = f"{cfg_name}, first look only" if n == 0 else f"{cfg_name}, confirm N={n}"
+            # rounds share the FDR budget of the N-round design (ConfirmConfig.fdr_share): the
+            # row after round n < N is that design stopped early, not the n-round design
+            rule = (f"{cfg_name}, first look only" if n == 0 else f"{cfg_name}, confirm N={n}" if n == args.rounds
+                    else f"{cfg_name}, N={args.rounds} after round {n}")
             row = [rule]
             for c in cols:
                 vals = d.get(c, [])

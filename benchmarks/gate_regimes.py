@@ -256,10 +256,12 @@ def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun, cfg: GateConfig, un
     if not suspicious(first).any():
         return first, 0
     combined, alone, final = cand, [], first
+    ccfg = ConfirmConfig(rounds=rounds)
     for n in range(1, rounds + 1):
         alone.append(rerun(n))
         combined = pd.concat([combined, alone[-1]], ignore_index=True)
-        final, _ = judge(first, compare(base, combined, cfg), compare(base, pd.concat(alone, ignore_index=True), cfg))
+        final, _ = judge(first, compare(base, combined, ccfg.gate_config(cfg, n)),
+                         compare(base, pd.concat(alone, ignore_index=True), cfg))
         if (final["verdict"] == "regression").any() or not suspicious(final).any():
             break
     return final, units * len(alone)

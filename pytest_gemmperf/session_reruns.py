@@ -206,12 +206,15 @@ class PointReruns:
             combined = pd.concat([combined, extra_samples], ignore_index=True)
             # "the re-run alone" is every round so far: later rounds reproduce on more processes
             reruns = pd.concat([reruns, extra_samples], ignore_index=True)
-            both = compare(base_pt, combined, cfg, test=self.test_id, history=history)
+            both = compare(base_pt, combined, ccfg.gate_config(cfg, round_no), test=self.test_id,
+                           history=history)
             alone = compare(base_pt, reruns, cfg, test=self.test_id, history=history)
             judged, changes = judge(first, both, alone, ccfg)
             disturbance = self._assess(evidence)
             verdicts = apply_disturbance(judged, disturbance)
             summary["rounds"] = round_no
+            # the round's share of the FDR budget (rounds share one budget: no free extra looks)
+            summary.setdefault("fdr_per_round", []).append(cfg.fdr * ccfg.fdr_share(round_no))
             summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == "dur_ns", "unit"].nunique())
             summary["changes"] = changes
             summary["environment"].append(disturbance.as_dict())

@@ -127,3 +127,36 @@ def test_contention_turns_a_regression_inconclusive_unless_far_beyond_it():
     assert r7["verdict"] == "regression" and "far beyond the noise" in r7["note"]
     # a quiet point's table is untouched
     assert apply_disturbance(v, Disturbance(False)) is v
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 3, 4, 10])
+def test_confirmation_rounds_share_the_fdr_budget(rounds):
+    # no free extra looks: the N combined comparisons together are judged at the gate's one
+    # budget (union bound); the last, largest sample gets most of it
+    c = ConfirmConfig(rounds=rounds)
+    shares = [c.fdr_share(n) for n in range(1, rounds + 1)]
+    assert sum(shares) == pytest.approx(1.0)
+    assert all(0 < x for x in shares) and shares[-1] >= 0.5
+    assert shares[:-1] == ([min(0.1, 0.5 / (rounds - 1))] * (rounds - 1) if rounds > 1 else [])
+    assert c.gate_config(GateConfig(fdr=0.01), rounds).fdr == pytest.approx(0.01 * shares[-1])
+    with pytest.raises(ValueError):
+        c.fdr_share(rounds + 1)
+
+
+def test_an_early_round_is_judged_at_its_share_only():
+    # a slowdown whose combined q lies between the early rounds' tenth of the budget and the
+    # whole: round 1 of 1 (the whole budget) confirms it, round 1 of 3 (a tenth) does not stop early
+    cfg = GateConfig(threshold=0.0)
+    base = side(range(0, 4), 1)
+    for pct in np.arange(0.2, 3.0, 0.05):
+        slow = {"kernel_03": 1 + pct / 100}
+        combined = pd.concat([side(range(4, 8), 2, slow), side(range(8, 12), 3, slow)], ignore_index=True)
+        full = row(compare(base, combined, ConfirmConfig(rounds=1).gate_config(cfg, 1)), "kernel_03")
+        if 0.001 < full["q_value"] <= 0.01:
+            break
+    else:
+        pytest.fail("no slowdown with a combined q between 0.001 and 0.01")
+    assert full["verdict"] == "regression"
+    early = row(compare(base, combined, ConfirmConfig(rounds=3).gate_config(cfg, 1)), "kernel_03")
+    assert early["q_value"] == pytest.approx(full["q_value"])
+    assert early["verdict"] != "regression"

@@ -323,6 +323,7 @@ def test_confirmation_rerun_joins_the_candidate_transient_passes_real_fails(gp, 
     conf = pj["confirmation"]
     rounds = conf["rounds"]
     assert 1 <= rounds <= 3 and conf["extra_processes"] == 4 * rounds  # 2 runs of 2 units a round
+    assert conf["fdr_per_round"] == pytest.approx([0.001, 0.001, 0.008][:rounds])  # one budget, shared
     assert [r["run"] for r in pj["runs"]] == list(range(2 + 2 * rounds))
     assert {"kernel": "aten::mm", "metric": "dur_ns", "before": "regression"}.items() <= conf["changes"][0].items()
     assert "environment" in pj and "disturbance" in pj
