@@ -18,20 +18,10 @@ import pandas as pd
 import pyarrow as pa
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.csv_columns import (
-    _STRING_COLS,
-    SOURCE,
-    _agent_column,
-    _cat_col,
-    _column_types,
-    _const_cat,
-    _const_int,
-    _int_col,
-    _ns_col,
-    host_pid_from_path,
-    map_category_values,
-    sibling_file,
-)
+from pytest_gemmperf.traces.csv_columns import (_STRING_COLS, SOURCE, _agent_column, _cat_col,
+                                                _column_types, _const_cat, _const_int, _int_col,
+                                                _ns_col, host_pid_from_path, map_category_values,
+                                                sibling_file)
 from pytest_gemmperf.traces.csv_layouts import CsvKind, detect_csv
 from pytest_gemmperf.traces.csv_parse import _DICT, _Source, _at_row, _prepare_source, _read_typed
 from pytest_gemmperf.traces.csv_tables import read_agent_info_csv

@@ -16,19 +16,9 @@ import pandas as pd
 import pyarrow as pa
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.csv_columns import (
-    _STRING_COLS,
-    SOURCE,
-    _agent_column,
-    _cat_col,
-    _column_types,
-    _const_cat,
-    _const_int,
-    _int_col,
-    _ns_col,
-    host_pid_from_path,
-    sibling_file,
-)
+from pytest_gemmperf.traces.csv_columns import (_STRING_COLS, SOURCE, _agent_column, _cat_col,
+                                                _column_types, _const_cat, _const_int, _int_col,
+                                                _ns_col, host_pid_from_path, sibling_file)
 from pytest_gemmperf.traces.csv_layouts import _STATS, detect_csv
 from pytest_gemmperf.traces.csv_parse import (
     _at_row,
