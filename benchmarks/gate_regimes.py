@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy as ga  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare, compare_stats  # noqa: E402
-from pytest_gemmperf.gate.confirm import ConfirmConfig, judge, suspicious  # noqa: E402
+from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, suspicious  # noqa: E402
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 SIGMA_PROCESS = 0.01
@@ -260,8 +260,8 @@ def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun, cfg: GateConfig, un
     for n in range(1, rounds + 1):
         alone.append(rerun(n))
         combined = pd.concat([combined, alone[-1]], ignore_index=True)
-        final, _ = judge(first, compare(base, combined, ccfg.gate_config(cfg, n)),
-                         compare(base, pd.concat(alone, ignore_index=True), cfg))
+        final, _ = judge_round(first, lambda s, c: compare(base, s, c), combined,
+                               pd.concat(alone, ignore_index=True), cfg, ccfg, n)
         if (final["verdict"] == "regression").any() or not suspicious(final).any():
             break
     return final, units * len(alone)

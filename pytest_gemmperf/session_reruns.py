@@ -182,7 +182,7 @@ class PointReruns:
         judged again (combined comparison + the re-run alone must reproduce). Records what
         ran and what changed in point.json (``confirmation``) and the test's properties."""
         from pytest_gemmperf.gate.compare import compare
-        from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge, suspicious
+        from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge_round, suspicious
         from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
                                                   write_point_json_field)
 
@@ -206,10 +206,9 @@ class PointReruns:
             combined = pd.concat([combined, extra_samples], ignore_index=True)
             # "the re-run alone" is every round so far: later rounds reproduce on more processes
             reruns = pd.concat([reruns, extra_samples], ignore_index=True)
-            both = compare(base_pt, combined, ccfg.gate_config(cfg, round_no), test=self.test_id,
-                           history=history)
-            alone = compare(base_pt, reruns, cfg, test=self.test_id, history=history)
-            judged, changes = judge(first, both, alone, ccfg)
+            judged, changes = judge_round(
+                first, lambda cand, gate_cfg: compare(base_pt, cand, gate_cfg, test=self.test_id, history=history),
+                combined, reruns, cfg, ccfg, round_no)
             disturbance = self._assess(evidence)
             verdicts = apply_disturbance(judged, disturbance)
             summary["rounds"] = round_no

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf.gate.compare import GateConfig, compare
-from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge, reproduced, suspicious
+from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge, judge_round, reproduced,
+                                          suspicious)
 from pytest_gemmperf.run.environment import Disturbance, assess
 
 KERNELS = [f"kernel_{i:02d}" for i in range(10)]
@@ -160,3 +161,35 @@ def test_an_early_round_is_judged_at_its_share_only():
     early = row(compare(base, combined, ConfirmConfig(rounds=3).gate_config(cfg, 1)), "kernel_03")
     assert early["q_value"] == pytest.approx(full["q_value"])
     assert early["verdict"] != "regression"
+
+
+def test_a_failing_round_labels_its_rows_at_the_whole_budget():
+    # the round's share decides whether the point fails; once it fails, the rows are labelled at
+    # the whole FDR budget (a family slowdown confirmed early keeps all its slowed rows)
+    cfg, ccfg = GateConfig(threshold=0.0), ConfirmConfig(rounds=3)
+    base = side(range(0, 4), 1)
+
+    def sides(slow):
+        cand, rerun = side(range(4, 8), 2, slow), side(range(8, 12), 3, slow)
+        return cand, rerun, pd.concat([cand, rerun], ignore_index=True)
+
+    def compare_with(cand, gate_cfg):
+        return compare(base, cand, gate_cfg)
+
+    for pct in np.arange(0.2, 3.0, 0.05):
+        slow = {"kernel_05": 1 + pct / 100}
+        cand, rerun, combined = sides(slow)
+        q = row(compare(base, combined, cfg), "kernel_05")["q_value"]
+        if 0.001 < q <= 0.01:
+            break
+    else:
+        pytest.fail("no slowdown with a combined q between 0.001 and 0.01")
+    first = compare(base, cand, cfg)
+    alone_only, _ = judge_round(first, compare_with, combined, rerun, cfg, ccfg, 1)
+    assert row(alone_only, "kernel_05")["verdict"] != "regression"  # a tenth of the budget: no stop
+    slow["kernel_03"] = 1.10  # a clear regression elsewhere: round 1 fails the point
+    cand, rerun, combined = sides(slow)
+    first = compare(base, cand, cfg)
+    final, _ = judge_round(first, compare_with, combined, rerun, cfg, ccfg, 1)
+    assert row(final, "kernel_03")["verdict"] == "regression"
+    assert row(final, "kernel_05")["verdict"] == "regression"
