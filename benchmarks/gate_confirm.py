@@ -8,7 +8,8 @@ Here every simulated test runs as the plugin runs it with ``--gemmperf-confirm N
    quantiles per (kernel, process) as the plugin stores and compares them;
 2. if the point is suspicious (``confirm.suspicious``), a round re-runs 4 more candidate
    processes (same distribution: a real slowdown persists); the combined candidate is compared
-   again, the re-run alone too, and ``confirm.judge`` gives the verdicts; up to N rounds.
+   again, the re-runs alone too, and ``confirm.judge_round`` gives the verdicts (each round at its
+   share of the FDR budget, ``ConfirmConfig.fdr_share``); up to N rounds while still suspicious.
 
 Rows: the first look alone (today's gate), and confirmation with N = 1 and N = 2 rounds, at
 threshold 0 and at the default threshold (5 %). Columns: false alarms per test in A/A tests

@@ -55,6 +55,12 @@ the plugin's default confirmation, ``confirmed``): real 908 kernels, 300 A/A / 6
 replicates, ~36 min on 2 busy cores: every A/A row <= 1.0 % in every column; family 4 % at
 threshold 0 fails 68.3 % on the first look, 95.0 % with confirmation (4 extra processes);
 family 7 % at the default rule 100 % / GEMM rows 74.0 %; swap +30 % 100 %, +-0 % 0 % (default).
+
+Session 5 (default ``--gemmperf-confirm 3``, rounds sharing one FDR budget; the confirmation
+columns run the plugin's default rounds, re-runs drawn only when a round runs): A/A <= 1.0 % in
+the rows rerun (real 2/16 processes, 8 iterations; heavy 2/3/16 processes); family 4 % at
+threshold 0 + confirm 3 fails 100 % (GEMM rows 75 %); family 7 % at default + confirm 3 fails
+100 %, GEMM rows 84.4 % (README).
 """
 
 from __future__ import annotations
