@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gate_accuracy as ga  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, compare  # noqa: E402
-from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, suspicious  # noqa: E402
+from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, settled, suspicious  # noqa: E402
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 PROCS = 4  # processes per side and per confirmation round (the point's repeats)
@@ -86,7 +86,7 @@ def run_test(pool, rng, cfg: GateConfig, rounds: int, slow: dict[int, float] | N
         extra += PROCS
         verdicts, _ = judge_round(first, lambda s, c: compare(base, s, c), combined, reruns, cfg, ccfg, n)
         out[n] = (verdicts, extra)
-        if (verdicts["verdict"] == "regression").any() or not suspicious(verdicts, ccfg).any():
+        if settled(verdicts, ccfg):
             for m in range(n + 1, rounds + 1):
                 out[m] = (verdicts, extra)
             break

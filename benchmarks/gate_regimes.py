@@ -80,7 +80,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy as ga  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare, compare_stats  # noqa: E402
-from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, suspicious  # noqa: E402
+from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, settled, suspicious  # noqa: E402
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 SIGMA_PROCESS = 0.01
@@ -268,7 +268,7 @@ def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun, cfg: GateConfig, un
         combined = pd.concat([combined, alone[-1]], ignore_index=True)
         final, _ = judge_round(first, lambda s, c: compare(base, s, c), combined,
                                pd.concat(alone, ignore_index=True), cfg, ccfg, n)
-        if (final["verdict"] == "regression").any() or not suspicious(final).any():
+        if settled(final, ccfg):
             break
     return final, units * len(alone)
 

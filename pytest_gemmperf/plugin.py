@@ -54,7 +54,7 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_benchmark_json": ("gemmperf_benchmark_json", "string", None,
                                 "at the end of the session write the gated kernels' dispatch durations "
                                 "of every gated point as pytest-benchmark JSON to PATH"),
-    "gemmperf_confirm": ("gemmperf_confirm", "string", "3",
+    "gemmperf_confirm": ("gemmperf_confirm", "string", str(Options.confirm),
                          "re-run a suspicious point up to N rounds before blocking (its repeats each; "
                          "0: off); the new processes join the candidate and the point is judged again"),
     "gemmperf_learn_variance": ("gemmperf_learn_variance", "bool", False,
@@ -104,7 +104,7 @@ _SHOWN: dict[str, tuple[str, str]] = {
     "gemmperf_warn_only": ("", "off"),
     "gemmperf_progress": ("on|off", "on"),
     "gemmperf_benchmark_json": ("PATH", "not written"),
-    "gemmperf_confirm": ("N", "3"),
+    "gemmperf_confirm": ("N", str(Options.confirm)),
     "gemmperf_learn_variance": ("", "off"),
     "gemmperf_telemetry": ("on|off", "on"),
     "gemmperf_telemetry_interval": ("SECONDS", "0.1"),

@@ -182,7 +182,8 @@ class PointReruns:
         judged again (combined comparison + the re-run alone must reproduce). Records what
         ran and what changed in point.json (``confirmation``) and the test's properties."""
         from pytest_gemmperf.gate.compare import compare
-        from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge_round, suspicious
+        from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge_round, settled,
+                                                  suspicious)
         from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
                                                   write_point_json_field)
 
@@ -217,7 +218,7 @@ class PointReruns:
             summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == "dur_ns", "unit"].nunique())
             summary["changes"] = changes
             summary["environment"].append(disturbance.as_dict())
-            if (verdicts["verdict"] == "regression").any() or not suspicious(verdicts, ccfg).any():
+            if settled(verdicts, ccfg):
                 break
         summary["final"] = _verdict_counts(verdicts)
         write_point_json_field(result.dir, "confirmation", summary)

@@ -49,10 +49,11 @@ class ConfirmConfig:
     """Knobs of the confirmation rule (defaults measured in ``benchmarks/gate_confirm.py``)."""
 
     #: rounds of re-runs (each the point's ``repeats`` processes); 0 disables confirmation.
-    #: Rounds go on only while the point stays suspicious without a confirmed regression.
-    #: 3: on the real 908 kernels at threshold 0, a fresh baseline catches a 3 % single-kernel
-    #: slowdown in 72 / 80 / 86 % of tests with N = 1 / 2 / 3 (0/300 A/A alarms each), at
-    #: 0.37 / 0.61 / 0.80 extra processes per clean test (0.13 at the default 5 % threshold)
+    #: Rounds go on only while the point stays suspicious without a confirmed regression
+    #: (:func:`settled`). 3, sharing one FDR budget (:meth:`fdr_share`): on the real 908 kernels
+    #: at threshold 0 a fresh baseline catches a 3 % single-kernel slowdown in 84.2 % / 82.5 %
+    #: of tests (two runs of 120; one round at q: 70-72 %) at 0.2 % A/A alarms (1/600) and
+    #: 0.83 extra processes per clean test (0.23 at the default 5 % threshold)
     rounds: int = 3
     #: screen: an unchanged/inconclusive row beyond the threshold with q below this is suspicious
     #: (0.5: on the real 908 kernels at threshold 0 it screens ~70 % of 3 % slowdowns in and
@@ -112,6 +113,12 @@ def suspicious(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> n
     # (RCCL, heavy tails) sit beyond a 5 % threshold with q ~ 1 in most clean runs, and one
     # more round would not decide them -- without the screen every test would pay a re-run
     return (verdict == REGRESSION) | (np.isin(verdict, [INCONCLUSIVE, UNCHANGED]) & screened)
+
+
+def settled(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> bool:
+    """After a round: no further round is owed (a regression is confirmed, or nothing is
+    suspicious any more; stopping for the latter can only lower the false-alarm rate)."""
+    return bool((verdicts["verdict"] == REGRESSION).any() or not suspicious(verdicts, config).any())
 
 
 def _log_est(v: pd.DataFrame, level: float) -> tuple[np.ndarray, np.ndarray]:
