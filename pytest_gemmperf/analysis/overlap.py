@@ -124,6 +124,12 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
     is_ov = (ov["overlap_fraction"] > threshold).to_numpy(dtype=bool, na_value=False)
     frame = ov[by + ["dur_ns", "overlap_ns", "overlap_fraction"]].copy()
     frame["_ov"] = is_ov
+    # Both medians come from the one grouping (NaN-masked durations; median skips NaN). Grouping
+    # the overlapped and isolated subsets apart and reindexing onto this index fails in pandas
+    # when a subset is empty and a categorical level has >= 127 categories (int8 vs int16 codes).
+    dur = frame["dur_ns"].astype("float64")
+    frame["_dur_ov"] = dur.where(is_ov)
+    frame["_dur_iso"] = dur.where(~is_ov)
     grp = frame.groupby(by, observed=True, dropna=False, sort=True)
     out = pd.DataFrame({
         "count": grp.size(),
@@ -132,10 +138,8 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
         "total_overlap_ns": grp["overlap_ns"].sum().astype("int64"),
     })
     out["overlapped_share"] = out["n_overlapped"] / out["count"]
-    med_ov = frame[is_ov].groupby(by, observed=True, dropna=False)["dur_ns"].median()
-    med_iso = frame[~is_ov].groupby(by, observed=True, dropna=False)["dur_ns"].median()
-    out["median_dur_overlapped_ns"] = med_ov.reindex(out.index).astype("float64")
-    out["median_dur_isolated_ns"] = med_iso.reindex(out.index).astype("float64")
+    out["median_dur_overlapped_ns"] = grp["_dur_ov"].median().astype("float64")
+    out["median_dur_isolated_ns"] = grp["_dur_iso"].median().astype("float64")
     out["interference_slowdown"] = out["median_dur_overlapped_ns"] / out["median_dur_isolated_ns"]
     return out.reset_index()
 
