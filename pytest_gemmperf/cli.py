@@ -14,6 +14,7 @@ import sys
 from pytest_gemmperf import __version__
 from pytest_gemmperf.commands.helpfmt import GemmperfParser
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.textsafe import printable
 
 SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history")
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except GemmperfInputError as exc:
-        print(f"gemmperf: error: {exc}", file=sys.stderr)
+        print(printable(f"gemmperf: error: {exc}"), file=sys.stderr)  # one line, whatever the path holds
         return 2
     except KeyboardInterrupt:
         print("gemmperf: interrupted", file=sys.stderr)

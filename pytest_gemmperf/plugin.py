@@ -16,6 +16,7 @@ import pytest
 
 from pytest_gemmperf.session import (PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, GemmperfSession,
                                      Options, PointRunner, parse_threshold)
+from pytest_gemmperf.textsafe import printable, printable_lines
 
 # the package exports the ``sweep`` decorator under the module's name
 sweep_mod = importlib.import_module("pytest_gemmperf.sweep")
@@ -522,44 +523,52 @@ class _SessionHooks:
             return
         tr = terminalreporter
         tr.section("gemmperf")
-        tr.write_line(f"results: {gp.results.root}")
+        _write(tr, f"results: {printable(gp.results.root)}")
         shard_hooks = config.pluginmanager.get_plugin("gemmperf-shard")
         if shard_hooks is not None and shard_hooks.line():
-            tr.write_line(shard_hooks.line() + "; combine the shards with `gemmperf merge`")
+            _write(tr, shard_hooks.line() + "; combine the shards with `gemmperf merge`")
         for nodeid, status, path in self.baselines:
             if status == "baseline-updated":
-                tr.write_line(f"baseline updated for {nodeid}: {path}")
+                _write(tr, f"baseline updated for {printable(nodeid)}: {printable(path)}")
             else:
-                tr.write_line(f"no baseline for {nodeid} — recorded one at {path}", yellow=True)
-        tr.write_line(f"compared {self.compared} point(s) with their baselines; "
+                _write(tr, f"no baseline for {printable(nodeid)} — recorded one at {printable(path)}", yellow=True)
+        _write(tr, f"compared {self.compared} point(s) with their baselines; "
                       f"{len(self.verdicts)} non-unchanged verdict(s)")
         if self.learned:
-            tr.write_line(f"variance of {self.learned} point run(s) added to the baselines' history")
+            _write(tr, f"variance of {self.learned} point run(s) added to the baselines' history")
         for c in self.confirmations:
-            tr.write_line(_format_confirmation(c), yellow=True)
+            _write(tr, _format_confirmation(c), yellow=True)
         for nodeid, text in self.noisy:  # run/environment.py: contention while the point ran
-            tr.write_line(f"{text} while {nodeid} ran", yellow=True)
+            _write(tr, f"{printable(text)} while {printable(nodeid)} ran", yellow=True)
         if self.verdicts:
-            tr.write_line(_format_summary_rows(self.verdicts))
+            _write(tr, _format_summary_rows(self.verdicts))
         if gp.options.warn_only and any(r["verdict"] == "regression" for r in self.verdicts):
-            tr.write_line("--gemmperf-warn-only: regressions reported, not failed", yellow=True)
+            _write(tr, "--gemmperf-warn-only: regressions reported, not failed", yellow=True)
         if self.report:
-            tr.write_line(f"report: {self.report}")
+            _write(tr, f"report: {printable(self.report)}")
         if self.report_error:
-            tr.write_line(f"report not written: {self.report_error}", red=True)
+            _write(tr, f"report not written: {printable(self.report_error)}", red=True)
         if self.benchmark_json:
-            tr.write_line(f"pytest-benchmark JSON: {self.benchmark_json}")
+            _write(tr, f"pytest-benchmark JSON: {printable(self.benchmark_json)}")
         if self.benchmark_error:
-            tr.write_line(f"pytest-benchmark JSON not written: {self.benchmark_error}", red=True)
+            _write(tr, f"pytest-benchmark JSON not written: {printable(self.benchmark_error)}", red=True)
+
+
+def _write(tr: Any, text: str, **markup: bool) -> None:
+    """A summary line on the terminal; data fields went through ``printable`` already, this
+    catches any control character left in the line's own text."""
+    tr.write_line(printable_lines(text), **markup)
 
 
 def _format_confirmation(c: dict) -> str:
     """One line per confirmed point: what triggered it, what it cost, what it changed."""
-    head = f"confirmation of {c['test'].rsplit('::', 1)[-1]}[{c['point']}] ({c.get('trigger', '')})"
+    head = (f"confirmation of {printable(c['test'].rsplit('::', 1)[-1])}[{printable(c['point'])}] "
+            f"({printable(c.get('trigger', ''))})")
     if c.get("skipped"):
-        return f"{head}: not run, {c['skipped']}"
+        return f"{head}: not run, {printable(c['skipped'])}"
     changes = c.get("changes") or []
-    what = ("; ".join(f"{x['kernel']} {x['metric']}: {x['before']} -> {x['after']}" for x in changes[:4])
+    what = ("; ".join(f"{printable(x['kernel'])} {printable(x['metric'])}: {x['before']} -> {x['after']}"
+                      for x in changes[:4])
             + (f"; ... {len(changes) - 4} more" if len(changes) > 4 else "")) or "no verdict changed"
     return f"{head}: {c.get('rounds', 0)} round(s), +{c.get('extra_processes', 0)} processes: {what}"
 
@@ -573,8 +582,10 @@ def _format_summary_rows(rows: list[dict], max_rows: int = 50) -> str:
 
     table = [("verdict", "test[point]", "kernel", "metric", "ratio [CI]", "q")]
     for r in rows[:max_rows]:
-        kernel = r["kernel"] if len(r["kernel"]) <= 48 else r["kernel"][:45] + "..."
-        table.append((r["verdict"], f"{r['test'].rsplit('::', 1)[-1]}[{r['point']}]", kernel, r["metric"],
+        kernel = printable(r["kernel"])  # escaped first: a newline or ESC would break the columns
+        kernel = kernel if len(kernel) <= 48 else kernel[:45] + "..."
+        table.append((printable(r["verdict"]), f"{printable(r['test'].rsplit('::', 1)[-1])}[{printable(r['point'])}]",
+                      kernel, printable(r["metric"]),
                       f"{f(r['ratio'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]", f(r["q_value"], ".2g")))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]

@@ -50,6 +50,8 @@ from typing import Any, Callable
 
 import pytest
 
+from pytest_gemmperf.textsafe import printable
+
 #: events the runner emits (``progress(event, **fields)``)
 POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round
 RUN_START = "run_start"        # run (0-based within this call), total, round
@@ -121,6 +123,7 @@ class ProgressReporter:
     def write(self, line: str, level: int = 1) -> None:
         if level > self.max_level:
             return
+        line = printable(line)  # test ids and point ids are user text; a progress line stays one line
         pm = self.config.pluginmanager
         capman = pm.getplugin("capturemanager")
         try:

@@ -25,6 +25,7 @@ from pytest_gemmperf.run.results import ResultsDir, base_test_id, write_point_js
 from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
 from pytest_gemmperf.session_reruns import PointReruns
 from pytest_gemmperf.sweep import SweepPoint
+from pytest_gemmperf.textsafe import printable_lines
 
 #: Variables recorded in point.json besides those gemmperf sets (the rest of the environment
 #: can hold secrets and is not recorded).
@@ -287,14 +288,14 @@ class PointRunner(PointGate, PointReruns):
             record["status"] = "skipped"
             record["error"] = str(exc)
             write_point_json(point_dir, record)
-            pytest.skip(f"gemmperf: {exc}")
+            pytest.skip(printable_lines(f"gemmperf: {exc}"))
         except _PointFailed as exc:
             record["status"] = exc.status
             record["error"] = exc.message
             # a failed or timed-out point keeps its telemetry: was the box healthy?
             self._store_telemetry(sampler, record, {}, round_no=0)
             write_point_json(point_dir, record)
-            pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc.message}", pytrace=False)
+            pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {exc.message}"), pytrace=False)
         except Exception as exc:
             from pytest_gemmperf.errors import GemmperfInputError
 
@@ -302,7 +303,7 @@ class PointRunner(PointGate, PointReruns):
             record["error"] = str(exc)
             write_point_json(point_dir, record)
             if isinstance(exc, (GemmperfInputError, GemmperfUsageError, ValueError)):
-                pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}", pytrace=False)
+                pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}"), pytrace=False)
             raise
         record["resolved_command"] = argv
         self._store_telemetry(sampler, record, monitor.evidence, round_no=0, dispatches=trace.dispatches)

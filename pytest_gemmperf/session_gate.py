@@ -14,6 +14,7 @@ import pandas as pd
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.gate.verdicts_file import merge_verdicts
 from pytest_gemmperf.run.results import write_point_json
+from pytest_gemmperf.textsafe import printable, printable_frame, printable_lines
 
 if TYPE_CHECKING:
     from pytest_gemmperf.session import PointResult
@@ -90,7 +91,8 @@ class PointGate:
         if len(regressions):
             from pytest_gemmperf.gate.verdict import format_verdict_table
 
-            table = format_verdict_table(verdicts, FAIL_TABLE_ROWS)
+            # kernel names are trace text: escaped per cell so a newline cannot break the table
+            table = format_verdict_table(printable_frame(verdicts), FAIL_TABLE_ROWS)
             if self._confirm_text:
                 table += "\n" + self._confirm_text
             table, creep = (table + "\n" + creep, "") if creep else (table, creep)
@@ -100,7 +102,7 @@ class PointGate:
             if self.options.warn_only:
                 _emit(head + " [--gemmperf-warn-only: not failing]\n" + table)
             else:
-                pytest.fail(head + "\n" + table, pytrace=False)
+                pytest.fail(printable_lines(head + "\n" + table), pytrace=False)
         fail_on_creep(self, creep)
         return verdicts
 
@@ -109,10 +111,10 @@ class PointGate:
         from pytest_gemmperf.gate.samples import gate_samples
 
         if result.gated_dispatches.empty:
-            kern = ", ".join(self.point.kernels)
+            kern = ", ".join(map(printable, self.point.kernels))
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no dispatches match the "
                             f"kernel regexes ({kern}); kernels seen: "
-                            f"{', '.join(sorted(map(str, result.dispatches['kernel'].unique()))[:10])}")
+                            f"{', '.join(map(printable, sorted(map(str, result.dispatches['kernel'].unique()))[:10]))}")
         w = warmup if warmup is not None else self.options.warmup
         w = int(w or 0)
         # `baseline refresh` reads it back, so a refreshed baseline has exactly these samples
@@ -245,12 +247,12 @@ def _fmt(x: Any, spec: str = ".3f") -> str:
 def _fail_now(message: str):
     import pytest
 
-    return pytest.fail.Exception(message, pytrace=False)
+    return pytest.fail.Exception(printable_lines(message), pytrace=False)
 
 
 def _emit(message: str) -> None:
     """Visible in the test's captured output and, with -s, on the terminal."""
-    print(message, file=sys.stderr)
+    print(printable_lines(message), file=sys.stderr)
 
 
 def write_point_json_field(point_dir: Path, key: str, value: Any) -> None:

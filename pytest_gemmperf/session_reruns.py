@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pandas as pd
 
 from pytest_gemmperf.run.results import write_point_json, write_tables
+from pytest_gemmperf.textsafe import printable, printable_lines
 
 if TYPE_CHECKING:
     from pytest_gemmperf.session import PointResult
@@ -159,8 +160,8 @@ class PointReruns:
             record["status"] = exc.status
             record["error"] = f"confirmation round {round_no}: {exc.message}"
             write_point_json(self.dir, record)
-            pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run failed: "
-                        f"{exc.message}", pytrace=False)
+            pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run "
+                                        f"failed: {exc.message}"), pytrace=False)
         self._store_telemetry(sampler, record, monitor.evidence, round_no=round_no,
                               dispatches=trace.dispatches)
         write_point_json(self.dir, record)
@@ -224,7 +225,7 @@ class PointReruns:
         write_point_json_field(result.dir, "confirmation", summary)
         self._record(f"{PROP_PREFIX}_confirm", json.dumps({"test": self.test_id, "point": self.point.id,
                                                             **summary}))
-        changed = "; ".join(f"{c['kernel']} {c['metric']}: {c['before']} -> {c['after']}"
+        changed = "; ".join(f"{printable(c['kernel'])} {c['metric']}: {c['before']} -> {c['after']}"
                             for c in summary["changes"][:5]) or "no verdict changed"
         self._confirm_text = (f"confirmation ran ({summary['rounds']} round(s), +{summary['extra_processes']} "
                               f"processes; triggered by {why}): {changed}")

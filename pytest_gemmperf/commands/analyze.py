@@ -26,6 +26,7 @@ from pytest_gemmperf.commands.argtypes import non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.tables import clean
+from pytest_gemmperf.textsafe import printable
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
                 "p05_ns", "p95_ns", "iqr_ns", "mad_ns", "cv", "range_ns", "category")
@@ -87,12 +88,12 @@ def _run(args: argparse.Namespace) -> int:
         write_text(out / "summary.json", json.dumps(clean(summary), indent=2, allow_nan=False) + "\n")
     except OSError as exc:
         raise GemmperfInputError(out, f"cannot write output: {exc.strerror or exc}") from None
-    print(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
-          f"{out / 'kernels.csv'}, {out / 'summary.json'}")
+    print(printable(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
+                    f"{out / 'kernels.csv'}, {out / 'summary.json'}"))
     if getattr(args, "report", True):
         _write_reports(args, trace, d, out)
     for note in trace.meta.get("notes", []):
-        print(f"note: {note}", file=sys.stderr)
+        print(printable(f"note: {note}"), file=sys.stderr)
     return 0
 
 
@@ -105,7 +106,7 @@ def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) 
                           meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
                           skip={"kernels.csv", "summary.json"})
     if "report.html" in files:
-        print(f"report: {files['report.html']}")
+        print(printable(f"report: {files['report.html']}"))
 
 
 def _rules(path: str | None) -> list[tuple[str, str]]:

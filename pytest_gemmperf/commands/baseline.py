@@ -11,6 +11,7 @@ from pytest_gemmperf.commands.argtypes import non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.verdict import median_label
+from pytest_gemmperf.textsafe import printable
 
 #: which median ``show`` / ``diff`` print (issue 11: three tools printed three "medians")
 _MEDIAN_NOTE = (f"median: {median_label('all')}, of the stored samples (after the recorded warm-up); "
@@ -100,7 +101,7 @@ def _store(args: argparse.Namespace):
 
 
 def _say(msg: str) -> None:
-    print(msg, file=sys.stderr)
+    print(printable(msg), file=sys.stderr)
 
 
 MAX_TEXT = 70  # kernel names run to hundreds of characters; the files keep them whole
@@ -111,7 +112,7 @@ def _print_table(df: pd.DataFrame) -> None:
     df = df.copy()
     for c in df.columns:
         if not pd.api.types.is_numeric_dtype(df[c]):
-            text = df[c].astype(object).where(df[c].notna(), "").astype(str)
+            text = df[c].astype(object).where(df[c].notna(), "").astype(str).map(printable)
             text = text.where(text.str.len() <= MAX_TEXT,
                               text.str[:MAX_TEXT // 2 - 2] + "..." + text.str[-(MAX_TEXT // 2 - 1):])
             width = max(int(text.str.len().max() or 0), len(str(c)))
@@ -125,7 +126,7 @@ def run_refresh(args: argparse.Namespace) -> int:
 
     recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say,
                                 replace=args.replace, jobs=getattr(args, "jobs", 0))
-    print(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}")
+    print(printable(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}"))
     return 0
 
 
@@ -147,7 +148,7 @@ def run_learn(args: argparse.Namespace) -> int:
         learned += len(done)
         _say(f"{rec.hw_key} {rec.test_id}: learned {len(done)} point(s)"
              + ("" if done else " (already in the history)"))
-    print(f"variance of {learned} point run(s) added to the history in {args.baseline_dir}")
+    print(printable(f"variance of {learned} point run(s) added to the history in {args.baseline_dir}"))
     return 0
 
 
@@ -158,17 +159,17 @@ def run_show(args: argparse.Namespace) -> int:
     if args.test_id is None:
         table = store.list(args.hw, verify=args.verify)
         if table.empty:
-            print(f"no baselines in {args.baseline_dir}")
+            print(printable(f"no baselines in {args.baseline_dir}"))
             return 0
         _print_table(table.drop(columns=["metrics", "rows", "generation"]).rename(
             columns={"test_id": "test", "hw_key": "hw"}))
         bad = table[table["status"].str.startswith(("damaged", "incomplete"))]
         if not args.verify:
-            print(f"{len(table)} record(s); checksums NOT verified (--no-verify)")
+            print(printable(f"{len(table)} record(s); checksums NOT verified (--no-verify)"))
         else:
-            print(f"{len(table)} record(s); checksums verified: {len(table) - len(bad)} ok, "
-                  f"{int(table['status'].str.startswith('damaged').sum())} damaged, "
-                  f"{int(table['status'].str.startswith('incomplete').sum())} incomplete")
+            print(printable(f"{len(table)} record(s); checksums verified: {len(table) - len(bad)} ok, "
+                            f"{int(table['status'].str.startswith('damaged').sum())} damaged, "
+                            f"{int(table['status'].str.startswith('incomplete').sum())} incomplete"))
         for r in bad.itertuples(index=False):
             _say(f"{r.status.split(':', 1)[0]}: {r.hw_key} {r.test_id}: {r.status.split(':', 1)[1].strip()}")
         return 0
@@ -179,14 +180,14 @@ def run_show(args: argparse.Namespace) -> int:
     if not recs:
         raise GemmperfInputError(args.baseline_dir, f"no baseline for test {args.test_id!r}")
     for rec in recs:
-        print(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}  "
-              "(checksums verified)")
+        print(printable(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}  "
+                        "(checksums verified)"))
         _print_table(summarize(rec.samples))
         print(_MEDIAN_NOTE)
         if rec.variance is not None and len(rec.variance):
             runs = rec.variance.groupby("point")["seq"].nunique()
-            print("variance history (earlier runs per point): "
-                  + ", ".join(f"{p} {int(n)}" for p, n in runs.items()))
+            print(printable("variance history (earlier runs per point): "
+                            + ", ".join(f"{p} {int(n)}" for p, n in runs.items())))
     return 0
 
 
@@ -203,10 +204,10 @@ def run_diff(args: argparse.Namespace) -> int:
         counts = diff["change"].value_counts()
         status = "new baseline" if old is None else ", ".join(
             f"{counts.get(c, 0)} {c}" for c in ("changed", "added", "removed", "unchanged"))
-        print(f"{new.test_id}  [{new.hw_key}]: {status}")
+        print(printable(f"{new.test_id}  [{new.hw_key}]: {status}"))
         if kept:
-            print(f"  point(s) not in the run: {', '.join(kept)} -- "
-                  + ("REMOVED by --replace" if args.replace else "kept (refresh --replace would remove them)"))
+            print(printable(f"  point(s) not in the run: {', '.join(kept)} -- "
+                            + ("REMOVED by --replace" if args.replace else "kept (refresh --replace would remove them)")))
         shown = diff if args.all else diff[diff["change"] != "unchanged"]
         if not shown.empty:
             _print_table(shown)
@@ -218,8 +219,8 @@ def run_prune(args: argparse.Namespace) -> int:
     removed = _store(args).prune(older_than=args.older_than, dry_run=args.dry_run, hw_key=args.hw, report=_say)
     verb = "would remove" if args.dry_run else "removed"
     for r in removed:
-        print(f"{verb} {r['hw_key']} {r['test_id']} (updated {r['updated']}; {r['reason']})")
+        print(printable(f"{verb} {r['hw_key']} {r['test_id']} (updated {r['updated']}; {r['reason']})"))
     if args.older_than is None:
         _say("nothing selected: pass --older-than DAYS")
-    print(f"{len(removed)} record(s) {'to remove' if args.dry_run else 'removed'}")
+    print(printable(f"{len(removed)} record(s) {'to remove' if args.dry_run else 'removed'}"))
     return 0

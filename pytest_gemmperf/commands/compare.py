@@ -25,6 +25,7 @@ from pytest_gemmperf.gate.load import (  # noqa: F401 - load_side/load_history/r
     trace_hw_key)
 from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
                                           verdicts_csv_order)
+from pytest_gemmperf.textsafe import printable, printable_frame
 
 #: verdicts.csv column order: the one the pytest session writes too (test first, contract
 #: columns in ARCHITECTURE order, label, diagnostics, other extras by name)
@@ -110,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     damaged: list = []  # damaged baseline records: named and skipped, the others still compare
     base_recs = all_baseline_records(base_path, damaged) if base_path.is_dir() else None
     for err in damaged:
-        print(f"error: {err} (record skipped)", file=sys.stderr)
+        print(printable(f"error: {err} (record skipped)"), file=sys.stderr)
     hw = resolve_hardware_key(base_path, args.cands, getattr(args, "hw", None), base_recs)
     jobs = getattr(args, "jobs", 0)
     base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs, jobs=jobs)
@@ -143,14 +144,14 @@ def _run(args: argparse.Namespace) -> int:
         _write_reports(args, labels, verdicts, traces, out)
 
     counts = verdicts["verdict"].value_counts()
-    print(format_verdict_table(verdicts, args.max_rows, warmup=args.warmup))
-    print("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}")
+    print(format_verdict_table(printable_frame(verdicts), args.max_rows, warmup=args.warmup))
+    print(printable("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}"))
     n_reg = int(counts.get(REGRESSION, 0))
     if n_reg:
-        print(f"gemmperf: {n_reg} regression(s)", file=sys.stderr)
+        print(printable(f"gemmperf: {n_reg} regression(s)"), file=sys.stderr)
         return 1
     if damaged:
-        print(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared", file=sys.stderr)
+        print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
         return 2
     return 0
 
@@ -175,7 +176,7 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
     sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
     sides = [(path, label) for path, label in sides if path in traces]
     if not sides:
-        print("note: no report: the inputs are samples or baselines, not traces", file=sys.stderr)
+        print(printable("note: no report: the inputs are samples or baselines, not traces"), file=sys.stderr)
         return
     try:
         files = write_reports(
@@ -184,7 +185,7 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
             verdicts=verdicts, warmup=args.warmup or 0, skip={"verdicts.csv"},
             meta={"baseline": args.base, "inputs": [args.base, *args.cands]})
     except Exception as exc:  # noqa: BLE001 - the verdicts are written; say why the report is not
-        print(f"gemmperf: report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(printable(f"gemmperf: report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return
     if "report.html" in files:
-        print(f"report: {files['report.html']}")
+        print(printable(f"report: {files['report.html']}"))

@@ -26,6 +26,7 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import non_negative, positive
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.textsafe import printable, printable_frame
 
 DEFAULT_WINDOW = 5
 DEFAULT_LAST = 5
@@ -148,7 +149,7 @@ def record_compare_candidate(history: str, run_id: str | None, path: str, label:
     mine = {path: traces[path]} if traces and path in traces else None
     run = run_info_for(path, run_id=rid, traces=mine, hw=hw)
     files = record_samples(history, sides, run, Path(path).resolve().name or str(path))
-    print(f"history: run {rid} (hw {run.hw_key}) recorded in {history} ({len(files)} file(s))")
+    print(printable(f"history: run {rid} (hw {run.hw_key}) recorded in {history} ({len(files)} file(s))"))
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -162,8 +163,8 @@ def run_record(args: argparse.Namespace) -> int:
         files = record_samples(args.history, sides, run, args.test or Path(args.path).resolve().name)
     except (OSError, UnicodeError) as exc:
         raise GemmperfInputError(getattr(exc, "filename", None) or args.path, str(exc)) from None
-    print(f"recorded run {run.run_id} ({run.time.isoformat()}, hw {run.hw_key}, "
-          f"{len(sides)} test(s)) into {args.history}: {len(files)} file(s)")
+    print(printable(f"recorded run {run.run_id} ({run.time.isoformat()}, hw {run.hw_key}, "
+                    f"{len(sides)} test(s)) into {args.history}: {len(files)} file(s)"))
     return 0
 
 
@@ -257,13 +258,13 @@ def run_show(args: argparse.Namespace) -> int:
     shown = shown.rename(columns={"last_values": f"last {args.last} run medians", "trend_pct": "trend",
                                   "slope_pct_per_run": "slope/run"})
     n_runs = h["run_id"].nunique()
-    print(f"history {args.history}: {n_runs} run(s), {len(t)} series "
-          f"({h['time'].min():%Y-%m-%d %H:%M} .. {h['time'].max():%Y-%m-%d %H:%M} UTC)")
-    print(shown.to_string(index=False))
+    print(printable(f"history {args.history}: {n_runs} run(s), {len(t)} series "
+                    f"({h['time'].min():%Y-%m-%d %H:%M} .. {h['time'].max():%Y-%m-%d %H:%M} UTC)"))
+    print(printable_frame(shown).to_string(index=False))
     if len(t) > args.max_rows:
-        print(f"... {len(t) - args.max_rows} more series (narrow with -k / --test)")
+        print(printable(f"... {len(t) - args.max_rows} more series (narrow with -k / --test)"))
     if note:
-        print(note, file=sys.stderr)
+        print(printable(note), file=sys.stderr)
     return 0
 
 
@@ -302,18 +303,18 @@ def run_check(args: argparse.Namespace) -> int:
         write_csv(changes[list(change_cols) + [c for c in changes.columns if c not in change_cols]],
                   out / "changes.csv")
     n_series = h.groupby(SERIES, observed=True).ngroups
-    print(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
-          f"{len(changes)} change point(s) -> {out / 'changes.csv'}")
+    print(printable(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
+                    f"{len(changes)} change point(s) -> {out / 'changes.csv'}"))
     if getattr(args, "report", True):
         _write_reports(h, changes, out, args.window)
     if len(recent_df):
-        print(f"regression change point(s) within the last {args.window} run(s):")
+        print(printable(f"regression change point(s) within the last {args.window} run(s):"))
         from pytest_gemmperf.history.pytest_side import format_changes
 
         print(format_changes(recent_df))
-        print(f"gemmperf: {len(recent_df)} recent regression change point(s)", file=sys.stderr)
+        print(printable(f"gemmperf: {len(recent_df)} recent regression change point(s)"), file=sys.stderr)
         return 1
-    print(f"no regression change point within the last {args.window} run(s)")
+    print(printable(f"no regression change point within the last {args.window} run(s)"))
     return 0
 
 
@@ -323,15 +324,15 @@ def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, wind
     try:
         from pytest_gemmperf.report.history_page import write_history_reports
     except ImportError:
-        print("note: no history.html: report.history_page is not installed", file=sys.stderr)
+        print(printable("note: no history.html: report.history_page is not installed"), file=sys.stderr)
         return
     try:
         files = write_history_reports(history, changes, out, recent_window=window)
     except Exception as exc:  # noqa: BLE001 - changes.csv is written; say why the page is not
-        print(f"gemmperf: history report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(printable(f"gemmperf: history report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return
     if "history.html" in files:
-        print(f"report: {files['history.html']}")
+        print(printable(f"report: {files['history.html']}"))
 
 
 # ------------------------------------------------------------------------------------ prune
@@ -347,8 +348,8 @@ def run_prune(args: argparse.Namespace) -> int:
     runs = gone[["hw_key", "run_id"]].drop_duplicates()
     verb = "deleted" if args.yes else "would delete"
     for r in gone.itertuples(index=False):
-        print(f"{verb}: {r.file}  (run {r.run_id}, {pd.Timestamp(r.time):%Y-%m-%d %H:%M} UTC, hw {r.hw_key})")
-    print(f"{verb} {len(runs)} run(s), {len(gone)} file(s)" + ("" if args.yes else "; run again with --yes to delete"))
+        print(printable(f"{verb}: {r.file}  (run {r.run_id}, {pd.Timestamp(r.time):%Y-%m-%d %H:%M} UTC, hw {r.hw_key})"))
+    print(printable(f"{verb} {len(runs)} run(s), {len(gone)} file(s)" + ("" if args.yes else "; run again with --yes to delete")))
     return 0
 
 

@@ -39,6 +39,7 @@ import pandas as pd
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run.results import POINT_JSON, RUN_JSON, VERDICTS_CSV, write_json
+from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.fileio import read_json_object
 
 
@@ -144,15 +145,15 @@ def run(args: argparse.Namespace) -> int:
     plan = merge_results([Path(p) for p in args.inputs], out, partial=args.partial)
     tests = {t for t, _ in plan.points}
     shards = [r.get("shard", {}).get("shard") for r in plan.runs if isinstance(r.get("shard"), dict)]
-    print(f"gemmperf merge: {len(plan.inputs)} results dir(s)"
-          + (f" (shards {', '.join(shards)})" if shards else "")
-          + f": {len(tests)} test(s), {len(plan.points)} point(s) -> {out}")
+    print(printable(f"gemmperf merge: {len(plan.inputs)} results dir(s)"
+                    + (f" (shards {', '.join(shards)})" if shards else "")
+                    + f": {len(tests)} test(s), {len(plan.points)} point(s) -> {out}"))
     if plan.missing_shards:
-        print(f"gemmperf merge: --partial: shard(s) {', '.join(map(str, plan.missing_shards))} missing",
+        print(printable(f"gemmperf merge: --partial: shard(s) {', '.join(map(str, plan.missing_shards))} missing"),
               file=sys.stderr)
     commits = {r.get("git_commit") for r in plan.runs}
     if len(commits) > 1:
-        print(f"gemmperf merge: warning: the inputs ran different commits ({', '.join(map(str, commits))})",
+        print(printable(f"gemmperf merge: warning: the inputs ran different commits ({', '.join(map(str, commits))})"),
               file=sys.stderr)
     from pytest_gemmperf.report import read_verdict_files
 
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     regressions = 0
     if verdicts is not None and len(verdicts):
         counts = verdicts["verdict"].value_counts().sort_index()
-        print("verdicts: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+        print(printable("verdicts: " + ", ".join(f"{k}={v}" for k, v in counts.items())))
         regressions = int(counts.get("regression", 0))
     if args.report:
         from pytest_gemmperf.report import write_results_reports
@@ -171,9 +172,9 @@ def run(args: argparse.Namespace) -> int:
             raise
         except Exception as exc:  # as in the plugin: a broken report must not hide the verdicts
             first = str(exc).splitlines()[0] if str(exc) else ""
-            print(f"gemmperf merge: report not written: {type(exc).__name__}: {first}", file=sys.stderr)
+            print(printable(f"gemmperf merge: report not written: {type(exc).__name__}: {first}"), file=sys.stderr)
         else:
-            print(f"report: {path}" if path else "report: nothing profiled, no report")
+            print(printable(f"report: {path}" if path else "report: nothing profiled, no report"))
     return 1 if regressions else 0
 
 

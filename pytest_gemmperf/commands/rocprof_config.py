@@ -32,6 +32,7 @@ from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 # one escaping rule for every name-derived regex the project hands to rocprofv3
 from pytest_gemmperf.run.rocprofv3_cli import anchored_regex, ecma_escape  # noqa: F401
+from pytest_gemmperf.textsafe import printable
 
 #: aorta ``rocprof_cu_only.yaml``: CU busy cycles, waves, wave cycles, MFMA instructions
 AORTA_CU_ONLY_COUNTERS = ("SQ_BUSY_CU_CYCLES", "SQ_WAVES", "SQ_WAVE_CYCLES", "SQ_INSTS_MFMA")
@@ -218,23 +219,23 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise GemmperfInputError(out, f"cannot write: {exc.strerror or exc}") from None
     if note:
-        print(f"note: {note}", file=sys.stderr)
+        print(printable(f"note: {note}"), file=sys.stderr)
     warning = cpu_warning(names, cpu_ops)
     if warning:
-        print(warning, file=sys.stderr)
+        print(printable(warning), file=sys.stderr)
     if version.kernel_names_option:
         from pytest_gemmperf.run.rocprofv3_cli import ProfilerSetupError, truncated_names
 
         try:
             opt = "--kernel-names " + " ".join(_shell_quote(n) for n in truncated_names(names))
-            print(f"note: rocprofv3 6.2 reads no kernel filter from a job file; add `{opt}` to "
-                  f"the rocprofv3 command line ({kernel_list_path(out).name} lists the full names)",
+            print(printable(f"note: rocprofv3 6.2 reads no kernel filter from a job file; add `{opt}` to "
+                            f"the rocprofv3 command line ({kernel_list_path(out).name} lists the full names)"),
                   file=sys.stderr)
         except ProfilerSetupError as exc:
-            print(f"note: {exc}; the job collects counters for every kernel", file=sys.stderr)
+            print(printable(f"note: {exc}; the job collects counters for every kernel"), file=sys.stderr)
     passes = len(job.get("jobs", job.get("metrics", [])))
-    print(f"gemmperf rocprof-config: {len(names)} kernel(s), {len(counters)} counter(s) in {passes} "
-          f"pass(es) for rocprofv3 {version.major}.{version.minor} -> {out}, {kernel_list_path(out)}")
+    print(printable(f"gemmperf rocprof-config: {len(names)} kernel(s), {len(counters)} counter(s) in {passes} "
+                    f"pass(es) for rocprofv3 {version.major}.{version.minor} -> {out}, {kernel_list_path(out)}"))
     return 0
 
 

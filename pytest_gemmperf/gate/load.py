@@ -18,6 +18,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
+from pytest_gemmperf.textsafe import printable
 
 
 def resolve_hardware_key(base: str | Path, cands: list[str], hw: str | None,
@@ -163,7 +164,7 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     run = newest_run(p)
     if run is not None:
         # as `baseline refresh --from .gemmperf/results`: the newest run, not all runs pooled
-        print(f"note: {p}: holds {run.name} and older runs; comparing the newest, {run}", file=sys.stderr)
+        print(printable(f"note: {p}: holds {run.name} and older runs; comparing the newest, {run}"), file=sys.stderr)
         p = run
     if _is_results_dir(p):
         from pytest_gemmperf.gate.baseline import results_samples
@@ -186,7 +187,7 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     if agents is not None and found is not None and len(found):
         agents[path] = found
     for note in samples.attrs.get("notes", []):
-        print(f"note: {p}: {note}", file=sys.stderr)
+        print(printable(f"note: {p}: {note}"), file=sys.stderr)
     return {"": samples}
 
 

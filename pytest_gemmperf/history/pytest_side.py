@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.textsafe import printable, printable_lines
 
 #: values of --gemmperf-history that turn the history off
 OFF_VALUES = ("none", "off", "no", "false", "0")
@@ -136,7 +137,7 @@ def fail_on_creep(runner, text: str) -> None:
     if not text:
         return
     if runner.options.warn_only:
-        print(text + " [--gemmperf-warn-only: not failing]", file=sys.stderr)
+        print(printable_lines(text + " [--gemmperf-warn-only: not failing]"), file=sys.stderr)
         return
     raise _fail(text)
 
@@ -147,8 +148,9 @@ def format_changes(rows: pd.DataFrame, max_rows: int = 30) -> str:
     lines = []
     for r in rows.head(max_rows).itertuples(index=False):
         commit = f" commit {str(r.commit_after)[:12]}" if isinstance(r.commit_after, str) and r.commit_after else ""
-        kernel = str(r.kernel) if len(str(r.kernel)) <= 60 else str(r.kernel)[:57] + "..."
-        lines.append(f"  {r.test}[{r.point}] {kernel} {r.metric}: x{_fmt(r.ratio)} "
+        kernel = printable(r.kernel)  # trace text: escaped before it is cut to the column
+        kernel = kernel if len(kernel) <= 60 else kernel[:57] + "..."
+        lines.append(f"  {printable(r.test)}[{printable(r.point)}] {kernel} {printable(r.metric)}: x{_fmt(r.ratio)} "
                      f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] q={_fmt(r.q_value)} "
                      f"between runs {r.run_before} -> {r.run_after}{commit}")
     if len(rows) > max_rows:
@@ -167,4 +169,4 @@ def _fmt(v: Any) -> str:
 def _fail(message: str):
     import pytest
 
-    return pytest.fail.Exception(message, pytrace=False)
+    return pytest.fail.Exception(printable_lines(message), pytrace=False)

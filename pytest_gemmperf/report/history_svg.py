@@ -10,7 +10,8 @@ direction, labelled with the signed change; the dotted horizontal segments are t
 ``<title>`` is the hover text (run id, time, commit, median, spread, process count); a run
 with fewer than three processes is drawn hollow, since its spread says little.
 
-All text from data goes through :func:`markupsafe.escape`.
+All text from data goes through :func:`pytest_gemmperf.report.plots.escape` (markup escaped,
+control and bidi characters shown as escapes).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
-from pytest_gemmperf.report.plots import FONT, _num, _ticks
+from pytest_gemmperf.report.plots import FONT, _num, _ticks, escape
 
 COLOURS = {"regression": "#c00000", "improvement": "#1d7a28"}
 LINE = "#2f5597"

@@ -15,12 +15,14 @@ from typing import Any
 
 import jinja2
 import pandas as pd
+from markupsafe import Markup
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.report import plots
 from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT
+from pytest_gemmperf.textsafe import printable
 
 TEMPLATE = "report.html.j2"
 
@@ -28,10 +30,17 @@ TEMPLATE = "report.html.j2"
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("pytest_gemmperf.report", "templates"),
-        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        finalize=_visible)
     env.filters.update(num=fmt_num, us=fmt_us, ratio=fmt_ratio, pct=fmt_pct, sortkey=sort_key,
                        intf=fmt_int, p=fmt_p)
     return env
+
+
+def _visible(value: Any) -> Any:
+    """Every ``{{ }}`` output: text shows control and bidi characters as escapes (a U+202E in a
+    kernel name would reverse the rest of its table cell); markup built by ``plots`` is kept."""
+    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 def _ok(x: Any) -> bool:

@@ -2,8 +2,8 @@
 
 Each function takes a small summary frame (quantiles, medians, ratios — never raw dispatches)
 and returns :class:`markupsafe.Markup`. Every piece of text that comes from data (kernel names,
-labels, point ids) goes through :func:`markupsafe.escape`, so ``<``, ``>``, ``&`` and quotes in
-C++ template names render as text.
+labels, point ids) goes through :func:`escape`, so ``<``, ``>``, ``&`` and quotes in C++
+template names render as text, and control or bidi characters show as escapes.
 """
 
 from __future__ import annotations
@@ -13,12 +13,22 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from markupsafe import Markup, escape
+from markupsafe import Markup
+from markupsafe import escape as _markup_escape
 
 from pytest_gemmperf.gate.verdict import shorten_kernel
+from pytest_gemmperf.textsafe import printable
 
 PALETTE = ("#4472c4", "#ed7d31", "#70ad47", "#7f3fbf", "#c00000", "#2f9e9e", "#bf9000", "#7f7f7f")
 FONT = 'font-family="system-ui,Segoe UI,Helvetica,Arial,sans-serif" font-size="11"'
+
+
+def escape(value: object) -> Markup:
+    """:func:`markupsafe.escape` after :func:`printable`: a U+202E or ESC in a kernel name is
+    shown, not obeyed (markup already built is kept as it is)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        value = printable(value)
+    return _markup_escape(value)
 
 
 def _f(x: float) -> str:

@@ -24,6 +24,7 @@ from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TI
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
 from pytest_gemmperf.report.data import ReportData, verdict_counts
 from pytest_gemmperf.safe_io import write_csv, write_text
+from pytest_gemmperf.textsafe import printable
 
 VARIANCE_CSV = "top5_gemm_kernels_time_variance.csv"
 #: robust columns appended after aorta's (aorta ignores extra columns)
@@ -148,8 +149,9 @@ def write_summary_json(data: ReportData, path: Path, files: dict[str, Path] | No
 
 
 def md_code(text: Any) -> str:
-    """Inline code span that survives any kernel name (backticks, pipes, angle brackets)."""
-    s = " ".join(str(text).split()).replace("|", "\\|")
+    """Inline code span that survives any kernel name (backticks, pipes, angle brackets,
+    terminal escapes and bidi overrides, which GitHub would pass to the page as they are)."""
+    s = printable(" ".join(str(text).split())).replace("|", "\\|")
     ticks = "`"
     while ticks in s:
         ticks += "`"
@@ -158,8 +160,8 @@ def md_code(text: Any) -> str:
 
 
 def md_text(text: Any) -> str:
-    """Plain table cell: Markdown/HTML metacharacters escaped."""
-    s = " ".join(str(text).split())
+    """Plain table cell: control and bidi characters, Markdown/HTML metacharacters escaped."""
+    s = printable(" ".join(str(text).split()))
     for ch in "\\`*_[]<>|#":
         s = s.replace(ch, "\\" + ch)
     return s.replace("&", "&amp;")
