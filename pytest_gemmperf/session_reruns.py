@@ -198,7 +198,7 @@ class PointReruns:
                                    "environment": []}
         combined, reruns = samples, samples.iloc[:0]
         for round_no in range(1, ccfg.rounds + 1):
-            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: confirming ({why}): re-run round {round_no}")
+            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: confirming ({printable(why)}): re-run round {round_no}")
             got = self.rerun(result, round_no)
             if got is None:
                 summary["skipped"] = f"the {self.backend.name} backend cannot re-run a point"
@@ -228,7 +228,7 @@ class PointReruns:
         changed = "; ".join(f"{printable(c['kernel'])} {c['metric']}: {c['before']} -> {c['after']}"
                             for c in summary["changes"][:5]) or "no verdict changed"
         self._confirm_text = (f"confirmation ran ({summary['rounds']} round(s), +{summary['extra_processes']} "
-                              f"processes; triggered by {why}): {changed}")
+                              f"processes; triggered by {printable(why)}): {changed}")
         _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {self._confirm_text}")
         return verdicts
 
