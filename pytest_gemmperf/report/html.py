@@ -22,7 +22,7 @@ from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.report import plots
 from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT
-from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.textsafe import printable_lines
 
 TEMPLATE = "report.html.j2"
 
@@ -39,8 +39,9 @@ def _env() -> jinja2.Environment:
 
 def _visible(value: Any) -> Any:
     """Every ``{{ }}`` output: text shows control and bidi characters as escapes (a U+202E in a
-    kernel name would reverse the rest of its table cell); markup built by ``plots`` is kept."""
-    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+    kernel name would reverse the rest of its table cell); newlines are whitespace in HTML and
+    stay; markup built by ``plots`` is kept."""
+    return printable_lines(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 def _ok(x: Any) -> bool:

@@ -17,17 +17,18 @@ from markupsafe import Markup
 from markupsafe import escape as _markup_escape
 
 from pytest_gemmperf.gate.verdict import shorten_kernel
-from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.textsafe import printable_lines
 
 PALETTE = ("#4472c4", "#ed7d31", "#70ad47", "#7f3fbf", "#c00000", "#2f9e9e", "#bf9000", "#7f7f7f")
 FONT = 'font-family="system-ui,Segoe UI,Helvetica,Arial,sans-serif" font-size="11"'
 
 
 def escape(value: object) -> Markup:
-    """:func:`markupsafe.escape` after :func:`printable`: a U+202E or ESC in a kernel name is
-    shown, not obeyed (markup already built is kept as it is)."""
+    """:func:`markupsafe.escape` after :func:`printable_lines`: a U+202E or ESC in a kernel name
+    is shown, not obeyed; newlines stay (harmless in HTML, and the hover texts use them);
+    markup already built is kept as it is."""
     if isinstance(value, str) and not isinstance(value, Markup):
-        value = printable(value)
+        value = printable_lines(value)
     return _markup_escape(value)
 
 
