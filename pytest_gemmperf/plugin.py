@@ -275,10 +275,7 @@ def pytest_configure(config: pytest.Config) -> None:
         results_dir = Path(config.workerinput[_WORKERINPUT_DIR])
         argv = list(config.workerinput.get(_WORKERINPUT_ARGV, []))
     else:
-        from pytest_gemmperf.run.results import timestamped_dir
-
-        results_dir = (_path_setting(config, "gemmperf_results_dir")
-                       or timestamped_dir(config.rootpath / ".gemmperf" / "results"))
+        results_dir = _create_results_dir(config)
         argv = [str(a) for a in config.invocation_params.args]
     options = _options(config, results_dir)
     config.stash[_SESSION_KEY] = GemmperfSession(options, argv=argv, rootdir=config.rootpath)
@@ -300,6 +297,37 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(config.stash[_PROGRESS_KEY], "gemmperf-progress")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "gemmperf-xdist")
+
+
+def _create_results_dir(config: pytest.Config) -> Path:
+    """This session's results directory, made now by the controller (xdist workers receive its
+    path), so no other session can take it: ``--gemmperf-results-dir`` as given (reusing it is
+    the user's choice), else a fresh ``.gemmperf/results/<timestamp>-<random>``. Removed again
+    at the end when nothing was profiled into it."""
+    from pytest_gemmperf.run.results import missing_ancestor, remove_unused, timestamped_dir
+
+    given = _path_setting(config, "gemmperf_results_dir")
+    target = given or config.rootpath / ".gemmperf" / "results"
+    top = missing_ancestor(target)
+    try:
+        if given is not None:
+            given.mkdir(parents=True, exist_ok=True)
+            path = given
+        else:
+            path = timestamped_dir(target)
+            top = top or path
+    except OSError as exc:
+        where = _flag(config, "gemmperf_results_dir") if given is not None else "gemmperf results"
+        raise pytest.UsageError(f"{where}: cannot create {target}: {exc.strerror or exc}") from None
+    config.add_cleanup(lambda: remove_unused(path, top))
+    return path
+
+
+def _profiled(gp: GemmperfSession | None) -> bool:
+    """Whether this session wrote results (``run.json`` is written with the first point)."""
+    from pytest_gemmperf.run.results import RUN_JSON
+
+    return gp is not None and (gp.results.root / RUN_JSON).is_file()
 
 
 def _history_settings(config: pytest.Config, results_dir: Path):
@@ -388,7 +416,8 @@ def gemmperf_session(pytestconfig: pytest.Config) -> GemmperfSession:
 
 @pytest.fixture(scope="session")
 def gemmperf_results(gemmperf_session: GemmperfSession):
-    """This session's results directory (``ResultsDir``; created when a point is profiled)."""
+    """This session's results directory (``ResultsDir``; made when the session starts, its
+    ``run.json`` when a point is profiled)."""
     return gemmperf_session.results
 
 
@@ -477,7 +506,7 @@ class _SessionHooks:
         if self.usage_error and not _is_worker(config):
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         gp = config.stash.get(_SESSION_KEY, None)
-        if _is_worker(config) or gp is None or not gp.results.root.is_dir():
+        if _is_worker(config) or not _profiled(gp):
             return
         from pytest_gemmperf.run.results import link_latest
 
@@ -519,7 +548,7 @@ class _SessionHooks:
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         gp = config.stash.get(_SESSION_KEY, None)
-        if _is_worker(config) or gp is None or not gp.results.root.is_dir():
+        if _is_worker(config) or not _profiled(gp):
             return
         tr = terminalreporter
         tr.section("gemmperf")

@@ -158,16 +158,21 @@ class ProgressReporter:
         so the controller of an xdist session knows the report is a profiled point's."""
         if not self.enabled:
             return None
-        from pytest_gemmperf.gate.record import slug_for_test
-        from pytest_gemmperf.run.results import RUN_JSON, base_test_id
+        from pytest_gemmperf.gate.record import legacy_keys, slug_for_test
+        from pytest_gemmperf.run.results import RUN_JSON, item_test_id
 
         hw_key = None
         try:
             hw_key = json.loads((session.results.root / RUN_JSON).read_text(encoding="utf-8")).get("hardware_key")
         except (OSError, ValueError, AttributeError):
             pass
-        runs, total = baseline_durations(session.options.baseline_dir, slug_for_test(base_test_id(nodeid)),
-                                         point_id, hw_key)
+        test_id = item_test_id(nodeid, point_id)
+        runs, total = [], None
+        # a record still under an old key of the test (gate/store.py reads it there) times it too
+        for slug in (slug_for_test(test_id), *(old for _, old in legacy_keys(test_id))):
+            runs, total = baseline_durations(session.options.baseline_dir, slug, point_id, hw_key)
+            if runs or total is not None:
+                break
         p = self.point(nodeid, point_id, baseline_runs=runs, baseline_total=total)
         p.on_start = on_start
         return p
@@ -176,7 +181,13 @@ class ProgressReporter:
               baseline_total: float | None = None,
               clock: Callable[[], float] = time.monotonic) -> "PointProgress":
         """The sink for one test item's point; remembered until its report arrives."""
-        label = f"{nodeid.rsplit('::', 1)[-1].split('[', 1)[0]}[{point_id}]"
+        # the test's own name (other parametrizations included) and the point: two items of
+        # one function never print alike
+        from pytest_gemmperf.run.results import item_test_id, split_nodeid
+
+        head = split_nodeid(nodeid)[0]
+        function = head.rsplit("::", 1)[-1]
+        label = f"{item_test_id(nodeid, point_id)[len(head) - len(function):]}[{point_id}]"
         p = PointProgress(self, label, baseline_runs or [], clock, baseline_total)
         self.points[nodeid] = p
         return p

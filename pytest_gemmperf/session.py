@@ -20,7 +20,7 @@ import pandas as pd
 
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
 from pytest_gemmperf.analysis.selection import select_kernels
-from pytest_gemmperf.run.results import ResultsDir, base_test_id, write_point_json, write_tables
+from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, item_test_id, write_point_json, write_tables
 # PROP_*: re-exported, plugin.py and progress.py read them from here
 from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
 from pytest_gemmperf.session_reruns import PointReruns
@@ -133,6 +133,20 @@ def recorded_env(full_env: Mapping[str, str], set_by_us: Mapping[str, str]) -> d
     return dict(sorted(keep.items()))
 
 
+def _foreign_point_dir(point_dir: Path, nodeid: str) -> str:
+    """Why ``point_dir`` must not be replaced by ``nodeid`` (empty when it may): another item
+    wrote it (two ids that sanitize alike), so its outputs are that item's, not a stale run of
+    this one."""
+    try:
+        owner = json.loads((point_dir / POINT_JSON).read_text(encoding="utf-8")).get("nodeid")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if isinstance(owner, str) and owner != nodeid:
+        return (f"{point_dir} already holds the results of {owner}, which maps to the same results "
+                "folder (rename one of the two tests)")
+    return ""
+
+
 class GemmperfSession:
     """Per-process state of one pytest session (each xdist worker has its own)."""
 
@@ -198,7 +212,8 @@ class PointRunner(PointGate, PointReruns):
         self.session = session
         self.point = point
         self.nodeid = nodeid
-        self.test_id = base_test_id(nodeid)
+        #: the test this item belongs to: its node id without the sweep point (run/results.py)
+        self.test_id = item_test_id(nodeid, point.id)
         self._record = record_property or (lambda name, value: None)
         #: ``progress(event, **fields)``: the plugin's progress lines (progress.py); a no-op here
         self._progress = progress or (lambda event, **fields: None)
@@ -255,6 +270,9 @@ class PointRunner(PointGate, PointReruns):
         results = self.session.ensure_results()
         point_dir = self.dir
         if point_dir.exists():  # a rerun of the same item in this session replaces its outputs
+            clash = _foreign_point_dir(point_dir, self.nodeid)
+            if clash:
+                pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {clash}", pytrace=False)
             shutil.rmtree(point_dir)
         point_dir.mkdir(parents=True)
         env_set = self.env(env)

@@ -35,11 +35,20 @@ def shard_option(config: pytest.Config) -> shard_mod.Shard | None:
 
 def item_key(item: pytest.Item) -> str:
     """``test_id[point]`` of a sweep item (durations are recorded per test and point)."""
-    from pytest_gemmperf.run.results import base_test_id
+    return shard_mod.item_id(item_test(item), _point_id(item))
 
+
+def _point_id(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     point = callspec.params.get("gemmperf_point") if callspec is not None else None
-    return shard_mod.item_id(base_test_id(item.nodeid), getattr(point, "id", None) or DEFAULT_POINT_ID)
+    return getattr(point, "id", None) or DEFAULT_POINT_ID
+
+
+def item_test(item: pytest.Item) -> str:
+    """The test id of an item, as its point's baseline record is keyed (``item_test_id``)."""
+    from pytest_gemmperf.run.results import item_test_id
+
+    return item_test_id(item.nodeid, _point_id(item))
 
 
 class ShardHooks:
@@ -57,10 +66,8 @@ class ShardHooks:
         selection, splits the same list; the other shards' items are reported deselected."""
         if not items:
             return
-        from pytest_gemmperf.run.results import base_test_id
-
         ids = [item.nodeid for item in items]
-        known = shard_mod.baseline_durations(self.gp.options.baseline_dir, {base_test_id(i) for i in ids})
+        known = shard_mod.baseline_durations(self.gp.options.baseline_dir, {item_test(i) for i in items})
         durations = {item.nodeid: known[k] for item in items if (k := item_key(item)) in known}
         try:
             keep = shard_mod.select(ids, durations, self.shard)

@@ -222,7 +222,7 @@ def test_needs_fixture_for_sweep():
     out.assert_outcomes(passed=2)
     # default location: .gemmperf/results/<timestamp>/ under the rootdir, plus a "latest" link
     runs = [p for p in (gp.path / ".gemmperf" / "results").iterdir() if p.name != "latest"]
-    assert len(runs) == 1 and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d", runs[0].name)
+    assert len(runs) == 1 and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-[0-9a-f]{6}", runs[0].name)
     assert (gp.path / ".gemmperf" / "results" / "latest").resolve() == runs[0].resolve()
     pj = json.loads((runs[0] / "test_plain.py__test_plain" / "default" / "point.json").read_text())
     assert pj["env_set"]["HIP_VISIBLE_DEVICES"] == "0,1"

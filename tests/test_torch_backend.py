@@ -156,9 +156,8 @@ def test_results_names_and_verdict_merge(tmp_path):
 
     now = dt.datetime(2026, 1, 2, 3, 4, 5)
     first = res.timestamped_dir(tmp_path, now)
-    assert first.name == "2026-01-02T03-04-05"
-    first.mkdir()
-    assert res.timestamped_dir(tmp_path, now).name == "2026-01-02T03-04-05-1"
+    assert first.is_dir() and first.name.startswith("2026-01-02T03-04-05-")
+    assert res.timestamped_dir(tmp_path, now) != first
     v = lambda point, verdict: pd.DataFrame({"point": [point], "kernel": ["k"], "verdict": [verdict]})
     merge_verdicts(tmp_path, "ch28", v("ch28", "unchanged"))
     merge_verdicts(tmp_path, "ch56", v("ch56", "regression"))

@@ -154,6 +154,7 @@ def run_learn(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     from pytest_gemmperf.gate.baseline import summarize
+    from pytest_gemmperf.gate.record import legacy_keys
 
     store = _store(args)
     if args.test_id is None:
@@ -182,6 +183,10 @@ def run_show(args: argparse.Namespace) -> int:
     for rec in recs:
         print(printable(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}  "
                         "(checksums verified)"))
+        if rec.migrated_from is not None:
+            old_dir = store.path_for(rec.test_id, rec.hw_key).parent / dict(legacy_keys(rec.test_id))[rec.migrated_from]
+            print(printable(f"migrated: found under old key {rec.migrated_from!r} ({old_dir}); the next save "
+                            f"writes it under {rec.test_id!r} ({store.path_for(rec.test_id, rec.hw_key)})"))
         _print_table(summarize(rec.samples))
         print(_MEDIAN_NOTE)
         if rec.variance is not None and len(rec.variance):

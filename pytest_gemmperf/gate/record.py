@@ -24,6 +24,7 @@ import yaml
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.hardware import sanitize
+from pytest_gemmperf.run.results import base_test_id, distinct_slug
 
 SCHEMA_VERSION = 1
 SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
@@ -63,6 +64,9 @@ class BaselineRecord:
     #: variance history (:data:`VARIANCE_COLUMNS`), None when the record has none; set by the
     #: store: :meth:`BaselineStore.save` ignores what a caller puts here
     variance: pd.DataFrame | None = None
+    #: the old key (test id) the store found this record under, when it predates the test's
+    #: current id (:func:`legacy_keys`); its next save writes it under ``test_id``
+    migrated_from: str | None = None
 
     def history_for(self, point: str | None = None) -> pd.DataFrame | None:
         """The variance history rows (of one point), as ``gate.compare.compare(history=...)``
@@ -78,9 +82,32 @@ class BaselineRecord:
 
 def slug_for_test(test_id: str) -> str:
     """Directory name for a test id, following the results layout
-    (``perf_tests/test_x.py::test_y`` -> ``perf_tests_test_x.py__test_y``)."""
+    (``perf_tests/test_x.py::test_y`` -> ``perf_tests_test_x.py__test_y``). Distinct ids get
+    distinct names: when sanitizing loses information (``test_f[1]`` and ``test_f(1)``) or the
+    name is too long, a hash of the whole id is appended; plain ids keep their old names."""
+    plain = str(test_id).replace("::", "__").replace("/", "_")
+    return distinct_slug(str(test_id), plain, sanitize(plain), _MAX_SLUG, digits=12)
+
+
+def legacy_keys(test_id: str) -> list[tuple[str, str]]:
+    """``(test id, directory name)`` under which a record of ``test_id`` may have been written
+    before items had their own identity, newest rule first: the same id under the old naming
+    (no hash for a sanitized id), then the id cut at its first ``[`` (its point's parameters,
+    brackets in file names and all). Read, never written: the next save uses the new key."""
+    out: list[tuple[str, str]] = []
+    current = slug_for_test(test_id)
+    for old_id in dict.fromkeys((str(test_id), base_test_id(str(test_id)))):
+        slug = _legacy_slug(old_id)
+        if slug != current and (old_id, slug) not in out:
+            out.append((old_id, slug))
+    return out
+
+
+def _legacy_slug(test_id: str) -> str:
+    """The directory name records were written under before :func:`slug_for_test` told
+    sanitized ids apart."""
     slug = sanitize(str(test_id).replace("::", "__").replace("/", "_").replace("\\", "_"))
-    if len(slug) > _MAX_SLUG:  # long parametrized ids: keep it readable and unique
+    if len(slug) > _MAX_SLUG:
         digest = hashlib.sha256(str(test_id).encode()).hexdigest()[:12]
         slug = f"{slug[:_MAX_SLUG - 13]}-{digest}"
     return slug

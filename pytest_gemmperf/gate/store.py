@@ -41,6 +41,7 @@ steps :mod:`pytest_gemmperf.gate.store_fs`, the record's encoding :mod:`pytest_g
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -63,7 +64,7 @@ from pytest_gemmperf.gate.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
                                          _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
                                          _samples_to_parquet, _sha256, _variance_from_parquet,
                                          _variance_to_parquet, add_history, diff_records, kept_points, merge_records,
-                                         normalize_samples, parse_time, render_summary, slug_for_test,
+                                         legacy_keys, normalize_samples, parse_time, render_summary, slug_for_test,
                                          version_name, versions_of)
 
 LOCK_DIR = ".locks"
@@ -92,6 +93,8 @@ class _Current:
     record: BaselineRecord | None  # None when absent or damaged
     blobs: dict[str, bytes]
     damage: GemmperfInputError | None  # set when the record exists but cannot be read
+    #: the old key the record was found under (its next write goes to the new directory)
+    migrated_from: str | None = None
 
 
 class BaselineStore:
@@ -207,14 +210,27 @@ class BaselineStore:
         return None if got is None else self._to_record(*got)
 
     def load(self, test_id: str, hw_key: str) -> BaselineRecord | None:
-        """The baseline of ``test_id`` on ``hw_key``; None when there is none. A damaged record
-        raises ``GemmperfInputError`` naming the file and what is wrong."""
+        """The baseline of ``test_id`` on ``hw_key``; None when there is none. A record written
+        under an old key of the test (:func:`~pytest_gemmperf.gate.record.legacy_keys`) is found
+        there while the new key has none, with ``migrated_from`` set. A damaged record raises
+        ``GemmperfInputError`` naming the file and what is wrong."""
         d = self.path_for(test_id, hw_key)
         rec = self._load_dir(d)
-        if rec is not None and (rec.test_id != test_id or rec.hw_key != hw_key):
+        if rec is None:
+            return self._load_legacy(d, test_id, hw_key)
+        if rec.test_id != test_id or rec.hw_key != hw_key:
             raise GemmperfInputError(d / META_FILE, f"holds test {rec.test_id!r} on {rec.hw_key!r}, "
                                                     f"expected {test_id!r} on {hw_key!r}")
         return rec
+
+    def _load_legacy(self, d: Path, test_id: str, hw_key: str) -> BaselineRecord | None:
+        """The first old-key record that really is this test's (a directory holding another
+        test under that name is not), relabelled with the current id."""
+        for old_id, slug in legacy_keys(test_id):
+            rec = self._load_dir(d.parent / slug)
+            if rec is not None and rec.test_id == old_id and rec.hw_key == hw_key:
+                return dataclasses.replace(rec, test_id=test_id, migrated_from=old_id)
+        return None
 
     def load_path(self, record_dir: str | os.PathLike) -> BaselineRecord | None:
         """The record in ``record_dir`` (``<root>/<hw_key>/<slug>``); None when there is none."""
@@ -369,7 +385,7 @@ class BaselineStore:
             txn.recover(self.root, report)
             plans = []
             for d, rec in prepared:  # merged with the stored record, so encoded under the lock
-                cur = self._current(d, rec.test_id)
+                cur = self._current_or_legacy(d, rec.test_id, rec.hw_key)
                 merged = merge_records(cur.record, rec, replace=not merge)
                 kept = kept_points(cur.record, rec) if merge else []
                 if kept and report:
@@ -390,7 +406,7 @@ class BaselineStore:
         d = self.path_for(test_id, hw_key)
         with self._locked():
             txn.recover(self.root, None)
-            cur = self._current(d, test_id)
+            cur = self._current_or_legacy(d, test_id, hw_key)
             if cur.damage is not None:
                 raise cur.damage
             if cur.record is None:
@@ -402,8 +418,11 @@ class BaselineStore:
             variance = add_history(history, samples, run, points)
             if (history is not None and variance.equals(history)) or (history is None and not len(variance)):
                 return False
-            self._commit([self._plan(d, cur.record, cur.meta, cur.blobs[SAMPLES_FILE],
-                                          cur.blobs[SUMMARY_FILE], variance)])
+            samples_bytes, summary_bytes = cur.blobs[SAMPLES_FILE], cur.blobs[SUMMARY_FILE]
+            if cur.migrated_from is not None:  # the summary names the old key: encode anew
+                normal = normalize_samples(stored, d / SAMPLES_FILE)
+                samples_bytes, summary_bytes = _samples_to_parquet(normal), render_summary(cur.record, normal)
+            self._commit([self._plan(d, cur.record, cur.meta, samples_bytes, summary_bytes, variance)])
         return True
 
     def recover(self) -> list[str]:
@@ -437,6 +456,23 @@ class BaselineStore:
             return _Current(meta, None, blobs, exc)
         return _Current(meta, rec, blobs, None)
 
+    def _current_or_legacy(self, d: Path, test_id: str, hw_key: str) -> _Current:
+        """:meth:`_current`, or, when ``d`` holds nothing at all, the record of an old key of
+        the test (relabelled, ``migrated_from`` set): read old, write new. The old directory is
+        left as it is (another item may still be reading it); ``baseline prune`` removes it."""
+        cur = self._current(d, test_id)
+        if cur.meta is not None or cur.damage is not None:
+            return cur
+        for old_id, slug in legacy_keys(test_id):
+            try:
+                old = self._current(d.parent / slug, old_id)
+            except GemmperfInputError:  # the directory holds another test: not ours
+                continue
+            if old.record is not None and old.record.hw_key == hw_key:
+                rec = dataclasses.replace(old.record, test_id=test_id, migrated_from=old_id)
+                return _Current(old.meta, rec, old.blobs, None, migrated_from=old_id)
+        return cur
+
     @staticmethod
     def _check_collision(d: Path, meta: dict[str, Any] | None, test_id: str) -> None:
         if meta is not None and meta.get("test_id") != test_id:
@@ -452,7 +488,7 @@ class BaselineStore:
         samples_bytes = _samples_to_parquet(samples)
         summary_bytes = render_summary(record, samples)
         old = cur.record
-        if (old is not None and cur.blobs[SAMPLES_FILE] == samples_bytes
+        if (old is not None and cur.migrated_from is None and cur.blobs[SAMPLES_FILE] == samples_bytes
                 and cur.blobs[SUMMARY_FILE] == summary_bytes):
             return None  # nothing changes: no write, no diff for reviewers
         if old is not None:

@@ -86,8 +86,18 @@ def point_tokens(point_id: str) -> dict[str, str]:
 
 def default_test_slug(test_id: str) -> str:
     """``perf_tests/test_x.py::test_y[ch28]`` -> ``perf_tests_test_x.py__test_y`` (the results
-    writer's rule)."""
+    writer's rule before items had their own identity)."""
     return slugify_test_id(base_test_id(test_id))
+
+
+def results_test_slug(root: Path, test_id: str) -> str:
+    """The directory of ``test_id`` in the results directory ``root``: the writer's name for the
+    test's id (``item_test_id``), else, for results written before items had their own
+    identity, the old name (:func:`default_test_slug`); the new name when neither exists."""
+    for slug in (slugify_test_id(test_id), default_test_slug(test_id)):
+        if (root / slug).is_dir():
+            return slug
+    return slugify_test_id(test_id)
 
 
 def trace_files(directory: Path) -> list[Path]:
@@ -176,7 +186,7 @@ def replay_point(replay_dir: str | os.PathLike, point_id: str,
         raise GemmperfInputError(replay_dir, "not a sweep directory: expected aorta "
                                  "<T>thread/nccl_<C>channels/ folders or a gemmperf results "
                                  "directory (run.json)")
-    slug = default_test_slug(test_id) if test_id else None
+    slug = results_test_slug(root, test_id) if test_id else None
     stored = results_points(root, slug)
     if slug and not stored:
         tests = sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -221,8 +231,8 @@ def available_points(replay_dir: str | os.PathLike, test_id: str | None = None) 
     root = results_root(replay_dir)
     if root is None:
         return []
-    return sorted({p for (_, p) in results_points(root, default_test_slug(test_id) if test_id else None)})
+    return sorted({p for (_, p) in results_points(root, results_test_slug(root, test_id) if test_id else None)})
 
 
 __all__ = ["ReplayMissing", "ReplayResult", "aorta_points", "available_points",
-           "default_test_slug", "point_tokens", "replay_point", "results_root", "trace_files"]
+           "default_test_slug", "point_tokens", "replay_point", "results_root", "results_test_slug", "trace_files"]

@@ -17,11 +17,13 @@ file lock and replaced atomically.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -33,31 +35,127 @@ VERDICTS_CSV = "verdicts.csv"
 TABLE_FILES = {"dispatches": "dispatches.parquet", "counters": "counters.parquet",
                "agents": "agents.parquet"}
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H-%M-%S"
+#: longest test directory name: file systems allow 255 bytes, and the point and run
+#: directories below must still fit typical path limits
+MAX_SLUG = 150
+#: names tried before giving up on a fresh run directory (each collision draws a new suffix)
+_CREATE_TRIES = 100
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+# ``<path>::<Class>::<function>[<parameter ids>]``: the first ``::name[`` opens the parameter
+# part (file and directory names may hold brackets, parameter ids may hold anything)
+_PARAMETRIZED = re.compile(r"^(?P<head>.*?::[A-Za-z_][A-Za-z0-9_]*)\[(?P<ids>.*)\]$", re.DOTALL)
 
 
 def base_test_id(nodeid: str) -> str:
-    """Node id without the parameter part: ``a/t.py::test_x[ch28]`` -> ``a/t.py::test_x``."""
+    """The key records were stored under before items had their own identity: the node id cut
+    at its first ``[`` (``a/t.py::test_x[ch28]`` -> ``a/t.py::test_x``). Only for finding
+    those records again; :func:`item_test_id` is the key of a test now."""
     return nodeid.split("[", 1)[0]
 
 
+def item_test_id(nodeid: str, point_id: str) -> str:
+    """The id of the test an item belongs to: its node id without the sweep point.
+
+    Everything else that tells two pytest items apart stays: the file path (brackets and all),
+    classes, the function and the ids of other parametrizations, so no two items share a
+    results folder, a baseline record or a history series. ``test_y[ch28-th256]`` ->
+    ``test_y`` (what an ordinary sweep test was always keyed by); ``test_y[ch28-th256-fp16]``
+    -> ``test_y[fp16]``; ``test_y[fp16]`` of a test without a sweep (point ``default``) stays
+    ``test_y[fp16]``. The point is removed only where it stands as whole ``-``-separated
+    parameter ids exactly once; anywhere else the node id is kept whole, which is still
+    distinct."""
+    head, ids = split_nodeid(nodeid)
+    if ids is None:
+        return nodeid
+    rest = _without_point(ids.split("-"), point_id.split("-"))
+    if rest is None:
+        return nodeid
+    return f"{head}[{'-'.join(rest)}]" if rest else head
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str | None]:
+    """``(path::Class::function, parameter ids)``; ids None for an unparametrized item."""
+    m = _PARAMETRIZED.match(nodeid)
+    return (nodeid, None) if m is None else (m.group("head"), m.group("ids"))
+
+
+def _without_point(tokens: list[str], point: list[str]) -> list[str] | None:
+    """``tokens`` with the one run equal to ``point`` removed; None when it occurs not exactly
+    once (then nobody can say which run is the sweep's)."""
+    n = len(point)
+    hits = [i for i in range(len(tokens) - n + 1) if tokens[i:i + n] == point]
+    if len(hits) != 1:
+        return None
+    return tokens[:hits[0]] + tokens[hits[0] + n:]
+
+
 def slugify_test_id(test_id: str) -> str:
-    """``perf_tests/test_x.py::test_y`` -> ``perf_tests_test_x.py__test_y`` (one path segment)."""
-    s = test_id.replace("::", "__").replace("/", "_").replace("\\", "_")
-    return _SLUG_UNSAFE.sub("_", s)
+    """``perf_tests/test_x.py::test_y`` -> ``perf_tests_test_x.py__test_y``: one path segment of
+    at most :data:`MAX_SLUG` characters. When sanitizing loses information (brackets, spaces,
+    anything outside ``[A-Za-z0-9._+-]``) or the name is too long, a hash of the whole id is
+    appended, so ``test_f[1]`` and ``test_f(1)`` keep apart; plain ids keep their old names."""
+    plain = test_id.replace("::", "__").replace("/", "_")
+    return distinct_slug(test_id, plain, _SLUG_UNSAFE.sub("_", plain), MAX_SLUG)
 
 
-def timestamped_dir(base: Path, now: _dt.datetime | None = None) -> Path:
-    """``base/<YYYY-mm-ddTHH-MM-SS>``, with ``-1``, ``-2``... when a session of the same second
-    already used the name (two CI jobs sharing a workspace)."""
+def distinct_slug(test_id: str, plain: str, cleaned: str, max_len: int, digits: int = 8) -> str:
+    """``cleaned`` when it is exactly ``plain`` (nothing lost), short enough and no special
+    directory name; otherwise its start plus ``-`` and ``digits`` hex digits of the SHA-256 of
+    ``test_id``, within ``max_len``."""
+    if cleaned == plain and len(cleaned) <= max_len and cleaned not in ("", ".", ".."):
+        return cleaned
+    digest = hashlib.sha256(test_id.encode("utf-8", "surrogatepass")).hexdigest()[:digits]
+    return f"{cleaned[:max_len - digits - 1]}-{digest}"
+
+
+def _random_suffix() -> str:
+    return secrets.token_hex(3)
+
+
+def timestamped_dir(base: Path, now: _dt.datetime | None = None, *,
+                    suffix: Callable[[], str] = _random_suffix) -> Path:
+    """Create and return ``base/<YYYY-mm-ddTHH-MM-SS>-<random>``, this session's own directory.
+
+    Made at once with an ``mkdir`` that fails when the name exists (then a new suffix is drawn),
+    so two sessions started in the same second -- two CI jobs on one runner, a developer and a
+    cron job -- never share a directory, whatever the clock says. Raises ``OSError`` when the
+    directory cannot be made."""
     stamp = (now or _dt.datetime.now()).strftime(TIMESTAMP_FORMAT)
-    candidate = base / stamp
-    n = 0
-    while candidate.exists():
-        n += 1
-        candidate = base / f"{stamp}-{n}"
-    return candidate
+    base.mkdir(parents=True, exist_ok=True)
+    for _ in range(_CREATE_TRIES):
+        candidate = base / f"{stamp}-{suffix()}"
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{base}: no free run directory name for {stamp} after {_CREATE_TRIES} tries")
+
+
+def missing_ancestor(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (what creating
+    ``path`` makes); None when ``path`` exists."""
+    top = None
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            break
+        top = p
+    return top
+
+
+def remove_unused(path: Path, top: Path | None) -> None:
+    """Remove ``path`` and its parents up to ``top`` while they are empty: a session that
+    profiled nothing leaves no directory behind. Anything not empty stays untouched."""
+    if top is None:
+        return
+    for p in (path, *path.parents):
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == top:
+            return
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -1,0 +1,260 @@
+"""Identity in real CI: two sessions never share a results folder, two pytest items never share a
+point (results folder, baseline record, history series), and records written under the old
+keys are still found and move to the new key on their next save."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest_plugins = ["pytester"]
+
+from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, REPO, gp  # noqa: E402,F401 - gp: fixture
+
+import pytest_gemmperf.run.results as res  # noqa: E402
+from pytest_gemmperf.gate.baseline import BaselineRecord, BaselineStore  # noqa: E402
+from pytest_gemmperf.gate.hardware import sanitize  # noqa: E402
+from pytest_gemmperf.gate.record import slug_for_test  # noqa: E402
+
+HW = "cpu-test"
+NOW = dt.datetime(2030, 5, 6, 7, 8, 9)
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+@pytest.mark.parametrize("sessions", [2, 7])
+def test_sessions_started_in_the_same_second_get_their_own_folder(tmp_path, sessions):
+    made = [res.timestamped_dir(tmp_path / "results", NOW) for _ in range(sessions)]
+    assert len(set(made)) == sessions
+    assert all(p.is_dir() and p.parent == tmp_path / "results" for p in made)
+    assert all(p.name.startswith(NOW.strftime(res.TIMESTAMP_FORMAT)) for p in made)
+
+
+def test_a_taken_name_is_never_reused(tmp_path):
+    draws = iter(["aaaaaa", "aaaaaa", "aaaaaa", "bbbbbb"])
+    first = res.timestamped_dir(tmp_path, NOW, suffix=lambda: next(draws))
+    (first / "run.json").write_text("{}")  # the other session's file stays its own
+    second = res.timestamped_dir(tmp_path, NOW, suffix=lambda: next(draws))
+    assert first != second and second.name.endswith("bbbbbb")
+    assert (first / "run.json").read_text() == "{}" and not any(second.iterdir())
+
+
+_FROZEN_CLOCK = f"""
+import datetime
+from pytest_gemmperf.run import results
+
+_made = results.timestamped_dir
+
+def _same_second(base, now=None, **kw):
+    return _made(base, datetime.datetime(2030, 5, 6, 7, 8, 9), **kw)
+
+results.timestamped_dir = _same_second
+"""
+
+_ONE_POINT = f"""
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(threads=[1], kernels=[r"^aten::mm$"])
+def test_one(gemmperf):
+    gemmperf.assert_no_regression(gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "20"]))
+"""
+
+
+def test_two_concurrent_sessions_in_the_same_second_keep_all_their_processes(pytester):
+    pytester.makepyfile(conftest=_FROZEN_CLOCK, test_one=_ONE_POINT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    procs = {repeats: subprocess.Popen(
+        [sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+         "-p", "no:xdist", "--gemmperf-backend", "torch", "--gemmperf-telemetry", "off",
+         f"--gemmperf-repeats={repeats}", f"--gemmperf-baseline-dir=base{repeats}", "test_one.py"],
+        cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for repeats in (2, 3)}
+    outs = {r: p.communicate(timeout=300)[0] for r, p in procs.items()}
+    for r, p in procs.items():
+        assert p.returncode == 0, outs[r]
+    runs = [d for d in (pytester.path / ".gemmperf" / "results").iterdir() if d.name != "latest"]
+    assert len(runs) == 2, runs
+    seen = set()
+    for run in runs:
+        assert run.name.startswith("2030-05-06T07-08-09")
+        point = run / "test_one.py__test_one" / "th1"
+        pj = json.loads((point / "point.json").read_text())
+        repeats = pj["repeats"]
+        seen.add(repeats)
+        assert f"--gemmperf-repeats={repeats}" in json.loads((run / "run.json").read_text())["argv"]
+        assert sorted(r["run"] for r in pj["runs"]) == list(range(repeats))
+        runs_in_table = pd.read_parquet(point / "dispatches.parquet")["run"].astype(int)
+        assert sorted(set(runs_in_table)) == list(range(repeats))
+    assert seen == {2, 3}
+
+
+# --------------------------------------------------------------------------- items
+
+
+HOSTILE_ITEMS = [
+    # stacked parametrize on a sweep test, the sweep's ids first or last (conftest hooks run first)
+    ["t.py::test_f[th1-1]", "t.py::test_f[th1-2]", "t.py::test_g[1-th1]", "t.py::test_g[2-th1]", "t.py::test_h[th1]"],
+    # file and directory names with brackets
+    ["test_b[1].py::test_f[th1]", "test_b[2].py::test_f[th1]", "d[x]/t.py::C::f[th1]", "d[y]/t.py::C::f[th1]"],
+    # parameter ids holding dashes, colons, brackets, spaces, unicode
+    ["t.py::f[th1-a-b]", "t.py::f[th1-a_b]", "t.py::f[th1-a::g[1]]", "t.py::f[th1-a g]", "t.py::f[th1-\u00e9]",
+     "t.py::f[th1-a/b]", "t.py::f[th1-a(b)]"],
+    # the point id itself among other ids
+    ["t.py::f[th1-th1x]", "t.py::f[th1-a-th1]", "t.py::f[th1-xth1]"],
+]
+
+
+@pytest.mark.parametrize("nodeids", HOSTILE_ITEMS, ids=["stacked", "bracket-files", "odd-ids", "point-like"])
+def test_distinct_items_get_distinct_tests_and_folders(nodeids):
+    point = "th1"
+    tests = [res.item_test_id(n, point) for n in nodeids]
+    assert len(set(tests)) == len(nodeids), tests
+    for slug_of in (res.slugify_test_id, slug_for_test):
+        slugs = [slug_of(t) for t in tests]
+        assert len(set(slugs)) == len(slugs), slugs
+        assert all("/" not in s and "\\" not in s and s not in ("", ".", "..") and len(s) <= 150 for s in slugs)
+
+
+@pytest.mark.parametrize("nodeid, point, expected", [
+    ("perf/t.py::test_y[ch28-th256]", "ch28-th256", "perf/t.py::test_y"),  # ordinary: key unchanged
+    ("perf/t.py::test_y", "default", "perf/t.py::test_y"),
+    ("perf/t.py::C::test_y[ch28-th256-fp16]", "ch28-th256", "perf/t.py::C::test_y[fp16]"),
+    ("perf/t.py::test_y[fp16-ch28-th256]", "ch28-th256", "perf/t.py::test_y[fp16]"),
+    ("test_b[1].py::test_f[th1]", "th1", "test_b[1].py::test_f"),
+    ("t.py::f[1]", "default", "t.py::f[1]"),
+])
+def test_test_id_is_the_node_id_without_the_sweep_point(nodeid, point, expected):
+    assert res.item_test_id(nodeid, point) == expected
+    # ordinary ids keep their folder names (no migration for them); long ones stay bounded
+    assert res.slugify_test_id("perf_tests/test_x.py::test_y") == "perf_tests_test_x.py__test_y"
+    assert slug_for_test("perf_tests/test_x.py::TestC::test_y") == "perf_tests_test_x.py__TestC__test_y"
+    long_id = "t.py::test_" + "p" * 400
+    assert len(res.slugify_test_id(long_id)) <= 150 and len(slug_for_test(long_id)) <= 150
+
+
+_STACKED = f"""
+import os
+import sys
+import pytest
+from pytest_gemmperf import sweep
+
+CMD = [sys.executable, {str(FAKE)!r}, "--dispatches", "20"]
+
+@pytest.mark.parametrize("scale", ["1", "3"])
+@sweep(threads=[1], kernels=[r"^aten::mm$"])
+def test_above(gemmperf, scale):
+    gemmperf.assert_no_regression(gemmperf.profile(CMD, repeats=2, env={{"FAKE_SCALE": scale}}))
+
+@sweep(threads=[1], kernels=[r"^aten::mm$"])
+def test_hooked(gemmperf, hooked):
+    gemmperf.assert_no_regression(gemmperf.profile(CMD, repeats=2, env={{"FAKE_SCALE": hooked}}))
+"""
+
+_HOOK = """
+def pytest_generate_tests(metafunc):
+    if "hooked" in metafunc.fixturenames:  # a conftest hook parametrizes before the sweep
+        metafunc.parametrize("hooked", ["1", "3"])
+"""
+
+_BRACKET_FILE = f"""
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(threads=[1], kernels=[r"^aten::mm$"])
+def test_f(gemmperf):
+    gemmperf.assert_no_regression(gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "20"],
+                                                   repeats=2, env={{"FAKE_SCALE": "SCALE"}}))
+"""
+
+
+def test_stacked_parametrize_and_bracket_files_are_distinct_points(gp, pytester):
+    # a session that profiles nothing leaves no results folder behind (it is made at start)
+    (pytester.path / "test_gpsweep.py").unlink()
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    pytester.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=1)
+    assert not (pytester.path / ".gemmperf").exists()
+    pytester.makepyfile(conftest=_HOOK, test_stacked=_STACKED,
+                        **{"test_b[1]": _BRACKET_FILE.replace("SCALE", "1"),
+                           "test_b[2]": _BRACKET_FILE.replace("SCALE", "3")})
+    files: list[str] = []  # pytest takes no file argument with brackets: the whole directory
+    first = gp(*files, "-p", "no:xdist")
+    first.assert_outcomes(passed=7)  # every item recorded its own baseline (+ test_nothing)
+    points = sorted((pytester.path / "res").glob("*/th1/point.json"))
+    nodeids = {json.loads(p.read_text())["nodeid"] for p in points}
+    assert len(points) == len(nodeids) == 6
+    records = sorted((pytester.path / "base").glob("*/*/meta.json"))
+    tests = {json.loads(p.read_text())["test_id"] for p in records}
+    assert len(records) == len(tests) == 6
+    assert {"test_b[1].py::test_f", "test_b[2].py::test_f", "test_stacked.py::test_above[1]",
+            "test_stacked.py::test_above[3]", "test_stacked.py::test_hooked[1]",
+            "test_stacked.py::test_hooked[3]"} == tests
+    # each is gated against its own baseline now, and each keeps its outputs
+    second = gp("-p", "no:xdist", "-k", "test_above", results="res2")
+    second.assert_outcomes(passed=2, deselected=5)
+    second.stdout.fnmatch_lines(["compared 2 point(s) with their baselines*"])
+    assert len(list((pytester.path / "res2").glob("*/th1/dispatches.parquet"))) == 2
+
+
+# --------------------------------------------------------------------------- old keys
+
+
+def _samples(scale: float = 1.0) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    units = [f"h/{p}/0/0" for p in range(4)]
+    return pd.DataFrame({"point": "th1", "kernel": "aten::mm", "metric": "dur_ns",
+                         "unit": np.repeat(units, 20), "value": np.round(rng.lognormal(10, 0.05, 80) * scale)})
+
+
+def _old_slug(test_id: str) -> str:
+    """The directory name the store used before ids were told apart (no hash when sanitized)."""
+    return sanitize(test_id.replace("::", "__").replace("/", "_").replace("\\", "_"))
+
+
+@pytest.mark.parametrize("new_id, old_id", [
+    ("test_b[1].py::test_f", "test_b"),                        # bracket file, cut at its first [
+    ("perf/t.py::test_y[fp16]", "perf/t.py::test_y"),         # parametrized beside its sweep
+    ("perf/t.py::test_y[1]", "perf/t.py::test_y"),            # parametrized, no sweep
+    ("perf dir/t.py::test y", "perf dir/t.py::test y"),       # same id, old folder name
+])
+def test_a_record_under_the_old_key_is_found_then_written_under_the_new_key(tmp_path, capsys, new_id, old_id):
+    store = BaselineStore(tmp_path)
+    store.save(BaselineRecord(old_id, HW, _samples()))
+    written = tmp_path / sanitize(HW) / slug_for_test(old_id)
+    if written.name != _old_slug(old_id):  # where the old code wrote it
+        written.rename(written.parent / _old_slug(old_id))
+    old_dir = tmp_path / sanitize(HW) / _old_slug(old_id)
+
+    found = store.load(new_id, HW)
+    assert found is not None and len(found.samples) == 80
+    assert found.migrated_from == old_id
+
+    from pytest_gemmperf.cli import main
+
+    assert main(["baseline", "show", "--baseline-dir", str(tmp_path), new_id]) == 0
+    out = capsys.readouterr().out
+    assert f"found under old key {old_id!r}" in out and "migrated" in out
+
+    assert store.save(BaselineRecord(new_id, HW, _samples(1.01)), merge=True)
+    again = store.load(new_id, HW)
+    assert again.migrated_from is None and again.test_id == new_id
+    assert (store.path_for(new_id, HW) / "meta.json").is_file() and store.path_for(new_id, HW) != old_dir
+    assert (old_dir / "meta.json").is_file()  # the old record is left for its other readers
+    assert store.load_path(old_dir).test_id == old_id
+    # a folder under the old name that holds another test is never taken for this one
+    other = BaselineStore(tmp_path / "other")
+    other.save(BaselineRecord("other.py::test_z", HW, _samples()))
+    odir = other.path_for("other.py::test_z", HW)
+    odir.rename(odir.parent / _old_slug(old_id))
+    assert other.load(new_id, HW) is None
