@@ -1,4 +1,4 @@
-"""Speed of cross-rank collective analysis: 8 ranks x 20,000 collectives (issue 6 target <= 10 s).
+"""Speed of cross-rank collective analysis: 8 ranks x 20,000 collectives (target <= 10 s).
 
 Builds a dispatches table like ``read_torch_trace`` returns for 8 ranks of one sweep point
 (category-typed strings, nullable ints, the torch collective metadata columns), 20,000

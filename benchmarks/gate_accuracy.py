@@ -60,7 +60,7 @@ see every dispatch.
 * Google Benchmark ``compare.py``: Mann-Whitney two-sided p < 0.05 on the pooled dispatches,
   no correction, counted when the candidate median is slower.
 
-Regime rows (``benchmarks/gate_regimes.py``, issue 11; ``--regimes`` picks the scenarios):
+Regime rows (``benchmarks/gate_regimes.py``; ``--regimes`` picks the scenarios):
 A/A at 2/3/4/8/16 processes per side and 8/16/23/32/64 iterations per process, a candidate with
 30 % fewer / 50 % more iterations, a slowdown of every GEMM in a test that gates GEMMs only
 (4/7/10 %), and the top GEMM swapped for a differently named solution (+30 % and +-0 %), with

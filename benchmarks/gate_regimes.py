@@ -1,8 +1,8 @@
-"""Gate accuracy across regimes (issue 11): process counts, run lengths, shorter candidates,
+"""Gate accuracy across regimes: process counts, run lengths, shorter candidates,
 family-wide slowdowns and kernel swaps. Run through ``benchmarks/gate_accuracy.py`` (its
 ``--regimes`` rows) or on its own: ``python benchmarks/gate_regimes.py [--quick]``.
 
-Noise model (the issue's independent check): each process draws its iterations from the
+Noise model (an independent check): each process draws its iterations from the
 scenario (real 908 trace: whole recorded steps drawn with replacement, so every kernel keeps
 its real per-step dispatch count, shape mix and tails; synthetic: ``gate_accuracy.synthetic``),
 then gets a per-process factor of sd ``SIGMA_PROCESS`` (1 %) shared by all its kernels and a
@@ -30,37 +30,7 @@ Rows (each a fraction of simulated tests, replicate counts printed):
   ``gate_accuracy.py`` slows) is 3 % slower, all kernels gated. "alarm/fails" = that kernel's
   row is ``regression``.
 
-Measured at 82fbc6f (100 A/A and 30 effect replicates per row, 2 shared cores, ~12 min for the
-real trace, ~8 min for "heavy"): A/A alarms per test 0-1 % in every row, both rules (real: 1 %
-at 8 and at 16 iterations, default and threshold 0; heavy: 1 % at threshold 0 with 8 and 32
-iterations and with a 30 % shorter candidate). GEMM family, default rule, fails / GEMM rows
-regression: real 4 % 17 % / 2 %, 7 % 97 % / 61 %, 10 % 100 % / 94 %; heavy 7 % 100 % / 87 %.
-Threshold 0, family 4 %: real 33 % / 15 %, heavy 50 % / 44 %. The real trace's 14 GEMMs include
-5 that run once per step (20 dispatches per process, 2 % of GEMM time): their per-process
-medians are too noisy for a 7 % verdict with 4 processes, hence 61 % of rows. With 2
-processes per side a family slowdown is (rightly) not called: 0-3 %. Swap +30 %: fails 100 %
-(paired 100 %); swap +-0 %: 0 %.
-
-Hierarchical multiplicity rule (``GateConfig.multiplicity``, default; ``*`` row first at
-``shared_alpha`` = 1/4 of the budget, opening the kernels' totals; relative tests and unit
-metrics at the rest), same seeds, 40 effect replicates, Simes rule -> hierarchical: family 4 %
-at threshold 0 fails real 30 % -> 55 % (GEMM rows 15 -> 28 %), heavy 57.5 % -> 72.5 % (49 -> 68 %);
-family 7 % default, GEMM rows regression real 76.6 % -> 81.2 %, heavy 92.4 % (both); 10 %,
-2 and 8 processes, swaps unchanged or better; single kernel 3 % at threshold 0: real 2.5 %
-(both), heavy 77.5 % -> 80 %. A/A with 300 replicates per row: every row <= 1.0 % (real:
-0-0.7 %; heavy: 0-1.0 %, the 1.0 % at 8 iterations, threshold 0).
-
-Session 4 (``*``-row variance no longer double-counted; a "threshold 0 + confirm 1" column runs
-the plugin's default confirmation, ``confirmed``): real 908 kernels, 300 A/A / 60 effect
-replicates, ~36 min on 2 busy cores: every A/A row <= 1.0 % in every column; family 4 % at
-threshold 0 fails 68.3 % on the first look, 95.0 % with confirmation (4 extra processes);
-family 7 % at the default rule 100 % / GEMM rows 74.0 %; swap +30 % 100 %, +-0 % 0 % (default).
-
-Session 5 (default ``--gemmperf-confirm 3``, rounds sharing one FDR budget; the confirmation
-columns run the plugin's default rounds, re-runs drawn only when a round runs): A/A <= 1.0 % in
-the rows rerun (real 2/16 processes, 8 iterations; heavy 2/3/16 processes); family 4 % at
-threshold 0 + confirm 3 fails 100 % (GEMM rows 75 %); family 7 % at default + confirm 3 fails
-100 %, GEMM rows 84.4 % (README).
+Results, with the command and date of each table: ``docs/statistics.md`` ("Accuracy").
 """
 
 from __future__ import annotations

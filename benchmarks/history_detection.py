@@ -1,4 +1,4 @@
-"""Change-point detection over run history (issue 12, "check"): ``detect_changes`` vs Apache Otava.
+"""Change-point detection over run history ("history check"): ``detect_changes`` vs Apache Otava.
 
 Histories are built from the real rocprofv3 trace ``908_results.json.gz`` (MI350X, 80 kernels,
 48 usable training steps; ``gate_accuracy.load_real``): every run has 4 processes, each process

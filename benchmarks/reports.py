@@ -7,7 +7,7 @@ included, data generation excluded) and the size of each file.
 
     .venv/bin/python benchmarks/reports.py [dispatches_per_rank] [points] [ranks]
 
-Targets (issue 5, 2-core CI machine): all reports <= 15 s, report.html <= 5 MB,
+Targets (2-core CI machine): all reports <= 15 s, report.html <= 5 MB,
 report.xlsx <= 25 MB.
 """
 

@@ -1,6 +1,6 @@
 """Scale benchmark: many rank files -> gate samples + kernel statistics + verdicts, serial vs parallel.
 
-Issue 14 item 1, "Must show". For each size (default 256 files x 20,000 dispatches = 5.1 M, and
+For each size (default 256 files x 20,000 dispatches = 5.1 M, and
 1,024 files x 5,000) and each format (rocprofv3 7.x kernel_trace.csv, rocprofv3 7.x
 ``*_results.json``, PyTorch/Kineto ``*.pt.trace.json``) it
 

@@ -1,4 +1,4 @@
-"""Collective communication across ranks: matching, latency, skew, bandwidth (issue 6).
+"""Collective communication across ranks: matching, latency, skew, bandwidth.
 
 The public entry of the collective analysis; the method lives in the modules it re-exports:
 

@@ -78,10 +78,9 @@ class GateConfig:
     threshold_level: float = 0.8
     #: size a kernel whose evidence is its change relative to the other kernels by that
     #: change's interval instead of the total's (which carries the sides' mean per-process
-    #: factors) also without variance history. More power for one kernel moving while the
-    #: sides' factors differ by chance, but 1.5 % A/A alarms at threshold 0 with 3 processes
-    #: per side (heavy-tailed scenario, benchmarks/gate_regimes.py). By default only kernels
-    #: with >= RELATIVE_MIN_HISTORY_DF df of variance history are sized so.
+    #: factors) also without variance history: more power, but too many A/A alarms with 3
+    #: processes per side (docs/statistics.md). By default only kernels with
+    #: >= RELATIVE_MIN_HISTORY_DF df of variance history are sized so.
     size_by_relative: bool = False
     #: how the duration rows share the false-alarm budget ``fdr`` (compare_stats):
     #: "hierarchical" (two BH families at ``shared_alpha * fdr`` and the rest: the ``*`` rows
@@ -442,10 +441,9 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     fixed = np.isin(verdict, [NEW, MISSING])
     few = (nb < cfg.min_units) | (nc < cfg.min_units) | ~np.isfinite(q)
     # significant (q <= fdr: the change is real) and beyond the threshold with one-sided
-    # confidence ``threshold_level`` (default 0.8). The 95 % CI bound (the former rule) asks
-    # for the threshold plus ~2.4 standard errors with 6 df: with 4 processes per side and 1 %
-    # process noise a 7 % GEMM-family slowdown failed a 5 % gate in 60 % of tests
-    # (benchmarks/gate_regimes.py); the estimate alone flags real 4 % changes half the time
+    # confidence ``threshold_level`` (default 0.8): a 95 % bound asks for the threshold plus
+    # ~2.4 standard errors with 6 df and misses real family-wide shifts, the estimate alone
+    # flags changes inside the band half the time (docs/statistics.md)
     # a kernel whose evidence is its change relative to the other kernels of its processes
     # (one kernel moved, the rest did not) is sized by that change's interval: the total's
     # carries the sides' mean per-process factors, noise that says nothing about this kernel

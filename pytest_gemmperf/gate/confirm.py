@@ -15,9 +15,8 @@ confirmed, up to N. Sequential design, and what bounds the false-alarm rate:
   of "one of the N combined comparisons rejects", whatever the screen did, so the N rounds
   share the gate's FDR budget q (:meth:`ConfirmConfig.fdr_share`: each round before the last
   at q/10, the last at the rest; N = 1: q, N = 3: 0.1q, 0.1q, 0.8q). By the union bound the per-test false-
-  alarm rate is then at most that of one comparison at q, for every N: no free extra looks.
-  (Judging every round at q, 3 rounds raised A/A alarms to 1.0-1.7 % in the 2- and 16-process
-  regimes, ``benchmarks/gate_regimes.py``.) ``benchmarks/gate_confirm.py`` measures it per N.
+  alarm rate is then at most that of one comparison at q, for every N: no free extra looks
+  (measured per N in ``docs/statistics.md``).
 * and the re-runs alone (every round so far) must reproduce it (:func:`reproduced`): their own
   estimate on the worse side at one-sided p < ``reproduce_p`` (0.2), and no significant
   heterogeneity between the first look and the re-runs (z-test of the two log-ratio estimates
@@ -50,14 +49,10 @@ class ConfirmConfig:
 
     #: rounds of re-runs (each the point's ``repeats`` processes); 0 disables confirmation.
     #: Rounds go on only while the point stays suspicious without a confirmed regression
-    #: (:func:`settled`). 3, sharing one FDR budget (:meth:`fdr_share`): on the real 908 kernels
-    #: at threshold 0 a fresh baseline catches a 3 % single-kernel slowdown in 84.2 % / 82.5 %
-    #: of tests (two runs of 120; one round at q: 70-72 %) at 0.2 % A/A alarms (1/600) and
-    #: 0.83 extra processes per clean test (0.23 at the default 5 % threshold)
+    #: (:func:`settled`); the rounds share one FDR budget (:meth:`fdr_share`). Measured
+    #: detection and cost per N: ``docs/statistics.md`` ("Confirmation before blocking")
     rounds: int = 3
     #: screen: an unchanged/inconclusive row beyond the threshold with q below this is suspicious
-    #: (0.5: on the real 908 kernels at threshold 0 it screens ~70 % of 3 % slowdowns in and
-    #: ~8 % of clean tests; 0.25 screened ~58 % and ~1 %)
     screen_q: float = 0.5
     #: the re-run alone must lean the same way at this one-sided level
     reproduce_p: float = 0.2
@@ -75,9 +70,7 @@ class ConfirmConfig:
         round before the last, which gets the rest, so the shares sum to 1 for every N (N = 1:
         the whole budget; N = 3: 0.1, 0.1, 0.8). Spending little early and most on the last,
         largest sample is the O'Brien-Fleming shape: a clear regression still stops after one
-        round, a small one is judged on every re-run at nearly the full level. (On the real 908
-        kernels at threshold 0, 120 tests each: 3 % single-kernel slowdowns detected 82.5 % with
-        0.1/0.1/0.8, 79.2 % with 1/2, 1/4, 1/4 and with 1/6, 1/3, 1/2.)"""
+        round, a small one is judged on every re-run at nearly the full level."""
         if not 1 <= round_no <= max(1, self.rounds):
             raise ValueError(f"round {round_no} outside 1..{self.rounds}")
         early = min(self.early_share, 0.5 / (self.rounds - 1)) if self.rounds > 1 else 0.0

@@ -1,113 +1,13 @@
 """Per-kernel duration statistics of the gate (the ``dur_ns`` rows of a samples table).
 
-Split out of ``gate/compare.py``, which keeps the public API (``compare``, ``compare_stats``,
-``assign_verdicts``, ``GateConfig``) and the unit-level metrics.
-
-Method (``docs/regression-statistics.md`` section 3, choices measured by
-``benchmarks/gate_accuracy.py``):
-
-1. **Process summaries.** The independent unit is one process (``unit`` column). For every
-   (kernel, unit) the gate takes the median of the log dispatch durations: robust to the heavy
-   right tail of GPU timings and, because ranks of one run execute the same kernel sequence,
-   stable for kernel names that cover several GEMM shapes (the shape mix is the same in every
-   process). Dispatches are never treated as independent samples.
-2. **Shared per-process factor, within each side.** Clocks, placement and thermal state move
-   all kernels of one process together. Each unit's log offset is the median over kernels of
-   (unit summary - kernel's mean over *the units of its own side*), centred to mean 0 within
-   the side; subtracting it removes process-to-process noise from every per-kernel
-   comparison but not the difference between the sides (issue 11: offsets estimated over both
-   sides pooled took a 7 % slowdown of every GEMM of a GEMM-only test out of every GEMM row).
-   It needs at least ``min_kernels_for_shared`` kernels seen in every unit (with ``>= 5``
-   dispatches per unit when enough such kernels exist); below that, or with
-   ``shared_factor=False``, offsets are zero and each kernel is tested on its own. Because the
-   offsets are centred, a kernel's change is the ratio of the geometric means of its
-   per-process medians, shared movement included. What the offsets cannot remove is the mean
-   factor of each side: the same random term in every kernel's difference, with variance
-   ``s_o^2 (1/n_b + 1/n_c)`` (``s_o^2``: within-side variance of the offsets, ``n_b + n_c - 2``
-   df). It is added to every kernel's variance (df: the smaller of the two); the kernels' tests are
-   then positively correlated, under which Benjamini-Hochberg keeps its level (PRDS). Each
-   kernel's p-value is the Simes combination of that total test and the test of its change
-   relative to the shared movement (no shared-factor variance: one kernel moving among steady
-   ones keeps the precision of a within-process comparison; counted only in the direction of
-   the total change), ``_kernel_pvalue``; both are kept (``p_total``, ``p_relative``) for the
-   default hierarchical multiplicity rule of ``compare_stats`` (``compare._hierarchical_q``:
-   the ``*`` row first, at part of the budget; where it is rejected the kernels are judged on
-   their totals, and the relative tests form a family of their own). The ``kernel == "*"`` row
-   summarises the shared movement: median over the offset kernels of their change, t-test
-   with the variance above (``s_o^2`` holds the kernels' own noise in the offsets too).
-3. **Moderated t.** Per kernel, the between-unit variance of the normalised summaries (df =
-   n_base + n_cand - 2, i.e. 6 with 4 processes per side) is shrunk towards a prior fitted
-   across all kernels of the point (empirical Bayes, Smyth 2004). The default ``prior="robust"``
-   fits the prior's location as a Tukey-bisquare trend in the log number of dispatches per
-   process and its df by matching the residuals' interquartile range to that of ``log F``; a
-   kernel whose variance sits in the far upper tail of the prior keeps (nearly) its own
-   variance (limma's ``robust=TRUE`` idea, ``stats.robust_prior_df``). On real traces a few
-   kernels (steps that switch mode, medians between two GEMM shapes) have 5-20x the variance
-   of the rest; limma's moment fit (``prior="moments"``) then returns a prior df near 1 for
-   every kernel. The within-process sampling variance of the median (order statistics of the
-   kernel's own dispatches at the true dispatch count) floors the moderated variance at every
-   dispatch count: between-process spread cannot be smaller than it in expectation, and without
-   the floor a kernel seen a few times per process sometimes shows four near-equal medians by
-   chance (the main source of A/A false alarms on the real trace before the floor). A kernel
-   whose central quantiles (levels 0.3-0.7) vary improbably little between processes under
-   the floor (lower 0.1 % of chi^2 on twice the median's df), or whose own variance does on
-   >= 20 df (variance history), has no floor: a median between the modes of a *fixed* mix of
-   GEMM shapes (``_sampling_floor``, ``_central_quantile_var``). A cut-off at 21 dispatches
-   per process gave 1 % A/A alarms at 23; judging the floor on the median's 4-6 df alone gave
-   3 % with 3 processes per side (a kernel whose step mix varies between processes shows
-   near-equal medians by chance, but not near-equal central quantiles); the floor everywhere
-   cost the bimodal scenario half its power at 10 %.
-   ``prior_trend`` picks the trend's covariate: "count" (log dispatches per process), "noise" (log sampling variance of the per-process median, order statistics at the
-   *true* dispatch count, ``stats.group_median_se``) or "additive" (log of that variance plus
-   the kernels' median excess of s^2 over it: kernel-specific process noise + the median's own
-   noise). On the real trace the count trend explains little (prior df ~1.3, so the t of a 3 %
-   shift has ~7 df and misses BH); the additive trend raises the prior df to ~8 and detection
-   of 3 % from 12 % to ~70 %, at A/A false alarms near 1 % (two step-clustered kernels whose
-   per-process medians are heavier-tailed than normal); kernels whose median sits between two
-   GEMM shapes have an overstated sampling variance and lose power under it. "capped" takes,
-   per kernel, the smaller of the count and additive trends' locations (so such a kernel falls
-   back to the count trend) and matches the prior df to that location
-   (``stats.prior_df_at_location``; the additive fit's own df with the lowered locations gave
-   5 % A/A alarms on the real trace). Measured at threshold 0: 3 % in 1 kernel detected in
-   36 % of real-resampled tests (count 12 %), heavy 94 % (84 %), bimodal 88 % (90 %), A/A
-   alarms <= 0.3 %. It is the default: every target of the accuracy benchmark that "count"
-   meets it meets too, and real data gains most; bimodal noise, where the count trend already
-   fits, loses 2-5 points at 2-3 % (3 kernels at 3 %: 84 % vs 89 %). The
-   p-value is the two-sided moderated t; the 95 % CI is the t interval on the log scale. An exact Mann-Whitney U on the same per-unit summaries is reported as
-   ``rank_p_value`` but is not used to decide: with 4 vs 4 processes its smallest two-sided p is
-   2/70 = 0.029, which no FDR correction over ~80 kernels can accept.
-   ``ci_method="bootstrap"`` replaces the interval by a hierarchical bootstrap (processes, then
-   dispatches); with 4 processes it is too narrow (resampling 4 values underestimates their
-   spread), so it is not the default.
-   **Variance history.** ``compare(history=...)`` takes the :func:`variance_contribution` rows
-   of earlier runs that the baseline store keeps (``gate/baseline.py``): per kernel, the
-   between-process sum of squares and df of each earlier run. They are pooled with the
-   comparison's own s^2 before the prior is fitted (a kernel with 10 earlier runs of 4
-   processes has 6 + 30 df), except where the current s^2 is an upper outlier of
-   ``F(df, df_hist)`` (p < ``HISTORY_OUTLIER_P``): a kernel whose noise grew keeps its own
-   estimate. On the real trace this is what reaches the threshold-0 targets: a cross-kernel
-   prior cannot know which kernels are quiet when their variances differ 50x, their history
-   can (``benchmarks/gate_accuracy.py``, rows "+ history of N runs").
-4. **Dispersion.** Per kernel and unit the robust CV (1.4826 MAD of log durations) is compared
-   the same way (moderated t on log CV, metric ``cv_robust``) for kernels with at least
-   ``dispersion_min_dispatches`` dispatches per unit. Its default threshold is 1.0 (the CV
-   must at least double): on the real trace the per-process robust CV of one kernel varies by
-   +-50 % between processes, so smaller thresholds raise A/A alarms.
-5. **Unit-level metrics** (category totals, overlap fraction, interference, exposed
-   communication, collective metrics): one value per unit, pooled t-test on the log scale (raw
-   scale when a value is <= 0).
-6. **Multiplicity and decision.** Benjamini-Hochberg at ``fdr`` (default 0.01) over every
-   p-value of the test (all points, kernels and metrics), the dispersion rows in a family of
-   their own (``dispersion_family``). With no change anywhere, BH at q alarms in about a
-   fraction q of the tests, so q is the per-test false-alarm budget of the statistics alone
-   (threshold 0): 0.01 meets the <= 1 % target there and costs the default 5 % rule nothing.
-   Two-part rule: ``regression`` iff ``q <= fdr`` and the CI's
-   lower bound exceeds ``1 + threshold`` (and the median grew by more than ``abs_floor_ns``);
-   ``improvement`` symmetrically below ``1 - threshold``; ``unchanged`` when the CI lies
-   inside ``[1 - threshold, 1 + threshold]`` or nothing is significant and the estimate is
-   inside the band (with ``threshold == 0``: not significant); otherwise ``inconclusive`` with
-   the number of processes per side that would resolve a change of the threshold's size.
-   ``new`` / ``missing`` when a kernel is seen on one side only.
+``gate/compare.py`` keeps the public API (``compare``, ``compare_stats``, ``assign_verdicts``,
+``GateConfig``) and the unit-level metrics; this module turns each kernel's dispatches into one
+test of its change. The independent unit is one process: per (kernel, process) the median log
+duration; a per-process factor shared by all kernels is estimated within each side and removed;
+each kernel's between-process variance is moderated towards a cross-kernel empirical-Bayes prior
+(floored by the median's own sampling variance, pooled with the baseline's variance history);
+the test is a moderated t with a t interval on the log scale. Why each step is as it is, and
+what it was measured against, is in ``docs/statistics.md`` ("The method in detail").
 """
 
 from __future__ import annotations

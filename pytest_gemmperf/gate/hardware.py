@@ -1,4 +1,4 @@
-"""Hardware key and run metadata for baselines (DESIGN.md section 7, regression-statistics 3.9).
+"""Hardware key and run metadata for baselines (``docs/design.md``, "Baselines").
 
 The key names what the numbers depend on physically (GPU arch, product, GPU count; CPU model and
 core count for CPU-only runs). Software versions are *metadata*, never part of the key: a ROCm or

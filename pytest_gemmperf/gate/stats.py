@@ -2,10 +2,10 @@
 
 Everything here works on numpy arrays and is checked against scipy on fixed seeds in
 ``tests/test_gate_stats.py``. The functions are deliberately small so that ``gate/compare.py``
-reads as the recipe of ``docs/regression-statistics.md`` section 3:
+reads as the recipe of ``docs/statistics.md``:
 
 * grouped robust summaries (median, MAD) computed with one sort instead of a Python loop;
-* Benjamini-Hochberg q-values (section 3.5);
+* Benjamini-Hochberg q-values;
 * limma's empirical-Bayes variance moderation (Smyth 2004): the prior ``(d0, s0^2)`` is fitted to
   the per-kernel variances by matching the first two moments of ``log s^2``; each kernel's
   variance is then shrunk towards ``s0^2`` with weight ``d0``. This is how the gate "borrows
