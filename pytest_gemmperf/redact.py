@@ -126,16 +126,18 @@ def redact_text(text: str, values: Iterable[str] | None = None) -> str:
 
 def redact_command(command: Any, values: Iterable[str] | None = None) -> Any:
     """A recorded command in its own shape: a string stays a string (split and re-joined when
-    it parses as shell words), a list of arguments a list, a list of command lines a list of
+    it parses as shell words and holds a secret), a list of arguments a list, a list of command lines a list of
     them; None stays None."""
     vals = _values(values)
     if command is None:
         return None
     if isinstance(command, str):
         try:
-            return shlex.join(redact_argv(shlex.split(command), vals))
+            parts = shlex.split(command)
         except ValueError:  # unbalanced quotes: not shell words, redact as text
             return redact_text(command, vals)
+        hidden = redact_argv(parts, vals)
+        return command if hidden == parts else shlex.join(hidden)
     if isinstance(command, (list, tuple)):
         if any(isinstance(c, (list, tuple)) for c in command):
             return [redact_command(c, vals) for c in command]

@@ -37,12 +37,12 @@ RECORDED_ENV_NAMES = frozenset({
     "GPU_MAX_HW_QUEUES", "GPU_MAX_HEAP_SIZE", "GPU_MAX_ALLOC_PERCENT", "GPU_SINGLE_ALLOC_PERCENT",
     "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
     "TORCH_BLAS_PREFER_HIPBLASLT", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
-    "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOMP_CPU_AFFINITY",
+    "OPENBLAS_NUM_THREADS", "GOMP_CPU_AFFINITY",
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
 })
 #: Prefixes of whole families of performance knobs (each the namespace of one library).
 RECORDED_ENV_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "HIP_", "ROCR_", "HIPBLASLT_", "ROCBLAS_",
-                         "TENSILE_", "MIOPEN_", "OMP_", "KMP_", "TORCH_NCCL_", "PYTORCH_TUNABLEOP_",
+                         "TENSILE_", "MIOPEN_", "OMP_", "KMP_", "MKL_", "TORCH_NCCL_", "PYTORCH_TUNABLEOP_",
                          "TORCHINDUCTOR_", "UCX_", "FI_", "GEMMPERF_")
 
 #: user_properties names (JUnit XML properties; also how xdist workers report to the controller)

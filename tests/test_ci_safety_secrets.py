@@ -160,19 +160,19 @@ def test_no_secret_value_is_written_anywhere(gp, pytester, monkeypatch, form):  
                      "--history", str(root / "hist"), "--run-id", "ci-8",
                      str(root / "base"), str(res)]) in (0, 1)
 
+    written = [root / d for d in ("res1", "res", "base", "hist", "report", "analysis", "compared")]
+    assert all(d.is_dir() for d in written), [d for d in written if not d.is_dir()]
+    for d in ("report", "analysis", "compared"):
+        names = {p.name for p in (root / d).rglob("*")}
+        assert {"report.html", "report.xlsx", "summary.md"} <= names, (d, names)
+    planted = {**all_env, **{f"arg{i}": v for i, v in enumerate(arg_values)}}
+    assert _leaks(written, planted) == []
+
     # the records still say which variables were set and that a secret was there
     point = json.loads(next(res.rglob("point.json")).read_text())
     assert point["env"]["HF_TOKEN"] == REDACTED and point["env"]["NCCL_AUTH_COOKIE"] == REDACTED
     assert "AMD_API_KEY" not in point["env"]  # not a performance variable: not recorded at all
     assert REDACTED in json.dumps(point["resolved_command"])
-
-    written = [root / d for d in ("res1", "res", "base", "hist", "report", "analysis", "compared")]
-    assert all(d.is_dir() for d in written), [d for d in written if not d.is_dir()]
-    for d in ("report", "analysis", "compared"):
-        names = {p.name for p in (root / d).rglob("*")}
-        assert {"report.html", "report.xlsx"} <= names, (d, names)
-    planted = {**all_env, **{f"arg{i}": v for i, v in enumerate(arg_values)}}
-    assert _leaks(written, planted) == []
 
 
 @pytest.mark.parametrize("name", [*INHERITED_SECRETS, *PROFILE_SECRETS, "x_token_y", "Cookie", "PASSWD",
