@@ -20,6 +20,7 @@ import pandas as pd
 
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
 from pytest_gemmperf.analysis.selection import select_kernels
+from pytest_gemmperf.redact import redact_argv, redact_command, redact_env, redact_text, secret_values
 from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, item_test_id, write_point_json, write_tables
 # PROP_*: re-exported, plugin.py and progress.py read them from here
 from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
@@ -27,10 +28,23 @@ from pytest_gemmperf.session_reruns import PointReruns
 from pytest_gemmperf.sweep import SweepPoint
 from pytest_gemmperf.textsafe import printable_lines
 
-#: Variables recorded in point.json besides those gemmperf sets (the rest of the environment
-#: can hold secrets and is not recorded).
-RECORDED_ENV_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "HIP_", "CUDA_", "ROCR_", "ROCM_", "OMP_",
-                         "MKL_", "TORCH_", "PYTORCH_", "GEMMPERF_", "MASTER_", "GPU_", "AMD_")
+#: Inherited variables recorded in point.json besides those the point sets: the ones that change
+#: performance (runtime, collective, BLAS, threading and allocator knobs) and the process layout.
+#: An allow-list: the rest of a CI environment (tokens, keys, licences) is never recorded.
+RECORDED_ENV_NAMES = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_MODULE_LOADING", "CUDA_CACHE_DISABLE", "CUBLAS_WORKSPACE_CONFIG", "NVIDIA_TF32_OVERRIDE",
+    "AMD_SERIALIZE_KERNEL", "AMD_SERIALIZE_COPY", "AMD_DIRECT_DISPATCH", "AMD_LOG_LEVEL",
+    "GPU_MAX_HW_QUEUES", "GPU_MAX_HEAP_SIZE", "GPU_MAX_ALLOC_PERCENT", "GPU_SINGLE_ALLOC_PERCENT",
+    "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "TORCH_BLAS_PREFER_HIPBLASLT", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+    "OPENBLAS_NUM_THREADS", "GOMP_CPU_AFFINITY",
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+})
+#: Prefixes of whole families of performance knobs (each the namespace of one library).
+RECORDED_ENV_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "HIP_", "ROCR_", "HIPBLASLT_", "ROCBLAS_",
+                         "TENSILE_", "MIOPEN_", "OMP_", "KMP_", "MKL_", "TORCH_NCCL_", "PYTORCH_TUNABLEOP_",
+                         "TORCHINDUCTOR_", "UCX_", "FI_", "GEMMPERF_")
 
 #: user_properties names (JUnit XML properties; also how xdist workers report to the controller)
 
@@ -128,9 +142,12 @@ def gpu_binding(gpus_per_point: int, index: int | None = None) -> dict[str, str]
 
 
 def recorded_env(full_env: Mapping[str, str], set_by_us: Mapping[str, str]) -> dict[str, str]:
-    keep = {k: v for k, v in full_env.items() if k.startswith(RECORDED_ENV_PREFIXES)}
+    """The environment point.json records: every variable the point set plus the allow-listed
+    inherited ones, secret-named values redacted (redact.py)."""
+    keep = {k: v for k, v in full_env.items()
+            if k in RECORDED_ENV_NAMES or k.startswith(RECORDED_ENV_PREFIXES)}
     keep.update(set_by_us)
-    return dict(sorted(keep.items()))
+    return redact_env(dict(sorted(keep.items())))
 
 
 def _foreign_point_dir(point_dir: Path, nodeid: str) -> str:
@@ -180,7 +197,7 @@ class GemmperfSession:
         o = self.options
         meta = {
             "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
-            "argv": self.argv,
+            "argv": redact_argv(self.argv),
             "rootdir": str(self.rootdir) if self.rootdir else None,
             "backend": self.backend.name,
             "device": self.backend.device,
@@ -221,6 +238,8 @@ class PointRunner(PointGate, PointReruns):
         self._call: dict[str, Any] | None = None  # the last profile() call, for re-runs
         self._record_json: dict[str, Any] | None = None
         self._confirm_text = ""
+        #: secret values of the last profile() call's environment, redacted wherever recorded
+        self._secrets: tuple[str, ...] = ()
 
     # -- facts a test may want
     @property
@@ -277,14 +296,17 @@ class PointRunner(PointGate, PointReruns):
         point_dir.mkdir(parents=True)
         env_set = self.env(env)
         full_env = {**os.environ, **env_set}
+        # what is recorded is redacted; the workload gets full_env as it is
+        self._secrets = secret_values(full_env)
         backend = self.backend
         record: dict[str, Any] = {
             "test_id": self.test_id, "nodeid": self.nodeid, "point": self.point.id,
             "axes": self.point.values, "kernels": list(self.point.kernels),
-            "env": recorded_env(full_env, env_set), "env_set": env_set,
-            "command": list(command) if not isinstance(command, str) else command,
-            "launcher": launcher if launcher is None or isinstance(launcher, str) else list(launcher),
-            "nproc": nproc, "nnodes": nnodes, "launcher_args": list(launcher_args),
+            "env": recorded_env(full_env, env_set), "env_set": redact_env(env_set),
+            "command": redact_command(command if isinstance(command, str) else list(command), self._secrets),
+            "launcher": redact_command(launcher if launcher is None or isinstance(launcher, str)
+                                       else list(launcher), self._secrets),
+            "nproc": nproc, "nnodes": nnodes, "launcher_args": redact_argv(launcher_args, self._secrets),
             "backend": backend.name, "device": backend.device,
             "counters": list(counters), "repeats": repeats, "timeout_s": timeout_s,
             "cwd": str(cwd) if cwd else os.getcwd(), "status": "running", "runs": [],
@@ -304,26 +326,26 @@ class PointRunner(PointGate, PointReruns):
                 trace, argv = self._execute(record, first_run=0)
         except _PointSkipped as exc:
             record["status"] = "skipped"
-            record["error"] = str(exc)
+            record["error"] = redact_text(str(exc), self._secrets)
             write_point_json(point_dir, record)
-            pytest.skip(printable_lines(f"gemmperf: {exc}"))
+            pytest.skip(printable_lines(f"gemmperf: {record['error']}"))
         except _PointFailed as exc:
             record["status"] = exc.status
-            record["error"] = exc.message
+            record["error"] = redact_text(exc.message, self._secrets)
             # a failed or timed-out point keeps its telemetry: was the box healthy?
             self._store_telemetry(sampler, record, {}, round_no=0)
             write_point_json(point_dir, record)
-            pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {exc.message}"), pytrace=False)
+            pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {record['error']}"), pytrace=False)
         except Exception as exc:
             from pytest_gemmperf.errors import GemmperfInputError
 
             record["status"] = "error"
-            record["error"] = str(exc)
+            record["error"] = redact_text(str(exc), self._secrets)
             write_point_json(point_dir, record)
             if isinstance(exc, (GemmperfInputError, GemmperfUsageError, ValueError)):
-                pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}"), pytrace=False)
+                pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {record['error']}"), pytrace=False)
             raise
-        record["resolved_command"] = argv
+        record["resolved_command"] = redact_argv(argv, self._secrets)
         self._store_telemetry(sampler, record, monitor.evidence, round_no=0, dispatches=trace.dispatches)
         record["environment"] = monitor.evidence
         disturbance = self._assess(monitor.evidence)
@@ -341,7 +363,8 @@ class PointRunner(PointGate, PointReruns):
         results.update_run_json(hardware_key=hw_key)
         return PointResult(test_id=self.test_id, point=self.point, dir=point_dir, backend=backend,
                            dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
-                           env=record["env"], command=argv, runs=record["runs"], hw_key=hw_key,
+                           env=record["env"], command=record["resolved_command"], runs=record["runs"],
+                           hw_key=hw_key,
                            environment=monitor.evidence)
 
     def _run_torch(self, command, launcher, nproc, nnodes, launcher_args, repeats, timeout_s,
@@ -367,7 +390,7 @@ class PointRunner(PointGate, PointReruns):
             with self._process_window(k):
                 if multinode:  # a fresh rendezvous port per repeat
                     nodes = node_launch_argvs(command, nproc, nnodes, launcher_args)
-                    record["node_commands"] = nodes
+                    record["node_commands"] = redact_command(nodes, self._secrets)
                     run = run_torch_nodes(nodes, env=full_env, run_dir=self.dir / f"run{k}", run=k,
                                           device=device, timeout_s=timeout_s, cwd=cwd,
                                           world_size=nproc * nnodes)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 
+from pytest_gemmperf.redact import redact_text
 from pytest_gemmperf.run.results import write_point_json, write_tables
 from pytest_gemmperf.textsafe import printable, printable_lines
 
@@ -158,10 +159,11 @@ class PointReruns:
                 trace, _ = self._execute(record, first_run=self._call["repeats"] * round_no)
         except _PointFailed as exc:
             record["status"] = exc.status
-            record["error"] = f"confirmation round {round_no}: {exc.message}"
+            message = redact_text(exc.message, self._secrets)
+            record["error"] = f"confirmation round {round_no}: {message}"
             write_point_json(self.dir, record)
             pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run "
-                                        f"failed: {exc.message}"), pytrace=False)
+                                        f"failed: {message}"), pytrace=False)
         self._store_telemetry(sampler, record, monitor.evidence, round_no=round_no,
                               dispatches=trace.dispatches)
         write_point_json(self.dir, record)

@@ -59,6 +59,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import store_fs as fs
 from pytest_gemmperf.gate import store_txn as txn
 from pytest_gemmperf.gate.hardware import sanitize
+from pytest_gemmperf.redact import redact_record
 from pytest_gemmperf.gate.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
                                          SCHEMA_VERSION, SUMMARY_FILE, VARIANCE_FILE, BaselineRecord,
                                          _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
@@ -559,7 +560,8 @@ class BaselineStore:
                       "metrics": int(samples["metric"].nunique()), "units": int(samples["unit"].nunique()),
                       "rows": int(len(samples)),
                       "history_runs": int(variance["seq"].nunique()) if VARIANCE_FILE in blobs else 0},
-            "metadata": record.meta,
+            # committed to git: env and commands redacted, also those of an older record
+            "metadata": redact_record(record.meta),
         }
         try:
             blobs[META_FILE] = (json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n").encode()

@@ -40,6 +40,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.redact import redact_record
 
 HISTORY_COLUMNS = ("run_id", "time", "commit", "branch", "hw_key", "test",
                    "point", "kernel", "metric", "unit", "value")
@@ -126,7 +127,7 @@ class HistoryStore:
             raise GemmperfInputError(None, f"history values lack {', '.join(missing)}")
         if len(values) == 0:
             raise GemmperfInputError(None, f"run {run.run_id!r}: no values to record")
-        meta = json.dumps(run.meta or {}, sort_keys=True, default=str)
+        meta = json.dumps(redact_record(run.meta or {}), sort_keys=True, default=str)
         paths = []
         for test, part in values.groupby(values["test"].astype(str), sort=True):
             n = len(part)

@@ -24,6 +24,7 @@ from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
+from pytest_gemmperf.redact import redact_record
 
 #: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
 DEFAULT_SHORT_KERNEL_US = 50.0
@@ -541,7 +542,7 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
         top_variance=top, overlap=get("overlap"), timeline=get("timeline"),
         timeline_by_point=get("timeline_by_point"), counters=get("counters"),
         boxes=_boxes(parts.get("_gemm", []), plot_kernels), interaction=_interaction(top), verdicts=verdicts_n,
-        meta=dict(meta or {}), short_kernel_us=float(short_kernel_us), top_k=int(top_k),
+        meta=redact_record(dict(meta or {})), short_kernel_us=float(short_kernel_us), top_k=int(top_k),
         notes=notes, n_dispatches=n_disp, collectives=get("collectives"),
         collective_best=get("collective_best"), stragglers=get("stragglers"),
         nccl_master=get("nccl_master"),

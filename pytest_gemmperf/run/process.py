@@ -32,11 +32,12 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from pytest_gemmperf import safe_io
+from pytest_gemmperf.redact import redact_argv, redact_text, secret_values
 from pytest_gemmperf.run._reaper import describe, proc_table as _proc_table
 
 #: Launchers that ``launch_argv`` knows by name.
@@ -66,6 +67,8 @@ class ProcessResult:
     pid: int = -1
     #: stopped through ``run_process(cancel=...)`` (another node agent of the run failed)
     cancelled: bool = False
+    #: secret values of the environment it ran with, hidden in what quotes its command line
+    redact_values: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -105,7 +108,7 @@ class WorkloadError(Exception):
         self.log_tail = result.tail(tail_lines) if result is not None else ""
         text = message
         if result is not None:
-            text += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.log_path}"
+            text += f"\ncommand: {shlex.join(redact_argv(result.argv, result.redact_values))}\nlog: {result.log_path}"
             if self.log_tail:
                 text += f"\n--- last {tail_lines} lines of the log ---\n{self.log_tail}"
         super().__init__(text)
@@ -403,6 +406,8 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     marker = secrets.token_hex(12)
     child_env = dict(os.environ if env is None else env)
     child_env[MARKER_VAR] = marker
+    # the log is a CI artifact: what it quotes of the command is redacted (redact.py)
+    secrets_of_env = secret_values(child_env)
     launched = list(argv)
     if USE_REAPER:
         # the launcher execs the command itself: fail here, as Popen would, when it cannot
@@ -412,7 +417,7 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     timed_out = interrupted = cancelled = False
     killed: dict[int, str] = {}
     with safe_io.open_append(log_path) as log:
-        log.write(f"$ {shlex.join(argv)}\n".encode())
+        log.write(f"$ {shlex.join(redact_argv(argv, secrets_of_env))}\n".encode())
         log.flush()
         start = time.monotonic()
         proc = subprocess.Popen(launched, stdin=subprocess.DEVNULL, stdout=log,
@@ -439,13 +444,14 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             why = ("on timeout" if timed_out else "on interrupt" if interrupted
                    else "as another node agent failed" if cancelled else "after the workload exited")
             for pid in sorted(killed):
-                log.write(f"[gemmperf] killed process {killed[pid]} {why}\n".encode("utf-8", "replace"))
+                named = redact_text(killed[pid], secrets_of_env)
+                log.write(f"[gemmperf] killed process {named} {why}\n".encode("utf-8", "replace"))
             if timed_out:
                 log.write(f"\n[gemmperf] timed out after {timeout_s} s; process group killed\n"
                           .encode())
     return ProcessResult(argv=argv, returncode=proc.returncode, duration_s=duration_s,
                          timed_out=timed_out, interrupted=interrupted, log_path=log_path,
-                         pid=proc.pid, cancelled=cancelled)
+                         pid=proc.pid, cancelled=cancelled, redact_values=secrets_of_env)
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float | None, cancel: threading.Event | None) -> bool:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from pytest_gemmperf import safe_io
+from pytest_gemmperf.redact import redact_record
 
 RUN_JSON = "run.json"
 POINT_JSON = "point.json"
@@ -219,7 +220,8 @@ class ResultsDir:
 
 def write_point_json(point_dir: Path, record: Mapping[str, Any]) -> Path:
     path = point_dir / POINT_JSON
-    write_json(path, dict(record))
+    # the last net for secrets of this process's environment (results are CI artifacts)
+    write_json(path, redact_record(dict(record)))
     return path
 
 
