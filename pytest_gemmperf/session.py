@@ -11,13 +11,14 @@ import datetime as _dt
 import functools
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.paths import remove_tree
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.redact import redact_argv, redact_command, redact_env, redact_text, secret_values
@@ -176,6 +177,8 @@ class GemmperfSession:
         self._metadata: dict[str, Any] | None = None
         #: extra run.json fields set before the first point runs (plugin: the shard plan)
         self.run_fields: dict[str, Any] = {}
+        #: point directories this process made: the only ones a later try may replace
+        self.created_points: set[Path] = set()
 
     @property
     def backend(self) -> BackendChoice:
@@ -240,6 +243,7 @@ class PointRunner(PointGate, PointReruns):
         self._confirm_text = ""
         #: secret values of the last profile() call's environment, redacted wherever recorded
         self._secrets: tuple[str, ...] = ()
+        self._check_dir()
 
     # -- facts a test may want
     @property
@@ -258,6 +262,43 @@ class PointRunner(PointGate, PointReruns):
     @property
     def dir(self) -> Path:
         return self.session.results.point_dir(self.test_id, self.point.id)
+
+    def _dir_problem(self) -> GemmperfInputError | None:
+        """Why this point cannot write its directory, or None. Only a directory this session
+        made (an earlier try of the same item) may be replaced: an earlier session's results
+        in a reused --gemmperf-results-dir, or anything planted there, are never deleted."""
+        try:
+            point_dir = self.dir
+        except GemmperfInputError as exc:
+            return exc
+        if os.path.lexists(point_dir) and point_dir not in self.session.created_points:
+            return GemmperfInputError(point_dir, "exists and was not made by this session; refusing to "
+                                                 "replace it (use a fresh --gemmperf-results-dir or move it away)")
+        return None
+
+    def _check_dir(self) -> None:
+        """Fail the item's set-up with one line when its directory cannot be written."""
+        problem = self._dir_problem()
+        if problem is not None:
+            import pytest
+
+            pytest.fail(printable_lines(f"gemmperf: {self.nodeid}: {problem}"), pytrace=False)
+
+    def _fresh_dir(self) -> Path:
+        """This point's directory, empty and made by this session (see :meth:`_dir_problem`)."""
+        self._check_dir()
+        point_dir = self.dir
+        root = self.session.results.root
+        if os.path.lexists(point_dir):  # an earlier try of this item in this session
+            clash = _foreign_point_dir(point_dir, self.nodeid)
+            if clash:
+                import pytest
+
+                pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {clash}"), pytrace=False)
+            remove_tree(root, *point_dir.relative_to(root).parts)
+        point_dir.mkdir(parents=True)
+        self.session.created_points.add(point_dir)
+        return self.dir  # checked again: a link planted while the directories were made is refused
 
     def env(self, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
         """Variables this point sets: axes, base env, GPU binding, then ``extra``."""
@@ -287,13 +328,7 @@ class PointRunner(PointGate, PointReruns):
         if repeats < 1:
             raise GemmperfUsageError(f"repeats must be >= 1, got {repeats}")
         results = self.session.ensure_results()
-        point_dir = self.dir
-        if point_dir.exists():  # a rerun of the same item in this session replaces its outputs
-            clash = _foreign_point_dir(point_dir, self.nodeid)
-            if clash:
-                pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {clash}", pytrace=False)
-            shutil.rmtree(point_dir)
-        point_dir.mkdir(parents=True)
+        point_dir = self._fresh_dir()
         env_set = self.env(env)
         full_env = {**os.environ, **env_set}
         # what is recorded is redacted; the workload gets full_env as it is
@@ -337,8 +372,6 @@ class PointRunner(PointGate, PointReruns):
             write_point_json(point_dir, record)
             pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {record['error']}"), pytrace=False)
         except Exception as exc:
-            from pytest_gemmperf.errors import GemmperfInputError
-
             record["status"] = "error"
             record["error"] = redact_text(str(exc), self._secrets)
             write_point_json(point_dir, record)

@@ -23,6 +23,7 @@ as a baseline.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import re
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import pytest
+
+from pytest_gemmperf.paths import MAX_NAME_BYTES
 
 MARK_NAME = "gemmperf_sweep"
 
@@ -43,6 +46,10 @@ EnvMapping = Union[str, Sequence[str], Mapping[str, str], Callable[[Any], Mappin
 Scalar = Union[int, float, str, bool]
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._+]+")
+#: a label used in ids as written: no separator, no leading dot, short enough to read
+_LABEL_PLAIN = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,63}")
+_LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_+]+")
+_LABEL_KEEP = 32
 
 
 @dataclass(frozen=True)
@@ -189,8 +196,8 @@ class SweepSpec:
             tokens = []
             for (name, ax), value in zip(self.axes, combo):
                 env.update(ax.env_for(value))
-                tokens.append(f"{ax.abbr or name}{_id_token(value)}")
-            pid = "-".join(tokens)
+                tokens.append(f"{_label_token(ax.abbr or name)}{_id_token(value)}")
+            pid = _bounded_id("-".join(tokens))
             if pid in seen:
                 raise ValueError(f"sweep values {seen[pid]} and {combo} give the same point id {pid!r}")
             seen[pid] = combo
@@ -378,6 +385,32 @@ def _env_str(value: Any) -> str:
 def _id_token(value: Scalar) -> str:
     tok = _ID_UNSAFE.sub("_", _env_str(value)).strip("_")
     return tok or "_"
+
+
+def _label_token(label: Any) -> str:
+    """An axis label (abbreviation or name) as the prefix of its id tokens.
+
+    A point id is a directory name, so the label must not carry a separator, ``..``, NUL or a
+    leading dot into it. A plain label is kept as written (ids stay what they always were);
+    any other is cleaned like a value and gets a digest of the original, so two labels that
+    clean alike (``a/b``, ``a:b``, ``é``, ``ü``) still give distinct ids."""
+    text = str(label)
+    if _LABEL_PLAIN.fullmatch(text):
+        return text
+    cleaned = _LABEL_UNSAFE.sub("_", text).strip("_")[:_LABEL_KEEP]
+    return f"{cleaned or 'axis'}_{_digest(text)}"
+
+
+def _bounded_id(pid: str) -> str:
+    """``pid``, shortened to fit one file-system name (with a digest of the whole id, so
+    long ids stay distinct)."""
+    if len(pid.encode()) <= MAX_NAME_BYTES:
+        return pid
+    return f"{pid[:MAX_NAME_BYTES - 9]}-{_digest(pid)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 def _check_kernels(kernels: Iterable[str]) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ import pandas as pd
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.paths import contained
 from pytest_gemmperf.run.results import POINT_JSON, RUN_JSON, VERDICTS_CSV, write_json
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.fileio import read_json_object
@@ -125,16 +126,20 @@ def merge_results(inputs: list[Path], out: Path, *, partial: bool = False) -> Me
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
+        # every destination is built by contained(): names from the inputs' listings are one
+        # level each, and nothing in --out is followed as a link
         for (test, point), src in sorted(plan.points.items()):
-            shutil.copytree(src, out / test / point, symlinks=True, copy_function=_link_or_copy)
+            contained(out, test).mkdir(exist_ok=True)
+            shutil.copytree(src, contained(out, test, point), symlinks=True, copy_function=_link_or_copy)
         for (test, name), src in sorted(plan.files.items()):
-            (out / test).mkdir(parents=True, exist_ok=True)
-            _link_or_copy(str(src), str(out / test / name))
+            contained(out, test).mkdir(exist_ok=True)
+            _link_or_copy(str(src), str(contained(out, test, name)))
         for test, frame in frames.items():
-            safe_io.write_text(out / test / VERDICTS_CSV, safe_io.csv_text(frame))
+            contained(out, test).mkdir(exist_ok=True)
+            safe_io.write_text(contained(out, test, VERDICTS_CSV), safe_io.csv_text(frame))
         write_json(out / RUN_JSON, _merged_run_json(plan))
     except BaseException:
-        if created:  # leave nothing half-merged behind
+        if created and not out.is_symlink():  # leave nothing half-merged behind (only what we made)
             shutil.rmtree(out, ignore_errors=True)
         raise
     return plan

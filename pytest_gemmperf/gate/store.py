@@ -60,6 +60,7 @@ from pytest_gemmperf.gate import store_fs as fs
 from pytest_gemmperf.gate import store_txn as txn
 from pytest_gemmperf.gate.hardware import sanitize
 from pytest_gemmperf.redact import redact_record
+from pytest_gemmperf.paths import contained
 from pytest_gemmperf.gate.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
                                          SCHEMA_VERSION, SUMMARY_FILE, VARIANCE_FILE, BaselineRecord,
                                          _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
@@ -110,7 +111,7 @@ class BaselineStore:
         hw = sanitize(hw_key)
         if hw.startswith("."):
             raise GemmperfInputError(None, f"invalid hardware key {hw_key!r}")
-        return self.root / hw / slug_for_test(test_id)
+        return contained(self.root, hw, slug_for_test(test_id))
 
     def files_dir(self, test_id: str, hw_key: str) -> Path | None:
         """The directory holding the record's current data files (its version directory, or
@@ -244,12 +245,18 @@ class BaselineStore:
     def _record_dirs(self, hw_key: str | None = None) -> list[Path]:
         if not self.root.is_dir():
             return []
-        hw_dirs = [self.root / sanitize(hw_key)] if hw_key else sorted(self.root.iterdir())
+        names = [sanitize(hw_key)] if hw_key else sorted(p.name for p in self.root.iterdir())
         out = []
-        for hw in hw_dirs:
-            if hw.name.startswith(".") or not hw.is_dir():
+        for name in names:
+            if name.startswith("."):
                 continue
-            out += [d for d in sorted(hw.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+            # a link planted at a hardware key or a record would let prune and recovery
+            # delete what it points to: contained() refuses it, naming it
+            hw = contained(self.root, name)
+            if not hw.is_dir():
+                continue
+            out += [contained(self.root, name, d.name) for d in sorted(hw.iterdir())
+                    if not d.name.startswith(".") and (d.is_dir() or d.is_symlink())]
         return out
 
     def _check_dir(self, d: Path, rec: BaselineRecord) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import store_fs as fs
+from pytest_gemmperf.paths import contained, contained_relative
 from pytest_gemmperf.gate.record import _VERSION_RE, META_FILE, SAMPLES_FILE, SUMMARY_FILE, VARIANCE_FILE
 
 TXN_DIR = ".txn"
@@ -48,7 +49,7 @@ class Plan:
 
 def ignored_dir(root: Path, name: str) -> Path:
     """``root/name``, created with a ``.gitignore`` of ``*`` (locks and journals are private)."""
-    p = root / name
+    p = contained(root, name)
     if not p.is_dir():
         fs.mkdir(p)
     ignore = p / ".gitignore"
@@ -91,7 +92,7 @@ def _valid(doc: Any) -> bool:
 
 def journals(root: Path) -> list[tuple[Path, dict[str, Any] | None]]:
     """(path, parsed journal or None when unreadable), oldest first."""
-    tdir = root / TXN_DIR
+    tdir = contained(root, TXN_DIR)
     try:
         names = sorted(n for n in os.listdir(tdir) if n.endswith(".json") and not n.startswith("."))
     except (FileNotFoundError, NotADirectoryError):
@@ -117,7 +118,7 @@ def targets(root: Path) -> dict[Path, Path | None]:
     for _p, doc in journals(root):
         if doc is not None:
             for r in doc["records"]:
-                d = root / r["dir"]
+                d = contained_relative(root, r["dir"])
                 if doc["state"] == "committed":
                     out[d] = d / r["version"] / META_FILE
                 else:
@@ -151,7 +152,7 @@ def apply(root: Path, journal: Path, entries: list[dict[str, str]]) -> None:
     """Switch each record to its version, refresh its derived summary, remove what the old
     state left; then the journal. Idempotent: recovery runs it again after a crash."""
     for e in entries:
-        d = root / e["dir"]
+        d = contained_relative(root, e["dir"])
         vdir = d / e["version"]
         try:
             meta_bytes = fs.read_bytes(vdir / META_FILE)
@@ -182,7 +183,7 @@ def clean_record(d: Path, keep: str) -> None:
 def recover(root: Path, report: Callable[[str], None] | None) -> None:
     """Roll committed journals forward and staging ones back; remove temp files and the
     remains of interrupted prunes (store lock held)."""
-    tdir = root / TXN_DIR
+    tdir = contained(root, TXN_DIR)
     if tdir.is_dir():
         for p in sorted(tdir.glob(".*.tmp")):
             fs.unlink(p)
@@ -196,7 +197,7 @@ def recover(root: Path, report: Callable[[str], None] | None) -> None:
                 report(f"completed an interrupted baseline write ({len(doc['records'])} record(s))")
             continue
         for e in doc["records"]:
-            d = root / e["dir"]
+            d = contained_relative(root, e["dir"])
             if _pointed_version(d) != e["version"]:  # never remove what a meta.json points to
                 fs.rmtree(d / e["version"])
             if d.is_dir() and not any(d.iterdir()):  # an interrupted first write
@@ -207,8 +208,9 @@ def recover(root: Path, report: Callable[[str], None] | None) -> None:
         if report:
             report(f"rolled back an interrupted baseline write ({len(doc['records'])} record(s))")
     if root.is_dir():
-        for hw in sorted(root.iterdir()):
-            if hw.is_dir() and not hw.name.startswith("."):
+        for name in sorted(p.name for p in root.iterdir() if not p.name.startswith(".")):
+            hw = contained(root, name)  # never remove prune debris through a planted link
+            if hw.is_dir():
                 for trash in sorted(hw.glob(".*.pruned-*")):
                     fs.rmtree(trash)
                 if not any(hw.iterdir()):

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.redact import redact_record
+from pytest_gemmperf.paths import contained, contained_relative
 
 HISTORY_COLUMNS = ("run_id", "time", "commit", "branch", "hw_key", "test",
                    "point", "kernel", "metric", "unit", "value")
@@ -143,11 +144,27 @@ class HistoryStore:
             }, schema=FILE_SCHEMA)
             buf = io.BytesIO()
             pq.write_table(table, buf, compression="zstd")
-            directory = f"{self.root}/{_segment('hw_key', run.hw_key)}/{_segment('test', test)}"
+            directory = self._partition_dir(_segment('hw_key', run.hw_key), _segment('test', test))
             path = f"{directory}/{_file_stem(run.run_id)}--{uuid.uuid4().hex[:16]}.parquet"
             self._put(directory, path, buf.getvalue())
             paths.append(self._display(path))
         return paths
+
+    def _partition_dir(self, *segments: str) -> str:
+        """A partition directory below the root; locally, a segment that is not one plain
+        name or a link planted in the store is refused (one line naming it), so an append
+        never lands outside the store."""
+        if self.local:
+            return os.fspath(contained(self.root, *segments))
+        return "/".join([self.root, *segments])
+
+    def _local_file(self, path: str) -> str:
+        """``path`` (a file the dataset listed) after checking it lies below the root through
+        no link: prune deletes only files of this store."""
+        rel = os.path.relpath(path, self.root)
+        if rel.startswith(".." + os.sep) or rel == ".." or os.path.isabs(rel):
+            raise GemmperfInputError(path, f"lies outside the history store {self.root}; not deleted")
+        return os.fspath(contained_relative(self.root, rel))
 
     def _put(self, directory: str, path: str, data: bytes) -> None:
         if not self.local:
@@ -341,7 +358,8 @@ class HistoryStore:
         out = f.merge(gone, on=["hw_key", "run_id"])[cols].sort_values(["time", "run_id", "test"], kind="stable")
         out = out.reset_index(drop=True)
         if not dry_run:
-            for path in out["file"]:
+            doomed = [self._local_file(p) if self.local else p for p in out["file"]]
+            for path in doomed:
                 self.fs.rm_file(path)
             if self.local:
                 for d in sorted({os.path.dirname(p) for p in out["file"]}, reverse=True):

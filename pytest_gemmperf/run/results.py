@@ -29,6 +29,7 @@ import pandas as pd
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.redact import redact_record
+from pytest_gemmperf.paths import contained
 
 RUN_JSON = "run.json"
 POINT_JSON = "point.json"
@@ -185,14 +186,17 @@ class ResultsDir:
 
     root: Path
 
+    # every directory below the root is built by paths.contained: a test or point name that
+    # is not one plain name, or a link planted in a reused results directory, is refused
+    # (GemmperfInputError naming it) instead of sending writes and removals elsewhere
     def test_dir(self, test_id: str) -> Path:
-        return self.root / slugify_test_id(test_id)
+        return contained(self.root, slugify_test_id(test_id))
 
     def point_dir(self, test_id: str, point_id: str) -> Path:
-        return self.test_dir(test_id) / point_id
+        return contained(self.root, slugify_test_id(test_id), point_id)
 
     def run_dir(self, test_id: str, point_id: str, run: int) -> Path:
-        return self.point_dir(test_id, point_id) / f"run{run}"
+        return contained(self.root, slugify_test_id(test_id), point_id, f"run{run}")
 
     def ensure(self, session_meta: Mapping[str, Any]) -> None:
         """Create the directory and ``run.json`` once (the first writer wins)."""
