@@ -20,7 +20,8 @@ import pandas as pd
 
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
 from pytest_gemmperf.analysis.selection import select_kernels
-from pytest_gemmperf.run.results import ResultsDir, base_test_id, write_point_json, write_tables
+from pytest_gemmperf.run.results import (COMPLETE, FAILED, INTERRUPTED, ResultsDir, base_test_id,
+                                         write_point_json, write_tables)
 # PROP_*: re-exported, plugin.py and progress.py read them from here
 from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
 from pytest_gemmperf.session_reruns import PointReruns
@@ -289,7 +290,8 @@ class PointRunner(PointGate, PointReruns):
             write_point_json(point_dir, record)
             pytest.skip(f"gemmperf: {exc}")
         except _PointFailed as exc:
-            record["status"] = exc.status
+            record["status"] = FAILED
+            record["failure"] = exc.status
             record["error"] = exc.message
             # a failed or timed-out point keeps its telemetry: was the box healthy?
             self._store_telemetry(sampler, record, {}, round_no=0)
@@ -298,11 +300,20 @@ class PointRunner(PointGate, PointReruns):
         except Exception as exc:
             from pytest_gemmperf.errors import GemmperfInputError
 
-            record["status"] = "error"
+            record["status"] = FAILED
+            record["failure"] = "error"
             record["error"] = str(exc)
             write_point_json(point_dir, record)
             if isinstance(exc, (GemmperfInputError, GemmperfUsageError, ValueError)):
                 pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}", pytrace=False)
+            raise
+        except BaseException as exc:
+            # Ctrl-C or a stop while the workload ran: readers must not take this point's
+            # partial runs for a finished point (kill -9 leaves "running", read the same way)
+            record["status"] = (FAILED if isinstance(exc, pytest.fail.Exception) else
+                                "skipped" if isinstance(exc, pytest.skip.Exception) else INTERRUPTED)
+            _mark_processes(record)
+            write_point_json(point_dir, record)
             raise
         record["resolved_command"] = argv
         self._store_telemetry(sampler, record, monitor.evidence, round_no=0, dispatches=trace.dispatches)
@@ -315,7 +326,8 @@ class PointRunner(PointGate, PointReruns):
         hw_key = _hardware_key(trace.agents)
         tables = {"dispatches": trace.dispatches, "counters": trace.counters, "agents": trace.agents}
         write_tables(point_dir, tables)
-        record["status"] = "ok"
+        record["status"] = COMPLETE
+        _mark_processes(record)
         record["hardware_key"] = hw_key
         record["dispatches"] = int(len(trace.dispatches))
         write_point_json(point_dir, record)
@@ -468,6 +480,13 @@ class _PointFailed(Exception):
 
 class _PointSkipped(Exception):
     """The point has no data to replay."""
+
+
+def _mark_processes(record: dict[str, Any]) -> None:
+    """``processes_complete``: the runs (processes) whose workload ended well, by run number."""
+    record["processes_complete"] = [r.get("run") for r in record.get("runs", [])
+                                    if isinstance(r, dict) and r.get("returncode") == 0
+                                    and not r.get("timed_out")]
 
 
 def _expected_passes(backend: str, counters: Sequence[str]) -> int:

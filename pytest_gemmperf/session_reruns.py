@@ -156,7 +156,8 @@ class PointReruns:
             with monitor, sampler:
                 trace, _ = self._execute(record, first_run=self._call["repeats"] * round_no)
         except _PointFailed as exc:
-            record["status"] = exc.status
+            record["status"] = "failed"
+            record["failure"] = exc.status
             record["error"] = f"confirmation round {round_no}: {exc.message}"
             write_point_json(self.dir, record)
             pytest.fail(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run failed: "
