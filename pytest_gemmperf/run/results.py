@@ -274,12 +274,56 @@ def newest_complete_run(parent: Path, report=None) -> Path | None:
     except OSError:
         return None
     for run in reversed(runs):
-        state = run_state(run)
+        try:
+            state = run_state(run)
+        except GemmperfInputError as exc:  # a damaged point.json: that run is not the newest
+            if report:
+                report(f"note: {run}: skipped, {exc}")
+            continue
         if state.is_complete:
             return run
         if report:
             report(f"note: {run}: skipped, {state.refusal().split(' (', 1)[0]}")
     return None
+
+
+def run_parts(path: Path, allow_partial: bool, report=None) -> list[Path]:
+    """What to read of ``path`` when it is a results run or the parent of runs: the run
+    itself when complete, else (``allow_partial``) its complete point directories, else one
+    ``GemmperfInputError`` line; of a parent, its complete runs, ``report`` naming the others.
+    Any other path is returned as it is."""
+    if (path / RUN_JSON).is_file():
+        state = check_run(path, allow_partial)
+        if state.is_complete:
+            return [path]
+        if report:
+            report(f"note: {path}: --allow-partial: {state.refusal().split(' (', 1)[0]}; "
+                   "reading its complete points only")
+        return [path / rel for rel in state.complete]
+    try:
+        runs = sorted(c for c in path.iterdir() if c.is_dir() and not c.is_symlink() and (c / RUN_JSON).is_file())
+    except OSError:
+        return [path]
+    if not runs:
+        return [path]
+    out: list[Path] = []
+    for run in runs:
+        try:
+            state = run_state(run)
+        except GemmperfInputError as exc:
+            if report:
+                report(f"note: {run}: not read, {exc}")
+            continue
+        if state.is_complete:
+            out.append(run)
+        elif allow_partial:
+            out += [run / rel for rel in state.complete]
+        elif report:
+            report(f"note: {run}: not read, {state.refusal()}")
+    if not out:
+        raise GemmperfInputError(path, f"no complete run among its {len(runs)} run(s) "
+                                       "(--allow-partial: read the complete points of interrupted ones)")
+    return out
 
 
 def write_point_json(point_dir: Path, record: Mapping[str, Any]) -> Path:
