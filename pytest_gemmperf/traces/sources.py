@@ -207,8 +207,11 @@ def _walk(root: Path, notes: list[str]) -> list[Source]:
 
 
 def _unfinished_point(d: Path, notes: list[str]) -> bool:
-    """A results point that did not complete (its runs are partial), named in ``notes``."""
+    """A results point whose status says it did not complete (its runs are partial), named in
+    ``notes``. A point.json without a status (hand-made, or an older layout) is read as before."""
     info = point_json(d)
+    if not (info or {}).get("status"):
+        return False
     state = point_state(d, info or {})
     if state == COMPLETE:
         return False
