@@ -472,8 +472,22 @@ class _SessionHooks:
         self.benchmark_json: str | None = None
         self.benchmark_error: str | None = None
         self.usage_error = False  # a worker's collection error from a bad axis override
+        #: node ids of the collected points (None under xdist's controller, which collects
+        #: nothing) and of the items whose teardown ran: run.json's complete/interrupted
+        self.points: set[str] | None = None
+        self.finished: set[str] = set()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.points = {item.nodeid for item in session.items
+                       if "gemmperf" in getattr(item, "fixturenames", ())}
+        gp = self.config.stash.get(_SESSION_KEY, None)
+        if gp is not None:  # run.json's points_total, whichever process creates it
+            gp.run_fields["points_total"] = len(self.points)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.finished.add(report.nodeid)
         if report.when != "call":
             return
         status = None
@@ -510,10 +524,27 @@ class _SessionHooks:
             return
         from pytest_gemmperf.run.results import link_latest
 
-        if _path_setting(config, "gemmperf_results_dir") is None:
-            link_latest(gp.results.root)
+        state = self._finish_run(gp, session, exitstatus)
+        if _path_setting(config, "gemmperf_results_dir") is None and state:
+            link_latest(gp.results.root)  # `latest` is the newest complete run
         self._write_reports(gp)
         self._write_benchmark_json(gp)
+
+    def _finish_run(self, gp: GemmperfSession, session: pytest.Session, exitstatus: int) -> bool:
+        """run.json's final status: interrupted when pytest was (Ctrl-C, an internal error,
+        xdist's ``-x``) or a collected point never finished (``-x``, ``--maxfail``); else
+        complete, whatever the verdicts. True when complete."""
+        from pytest_gemmperf.errors import GemmperfInputError
+
+        stopped = int(exitstatus) in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
+        unfinished = self.points is not None and not self.points <= self.finished
+        try:
+            return gp.results.finish(interrupted=stopped or unfinished).is_complete
+        except (GemmperfInputError, OSError) as exc:  # a damaged point.json: the run is not complete
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write_line(f"gemmperf: run status not recorded: {exc}", red=True)
+            return False
 
     def _write_benchmark_json(self, gp: GemmperfSession) -> None:
         """``--gemmperf-benchmark-json``: every gated point of the session (workers' included:

@@ -22,7 +22,8 @@ from pytest_gemmperf.paths import remove_tree
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.redact import redact_argv, redact_command, redact_env, redact_text, secret_values
-from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, item_test_id, write_point_json, write_tables
+from pytest_gemmperf.run.results import (COMPLETE, FAILED, INTERRUPTED, POINT_JSON, ResultsDir, item_test_id,
+                                         write_point_json, write_tables)
 # PROP_*: re-exported, plugin.py and progress.py read them from here
 from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
 from pytest_gemmperf.session_reruns import PointReruns
@@ -365,18 +366,28 @@ class PointRunner(PointGate, PointReruns):
             write_point_json(point_dir, record)
             pytest.skip(printable_lines(f"gemmperf: {record['error']}"))
         except _PointFailed as exc:
-            record["status"] = exc.status
+            record["status"] = FAILED
+            record["failure"] = exc.status
             record["error"] = redact_text(exc.message, self._secrets)
             # a failed or timed-out point keeps its telemetry: was the box healthy?
             self._store_telemetry(sampler, record, {}, round_no=0)
             write_point_json(point_dir, record)
             pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {record['error']}"), pytrace=False)
         except Exception as exc:
-            record["status"] = "error"
+            record["status"] = FAILED
+            record["failure"] = "error"
             record["error"] = redact_text(str(exc), self._secrets)
             write_point_json(point_dir, record)
             if isinstance(exc, (GemmperfInputError, GemmperfUsageError, ValueError)):
                 pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {record['error']}"), pytrace=False)
+            raise
+        except BaseException as exc:
+            # Ctrl-C or a stop while the workload ran: readers must not take this point's
+            # partial runs for a finished point (kill -9 leaves "running", read the same way)
+            record["status"] = (FAILED if isinstance(exc, pytest.fail.Exception) else
+                                "skipped" if isinstance(exc, pytest.skip.Exception) else INTERRUPTED)
+            _mark_processes(record)
+            write_point_json(point_dir, record)
             raise
         record["resolved_command"] = redact_argv(argv, self._secrets)
         self._store_telemetry(sampler, record, monitor.evidence, round_no=0, dispatches=trace.dispatches)
@@ -389,7 +400,8 @@ class PointRunner(PointGate, PointReruns):
         hw_key = _hardware_key(trace.agents)
         tables = {"dispatches": trace.dispatches, "counters": trace.counters, "agents": trace.agents}
         write_tables(point_dir, tables)
-        record["status"] = "ok"
+        record["status"] = COMPLETE
+        _mark_processes(record)
         record["hardware_key"] = hw_key
         record["dispatches"] = int(len(trace.dispatches))
         write_point_json(point_dir, record)
@@ -543,6 +555,13 @@ class _PointFailed(Exception):
 
 class _PointSkipped(Exception):
     """The point has no data to replay."""
+
+
+def _mark_processes(record: dict[str, Any]) -> None:
+    """``processes_complete``: the runs (processes) whose workload ended well, by run number."""
+    record["processes_complete"] = [r.get("run") for r in record.get("runs", [])
+                                    if isinstance(r, dict) and r.get("returncode") == 0
+                                    and not r.get("timed_out")]
 
 
 def _expected_passes(backend: str, counters: Sequence[str]) -> int:

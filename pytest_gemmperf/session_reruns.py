@@ -158,7 +158,8 @@ class PointReruns:
             with monitor, sampler:
                 trace, _ = self._execute(record, first_run=self._call["repeats"] * round_no)
         except _PointFailed as exc:
-            record["status"] = exc.status
+            record["status"] = "failed"
+            record["failure"] = exc.status
             message = redact_text(exc.message, self._secrets)
             record["error"] = f"confirmation round {round_no}: {message}"
             write_point_json(self.dir, record)

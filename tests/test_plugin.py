@@ -101,7 +101,7 @@ def test_baseline_lifecycle_regression_warn_only_and_junit(gp, monkeypatch):
     res1 = root / "res1"
     assert json.loads((res1 / "run.json").read_text())["hardware_key"] == records[0].hw_key
     pj = _point_json(res1, "ch28-th256")
-    assert pj["status"] == "ok" and pj["test_id"] == TEST_ID and pj["backend"] == "torch"
+    assert pj["status"] == "complete" and pj["test_id"] == TEST_ID and pj["backend"] == "torch"
     assert pj["env"]["NCCL_MIN_NCHANNELS"] == "28" and pj["env"]["RCCL_THREADS_PER_BLOCK"] == "256"
     assert pj["env"]["HSA_ENABLE_SDMA"] == "0"
     assert [r["run"] for r in pj["runs"]] == [0, 1]

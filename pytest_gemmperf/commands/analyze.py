@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from pytest_gemmperf.commands.argtypes import non_negative
+from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.tables import clean
@@ -49,6 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="YAML {category: [regex, ...]} tried before the built-in rules")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip report.html / report.xlsx / summary.md / variance CSVs")
+    add_allow_partial(p)
     p.add_argument("--jobs", type=non_negative, default=0, metavar="N",
                    help="worker processes reading trace files at once (default 0: every usable core; "
                         "1: serial, no pool); results do not depend on it")
@@ -70,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     from pytest_gemmperf.traces.discover import load
 
     extra_rules = _rules(args.categories)
-    trace = load(args.paths, jobs=getattr(args, "jobs", 0))
+    trace = load(_complete_parts(args.paths, getattr(args, "allow_partial", False)), jobs=getattr(args, "jobs", 0))
     d = trace.dispatches
     if extra_rules:
         from pytest_gemmperf.analysis.categories import categorize
@@ -95,6 +96,22 @@ def _run(args: argparse.Namespace) -> int:
     for note in trace.meta.get("notes", []):
         print(printable(f"note: {note}"), file=sys.stderr)
     return 0
+
+
+def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
+    """Results runs among ``paths`` narrowed to what finished: an interrupted run is refused
+    (or, with ``allow_partial``, only its complete points read); a parent of runs gives its
+    complete runs, never pooling an interrupted one with them."""
+    from pytest_gemmperf.run.results import run_parts
+
+    def note(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    out: list[str] = []
+    for path in paths:
+        p = Path(path)
+        out += [str(x) for x in run_parts(p, allow_partial, note)] if p.is_dir() else [path]
+    return out
 
 
 def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) -> None:

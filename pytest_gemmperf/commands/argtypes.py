@@ -20,3 +20,11 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 non_negative = int_at_least(0)
 positive = int_at_least(1)
+
+
+def add_allow_partial(parser: argparse.ArgumentParser) -> None:
+    """``--allow-partial``: the one flag, with one wording, by which a command reads an
+    interrupted run (its complete points only) or traces of which part could not be read."""
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="read an interrupted run's complete points only (and traces with "
+                             "unreadable files) instead of refusing them")

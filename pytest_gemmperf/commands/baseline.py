@@ -7,7 +7,7 @@ import sys
 
 import pandas as pd
 
-from pytest_gemmperf.commands.argtypes import non_negative
+from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.verdict import median_label
@@ -41,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         sp.add_argument("--jobs", type=non_negative, default=0, metavar="N",
                         help="worker processes reading result points at once (default 0: every usable "
                              "core; 1: serial, no pool); results do not depend on it")
+        add_allow_partial(sp)
 
     def from_results(name: str, help_text: str, func) -> argparse.ArgumentParser:
         sp = bsub.add_parser(name, help=help_text, description=_sentence(help_text))
@@ -125,7 +126,8 @@ def run_refresh(args: argparse.Namespace) -> int:
     from pytest_gemmperf.gate.baseline import refresh_from_results
 
     recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say,
-                                replace=args.replace, jobs=getattr(args, "jobs", 0))
+                                replace=args.replace, jobs=getattr(args, "jobs", 0),
+                                allow_partial=getattr(args, "allow_partial", False))
     print(printable(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}"))
     return 0
 
@@ -134,10 +136,11 @@ def run_learn(args: argparse.Namespace) -> int:
     from pytest_gemmperf.gate.baseline import META_FILE, records_from_results, resolve_results_dir
 
     store = _store(args)
-    root = resolve_results_dir(args.results)
+    root = resolve_results_dir(args.results, _say)
     learned = 0
     for rec in records_from_results(root, args.test_filter, warmup=args.warmup, report=_say,
-                                    jobs=getattr(args, "jobs", 0)):
+                                    jobs=getattr(args, "jobs", 0),
+                                    allow_partial=getattr(args, "allow_partial", False)):
         # existence only: learn() reads and checks the record under its lock
         if not (store.path_for(rec.test_id, rec.hw_key) / META_FILE).is_file():
             _say(f"no baseline for {rec.hw_key} {rec.test_id}: nothing to learn into (refresh first)")
@@ -201,7 +204,8 @@ def run_diff(args: argparse.Namespace) -> int:
 
     store = _store(args)
     for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say,
-                                    jobs=getattr(args, "jobs", 0)):
+                                    jobs=getattr(args, "jobs", 0),
+                                    allow_partial=getattr(args, "allow_partial", False)):
         old = store.load(new.test_id, new.hw_key)
         kept = kept_points(old, new)
         # what the refresh would store: merged per point unless --replace

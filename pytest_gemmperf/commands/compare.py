@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pytest_gemmperf.commands.argtypes import non_negative
+from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
@@ -67,6 +67,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=non_negative, default=0, metavar="N",
                    help="worker processes reading trace files at once (default 0: every usable core; "
                         "1: serial, no pool); results do not depend on it")
+    add_allow_partial(p)
     p.set_defaults(func=run)
     return p
 
@@ -114,13 +115,14 @@ def _run(args: argparse.Namespace) -> int:
         print(printable(f"error: {err} (record skipped)"), file=sys.stderr)
     hw = resolve_hardware_key(base_path, args.cands, getattr(args, "hw", None), base_recs)
     jobs = getattr(args, "jobs", 0)
-    base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs, jobs=jobs)
+    partial = getattr(args, "allow_partial", False)
+    base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs, jobs=jobs, allow_partial=partial)
     history = load_history(args.base, hw, records=base_recs)
     frames = []
     cand_samples = []
     for label, cpath in zip(labels, args.cands):
         agents: dict = {}  # a trace candidate's agents: its hardware key in --history
-        cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents)
+        cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents, allow_partial=partial)
         cand_samples.append((label, cand))
         if getattr(args, "history", None):
             from pytest_gemmperf.commands.history import record_compare_candidate

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.commands.argtypes import non_negative, positive
+from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable, printable_frame
 
@@ -60,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--test", metavar="ID", help="test id for inputs that carry none (default: the path's name)")
     r.add_argument("--warmup", type=non_negative, default=None, metavar="N",
                    help="dispatches per (process, kernel) dropped (default: as gemmperf compare)")
+    add_allow_partial(r)
     r.set_defaults(func=run_record)
 
     s = hsub.add_parser("show", help="last runs, trend and latest change per kernel and metric")
@@ -97,11 +98,11 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
     """The :class:`RunInfo` of an input: the arguments first, then what a results directory's
     ``run.json`` recorded (creation time, git commit, hardware key, versions), then the traces'
     agents for the hardware key."""
-    from pytest_gemmperf.gate.load import _is_results_dir
+    from pytest_gemmperf.gate.load import _is_results_dir, newest_run
     from pytest_gemmperf.history.store import RunInfo
 
     doc: dict[str, Any] = {}
-    p = Path(path)
+    p = newest_run(Path(path)) or Path(path)  # .gemmperf/results: the run load_side read
     if _is_results_dir(p) and (p / "run.json").is_file():
         try:
             loaded = json.loads((p / "run.json").read_text(encoding="utf-8"))
@@ -157,7 +158,7 @@ def run_record(args: argparse.Namespace) -> int:
 
     try:
         traces: dict = {}
-        sides = load_side(args.path, args.warmup, traces)
+        sides = load_side(args.path, args.warmup, traces, allow_partial=getattr(args, "allow_partial", False))
         run = run_info_for(args.path, run_id=args.run_id, commit=args.commit, branch=args.branch,
                            time=args.time, hw=args.hw, traces=traces)
         files = record_samples(args.history, sides, run, args.test or Path(args.path).resolve().name)

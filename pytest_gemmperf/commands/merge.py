@@ -38,8 +38,10 @@ import pandas as pd
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.paths import contained
-from pytest_gemmperf.run.results import POINT_JSON, RUN_JSON, VERDICTS_CSV, write_json
+from pytest_gemmperf.run.results import (COMPLETE, INTERRUPTED, POINT_JSON, RUN_JSON, VERDICTS_CSV, RunState,
+                                         check_run, write_json)
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.fileio import read_json_object
 
@@ -53,6 +55,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-report", dest="report", action="store_false", help="merge only, write no report")
     p.add_argument("--partial", action="store_true",
                    help="allow shards to be missing (their points are then absent from the merge)")
+    add_allow_partial(p)
     p.set_defaults(func=run)
     return p
 
@@ -68,9 +71,12 @@ class MergePlan:
     files: dict[tuple[str, str], Path] = field(default_factory=dict)
     verdicts: dict[str, list[Path]] = field(default_factory=dict)
     missing_shards: list[int] = field(default_factory=list)
+    #: each input's completeness (``run/results.py``); an interrupted one only with allow_partial
+    states: list[RunState] = field(default_factory=list)
 
 
-def plan_merge(inputs: list[Path], out: Path, *, partial: bool = False) -> MergePlan:
+def plan_merge(inputs: list[Path], out: Path, *, partial: bool = False,
+               allow_partial: bool = False) -> MergePlan:
     """Check the inputs and list what to copy; raises ``GemmperfInputError`` naming the file
     (or both directories of a conflict) and what is wrong."""
     if not inputs:
@@ -85,15 +91,16 @@ def plan_merge(inputs: list[Path], out: Path, *, partial: bool = False) -> Merge
             raise GemmperfInputError(d, f"given twice (also as {seen[real]})")
         seen[real] = d
         runs.append(_read_run_json(d))
+    states = [check_run(d, allow_partial) for d in inputs]  # an interrupted shard is refused
     out_real = out.resolve()
     for real, d in seen.items():
         if out_real == real or real in out_real.parents:
             raise GemmperfInputError(out, f"--out must not be inside the input {d}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise GemmperfInputError(out, "--out exists and is not an empty directory")
-    plan = MergePlan(inputs=list(inputs), runs=runs)
+    plan = MergePlan(inputs=list(inputs), runs=runs, states=states)
     plan.missing_shards = _check_shards(inputs, runs, partial)
-    for d in inputs:
+    for d, state in zip(inputs, states):
         for test_dir in sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if test_dir.is_symlink():
                 continue  # never follow a link out of the results directory
@@ -104,6 +111,8 @@ def plan_merge(inputs: list[Path], out: Path, *, partial: bool = False) -> Merge
                 if child.is_dir():
                     if not (child / POINT_JSON).is_file():
                         continue  # not a point directory
+                    if f"{test_dir.name}/{child.name}" in state.incomplete:
+                        continue  # --allow-partial: an interrupted point's runs are not merged
                     if key in plan.points:
                         raise GemmperfInputError(child, f"point {child.name} of {test_dir.name} is also in "
                                                         f"{plan.points[key]}: the shards overlap")
@@ -119,9 +128,11 @@ def plan_merge(inputs: list[Path], out: Path, *, partial: bool = False) -> Merge
     return plan
 
 
-def merge_results(inputs: list[Path], out: Path, *, partial: bool = False) -> MergePlan:
-    """Write the merged results directory ``out`` (see the module docstring)."""
-    plan = plan_merge(inputs, out, partial=partial)
+def merge_results(inputs: list[Path], out: Path, *, partial: bool = False,
+                  allow_partial: bool = False) -> MergePlan:
+    """Write the merged results directory ``out`` (see the module docstring). An interrupted
+    input is refused unless ``allow_partial``, which merges its complete points only."""
+    plan = plan_merge(inputs, out, partial=partial, allow_partial=allow_partial)
     frames = {test: _merged_verdicts(paths, plan) for test, paths in sorted(plan.verdicts.items())}
     created = not out.exists()
     try:
@@ -147,7 +158,12 @@ def merge_results(inputs: list[Path], out: Path, *, partial: bool = False) -> Me
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    plan = merge_results([Path(p) for p in args.inputs], out, partial=args.partial)
+    plan = merge_results([Path(p) for p in args.inputs], out, partial=args.partial,
+                         allow_partial=getattr(args, "allow_partial", False))
+    for state in plan.states:
+        if not state.is_complete:
+            print(f"gemmperf merge: --allow-partial: {state.refusal().split(' (', 1)[0]}; "
+                  "merged its complete points only", file=sys.stderr)
     tests = {t for t, _ in plan.points}
     shards = [r.get("shard", {}).get("shard") for r in plan.runs if isinstance(r.get("shard"), dict)]
     print(printable(f"gemmperf merge: {len(plan.inputs)} results dir(s)"
@@ -269,6 +285,14 @@ def _merged_run_json(plan: MergePlan) -> dict:
     first["merged_from"] = entries
     if plan.missing_shards:
         first["missing_shards"] = plan.missing_shards
+    # a merge of an interrupted shard stays interrupted: its readers need --allow-partial too
+    if plan.states:
+        first.pop("writer", None)
+        first["status"] = COMPLETE if all(st.is_complete for st in plan.states) else INTERRUPTED
+        first["points_total"] = sum(st.points_total for st in plan.states)
+        first["points_complete"] = sum(len(st.complete) for st in plan.states)
+        first["points_failed"] = sum(len(st.failed) for st in plan.states)
+        first["complete_points"] = sorted(p for st in plan.states for p in st.complete)
     return first
 
 

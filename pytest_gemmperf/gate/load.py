@@ -109,9 +109,7 @@ def results_hw_key(paths: list[str]) -> str | None:
         if not _is_results_dir(p):
             return None
         try:
-            from pytest_gemmperf.gate.baseline import resolve_results_dir
-
-            doc = json.loads((resolve_results_dir(p) / "run.json").read_text())
+            doc = json.loads((p / "run.json").read_text())
         except (OSError, ValueError, GemmperfInputError):
             return None
         key = doc.get("hardware_key") if isinstance(doc, dict) else None
@@ -132,7 +130,8 @@ def trace_hw_key(path: str, agents: dict) -> str | None:
 
 def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
               hw: str | None = None, records: list | None = None,
-              jobs: int | None = 1, agents: dict | None = None) -> dict[str, pd.DataFrame]:
+              jobs: int | None = 1, agents: dict | None = None,
+              allow_partial: bool = False) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of one input ('' when the input carries no test id).
 
     Samples come from :func:`~pytest_gemmperf.gate.samples.gate_samples`, as in pytest and
@@ -145,7 +144,10 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     dispatches table is never held; the samples are the same whatever ``jobs`` is.
     ``agents``, when given, receives ``{path: agents table}`` for trace inputs that list agents
     (with or without ``traces``): what names their hardware when no ``run.json`` does
-    (:func:`trace_hw_key`). Results directories, baselines and samples files add nothing."""
+    (:func:`trace_hw_key`). Results directories, baselines and samples files add nothing.
+    An interrupted results run, or traces of which a file or directory could not be read (a
+    rank or process lost), raise unless ``allow_partial``: a comparison missing part of its
+    input must not pass quietly."""
     p = Path(path)
     if not p.exists():
         raise GemmperfInputError(p, "no such file or directory")
@@ -161,17 +163,22 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
         return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
     from pytest_gemmperf.traces.discover import load
 
-    run = newest_run(p)
+    run = newest_run(p, report=_note)
     if run is not None:
         # as `baseline refresh --from .gemmperf/results`: the newest run, not all runs pooled
-        print(printable(f"note: {p}: holds {run.name} and older runs; comparing the newest, {run}"), file=sys.stderr)
+        print(printable(f"note: {p}: holds {run.name} and older runs; comparing the newest complete one, {run}"),
+              file=sys.stderr)
         p = run
+    elif _holds_runs(p):
+        from pytest_gemmperf.gate.results_source import resolve_results_dir
+
+        resolve_results_dir(p)  # raises: no run there is complete
     if _is_results_dir(p):
         from pytest_gemmperf.gate.baseline import results_samples
 
-        out = results_samples(p, warmup=warmup, jobs=jobs)
+        out = results_samples(p, warmup=warmup, jobs=jobs, allow_partial=allow_partial, report=_note)
         if traces is not None:
-            traces[path] = load([p], jobs=jobs)
+            traces[path] = _complete_points_trace(p, jobs)
         return out
     if p.is_dir():
         _check_trace_dir(p)  # before any reader: an unrelated tree is one line naming it
@@ -179,16 +186,54 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
         from pytest_gemmperf.gate.file_reduce import gate_inputs
 
         inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False)
-        samples, found = inputs.samples, inputs.agents
+        samples, found, read_notes = inputs.samples, inputs.agents, inputs.notes
     else:
         trace = load([p], jobs=jobs)
         traces[path] = trace
         samples, found = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p), trace.agents
+        read_notes = trace.meta.get("notes", [])
+    _check_lost_inputs(p, read_notes, allow_partial)
     if agents is not None and found is not None and len(found):
         agents[path] = found
     for note in samples.attrs.get("notes", []):
         print(printable(f"note: {p}: {note}"), file=sys.stderr)
     return {"": samples}
+
+
+#: how discovery words an input it could not read (a directory it cannot list, a link it
+#: cannot follow, an unreadable file, a FIFO named like a trace): every such note has it
+LOST_INPUT = " skipped, "
+
+
+def _check_lost_inputs(p: Path, notes: list[str], allow_partial: bool) -> None:
+    """One line when part of the input could not be read: the processes in it would be
+    missing from the comparison, which could then pass on what is left."""
+    lost = [n for n in notes if LOST_INPUT in n]
+    if not lost:
+        return
+    if not allow_partial:
+        more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
+        raise GemmperfInputError(p, f"part of the input could not be read, its processes would be missing "
+                                    f"from the comparison: {lost[0]}{more} (--allow-partial: compare "
+                                    "without them)")
+    for n in lost:
+        print(f"note: {p}: --allow-partial: compared without {n}", file=sys.stderr)
+
+
+def _note(text: str) -> None:
+    print(text if text.startswith("note: ") else f"note: {text}", file=sys.stderr)
+
+
+def _complete_points_trace(root: Path, jobs: int | None):
+    """The dispatches of a run's complete points only (the reports): an interrupted point's
+    raw outputs must not join them."""
+    from pytest_gemmperf.run.results import run_state
+    from pytest_gemmperf.traces.discover import load
+
+    state = run_state(root)
+    if state.is_complete:
+        return load([root], jobs=jobs)
+    return load([root / rel for rel in state.complete], jobs=jobs)
 
 
 def _check_trace_dir(p: Path) -> None:
@@ -214,17 +259,25 @@ def hw_keys_by_test(recs: list) -> dict[str, set[str]]:
     return keys
 
 
-def newest_run(p: Path) -> Path | None:
-    """The newest run when ``p`` is the parent of timestamped results directories
+def newest_run(p: Path, report=None) -> Path | None:
+    """The newest complete run when ``p`` is the parent of timestamped results directories
     (``.gemmperf/results``: children holding ``run.json``) and no results directory itself;
-    else None. Timestamps (``YYYY-mm-ddTHH-MM-SS``) sort by name."""
+    else None. Timestamps (``YYYY-mm-ddTHH-MM-SS``) sort by name; ``report`` names each newer
+    run that is not complete (``run/results.py``)."""
     if not p.is_dir() or _is_results_dir(p):
         return None
+    from pytest_gemmperf.run.results import newest_complete_run
+
+    return newest_complete_run(p, report)
+
+
+def _holds_runs(p: Path) -> bool:
+    """``p`` is the parent of results runs (none of which need be complete)."""
     try:
-        runs = sorted(c for c in p.iterdir() if not c.is_symlink() and (c / "run.json").is_file())
+        return p.is_dir() and not _is_results_dir(p) and any(
+            (c / "run.json").is_file() for c in p.iterdir() if not c.is_symlink())
     except OSError:
-        return None
-    return runs[-1] if runs else None
+        return False
 
 
 def _is_results_dir(p: Path) -> bool:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.run.results import COMPLETE, check_run, newest_complete_run, point_state
 from pytest_gemmperf.sweep import invalid_env
 from pytest_gemmperf.gate.hardware import hardware_key
 from pytest_gemmperf.gate.record import BaselineRecord, _now
@@ -42,9 +43,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def resolve_results_dir(path: str | os.PathLike) -> Path:
-    """``path`` itself when it is a results directory; the newest run inside it when it is the
-    parent of timestamped runs (``.gemmperf/results``)."""
+def resolve_results_dir(path: str | os.PathLike, report: Callable[[str], None] | None = None) -> Path:
+    """``path`` itself when it is a results directory; the newest complete run inside it when
+    it is the parent of timestamped runs (``.gemmperf/results``), ``report`` naming any newer
+    run that was interrupted."""
     p = Path(path)
     if not p.is_dir():
         raise GemmperfInputError(p, "results directory does not exist")
@@ -52,7 +54,11 @@ def resolve_results_dir(path: str | os.PathLike) -> Path:
         return p
     runs = sorted(c for c in p.iterdir() if c.is_dir() and (c / "run.json").is_file())
     if runs:
-        return runs[-1]
+        newest = newest_complete_run(p, report)
+        if newest is None:
+            raise GemmperfInputError(p, f"no complete run: the newest, {runs[-1].name}, and every older "
+                                        "one was interrupted (give one with --allow-partial)")
+        return newest
     raise GemmperfInputError(p, "not a gemmperf results directory (no run.json, no <test>/<point>/point.json)")
 
 
@@ -66,6 +72,8 @@ class _Point:
 
 def _finished_points(root: Path, test_filter: str | None,
                      report: Callable[[str], None] | None) -> list[_Point]:
+    """The complete points of ``root``; failed and unfinished ones are named through ``report``
+    (a caller reaches an unfinished one only with ``allow_partial``)."""
     points = []
     for pj in sorted(root.glob("*/*/point.json")):
         doc = _read_json(pj)
@@ -75,9 +83,9 @@ def _finished_points(root: Path, test_filter: str | None,
         if test_filter and test_filter not in test_id:
             continue
         status = str(doc.get("status") or "").lower()
-        if status in _BAD_STATUSES:
+        if status in _BAD_STATUSES or point_state(pj.parent, doc) != COMPLETE:
             if report:
-                report(f"skipped {pj.parent}: status {status!r}")
+                report(f"skipped {pj.parent}: status {status or 'unknown'!r}")
             continue
         bad_env = invalid_env(doc.get("env") or {})
         if bad_env:
@@ -139,11 +147,12 @@ def _point_samples(p: _Point, warmup: int) -> pd.DataFrame:
 def results_samples(results_dir: str | os.PathLike, test_filter: str | None = None, *,
                     warmup: int | None = None,
                     report: Callable[[str], None] | None = None,
-                    jobs: int | None = 1) -> dict[str, pd.DataFrame]:
+                    jobs: int | None = 1, allow_partial: bool = False) -> dict[str, pd.DataFrame]:
     """``{test_id: samples}`` of a finished run, as the plugin gated it (no hardware key
     needed: what ``gemmperf compare`` reads from a results directory). ``jobs``: points
-    read and gated at once in worker processes (``traces/parallel.py``; same result)."""
-    root = resolve_results_dir(results_dir)
+    read and gated at once in worker processes (``traces/parallel.py``; same result). An
+    interrupted run is refused unless ``allow_partial`` (then its complete points only)."""
+    root = _complete_run(results_dir, report, allow_partial)
     run_path = root / "run.json"
     run_meta = _read_json(run_path) if run_path.is_file() else {}
     groups: dict[str, list[_Point]] = {}
@@ -154,6 +163,17 @@ def results_samples(results_dir: str | os.PathLike, test_filter: str | None = No
                                     run_meta.get("warmup"), jobs))
     return {points[0].test_id: pd.concat([next(parts) for _ in points], ignore_index=True)
             for points in ordered}
+
+
+def _complete_run(results_dir: str | os.PathLike, report: Callable[[str], None] | None,
+                  allow_partial: bool) -> Path:
+    """The run to read: a parent's newest complete run, or the run given, checked complete
+    (``run.results.check_run``: one line naming an interrupted run and how far it got)."""
+    root = resolve_results_dir(results_dir, report)
+    state = check_run(root, allow_partial)
+    if not state.is_complete and report:
+        report(f"{state.refusal().split(' (', 1)[0]}; reading its {len(state.complete)} complete point(s) only")
+    return root
 
 
 def _point_samples_task(task: tuple[_Point, int]) -> pd.DataFrame:
@@ -173,16 +193,17 @@ def _samples_of_points(points: list[_Point], warmup: int | None, run_warmup: int
 def records_from_results(results_dir: str | os.PathLike, test_filter: str | None = None, *,
                          warmup: int | None = None,
                          report: Callable[[str], None] | None = None,
-                         jobs: int | None = 1) -> list[BaselineRecord]:
+                         jobs: int | None = 1, allow_partial: bool = False) -> list[BaselineRecord]:
     """Baseline records for every test of a finished run (nothing is written).
 
     ``test_filter`` keeps tests whose id contains it. Each point's dispatches are narrowed to its
     ``kernels`` regexes and gated by :func:`pytest_gemmperf.gate.samples.gate_samples`, as the
     plugin gates them; ``warmup`` dispatches per (unit, kernel) are dropped, None meaning the
     point's recorded gate warm-up (point.json), else run.json's ``warmup``, else 0.
-    Points whose status says they failed are skipped and named through ``report``.
+    Points whose status says they failed are skipped and named through ``report``. An
+    interrupted run is refused unless ``allow_partial`` (then its complete points only).
     """
-    root = resolve_results_dir(results_dir)
+    root = _complete_run(results_dir, report, allow_partial)
     run_path = root / "run.json"
     run_meta = _read_json(run_path) if run_path.is_file() else {}
     run_hw = run_meta.get("hardware_key") or run_meta.get("hw_key")
@@ -227,13 +248,15 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 def refresh_from_results(results_dir: str | os.PathLike, store: BaselineStore,
                          test_filter: str | None = None, *, warmup: int | None = None,
                          report: Callable[[str], None] | None = None,
-                         replace: bool = False, jobs: int | None = 1) -> list[BaselineRecord]:
+                         replace: bool = False, jobs: int | None = 1,
+                         allow_partial: bool = False) -> list[BaselineRecord]:
     """Promote a finished run to baselines without re-running it, all records in one
     transaction (a crash leaves all of them old or all new). Per point: the run's points
     replace the stored ones, stored points the run lacks (a run made with ``-k``) are kept
     unless ``replace``. Returns the records built from the run; those whose stored record
     would not change are returned too but not rewritten."""
-    records = records_from_results(results_dir, test_filter, warmup=warmup, report=report, jobs=jobs)
+    records = records_from_results(results_dir, test_filter, warmup=warmup, report=report, jobs=jobs,
+                                   allow_partial=allow_partial)
     written = store.save_many(records, merge=not replace, report=report)
     if report:
         for rec, w in zip(records, written):

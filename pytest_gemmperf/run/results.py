@@ -12,6 +12,14 @@ Everything analysis, reports and ``gemmperf baseline refresh`` need is here, so 
 has to touch a GPU again. Several pytest-xdist workers write into one directory: each point
 directory has one writer; the shared files (``run.json``, ``verdicts.csv``) are written under a
 file lock and replaced atomically.
+
+Completeness: ``run.json`` and every ``point.json`` carry a ``status`` so that a run cut short
+(Ctrl-C, ``-x``, ``kill -9``) is never read as a finished one. A session writes ``running``
+first and ``complete`` or ``interrupted`` at its end; a point is ``running`` until its tables
+are written (``complete``) or its workload fails (``failed``). ``kill -9`` leaves ``running``
+behind, so :func:`run_state` reads ``running`` as interrupted unless the writing process is
+still alive on this host. Directories written before the field existed count as complete where
+their tables are present.
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 import re
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -28,8 +38,9 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from pytest_gemmperf import safe_io
-from pytest_gemmperf.redact import redact_record
+from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.paths import contained
+from pytest_gemmperf.redact import redact_record
 
 RUN_JSON = "run.json"
 POINT_JSON = "point.json"
@@ -42,6 +53,16 @@ TIMESTAMP_FORMAT = "%Y-%m-%dT%H-%M-%S"
 MAX_SLUG = 150
 #: names tried before giving up on a fresh run directory (each collision draws a new suffix)
 _CREATE_TRIES = 100
+
+RUNNING = "running"
+COMPLETE = "complete"
+INTERRUPTED = "interrupted"
+FAILED = "failed"
+SKIPPED = "skipped"
+#: point.json statuses of a point whose workload failed (older writers used the specific word)
+_FAILED_STATUSES = frozenset({FAILED, "error", "timeout", "crashed", "killed"})
+#: what older writers called a point whose tables were written
+_OLD_COMPLETE = frozenset({COMPLETE, "ok"})
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 # ``<path>::<Class>::<function>[<parameter ids>]``: the first ``::name[`` opens the parameter
@@ -199,14 +220,27 @@ class ResultsDir:
         return contained(self.root, slugify_test_id(test_id), point_id, f"run{run}")
 
     def ensure(self, session_meta: Mapping[str, Any]) -> None:
-        """Create the directory and ``run.json`` once (the first writer wins)."""
+        """Create the directory and ``run.json`` once (the first writer wins), with status
+        ``running`` and the writer's host and pid, so a reader can tell a live session from
+        one that was killed."""
         self.root.mkdir(parents=True, exist_ok=True)
         target = self.root / RUN_JSON
         if target.exists():
             return
         with file_lock(self.root / ".run.json.lock"):
             if not target.exists():
-                write_json(target, dict(session_meta))
+                write_json(target, {**dict(session_meta), "status": RUNNING,
+                                    "writer": {"host": socket.gethostname(), "pid": os.getpid()}})
+
+    def finish(self, interrupted: bool) -> RunState:
+        """Record the session's end in ``run.json``: ``complete`` when every collected point
+        ran (the caller knows; whatever the verdicts), else ``interrupted``, with the points
+        that finished. A point still ``running`` makes the run interrupted either way."""
+        state = run_state(self.root)
+        self.update_run_json(status=INTERRUPTED if interrupted or state.incomplete else COMPLETE,
+                             points_total=state.points_total, points_complete=len(state.complete),
+                             points_failed=len(state.failed), complete_points=list(state.complete))
+        return run_state(self.root)
 
     def update_run_json(self, **fields: Any) -> None:
         """Add fields to ``run.json`` (e.g. the hardware key once a point has run)."""
@@ -220,6 +254,179 @@ class ResultsDir:
                     changed = True
             if changed:
                 write_json(target, data)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """How far one results directory got: its status and its points (``<test_slug>/<point>``)."""
+
+    root: Path
+    status: str
+    points_total: int
+    complete: tuple[str, ...]
+    failed: tuple[str, ...]
+    incomplete: tuple[str, ...]
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def is_complete(self) -> bool:
+        return self.status == COMPLETE
+
+    @property
+    def finished(self) -> tuple[str, ...]:
+        """Points that ran to an end: tables written, workload failed, or nothing to replay."""
+        return self.complete + self.failed + self.skipped
+
+    def refusal(self) -> str:
+        """The one line naming this run and how far it got."""
+        verb = "is still running" if self.status == RUNNING else "was interrupted"
+        return (f"run {self.root.name} {verb}: {len(self.complete)} of {self.points_total} points "
+                "complete (--allow-partial: use the complete points only)")
+
+
+def point_state(point_dir: Path, doc: Mapping[str, Any]) -> str:
+    """``complete``, ``failed``, ``skipped`` or ``interrupted`` for one point.json.
+
+    ``running`` is interrupted here: a reader only asks about a run that is not live. A point
+    without a status (written before the field existed), or with a word this writer does not
+    use, is complete when its tables are there."""
+    status = str(doc.get("status") or "").lower()
+    if status in _OLD_COMPLETE:
+        return COMPLETE
+    if status in _FAILED_STATUSES:
+        return FAILED
+    if status == SKIPPED:
+        return SKIPPED
+    if status in (RUNNING, INTERRUPTED):
+        return INTERRUPTED
+    # no status or one of another writer's words: its tables say whether it finished
+    return COMPLETE if (point_dir / TABLE_FILES["dispatches"]).is_file() else INTERRUPTED
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise GemmperfInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise GemmperfInputError(path, "expected a JSON object")
+    return doc
+
+
+def _writer_alive(doc: Mapping[str, Any]) -> bool:
+    """Whether the session that wrote ``running`` still lives (same host, pid exists)."""
+    w = doc.get("writer")
+    if not isinstance(w, dict) or w.get("host") != socket.gethostname():
+        return False
+    pid = w.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def run_state(root: Path) -> RunState:
+    """Read ``run.json`` and every ``<test>/<point>/point.json`` under ``root``.
+
+    The run is complete when ``run.json`` says so; ``running`` of a dead writer, ``interrupted``
+    or ``failed`` mean interrupted. Without a status (an older writer) it is complete unless a
+    point never got its tables. ``points_total`` is what the session collected, at least the
+    points found."""
+    run_path = root / RUN_JSON
+    run = _read_doc(run_path) if run_path.is_file() else {}
+    groups: dict[str, list[str]] = {COMPLETE: [], FAILED: [], SKIPPED: [], INTERRUPTED: []}
+    for pj in sorted(root.glob(f"*/*/{POINT_JSON}")):
+        groups[point_state(pj.parent, _read_doc(pj))].append(f"{pj.parent.parent.name}/{pj.parent.name}")
+    found = sum(len(v) for v in groups.values())
+    total = run.get("points_total")
+    total = max(total, found) if isinstance(total, int) and not isinstance(total, bool) else found
+    status = str(run.get("status") or "").lower()
+    if not status:
+        status = COMPLETE if not groups[INTERRUPTED] else INTERRUPTED
+    elif status == RUNNING:
+        status = RUNNING if _writer_alive(run) else INTERRUPTED
+    elif status != COMPLETE:
+        status = INTERRUPTED
+    return RunState(root=root, status=status, points_total=total, complete=tuple(groups[COMPLETE]),
+                    failed=tuple(groups[FAILED]), incomplete=tuple(groups[INTERRUPTED]),
+                    skipped=tuple(groups[SKIPPED]))
+
+
+def check_run(root: Path, allow_partial: bool) -> RunState:
+    """The state of a run given directly: an incomplete one is one ``GemmperfInputError`` line
+    unless ``allow_partial`` (then the caller reads its complete points only)."""
+    state = run_state(root)
+    if not state.is_complete and not allow_partial:
+        raise GemmperfInputError(root, state.refusal())
+    return state
+
+
+def newest_complete_run(parent: Path, report=None) -> Path | None:
+    """The newest complete run among ``parent``'s timestamped children (names sort by time),
+    ``report`` naming each newer one that is not complete; None when there is none."""
+    try:
+        runs = sorted(c for c in parent.iterdir()
+                      if c.is_dir() and not c.is_symlink() and (c / RUN_JSON).is_file())
+    except OSError:
+        return None
+    for run in reversed(runs):
+        try:
+            state = run_state(run)
+        except GemmperfInputError as exc:  # a damaged point.json: that run is not the newest
+            if report:
+                report(f"note: {run}: skipped, {exc}")
+            continue
+        if state.is_complete:
+            return run
+        if report:
+            report(f"note: {run}: skipped, {state.refusal().split(' (', 1)[0]}")
+    return None
+
+
+def run_parts(path: Path, allow_partial: bool, report=None) -> list[Path]:
+    """What to read of ``path`` when it is a results run or the parent of runs: the run
+    itself when complete, else (``allow_partial``) its complete point directories, else one
+    ``GemmperfInputError`` line; of a parent, its complete runs, ``report`` naming the others.
+    Any other path is returned as it is."""
+    if (path / RUN_JSON).is_file():
+        state = check_run(path, allow_partial)
+        if state.is_complete:
+            return [path]
+        if report:
+            report(f"note: {path}: --allow-partial: {state.refusal().split(' (', 1)[0]}; "
+                   "reading its complete points only")
+        return [path / rel for rel in state.complete]
+    try:
+        runs = sorted(c for c in path.iterdir() if c.is_dir() and not c.is_symlink() and (c / RUN_JSON).is_file())
+    except OSError:
+        return [path]
+    if not runs:
+        return [path]
+    out: list[Path] = []
+    for run in runs:
+        try:
+            state = run_state(run)
+        except GemmperfInputError as exc:
+            if report:
+                report(f"note: {run}: not read, {exc}")
+            continue
+        if state.is_complete:
+            out.append(run)
+        elif allow_partial:
+            out += [run / rel for rel in state.complete]
+        elif report:
+            report(f"note: {run}: not read, {state.refusal()}")
+    if not out:
+        raise GemmperfInputError(path, f"no complete run among its {len(runs)} run(s) "
+                                       "(--allow-partial: read the complete points of interrupted ones)")
+    return out
 
 
 def write_point_json(point_dir: Path, record: Mapping[str, Any]) -> Path:
@@ -249,7 +456,8 @@ def read_tables(point_dir: Path) -> dict[str, pd.DataFrame]:
 
 def link_latest(results_root: Path) -> None:
     """Point ``<base>/latest`` at this session's directory (best effort: not all file systems
-    allow symlinks, and nothing depends on it)."""
+    allow symlinks, and nothing depends on it). Called for complete runs only, so ``latest``
+    is the newest complete run."""
     latest = results_root.parent / "latest"
     try:
         if latest.is_symlink() or latest.exists():

@@ -18,6 +18,10 @@ of its top and the walk stays under an entry cap (``traces/dirscan.py`` states t
 are decided from names alone, before any file is opened.
 
 Provenance (point, rank, ...) is attached as each Source is made (``traces/provenance.py``).
+
+Our results points are read only when complete (``run/results.py``): below the directory given,
+a point whose ``point.json`` says it was interrupted or failed is a note, and none of its
+partial runs is read.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.run.results import COMPLETE, point_state
 from pytest_gemmperf.traces.csv_layouts import file_type
 from pytest_gemmperf.traces.dirscan import STOP_FILE, scan_tree
 from pytest_gemmperf.traces.dirscan import os_reason as _os_reason
@@ -148,7 +153,13 @@ def _gunzip_prefix(data: bytes) -> bytes:
 def _walk(root: Path, notes: list[str]) -> list[Source]:
     sources: list[Source] = []
     prefixes: dict[tuple[Path, str], dict[str, Any]] = {}
+    unfinished: list[Path] = []
     for d, filenames, _subdirs in scan_tree(root, notes):
+        if any(u == d or u in d.parents for u in unfinished):
+            continue
+        if d != root and "point.json" in filenames and _unfinished_point(d, notes):
+            unfinished.append(d)
+            continue
         if STOP_FILE in filenames:
             sources.append(_tables_source(d))  # scan_tree did not descend below it
             continue
@@ -193,6 +204,19 @@ def _walk(root: Path, notes: list[str]) -> list[Source]:
             files = [kinds[chosen]]
         sources.append(with_attrs(Source(chosen, files), files[0], root))
     return sources
+
+
+def _unfinished_point(d: Path, notes: list[str]) -> bool:
+    """A results point whose status says it did not complete (its runs are partial), named in
+    ``notes``. A point.json without a status (hand-made, or an older layout) is read as before."""
+    info = point_json(d)
+    if not (info or {}).get("status"):
+        return False
+    state = point_state(d, info or {})
+    if state == COMPLETE:
+        return False
+    notes.append(f"{d}: point not read, it is {state} (status {str((info or {}).get('status'))!r})")
+    return True
 
 
 def _tables_source(d: Path) -> Source:
