@@ -4,7 +4,11 @@ They follow the libraries' documented Python APIs: function names, argument orde
 (NVML power in mW, memory in bytes; amdsmi power in W, power cap in µW, VRAM in MB, "N/A" for
 unsupported fields) and the exceptions raised for an unsupported metric
 (``NVMLError_NotSupported``; ``AmdSmiLibraryException`` with a NOT_SUPPORTED code). A shared
-``state`` dict lets a test change clocks and throttling while the sampler runs.
+``state`` dict lets a test change clocks and throttling while the sampler runs: NVML's
+clock-event mask is ``state["reasons"]`` when set (else power cap while ``throttle``, idle while
+``idle``); amdsmi's violation flags are updated from ``state["violation"]`` (``"na"``: every flag
+"N/A", as on MI200), its gpu_metrics from ``state["metrics"]``, its GFX activity is
+``state["util"]``.
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ def fake_pynvml(state: dict[str, Any], n_devices: int = 1, unsupported: tuple[st
     nv.NVML_ERROR_NOT_SUPPORTED = 3
     nv.NVML_CLOCK_GRAPHICS, nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM = 0, 1, 2
     nv.NVML_TEMPERATURE_GPU = 0
-    nv.nvmlClocksThrottleReasonGpuIdle = 0x1
-    nv.nvmlClocksThrottleReasonSwPowerCap = 0x4
+    for bit, name in ((0x1, "GpuIdle"), (0x2, "ApplicationsClocksSetting"), (0x4, "SwPowerCap"),
+                      (0x8, "HwSlowdown"), (0x10, "SyncBoost"), (0x20, "SwThermalSlowdown"),
+                      (0x40, "HwThermalSlowdown"), (0x80, "HwPowerBrakeSlowdown"),
+                      (0x100, "DisplayClockSetting")):
+        setattr(nv, f"nvmlClocksThrottleReason{name}", bit)
+        setattr(nv, f"nvmlClocksEventReason{name}", bit)
     calls: list[str] = []
     state.setdefault("calls", calls)
 
@@ -85,6 +93,8 @@ def fake_pynvml(state: dict[str, Any], n_devices: int = 1, unsupported: tuple[st
 
     def reasons(h):
         check("throttle")
+        if "reasons" in state:
+            return state["reasons"]
         return (0x4 if state.get("throttle") else 0x0) | (0x1 if state.get("idle") else 0x0)
 
     nv.nvmlDeviceGetClockInfo, nv.nvmlDeviceGetMaxClockInfo = clock, max_clock
@@ -150,7 +160,7 @@ def fake_amdsmi(state: dict[str, Any], n_devices: int = 1, unsupported: tuple[st
         return {0: 50, 1: state.get("hotspot_c", 80), 2: 70}[kind]
 
     def activity(h):
-        return {"gfx_activity": 99, "umc_activity": 30, "mm_activity": "N/A"}
+        return {"gfx_activity": state.get("util", 99), "umc_activity": 30, "mm_activity": "N/A"}
 
     def vram(h):
         return {"vram_total": 196592, "vram_used": 42000}
@@ -158,12 +168,15 @@ def fake_amdsmi(state: dict[str, Any], n_devices: int = 1, unsupported: tuple[st
     def violation(h):
         check("violation")
         hot = bool(state.get("throttle"))
-        return {"reference_timestamp": 0, "violation_timestamp": 0, "active_ppt_pwr": hot,
-                "active_socket_thrm": False, "active_prochot_thrm": False, "active_vr_thrm": "N/A",
-                "active_hbm_thrm": False}
+        out = {"reference_timestamp": 0, "violation_timestamp": 0, "active_ppt_pwr": hot,
+               "active_socket_thrm": False, "active_prochot_thrm": False, "active_vr_thrm": "N/A",
+               "active_hbm_thrm": False}
+        if state.get("violation") == "na":
+            return {k: v if k.endswith("timestamp") else "N/A" for k, v in out.items()}
+        return {**out, **state.get("violation", {})}
 
     def metrics(h):
-        return {"throttle_status": 1 if state.get("throttle") else 0}
+        return {"throttle_status": 1 if state.get("throttle") else 0, **state.get("metrics", {})}
 
     am.amdsmi_get_clock_info, am.amdsmi_get_power_info = clock_info, power_info
     am.amdsmi_get_temp_metric, am.amdsmi_get_gpu_activity = temp, activity

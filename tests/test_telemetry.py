@@ -149,7 +149,7 @@ def test_throttle_in_one_of_four_processes_named_in_verdicts_and_report(tmp_path
     # (another process may at most catch one sample taken while the state flipped, under load)
     assert gpu["2"]["throttle_s"] >= 0.2 and all(gpu[p]["throttle_s"] < MIN_THROTTLE_S for p in "013")
     reasons, factor = evidence(summary)
-    assert any(r.startswith("gpu0 throttled") and r.endswith("in process 2") for r in reasons)
+    assert any(r.startswith("gpu0 power cap") and "while kernels ran in process 2 (clock 1" in r for r in reasons)
     assert not any("process 0" in r or "process 1" in r or "process 3" in r for r in reasons)
     assert factor > 1.2  # clocks 1400-1500 vs 1980-2100 MHz
 
@@ -166,7 +166,7 @@ def test_throttle_in_one_of_four_processes_named_in_verdicts_and_report(tmp_path
     out = note_rows(apply_disturbance(v, dist), reasons)
     assert list(out["verdict"]) == ["inconclusive", "regression", "unchanged"]
     assert out["note"].str.contains("in process 2", regex=False).all()
-    assert out["note"].str.count("throttled").max() == 1 or "noisy environment" in out["note"][0]
+    assert out["note"].str.count("power cap").max() == 1 or "noisy environment" in out["note"][0]
 
     # per row: does the kernel's slowest process coincide with the throttled one?
     runs = pd.DataFrame({"kernel": np.repeat(["gemm_a", "gemm_b", "gemm_c"], 8), "run": np.tile(np.arange(4), 6),
@@ -333,7 +333,7 @@ def test_plugin_writes_telemetry_and_names_the_throttled_process(pytester, monke
     v = pd.read_csv(pytester.path / "res2" / "test_gpsweep.py__test_gpsweep" / "verdicts.csv")
     mm = v[(v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0]
     assert mm["verdict"] == "inconclusive", mm.to_dict()
-    assert "gpu0 throttled" in mm["note"] and "in process 2" in mm["note"]
+    assert "gpu0 power cap" in mm["note"] and "in process 2" in mm["note"]
     assert v["note"].fillna("").str.contains("in process 2", regex=False).all()
     html = (pytester.path / "rep2" / "report.html").read_text()
     assert 'id="telemetry"' in html and "in process 2" in html

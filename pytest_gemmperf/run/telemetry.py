@@ -12,14 +12,20 @@ also feeds the point's contention monitor (``run/procstat.py``), so one thread s
 ``point.json["telemetry"]["clock"]`` states it and records the offsets to ``CLOCK_MONOTONIC``
 and ``CLOCK_BOOTTIME`` taken at start, so samples align with trace timestamps of either clock.
 
-:func:`summarise` gives per process and device the min/median/max GFX clock, median power,
-max temperatures and the time spent throttled (samples with ``throttle_active`` = 1, each
-counting until the next sample, at most two intervals). :func:`evidence` turns that into
-sentences (``gpu0 throttled 1.8 s in process 3``, ``gpu0 clock median 1410 MHz in process 2,
-1980 MHz in the others``) and ``factor``, how much slower than the best process a process can
-read from its clock alone (best median clock / its mean clock, >= 1). ``run.environment.assess``
-adds them to the point's :class:`~pytest_gemmperf.run.environment.Disturbance`, so a
-regression on a throttled point is ``inconclusive`` unless far beyond that factor.
+:func:`summarise` gives per process and device the min/median/max GFX clock while the GPU
+was busy, median power, max temperatures, every clock-event / throttle reason seen with its
+seconds (``reasons_seen``: recorded, not judged) and the time a clock-cutting reason was set
+while the GPU was busy, i.e. while the process's kernels ran (``throttle_s``, per reason in
+``throttle_reasons_s``, clock then in ``throttle_clock_mhz``; each sample counts until the
+next, at most two intervals). :func:`evidence` turns that into sentences (``gpu0 power cap
+0.4 s while kernels ran in process 3 (clock 1755 MHz, -11 %)``, ``gpu0 clock median 1410 MHz
+in process 2, 1980 MHz in the best``) and ``factor``, how much slower than the best process a
+process can read from its clock alone (best median clock / its mean clock, >= 1).
+``run.environment.assess`` adds them to the point's
+:class:`~pytest_gemmperf.run.environment.Disturbance`, so a regression on a throttled point
+is ``inconclusive`` unless far beyond that factor. Reasons that cannot slow a kernel (idle,
+application or display clocks, sync boost) and any reason while the GPU idled never count:
+on an idle H200 they labelled processes whose SM clock held 1980 MHz through the GEMMs.
 """
 
 from __future__ import annotations
@@ -28,13 +34,15 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.run.telemetry_sources import AmdSmiSource, HostSource, NvmlSource, visible_indices
+from pytest_gemmperf.run.telemetry_sources import (CLOCK_CUTTING, REASON_PREFIX, REASON_WORDS, AmdSmiSource,
+                                                   HostSource, NvmlSource, visible_indices)
 
 TELEMETRY_FILE = "telemetry.parquet"
 COLUMNS = ("time_ns", "host", "device", "metric", "value", "unit")
@@ -51,6 +59,9 @@ IDLE_METRIC = "gpu_idle"
 #: metrics the panel draws and the summary reads
 CLOCK_METRIC, POWER_METRIC, THROTTLE_METRIC = "gfx_clock_mhz", "power_w", "throttle_active"
 TEMP_METRICS = ("temp_edge_c", "temp_hotspot_c", "temp_mem_c")
+#: clock-cutting reasons NVML also reports during a P-state or clock change: they count only
+#: where the sample's clock is below the highest busy clock (by more than CLOCK_DROP)
+CLOCK_CHANGE_REASONS = frozenset({"hw_slowdown"})
 
 
 def _clock_offsets() -> dict[str, int]:
@@ -240,13 +251,15 @@ def _durations(times: np.ndarray, interval_s: float) -> np.ndarray:
 def summarise(frame: pd.DataFrame, windows: dict[str, list[int]], interval_s: float) -> list[dict[str, Any]]:
     """Per (process, device) rows: clock min/median/max (GPUs: over the samples with GFX
     activity >= :data:`BUSY_PCT` where activity is reported), power median, max temperatures,
-    throttled seconds. Devices without a GFX clock (the host) report CPU frequency and busy
-    fraction instead. ``process`` is ``"all"`` when no windows were marked."""
+    reasons seen and clock-cutting seconds while busy (:func:`_reason_summary`). Devices without
+    a GFX clock (the host) report CPU frequency and busy fraction instead. ``process`` is
+    ``"all"`` when no windows were marked."""
     if frame.empty:
         return []
     f = frame.copy()
     f["process"] = assign_process(f, windows) if windows else "all"
     f = f[f["process"] != ""]
+    top = _busy_clock_max(f)
     out = []
     for (proc, dev), g in f.groupby(["process", "device"], sort=True):
         if dev.startswith("cpu"):
@@ -254,17 +267,10 @@ def summarise(frame: pd.DataFrame, windows: dict[str, list[int]], interval_s: fl
         row: dict[str, Any] = {"process": str(proc), "device": str(dev)}
         by = {m: s for m, s in g.groupby("metric")}
         clk = by.get(CLOCK_METRIC) if dev != "host" else by.get("cpu_freq_mhz")
-        if clk is not None and len(clk) and (ACTIVITY_METRIC in by or IDLE_METRIC in by):
+        busy = _busy(clk["time_ns"], by) if clk is not None and len(clk) else None
+        if busy is not None:
             # an idle GPU parks its clocks: compare clocks only while the GPU was busy (a
-            # process is mostly start-up and a short busy phase; its idle share varies).
-            # Busy: activity >= BUSY_PCT, or the driver does not call the GPU idle (NVML's
-            # utilisation is a long average and reads 0 % during short bursts)
-            t = clk["time_ns"]
-            busy = np.zeros(len(clk), bool)
-            if ACTIVITY_METRIC in by:
-                busy |= t.map(by[ACTIVITY_METRIC].set_index("time_ns")["value"]).fillna(0.0).to_numpy() >= BUSY_PCT
-            if IDLE_METRIC in by:
-                busy |= t.map(by[IDLE_METRIC].set_index("time_ns")["value"]).fillna(1.0).to_numpy() == 0.0
+            # process is mostly start-up and a short busy phase; its idle share varies)
             row["busy_samples"] = int(busy.sum())
             clk = clk[busy]
         if clk is not None and len(clk):
@@ -278,20 +284,102 @@ def summarise(frame: pd.DataFrame, windows: dict[str, list[int]], interval_s: fl
                 row[m.replace("_c", "_max_c")] = float(by[m]["value"].max())
         if "cpu_busy_frac" in by:
             row["cpu_busy_median"] = float(by["cpu_busy_frac"]["value"].median())
-        if THROTTLE_METRIC in by:
-            th = by[THROTTLE_METRIC].sort_values("time_ns")
-            dur = _durations(th["time_ns"].to_numpy(), interval_s)
-            row["throttle_s"] = round(float(dur[th["value"].to_numpy() > 0].sum()), 3)
+        if dev != "host":
+            row.update(_reason_summary(g, by, interval_s, top.get(str(dev))))
         row["samples"] = int(g["time_ns"].nunique())
         out.append(row)
     return out
 
 
-def evidence(summary: list[dict[str, Any]] | None, *, include_host: bool = False) -> tuple[list[str], float]:
-    """(sentences, factor) from a point's per-process summary: throttled processes, processes
-    whose median clock fell more than :data:`CLOCK_DROP` below the best process's. ``factor``
-    (>= 1): best median clock / the slowest process's mean clock. The host's CPU frequency
-    counts only with ``include_host`` (CPU-bound measurements)."""
+def _busy(times: pd.Series, by: dict[str, pd.DataFrame]) -> np.ndarray | None:
+    """Was the GPU busy at each of ``times``: activity >= :data:`BUSY_PCT`, or the driver does
+    not call it idle (NVML's utilisation is a long average and reads 0 % during short bursts).
+    None when the device reports neither."""
+    if ACTIVITY_METRIC not in by and IDLE_METRIC not in by:
+        return None
+    t = pd.Series(np.asarray(times))
+    busy = np.zeros(len(t), bool)
+    if ACTIVITY_METRIC in by:
+        busy |= t.map(by[ACTIVITY_METRIC].set_index("time_ns")["value"]).fillna(0.0).to_numpy() >= BUSY_PCT
+    if IDLE_METRIC in by:
+        busy |= t.map(by[IDLE_METRIC].set_index("time_ns")["value"]).fillna(1.0).to_numpy() == 0.0
+    return busy
+
+
+def _busy_clock_max(f: pd.DataFrame) -> dict[str, float]:
+    """Per GPU, the highest GFX clock of a busy sample in any process: what "below its clock"
+    means for :data:`CLOCK_CHANGE_REASONS`."""
+    out = {}
+    for dev, g in f[f["metric"].isin([CLOCK_METRIC, ACTIVITY_METRIC, IDLE_METRIC])].groupby("device"):
+        by = {m: s for m, s in g.groupby("metric")}
+        clk = by.get(CLOCK_METRIC)
+        if clk is None or not len(clk):
+            continue
+        busy = _busy(clk["time_ns"], by)
+        v = clk["value"].to_numpy() if busy is None else clk["value"].to_numpy()[busy]
+        if len(v):
+            out[str(dev)] = float(v.max())
+    return out
+
+
+def _reason_summary(g: pd.DataFrame, by: dict[str, pd.DataFrame], interval_s: float,
+                    top_clock: float | None) -> dict[str, Any]:
+    """Reasons of one process and device. ``reasons_seen``: seconds each reason was set, any
+    reason, busy or idle (the record). ``throttle_s``: seconds a clock-cutting reason was set
+    while the GPU was busy (the evidence), per reason in ``throttle_reasons_s``, with the median
+    clock of those samples (``throttle_clock_mhz``). A source that states only
+    ``throttle_active`` counts as reason ``throttled``. Empty when the device reports none."""
+    samples = {m[len(REASON_PREFIX):]: s for m, s in by.items() if m.startswith(REASON_PREFIX)}
+    if not samples:
+        if THROTTLE_METRIC not in by:
+            return {}
+        samples = {"throttled": by[THROTTLE_METRIC]}
+    times = np.unique(g["time_ns"].to_numpy())
+    dur = pd.Series(_durations(times, interval_s), index=times)
+    busy_flags = _busy(pd.Series(times), by)
+    busy = pd.Series(True if busy_flags is None else busy_flags, index=times)
+    clock = by[CLOCK_METRIC].set_index("time_ns")["value"] if CLOCK_METRIC in by else pd.Series(dtype=float)
+    seen: dict[str, float] = {}
+    judged: dict[str, float] = {}
+    cut = np.zeros(0, dtype=times.dtype)
+    for name, s in sorted(samples.items()):
+        on = np.unique(s.loc[s["value"] > 0, "time_ns"].to_numpy())
+        if not len(on):
+            continue
+        seen[name] = round(float(dur.reindex(on).sum()), 3)
+        if name not in CLOCK_CUTTING:
+            continue
+        on = on[busy.reindex(on).fillna(True).to_numpy(bool)]
+        if name in CLOCK_CHANGE_REASONS and top_clock:
+            c = clock.reindex(on).to_numpy(float)
+            on = on[~(c >= (1 - CLOCK_DROP) * top_clock)]  # no clock read: keep it
+        if len(on):
+            judged[name] = round(float(dur.reindex(on).sum()), 3)
+            cut = np.union1d(cut, on)
+    out: dict[str, Any] = {"throttle_s": round(float(dur.reindex(cut).sum()), 3),
+                           "throttle_reasons_s": judged, "reasons_seen": seen}
+    c = clock.reindex(cut).dropna()
+    if len(c):
+        out["throttle_clock_mhz"] = float(c.median())
+    return out
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of telemetry evidence: which device, which process, and the sentence."""
+
+    device: str
+    process: str
+    text: str
+
+
+def findings(summary: list[dict[str, Any]] | None, *,
+             include_host: bool = False) -> tuple[list[Finding], float]:
+    """(findings, factor) from a point's per-process summary: processes with a clock-cutting
+    reason while their kernels ran, processes whose median clock fell more than
+    :data:`CLOCK_DROP` below the best process's. ``factor`` (>= 1): best median clock / the
+    slowest process's mean clock. The host's CPU frequency counts only with ``include_host``
+    (CPU-bound measurements)."""
     if not summary:
         return [], 1.0
     s = pd.DataFrame(summary)
@@ -299,26 +387,59 @@ def evidence(summary: list[dict[str, Any]] | None, *, include_host: bool = False
         s = s[s["device"] != "host"]
     if s.empty:
         return [], 1.0
-    reasons: list[str] = []
+    found: list[Finding] = []
     factor = 1.0
     for dev, g in s.groupby("device", sort=True):
         label = "CPU frequency" if dev == "host" else f"{dev} clock"
+        top = float(g["clock_max_mhz"].max()) if "clock_max_mhz" in g and g["clock_max_mhz"].notna().any() else None
         if "throttle_s" in g:
-            for r in g[g["throttle_s"].fillna(0) >= MIN_THROTTLE_S].itertuples(index=False):
-                reasons.append(f"{dev} throttled {r.throttle_s:.1f} s in {_proc(r.process)}")
+            for r in g[g["throttle_s"].fillna(0) >= MIN_THROTTLE_S].to_dict("records"):
+                found.append(Finding(str(dev), str(r["process"]), _throttle_text(str(dev), r, top)))
         if "clock_median_mhz" in g and g["clock_median_mhz"].notna().any():
             best = float(g["clock_median_mhz"].max())
             if best > 0:
                 drop = g[g["clock_median_mhz"] < (1 - CLOCK_DROP) * best]
                 for r in drop.itertuples(index=False):
-                    reasons.append(f"{label} median {r.clock_median_mhz:.0f} MHz in {_proc(r.process)}, "
-                                   f"{best:.0f} MHz in the best")
+                    found.append(Finding(str(dev), str(r.process),
+                                         f"{label} median {r.clock_median_mhz:.0f} MHz in {_proc(r.process)}, "
+                                         f"{best:.0f} MHz in the best"))
                 m = g["clock_mean_mhz"] if "clock_mean_mhz" in g else g["clock_median_mhz"]
                 mean = m.where(m > 0)
                 if mean.notna().any() and (len(drop) or ("throttle_s" in g and
                                                          (g["throttle_s"].fillna(0) >= MIN_THROTTLE_S).any())):
                     factor = max(factor, best / float(mean.min()))
-    return reasons, float(factor)
+    return found, float(factor)
+
+
+def evidence(summary: list[dict[str, Any]] | None, *, include_host: bool = False) -> tuple[list[str], float]:
+    """(sentences, factor) of :func:`findings`."""
+    found, factor = findings(summary, include_host=include_host)
+    return [f.text for f in found], factor
+
+
+def reasons_text(reasons: Any, *, min_s: float = MIN_THROTTLE_S) -> str:
+    """``{"power_cap": 0.4, "idle": 0.01}`` -> ``"power cap 0.4 s"``: the reasons set at least
+    ``min_s`` (else the longest one), longest first. Text (a report's column) comes back as is;
+    anything else is ``""``."""
+    if isinstance(reasons, str):
+        return reasons
+    if not isinstance(reasons, dict) or not reasons:
+        return ""
+    ranked = sorted(reasons.items(), key=lambda kv: (-float(kv[1]), kv[0]))
+    shown = [kv for kv in ranked if float(kv[1]) >= min_s] or ranked[:1]
+    return ", ".join(f"{REASON_WORDS.get(k, str(k).replace('_', ' '))} {float(v):.1f} s" for k, v in shown)
+
+
+def _throttle_text(dev: str, r: dict[str, Any], top_clock: float | None) -> str:
+    words = reasons_text(r.get("throttle_reasons_s"))
+    if not words:  # a summary written before reasons were recorded
+        return f"{dev} throttled {r['throttle_s']:.1f} s in {_proc(r['process'])}"
+    text = f"{dev} {words} while kernels ran in {_proc(r['process'])}"
+    clock = r.get("throttle_clock_mhz")
+    if isinstance(clock, (int, float)) and np.isfinite(clock):
+        pct = f", {round(100 * (clock / top_clock - 1))} %" if top_clock else ""
+        text += f" (clock {clock:.0f} MHz{pct})"
+    return text
 
 
 def _proc(p: str) -> str:
@@ -327,7 +448,8 @@ def _proc(p: str) -> str:
 
 def note_rows(verdicts: pd.DataFrame, reasons: list[str]) -> pd.DataFrame:
     """Every verdict row of the point carries the telemetry evidence of its processes
-    (``telemetry: gpu0 throttled 1.8 s in process 3``) unless its note already says it."""
+    (``telemetry: gpu0 power cap 0.4 s while kernels ran in process 3 (clock 1755 MHz, -11 %)``)
+    unless its note already says it."""
     if verdicts.empty or not reasons:
         return verdicts
     text = "telemetry: " + "; ".join(reasons[:4]) + (f" (+{len(reasons) - 4} more)" if len(reasons) > 4 else "")
@@ -339,14 +461,10 @@ def note_rows(verdicts: pd.DataFrame, reasons: list[str]) -> pd.DataFrame:
 
 
 def affected_processes(summary: list[dict[str, Any]] | None) -> set[str]:
-    """Processes that :func:`evidence` names (throttled or with a GPU clock drop)."""
-    reasons, _ = evidence(summary)
-    out = set()
-    for r in reasons:
-        _, _, tail = r.partition(" in process ")
-        if tail:
-            out.add(tail.split(",", 1)[0].strip())
-    return out
+    """Processes that :func:`evidence` names (a clock-cutting reason while kernels ran, or a
+    GPU clock drop)."""
+    found, _ = findings(summary)
+    return {f.process for f in found if f.process != "all"}
 
 
 def slowest_process_notes(verdicts: pd.DataFrame, dispatches: pd.DataFrame, affected: set[str]) -> pd.DataFrame:

@@ -10,9 +10,16 @@ sample costs only the calls that work. The GPU libraries are imported only when 
 Metric names are shared across vendors where they mean the same thing, so the report and the
 gate read one vocabulary: ``gfx_clock_mhz`` (AMD GFX / NVIDIA SM clock), ``mem_clock_mhz``,
 ``power_w``, ``power_cap_w``, ``temp_edge_c`` (NVIDIA: the GPU sensor), ``temp_hotspot_c``,
-``temp_mem_c``, ``gfx_activity_pct``, ``vram_used_mib``, ``throttle_active`` (1 while clocks
-are held down by a power or thermal limit, 0 otherwise) and ``throttle_reasons`` (vendor bit
-mask, for the record); NVML adds ``gpu_idle`` (1 while the driver reports the GPU idle).
+``temp_mem_c``, ``gfx_activity_pct``, ``vram_used_mib``, ``throttle_active`` (1 while a
+clock-cutting reason is set, 0 otherwise) and ``throttle_reasons`` (the vendor's raw bit mask,
+where it fits a float exactly); NVML adds ``gpu_idle`` (1 while the driver reports the GPU idle).
+
+Every clock-event / throttle / violation reason the vendor reports is also one row
+``reason_<name>`` (value 1) per sample in which it is set, in one vocabulary for both vendors
+(:data:`REASON_WORDS`), so a summary can tell a power cap from the idle bit. Only the reasons in
+:data:`CLOCK_CUTTING` can slow a kernel; the others (idle, application clocks, sync boost,
+display clock, low utilisation, a clock below the host limit without a stated cause) are
+recorded, never judged.
 """
 
 from __future__ import annotations
@@ -27,15 +34,45 @@ import numpy as np
 
 from pytest_gemmperf.run import procstat
 
-#: NVML clock-event (throttle) reasons that mean "held down by a limit": SW power cap (0x4), HW
-#: slowdown (0x8), SW thermal (0x20), HW thermal (0x40), HW power brake (0x80). Idle (0x1),
-#: application clocks (0x2), sync boost (0x10) and display clock (0x100) are not throttling.
-NVML_THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+#: reason name -> the words a label uses (both vendors share the names)
+REASON_WORDS = {
+    "power_cap": "power cap", "hw_slowdown": "hardware slowdown",
+    "thermal_sw": "thermal slowdown (software)", "thermal_hw": "thermal slowdown (hardware)",
+    "power_brake": "power brake", "thermal": "thermal limit", "current_limit": "current limit",
+    "platform_limit": "platform limit", "throttled": "throttle status",
+    "idle": "idle", "applications_clocks": "application clocks", "sync_boost": "sync boost",
+    "display_clock": "display clock", "low_utilization": "low utilisation",
+    "clock_below_host_limit": "clock below host limit", "other": "other reason",
+}
+#: reasons that hold clocks below what the work asks for (power, thermal, current limits): the
+#: only ones that can slow a kernel. The rest say why clocks are where they are without any
+#: limit cutting them (idle, application/display clock settings, sync boost).
+CLOCK_CUTTING = frozenset({"power_cap", "hw_slowdown", "thermal_sw", "thermal_hw", "power_brake",
+                           "thermal", "current_limit", "platform_limit", "throttled"})
+#: metric name prefix of the per-reason rows
+REASON_PREFIX = "reason_"
+#: NVML clock-event (throttle) reason bits (nvmlClocksEventReason*, formerly ...ThrottleReason*)
+NVML_REASON_BITS = ((0x1, "idle"), (0x2, "applications_clocks"), (0x4, "power_cap"),
+                    (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "thermal_sw"),
+                    (0x40, "thermal_hw"), (0x80, "power_brake"), (0x100, "display_clock"))
+NVML_KNOWN_BITS = sum(bit for bit, _ in NVML_REASON_BITS)
 #: NVML clock-event reason "GPU idle": clocks parked because nothing runs
 NVML_IDLE_REASON = 0x1
-#: amdsmi_get_violation_status() keys whose True means a limit is active now
-AMD_VIOLATION_KEYS = ("active_ppt_pwr", "active_socket_thrm", "active_prochot_thrm",
-                      "active_vr_thrm", "active_hbm_thrm", "active_gfx_clk_below_host_limit")
+#: amdsmi_get_violation_status() "active_*" flags (MI300 and later). The flag without a cause
+#: (and its per-XCP "total") also covers low utilisation, so it is recorded, not judged; the
+#: power and thermal split of gpu_metrics 1.8 is judged.
+AMD_VIOLATION_REASONS = (("active_ppt_pwr", "power_cap"), ("active_socket_thrm", "thermal"),
+                         ("active_prochot_thrm", "thermal"), ("active_vr_thrm", "thermal"),
+                         ("active_hbm_thrm", "thermal"),
+                         ("active_gfx_clk_below_host_limit_pwr", "power_cap"),
+                         ("active_gfx_clk_below_host_limit_thm", "thermal"),
+                         ("active_low_utilization", "low_utilization"),
+                         ("active_gfx_clk_below_host_limit", "clock_below_host_limit"),
+                         ("active_gfx_clk_below_host_limit_total", "clock_below_host_limit"))
+#: gpu_metrics ``indep_throttle_status`` (MI100/MI200, Navi): the ASIC-independent layout of
+#: the kernel's amdgpu_smu.h, 16 bits per group: power (PPT, SPL...), current (TDC, EDC),
+#: temperature (TEMP_*, VRHOT, PROCHOT), other (PPM, FIT)
+AMD_INDEP_GROUPS = ((0, "power_cap"), (16, "current_limit"), (32, "thermal"), (48, "platform_limit"))
 
 Sample = tuple[str, str, float, str]
 
@@ -87,6 +124,61 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None  # amdsmi reports unsupported fields as "N/A"
     return f if f == f else None
+
+
+def nvml_reasons(bits: int) -> list[str]:
+    """Reason names set in an NVML clock-event mask; bits newer than this table are ``other``."""
+    out = [name for bit, name in NVML_REASON_BITS if bits & bit]
+    if bits & ~NVML_KNOWN_BITS:
+        out.append("other")
+    return out
+
+
+def _flag(v: Any) -> bool | None:
+    """An amdsmi ``active_*`` flag (bool or 0/1; per XCP/XCC: nested lists of them), None when
+    unsupported (``"N/A"``, max uint8)."""
+    if isinstance(v, (list, tuple)):
+        flags = [f for f in map(_flag, v) if f is not None]
+        return any(flags) if flags else None
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    return None
+
+
+def amd_violation_reasons(viol: dict[str, Any]) -> list[str] | None:
+    """Reason names active in an ``amdsmi_get_violation_status`` dict; None when it supports
+    no flag (older ASICs answer ``"N/A"`` everywhere)."""
+    supported, out = False, []
+    for key, name in AMD_VIOLATION_REASONS:
+        on = _flag(viol.get(key))
+        supported |= on is not None
+        if on and name not in out:
+            out.append(name)
+    return out if supported else None
+
+
+def amd_metrics_reasons(gm: dict[str, Any]) -> list[str] | None:
+    """Reason names from gpu_metrics: ``indep_throttle_status`` by bit group where reported,
+    else the ASIC-specific ``throttle_status`` word (non-zero: ``throttled``, cause unknown)."""
+    indep = gm.get("indep_throttle_status")
+    if isinstance(indep, int) and not isinstance(indep, bool) and 0 <= indep < 2**64 - 1:
+        return [name for shift, name in AMD_INDEP_GROUPS if (indep >> shift) & 0xFFFF]
+    ts = _num(gm.get("throttle_status"))
+    if ts is None:
+        return None
+    return ["throttled"] if ts else []
+
+
+def reason_rows(names: list[str] | None) -> Iterator[tuple[str, Any, str]]:
+    """One ``reason_<name>`` row per reason set, and ``throttle_active`` from the clock-cutting
+    ones; nothing when the device reports no reasons."""
+    if names is None:
+        return
+    for name in names:
+        yield REASON_PREFIX + name, 1.0, "1"
+    yield "throttle_active", float(any(n in CLOCK_CUTTING for n in names)), "1"
 
 
 # ------------------------------------------------------------------------------------- host
@@ -374,8 +466,9 @@ class NvmlSource(GpuSource, name="nvml", module_name="pynvml", vendor="nvidia"):
         reasons = call("throttle_reasons", lambda: self._reasons_fn()(h))
         if reasons is not None:
             bits = int(reasons)
-            yield "throttle_reasons", float(bits), "bitmask"
-            yield "throttle_active", float(bool(bits & NVML_THROTTLE_MASK)), "1"
+            if bits < 2**53:  # a float holds it exactly; the reason rows carry every bit anyway
+                yield "throttle_reasons", float(bits), "bitmask"
+            yield from reason_rows(nvml_reasons(bits))
             # the driver's own idle flag: utilisation is averaged over up to a second and
             # read 0 % beside 1980 MHz and 121 W during bursts of GEMMs on an H200
             yield "gpu_idle", float(bool(bits & NVML_IDLE_REASON)), "1"
@@ -430,17 +523,18 @@ class AmdSmiSource(GpuSource, name="amdsmi", module_name="amdsmi", vendor="amd")
         vram = call("vram_usage", lambda: am.amdsmi_get_gpu_vram_usage(h)) or {}
         yield "vram_used_mib", vram.get("vram_used"), "MiB"  # documented in MB
         viol = call("violation_status", lambda: am.amdsmi_get_violation_status(h))
-        if viol is not None:
-            flags = [viol.get(k) for k in AMD_VIOLATION_KEYS if isinstance(viol.get(k), bool)]
-            if flags:
-                yield "throttle_active", float(any(flags)), "1"
-        else:
-            # older ASICs: the gpu_metrics throttle_status word (non-zero = throttled)
+        names = amd_violation_reasons(viol) if isinstance(viol, dict) else None
+        if viol is not None and names is None:
+            # older ASICs answer "N/A" for every flag: read gpu_metrics from now on
+            self._p.dead.add("violation_status")
+            self.notes.append("amdsmi: violation_status reports no flag; throttle status from gpu_metrics")
+        if names is None:
             gm = call("gpu_metrics_info", lambda: am.amdsmi_get_gpu_metrics_info(h)) or {}
+            names = amd_metrics_reasons(gm)
             ts = _num(gm.get("throttle_status"))
             if ts is not None:
                 yield "throttle_reasons", ts, "bitmask"
-                yield "throttle_active", float(ts != 0), "1"
+        yield from reason_rows(names)
 
     def _shutdown(self) -> None:
         self.lib.amdsmi_shut_down()
