@@ -54,8 +54,12 @@ def test_node_agent_command_lines(monkeypatch):
     # the user's rendezvous replaces ours; the port is free and differs per call otherwise
     mine = node_launch_argvs("train.py", 1, 3, ["--rdzv-backend", "c10d", "--rdzv-endpoint=head:29400"])
     assert len(mine) == 3 and all("--master_port" not in a and "--rdzv-endpoint=head:29400" in a for a in mine)
-    port = int(node_launch_argvs("train.py", 1, 2)[0][10])
-    assert 0 < port < 65536
+    # by default the agents meet in a c10d store this process holds open: no port to lose
+    agents = node_launch_argvs("train.py", 1, 2)
+    endpoints = {a[a.index("--rdzv-endpoint") + 1] for a in agents}
+    assert len(endpoints) == 1 and 0 < int(endpoints.pop().rsplit(":", 1)[1]) < 65536
+    assert all("--master_port" not in a and "is_host=false" in a for a in agents)
+    assert [a[a.index("--local-addr") + 1] for a in agents] == ["127.0.0.1", "127.100.100.100"]
     with pytest.raises(ValueError, match="nnodes >= 2"):
         node_launch_argvs("train.py", 1, 1)
 
