@@ -1,5 +1,5 @@
 """Multi-node points: ``profile(launcher="torchrun", nnodes=2)`` as two torchrun node agents on
-this machine (static rendezvous, gloo on the CPU), their rank traces gathered into one point;
+this machine (a c10d rendezvous in a store the launcher holds, gloo on the CPU), their rank traces gathered into one point;
 the ``srun`` command line; agents stopping together when one fails."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_two_node_agents_gather_all_ranks(tmp_path):
     assert run.returncode == 0, run.tail
     assert time.monotonic() - t0 < 90
     assert sorted(run.files) == [0, 1, 2, 3] and run.missing_ranks == []
-    # static rendezvous: node k runs global ranks 2k, 2k+1, in its own output tree and log
+    # node addresses sort in node order: node k runs global ranks 2k, 2k+1, in its own tree and log
     assert run.node_ranks == {0: [0, 1], 1: [2, 3]}
     for rank, paths in run.files.items():
         assert all(f"node{rank // 2}" in p.parts for p in paths)
