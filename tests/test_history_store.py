@@ -114,7 +114,8 @@ def test_runs_carry_the_metadata_without_a_second_file(tmp_path):
 
 def test_appends_never_overwrite_and_leave_no_temp_files(tmp_path):
     st = HistoryStore(tmp_path)
-    paths = {st.append(_values(), RunInfo("same-run", hw_key="hw")) for _ in range(3)}
+    # one run, three points (as a pytest session appends them): three files, one name stem
+    paths = {st.append(_values().assign(point=f"p{i}"), RunInfo("same-run", hw_key="hw")) for i in range(3)}
     assert len(paths) == 3 and all(Path(p).is_file() for p in paths)
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(files) == 3 and all(p.suffix == ".parquet" and not p.name.startswith(".") for p in files)

@@ -1,5 +1,5 @@
 """Multi-node points: ``profile(launcher="torchrun", nnodes=2)`` as two torchrun node agents on
-this machine (static rendezvous, gloo on the CPU), their rank traces gathered into one point;
+this machine (a c10d rendezvous in a store the launcher holds, gloo on the CPU), their rank traces gathered into one point;
 the ``srun`` command line; agents stopping together when one fails."""
 
 from __future__ import annotations
@@ -54,8 +54,12 @@ def test_node_agent_command_lines(monkeypatch):
     # the user's rendezvous replaces ours; the port is free and differs per call otherwise
     mine = node_launch_argvs("train.py", 1, 3, ["--rdzv-backend", "c10d", "--rdzv-endpoint=head:29400"])
     assert len(mine) == 3 and all("--master_port" not in a and "--rdzv-endpoint=head:29400" in a for a in mine)
-    port = int(node_launch_argvs("train.py", 1, 2)[0][10])
-    assert 0 < port < 65536
+    # by default the agents meet in a c10d store this process holds open: no port to lose
+    agents = node_launch_argvs("train.py", 1, 2)
+    endpoints = {a[a.index("--rdzv-endpoint") + 1] for a in agents}
+    assert len(endpoints) == 1 and 0 < int(endpoints.pop().rsplit(":", 1)[1]) < 65536
+    assert all("--master_port" not in a and "is_host=false" in a for a in agents)
+    assert [a[a.index("--local-addr") + 1] for a in agents] == ["127.0.0.1", "127.100.100.100"]
     with pytest.raises(ValueError, match="nnodes >= 2"):
         node_launch_argvs("train.py", 1, 1)
 
@@ -84,7 +88,7 @@ def test_two_node_agents_gather_all_ranks(tmp_path):
     assert run.returncode == 0, run.tail
     assert time.monotonic() - t0 < 90
     assert sorted(run.files) == [0, 1, 2, 3] and run.missing_ranks == []
-    # static rendezvous: node k runs global ranks 2k, 2k+1, in its own output tree and log
+    # node addresses sort in node order: node k runs global ranks 2k, 2k+1, in its own tree and log
     assert run.node_ranks == {0: [0, 1], 1: [2, 3]}
     for rank, paths in run.files.items():
         assert all(f"node{rank // 2}" in p.parts for p in paths)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -50,12 +49,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_distributed(torch, dist, device: str) -> tuple[int, int]:
     backend = "nccl" if device == "cuda" else "gloo"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -74,8 +67,8 @@ def init_distributed(torch, dist, device: str) -> tuple[int, int]:
                 return dist.get_rank(), dist.get_world_size()
         dist.init_process_group(backend=backend)
     else:  # run without torchrun: a world of one, so the script is usable on its own
-        dist.init_process_group(backend=backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
-                                rank=0, world_size=1)
+        # an in-memory store: a world of one has nobody to meet, so no port that could be taken
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     return dist.get_rank(), dist.get_world_size()
 
 

@@ -147,7 +147,7 @@ def run_learn(args: argparse.Namespace) -> int:
             continue
         done = [p for p in sorted(set(rec.samples["point"].astype(str)))
                 if store.learn(rec.test_id, rec.hw_key, rec.samples[rec.samples["point"].astype(str) == p],
-                               f"{root.name}/{p}")]
+                               f"{root.name}/{p}", report=_say)]
         learned += len(done)
         _say(f"{rec.hw_key} {rec.test_id}: learned {len(done)} point(s)"
              + ("" if done else " (already in the history)"))

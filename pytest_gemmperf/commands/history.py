@@ -2,7 +2,8 @@
 
 * ``record PATH``: append any input ``gemmperf compare`` accepts as a candidate (results
   directories, rocprofv3 output directories, traces, samples tables) as one run, so past runs
-  and other sites' runs can be imported.
+  and other sites' runs can be imported. A run id is recorded once per test and point: recording
+  it again is refused (exit 2) unless ``--replace``, which swaps in the new values.
 * ``show``: per (test, point, kernel, metric) the last N run medians, the trend over them and
   the latest change point.
 * ``check``: change-point detection over every series; writes ``changes.csv`` and exits 1 when
@@ -61,6 +62,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--warmup", type=non_negative, default=None, metavar="N",
                    help="dispatches per (process, kernel) dropped (default: as gemmperf compare)")
     add_allow_partial(r)
+    r.add_argument("--replace", action="store_true",
+                   help="replace the values this run id already holds for the same test and point "
+                        "(default: such a run is refused, so no run is ever counted twice)")
     r.set_defaults(func=run_record)
 
     s = hsub.add_parser("show", help="last runs, trend and latest change per kernel and metric")
@@ -124,8 +128,10 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
                    meta={k: v for k, v in meta.items() if v})
 
 
-def record_samples(history: str, sides: dict[str, pd.DataFrame], run, default_test: str) -> list[str]:
-    """Append ``{test: samples}`` (``load_side``'s result) as one run; returns the files."""
+def record_samples(history: str, sides: dict[str, pd.DataFrame], run, default_test: str,
+                   replace: bool = False) -> list[str]:
+    """Append ``{test: samples}`` (``load_side``'s result) as one run; returns the files. A run
+    id already holding one of these points is refused unless ``replace``."""
     from pytest_gemmperf.history.store import HistoryStore
     from pytest_gemmperf.history.values import history_values
 
@@ -133,7 +139,7 @@ def record_samples(history: str, sides: dict[str, pd.DataFrame], run, default_te
     values = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if values.empty:
         raise GemmperfInputError(None, f"run {run.run_id!r}: no samples to record")
-    return HistoryStore(history).append_files(values, run)
+    return HistoryStore(history).append_files(values, run, replace=replace)
 
 
 def record_compare_candidate(history: str, run_id: str | None, path: str, label: str,
@@ -161,7 +167,8 @@ def run_record(args: argparse.Namespace) -> int:
         sides = load_side(args.path, args.warmup, traces, allow_partial=getattr(args, "allow_partial", False))
         run = run_info_for(args.path, run_id=args.run_id, commit=args.commit, branch=args.branch,
                            time=args.time, hw=args.hw, traces=traces)
-        files = record_samples(args.history, sides, run, args.test or Path(args.path).resolve().name)
+        files = record_samples(args.history, sides, run, args.test or Path(args.path).resolve().name,
+                               replace=args.replace)
     except (OSError, UnicodeError) as exc:
         raise GemmperfInputError(getattr(exc, "filename", None) or args.path, str(exc)) from None
     print(printable(f"recorded run {run.run_id} ({run.time.isoformat()}, hw {run.hw_key}, "

@@ -25,6 +25,7 @@ import yaml
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.hardware import sanitize
 from pytest_gemmperf.run.results import base_test_id, distinct_slug
+from pytest_gemmperf.gate.samples import compact_samples
 
 SCHEMA_VERSION = 1
 SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
@@ -33,6 +34,9 @@ SUMMARY_FILE = "summary.yaml"
 SAMPLES_FILE = "samples.parquet"
 VARIANCE_FILE = "variance.parquet"
 VARIANCE_COLUMNS = ("run", "seq", "point", "kernel", "metric", "df", "ss")
+#: the identity of a history run's data (:func:`run_keys`); a history written before it existed
+#: reads its ``run`` label here, so such runs stay distinct from each other and from new ones
+VARIANCE_KEY = "key"
 #: earlier runs per point whose variance the gate pools (3 df each with 4 processes per run;
 #: benchmarks/gate_accuracy.py: 10 runs reach the 3 % detection target on the real trace)
 MAX_HISTORY_RUNS = 20
@@ -203,13 +207,14 @@ def _variance_to_parquet(variance: pd.DataFrame) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    v = variance.sort_values(["seq", "point", "kernel", "metric"], kind="mergesort", ignore_index=True)
-    cols = {c: pa.array(v[c].astype(str).tolist(), pa.string()) for c in ("run", "point", "kernel", "metric")}
+    v = _with_keys(variance).sort_values(["seq", "point", "kernel", "metric"], kind="mergesort", ignore_index=True)
+    cols = {c: pa.array(v[c].astype(str).tolist(), pa.string())
+            for c in ("run", "point", "kernel", "metric", VARIANCE_KEY)}
     cols["seq"] = pa.array(v["seq"].to_numpy(np.int64), pa.int64())
     for c in ("df", "ss"):
         cols[c] = pa.array(v[c].to_numpy(np.float64), pa.float64())
     buf = io.BytesIO()
-    pq.write_table(pa.table({c: cols[c] for c in VARIANCE_COLUMNS}), buf, compression="zstd",
+    pq.write_table(pa.table({c: cols[c] for c in (*VARIANCE_COLUMNS, VARIANCE_KEY)}), buf, compression="zstd",
                    store_schema=False)
     return buf.getvalue()
 
@@ -225,7 +230,7 @@ def _variance_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
     missing = [c for c in VARIANCE_COLUMNS if c not in df.columns]
     if missing:
         raise GemmperfInputError(path, f"variance history lacks columns {missing}")
-    df = df[list(VARIANCE_COLUMNS)]
+    df = _with_keys(df)[[*VARIANCE_COLUMNS, VARIANCE_KEY]]
     bad = ~np.isfinite(df["df"].to_numpy(float)) | (df["df"].to_numpy(float) <= 0) | ~(df["ss"].to_numpy(float) >= 0)
     if bad.any():
         raise GemmperfInputError(path, f"variance history row {int(np.flatnonzero(bad)[0]) + 1}: "
@@ -244,28 +249,69 @@ def _parse_blobs(blobs: dict[str, bytes], d: Path) -> tuple[pd.DataFrame, pd.Dat
 
 def _empty_variance() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
-        VARIANCE_COLUMNS, (object, "int64", object, object, object, "float64", "float64"))})
+        (*VARIANCE_COLUMNS, VARIANCE_KEY), (object, "int64", object, object, object, "float64", "float64", object))})
+
+
+def _with_keys(variance: pd.DataFrame) -> pd.DataFrame:
+    """``variance`` with a :data:`VARIANCE_KEY` on every row (its ``run`` label where none)."""
+    if VARIANCE_KEY not in variance.columns:
+        return variance.assign(**{VARIANCE_KEY: variance["run"].astype(str)})
+    key = variance[VARIANCE_KEY]
+    if key.isna().any():
+        return variance.assign(**{VARIANCE_KEY: key.where(key.notna(), variance["run"].astype(str))})
+    return variance
+
+
+def run_keys(samples: pd.DataFrame, points: Iterable[str] | None = None) -> dict[str, str]:
+    """Per point (of ``points`` when given), the identity of a run's data: a SHA-256 of its
+    samples as a baseline stores them (compacted, normalized), so raw and stored samples of one
+    run, in any row order, give the same key and two runs' data never do."""
+    wanted = None if points is None else set(map(str, points))
+    out = {}
+    for point, part in samples.groupby(samples["point"].astype(str), sort=True, observed=True):
+        if wanted is not None and point not in wanted:
+            continue
+        s = normalize_samples(compact_samples(part.reset_index(drop=True)))
+        h = hashlib.sha256()
+        for c in _KEY_COLUMNS:  # the text itself, not a writer's encoding of it
+            h.update("\x1f".join(s[c].astype(str)).encode("utf-8", "surrogatepass") + b"\x1e")
+        h.update(s["value"].to_numpy(dtype="<f8").tobytes())
+        out[str(point)] = "sha256:" + h.hexdigest()[:24]
+    return out
+
+
+def known_points(variance: pd.DataFrame | None, keys: dict[str, str]) -> list[str]:
+    """The points of ``keys`` (:func:`run_keys`) whose run is already in ``variance``."""
+    if variance is None or not len(variance):
+        return []
+    have = set(zip(variance["point"].astype(str), _with_keys(variance)[VARIANCE_KEY].astype(str)))
+    return sorted(p for p, k in keys.items() if (p, k) in have)
 
 
 def add_history(variance: pd.DataFrame | None, samples: pd.DataFrame, run: str,
                 points: Iterable[str] | None = None, max_runs: int = MAX_HISTORY_RUNS) -> pd.DataFrame:
     """``variance`` plus the contribution of one run's ``samples`` (only ``points`` when
-    given), keeping the newest ``max_runs`` runs per point."""
+    given), keeping the newest ``max_runs`` runs per point. A point whose run is already in the
+    history (same :func:`run_keys` key) is not added again: its evidence would count twice."""
     from pytest_gemmperf.gate.compare import variance_contribution
 
-    old = _empty_variance() if variance is None else variance
-    s = samples if points is None else samples[samples["point"].astype(str).isin(set(map(str, points)))]
+    old = _empty_variance() if variance is None else _with_keys(variance)
+    keys = run_keys(samples, points)
+    for p in known_points(old, keys):
+        del keys[p]
+    s = samples[samples["point"].astype(str).isin(set(keys))]
     contrib = variance_contribution(s) if len(s) else None
     if contrib is None or contrib.empty:
         return old
     seq = int(old["seq"].max()) + 1 if len(old) else 1
-    new = contrib.assign(run=str(run), seq=seq)[list(VARIANCE_COLUMNS)]
+    new = contrib.assign(run=str(run), seq=seq)
+    new = new.assign(**{VARIANCE_KEY: new["point"].astype(str).map(keys)})[[*VARIANCE_COLUMNS, VARIANCE_KEY]]
     both = pd.concat([old, new], ignore_index=True) if len(old) else new
     # newest max_runs runs of each point
     runs = both[["point", "seq"]].drop_duplicates().sort_values(["point", "seq"], ascending=[True, False])
     runs = runs.groupby("point", sort=False).head(max_runs)
     keep = both.merge(runs, on=["point", "seq"], how="inner")
-    return keep[list(VARIANCE_COLUMNS)].reset_index(drop=True)
+    return keep[[*VARIANCE_COLUMNS, VARIANCE_KEY]].reset_index(drop=True)
 
 
 def _changed_points(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:

@@ -65,8 +65,9 @@ from pytest_gemmperf.gate.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
                                          SCHEMA_VERSION, SUMMARY_FILE, VARIANCE_FILE, BaselineRecord,
                                          _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
                                          _samples_to_parquet, _sha256, _variance_from_parquet,
-                                         _variance_to_parquet, add_history, diff_records, kept_points, merge_records,
-                                         legacy_keys, normalize_samples, parse_time, render_summary, slug_for_test,
+                                         _variance_to_parquet, add_history, diff_records, kept_points, known_points,
+                                         legacy_keys, merge_records, normalize_samples, parse_time, render_summary,
+                                         run_keys, slug_for_test,
                                          version_name, versions_of)
 
 LOCK_DIR = ".locks"
@@ -407,10 +408,13 @@ class BaselineStore:
                 self._commit(plans)
         return done
 
-    def learn(self, test_id: str, hw_key: str, samples: pd.DataFrame, run: str) -> bool:
+    def learn(self, test_id: str, hw_key: str, samples: pd.DataFrame, run: str,
+              report: Callable[[str], None] | None = None) -> bool:
         """Add one run's between-process variance to the history of an existing baseline
-        without changing its samples. False when there is no baseline, or ``run`` is already
-        in the history (learning the same run twice would count its evidence twice)."""
+        without changing its samples. False when there is no baseline, or the run is already
+        in the history, by its ``run`` label or by its data (:func:`run_keys`: the same results
+        learned twice, or under another name): its evidence would count twice. ``report`` gets
+        one line per point not added for that reason."""
         d = self.path_for(test_id, hw_key)
         with self._locked():
             txn.recover(self.root, None)
@@ -421,8 +425,14 @@ class BaselineStore:
                 return False
             stored, history = cur.record.samples, cur.record.variance
             if history is not None and (history["run"].astype(str) == str(run)).any():
+                if report:
+                    report(f"run {run} of {test_id} already in the variance history; not added again")
                 return False
             points = set(stored["point"].astype(str)) & set(samples["point"].astype(str))
+            for p in known_points(history, run_keys(samples, points)):
+                points.discard(p)
+                if report:
+                    report(f"run {run} of {test_id}[{p}] already in the variance history; not added again")
             variance = add_history(history, samples, run, points)
             if (history is not None and variance.equals(history)) or (history is None and not len(variance)):
                 return False
@@ -505,6 +515,10 @@ class BaselineStore:
             if changed:
                 run = (f"baseline generation {cur.meta.get('generation', 0)} "
                        f"({cur.meta.get('updated', 'unknown date')})")
+                for p in known_points(variance, run_keys(old.samples, changed)):
+                    if report:  # e.g. alternating refreshes from two results directories
+                        report(f"run {run} of {record.test_id}[{p}] already in the variance history; "
+                               "not added again")
                 variance = add_history(variance, old.samples, run, changed)
         else:
             variance = self._salvage_history(d, cur, report) if cur.damage else None

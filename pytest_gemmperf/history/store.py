@@ -13,7 +13,14 @@ a hidden temporary name in its final directory (dataset discovery skips names st
 file is ever overwritten); object stores get one put of the complete object, which is atomic
 there. Each file carries its run's metadata as columns (``run_id, time, commit, branch`` and a
 JSON ``run_meta``: versions, telemetry summary), so :meth:`HistoryStore.runs` needs no second
-file. Reading is pyarrow.dataset's job (partition pruning, filters pushed down); when a scan
+file.
+
+A run id is recorded once per (hardware key, test, point): :meth:`HistoryStore.append` refuses
+values for a point the run already holds, unless ``replace``, which writes the new file first and
+then deletes the old one. Readers never count a run twice even when two files of one run and
+point exist anyway (a writer killed between those two steps, two concurrent writers): only the
+newest file (its ``written`` stamp, then its name) of each (hardware key, test, run, point) is
+read. Reading is pyarrow.dataset's job (partition pruning, filters pushed down); when a scan
 fails, each file is opened on its own to name the damaged one in a
 :class:`~pytest_gemmperf.errors.GemmperfInputError`.
 """
@@ -27,6 +34,7 @@ import json
 import os
 import re
 import tempfile
+import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
@@ -50,9 +58,14 @@ FILE_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("time", pa.timestamp("ns", tz="UTC")), ("commit", pa.string()),
     ("branch", pa.string()), ("point", pa.string()), ("kernel", pa.string()), ("metric", pa.string()),
     ("unit", pa.string()), ("value", pa.float64()), ("run_meta", pa.string()),
+    # when the file was written: of two files of one run and point, readers keep the newer
+    # (files written before this column existed read it as null: oldest)
+    ("written", pa.timestamp("ns", tz="UTC")),
 ])
 PARTITION_SCHEMA = pa.schema([("hw_key", pa.string()), ("test", pa.string())])
 DATASET_SCHEMA = pa.schema(list(FILE_SCHEMA) + list(PARTITION_SCHEMA))
+#: what one run's values are unique by: a second file with the same key is a duplicate
+_RUN_KEY = ("hw_key", "test", "run_id", "point")
 #: columns a history file cannot lack (a null here means a stray, non-history Parquet file)
 _REQUIRED = ("run_id", "time", "point", "kernel", "metric", "unit")
 RUNS_COLUMNS = ("run_id", "time", "commit", "branch", "hw_key", "tests", "files", "meta")
@@ -113,14 +126,18 @@ class HistoryStore:
         self.local = "file" in protocol or "local" in protocol
 
     # ------------------------------------------------------------------------------- writing
-    def append(self, values: pd.DataFrame, run: RunInfo) -> str:
+    def append(self, values: pd.DataFrame, run: RunInfo, *, replace: bool = False) -> str:
         """Write ``values`` (``test, point, kernel, metric, unit, value``, e.g. from
         :func:`~pytest_gemmperf.history.values.history_values`) as new immutable file(s), one
-        per test. Returns the file written (or the store URL when several tests were)."""
-        paths = self.append_files(values, run)
+        per test. Returns the file written (or the store URL when several tests were).
+
+        A point the run already holds (same hardware key and test) is refused with a
+        :class:`GemmperfInputError` before anything is written, unless ``replace``: then the
+        run's files holding those points are deleted once the new files are written."""
+        paths = self.append_files(values, run, replace=replace)
         return paths[0] if len(paths) == 1 else self.url
 
-    def append_files(self, values: pd.DataFrame, run: RunInfo) -> list[str]:
+    def append_files(self, values: pd.DataFrame, run: RunInfo, *, replace: bool = False) -> list[str]:
         """:meth:`append`, returning every file written."""
         need = ("test", "point", "kernel", "metric", "unit", "value")
         missing = [c for c in need if c not in values.columns]
@@ -129,8 +146,12 @@ class HistoryStore:
         if len(values) == 0:
             raise GemmperfInputError(None, f"run {run.run_id!r}: no values to record")
         meta = json.dumps(redact_record(run.meta or {}), sort_keys=True, default=str)
+        parts = list(values.groupby(values["test"].astype(str), sort=True))
+        # every test is checked before any file is written: a refused run writes nothing
+        replaced = [self._clash(run, str(test), set(part["point"].astype(str)), replace) for test, part in parts]
+        written = time.time_ns()
         paths = []
-        for test, part in values.groupby(values["test"].astype(str), sort=True):
+        for test, part in parts:
             n = len(part)
             table = pa.table({
                 "run_id": pa.array([run.run_id] * n, pa.string()),
@@ -141,6 +162,7 @@ class HistoryStore:
                    for c in ("point", "kernel", "metric", "unit")},
                 "value": pa.array(pd.to_numeric(part["value"], errors="coerce").to_numpy(np.float64)),
                 "run_meta": pa.array([meta] * n, pa.string()),
+                "written": pa.array(np.full(n, written, dtype=np.int64), pa.int64()).cast(FILE_SCHEMA.field("written").type),
             }, schema=FILE_SCHEMA)
             buf = io.BytesIO()
             pq.write_table(table, buf, compression="zstd")
@@ -148,6 +170,8 @@ class HistoryStore:
             path = f"{directory}/{_file_stem(run.run_id)}--{uuid.uuid4().hex[:16]}.parquet"
             self._put(directory, path, buf.getvalue())
             paths.append(self._display(path))
+        for old in (f for files in replaced for f in files):
+            self.fs.rm_file(old)  # after the new file: readers see the old run or the new, never none
         return paths
 
     def _partition_dir(self, *segments: str) -> str:
@@ -165,6 +189,28 @@ class HistoryStore:
         if rel.startswith(".." + os.sep) or rel == ".." or os.path.isabs(rel):
             raise GemmperfInputError(path, f"lies outside the history store {self.root}; not deleted")
         return os.fspath(contained_relative(self.root, rel))
+    def _clash(self, run: RunInfo, test: str, points: set[str], replace: bool) -> list[str]:
+        """Files in which ``run`` already holds one of ``points`` of ``test``: refused unless
+        ``replace`` (then they are what the new file replaces)."""
+        files = self._run_files(run.hw_key, test, run.run_id, points)
+        if files and not replace:
+            held = sorted({p for ps in files.values() for p in ps})
+            raise GemmperfInputError(self._display(next(iter(files))),
+                                     f"run {run.run_id!r} is already in the history ({test} on {run.hw_key}, "
+                                     f"point(s) {', '.join(held)}); not recorded again (--replace replaces it)")
+        return sorted(files)
+
+    def _run_files(self, hw_key: str, test: str, run_id: str, points: set[str]) -> dict[str, set[str]]:
+        """{file: points of ``points`` it holds} of the files of ``run_id`` under ``hw_key``/``test``."""
+        dataset = self._dataset(hw_key, test)
+        if dataset is None:
+            return {}
+        found = self._scan(dataset, ["point"], ds.field("run_id") == run_id, keep_filename=True)
+        out: dict[str, set[str]] = {}
+        for path, point in zip(found["__filename"].to_pylist(), found["point"].to_pylist()):
+            if point in points:
+                out.setdefault(path, set()).add(point)
+        return out
 
     def _put(self, directory: str, path: str, data: bytes) -> None:
         if not self.local:
@@ -237,7 +283,7 @@ class HistoryStore:
         except (OSError, pa.ArrowException) as exc:
             raise GemmperfInputError(self._display(base), f"cannot list history store: {exc}") from None
 
-    def _scan(self, dataset: ds.Dataset, columns: list[str], filt=None) -> pa.Table:
+    def _scan(self, dataset: ds.Dataset, columns: list[str], filt=None, *, keep_filename: bool = False) -> pa.Table:
         """Scan with the engine; on failure open each file on its own and name the bad one."""
         try:
             table = dataset.to_table(columns=[*columns, "__filename"], filter=filt)
@@ -249,7 +295,7 @@ class HistoryStore:
             if pc.any(nulls).as_py():
                 bad = table["__filename"].filter(nulls)[0].as_py()
                 raise GemmperfInputError(self._display(bad), f"not a history file (no {col!r} values)")
-        return table.drop_columns(["__filename"])
+        return table if keep_filename else table.drop_columns(["__filename"])
 
     def _raise_bad_file(self, dataset: ds.Dataset, exc: BaseException) -> None:
         for frag in dataset.get_fragments():
@@ -276,7 +322,17 @@ class HistoryStore:
         if kernel_contains:
             e = pc.match_substring(ds.field("kernel"), str(kernel_contains))
             filt = e if filt is None else filt & e
-        table = self._scan(dataset, list(HISTORY_COLUMNS), filt)
+        table = self._scan(dataset, [*HISTORY_COLUMNS, "written"], filt, keep_filename=True)
+        if kernel_contains:  # which file of a run is newest does not depend on the kernel filter
+            unfiltered = None
+            for col, val in (("hw_key", hw_key), ("test", test), ("point", point)):
+                if val is not None:
+                    e = ds.field(col) == str(val)
+                    unfiltered = e if unfiltered is None else unfiltered & e
+            files = self._scan(dataset, [*_RUN_KEY, "written"], unfiltered, keep_filename=True)
+        else:
+            files = table
+        table = _newest_files_only(table, files).select(list(HISTORY_COLUMNS))
         if table.num_rows == 0:
             return _empty_history()
         # sorted by Arrow (C++), before pandas: several times faster than sort_values on strings
@@ -370,6 +426,24 @@ class HistoryStore:
                             pass
         out["file"] = [self._display(p) for p in out["file"]]
         return out
+
+
+def _newest_files_only(table: pa.Table, files: pa.Table) -> pa.Table:
+    """``table``'s rows less those of a file that another, newer file of the same
+    :data:`_RUN_KEY` supersedes (``files``: the key, ``written`` and ``__filename`` of at least
+    every row of ``table``). Newest: the latest ``written`` (null: oldest), then the greatest
+    file name, so every reader picks the same file."""
+    per_file = files.group_by([*_RUN_KEY, "__filename"]).aggregate([("written", "max")])
+    if per_file.num_rows == per_file.group_by(list(_RUN_KEY)).aggregate([]).num_rows:
+        return table  # one file per run and point: the common case, nothing to drop
+    f = per_file.to_pandas()
+    stamp = [-1 if pd.isna(t) else pd.Timestamp(t).value for t in f["written_max"]]
+    f = f.assign(_stamp=stamp).sort_values(["_stamp", "__filename"], kind="stable")
+    losers = f[f.duplicated(list(_RUN_KEY), keep="last")]
+    lose = pd.MultiIndex.from_arrays([losers["__filename"].astype(str), losers["point"].astype(str)])
+    rows = pd.MultiIndex.from_arrays([table["__filename"].to_pandas().astype(str),
+                                      table["point"].to_pandas().astype(str)])
+    return table.filter(pa.array(~rows.isin(lose)))
 
 
 def _segment(key: str, value: str) -> str:

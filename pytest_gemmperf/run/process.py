@@ -216,9 +216,17 @@ def is_local_multinode(launcher: str | Sequence[str] | None, nnodes: int) -> boo
 
 def node_launch_argvs(command: str | Sequence[str], nproc: int, nnodes: int, extra: Sequence[str] = (),
                       *, master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[list[str]]:
-    """One torchrun node agent per node, all on this machine: ``--nnodes N --node_rank k`` with
-    a static rendezvous at ``master_addr:master_port`` (a free port when None), so node ``k``
-    runs global ranks ``k*nproc .. k*nproc+nproc-1`` (torchrun's static assignment).
+    """One torchrun node agent per node, all on this machine: ``--nnodes N``, node ``k``
+    running global ranks ``k*nproc .. k*nproc+nproc-1``.
+
+    Without ``master_port`` the agents meet through torch's ``c10d`` rendezvous in a store
+    this process holds open (:func:`local_rendezvous_endpoint`): a port picked by binding port
+    0 and closing it can be taken by anyone before the agent binds it again (EADDRINUSE under
+    parallel CI jobs), a listener that never closes cannot. Each node gets a loopback
+    ``--local-addr`` that sorts in node order, because the c10d rendezvous numbers nodes by
+    sorted address; rank 0's agent then serves its workers' store on a port it binds itself
+    (port 0, kept open). ``master_port`` given: torchrun's static rendezvous at
+    ``master_addr:master_port`` (``--node_rank k``), the caller owning that port.
 
     On a cluster the agents run on different hosts and the scheduler starts them, e.g.
     ``srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc_per_node 8
@@ -228,17 +236,55 @@ def node_launch_argvs(command: str | Sequence[str], nproc: int, nnodes: int, ext
         raise ValueError(f"node agents need nproc >= 1 and nnodes >= 2, got {nproc}, {nnodes}")
     extra = [str(e) for e in extra]
     program = _torchrun_program(_command_list(command))
+    head = [*_torchrun_prefix(), "--nnodes", str(nnodes), "--nproc_per_node", str(nproc)]
     if _has_rendezvous(extra):
-        meet: list[str] = []
+        meets: list[list[str]] = [[] for _ in range(nnodes)]
+    elif master_port is not None:
+        meets = [["--master_addr", master_addr, "--master_port", str(int(master_port))] for _ in range(nnodes)]
     else:
-        port = free_port(master_addr) if master_port is None else int(master_port)
-        meet = ["--master_addr", master_addr, "--master_port", str(port)]
-    return [[*_torchrun_prefix(), "--nnodes", str(nnodes), "--nproc_per_node", str(nproc),
-             "--node_rank", str(k), *meet, *extra, *program] for k in range(nnodes)]
+        endpoint = local_rendezvous_endpoint(master_addr)
+        rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id",
+                f"gemmperf-{secrets.token_hex(8)}", "--rdzv-conf", "is_host=false"]
+        meets = [[*rdzv, "--local-addr", node_local_addr(master_addr, k)] for k in range(nnodes)]
+    return [[*head, "--node_rank", str(k), *meets[k], *extra, *program] for k in range(nnodes)]
+
+
+def node_local_addr(master_addr: str, k: int) -> str:
+    """Node ``k``'s ``--local-addr``: ``master_addr`` for node 0 (its agent serves the workers'
+    store there), then loopback addresses whose text sorts after it and in node order
+    (``127.100.100.100``, ``127.100.100.101``, ...: every octet three digits, so text order is
+    number order; Linux routes all of 127/8 to the loopback device)."""
+    if k == 0:
+        return master_addr
+    i = k - 1
+    return f"127.{100 + i // 10_000 % 100}.{100 + i // 100 % 100}.{100 + i % 100}"
+
+
+_STORES: dict[str, object] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def local_rendezvous_endpoint(host: str = "127.0.0.1") -> str:
+    """``host:port`` of a c10d rendezvous store this process serves for as long as it lives
+    (one per host, created on first use, bound to port 0 by the store itself so no other
+    process can take the port). Every launch uses its own ``--rdzv-id``, so one store serves
+    any number of launches. torch is imported here, on the first multi-node launch only."""
+    with _STORES_LOCK:
+        store = _STORES.get(host)
+        if store is None:
+            from datetime import timedelta
+
+            from torch.distributed import TCPStore
+
+            store = TCPStore(host, 0, is_master=True, wait_for_workers=False, multi_tenant=True,
+                             timeout=timedelta(seconds=300))
+            _STORES[host] = store
+        return f"{host}:{store.port}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (the agents bind it moments later)."""
+    """A TCP port nothing listens on now. Racy (another process may bind it before the caller
+    does): launches use :func:`local_rendezvous_endpoint` instead."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -496,4 +542,4 @@ def require_success(result: ProcessResult, what: str = "workload",
 
 
 __all__ = ["KNOWN_LAUNCHERS", "MARKER_VAR", "ProcessResult", "WorkloadError", "free_port",
-           "is_local_multinode", "kill_marked", "kill_tree", "launch_argv", "node_launch_argvs", "live_processes", "marked_processes", "log_tail", "require_success", "run_process", "split_launch"]
+           "is_local_multinode", "kill_marked", "local_rendezvous_endpoint", "node_local_addr", "kill_tree", "launch_argv", "node_launch_argvs", "live_processes", "marked_processes", "log_tail", "require_success", "run_process", "split_launch"]
