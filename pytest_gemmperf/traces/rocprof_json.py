@@ -31,6 +31,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
+from pytest_gemmperf.traces.jsonkeys import check_unique_keys
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     _MISSING,
@@ -113,7 +114,19 @@ def decode(data: bytes, path: str) -> list[_Process]:
         raise GemmperfInputError(path, _not_rocprof_message(data))
     if not root.tool:
         raise GemmperfInputError(path, f"'{TOOL_KEY}' holds no process")
+    # the decoder kept the last of a repeated key silently (a second end_timestamp): refuse it
+    check_unique_keys(data, path, _record_of_path)
     return root.tool
+
+
+def _record_of_path(json_path: str) -> str | None:
+    """``$["rocprofiler-sdk-tool"][0].buffer_records.kernel_dispatch[3]`` -> ``process 0,
+    buffer_records.kernel_dispatch[3]`` (the record style of the other messages)."""
+    where = json_path.replace(f'$["{TOOL_KEY}"]', f"$.{TOOL_KEY}", 1)
+    record, field = _split_where(where)
+    if record is None:
+        return None
+    return f"{record}, {field}" if field else record
 
 
 def build_trace(processes: list[_Process], path: str) -> Trace:
