@@ -29,7 +29,8 @@ from pytest_gemmperf.traces.fileio import read_json_object
 from pytest_gemmperf.traces.jsonkeys import find_repeated_key
 from pytest_gemmperf.traces.rocpd import ENV_BUDGET_S, ENV_MAX_STEPS, read_rocpd_db
 from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
-from pytest_gemmperf.traces.torch_trace import read_torch_trace
+from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace, read_torch_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rocpd import T0, UUID_A, _db  # noqa: E402  (the documented rocpd schema builder)
@@ -249,3 +250,118 @@ def test_kineto_lookalike_strings_read(tmp_path):
 
 def _kineto_event_in(doc: dict, cat: str) -> dict:
     return next(e for e in doc["traceEvents"] if e.get("cat") == cat)
+
+
+# ----------------------------------------------------------------------------- no GPU events
+
+def _gpu_less_trace(path: Path, device_events: list[dict]) -> Path:
+    """A GPU run's trace whose kernels are missing: CPU ops, launches, and ``device_events``."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100, "tid": 100, "ts": 10.0,
+         "dur": 50.0, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 100, "tid": 100, "ts": 70.0,
+         "dur": 20.0, "args": {"External id": 2}},
+        {"ph": "M", "name": "process_name", "pid": 100, "args": {"name": "python"}},
+        *device_events,
+    ]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+def _dev(cat: str, name: str, pid=0, tid=7, ts=15.0, dur=30.0) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+
+
+_DEVICE_ONLY = {
+    "cuda_profiler_range": [_dev("cuda_profiler_range", "CUDA Profiler Range")],
+    "gpu_user_annotation": [_dev("gpu_user_annotation", "forward"), _dev("gpu_user_annotation", "bwd")],
+    "mtia": [_dev("mtia_ccp_events", "mtia_kernel"), _dev("mtia_runtime", "launch", pid=100)],
+    "xpu runtime only": [_dev("xpu_runtime", "zeCommandListAppendLaunchKernel", pid=100, tid=100)],
+    "privateuse1": [_dev("privateuse1_runtime", "launch", pid=100), _dev("privateuse1_driver", "x")],
+    "hpu": [_dev("hpu_op", "matmul")],
+    "cuda runtime, kernels not recorded": [_dev("cuda_runtime", "cudaLaunchKernel", pid=100, tid=100)],
+    "unknown device category": [_dev("some_accelerator_op", "op")],
+}
+
+
+@pytest.mark.parametrize("case", list(_DEVICE_ONLY))
+def test_device_activity_without_kernels_is_an_error_not_a_cpu_analysis(tmp_path, case):
+    p = _gpu_less_trace(tmp_path / "rank0.pt.trace.json", _DEVICE_ONLY[case])
+    cat = _DEVICE_ONLY[case][0]["cat"]
+    for read in (read_torch_trace, read_torch_cpu_trace, lambda f: load(f)):
+        with pytest.raises(GemmperfInputError) as ei:
+            read(p)
+        text = _one_line(ei.value, p)
+        assert repr(cat) in text and "device activity" in text, text
+
+
+def test_device_activity_without_kernels_cli_exit_2(tmp_path, capsys):
+    p = _gpu_less_trace(tmp_path / "rank0.pt.trace.json", _DEVICE_ONLY["cuda_profiler_range"])
+    rc = gemmperf_main(["analyze", str(p), "--out", str(tmp_path / "out"), "--no-report"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.count("\n") == 1 and "cuda_profiler_range" in err and str(p) in err, err
+
+
+def _cpu_ops_trace(path: Path, ops: list[tuple[str, int, float, float]]) -> Path:
+    """A CPU-only trace: (name, thread, ts µs, dur µs) cpu_ops plus PyTorch's own host events."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 100, "tid": tid, "ts": ts, "dur": d}
+              for n, tid, ts, d in ops]
+    events += [{"ph": "X", "cat": "python_function", "name": "train.py(1): <module>", "pid": 100,
+                "tid": 100, "ts": 0.0, "dur": 1.0},
+               {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
+                "tid": "PyTorch Profiler", "ts": 0.0, "dur": 100000.0},
+               {"ph": "i", "s": "t", "name": "Iteration Start: PyTorch Profiler", "pid": 100,
+                "tid": 100, "ts": 0.0},
+               {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 100,
+                "tid": 100, "ts": 0.0, "dur": 100000.0}]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+_NESTED = {
+    # the example: outer 10 ms holding inner 6 + 3 ms -> 10 ms in all, not 19
+    "outer 10 inner 6+3": [("aten::linear", 1, 0.0, 10000.0), ("aten::mm", 1, 500.0, 6000.0),
+                           ("aten::add", 1, 7000.0, 3000.0)],
+    "three levels": [("a", 1, 0.0, 10000.0), ("b", 1, 1000.0, 8000.0), ("c", 1, 2000.0, 5000.0),
+                     ("d", 1, 2500.0, 1000.0)],
+    "same start, touching siblings": [("p", 1, 0.0, 9000.0), ("x", 1, 0.0, 4000.0),
+                                      ("y", 1, 4000.0, 5000.0)],
+    "two threads, repeated steps": [(n, tid, step * 20000.0 + off, d)
+                                    for step in range(3) for tid in (1, 2)
+                                    for n, off, d in (("aten::linear", 0.0, 10000.0),
+                                                      ("aten::mm", 100.0, 9000.0),
+                                                      ("aten::relu", 12000.0, 500.0))],
+    "overlap that does not nest": [("a", 1, 0.0, 10000.0), ("b", 1, 5000.0, 10000.0)],
+}
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            total += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (0 if cur_e is None else cur_e - cur_s)
+
+
+@pytest.mark.parametrize("case", list(_NESTED))
+def test_cpu_fallback_totals_stay_inside_each_threads_window(tmp_path, case):
+    ops = _NESTED[case]
+    p = _cpu_ops_trace(tmp_path / "cpu.pt.trace.json", ops)
+    for d in (read_torch_cpu_trace(p).dispatches, load(p).dispatches):
+        assert len(d) == len(ops)  # every operator keeps its row for kernel regexes
+        for tid in {t for _, t, _, _ in ops}:
+            mine = [(int(ts * 1000), int((ts + dur) * 1000)) for _, t, ts, dur in ops if t == tid]
+            got = int(d.loc[d["thread_id"] == tid, "dur_ns"].sum())
+            # nested operators: each busy nanosecond of the thread counted exactly once;
+            # operators that overlap without nesting (clock rounding): never more than that
+            assert got == _union_ns(mine) or (case.startswith("overlap") and got <= _union_ns(mine))
+            assert got <= max(e for _, e in mine) - min(s for s, _ in mine)
+    if case == "outer 10 inner 6+3":
+        d = read_torch_cpu_trace(p).dispatches
+        assert int(d["dur_ns"].sum()) == 10_000_000
+        assert dict(zip(d["kernel"].astype(str), d["dur_ns"])) == {
+            "aten::linear": 1_000_000, "aten::mm": 6_000_000, "aten::add": 3_000_000}
