@@ -26,8 +26,7 @@ import pytest
 from pytest_gemmperf.cli import main as gemmperf_main
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_json_object
-from pytest_gemmperf.traces.jsonkeys import find_repeated_key
-from pytest_gemmperf.traces.rocpd import ENV_BUDGET_S, ENV_MAX_STEPS, read_rocpd_db
+from pytest_gemmperf.traces.rocpd import read_rocpd_db
 from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
 from pytest_gemmperf.traces.discover import load
 from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace, read_torch_trace
@@ -39,6 +38,8 @@ FIX = Path(__file__).parent / "fixtures"
 KINETO = json.loads((FIX / "torch" / "rocm_sdk_rank3.pt.trace.json").read_text())
 ROCPROF = json.loads((FIX / "rocprof_json" / "v7_two_processes_counters_results.json").read_text())
 MARK = "@@REPEAT@@"
+ENV_BUDGET_S = "GEMMPERF_ROCPD_BUDGET_S"
+ENV_MAX_STEPS = "GEMMPERF_ROCPD_MAX_STEPS"
 
 
 def _one_line(exc: GemmperfInputError, path: Path) -> str:
@@ -225,17 +226,21 @@ _LOOKALIKES = [
 
 
 @pytest.mark.parametrize("text", _LOOKALIKES)
-def test_strings_that_look_like_keys_are_not_repeats(text):
-    assert find_repeated_key(text.encode()) is None
+def test_strings_that_look_like_keys_are_not_repeats(tmp_path, text):
+    p = tmp_path / "run.json"
+    p.write_text('{"doc": ' + text + "}")
+    assert read_json_object(p) == {"doc": json.loads(text)}
 
 
-def test_repeat_found_at_any_depth_and_position():
-    for depth in (1, 2, 5, 40, 80):
-        inner = '{"x": 1, "y": {"x": 2}, "x": 3}'
-        doc = '{"a": ' * (depth - 1) + inner + "}" * (depth - 1)
-        hit = find_repeated_key(doc.encode())
-        assert hit is not None and hit.key == "x", depth
-        assert hit.path == "$" + ".a" * (depth - 1), hit.path
+@pytest.mark.parametrize("depth", [1, 2, 5, 40, 80])
+def test_repeat_found_at_any_depth_and_position(tmp_path, depth):
+    inner = '{"x": 1, "y": {"x": 2}, "s": "\\"x\\": 4", "x": 3}'
+    p = tmp_path / "point.json"
+    p.write_text('{"a": ' * (depth - 1) + inner + "}" * (depth - 1))
+    with pytest.raises(GemmperfInputError) as ei:
+        read_json_object(p)
+    text = _one_line(ei.value, p)
+    assert "'x'" in text and "twice" in text and ("$" + ".a" * (depth - 1) + ")") in text, text
 
 
 def test_kineto_lookalike_strings_read(tmp_path):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -87,13 +88,41 @@ def find_repeated_key(data: bytes) -> RepeatedKey | None:
     return RepeatedKey(key=key, offset=offset, path=json_path_at(data, offset))
 
 
-def check_unique_keys(data: bytes, path: str,
+class KeyScan:
+    """:func:`find_repeated_key` on a worker thread, started before the parser decodes the same
+    bytes: numpy releases the GIL in its passes, so on a machine with a spare core the scan
+    costs little wall time beside the decode. :meth:`result` waits for it."""
+
+    def __init__(self, data: bytes) -> None:
+        self._hit: RepeatedKey | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(data,), name="gemmperf-json-keys",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, data: bytes) -> None:
+        try:
+            self._hit = find_repeated_key(data)
+        except BaseException as exc:  # handed to the caller by result(), never lost
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> RepeatedKey | None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._hit
+
+
+def check_unique_keys(data: bytes | KeyScan, path: str,
                       record_of: Callable[[str], str | None] | None = None) -> None:
     """Raise a one-line :class:`GemmperfInputError` naming ``path``, the key and the object when
-    any object of the (valid JSON) ``data`` repeats a key. ``record_of`` turns the object's JSON
-    path into the reader's record name (``traceEvents[12], kernel 'gemm'``); by default the
-    record is the JSON path itself."""
-    hit = find_repeated_key(data)
+    any object of the (valid JSON) ``data`` repeats a key (``data`` may be a :class:`KeyScan`
+    already running). ``record_of`` turns the object's JSON path into the reader's record name
+    (``traceEvents[12], kernel 'gemm'``); by default the record is the JSON path itself."""
+    hit = data.result() if isinstance(data, KeyScan) else find_repeated_key(data)
     if hit is None:
         return
     record = (record_of(hit.path) if record_of is not None else None) or hit.path
@@ -117,14 +146,15 @@ def _tokens(a: np.ndarray, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndar
     kind = a[pos]
     pos, kind = _drop_escaped_quotes(a, data, pos, kind)
     is_quote = kind == _QUOTE
-    outside = (np.cumsum(is_quote) & 1) == 0  # even quote count before a brace: not in a string
-    keep = is_quote | outside
-    pos, kind = pos[keep], kind[keep]
-    if not (kind == _QUOTE).any():
+    if not is_quote.any():
         return None
-    step = np.zeros(len(pos), dtype=np.int8)
-    step[kind == _OPEN] = 1
-    step[kind == _CLOSE] = -1
+    # a brace after an odd number of quotes is inside a string
+    inside = (np.cumsum(is_quote, dtype=np.int64) & 1).astype(bool)
+    inside &= ~is_quote
+    if inside.any():
+        keep = ~inside
+        pos, kind = pos[keep], kind[keep]
+    step = (kind == _OPEN).view(np.int8) - (kind == _CLOSE).view(np.int8)
     return pos, kind, np.cumsum(step, dtype=np.int64)
 
 
@@ -199,40 +229,30 @@ def _object_numbers(kind: np.ndarray, depth: np.ndarray, key_tok: np.ndarray) ->
     mark = kind == _OPEN
     mark[key_tok] = True
     sel = np.flatnonzero(mark)  # "{" and keys, in document order
-    sel_depth = depth[sel]
-    is_open = kind[sel] == _OPEN
+    # Stably by depth: at one depth, the keys between two "{" are one object's (a nested
+    # object's keys sit deeper), so counting the "{" in that order numbers the objects.
+    by_depth = sel[np.argsort(_small(depth[sel]), kind="stable")]
     numbers = np.zeros(len(kind), dtype=np.int64)
-    # At one depth, the keys between two "{" are one object's (a nested object's keys sit
-    # deeper), so counting the "{" of that depth in document order numbers the objects.
-    levels = np.unique(sel_depth)
-    if len(levels) <= 32:
-        base = 0
-        for level in levels.tolist():
-            at = np.flatnonzero(sel_depth == level)
-            counts = np.cumsum(is_open[at])
-            numbers[sel[at]] = counts + base
-            base += int(counts[-1]) + 1
-    else:  # deeply nested documents: one stable sort by depth instead of a pass per level
-        by_depth = np.argsort(_small(sel_depth), kind="stable")
-        numbers[sel[by_depth]] = np.cumsum(is_open[by_depth])
+    numbers[by_depth] = np.cumsum(kind[by_depth] == _OPEN)
     return numbers[key_tok]
 
 
 def _small(values: np.ndarray) -> np.ndarray:
     """Depths in the smallest integer type, so the stable sort is a radix sort."""
     top = int(values.max()) if len(values) else 0
-    return values.astype(np.int16 if top < 2 ** 15 else np.int64)
+    return values.astype(np.int8 if top < 2 ** 7 else np.int16 if top < 2 ** 15 else np.int64)
 
 
 def _gather8(a: np.ndarray, data: bytes, start: np.ndarray) -> np.ndarray:
     """The 8 bytes at each start as little-endian uint64 (zero past the end of ``a``)."""
     n = len(a)
-    out = np.zeros(len(start), dtype=np.uint64)
     full = start <= n - 8
-    if n >= 8:
-        # an unaligned uint64 view with a 1-byte stride: one gather per key
-        words = np.ndarray(shape=(n - 7,), dtype="<u8", buffer=data, strides=(1,))
-        out[full] = words[start[full]]
+    # an unaligned uint64 view with a 1-byte stride: one gather per key
+    words = np.ndarray(shape=(max(n - 7, 0),), dtype="<u8", buffer=data, strides=(1,))
+    if full.all():
+        return words[start]
+    out = np.zeros(len(start), dtype=np.uint64)
+    out[full] = words[start[full]]
     for i in np.flatnonzero(~full).tolist():
         s = int(start[i])
         out[i] = int.from_bytes(data[s:s + 8].ljust(8, b"\0"), "little")

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.jsonkeys import check_unique_keys
+from pytest_gemmperf.traces.jsonkeys import KeyScan, check_unique_keys
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
 
 
@@ -90,6 +90,7 @@ def _decode(path: str, raw: bytes) -> _Doc:
         raw = raw[len(_BOM):]
     if not raw.strip():
         raise GemmperfInputError(path, "empty file")
+    keys = KeyScan(raw)  # repeated keys, looked for while the decoder runs
     try:
         doc = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
@@ -102,6 +103,8 @@ def _decode(path: str, raw: bytes) -> _Doc:
     except UnicodeDecodeError as exc:  # msgspec checks string contents lazily, as UTF-8
         raise GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
                                        f"at byte {exc.start} of the string)") from None
+    finally:
+        keys.wait()  # never leave the scan running past this call
     if isinstance(doc, list):  # bare Chrome-trace array
         doc = _Doc(traceEvents=doc)
     if doc.rocprofiler_sdk_tool is not None:
@@ -110,7 +113,7 @@ def _decode(path: str, raw: bytes) -> _Doc:
     if doc.traceEvents is None:
         raise GemmperfInputError(path, "not a PyTorch profiler trace: no 'traceEvents'")
     # the decoder kept the last of a repeated key silently ("dur" twice): refuse the file
-    check_unique_keys(raw, path, lambda where: _event_record(doc.traceEvents, where))
+    check_unique_keys(keys, path, lambda where: _event_record(doc.traceEvents, where))
     return doc
 
 
