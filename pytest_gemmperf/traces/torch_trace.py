@@ -182,6 +182,9 @@ def _refuse_device_activity(path: str, events: list[_Event]) -> None:
         return
     shown = ", ".join(f"{n} {cat!r}" for cat, n in found.most_common(5))
     more = f" and {len(found) - 5} more categories" if len(found) > 5 else ""
+    if found.keys() & GPU_CATS:  # a GPU trace handed to the CPU-only reader
+        raise GemmperfInputError(path, f"device activity in a trace read as CPU-only: {shown}{more} "
+                                       "(read it as a GPU trace)")
     raise GemmperfInputError(
         path, f"device activity but no kernel, gpu_memcpy or gpu_memset events: {shown}{more} "
               "(profiler ranges, device annotations or runtime calls; was kernel tracing off, or "
@@ -203,13 +206,14 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     path = os.fspath(path)
     doc = _decode(path, read_maybe_gzip(path))
     events = doc.traceEvents or []
-    _refuse_device_activity(path, events)
     cpu_events = _pick(_complete_events_by_cat(events), CPU_OP_CATS)
     if not cpu_events:
+        _refuse_device_activity(path, events)
         raise GemmperfInputError(path, f"no cpu_op events among {len(events)} trace events")
     # every cpu_op's ts/dur is checked (and exact) in _cpu_ops_frame: no missing times remain
     src = _Src(path, events)
     ops = _cpu_ops_frame(cpu_events, src)
+    _refuse_device_activity(path, events)
     pid = process_pid(ops["pid"])
     host = host_name(doc, path, pid)
     rank = rank_of(doc.distributedInfo)
