@@ -27,6 +27,7 @@ import stat
 import zlib
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.jsonkeys import check_unique_keys
 
 #: default bound on the bytes one gzip file may expand to (see the module docstring)
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 1024 ** 3
@@ -127,8 +128,9 @@ def read_json_object(path: str | os.PathLike) -> dict:
     Read as a regular file only (:func:`_read_regular_file`: a FIFO is an error, never a hang),
     decoded as UTF-8, parsed with :func:`json.loads`. Every failure is one
     :class:`GemmperfInputError` naming ``path`` and the problem: ``cannot read file: <reason>``,
-    ``not valid JSON: <parser message>`` (also for bytes that are not UTF-8), or ``not a JSON
-    object (found <type>)`` when the document is e.g. a list. Not for traces: no gzip, no bound.
+    ``not valid JSON: <parser message>`` (also for bytes that are not UTF-8), ``not a JSON
+    object (found <type>)`` when the document is e.g. a list, or a key written twice in one
+    object (:mod:`.jsonkeys`: ``json`` would keep the last value silently). Not for traces: no gzip, no bound.
     """
     name = os.fspath(path)
     raw = _read_regular_file(name)
@@ -140,4 +142,5 @@ def read_json_object(path: str | os.PathLike) -> dict:
         found = "null" if doc is None else {list: "an array", str: "a string", bool: "a boolean"}.get(
             type(doc), "a number")
         raise GemmperfInputError(name, f"not a JSON object (found {found})")
+    check_unique_keys(raw, name)
     return doc

@@ -17,6 +17,16 @@ Schema facts used here (rocprofv3-formats.md §5; upstream ``rocpd_tables.sql``,
 
 Reading order: the ``kernels`` view when it exists and covers every run's dispatch table;
 otherwise each run's suffixed tables directly (one run = one profiled process).
+
+Every query runs under a budget, because a view is code: ``CREATE VIEW kernels AS WITH RECURSIVE
+...`` never ends, and read naively it fills memory (7 GB in a minute). A progress handler stops
+a file's queries after :data:`DEFAULT_BUDGET_S` seconds of wall time or :data:`STEPS_PER_BYTE`
+SQLite VM instructions per byte of the file, SQLite's own heap is capped for the duration of
+the read, and results are fetched in bounded batches: a query may return no more rows than
+the file can hold (one row per :data:`MIN_ROW_BYTES` bytes of the database file). Each limit is
+one :class:`GemmperfInputError` line naming the file, the query and the environment variable
+that raises it (``GEMMPERF_ROCPD_BUDGET_S``, ``GEMMPERF_ROCPD_MAX_STEPS``,
+``GEMMPERF_ROCPD_MAX_HEAP_BYTES``).
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -113,19 +125,139 @@ _COUNTER_COLS = ("guid", "pid", "agent_node", "dispatch_id", "kernel_id", "corre
                  "start_ns", "end_ns", "counter", "value")
 
 
-def read_rocpd_db(path: str | os.PathLike) -> Trace:
-    """Read a rocpd ``*_results.db``; every run (UUID) in it becomes its own process rows."""
+#: wall-clock seconds all queries of one file may take. A real rocpd file of a million
+#: dispatches reads in a few seconds; 300 s leaves two orders of magnitude for slow disks.
+DEFAULT_BUDGET_S = 300.0
+#: SQLite VM instructions all queries of one file may execute, per byte of the file, and at
+#: least :data:`MIN_MAX_STEPS`. Reading a 172 MB file of 1M dispatches (kernels view, symbols,
+#: agents) takes 7.7e7 instructions, under half a step per byte: 64 per byte is a 140x margin,
+#: while an endless view in a small file stops within a second or two (5e7 instructions:
+#: 100x what a 1 MB file of 6,000 dispatches needs).
+STEPS_PER_BYTE = 64
+MIN_MAX_STEPS = 50_000_000
+#: bytes SQLite may allocate while one file is read (sorters, GROUP BY, temporary tables)
+DEFAULT_MAX_HEAP_BYTES = 2 * 1024 ** 3
+#: a dispatch row stores at least this many bytes, so a file of N bytes holds < N / 16 rows;
+#: a query returning more is generating rows (a recursive view), not reading them
+MIN_ROW_BYTES = 16
+ENV_BUDGET_S = "GEMMPERF_ROCPD_BUDGET_S"
+ENV_MAX_STEPS = "GEMMPERF_ROCPD_MAX_STEPS"
+ENV_MAX_HEAP = "GEMMPERF_ROCPD_MAX_HEAP_BYTES"
+_CHECK_EVERY = 10_000  # VM instructions between two budget checks
+_FETCH_BATCH = 65_536
+
+
+@dataclass(frozen=True)
+class QueryBudget:
+    """Limits on the work the queries of one rocpd file may do (module docstring)."""
+
+    seconds: float = DEFAULT_BUDGET_S
+    steps: int | None = None  # None: STEPS_PER_BYTE * file size, at least MIN_MAX_STEPS
+    heap_bytes: int = DEFAULT_MAX_HEAP_BYTES
+
+    @classmethod
+    def from_env(cls, path: str | None = None) -> QueryBudget:
+        """The defaults, each overridden by its environment variable (a malformed value is an
+        error: a typo must not lift the bound silently)."""
+        return cls(seconds=_env_number(ENV_BUDGET_S, DEFAULT_BUDGET_S, float, path),
+                   steps=_env_number(ENV_MAX_STEPS, None, int, path),
+                   heap_bytes=_env_number(ENV_MAX_HEAP, DEFAULT_MAX_HEAP_BYTES, int, path))
+
+
+def _env_number(name: str, default, kind, path: str | None):
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        value = 0
+    if not value > 0:
+        raise GemmperfInputError(path, f"{name}={text!r} is not a positive number")
+    return value
+
+
+class _Budgeted:
+    """The connection's queries, stopped when the file's budget is spent (one line naming it)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str, budget: QueryBudget) -> None:
+        self.conn = conn
+        self.path = path
+        self.budget = budget
+        self.deadline = time.monotonic() + budget.seconds
+        self.steps = 0
+        self.spent: str | None = None
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        self.max_rows = max(size // MIN_ROW_BYTES, 1_000)
+        self.max_steps = (budget.steps if budget.steps is not None
+                          else max(STEPS_PER_BYTE * size, MIN_MAX_STEPS))
+        conn.set_progress_handler(self._tick, _CHECK_EVERY)
+
+    def _tick(self) -> int:
+        self.steps += _CHECK_EVERY
+        if self.steps > self.max_steps:
+            self.spent = f"{self.max_steps:,} SQLite VM steps ({ENV_MAX_STEPS} raises the limit)"
+        elif time.monotonic() > self.deadline:
+            self.spent = f"{self.budget.seconds:g} s ({ENV_BUDGET_S} raises the limit)"
+        return 1 if self.spent else 0
+
+    def rows(self, sql: str, what: str, limit: int | None = None) -> list[tuple]:
+        """All rows of ``sql``; more than ``limit`` (default: what the file can hold) is an
+        error, found after reading at most one batch beyond it."""
+        cap = self.max_rows if limit is None else limit
+        out: list[tuple] = []
+        try:
+            cur = self.conn.execute(sql)
+            while batch := cur.fetchmany(_FETCH_BATCH):
+                out.extend(batch)
+                if len(out) > cap:
+                    raise GemmperfInputError(
+                        self.path, f"{what} returns more than {cap:,} rows, more than this "
+                                   f"{os.path.getsize(self.path):,}-byte file can hold (a view "
+                                   "that never ends, or joins that multiply rows?)")
+        except (sqlite3.Error, MemoryError) as exc:
+            raise self.error(exc, what) from None
+        return out
+
+    def error(self, exc: BaseException, what: str) -> GemmperfInputError:
+        if self.spent is not None:
+            return GemmperfInputError(self.path, f"{what}: query stopped after {self.spent}; a "
+                                                 "view that never ends?")
+        if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+            return GemmperfInputError(self.path, f"{what}: query needs more than "
+                                                 f"{self.budget.heap_bytes:,} bytes of SQLite "
+                                                 f"memory ({ENV_MAX_HEAP} raises the limit)")
+        return GemmperfInputError(self.path, f"cannot read rocpd database ({what}): {exc}")
+
+
+def read_rocpd_db(path: str | os.PathLike, budget: QueryBudget | None = None) -> Trace:
+    """Read a rocpd ``*_results.db``; every run (UUID) in it becomes its own process rows.
+
+    ``budget`` bounds the queries' work (default: :meth:`QueryBudget.from_env`)."""
     path_s = os.fspath(path)
     _check_sqlite_file(path_s)
+    budget = budget if budget is not None else QueryBudget.from_env(path_s)
     try:
         conn = sqlite3.connect(f"file:{quote(str(Path(path_s).resolve()))}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise GemmperfInputError(path_s, f"cannot open SQLite database: {exc}") from None
+    db = _Budgeted(conn, path_s, budget)
+    heap_before = None
     try:
-        return _read(conn, path_s)
-    except sqlite3.Error as exc:
-        raise GemmperfInputError(path_s, f"cannot read rocpd database: {exc}") from None
+        # process-wide in SQLite, so the previous value is put back below
+        heap_before = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
+        conn.execute(f"PRAGMA hard_heap_limit={int(budget.heap_bytes)}")
+        conn.execute("PRAGMA temp_store=MEMORY")  # temporary b-trees count against the heap cap
+        return _read(db, path_s)
+    except (sqlite3.Error, MemoryError) as exc:
+        raise db.error(exc, "reading") from None
     finally:
+        if heap_before is not None:
+            conn.set_progress_handler(None, 0)
+            conn.execute(f"PRAGMA hard_heap_limit={int(heap_before)}")
         conn.close()
 
 
@@ -141,23 +273,27 @@ def _check_sqlite_file(path: str) -> None:
         raise GemmperfInputError(path, "not an SQLite database (rocpd output is SQLite 3)")
 
 
-def _read(conn: sqlite3.Connection, path: str) -> Trace:
-    objects = dict(conn.execute("SELECT name, type FROM sqlite_master").fetchall())
+def _read(db: _Budgeted, path: str) -> Trace:
+    objects = dict(db.rows("SELECT name, type FROM sqlite_master", "sqlite_master"))
     suffixes = sorted(m.group(1) or "" for name, kind in objects.items()
                       if kind == "table" and (m := _DISPATCH_TABLE_RX.match(name)))
     if not suffixes and objects.get("kernels") != "view":
         raise GemmperfInputError(path, "not a rocpd database: no rocpd_kernel_dispatch table and "
                                        "no kernels view")
-    table_rows = sum(conn.execute(f'SELECT COUNT(*) FROM "rocpd_kernel_dispatch{s}"').fetchone()[0]
-                     for s in suffixes)
+    table_rows = sum(db.rows(f'SELECT COUNT(*) FROM "rocpd_kernel_dispatch{s}"',
+                             f"rocpd_kernel_dispatch{s}")[0][0] for s in suffixes)
 
     via = "tables"
     raw = None
     if objects.get("kernels") == "view":
         try:
-            raw = _frame(conn.execute(_KERNELS_VIEW_SQL).fetchall(), _DISPATCH_COLS, path,
-                         "kernels view")
-        except sqlite3.Error:
+            # more rows than the dispatch tables hold is generated, not read: an error
+            rows = db.rows(_KERNELS_VIEW_SQL, "kernels view",
+                           limit=table_rows if suffixes else None)
+            raw = _frame(rows, _DISPATCH_COLS, path, "kernels view")
+        except GemmperfInputError as exc:
+            if db.spent is not None or not exc.message.startswith("cannot read"):
+                raise
             raw = None  # a view over tables that this file lacks: read the tables instead
         # The plain-name views select from one run only; when the file holds several runs (or
         # the view's inner joins dropped rows) the tables are the complete source.
@@ -167,23 +303,23 @@ def _read(conn: sqlite3.Connection, path: str) -> Trace:
             raw = None
     meta_sources = [""] if via == "kernels view" else suffixes
     if raw is None:
-        raw = pd.concat([_frame(conn.execute(_DISPATCH_TABLE_SQL.format(s=s)).fetchall(),
+        raw = pd.concat([_frame(db.rows(_DISPATCH_TABLE_SQL.format(s=s), f"rocpd_kernel_dispatch{s}"),
                                 _DISPATCH_COLS, path, f"rocpd_kernel_dispatch{s}")
                          for s in suffixes], ignore_index=True)
 
-    symbols = pd.concat([_frame(conn.execute(_SYMBOL_SQL.format(s=s)).fetchall(),
+    symbols = pd.concat([_frame(db.rows(_SYMBOL_SQL.format(s=s), f"rocpd_info_kernel_symbol{s}"),
                                 ("guid", "kernel_id", "display_name", "kernel_name", "vgpr", "agpr",
                                  "sgpr", "truncated"), path, f"rocpd_info_kernel_symbol{s}")
                          for s in meta_sources], ignore_index=True)
-    procs = pd.concat([_frame(conn.execute(_PROCESS_SQL.format(s=s)).fetchall(),
+    procs = pd.concat([_frame(db.rows(_PROCESS_SQL.format(s=s), f"rocpd_info_process{s}"),
                               ("guid", "pid", "host", "init", "fini", "command"), path,
                               f"rocpd_info_process{s}")
                        for s in meta_sources], ignore_index=True)
-    agents = pd.concat([_frame(conn.execute(_AGENT_SQL.format(s=s)).fetchall(), _AGENT_COLS,
+    agents = pd.concat([_frame(db.rows(_AGENT_SQL.format(s=s), f"rocpd_info_agent{s}"), _AGENT_COLS,
                                path, f"rocpd_info_agent{s}")
                         for s in meta_sources], ignore_index=True)
     agents = _with_gpu_index(agents)
-    counters_raw = _read_counters(conn, objects, suffixes, via, path)
+    counters_raw = _read_counters(db, objects, suffixes, via, path)
 
     if len(raw) == 0 and len(counters_raw) == 0:
         raise GemmperfInputError(path, f"no kernel dispatches in {max(len(suffixes), 1)} run(s)")
@@ -309,21 +445,23 @@ def _with_gpu_index(agents: pd.DataFrame) -> pd.DataFrame:
     return agents
 
 
-def _read_counters(conn: sqlite3.Connection, objects: dict[str, str], suffixes: list[str],
+def _read_counters(db: _Budgeted, objects: dict[str, str], suffixes: list[str],
                    via: str, path: str) -> pd.DataFrame:
     for s in suffixes:  # SQL SUM() reads TEXT as 0 and hides it: check the stored cells first
         if objects.get(f"rocpd_pmc_event{s}") == "table":
-            bad = conn.execute(f'SELECT id, value, typeof(value) FROM "rocpd_pmc_event{s}" '
-                               "WHERE typeof(value) NOT IN ('integer', 'real') LIMIT 1").fetchone()
+            found = db.rows(f'SELECT id, value, typeof(value) FROM "rocpd_pmc_event{s}" '
+                            "WHERE typeof(value) NOT IN ('integer', 'real') LIMIT 1",
+                            f"rocpd_pmc_event{s}")
+            bad = found[0] if found else None
             if bad is not None:
                 raise GemmperfInputError(path, f"column 'value': {str(bad[1])[:60]!r} (stored as "
                                                f"{bad[2].upper()}) is not a number",
                                          record=f"rocpd_pmc_event{s} id {bad[0]}")
     if via == "kernels view" and objects.get("counters_collection") == "view":
-        return _frame(conn.execute(_COUNTERS_VIEW_SQL).fetchall(), _COUNTER_COLS, path,
-                      "counters_collection view")
-    parts = [_frame(conn.execute(_COUNTERS_TABLE_SQL.format(s=s)).fetchall(), _COUNTER_COLS, path,
-                    f"rocpd_pmc_event{s}")
+        return _frame(db.rows(_COUNTERS_VIEW_SQL, "counters_collection view"), _COUNTER_COLS,
+                      path, "counters_collection view")
+    parts = [_frame(db.rows(_COUNTERS_TABLE_SQL.format(s=s), f"rocpd_pmc_event{s}"),
+                    _COUNTER_COLS, path, f"rocpd_pmc_event{s}")
              for s in suffixes if objects.get(f"rocpd_pmc_event{s}") == "table"]
     return pd.concat(parts, ignore_index=True) if parts else _frame([], _COUNTER_COLS)
 

@@ -31,6 +31,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
+from pytest_gemmperf.traces.jsonkeys import KeyScan, check_unique_keys
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     _MISSING,
@@ -97,6 +98,7 @@ def decode(data: bytes, path: str) -> list[_Process]:
     """Typed decode; every failure becomes a one-line GemmperfInputError."""
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark: JSON parsers reject it
         data = data[3:]
+    keys = KeyScan(data)  # repeated keys, looked for while the decoder runs
     try:
         root = _DECODER.decode(data)
     except msgspec.ValidationError as exc:
@@ -109,11 +111,25 @@ def decode(data: bytes, path: str) -> list[_Process]:
     except UnicodeDecodeError as exc:  # msgspec checks string contents lazily, as UTF-8
         raise GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
                                        f"at byte {exc.start} of the string)") from None
+    finally:
+        keys.wait()  # never leave the scan running past this call
     if root.tool is None:
         raise GemmperfInputError(path, _not_rocprof_message(data))
     if not root.tool:
         raise GemmperfInputError(path, f"'{TOOL_KEY}' holds no process")
+    # the decoder kept the last of a repeated key silently (a second end_timestamp): refuse it
+    check_unique_keys(keys, path, _record_of_path)
     return root.tool
+
+
+def _record_of_path(json_path: str) -> str | None:
+    """``$["rocprofiler-sdk-tool"][0].buffer_records.kernel_dispatch[3]`` -> ``process 0,
+    buffer_records.kernel_dispatch[3]`` (the record style of the other messages)."""
+    where = json_path.replace(f'$["{TOOL_KEY}"]', f"$.{TOOL_KEY}", 1)
+    record, field = _split_where(where)
+    if record is None:
+        return None
+    return f"{record}, {field}" if field else record
 
 
 def build_trace(processes: list[_Process], path: str) -> Trace:

@@ -4,7 +4,9 @@
 JSON, rocpd, PyTorch trace, our parquet tables). Readers are looked up through
 ``importlib.import_module`` at call time, so tests can substitute a reader module in
 ``sys.modules``. A rocprofv3 process that recorded no GPU work (the launcher) is None with a
-note, not an error; a torch trace with no GPU kernels is read as CPU operators, with a note.
+note, not an error; a torch trace with no GPU kernels is read as CPU operators, with a note,
+unless it holds device activity in other categories (profiler ranges, device annotations,
+runtime calls): that is an error, never a CPU analysis.
 
 :func:`read_attached` adds the path provenance (point, run, pass, rank, host, pid) to the
 dispatch, counter and agent tables: a value the file itself records wins over the path's (a

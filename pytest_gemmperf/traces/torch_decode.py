@@ -10,11 +10,13 @@ JSON, not UTF-8, nested too deeply, a rocprofv3 JSON or has no ``traceEvents`` i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.jsonkeys import KeyScan, check_unique_keys
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
 
 
@@ -88,6 +90,7 @@ def _decode(path: str, raw: bytes) -> _Doc:
         raw = raw[len(_BOM):]
     if not raw.strip():
         raise GemmperfInputError(path, "empty file")
+    keys = KeyScan(raw)  # repeated keys, looked for while the decoder runs
     try:
         doc = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
@@ -100,6 +103,8 @@ def _decode(path: str, raw: bytes) -> _Doc:
     except UnicodeDecodeError as exc:  # msgspec checks string contents lazily, as UTF-8
         raise GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
                                        f"at byte {exc.start} of the string)") from None
+    finally:
+        keys.wait()  # never leave the scan running past this call
     if isinstance(doc, list):  # bare Chrome-trace array
         doc = _Doc(traceEvents=doc)
     if doc.rocprofiler_sdk_tool is not None:
@@ -107,7 +112,24 @@ def _decode(path: str, raw: bytes) -> _Doc:
                                        "PyTorch profiler trace")
     if doc.traceEvents is None:
         raise GemmperfInputError(path, "not a PyTorch profiler trace: no 'traceEvents'")
+    # the decoder kept the last of a repeated key silently ("dur" twice): refuse the file
+    check_unique_keys(keys, path, lambda where: _event_record(doc.traceEvents, where))
     return doc
+
+
+_EVENT_PATH = re.compile(r"^\$(?:\.traceEvents)?\[(\d+)\](.*)$")
+
+
+def _event_record(events: list[_Event], json_path: str) -> str | None:
+    """``$.traceEvents[12].args`` -> ``traceEvents[12], kernel 'gemm', args`` (the event's
+    category and name, as the readers' other messages name events)."""
+    m = _EVENT_PATH.match(json_path)
+    if m is None or int(m.group(1)) >= len(events):
+        return None
+    ev = events[int(m.group(1))]
+    name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
+    inner = m.group(2).lstrip(".")
+    return f"traceEvents[{m.group(1)}], {ev.cat} {name!r}" + (f", {inner}" if inner else "")
 
 
 def _complete_events_by_cat(events: list[_Event]) -> dict[str, list[_Event]]:

@@ -90,6 +90,39 @@ def innermost_enclosing(op_group: np.ndarray, op_start: np.ndarray, op_end: np.n
     return result
 
 
+def self_times(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Self time of each op: the part of its [start, end) in which it is the innermost open op
+    of its group (thread).
+
+    The group's time line is cut at every start and end; each piece goes to the innermost op
+    open at its beginning (:func:`innermost_enclosing`), or to none. Pieces are disjoint, so a
+    group's self times sum to the length of the union of its ops, never more, even when
+    timestamps nest improperly. int64 throughout.
+    """
+    n = len(start)
+    out = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return out
+    pg = np.concatenate([group, group])
+    pt = np.concatenate([start, end])
+    order = np.lexsort((pt, pg))
+    pg, pt = pg[order], pt[order]
+    keep = np.ones(len(pt), dtype=bool)
+    keep[1:] = (pg[1:] != pg[:-1]) | (pt[1:] != pt[:-1])
+    pg, pt = pg[keep], pt[keep]
+    # a piece runs from one cut to the next cut of the same group
+    last = np.ones(len(pt), dtype=bool)
+    last[:-1] = pg[1:] != pg[:-1]
+    piece_g, piece_t = pg[~last], pt[~last]
+    piece_len = pt[1:][~last[:-1]] - piece_t
+    owner = innermost_enclosing(group, start, end, piece_g, piece_t)
+    # a piece starting where its op ends lies outside it (improper nesting): nobody's
+    has = owner >= 0
+    has[has] = end[owner[has]] > piece_t[has]
+    np.add.at(out, owner[has], piece_len[has])
+    return out
+
+
 def group_codes(*frames_cols: tuple[pd.Series, pd.Series]) -> list[np.ndarray]:
     """Shared integer codes for (pid, tid) pairs across several frames (missing ids -> -1)."""
     keys = [(p.fillna(-1).to_numpy(dtype=np.int64) << 32) ^ (t.fillna(-1).to_numpy(dtype=np.int64)

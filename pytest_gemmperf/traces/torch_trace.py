@@ -46,6 +46,7 @@ assembles the dispatches table (grid semantics, collective metadata, column orde
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -62,7 +63,7 @@ from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, _
                                                  _coll_ints, _cpu_ops_frame, _gpu_frame, _idcol,
                                                  _plain, _runtime_frame, _Src, _steps_frame)
 from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
-                                               take, enclosing_ops)
+                                               take, enclosing_ops, group_codes, self_times)
 from pytest_gemmperf.traces.torch_meta import (agents_table, base_time, flavor_of, host_name,
                                                process_pid, rank_of)
 
@@ -74,6 +75,14 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", 
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 CPU_OP_CATS = frozenset({"cpu_op", "Operator"})
 ANNOTATION_CATS = frozenset({"user_annotation"})
+#: categories a CPU-only run writes (PyTorch's own events; "" for uncategorised instants). Any
+#: other category is device work or a device runtime (``cuda_profiler_range``,
+#: ``gpu_user_annotation``, ``cuda_runtime``, ``mtia_*``, ``xpu_*``, ``privateuse1_*``, ...):
+#: a trace holding those but no kernels is a GPU run whose kernels were not recorded
+HOST_CATS = CPU_OP_CATS | ANNOTATION_CATS | frozenset(
+    {"python_function", "cpu_instant_event", "Trace", "overhead", "fwdbwd", "ac2g", ""})
+#: phases that describe the trace rather than activity: metadata and flow arrows
+_NOT_ACTIVITY = frozenset({"M", "s", "t", "f"})
 #: launch calls whose grid argument is already the global size in work-items
 WORK_ITEM_LAUNCHES = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
 
@@ -92,6 +101,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     by_cat = _complete_events_by_cat(events)
     gpu = _pick(by_cat, GPU_CATS)
     if not gpu:
+        _refuse_device_activity(path, events)
         raise GemmperfInputError(path, f"no GPU kernel/memcpy/memset events among {len(events)} "
                                        "trace events (CPU-only trace, or GPU activity not recorded)")
     runtime = _pick(by_cat, RUNTIME_CATS)
@@ -163,32 +173,58 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
 
 
+def _refuse_device_activity(path: str, events: list[_Event]) -> None:
+    """A trace without kernels but with device work in other categories is a GPU run whose
+    kernels were not recorded (or a device this reader does not know): reading its CPU
+    operators instead would gate the wrong thing and pass. One line naming what was found."""
+    found = Counter(e.cat for e in events if e.ph not in _NOT_ACTIVITY and e.cat not in HOST_CATS)
+    if not found:
+        return
+    shown = ", ".join(f"{n} {cat!r}" for cat, n in found.most_common(5))
+    more = f" and {len(found) - 5} more categories" if len(found) > 5 else ""
+    if found.keys() & GPU_CATS:  # a GPU trace handed to the CPU-only reader
+        raise GemmperfInputError(path, f"device activity in a trace read as CPU-only: {shown}{more} "
+                                       "(read it as a GPU trace)")
+    raise GemmperfInputError(
+        path, f"device activity but no kernel, gpu_memcpy or gpu_memset events: {shown}{more} "
+              "(profiler ranges, device annotations or runtime calls; was kernel tracing off, or "
+              "does this device record its work in another category?) - not read as a CPU trace")
+
+
 def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     """A CPU-only Kineto trace as a dispatches table: one row per ``cpu_op`` event.
 
     On a machine without a GPU the profiled "kernels" are the operators themselves
-    (``aten::mm``, ``c10d::allreduce_``); nested operators are all kept (a sweep's kernel
-    regexes pick the ones to gate). ``thread_id``/``stream`` carry the thread, and
-    ``queue_overlap`` is cleared: nesting on a CPU thread is real, not a timestamp artefact.
+    (``aten::mm``, ``c10d::allreduce_``). Every operator keeps its row (a sweep's kernel
+    regexes pick the ones to gate), timed by its *self* time: ``dur_ns`` is the time on its
+    thread not spent inside a nested operator (``end_ns = start_ns + dur_ns``), so summing
+    operators counts each nanosecond of a thread once and never exceeds its wall window; a
+    leaf operator's self time is its whole duration. ``thread_id``/``stream`` carry the
+    thread, and ``queue_overlap`` is cleared. A trace with device activity in other categories
+    is refused (:func:`_refuse_device_activity`).
     """
     path = os.fspath(path)
     doc = _decode(path, read_maybe_gzip(path))
     events = doc.traceEvents or []
     cpu_events = _pick(_complete_events_by_cat(events), CPU_OP_CATS)
     if not cpu_events:
+        _refuse_device_activity(path, events)
         raise GemmperfInputError(path, f"no cpu_op events among {len(events)} trace events")
     # every cpu_op's ts/dur is checked (and exact) in _cpu_ops_frame: no missing times remain
     src = _Src(path, events)
     ops = _cpu_ops_frame(cpu_events, src)
+    _refuse_device_activity(path, events)
     pid = process_pid(ops["pid"])
     host = host_name(doc, path, pid)
     rank = rank_of(doc.distributedInfo)
     start = ops["ts_ns"].to_numpy(dtype=np.int64)
+    end = start + ops["dur_ns"].to_numpy(dtype=np.int64)
+    thread, = group_codes((ops["pid"], ops["tid"]))
     df = pd.DataFrame({
         "source": "torch", "file": path, "host": host, "pid": ops["pid"], "rank": rank,
         "thread_id": ops["tid"], "stream": ops["tid"], "correlation_id": ops["external_id"],
         "kernel": ops["name"].astype(STR),
-        "start_ns": start, "end_ns": start + ops["dur_ns"].to_numpy(dtype=np.int64),
+        "start_ns": start, "end_ns": start + self_times(thread, start, end),
         "op_name": ops["name"], "op_input_dims": ops["input_dims"], "op_input_types": ops["input_types"],
     })
     for col in COLL_COLUMNS:
@@ -196,7 +232,7 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     out = finalize_dispatches(df, path)
     out["queue_overlap"] = False
     meta: dict[str, Any] = {
-        "format": "kineto", "flavor": "cpu", "cpu_op_dispatches": True,
+        "format": "kineto", "flavor": "cpu", "cpu_op_dispatches": True, "op_time": "self",
         "distributed": doc.distributedInfo, "rank": rank, "host": host, "pid": pid,
         "base_time_ns": base_time(doc, path), "n_events": len(events),
         "subns_rounded": src.rounded, "notes": src.notes(),
