@@ -20,16 +20,19 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig
+from pytest_gemmperf.gate.results_source import results_samples
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
 from pytest_gemmperf.gate.stats import group_median_mad
 from pytest_gemmperf.gate.verdict import IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION, UNCHANGED
+from pytest_gemmperf.safe_io import write_parquet
+from pytest_gemmperf.traces.fileio import read_json_object
 
 #: panels drawn at most; the other notable rows are listed by name (report.html stays small)
 MAX_PANELS = 60
@@ -43,7 +46,7 @@ CV = "cv_robust"
 #: the MAD's normal-consistency factor: cv_robust per process is 1.4826 MAD of the log
 #: durations, as gate/durations.py computes it
 MAD_TO_SD = 1.4826
-#: worst first: the order of the verdicts table
+#: worst first: the order of the verdicts table (and of report/data.py's)
 SEVERITY = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
 #: per-process value columns of one side of a panel
 SIDE_COLUMNS = ("unit", "value", "dispatches")
@@ -168,7 +171,7 @@ def _duration_values(d: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
     # the gate's dispersion rule: enough stored values and a spread above zero
     ok = (stored >= GateConfig().dispersion_min_dispatches) & (mad > 0)
     cv = k[ok].assign(metric=CV, value=MAD_TO_SD * mad[ok], dispatches=disp[ok])
-    return pd.concat([dur, cv], ignore_index=True)
+    return pd.concat([dur, cv], ignore_index=True) if len(cv) else dur
 
 
 def process_values(samples: pd.DataFrame, wanted: Iterable[tuple[str, str]]) -> pd.DataFrame:
@@ -196,7 +199,7 @@ def process_values(samples: pd.DataFrame, wanted: Iterable[tuple[str, str]]) -> 
 # panels
 
 
-def _compared_key(labels: set[str]):
+def _compared_key(labels: set[str]) -> Callable[[str, str], tuple[str, str]]:
     """Rows and compared samples meet on (label, test), or on the test alone when one
     candidate was compared (its label is the report's, not the verdicts')."""
     if len(labels) > 1:
@@ -255,8 +258,6 @@ def before_after(verdicts: pd.DataFrame | None, compared: Sequence[ComparedSampl
 def write_point_baseline(point_dir: str | os.PathLike, samples: pd.DataFrame) -> Path:
     """The baseline samples a point was compared with, beside its dispatches (no link
     followed): the session's report draws them beside the candidate's processes."""
-    from pytest_gemmperf.safe_io import write_parquet
-
     path = Path(point_dir) / BASELINE_SAMPLES_FILE
     return write_parquet(samples[list(SAMPLE_COLUMNS)].reset_index(drop=True), path, index=False)
 
@@ -279,9 +280,6 @@ def read_results_compared(root: str | os.PathLike, verdicts: pd.DataFrame | None
     baseline samples each point stored (:data:`BASELINE_SAMPLES_FILE`) and the candidate's
     samples gated again from its dispatches exactly as the plugin gated them (confirmation
     re-runs included). A side that cannot be read is left out and its ``note`` says why."""
-    from pytest_gemmperf.gate.results_source import results_samples
-    from pytest_gemmperf.traces.fileio import read_json_object
-
     tests = {r["test"] for r in notable_rows(verdicts) if r["test"]}
     if not tests:
         return []

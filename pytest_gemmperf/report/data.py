@@ -25,7 +25,7 @@ from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
-from pytest_gemmperf.report.before_after import BeforeAfter, ComparedSamples, before_after
+from pytest_gemmperf.report.before_after import SEVERITY, BeforeAfter, ComparedSamples, before_after
 
 #: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
 DEFAULT_SHORT_KERNEL_US = 50.0
@@ -37,7 +37,6 @@ PLOT_KERNELS = 6
 #: rows of the verdicts / kernels tables embedded in the HTML (the files hold everything)
 HTML_MAX_ROWS = 3000
 
-SEVERITY = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
 BOX_COLUMNS = ("count", "min_us", "p05_us", "q1_us", "median_us", "q3_us", "p95_us", "max_us")
 
 

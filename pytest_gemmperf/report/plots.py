@@ -281,7 +281,7 @@ def before_after_panel(base: pd.DataFrame | None, cand: pd.DataFrame | None, *, 
         return x0 + (v - lo) / (hi - lo) * (x1 - x0)
 
     medians = [float(np.median(v[np.isfinite(v)])) if np.isfinite(v).any() else math.nan for v in vals]
-    if math.isfinite(medians[0]):
+    if math.isfinite(medians[0]) and math.isfinite(medians[1]):
         svg.line(X(medians[0]), top + 4, X(medians[0]), top + 2 * row_h - 4, stroke="#999", dash="3 3")
     for side, (frame, v) in enumerate(zip(frames, vals)):
         y = top + side * row_h + row_h / 2
