@@ -2,8 +2,10 @@
 
 6.4 million synthetic dispatches (80 kernel names: Tensile GEMMs, templated elementwise and
 reduction kernels, RCCL collectives on a second queue overlapping the compute queue), with a
-verdicts table for every (point, kernel). Prints the wall time of ``write_reports`` (analysis
-included, data generation excluded) and the size of each file.
+verdicts table for every (point, kernel), and the samples the gate compared (a baseline sweep's
+compacted samples, the candidate's in full) for the before/after panels. Prints the wall time
+of ``write_reports`` (analysis included, data and sample generation excluded) and the size of
+each file.
 
     .venv/bin/python benchmarks/reports.py [dispatches_per_rank] [points] [ranks]
 
@@ -24,7 +26,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from pytest_gemmperf.report import write_reports  # noqa: E402
+from pytest_gemmperf.gate.samples import gate_samples  # noqa: E402
+from pytest_gemmperf.report import ComparedSamples, write_reports  # noqa: E402
 from pytest_gemmperf.traces.schema import finalize_dispatches  # noqa: E402
 
 GEMMS = [f"Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT{64 * (i % 4 + 1)}x{32 * (i // 4 + 1)}x256_"
@@ -104,11 +107,14 @@ def main() -> None:
     t0 = time.perf_counter()
     d = sweep(per_rank, n_points, n_ranks)
     v = verdicts_for(d)
+    compared = [ComparedSamples(str(v["test"].iloc[0]), gate_samples(sweep(per_rank, n_points, n_ranks, seed=1),
+                                                                        compact=True), gate_samples(d))]
     print(f"generated {len(d):,} dispatches ({n_points} points x {n_ranks} ranks x {per_rank:,}), "
-          f"{len(v):,} verdict rows in {time.perf_counter() - t0:.1f} s")
+          f"{len(v):,} verdict rows ({int((v['verdict'] != 'unchanged').sum())} not unchanged) and "
+          f"the compared samples in {time.perf_counter() - t0:.1f} s")
     with tempfile.TemporaryDirectory() as tmp:
         t0, c0 = time.perf_counter(), time.process_time()
-        files = write_reports(tmp, dispatches=d, verdicts=v, meta={"commit": "bench"})
+        files = write_reports(tmp, dispatches=d, verdicts=v, meta={"commit": "bench"}, compared=compared)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         # CPU time beside wall time: on a shared machine the wall clock includes waiting
         print(f"write_reports (analysis + all formats): {wall:.2f} s wall, {cpu:.2f} s CPU "
@@ -120,7 +126,7 @@ def main() -> None:
             print(f"  {name:60s} {size / 1e6:8.3f} MB{target}")
         for fmt in ("html", "xlsx", "csv"):
             t0 = time.perf_counter()
-            write_reports(Path(tmp) / fmt, dispatches=d, verdicts=v, formats=[fmt])
+            write_reports(Path(tmp) / fmt, dispatches=d, verdicts=v, formats=[fmt], compared=compared)
             print(f"  analysis + {fmt} only: {time.perf_counter() - t0:.2f} s")
 
 

@@ -85,6 +85,10 @@ class PointGate:
                 _emit(f"gemmperf: {self.test_id}[{self.point.id}]: variance of this run added to the "
                       f"baseline's history ({store.path_for(self.test_id, result.hw_key)})")
         merge_verdicts(self.session.results.test_dir(self.test_id), self.point.id, verdicts)
+        # lazy, as the gate's other imports here: pytest start-up loads no report module
+        from pytest_gemmperf.report.before_after import write_point_baseline
+
+        write_point_baseline(result.dir, base_pt)  # report.html draws it beside the candidate
         write_point_json_field(result.dir, "verdicts", _verdict_counts(verdicts))
         self._record_verdicts(verdicts, result.hw_key)
         regressions = verdicts[verdicts["verdict"] == "regression"]

@@ -120,6 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     history = load_history(args.base, hw, records=base_recs)
     frames = []
     cand_samples = []
+    compared: list = []  # what each compare() call received: the report draws it per process
     for label, cpath in zip(labels, args.cands):
         agents: dict = {}  # a trace candidate's agents: its hardware key in --history
         cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents, allow_partial=partial)
@@ -131,6 +132,8 @@ def _run(args: argparse.Namespace) -> int:
                                      hw=trace_hw_key(cpath, agents))
         for test, b, c in pair_tests(base, cand, args.base, cpath):
             v = compare(b, c, cfg, test=test, history=history.get(test))
+            if keep is not None:
+                compared.append((test, b, c, label))
             if len(args.cands) > 1:
                 v.insert(0, "label", label)
             frames.append(v)
@@ -143,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.benchmark_json:
         _export(args.benchmark_json, base, cand_samples)
     if getattr(args, "report", True):
-        _write_reports(args, labels, verdicts, traces, out)
+        _write_reports(args, labels, verdicts, traces, out, compared)
 
     counts = verdicts["verdict"].value_counts()
     print(format_verdict_table(printable_frame(verdicts), args.max_rows, warmup=args.warmup))
@@ -170,10 +173,11 @@ def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, d
 
 
 def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.DataFrame,
-                   traces: dict, out: Path) -> None:
+                   traces: dict, out: Path, compared: list | None = None) -> None:
     """One report with every sweep side by side (baseline first) where the inputs are traces;
-    verdicts.csv stays this command's. A report failure never changes the gate's exit status."""
-    from pytest_gemmperf.report import write_reports
+    verdicts.csv stays this command's. A report failure never changes the gate's exit status.
+    ``compared``: (test, baseline samples, candidate samples, label) of each compare() call."""
+    from pytest_gemmperf.report import ComparedSamples, write_reports
 
     sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
     sides = [(path, label) for path, label in sides if path in traces]
@@ -185,7 +189,9 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
             out, dispatches=[traces[p].dispatches for p, _ in sides], labels=[lab for _, lab in sides],
             counters=[traces[p].counters for p, _ in sides], agents=[traces[p].agents for p, _ in sides],
             verdicts=verdicts, warmup=args.warmup or 0, skip={"verdicts.csv"},
-            meta={"baseline": args.base, "inputs": [args.base, *args.cands]})
+            meta={"baseline": args.base, "inputs": [args.base, *args.cands]},
+            compared=[ComparedSamples(test, b, c, label if len(labels) > 1 else "")
+                      for test, b, c, label in compared or ()])
     except Exception as exc:  # noqa: BLE001 - the verdicts are written; say why the report is not
         print(printable(f"gemmperf: report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return

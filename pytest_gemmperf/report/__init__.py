@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.report.before_after import ComparedSamples, read_results_compared
 from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
 from pytest_gemmperf.safe_io import unneutralise_frame
 
@@ -50,14 +51,17 @@ def write_reports(out_dir: str | os.PathLike, *,
                   warmup: int = 0, top_k: int = 5,
                   short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
                   max_sheet_rows: int | None = None,
-                  telemetry: tuple[pd.DataFrame, pd.DataFrame, dict] | None = None) -> dict[str, Path]:
+                  telemetry: tuple[pd.DataFrame, pd.DataFrame, dict] | None = None,
+                  compared: Sequence[ComparedSamples] = ()) -> dict[str, Path]:
     """Write every report into ``out_dir``; returns ``{file name: path}``.
 
     ``dispatches`` is one canonical dispatches table, a list of them (with ``labels``; the
     first is the baseline of an N-way comparison) or a mapping label -> table. ``counters`` and
     ``agents`` follow the same shape. ``verdicts`` is the gate's table, with a ``label`` column
     naming the candidate sweep when several were compared. ``skip`` names files not to write
-    (e.g. ``kernels.csv`` when the caller writes its own).
+    (e.g. ``kernels.csv`` when the caller writes its own). ``compared``: the samples each
+    ``compare`` call received (baseline and candidate per test), drawn per process beside the
+    forest plot for every verdict row that is not ``unchanged``.
     """
     formats = set(formats)
     unknown = formats - set(FORMATS)
@@ -74,7 +78,7 @@ def write_reports(out_dir: str | os.PathLike, *,
             meta["hardware"] = hw
     data = build_report_data(dispatches, verdicts=verdicts, counters=counters, agents=agents,
                              meta=meta, labels=labels, warmup=warmup, top_k=top_k,
-                             short_kernel_us=short_kernel_us, telemetry=telemetry)
+                             short_kernel_us=short_kernel_us, telemetry=telemetry, compared=compared)
     try:
         out.mkdir(parents=True, exist_ok=True)
         return _write(data, out, formats, skip, max_sheet_rows)
@@ -175,10 +179,12 @@ def write_results_reports(results_dir: str | os.PathLike, out_dir: str | os.Path
     from pytest_gemmperf.report.telemetry import read_results_telemetry
 
     kwargs.setdefault("telemetry", read_results_telemetry(root))
+    verdicts = read_verdict_files(root)
+    kwargs.setdefault("compared", read_results_compared(root, verdicts))
     write_reports(out_dir, dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
-                  verdicts=read_verdict_files(root), meta=meta, **kwargs)
+                  verdicts=verdicts, meta=meta, **kwargs)
     return Path(out_dir)
 
 
-__all__ = ["FORMATS", "ReportData", "build_report_data", "hardware_from_agents",
+__all__ = ["FORMATS", "ComparedSamples", "ReportData", "build_report_data", "hardware_from_agents",
            "read_verdict_files", "write_reports", "write_results_reports"]

@@ -25,6 +25,7 @@ from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
+from pytest_gemmperf.report.before_after import SEVERITY, BeforeAfter, ComparedSamples, before_after
 
 #: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
 DEFAULT_SHORT_KERNEL_US = 50.0
@@ -36,7 +37,6 @@ PLOT_KERNELS = 6
 #: rows of the verdicts / kernels tables embedded in the HTML (the files hold everything)
 HTML_MAX_ROWS = 3000
 
-SEVERITY = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
 BOX_COLUMNS = ("count", "min_us", "p05_us", "q1_us", "median_us", "q3_us", "p95_us", "max_us")
 
 
@@ -79,6 +79,8 @@ class ReportData:
     telemetry_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: per ``test[point]``: process windows, interval, sources, clock, notes
     telemetry_meta: dict[str, dict] = field(default_factory=dict)
+    #: per notable verdict row, both sides' per-process values (report/before_after.py)
+    before_after: BeforeAfter = field(default_factory=BeforeAfter)
 
     @property
     def has_collectives(self) -> bool:
@@ -496,10 +498,12 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
                       meta: Mapping[str, Any] | None = None, labels: Sequence[str] | None = None,
                       warmup: int = 0, top_k: int = 5,
                       short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
-                      telemetry: tuple[pd.DataFrame, pd.DataFrame, dict] | None = None) -> ReportData:
+                      telemetry: tuple[pd.DataFrame, pd.DataFrame, dict] | None = None,
+                      compared: Sequence[ComparedSamples] = ()) -> ReportData:
     """Analyse one sweep (a dispatches table) or several (a list with ``labels``, or a mapping
     label -> table; the first is the baseline of an N-way comparison). ``telemetry``: (samples,
-    summary, per-point metadata) of ``report.telemetry.read_results_telemetry``, shown as is."""
+    summary, per-point metadata) of ``report.telemetry.read_results_telemetry``, shown as is.
+    ``compared``: the samples tables the gate compared, for the before/after panels."""
     if isinstance(dispatches, Mapping):
         labels = list(dispatches)
         frames = list(dispatches.values())
@@ -545,7 +549,7 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
         meta=redact_record(dict(meta or {})), short_kernel_us=float(short_kernel_us), top_k=int(top_k),
         notes=notes, n_dispatches=n_disp, collectives=get("collectives"),
         collective_best=get("collective_best"), stragglers=get("stragglers"),
-        nccl_master=get("nccl_master"),
+        nccl_master=get("nccl_master"), before_after=before_after(verdicts_n, compared),
         **_telemetry_fields(telemetry))
 
 

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from pytest_gemmperf import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.report import plots
+from pytest_gemmperf.gate.verdict import MISSING, NEW, shorten_kernel
 from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT
 from pytest_gemmperf.textsafe import printable_lines
@@ -188,6 +189,66 @@ def _collective_context(data: ReportData) -> dict[str, Any]:
             "collective_rows": _records(c, 500), "collective_best": _records(data.collective_best, 200)}
 
 
+def _metric_axis(metric: str) -> tuple[float, str, str]:
+    """(display scale, axis label, unit after a value) of one metric's per-process values."""
+    if metric == "dur_ns":
+        return 1e-3, "median dispatch duration per process (µs)", " µs"
+    if metric == "cv_robust":
+        return 1.0, "robust CV of the dispatch durations per process", ""
+    if metric.endswith("_ns") or metric.startswith("category_total_ns"):
+        return 1e-3, f"{metric.replace('_ns', '')} per process (µs)", " µs"
+    if metric.endswith("_gbps"):
+        return 1.0, f"{metric} per process (GB/s)", " GB/s"
+    return 1.0, f"{metric} per process", ""
+
+
+def _empty_side(side: int, frame: pd.DataFrame | None, row: dict[str, Any], name: str) -> str:
+    """What an empty side of a before/after panel says: which side is empty, and why."""
+    if frame is None:
+        return f"the {name} samples did not reach this report"
+    if side == 0 and row["verdict"] == NEW:
+        return "none: new in the candidate, no baseline process has it"
+    if side == 1 and row["verdict"] == MISSING:
+        return "none: missing from the candidate, only the baseline has it"
+    return "no per-process values for this row"
+
+
+def _change_text(row: dict[str, Any]) -> str:
+    if row["verdict"] == NEW:
+        return "new: the baseline side is empty"
+    if row["verdict"] == MISSING:
+        return "missing: the candidate side is empty"
+    if not _ok(row["ratio"]):
+        return ""
+    ci = f" [{fmt_pct(row['ci_low'])}, {fmt_pct(row['ci_high'])}]" if _ok(row["ci_low"]) and _ok(row["ci_high"]) else ""
+    return f"{fmt_pct(row['ratio'])}{ci}"
+
+
+def _before_after_context(data: ReportData, short: dict[str, str]) -> dict[str, Any]:
+    """The before/after panels beside the forest plot: one per notable verdict row (worst
+    first), the rows beyond them by name."""
+    ba = data.before_after
+    panels = []
+    for p in ba.panels:
+        r = p.row
+        scale, axis, unit = _metric_axis(r["metric"])
+        names = ("baseline", r["label"] if data.multi and r["label"] else "candidate")
+        kernel = r["kernel"]
+        svg = plots.before_after_panel(
+            p.base, p.cand, title=f"before and after: {kernel} ({r['point']}, {r['metric']})", sides=names,
+            empty=(_empty_side(0, p.base, r, "baseline"), _empty_side(1, p.cand, r, "candidate")),
+            value_label=axis, unit=unit, scale=scale)
+        swapped = r["swapped_to"]
+        panels.append({**r, "short": short.get(kernel, shorten_kernel(kernel, 60)), "svg": svg,
+                       "change": _change_text(r),
+                       "swapped_short": short.get(swapped, shorten_kernel(swapped, 60)) if swapped else ""})
+    rest = [{**r, "short": short.get(r["kernel"], shorten_kernel(r["kernel"], 60)), "change": _change_text(r)}
+            for r in ba.rest]
+    return {"panels": panels, "rest": rest, "n_notable": ba.n_notable,
+            "n_beyond": ba.n_notable - len(panels) - len(rest), "notes": list(ba.notes),
+            "have_samples": ba.have_samples}
+
+
 #: optional verdict-table columns, shown only when some row has a value
 OPTIONAL_VERDICT_COLUMNS = ("test", "point", "note")
 
@@ -217,6 +278,8 @@ def report_kernel_labels(data: ReportData) -> dict[str, str]:
     cols: list[Any] = []
     if data.verdicts is not None and "kernel" in data.verdicts.columns:
         cols.append(data.verdicts["kernel"])
+        if "swapped_to" in data.verdicts.columns:  # a kernel swap's new name, in its before/after panel
+            cols.append(data.verdicts["swapped_to"].dropna().astype(str).loc[lambda x: x != ""])
     for df, c in ((data.kernels, "kernel"), (data.top_variance, "kernel_name"), (data.overlap, "kernel"),
                   (data.counters, "kernel")):
         if df is not None and c in df.columns:
@@ -260,6 +323,7 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
         "verdict_names": sorted({r["verdict"] for r in verdict_rows}),
         "max_rows": HTML_MAX_ROWS,
         "forest": plots.forest_plot(v, short=short) if v is not None and len(v) else None,
+        "before_after": _before_after_context(data, short),
         "distributions": _distribution_panels(data, short),
         "interaction": plots.interaction_plot(data.interaction),
         "timeline_svg": plots.stacked_timeline(data.timeline_by_point, multi=data.multi),

@@ -92,9 +92,10 @@ class _Svg:
         self.parts.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(max(w, 0))}" height="{_f(max(h, 0))}" '
                           f'fill="{fill}" stroke="{stroke}"{o}>{t}</rect>')
 
-    def circle(self, x, y, r, fill, tip: str | None = None) -> None:
+    def circle(self, x, y, r, fill, tip: str | None = None, cls: str = "") -> None:
         t = f"<title>{escape(tip)}</title>" if tip else ""
-        self.parts.append(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{r}" fill="{fill}">{t}</circle>')
+        c = f' class="{cls}"' if cls else ""
+        self.parts.append(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{r}" fill="{fill}"{c}>{t}</circle>')
 
     def polyline(self, pts: Iterable[tuple[float, float]], stroke: str) -> None:
         p = " ".join(f"{_f(x)},{_f(y)}" for x, y in pts)
@@ -229,6 +230,84 @@ def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900,
                    tip=f"{name}: ratio {float(r['ratio']):.4f} [{lows[i]:.4f}, {highs[i]:.4f}], {r['verdict']}")
         svg.text(x1 + 6, y + 4, f"{100 * (float(r['ratio']) - 1):+.1f}%")
     _x_axis(svg, x0, x1, top + row_h * len(v) + 4, lo, hi, "ratio (candidate / baseline)")
+    return svg.markup()
+
+
+def _precise(x: float) -> str:
+    """A value in a hover text: enough digits to tell two processes apart."""
+    a = abs(x)
+    if a >= 100:
+        return f"{x:,.1f}"
+    if a >= 1:
+        return f"{x:.3f}"
+    return f"{x:.4g}"
+
+
+#: baseline, candidate: box and dot colours of the before/after panels
+SIDE_COLOURS = ("#4472c4", "#ed7d31")
+SIDE_CLASSES = ("dot base", "dot cand")
+
+
+def before_after_panel(base: pd.DataFrame | None, cand: pd.DataFrame | None, *, title: str,
+                       sides: tuple[str, str] = ("baseline", "candidate"),
+                       empty: tuple[str, str] = ("no processes", "no processes"),
+                       value_label: str = "", unit: str = "", scale: float = 1.0, width: int = 460) -> Markup:
+    """One verdict row's per-process values, baseline above candidate on one x axis.
+
+    ``base`` / ``cand``: ``unit``, ``value`` and ``dispatches`` (NaN for unit-level metrics),
+    one row per process. Each process is a dot (class ``dot base`` / ``dot cand``; its unit and
+    value on hover) over a box spanning the middle half of the processes, with a thick line at
+    their median; a dashed line carries the baseline median down to the candidate. A side that
+    is ``None`` or empty shows its ``empty`` text instead. ``scale`` multiplies the values for
+    display (1e-3: ns to µs); ``value_label`` names the axis, ``unit`` follows each value.
+    """
+    frames = [base, cand]
+    vals = [np.asarray(f["value"], float) * scale if f is not None and len(f) else np.zeros(0) for f in frames]
+    finite_vals = np.concatenate([v[np.isfinite(v)] for v in vals])
+    left, right, top, row_h = 118, 16, 6, 36
+    has_axis = len(finite_vals) > 0
+    height = top + 2 * row_h + (40 if has_axis else 8)
+    svg = _Svg(width, height, title)
+    x0, x1 = left, width - right
+    if has_axis:
+        lo, hi = float(finite_vals.min()), float(finite_vals.max())
+        span = hi - lo
+        pad = 0.08 * span if span > 0 else (0.05 * abs(hi) or 1.0)
+        lo, hi = lo - pad, hi + pad
+    else:
+        lo, hi = 0.0, 1.0
+
+    def X(v: float) -> float:
+        return x0 + (v - lo) / (hi - lo) * (x1 - x0)
+
+    medians = [float(np.median(v[np.isfinite(v)])) if np.isfinite(v).any() else math.nan for v in vals]
+    if math.isfinite(medians[0]) and math.isfinite(medians[1]):
+        svg.line(X(medians[0]), top + 4, X(medians[0]), top + 2 * row_h - 4, stroke="#999", dash="3 3")
+    for side, (frame, v) in enumerate(zip(frames, vals)):
+        y = top + side * row_h + row_h / 2
+        ok = np.isfinite(v)
+        svg.text(left - 8, y - 1, sides[side], anchor="end", weight="600")
+        n = int(ok.sum())
+        svg.text(left - 8, y + 12, f"{n} process{'es' if n != 1 else ''}", anchor="end", fill="#666")
+        if n == 0:
+            svg.text(x0, y + 4, empty[side], fill="#666", cls="empty-side")
+            continue
+        colour = SIDE_COLOURS[side]
+        q1, med, q3 = (float(q) for q in np.percentile(v[ok], [25, 50, 75]))
+        svg.rect(X(q1), y - 10, X(q3) - X(q1), 20, colour, stroke=colour, opacity=0.2,
+                 tip=f"{sides[side]}: middle half of {n} processes, {_precise(q1)} to {_precise(q3)}{unit}")
+        svg.line(X(med), y - 12, X(med), y + 12, stroke="#000", width=2.5)
+        names = frame["unit"].astype(str).to_numpy()
+        disp = np.asarray(frame["dispatches"], float) if "dispatches" in frame.columns else np.full(len(v), np.nan)
+        for i in np.flatnonzero(ok):
+            # a fixed spread (golden-ratio steps) so equal values stay countable
+            dy = ((i * 0.618034) % 1 - 0.5) * 16
+            extra = f", {int(disp[i]):,} dispatches" if math.isfinite(disp[i]) else ""
+            svg.circle(X(v[i]), y + dy, 3.2, colour, cls=SIDE_CLASSES[side],
+                       tip=f"{sides[side]} process {names[i]}: {_precise(v[i])}{unit}{extra}")
+        svg.text(X(med), y - 14, f"median {_num(med)}", anchor="middle", fill="#333")
+    if has_axis:
+        _x_axis(svg, x0, x1, top + 2 * row_h + 2, lo, hi, value_label)
     return svg.markup()
 
 
@@ -468,5 +547,5 @@ def heat_map(cells: pd.DataFrame, title: str, *, value_label: str, col_label: st
     return svg.markup()
 
 
-__all__ = ["bandwidth_panel", "box_panel", "empty_note", "forest_plot", "hbar", "heat_map",
+__all__ = ["bandwidth_panel", "before_after_panel", "box_panel", "empty_note", "forest_plot", "hbar", "heat_map",
            "interaction_plot", "overlap_scatter", "stacked_timeline"]
