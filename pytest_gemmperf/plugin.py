@@ -302,14 +302,17 @@ def pytest_configure(config: pytest.Config) -> None:
 def _create_results_dir(config: pytest.Config) -> Path:
     """This session's results directory, made now by the controller (xdist workers receive its
     path), so no other session can take it: ``--gemmperf-results-dir`` as given (reusing it is
-    the user's choice), else a fresh ``.gemmperf/results/<timestamp>-<random>``. Removed again
-    at the end when nothing was profiled into it."""
+    the user's choice), else a fresh ``.gemmperf/results/<timestamp>-<random>`` (a new
+    ``.gemmperf/`` git-ignores itself: ``workdir.py``). Removed again at the end when nothing
+    was profiled into it."""
     from pytest_gemmperf.run.results import missing_ancestor, remove_unused, timestamped_dir
+    from pytest_gemmperf.workdir import TOOL_DIR, make_tool_dir, remove_unused_tool_dir
 
     given = _path_setting(config, "gemmperf_results_dir")
-    target = given or config.rootpath / ".gemmperf" / "results"
+    target = given or config.rootpath / TOOL_DIR / "results"
     top = missing_ancestor(target)
     try:
+        made = make_tool_dir(target)
         if given is not None:
             given.mkdir(parents=True, exist_ok=True)
             path = given
@@ -319,7 +322,12 @@ def _create_results_dir(config: pytest.Config) -> Path:
     except OSError as exc:
         where = _flag(config, "gemmperf_results_dir") if given is not None else "gemmperf results"
         raise pytest.UsageError(f"{where}: cannot create {target}: {exc.strerror or exc}") from None
-    config.add_cleanup(lambda: remove_unused(path, top))
+
+    def cleanup() -> None:
+        remove_unused(path, top)
+        remove_unused_tool_dir(made)
+
+    config.add_cleanup(cleanup)
     return path
 
 

@@ -20,9 +20,11 @@ it writes ``[gwN] gemmperf ...`` lines to file descriptor 2, each line one ``os.
 lines below ``PIPE_BUF`` are not interleaved with other workers' lines), also outside fd
 capture. Forwarding those lines to the controller has no channel in xdist before a test's
 report arrives, i.e. after the point ended -- too late for progress. The point's end line is
-the controller's, from that report, written after pytest's outcome letter: the terminal is
-then at the start of a line, where the workers' next lines land (a suite mixing gemmperf
-points with ordinary tests can still have a worker line follow their dots).
+the controller's, from that report, written just before pytest's outcome letter, which lands
+behind it (after pytest's ``file.py`` prefix at default verbosity); the line is then ended, so
+the workers' next lines land at the start of a line (a suite mixing gemmperf points with
+ordinary tests can still have a worker line follow their dots). No letter stands alone on a
+line between progress lines.
 
 **Verbosity.** Default and ``-v``: every event. ``-q``: only the point start and end lines.
 ``-qq`` or ``--gemmperf-progress off``: none.
@@ -120,7 +122,11 @@ class ProgressReporter:
     def enabled(self) -> bool:
         return self.max_level >= 0
 
-    def write(self, line: str, level: int = 1) -> None:
+    def write(self, line: str, level: int = 1, *, before: str | None = None) -> None:
+        """Write ``line`` as one whole line. ``before``: the node id of the report whose
+        outcome letter pytest writes right after it (the point's end line): the line is left
+        open so the letter lands behind it instead of alone on the next line (see
+        :meth:`pytest_runtest_logreport`)."""
         if level > self.max_level:
             return
         line = printable(line)  # test ids and point ids are user text; a progress line stays one line
@@ -129,20 +135,29 @@ class ProgressReporter:
         try:
             if capman is not None:
                 with capman.global_and_fixture_disabled():
-                    self._write(line, pm)
+                    self._write(line, pm, before)
             else:
-                self._write(line, pm)
+                self._write(line, pm, before)
         except (OSError, ValueError):  # a closed terminal must not fail the point
             pass
 
-    def _write(self, line: str, pm: Any) -> None:
+    def _write(self, line: str, pm: Any, before: str | None = None) -> None:
         tr = None if self.worker_id else pm.getplugin("terminalreporter")
         if tr is not None:
             tr.ensure_newline()  # after "file.py ..": pytest re-writes the file name next time
             tw = getattr(tr, "_tw", None)
             if tw is not None and tw.width_of_current_line:  # -q writes its letters bare
                 tw.line()
-            tr.write_line(line)
+            if before is None or tw is None:
+                tr.write_line(line)
+            elif tr.showfspath:
+                # pytest's own "file.py " prefix ends the line and carries the letter, as
+                # when no progress line came between
+                tw.write(line)
+                tr.currentfspath = None
+                tr.write_fspath_result(before, "")
+            else:
+                tw.write(line + " ")  # -q and xdist write bare letters: behind the line
             tr.flush()
             return
         prefix = f"[{self.worker_id}] " if self.worker_id else ""
@@ -193,33 +208,76 @@ class ProgressReporter:
         return p
 
     # pytest hooks (the reporter is registered as a plugin by plugin.py)
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: Any) -> None:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_logreport(self, report: Any):
         """The point's end line, once its call phase is reported: outcome, time, gate status.
 
-        Written after pytest's own outcome letter (``trylast``) and by the process owning the
-        terminal: locally, or under xdist by the controller from the worker's report (which
-        carries the ``gemmperf_progress`` property and the call's duration). The terminal is
-        then at the start of a line, where the workers' next lines land."""
+        Written by the process owning the terminal: locally, or under xdist by the controller
+        from the worker's report (which carries the ``gemmperf_progress`` property and the
+        call's duration). Where it goes relative to pytest's outcome for the item:
+
+        * ``-v``: after pytest's ``PASSED`` line, on a line of its own;
+        * otherwise before pytest's letter, which then lands behind it -- after pytest's
+          ``file.py`` prefix on the next line (default verbosity), or at the end of the line
+          itself (``-q`` and xdist, whose letters are bare), a line then ended, so the
+          workers' next lines start a line of their own. Written after the letter, the end
+          line left that letter alone on a line of its own."""
+        line = self._end_line(report) if self.enabled else None
+        after = line is not None and self._verbose()
+        tr = self.config.pluginmanager.getplugin("terminalreporter")
+        if line is not None and not after:
+            self.write(line, level=0, before=report.nodeid)
+        yield
+        if after:
+            self.write(line, level=0)
+        elif line is not None and tr is not None and not tr.showfspath:
+            _end_terminal_line(tr)  # the letter behind our line ends it
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The letter line begun by the last end line's file prefix is over: a summary line
+        written next must not open with an empty line (pytest still thinks it is in that file)."""
+        tw = getattr(terminalreporter, "_tw", None)
+        if self.enabled and tw is not None and not tw.width_of_current_line:
+            terminalreporter.currentfspath = None
+
+    def _verbose(self) -> bool:
+        return int(getattr(self.config.option, "verbose", 0) or 0) > 0
+
+    def _end_line(self, report: Any) -> str | None:
+        """The end line of a point's call report, None for any other report (and on an
+        xdist worker, whose controller writes it); forgets the point's sink."""
         if report.when != "call":
-            return
+            return None
         local = self.points.pop(report.nodeid, None)
         if self.worker_id:
-            return
+            return None
         label = next((str(v) for k, v in report.user_properties if k == PROP_PROGRESS), None)
         if local is not None and local.started is not None:
             label, seconds = local.label, local.elapsed()
         elif label is not None:
             seconds = float(getattr(report, "duration", 0.0) or 0.0)
         else:
-            return
+            return None
         from pytest_gemmperf.session import PROP_STATUS
 
         status = next((str(v) for k, v in report.user_properties if k == PROP_STATUS), None)
         gateway = getattr(getattr(report, "node", None), "gateway", None)
         who = f"[{gateway.id}] " if gateway is not None else ""
         what = f" ({status})" if status else ""
-        self.write(f"{who}gemmperf ■ {label} {report.outcome} in {_fmt_s(seconds)}{what}", level=0)
+        return f"{who}gemmperf ■ {label} {report.outcome} in {_fmt_s(seconds)}{what}"
+
+
+def _end_terminal_line(tr: Any) -> None:
+    """End the terminal reporter's current line unless it is empty (pytest's progress
+    percentage, written past the right edge, ends it itself); a closed terminal is ignored."""
+    tw = getattr(tr, "_tw", None)
+    try:
+        if tw is not None and tw.width_of_current_line:
+            tw.line()
+            tr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class PointProgress:

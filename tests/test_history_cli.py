@@ -108,7 +108,7 @@ def test_record_a_trace_reads_hardware_key_and_run_json_of_a_results_dir(tmp_pat
     assert runs["run_id"].tolist() == ["import-1"] and runs["branch"].tolist() == ["release/7.0"]
     assert runs["hw_key"].iloc[0].startswith("gfx950")  # from the trace's agents
     h = HistoryStore(hist).read()
-    assert set(h["test"]) == {"v62_results.json"} and (h["metric"] == "dur_ns").any()
+    assert set(h["test"]) == {"gemmperf-history-record"} and (h["metric"] == "dur_ns").any()
     assert (h["metric"] == "category_total_ns").any()
 
 
@@ -141,6 +141,7 @@ def test_damaged_history_file_is_one_stderr_line_and_exit_2(tmp_path, capsys):
 
 
 def test_empty_history_and_bad_arguments(tmp_path, capsys):
+    (tmp_path / "none").mkdir()  # an existing store without runs (a missing one: test_first_day.py)
     assert main(["history", "show", "--history", str(tmp_path / "none")]) == 2
     assert "history holds no runs" in capsys.readouterr().err
     assert main(["history", "prune", "--history", str(tmp_path)]) == 2
@@ -175,7 +176,7 @@ def test_compare_appends_the_candidate_to_the_history(tmp_path, capsys):
                "--history", str(hist), "--run-id", "pr-42"])
     assert rc == 0, capsys.readouterr().err
     h = HistoryStore(hist).read()
-    assert set(h["run_id"]) == {"pr-42"} and set(h["test"]) == {"cand.parquet"}
+    assert set(h["run_id"]) == {"pr-42"} and set(h["test"]) == {"gemmperf-history-record"}
     med = h[(h["metric"] == "dur_ns")]["value"]
     assert len(med) == 3 and med.between(990, 1012).all()  # per-process medians, not dispatches
 

@@ -27,11 +27,13 @@ from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.tables import clean
 from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.workdir import TOOL_DIR, default_output_dir
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
                 "p05_ns", "p95_ns", "iqr_ns", "mad_ns", "cv", "range_ns", "category")
 KEYS = ("point", "rank", "kernel")
-DEFAULT_OUT = "gemmperf-analysis"
+#: default output: a new .gemmperf/analyze/<time>-<random>/ per call (workdir.py)
+DEFAULT_OUT = "analyze"
 STR_DTYPE = "category"
 
 
@@ -41,8 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=command_description(__doc__))
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="trace file, rocprofv3 output dir, aorta sweep dir or results dir")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                   help=f"output directory (default: ./{DEFAULT_OUT})")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"output directory (default: a new .gemmperf/{DEFAULT_OUT}/<time>-<random>)")
     p.add_argument("--warmup", type=non_negative, default=0, metavar="N",
                    help="drop the first N dispatches of each (point, rank, kernel) (default 0)")
     p.add_argument("--categories", metavar="FILE",
@@ -80,15 +82,16 @@ def _run(args: argparse.Namespace) -> int:
     kernels = kernel_table(d, warmup=args.warmup)
     summary = build_summary(args, trace, d, kernels)
 
-    out = Path(args.out)
+    out = Path(args.out) if args.out else None
     try:
+        out = out or default_output_dir(DEFAULT_OUT)
         out.mkdir(parents=True, exist_ok=True)
         from pytest_gemmperf.safe_io import write_csv, write_text
 
         write_csv(kernels, out / "kernels.csv")  # formulas neutralised, no link followed
         write_text(out / "summary.json", json.dumps(clean(summary), indent=2, allow_nan=False) + "\n")
     except OSError as exc:
-        raise GemmperfInputError(out, f"cannot write output: {exc.strerror or exc}") from None
+        raise GemmperfInputError(out or TOOL_DIR, f"cannot write output: {exc.strerror or exc}") from None
     print(printable(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
                     f"{out / 'kernels.csv'}, {out / 'summary.json'}"))
     if getattr(args, "report", True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -106,12 +107,17 @@ def _say(msg: str) -> None:
 
 
 MAX_TEXT = 70  # kernel names run to hundreds of characters; the files keep them whole
+NO_VALUE = "—"
 
 
 def _print_table(df: pd.DataFrame) -> None:
     """Plain table, text columns left-aligned and long names shortened in the middle."""
     df = df.copy()
     for c in df.columns:
+        if (pd.api.types.is_numeric_dtype(df[c]) and isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype)
+                and df[c].isna().any()):
+            # nullable integers print <NA> whatever na_rep says: as text, with the dash
+            df[c] = df[c].astype(object).where(df[c].notna(), NO_VALUE)
         if not pd.api.types.is_numeric_dtype(df[c]):
             text = df[c].astype(object).where(df[c].notna(), "").astype(str).map(printable)
             text = text.where(text.str.len() <= MAX_TEXT,
@@ -119,7 +125,8 @@ def _print_table(df: pd.DataFrame) -> None:
             width = max(int(text.str.len().max() or 0), len(str(c)))
             df[c] = text.str.ljust(width)
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 10_000):
-        print(df.to_string(index=False, justify="left"))
+        # a cell with no value (the old side of a new record) reads as a dash, not NaN / <NA>
+        print(df.to_string(index=False, justify="left", na_rep=NO_VALUE))
 
 
 def run_refresh(args: argparse.Namespace) -> int:
@@ -159,6 +166,9 @@ def run_show(args: argparse.Namespace) -> int:
     from pytest_gemmperf.gate.baseline import summarize
     from pytest_gemmperf.gate.record import legacy_keys
 
+    if not Path(args.baseline_dir).is_dir():  # a mistyped --baseline-dir is no empty store
+        _say(f"gemmperf: error: no baseline store at {args.baseline_dir}")
+        return 2
     store = _store(args)
     if args.test_id is None:
         table = store.list(args.hw, verify=args.verify)

@@ -26,11 +26,13 @@ from pytest_gemmperf.gate.load import (  # noqa: F401 - load_side/load_history/r
 from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
                                           verdicts_csv_order)
 from pytest_gemmperf.textsafe import printable, printable_frame
+from pytest_gemmperf.workdir import default_output_dir
 
 #: verdicts.csv column order: the one the pytest session writes too (test first, contract
 #: columns in ARCHITECTURE order, label, diagnostics, other extras by name)
 CSV_COLUMNS = VERDICTS_CSV_COLUMNS
-DEFAULT_OUT = "gemmperf-compare"
+#: default output: a new .gemmperf/compare/<time>-<random>/ per call (workdir.py)
+DEFAULT_OUT = "compare"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,7 +41,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("base", metavar="BASE", help="baseline: traces, results/sweep dir, baselines dir, samples file")
     p.add_argument("cands", nargs="+", metavar="CAND", help="candidate(s), same kinds as BASE")
     p.add_argument("--labels", nargs="+", metavar="L", help="one label per CAND (default: the path names)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default ./{DEFAULT_OUT})")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"output directory (default: a new .gemmperf/{DEFAULT_OUT}/<time>-<random>)")
     p.add_argument("--threshold", type=_threshold, default=0.05, metavar="T",
                    help="practical threshold, e.g. 5%% or 0.05 (default 5%%); 0 = statistics alone")
     p.add_argument("--kernel-threshold", nargs=2, action="append", default=[], metavar=("REGEX", "T"),
@@ -138,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
                 v.insert(0, "label", label)
             frames.append(v)
     verdicts = pd.concat(frames, ignore_index=True)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_output_dir(DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
     from pytest_gemmperf.safe_io import write_csv
 

@@ -39,14 +39,16 @@ def plain(text: str) -> str:
 
 def command_description(doc: str | None) -> str | None:
     """A subcommand's description from its module docstring: a leading synopsis span
-    (````gemmperf x ...````, usage already says it) is dropped, the rest kept."""
+    (````gemmperf x ...````, usage already says it) is dropped and what follows it starts
+    with a capital; text without a synopsis is kept as written (``gemmperf 0.1.0``, the
+    ``--version`` line, goes through the same formatter)."""
     if not doc:
         return None
     doc = textwrap.dedent(doc).strip()
     rest = _SYNOPSIS.sub("", doc, count=1).lstrip()
     if not rest:
         return None
-    return rest[0].upper() + rest[1:]
+    return rest if rest == doc else rest[0].upper() + rest[1:]
 
 
 class HelpFormatter(argparse.HelpFormatter):

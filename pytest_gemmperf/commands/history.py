@@ -28,10 +28,18 @@ import pandas as pd
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable, printable_frame
+from pytest_gemmperf.workdir import default_output_dir
 
 DEFAULT_WINDOW = 5
 DEFAULT_LAST = 5
 SERIES = ["hw_key", "test", "point", "kernel", "metric"]
+#: ``check``'s default output: a new .gemmperf/history-check/<time>-<random>/ per call
+#: (workdir.py; .gemmperf/history is the plugin's history store itself)
+CHECK_OUT = "history-check"
+#: test id of recorded inputs that carry none (a trace, a rocprofv3 directory, a samples
+#: table): one name whatever the path, so runs read from per-job directories (ci-job-4711/)
+#: form one series instead of a new one per run
+DEFAULT_TEST_ID = "gemmperf-history-record"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -58,7 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--time", metavar="ISO8601",
                    help="run time (default: the results dir's creation time, else now); naive means UTC")
     r.add_argument("--hw", metavar="KEY", help="hardware key (default: run.json's, else the traces' agents)")
-    r.add_argument("--test", metavar="ID", help="test id for inputs that carry none (default: the path's name)")
+    r.add_argument("--test", metavar="ID",
+                   help=f"test id for inputs that carry none: traces, rocprofv3 directories, samples tables "
+                        f"(default: {DEFAULT_TEST_ID}; results directories keep their own)")
     r.add_argument("--warmup", type=non_negative, default=None, metavar="N",
                    help="dispatches per (process, kernel) dropped (default: as gemmperf compare)")
     add_allow_partial(r)
@@ -77,8 +87,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c = hsub.add_parser("check", help="change points; exit 1 on a regression within the last K runs")
     store(c)
     filters(c)
-    c.add_argument("--out", default="gemmperf-history", metavar="DIR",
-                   help="where changes.csv is written (default ./gemmperf-history)")
+    c.add_argument("--out", metavar="DIR",
+                   help=f"where changes.csv is written (default: a new .gemmperf/{CHECK_OUT}/<time>-<random>)")
     c.add_argument("--window", type=positive, default=DEFAULT_WINDOW, metavar="K",
                    help=f"a regression counts when its first worse run is among the last K runs (default {DEFAULT_WINDOW})")
     c.add_argument("--no-report", dest="report", action="store_false",
@@ -128,10 +138,23 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
                    meta={k: v for k, v in meta.items() if v})
 
 
+def carries_no_test_id(sides: dict[str, pd.DataFrame]) -> bool:
+    """Whether ``load_side``'s ``{test: samples}`` holds samples without a test id (key '')."""
+    return any(not test and len(s) for test, s in sides.items())
+
+
+def note_default_test(path: str, test: str, override: str = "--test ID") -> None:
+    """The one line saying which test id an input without one was recorded under, and how
+    to name it otherwise."""
+    print(printable(f"note: {path} carries no test id: recorded in the history as test {test!r} "
+                    f"({override} names it otherwise)"), file=sys.stderr)
+
+
 def record_samples(history: str, sides: dict[str, pd.DataFrame], run, default_test: str,
                    replace: bool = False) -> list[str]:
-    """Append ``{test: samples}`` (``load_side``'s result) as one run; returns the files. A run
-    id already holding one of these points is refused unless ``replace``."""
+    """Append ``{test: samples}`` (``load_side``'s result) as one run, samples without a test
+    id under ``default_test``; returns the files. A run id already holding one of these points
+    is refused unless ``replace``."""
     from pytest_gemmperf.history.store import HistoryStore
     from pytest_gemmperf.history.values import history_values
 
@@ -155,7 +178,9 @@ def record_compare_candidate(history: str, run_id: str | None, path: str, label:
     rid = (f"{run_id}-{label}" if n_cands > 1 else run_id) if run_id else f"{label}-{uuid.uuid4().hex[:8]}"
     mine = {path: traces[path]} if traces and path in traces else None
     run = run_info_for(path, run_id=rid, traces=mine, hw=hw)
-    files = record_samples(history, sides, run, Path(path).resolve().name or str(path))
+    files = record_samples(history, sides, run, DEFAULT_TEST_ID)
+    if carries_no_test_id(sides):
+        note_default_test(path, DEFAULT_TEST_ID, "`gemmperf history record --test ID`")
     print(printable(f"history: run {rid} (hw {run.hw_key}) recorded in {history} ({len(files)} file(s))"))
 
 
@@ -167,16 +192,33 @@ def run_record(args: argparse.Namespace) -> int:
         sides = load_side(args.path, args.warmup, traces, allow_partial=getattr(args, "allow_partial", False))
         run = run_info_for(args.path, run_id=args.run_id, commit=args.commit, branch=args.branch,
                            time=args.time, hw=args.hw, traces=traces)
-        files = record_samples(args.history, sides, run, args.test or Path(args.path).resolve().name,
+        files = record_samples(args.history, sides, run, args.test or DEFAULT_TEST_ID,
                                replace=args.replace)
     except (OSError, UnicodeError) as exc:
         raise GemmperfInputError(getattr(exc, "filename", None) or args.path, str(exc)) from None
+    if not args.test and carries_no_test_id(sides):
+        note_default_test(args.path, DEFAULT_TEST_ID)
     print(printable(f"recorded run {run.run_id} ({run.time.isoformat()}, hw {run.hw_key}, "
                     f"{len(sides)} test(s)) into {args.history}: {len(files)} file(s)"))
     return 0
 
 
 # ------------------------------------------------------------------------------------ show
+
+def store_missing(url: str) -> bool:
+    """Whether the history store ``url`` does not exist (a mistyped ``--history``), said in
+    one line; an existing store without runs is :func:`_read`'s to report."""
+    from pytest_gemmperf.history.store import HistoryStore
+
+    st = HistoryStore(url)
+    try:
+        missing = not st.fs.isdir(st.root)
+    except (OSError, ValueError):  # a remote filesystem that cannot tell: the read will say
+        return False
+    if missing:
+        print(printable(f"gemmperf: error: no history store at {url}"), file=sys.stderr)
+    return missing
+
 
 def _read(args: argparse.Namespace) -> pd.DataFrame:
     from pytest_gemmperf.history.store import HistoryStore
@@ -245,6 +287,8 @@ def detect(history: pd.DataFrame, detect_changes, source: str) -> pd.DataFrame:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    if store_missing(args.history):
+        return 2
     h = _read(args)
     t = trend_table(h, args.last)
     det = _detector()
@@ -294,10 +338,12 @@ def run_check(args: argparse.Namespace) -> int:
         raise GemmperfInputError(None, "change detection unavailable (pytest_gemmperf.history.changepoints "
                                        "is not installed)")
     detect_changes, recent_fn, change_cols = det
+    if store_missing(args.history):
+        return 2
     h = _read(args)
     changes = detect(h, detect_changes, args.history)
     recent_df = recent_fn(changes, h, args.window)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_output_dir(CHECK_OUT)
     out.mkdir(parents=True, exist_ok=True)
     try:  # the detector's own writer: ISO 8601 UTC times, formula cells neutralised
         from pytest_gemmperf.history.changepoints import write_changes_csv

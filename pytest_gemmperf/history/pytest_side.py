@@ -24,6 +24,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable, printable_lines
+from pytest_gemmperf.workdir import make_tool_dir
 
 #: values of --gemmperf-history that turn the history off
 OFF_VALUES = ("none", "off", "no", "false", "0")
@@ -96,6 +97,8 @@ def record_point(runner, result, samples: pd.DataFrame) -> str:
     if telemetry:
         meta["telemetry"] = telemetry
     try:
+        if "://" not in hs.url:
+            make_tool_dir(hs.url)  # the default .gemmperf/history: a new .gemmperf/ git-ignores itself
         store = HistoryStore(hs.url)
         run = RunInfo(run_id=hs.run_id, time=hs.time, commit=meta_all.get("git_commit"), branch=hs.branch,
                       hw_key=result.hw_key, meta=meta)

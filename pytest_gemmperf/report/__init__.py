@@ -24,7 +24,8 @@ FORMATS = ("html", "xlsx", "csv", "json", "md")
 
 
 def hardware_from_agents(agents: pd.DataFrame | None) -> str | None:
-    """``8 x AMD Instinct MI350X (gfx950, 256 CUs)`` from an agents table."""
+    """``8 x AMD Instinct MI350X (gfx950, 256 CUs)`` from an agents table; GPUs are counted
+    per host, so two 8-GPU nodes read ``2 hosts x 8 x ...`` (:func:`gpu_count_text`)."""
     if agents is None or len(agents) == 0 or "type" not in agents.columns:
         return None
     gpus = agents[agents["type"].astype(object) == "GPU"]
@@ -32,13 +33,25 @@ def hardware_from_agents(agents: pd.DataFrame | None) -> str | None:
         return None
     key = [c for c in ("host", "gpu_index", "node_id") if c in gpus.columns]
     gpus = gpus.drop_duplicates(key) if key else gpus
+    host = gpus["host"].astype(object).fillna("") if "host" in gpus.columns else pd.Series("", index=gpus.index)
     parts = []
     for (product, arch, cus), grp in gpus.groupby(
             [gpus["product"].astype(object).fillna("GPU"), gpus["gpu_arch"].astype(object).fillna("?"),
              gpus["cu_count"].astype("Float64").fillna(-1)], sort=True):
         extra = f"{arch}" + (f", {int(cus)} CUs" if cus >= 0 else "")
-        parts.append(f"{len(grp)} x {product} ({extra})")
+        per_host = host.loc[grp.index].value_counts(sort=False).sort_index().tolist()
+        parts.append(f"{gpu_count_text(per_host)} {product} ({extra})")
     return "; ".join(parts)
+
+
+def gpu_count_text(per_host: Sequence[int]) -> str:
+    """GPU counts of the hosts as a reader counts them: ``8 x`` (one host), ``2 hosts x 8 x``
+    (alike hosts), ``2 hosts (8 + 4) x`` (different counts), never one sum of all hosts."""
+    if len(per_host) == 1:
+        return f"{per_host[0]} x"
+    if len(set(per_host)) == 1:
+        return f"{len(per_host)} hosts x {per_host[0]} x"
+    return f"{len(per_host)} hosts ({' + '.join(map(str, per_host))}) x"
 
 
 def write_reports(out_dir: str | os.PathLike, *,

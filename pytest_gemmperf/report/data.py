@@ -37,6 +37,9 @@ PLOT_KERNELS = 6
 #: rows of the verdicts / kernels tables embedded in the HTML (the files hold everything)
 HTML_MAX_ROWS = 3000
 
+#: the label of a single sweep nobody named (a pytest session, `gemmperf analyze`)
+DEFAULT_LABEL = "run"
+
 BOX_COLUMNS = ("count", "min_us", "p05_us", "q1_us", "median_us", "q3_us", "p95_us", "max_us")
 
 
@@ -93,6 +96,17 @@ class ReportData:
     @property
     def status(self) -> str:
         return overall_status(self.verdicts)
+
+
+def sweep_fact(data: ReportData) -> tuple[str, list[str]] | None:
+    """The run-metadata row naming a report's sweeps, as (title, labels): ``sweeps`` of a
+    comparison (the first is the baseline), ``sweep`` for one named sweep; None for a single
+    run nobody named, whose placeholder label would read as a sweep called "run"."""
+    if data.multi:
+        return "sweeps", list(data.labels)
+    if data.labels == [DEFAULT_LABEL]:
+        return None
+    return "sweep", list(data.labels)
 
 
 def overall_status(verdicts: pd.DataFrame | None) -> str:
@@ -512,7 +526,7 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
     else:
         frames = list(dispatches)
     if labels is None:
-        labels = [str((meta or {}).get("label") or "run")] if len(frames) == 1 else \
+        labels = [str((meta or {}).get("label") or DEFAULT_LABEL)] if len(frames) == 1 else \
             [f"sweep{i}" for i in range(len(frames))]
     labels = [str(x) for x in labels]
     if len(labels) != len(frames):
@@ -569,5 +583,6 @@ def finite(x: Any) -> bool:
         return False
 
 
-__all__ = ["BOX_COLUMNS", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats", "build_report_data",
-           "finite", "normalize_verdicts", "overall_status", "verdict_counts"]
+__all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",
+           "build_report_data", "finite", "normalize_verdicts", "overall_status", "sweep_fact",
+           "verdict_counts"]

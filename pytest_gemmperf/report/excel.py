@@ -21,7 +21,7 @@ import pandas as pd
 import xlsxwriter
 
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_sheet
-from pytest_gemmperf.report.data import ReportData, verdict_counts
+from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
 from pytest_gemmperf.safe_io import atomic_open
 
@@ -162,7 +162,8 @@ def _summary_sheet(book: _Book, data: ReportData) -> None:
     ws.write_string(1, 0, "status", f["header"])
     ws.write_string(1, 1, STATUS_TEXT[status], f[colour])
     row = 2
-    facts: list[tuple[str, Any]] = [("sweeps", ", ".join(data.labels))]
+    sweeps = sweep_fact(data)
+    facts: list[tuple[str, Any]] = [(sweeps[0], ", ".join(sweeps[1]))] if sweeps else []
     facts += [(f"dispatches ({lab})", n) for lab, n in data.n_dispatches.items()]
     facts += [(f"verdicts: {k}", n) for k, n in verdict_counts(data.verdicts).items()]
     facts += [("short-kernel threshold (µs)", data.short_kernel_us), ("top-K per cell", data.top_k)]

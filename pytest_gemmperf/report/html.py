@@ -21,7 +21,7 @@ from pytest_gemmperf import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.report import plots
 from pytest_gemmperf.gate.verdict import MISSING, NEW, shorten_kernel
-from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, verdict_counts
+from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT
 from pytest_gemmperf.textsafe import printable_lines
 
@@ -109,7 +109,10 @@ def _axes(data: ReportData) -> dict[str, str]:
 
 def _meta_rows(data: ReportData) -> list[tuple[str, str]]:
     m = data.meta
+    sweeps = sweep_fact(data)
     rows: list[tuple[str, str]] = []
+    if sweeps:
+        rows.append((sweeps[0], ", ".join(sweeps[1]) + (" (first = baseline)" if data.multi else "")))
     for key, title in (("hardware", "hardware"), ("rocm_version", "ROCm"),
                        ("rocprofv3_version", "rocprofv3"), ("torch_version", "PyTorch"),
                        ("commit", "commit"), ("host", "host"), ("created", "run started"),

@@ -22,7 +22,8 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TIMESTAMP_COLUMNS
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
-from pytest_gemmperf.report.data import ReportData, verdict_counts
+from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
+from pytest_gemmperf.report.telemetry import is_gpu_device
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.textsafe import printable
 
@@ -184,8 +185,9 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     labels = report_kernel_labels(data)
     lines = [f"## gemmperf: {STATUS_TEXT[data.status]}", ""]
     counts = verdict_counts(data.verdicts)
-    facts = [f"sweeps: {', '.join(md_code(x) for x in data.labels)}",
-             f"dispatches: {sum(data.n_dispatches.values()):,}"]
+    sweeps = sweep_fact(data)
+    facts = ([f"{sweeps[0]}: {', '.join(md_code(x) for x in sweeps[1])}"] if sweeps else []) + [
+        f"dispatches: {sum(data.n_dispatches.values()):,}"]
     if counts:
         facts.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     for key in ("hardware", "rocm_version", "rocprofv3_version", "commit"):
@@ -246,6 +248,8 @@ def _telemetry_md(data: ReportData) -> list[str]:
             out.append(f"* {md_code(str(test).rsplit('::', 1)[-1] + '[' + str(point) + ']')}: "
                        + md_text("; ".join(reasons[:4])))
     n = s.groupby(["test", "point"]).ngroups
+    if not out and not is_gpu_device(s["device"]).any():  # a CPU run: no GPU to speak of
+        return [f"Telemetry: host only (no GPU seen) in {n} point(s).", ""]
     if not out:
         return [f"Telemetry: no GPU throttling or clock drop in {n} point(s).", ""]
     return ["Telemetry (machine state while the points ran):", "", *out, ""]

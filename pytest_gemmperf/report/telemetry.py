@@ -12,6 +12,7 @@ against the clocks it ran at) and throttle intervals shaded red. Every text goes
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from pytest_gemmperf.run.telemetry import MIN_THROTTLE_S, read_telemetry, reason
 #: points drawn per series (samples are bucketed by time beyond this)
 MAX_POINTS = 400
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
+#: telemetry devices that are the host (its aggregate and per-core rows), not a GPU
+_HOST_DEVICE = re.compile(r"^(host|cpu\d+)$")
 SUMMARY_COLUMNS = ("test", "point", "process", "device", "clock_min_mhz", "clock_median_mhz",
                    "clock_max_mhz", "power_median_w", "temp_edge_max_c", "temp_hotspot_max_c",
                    "temp_mem_max_c", "throttle_s", "throttle_reasons_s", "throttle_clock_mhz",
@@ -63,6 +66,11 @@ def read_results_telemetry(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict
     return samples, summary, meta
 
 
+def is_gpu_device(device: pd.Series) -> pd.Series:
+    """Which telemetry rows are a GPU's (``gpu0``...), not the host's (``host``, ``cpuN``)."""
+    return ~device.astype(str).str.match(_HOST_DEVICE)
+
+
 def _bucket(t: np.ndarray, v: np.ndarray, n: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """At most ``n`` points: the mean of each time bucket (keeps dips of throttling visible
     better than striding)."""
@@ -90,7 +98,7 @@ def telemetry_panel(samples: pd.DataFrame, processes: dict[str, list[int]] | Non
     """Three stacked strips (clock, power, temperature) of one point; see the module doc."""
     if samples is None or samples.empty:
         return empty_note(f"{title}: no telemetry samples")
-    gpu = samples[~samples["device"].astype(str).str.match(r"^(host|cpu\d+)$")]
+    gpu = samples[is_gpu_device(samples["device"])]
     strips: list[tuple[str, str, pd.DataFrame]] = []
     if len(gpu):
         clk = gpu[gpu["metric"] == "gfx_clock_mhz"]
@@ -190,4 +198,4 @@ def telemetry_context(samples: pd.DataFrame, summary: pd.DataFrame, meta: dict[s
     return out
 
 
-__all__ = ["read_results_telemetry", "telemetry_context", "telemetry_panel", "escape"]
+__all__ = ["is_gpu_device", "read_results_telemetry", "telemetry_context", "telemetry_panel", "escape"]
