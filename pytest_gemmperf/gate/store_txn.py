@@ -155,6 +155,7 @@ def run(root: Path, plans: list[Plan]) -> None:
         return (json.dumps({"state": state, "records": entries}, indent=1) + "\n").encode()
 
     at = _Cursor(journal)
+    committed = False
     try:
         fs.atomic_write(journal, doc("staging"))  # from here a crash is rolled back
         for p in plans:
@@ -170,9 +171,12 @@ def run(root: Path, plans: list[Plan]) -> None:
             fs.fsync_dir(vdir)
         at.path = journal
         fs.atomic_write(journal, doc("committed"))  # THE commit point: from here, rolled forward
+        committed = True
         apply(root, journal, entries, at)
     except OSError as exc:
-        state = _journal_state(journal)
+        # the journal on disk decides (the commit rename may have happened before an fsync
+        # failed); once applied it is gone, and only we know that it was committed
+        state = "committed" if committed else _journal_state(journal)
         if state is None or state == "staging":
             _roll_back(journal, plans)
             kept = KEPT_OLD
