@@ -108,7 +108,7 @@ def save_traceback(text: str, log_dir: Path | None = None) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     name = f"gemmperf-{stamp}-{os.getpid()}"
     try:
-        directory = log_dir or LOG_DIR
+        directory = log_dir or Path.cwd() / LOG_DIR  # absolute: the line must lead to it
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{name}.log"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
