@@ -23,7 +23,10 @@ from typing import Callable
 import pandas as pd
 import pytest
 
-from pytest_gemmperf.errors import OutputError
+try:
+    from pytest_gemmperf.errors import OutputError
+except ImportError:  # code without one-line write errors: the tests here fail, not the import
+    OutputError = None  # type: ignore[assignment,misc]
 from pytest_gemmperf.gate.baseline import BaselineRecord, BaselineStore
 from pytest_gemmperf.gate.verdicts_file import merge_verdicts
 
@@ -322,7 +325,7 @@ def test_store_readonly_refuses_every_write_with_one_line_and_reads_work(tmp_pat
 
 # ------------------------------------------------------------------------- results directory
 
-@pytest.mark.parametrize("op", ["open", "fsync", "replace", "mkdir"])
+@pytest.mark.parametrize("op", ["open", "fsync", "replace"])
 def test_verdicts_csv_write_refused_keeps_the_previous_file(tmp_path, monkeypatch, op):
     """A test's verdicts.csv in a full or read-only results directory: one line naming it, the
     earlier verdicts byte for byte, no temp file."""
