@@ -1,22 +1,35 @@
 """The ``gemmperf`` command. Thin: each subcommand lives in ``pytest_gemmperf.commands.<name>``
 and exposes ``add_parser(subparsers)`` and ``run(args) -> int``.
 
-Exit status (DESIGN.md section 8): 0 ok, 1 regression found, 2 usage or input error.
+Exit status (DESIGN.md section 8): 0 ok, 1 regression found, 2 usage or input error or an
+output that could not be written (disk full, read-only: one line naming the file), 3 an
+internal error (one line; the traceback goes to a log file the line names). CI scripts read 1 as
+"the code got slower", so nothing else may end with 1 -- not even an uncaught exception, which
+Python would end with 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
+import errno
 import importlib
 import os
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.commands.helpfmt import GemmperfParser
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, OutputError, output_error
 from pytest_gemmperf.textsafe import printable
 
 SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history")
+EXIT_INPUT = 2
+EXIT_INTERNAL = 3
+#: where an internal error's traceback goes (relative to the working directory)
+LOG_DIR = Path(".gemmperf") / "logs"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gemmperf",
         description="GPU kernel performance analysis and regression gating for rocprofv3 and "
                     "PyTorch profiler outputs.",
-        epilog="exit status: 0 ok, 1 regression found, 2 usage or input error")
+        epilog="exit status: 0 ok, 1 regression found, 2 usage or input error or an output that "
+               "could not be written, 3 internal error (traceback in a log file)")
     parser.add_argument("--version", action="version", version=f"gemmperf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
@@ -46,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except GemmperfInputError as exc:
         print(printable(f"gemmperf: error: {exc}"), file=sys.stderr)  # one line, whatever the path holds
-        return 2
+        return EXIT_INPUT
     except KeyboardInterrupt:
         print("gemmperf: interrupted", file=sys.stderr)
         return 130
@@ -54,6 +68,57 @@ def main(argv: list[str] | None = None) -> int:
         # output piped into `head` and closed early: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OutputError as exc:
+        print(f"gemmperf: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:  # the machine refused a file operation: the file and the reason
+        print(_os_line(exc), file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: one line, the traceback kept aside
+        print(_internal_error_line(exc, traceback.format_exc()), file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+#: errno values only a write can raise: said as "could not write PATH"
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def _os_line(exc: OSError) -> str:
+    """The line shown for an ``OSError``: ``could not write PATH: reason`` where only a write can
+    have failed, else ``error: PATH: reason`` (``output_error`` finds the path the user knows)."""
+    err = output_error(exc)
+    if exc.errno in _WRITE_ERRNOS:
+        return f"gemmperf: {err}"
+    return f"gemmperf: error: {err.path}: {err.reason}" if err.path is not None else f"gemmperf: error: {err.reason}"
+
+
+def _internal_error_line(exc: BaseException, text: str) -> str:
+    """The one line shown for an unexpected exception, naming the log that holds its traceback."""
+    what = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    try:
+        log = save_traceback(text)
+    except OSError as err:
+        return f"gemmperf: internal error: {what} (traceback not saved: {output_error(err)})"
+    return f"gemmperf: internal error: {what} (traceback in {log}; please report it)"
+
+
+def save_traceback(text: str, log_dir: Path | None = None) -> Path:
+    """Write ``text`` to a new ``gemmperf-<time>-<pid>.log`` under ``log_dir`` (default
+    ``.gemmperf/logs``), or the temporary directory when that cannot be written. Never
+    through a planted name or link: the file is created with ``O_EXCL | O_NOFOLLOW``."""
+    stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    name = f"gemmperf-{stamp}-{os.getpid()}"
+    try:
+        directory = log_dir or Path.cwd() / LOG_DIR  # absolute: the line must lead to it
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{name}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        fd, tmp = tempfile.mkstemp(prefix=f"{name}-", suffix=".log")
+        path = Path(tmp)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from pytest_gemmperf.errors import FAULT_ERRNOS, OutputError, output_error
+from pytest_gemmperf.history import pytest_side as history_side
 from pytest_gemmperf.session import (PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, GemmperfSession,
                                      Options, PointRunner, parse_threshold)
 from pytest_gemmperf.textsafe import printable, printable_lines
@@ -462,6 +464,51 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
             + (f"; shard {config.stash[_SHARD_KEY]}" if config.stash.get(_SHARD_KEY, None) else "")]
 
 
+#: user_properties of a test report: a write the machine refused (the item errors with this
+#: one line) and a warning for the terminal summary (history not recorded, ...)
+PROP_FAULT = f"{PROP_PREFIX}_fault"
+PROP_WARNING = history_side.PROP_WARNING
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A full disk, a read-only store or results directory, a missing permission: the item
+    errors with one line naming the file (no traceback), and the summary lists it."""
+    report = yield
+    line = _fault_line(call.excinfo.value) if call.excinfo is not None else None
+    if line is not None and report.failed:
+        report.longrepr = f"gemmperf: {line}"
+        report.user_properties.append((PROP_FAULT, line))
+    return report
+
+
+def pytest_report_teststatus(report, config: pytest.Config):
+    """A write fault is an error of the run, not a failed gate (a regression)."""
+    if report.failed and any(name == PROP_FAULT for name, _ in getattr(report, "user_properties", ())):
+        return "error", "E", "ERROR"
+    return None
+
+
+def _fault_line(exc: BaseException) -> str | None:
+    """One line for a refused write: every ``OutputError``, and an ``OSError`` of a fault
+    kind raised inside gemmperf (the test's own code keeps its traceback)."""
+    if isinstance(exc, OutputError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno in FAULT_ERRNOS and _raised_in_package(exc):
+        return str(output_error(exc))
+    return None
+
+
+def _raised_in_package(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 class _SessionHooks:
     """Per-config hooks: gathers verdicts from test reports (the only channel from xdist
     workers to the controller), writes reports and prints the summary at the end."""
@@ -483,6 +530,8 @@ class _SessionHooks:
         #: node ids of the collected points (None under xdist's controller, which collects
         #: nothing) and of the items whose teardown ran: run.json's complete/interrupted
         self.points: set[str] | None = None
+        self.faults: list[tuple[str, str]] = []  # (nodeid, one line): writes that were refused
+        self.warnings: list[str] = []
         self.finished: set[str] = set()
 
     @pytest.hookimpl(trylast=True)
@@ -496,6 +545,8 @@ class _SessionHooks:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
             self.finished.add(report.nodeid)
+        if report.failed:
+            self.faults += [(report.nodeid, str(v)) for name, v in report.user_properties if name == PROP_FAULT]
         if report.when != "call":
             return
         status = None
@@ -515,6 +566,8 @@ class _SessionHooks:
                 self.noisy.append((report.nodeid, str(value)))
             elif name == f"{PROP_PREFIX}_gated":
                 self.gated.append(json.loads(value))
+            elif name == PROP_WARNING:
+                self.warnings.append(str(value))
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # an xdist worker can only stop on a bad axis override with a collection error (see
@@ -579,6 +632,9 @@ class _SessionHooks:
 
         try:
             path = write_results_reports(gp.results.root, gp.options.report_dir)
+        except OSError as exc:  # a full or read-only report directory: a warning, not a failure
+            self.report_error = str(output_error(exc, gp.options.report_dir))
+            return
         except Exception as exc:  # a broken report must not hide the gate's verdicts
             self.report_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return
@@ -587,11 +643,17 @@ class _SessionHooks:
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         gp = config.stash.get(_SESSION_KEY, None)
-        if _is_worker(config) or not _profiled(gp):
+        if _is_worker(config) or gp is None:
             return
         tr = terminalreporter
+        if not _profiled(gp):
+            if self.faults or self.warnings:  # the results directory itself could not be made
+                tr.section("gemmperf")
+                self._write_faults(tr)
+            return
         tr.section("gemmperf")
         _write(tr, f"results: {printable(gp.results.root)}")
+        self._write_faults(tr)
         shard_hooks = config.pluginmanager.get_plugin("gemmperf-shard")
         if shard_hooks is not None and shard_hooks.line():
             _write(tr, shard_hooks.line() + "; combine the shards with `gemmperf merge`")
@@ -626,6 +688,12 @@ def _write(tr: Any, text: str, **markup: bool) -> None:
     """A summary line on the terminal; data fields went through ``printable`` already, this
     catches any control character left in the line's own text."""
     tr.write_line(printable_lines(text), **markup)
+
+    def _write_faults(self, tr) -> None:
+        for nodeid, line in self.faults:
+            tr.write_line(f"not written ({nodeid}): {line}", red=True)
+        for text in self.warnings:
+            tr.write_line(f"warning: {text}", yellow=True)
 
 
 def _format_confirmation(c: dict) -> str:

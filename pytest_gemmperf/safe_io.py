@@ -88,9 +88,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str = "ut
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(target)  # write(2) and fsync(2) name no file: say which one failed
         raise
     _fsync_dir(target.parent)
 

@@ -199,29 +199,42 @@ def _gate_config(threshold: float | str | None):
 
 class _merge_lock:
     """Serializes load-modify-save of one baseline record across xdist workers. A lock file of
-    its own: the store's per-record lock is taken again inside ``save``."""
+    its own: the store's per-record lock is taken again inside ``save``.
+
+    Only writers need it: where the lock cannot be made (a read-only or full store) the gate
+    goes on without it, since reads take no lock, and a save it leads to fails with the store's
+    own one-line error."""
 
     def __init__(self, store, test_id: str, hw_key: str) -> None:
         from filelock import FileLock
 
         record_dir = store.path_for(test_id, hw_key)
-        lock_dir = Path(store.root) / ".locks"
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        ignore = lock_dir / ".gitignore"
+        self._lock_dir = Path(store.root) / ".locks"
+        self._lock = FileLock(str(self._lock_dir / f"{record_dir.parent.name}__{record_dir.name}.merge.lock"),
+                              timeout=600)
+        self._held = False
+
+    def __enter__(self):
+        try:
+            self._lock_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return self
+        ignore = self._lock_dir / ".gitignore"
         if not ignore.exists():
             try:
                 safe_io.write_text(ignore, "*\n")  # never through a planted link
             except OSError:
                 pass
-        self._lock = FileLock(str(lock_dir / f"{record_dir.parent.name}__{record_dir.name}.merge.lock"),
-                              timeout=600)
-
-    def __enter__(self):
-        self._lock.acquire()
+        try:
+            self._lock.acquire()
+        except OSError:
+            return self
+        self._held = True
         return self
 
     def __exit__(self, *exc) -> None:
-        self._lock.release()
+        if self._held:
+            self._lock.release()
 
 
 def _empty_verdicts() -> pd.DataFrame:

@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, output_error, writing
 from pytest_gemmperf.gate import store_fs as fs
 from pytest_gemmperf.gate import store_txn as txn
 from pytest_gemmperf.gate.hardware import sanitize
@@ -131,14 +131,20 @@ class BaselineStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """The writers' lock (one per store: a refresh of several records is one transaction)."""
-        lock = self._lock()
+        lock_path = self.root / LOCK_DIR / LOCK_FILE
         try:
+            lock = self._lock()
             lock.acquire()
         except Timeout:
-            raise GemmperfInputError(lock.lock_file, f"baseline lock held by another process for more "
-                                                     f"than {self.lock_timeout_s:.0f} s") from None
+            raise GemmperfInputError(lock_path, f"baseline lock held by another process for more "
+                                                f"than {self.lock_timeout_s:.0f} s") from None
+        except OSError as exc:  # a read-only or full store: nothing was changed
+            raise output_error(exc, lock_path, what="the baseline store's lock",
+                               kept="no baseline was changed") from exc
         try:
-            yield
+            # any other refused write of a transaction: one line naming the file
+            with writing(self.root, kept=txn.KEPT_OLD):
+                yield
         finally:
             lock.release()
 

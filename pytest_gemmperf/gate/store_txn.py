@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.gate import store_fs as fs
 from pytest_gemmperf.paths import contained, contained_relative
 from pytest_gemmperf.gate.record import _VERSION_RE, META_FILE, SAMPLES_FILE, SUMMARY_FILE, VARIANCE_FILE
@@ -126,8 +126,28 @@ def targets(root: Path) -> dict[Path, Path | None]:
     return out
 
 
+#: what a failed write left, in the words of its one-line error
+KEPT_OLD = "the previous record is kept"
+KEPT_NEW = ("the new record is committed and reads as new; the next baseline write finishes "
+            "switching to it")
+KEPT_UNSURE = "the next baseline write finishes or undoes it"
+
+
+@dataclass
+class _Cursor:
+    """The file a transaction is writing now: ``write(2)`` on a descriptor names none, and a
+    full disk must be reported at the file the user knows."""
+
+    path: Path
+
+
 def run(root: Path, plans: list[Plan]) -> None:
-    """Stage every plan, commit by one journal rename, apply, clean up (store lock held)."""
+    """Stage every plan, commit by one journal rename, apply, clean up (store lock held).
+
+    A refused write (disk full, read-only, quota, I/O error) raises one-line
+    :class:`~pytest_gemmperf.errors.OutputError`: before the commit the staged versions and
+    the journal are removed again, so the store is byte for byte as before; after it the new
+    state stands (readers follow the committed journal) and the next writer finishes it."""
     tdir = ignored_dir(root, TXN_DIR)
     journal = tdir / f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
     entries = [{"dir": p.dir.relative_to(root).as_posix(), "version": p.version} for p in plans]
@@ -135,22 +155,71 @@ def run(root: Path, plans: list[Plan]) -> None:
     def doc(state: str) -> bytes:
         return (json.dumps({"state": state, "records": entries}, indent=1) + "\n").encode()
 
-    fs.atomic_write(journal, doc("staging"))  # from here a crash is rolled back
-    for p in plans:
-        fs.mkdir(p.dir)
-        vdir = p.dir / p.version
-        fs.rmtree(vdir)  # an unreferenced leftover of the same name
-        fs.mkdir(vdir)
-        for name in sorted(p.blobs):
-            fs.write_new(vdir / name, p.blobs[name])
-        fs.fsync_dir(vdir)
-    fs.atomic_write(journal, doc("committed"))  # THE commit point: from here, rolled forward
-    apply(root, journal, entries)
+    at = _Cursor(journal)
+    committed = False
+    try:
+        fs.atomic_write(journal, doc("staging"))  # from here a crash is rolled back
+        for p in plans:
+            vdir = p.dir / p.version
+            at.path = vdir
+            fs.mkdir(p.dir)
+            fs.rmtree(vdir)  # an unreferenced leftover of the same name
+            fs.mkdir(vdir)
+            for name in sorted(p.blobs):
+                at.path = vdir / name
+                fs.write_new(vdir / name, p.blobs[name])
+            at.path = vdir
+            fs.fsync_dir(vdir)
+        at.path = journal
+        fs.atomic_write(journal, doc("committed"))  # THE commit point: from here, rolled forward
+        committed = True
+        apply(root, journal, entries, at)
+    except OSError as exc:
+        # the journal on disk decides (the commit rename may have happened before an fsync
+        # failed); once applied it is gone, and only we know that it was committed
+        state = "committed" if committed else _journal_state(journal)
+        if state is None or state == "staging":
+            _roll_back(journal, plans)
+            kept = KEPT_OLD
+        else:
+            kept = KEPT_NEW if state == "committed" else KEPT_UNSURE
+        raise output_error(exc, at.path, kept=kept) from exc
 
 
-def apply(root: Path, journal: Path, entries: list[dict[str, str]]) -> None:
+def _journal_state(journal: Path) -> str | None:
+    """``staging``/``committed`` as the journal on disk says; None when it was never written,
+    ``unknown`` when it cannot be read (then nothing is rolled back by guesswork)."""
+    try:
+        doc = json.loads(fs.read_bytes(journal))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError, GemmperfInputError):
+        return "unknown"
+    return doc.get("state") if isinstance(doc, dict) and doc.get("state") in ("staging", "committed") \
+        else "unknown"
+
+
+def _roll_back(journal: Path, plans: list[Plan]) -> None:
+    """Undo a staging transaction that failed with an ordinary error (disk full): remove its
+    staged versions, the record directories it created, then the journal. Best effort: what a
+    failure here leaves, the staging journal still names, and the next writer removes it."""
+    try:
+        for p in plans:
+            if _pointed_version(p.dir) != p.version:  # never remove what a meta.json points to
+                fs.rmtree(p.dir / p.version)
+            if p.dir.is_dir() and not any(p.dir.iterdir()):  # this write created it
+                fs.rmdir(p.dir)
+                fs.rmdir(p.dir.parent)
+        fs.unlink(journal)
+        fs.fsync_dir(journal.parent)
+    except (OSError, GemmperfInputError):
+        pass
+
+
+def apply(root: Path, journal: Path, entries: list[dict[str, str]], at: _Cursor | None = None) -> None:
     """Switch each record to its version, refresh its derived summary, remove what the old
     state left; then the journal. Idempotent: recovery runs it again after a crash."""
+    at = at or _Cursor(journal)
     for e in entries:
         d = contained_relative(root, e["dir"])
         vdir = d / e["version"]
@@ -160,11 +229,15 @@ def apply(root: Path, journal: Path, entries: list[dict[str, str]]) -> None:
         except FileNotFoundError:
             raise GemmperfInputError(journal, f"commits {vdir}, which is incomplete (edited by hand?): "
                                               "restore it or delete the journal") from None
+        at.path = d / META_FILE
         if file_or_none(d / META_FILE) != meta_bytes:
             fs.atomic_write(d / META_FILE, meta_bytes)  # the switch
+        at.path = d / SUMMARY_FILE
         if file_or_none(d / SUMMARY_FILE) != summary:
             fs.atomic_write(d / SUMMARY_FILE, summary)
+        at.path = d
         clean_record(d, keep=e["version"])
+    at.path = journal
     fs.unlink(journal)
     fs.fsync_dir(journal.parent)
 

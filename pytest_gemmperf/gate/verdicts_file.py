@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from pytest_gemmperf import safe_io
+from pytest_gemmperf.errors import writing
 from pytest_gemmperf.gate.verdict import verdicts_csv_order
 from pytest_gemmperf.run.results import VERDICTS_CSV, atomic_write_text, file_lock
 
@@ -25,6 +26,13 @@ def merge_verdicts(test_dir: Path, point_id: str, verdicts: pd.DataFrame) -> Pat
     point order (stable: a point's own row order is preserved), formula-looking cells are
     neutralised on write and restored on read (``safe_io``)."""
     path = test_dir / VERDICTS_CSV
+    # a full or read-only results directory: one line, and the earlier verdicts stay whole
+    with writing(path, kept="the previous verdicts.csv is kept"):
+        _merge(test_dir, path, point_id, verdicts)
+    return path
+
+
+def _merge(test_dir: Path, path: Path, point_id: str, verdicts: pd.DataFrame) -> None:
     test_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(test_dir / ".verdicts.lock"):
         # a link at the name is not ours: it is replaced, and never read as earlier verdicts
@@ -38,7 +46,6 @@ def merge_verdicts(test_dir: Path, point_id: str, verdicts: pd.DataFrame) -> Pat
         if "point" in merged.columns:
             merged = merged.sort_values("point", kind="stable")
         atomic_write_text(path, safe_io.csv_text(verdicts_csv_order(merged)))
-    return path
 
 
 __all__ = ["merge_verdicts"]

@@ -22,13 +22,15 @@ from typing import Any
 
 import pandas as pd
 
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.textsafe import printable, printable_lines
 from pytest_gemmperf.workdir import make_tool_dir
 
 #: values of --gemmperf-history that turn the history off
 OFF_VALUES = ("none", "off", "no", "false", "0")
 DEFAULT_WINDOW = 5
+#: user_properties name of a warning the plugin shows in the terminal summary
+PROP_WARNING = "gemmperf_warning"
 #: CI variables naming the branch being built (GitHub Actions, GitLab CI, Jenkins, Buildkite)
 _BRANCH_VARS = ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME", "BUILDKITE_BRANCH")
 
@@ -104,10 +106,14 @@ def record_point(runner, result, samples: pd.DataFrame) -> str:
                       hw_key=result.hw_key, meta=meta)
         store.append(history_values(samples, test=runner.test_id), run)
     except (OSError, GemmperfInputError) as exc:
-        text = f"gemmperf: {where}: history not recorded in {hs.url}: {exc}"
+        why = output_error(exc, hs.url) if isinstance(exc, OSError) else exc
+        text = f"{where}: history not recorded in {hs.url}: {why}"
         if hs.check:
-            raise _fail(text)
-        print(text, file=sys.stderr)
+            raise _fail(f"gemmperf: {text}")
+        print(f"gemmperf: {text}", file=sys.stderr)
+        # the gate stands without it, but a history with holes must not go unnoticed: the
+        # plugin lists this in the session's terminal summary
+        runner._record(PROP_WARNING, text)
         return ""
     if not hs.check:
         return ""
