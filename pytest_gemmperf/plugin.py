@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +275,7 @@ def _is_worker(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gemmperf_sweep(spec): sweep points of a gemmperf test "
                                        "(use pytest_gemmperf.sweep(...))")
+    _interrupt_on_sigterm(config)
     if _is_worker(config):
         results_dir = Path(config.workerinput[_WORKERINPUT_DIR])
         argv = list(config.workerinput.get(_WORKERINPUT_ARGV, []))
@@ -331,6 +334,22 @@ def _create_results_dir(config: pytest.Config) -> Path:
 
     config.add_cleanup(cleanup)
     return path
+
+
+def _interrupt_on_sigterm(config: pytest.Config) -> None:
+    """Make SIGTERM (how CI systems cancel a job) end the session like Ctrl-C: the workload's
+    process group is killed, and run.json / point.json say ``interrupted`` instead of being
+    left ``running``. Only where nobody else handles SIGTERM, and undone at the end."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
 
 
 def _profiled(gp: GemmperfSession | None) -> bool:
@@ -683,17 +702,17 @@ class _SessionHooks:
         if self.benchmark_error:
             _write(tr, f"pytest-benchmark JSON not written: {printable(self.benchmark_error)}", red=True)
 
+    def _write_faults(self, tr) -> None:
+        for nodeid, line in self.faults:
+            _write(tr, f"not written ({printable(nodeid)}): {printable(line)}", red=True)
+        for text in self.warnings:
+            _write(tr, f"warning: {printable(text)}", yellow=True)
+
 
 def _write(tr: Any, text: str, **markup: bool) -> None:
     """A summary line on the terminal; data fields went through ``printable`` already, this
     catches any control character left in the line's own text."""
     tr.write_line(printable_lines(text), **markup)
-
-    def _write_faults(self, tr) -> None:
-        for nodeid, line in self.faults:
-            tr.write_line(f"not written ({nodeid}): {line}", red=True)
-        for text in self.warnings:
-            tr.write_line(f"warning: {text}", yellow=True)
 
 
 def _format_confirmation(c: dict) -> str:

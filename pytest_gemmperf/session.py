@@ -288,6 +288,7 @@ class PointRunner(PointGate, PointReruns):
     def _fresh_dir(self) -> Path:
         """This point's directory, empty and made by this session (see :meth:`_dir_problem`)."""
         self._check_dir()
+        self.session.results.claim_test_dir(self.test_id)
         point_dir = self.dir
         root = self.session.results.root
         if os.path.lexists(point_dir):  # an earlier try of this item in this session

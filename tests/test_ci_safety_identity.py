@@ -258,3 +258,36 @@ def test_a_record_under_the_old_key_is_found_then_written_under_the_new_key(tmp_
     odir = other.path_for("other.py::test_z", HW)
     odir.rename(odir.parent / _old_slug(old_id))
     assert other.load(new_id, HW) is None
+
+
+# ------------------------------------------------------------- readable names that coincide
+
+#: distinct test ids whose readable folder names are the same
+COINCIDING = [("a/b.py::test_x", "a_b.py::test_x"), ("t.py::C::f", "t.py::C__f"),
+              ("d/e/f.py::t", "d_e/f.py::t"), ("x.py::t", "x.py__t")]
+
+
+@pytest.mark.parametrize("first, second", COINCIDING + [(b, a) for a, b in COINCIDING])
+def test_tests_whose_readable_names_coincide_never_share_a_record(tmp_path, first, second):
+    """Whichever test records first keeps the readable name; the other gets it plus a hash of
+    its id, and each loads its own samples back."""
+    store = BaselineStore(tmp_path)
+    store.save(BaselineRecord(first, HW, _samples(1.0)))
+    store.save(BaselineRecord(second, HW, _samples(2.0)))
+    assert store.path_for(first, HW) != store.path_for(second, HW)
+    a, b = store.load(first, HW), store.load(second, HW)
+    assert a.test_id == first and b.test_id == second
+    assert b.samples["value"].median() > 1.5 * a.samples["value"].median()
+    # saving the first again changes neither record's place
+    store.save(BaselineRecord(first, HW, _samples(1.01)), merge=True)
+    assert store.load(second, HW).samples["value"].median() == b.samples["value"].median()
+
+
+@pytest.mark.parametrize("first, second", COINCIDING)
+def test_tests_whose_readable_names_coincide_never_share_a_results_folder(tmp_path, first, second):
+    results = res.ResultsDir(tmp_path)
+    d1, d2 = results.claim_test_dir(first), results.claim_test_dir(second)
+    assert d1 != d2 and d1.parent == d2.parent == tmp_path
+    assert results.test_dir(first) == d1 and results.test_dir(second) == d2
+    assert results.claim_test_dir(first) == d1  # a claim is stable
+    assert results.point_dir(second, "th1").parent == d2

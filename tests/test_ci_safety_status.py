@@ -61,12 +61,13 @@ def test_st(gemmperf):
 # each leaves ch28 complete and ch64 never run
 SCENARIOS = {
     "sigint": ({"ST_MODE_56": "hang"}, [], signal.SIGINT),
+    "sigterm": ({"ST_MODE_56": "hang"}, [], signal.SIGTERM),
     "kill9": ({"ST_MODE_56": "hang"}, [], signal.SIGKILL),
     "stop_x": ({"ST_MODE_56": "fail"}, ["-x"], None),
     "raises": ({"ST_RAISE_56": "interrupt"}, [], None),
 }
 #: what each scenario left complete
-COMPLETE_POINTS = {"sigint": {"ch28-th256"}, "kill9": {"ch28-th256"}, "stop_x": {"ch28-th256"},
+COMPLETE_POINTS = {"sigint": {"ch28-th256"}, "sigterm": {"ch28-th256"}, "kill9": {"ch28-th256"}, "stop_x": {"ch28-th256"},
                    "raises": {"ch28-th256", "ch56-th256"}}
 
 
@@ -150,7 +151,7 @@ def test_interrupted_session_is_recorded_as_not_complete(runs, name):
     pj = json.loads((runs[name] / SLUG / "ch28-th256" / "point.json").read_text())
     assert pj["status"] == "complete" and pj["processes_complete"] == [0, 1]
     mid = json.loads((runs[name] / SLUG / "ch56-th256" / "point.json").read_text())
-    expected_mid = {"sigint": "interrupted", "kill9": "running", "stop_x": "failed", "raises": "complete"}
+    expected_mid = {"sigint": "interrupted", "sigterm": "interrupted", "kill9": "running", "stop_x": "failed", "raises": "complete"}
     assert mid["status"] == expected_mid[name]
     assert not (runs[name] / SLUG / "ch64-th256").exists()
     if name != "kill9":

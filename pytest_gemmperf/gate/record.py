@@ -93,6 +93,12 @@ def slug_for_test(test_id: str) -> str:
     return distinct_slug(str(test_id), plain, sanitize(plain), _MAX_SLUG, digits=12)
 
 
+def hashed_slug_for_test(test_id: str) -> str:
+    """The second directory name of a test whose :func:`slug_for_test` another test's record
+    holds: the readable name plus a hash of the id."""
+    return distinct_slug(str(test_id), "", slug_for_test(test_id), _MAX_SLUG)
+
+
 def legacy_keys(test_id: str) -> list[tuple[str, str]]:
     """``(test id, directory name)`` under which a record of ``test_id`` may have been written
     before items had their own identity, newest rule first: the same id under the old naming

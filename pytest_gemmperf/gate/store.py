@@ -67,7 +67,7 @@ from pytest_gemmperf.gate.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
                                          _samples_to_parquet, _sha256, _variance_from_parquet,
                                          _variance_to_parquet, add_history, diff_records, kept_points, known_points,
                                          legacy_keys, merge_records, normalize_samples, parse_time, render_summary,
-                                         run_keys, slug_for_test,
+                                         hashed_slug_for_test, run_keys, slug_for_test,
                                          version_name, versions_of)
 
 LOCK_DIR = ".locks"
@@ -109,10 +109,27 @@ class BaselineStore:
 
     # ------------------------------------------------------------------ paths and the lock
     def path_for(self, test_id: str, hw_key: str) -> Path:
+        """The record directory of ``test_id``. Readable names can coincide (``a/b.py`` and
+        ``a_b.py`` both read ``a_b.py``): a name whose record belongs to another test sends
+        this one to the name plus a hash of its id, so two tests never share a record."""
         hw = sanitize(hw_key)
         if hw.startswith("."):
             raise GemmperfInputError(None, f"invalid hardware key {hw_key!r}")
-        return contained(self.root, hw, slug_for_test(test_id))
+        plain = contained(self.root, hw, slug_for_test(test_id))
+        owner = self._owner(plain)
+        hashed = contained(self.root, hw, hashed_slug_for_test(test_id))
+        if owner is None:
+            return hashed if self._owner(hashed) == test_id else plain
+        return plain if owner == test_id else hashed
+
+    def _owner(self, d: Path) -> str | None:
+        """The test id whose record ``d`` holds (None: no readable record there)."""
+        meta_path = txn.targets(self.root).get(d) or d / META_FILE
+        try:
+            owner = _parse_meta(fs.read_bytes(meta_path), meta_path).get("test_id")
+        except (OSError, GemmperfInputError):
+            return None
+        return owner if isinstance(owner, str) else None
 
     def files_dir(self, test_id: str, hw_key: str) -> Path | None:
         """The directory holding the record's current data files (its version directory, or

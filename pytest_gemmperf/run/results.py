@@ -132,6 +132,22 @@ def distinct_slug(test_id: str, plain: str, cleaned: str, max_len: int, digits: 
     return f"{cleaned[:max_len - digits - 1]}-{digest}"
 
 
+#: a test folder's marker: the test id that claimed the folder name (ResultsDir.claim_test_dir)
+TEST_ID_FILE = ".test-id"
+
+
+def _claimed_by(test_dir: Path) -> str | None:
+    try:
+        return (test_dir / TEST_ID_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _hashed_slug(test_id: str) -> str:
+    """The second name of a test whose readable folder name another test holds."""
+    return distinct_slug(test_id, "", slugify_test_id(test_id), MAX_SLUG)
+
+
 def _random_suffix() -> str:
     return secrets.token_hex(3)
 
@@ -211,13 +227,39 @@ class ResultsDir:
     # is not one plain name, or a link planted in a reused results directory, is refused
     # (GemmperfInputError naming it) instead of sending writes and removals elsewhere
     def test_dir(self, test_id: str) -> Path:
-        return contained(self.root, slugify_test_id(test_id))
+        return contained(self.root, self._test_slug(test_id))
 
     def point_dir(self, test_id: str, point_id: str) -> Path:
-        return contained(self.root, slugify_test_id(test_id), point_id)
+        return contained(self.root, self._test_slug(test_id), point_id)
 
     def run_dir(self, test_id: str, point_id: str, run: int) -> Path:
-        return contained(self.root, slugify_test_id(test_id), point_id, f"run{run}")
+        return contained(self.root, self._test_slug(test_id), point_id, f"run{run}")
+
+    def claim_test_dir(self, test_id: str) -> Path:
+        """The test's directory, made and marked as ``test_id``'s before anything is written
+        into it. Readable names can coincide (``a/b.py`` and ``a_b.py`` both read ``a_b.py``):
+        the first test to claim a name keeps it, the other gets the name plus a hash of its
+        id. The claim is an exclusive create, so xdist workers racing for one name agree."""
+        for slug in (slugify_test_id(test_id), _hashed_slug(test_id)):
+            d = contained(self.root, slug)
+            d.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(d / TEST_ID_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            except FileExistsError:
+                if _claimed_by(d) == test_id:
+                    return d
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(test_id)
+            return d
+        raise GemmperfInputError(self.root / slugify_test_id(test_id),
+                                 f"no results folder left for test {test_id!r}: its name and its hashed name are both taken")
+
+    def _test_slug(self, test_id: str) -> str:
+        """The folder name :meth:`claim_test_dir` gave (or would give) ``test_id``."""
+        plain = slugify_test_id(test_id)
+        owner = _claimed_by(self.root / plain)
+        return plain if owner is None or owner == test_id else _hashed_slug(test_id)
 
     def ensure(self, session_meta: Mapping[str, Any]) -> None:
         """Create the directory and ``run.json`` once (the first writer wins), with status
