@@ -339,7 +339,7 @@ def test_verdicts_csv_write_refused_keeps_the_previous_file(tmp_path, monkeypatc
         merge_verdicts(test_dir, "p2", rows.assign(point="p2"))
     total = counter.steps
     for n in spread(total):
-        shutil.rmtree(res)
+        shutil.rmtree(res, ignore_errors=True)
         merge_verdicts(test_dir, "p1", rows)
         err = ERRNOS[n % len(ERRNOS)]
         with monkeypatch.context() as m:
@@ -461,13 +461,27 @@ def test_pytest_results_dir_fault_errors_the_item_with_one_line(gp, monkeypatch)
     total = counter.steps
     picks = sorted({0, total // 2, total - 1})
     for i, n in enumerate(picks):
-        shutil.rmtree(res)
+        shutil.rmtree(res, ignore_errors=True)
         err = ERRNOS[i % len(ERRNOS)]
         with monkeypatch.context() as m:
             Faults(m, res, ops=["open", "fsync", "replace", "mkdir"], fail_at=n, err=err)
             result = gp(results="res")
         out = _outcome_lines(result)
+        if result.ret == pytest.ExitCode.USAGE_ERROR:
+            # the run's folder is made when the session starts: refusing that is one line
+            # before any item runs
+            err_lines = [ln for ln in result.errlines if ln.strip()]
+            assert len(err_lines) == 1 and f"cannot create {res}" in err_lines[0], result.errlines
+            assert os.strerror(err) in err_lines[0] and "Traceback" not in out
+            continue
         outcomes = result.parseoutcomes()
+        if outcomes == {"passed": 2} and "not written" not in out:
+            # a step the OS call tolerates (mkdir of a folder that exists): the write went
+            # through whole, which is as good as no fault
+            from pytest_gemmperf.run.results import run_state
+
+            assert run_state(res).is_complete, out
+            continue
         assert outcomes.get("errors", 0) + outcomes.get("error", 0) >= 1, out
         assert "Traceback" not in out and "OSError" not in out, out
         assert f"could not write {res}" in out and os.strerror(err) in out, out

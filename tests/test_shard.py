@@ -252,14 +252,14 @@ def test_two_shards_merged_equal_the_unsharded_run(gp, monkeypatch, capsys):
 
 def _results(root: Path, points: dict[str, list[str]], shard_info: dict | None = None) -> Path:
     root.mkdir(parents=True)
-    doc = {"created": "2026-01-01T00:00:00+00:00", "host": root.name}
+    doc = {"created": "2026-01-01T00:00:00+00:00", "host": root.name, "status": "complete"}
     if shard_info:
         doc["shard"] = shard_info
     (root / "run.json").write_text(json.dumps(doc))
     for test, pts in points.items():
         for p in pts:
             (root / test / p).mkdir(parents=True)
-            (root / test / p / "point.json").write_text(json.dumps({"point": p}))
+            (root / test / p / "point.json").write_text(json.dumps({"point": p, "status": "complete"}))
         (root / test / "verdicts.csv").write_text(
             "test,point,kernel,verdict,ratio\n" + "".join(f"{test},{p},'=k,unchanged,-0.5\n" for p in pts))
     return root
