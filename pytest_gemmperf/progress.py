@@ -83,7 +83,7 @@ def baseline_durations(baseline_dir: Path, test_slug: str, point_id: str,
     ``meta.json`` only; anything missing or unreadable gives ``([], None)``."""
     try:
         if hw_key:
-            from pytest_gemmperf.gate.hardware import sanitize
+            from pytest_gemmperf.store.hardware import sanitize
 
             metas = [Path(baseline_dir) / sanitize(hw_key) / test_slug / "meta.json"]
         else:
@@ -173,7 +173,7 @@ class ProgressReporter:
         so the controller of an xdist session knows the report is a profiled point's."""
         if not self.enabled:
             return None
-        from pytest_gemmperf.gate.record import legacy_keys, slug_for_test
+        from pytest_gemmperf.store.record import legacy_keys, slug_for_test
         from pytest_gemmperf.run.results import RUN_JSON, item_test_id
 
         hw_key = None
@@ -183,7 +183,7 @@ class ProgressReporter:
             pass
         test_id = item_test_id(nodeid, point_id)
         runs, total = [], None
-        # a record still under an old key of the test (gate/store.py reads it there) times it too
+        # a record still under an old key of the test (store/baselines.py reads it there) times it too
         for slug in (slug_for_test(test_id), *(old for _, old in legacy_keys(test_id))):
             runs, total = baseline_durations(session.options.baseline_dir, slug, point_id, hw_key)
             if runs or total is not None:

@@ -190,7 +190,7 @@ class GemmperfSession:
 
     def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
-            from pytest_gemmperf.gate.hardware import collect_metadata
+            from pytest_gemmperf.store.hardware import collect_metadata
 
             self._metadata = collect_metadata(self.rootdir)
         return self._metadata
@@ -219,7 +219,7 @@ class GemmperfSession:
         return self.results
 
     def baseline_store(self):
-        from pytest_gemmperf.gate.baseline import BaselineStore
+        from pytest_gemmperf.store.baselines import BaselineStore
 
         return BaselineStore(self.options.baseline_dir)
 
@@ -572,7 +572,7 @@ def _expected_passes(backend: str, counters: Sequence[str]) -> int:
 
 
 def _hardware_key(agents: pd.DataFrame) -> str:
-    from pytest_gemmperf.gate.hardware import hardware_key
+    from pytest_gemmperf.store.hardware import hardware_key
 
     return hardware_key(agents if agents is not None and len(agents) else None)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from pytest_gemmperf import safe_io
-from pytest_gemmperf.gate.verdicts_file import merge_verdicts
+from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.run.results import write_point_json
 from pytest_gemmperf.textsafe import printable, printable_frame, printable_lines
 
@@ -140,7 +140,7 @@ class PointGate:
         return samples
 
     def _save_baseline(self, store, base, samples: pd.DataFrame, result: PointResult) -> Path:
-        from pytest_gemmperf.gate.baseline import BaselineRecord
+        from pytest_gemmperf.store.record import BaselineRecord
         from pytest_gemmperf.sweep import invalid_env
 
         bad = invalid_env(result.env)  # a run nobody meant (NCCL_NTHREADS=abc) is no reference

@@ -136,7 +136,7 @@ def baseline_durations(baseline_dir: str | os.PathLike, test_ids: Iterable[str])
     point the longest time is used (a conservative estimate, and the same in every shard).
     Unreadable or malformed files are skipped: durations only balance the shards, they never
     decide a verdict."""
-    from pytest_gemmperf.gate.record import slug_for_test
+    from pytest_gemmperf.store.record import slug_for_test
 
     root = Path(baseline_dir)
     out: dict[str, float] = {}
@@ -151,7 +151,7 @@ def baseline_durations(baseline_dir: str | os.PathLike, test_ids: Iterable[str])
                 continue
             if not isinstance(meta, dict) or meta.get("test_id", test_id) != test_id:
                 continue
-            # the record's user metadata (gate/record.py: meta.json "metadata")
+            # the record's user metadata (store/record.py: meta.json "metadata")
             user = meta.get("metadata")
             points = user.get("points") if isinstance(user, dict) else None
             if not isinstance(points, dict):

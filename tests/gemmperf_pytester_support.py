@@ -16,15 +16,16 @@ import pytest
 import pandas.core.arrays.arrow.extension_types  # noqa: E402,F401
 import pyarrow.parquet  # noqa: E402,F401
 
-import pytest_gemmperf.gate.baseline  # noqa: E402,F401
 import pytest_gemmperf.gate.compare  # noqa: E402,F401
-import pytest_gemmperf.gate.hardware  # noqa: E402,F401
 import pytest_gemmperf.gate.samples  # noqa: E402,F401
 import pytest_gemmperf.gate.verdict  # noqa: E402,F401
 import pytest_gemmperf.progress  # noqa: E402,F401
 import pytest_gemmperf.run.process  # noqa: E402,F401
 import pytest_gemmperf.run.torch_backend  # noqa: E402,F401
 import pytest_gemmperf.session_benchmark  # noqa: E402,F401
+import pytest_gemmperf.store.baselines  # noqa: E402,F401
+import pytest_gemmperf.store.hardware  # noqa: E402,F401
+import pytest_gemmperf.store.results  # noqa: E402,F401
 import pytest_gemmperf.traces.torch_trace  # noqa: E402,F401
 from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.run import environment

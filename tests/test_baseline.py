@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate import hardware as hwmod
-from pytest_gemmperf.gate.baseline import (SAMPLE_COLUMNS, BaselineRecord, BaselineStore,
-                                           normalize_samples, records_from_results,
-                                           refresh_from_results, slug_for_test)
-from pytest_gemmperf.gate.hardware import (collect_metadata, cpu_hardware_key, hardware_key,
-                                           parse_rocprofv3_version)
+from pytest_gemmperf.store import hardware as hwmod
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.hardware import (collect_metadata, cpu_hardware_key, hardware_key,
+                                            parse_rocprofv3_version)
+from pytest_gemmperf.store.record import SAMPLE_COLUMNS, BaselineRecord, normalize_samples, slug_for_test
+from pytest_gemmperf.store.results import records_from_results, refresh_from_results
 from pytest_gemmperf.traces.schema import finalize_agents, finalize_dispatches
 
 HW = "gfx950-AMD_Instinct_MI350X-x8"
@@ -355,7 +355,7 @@ def test_collect_metadata(tmp_path: Path, monkeypatch) -> None:
     assert m["tool_version"] and m["host"]
     assert dt.datetime.fromisoformat(m["date"]).tzinfo is not None
     json.dumps(m)  # storable as-is in meta.json
-    code = ("import sys; from pytest_gemmperf.gate import hardware as h; h.collect_metadata(); "
+    code = ("import sys; from pytest_gemmperf.store import hardware as h; h.collect_metadata(); "
             "assert 'torch' not in sys.modules, 'metadata must not import torch'")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
@@ -669,7 +669,7 @@ def test_compare_of_other_records_survives_a_damaged_one(tmp_path: Path, samples
     cmp = v[(v["test"] == overlap) & (v["metric"] == "dur_ns") & (v["kernel"] != "*")]
     assert len(cmp) and (cmp["verdict"] == "unchanged").all()  # the healthy record was compared
     # the healthy record's own directory as BASE: the damaged neighbour does not matter at all
-    from pytest_gemmperf.gate.load import all_baseline_records
+    from pytest_gemmperf.store.compare_inputs import all_baseline_records
 
     assert [r.test_id for r in all_baseline_records(store.path_for(overlap, HW))] == [overlap]
     # the damaged record's directory as BASE: one line naming the file

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.gate.baseline import (MAX_HISTORY_RUNS, BaselineStore, _samples_to_parquet, normalize_samples,
-                                           records_from_results, slug_for_test)
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import MAX_HISTORY_RUNS, _samples_to_parquet, normalize_samples, slug_for_test
+from pytest_gemmperf.store.results import records_from_results
 from pytest_gemmperf.traces.schema import finalize_dispatches
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,8 +34,9 @@ SHARED = "perf_tests/test_shared.py::test_same_record"
 WORKER = textwrap.dedent('''
     import hashlib, json, sys, time
     from pathlib import Path
-    from pytest_gemmperf.gate.baseline import (BaselineRecord, BaselineStore, _samples_to_parquet,
-                                               refresh_from_results)
+    from pytest_gemmperf.store.baselines import BaselineStore
+    from pytest_gemmperf.store.record import BaselineRecord, _samples_to_parquet
+    from pytest_gemmperf.store.results import refresh_from_results
     args = json.loads(sys.argv[1])
     wid, store = args["wid"], BaselineStore(args["root"])
     allowed = set(args["allowed"])
@@ -42,7 +44,7 @@ WORKER = textwrap.dedent('''
     from test_baseline_concurrency import writer_samples as samples  # the parent's inputs
 
     def digests(rec):
-        from pytest_gemmperf.gate.baseline import normalize_samples
+        from pytest_gemmperf.store.record import normalize_samples
         s = rec.samples
         return [hashlib.sha256(_samples_to_parquet(normalize_samples(g))).hexdigest()
                 for _p, g in s.groupby(s["point"].astype(str), observed=True)]
@@ -167,7 +169,7 @@ def test_reader_waits_for_writer_cleaning_up(tmp_path: Path) -> None:
     writers' lock -- and return the new record, not report corruption."""
     import threading
 
-    from pytest_gemmperf.gate import baseline as bl
+    from pytest_gemmperf.store import record as bl
 
     store = BaselineStore(tmp_path)
     store.save(bl.BaselineRecord(SHARED, HW, writer_samples(0, 0)))

@@ -1,7 +1,7 @@
 """The baseline store survives ``kill -9`` at every instant of every write.
 
 Fault injection, not timing: every create / write / fsync / rename / unlink / mkdir / rmdir the
-store does goes through ``gate.store_fs`` and announces itself there first (a file write is
+store does goes through ``store.fs`` and announces itself there first (a file write is
 announced half-way too, so half-written files are visited). For each operation -- a
 multi-record refresh that merges one record per point, rewrites another, migrates an
 old-layout record and writes a first one; a single save; learn (new and old layout); prune --
@@ -39,10 +39,10 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate import store_fs
-from pytest_gemmperf.gate.record import (SCHEMA_VERSION, BaselineRecord, _samples_to_parquet, _sha256,
-                                         _variance_to_parquet, normalize_samples, render_summary)
-from pytest_gemmperf.gate.store import BaselineStore
+from pytest_gemmperf.store import fs as store_fs
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import (SCHEMA_VERSION, BaselineRecord, _samples_to_parquet, _sha256,
+                                          _variance_to_parquet, normalize_samples, render_summary)
 
 REPO = Path(__file__).resolve().parent.parent
 HW = "gfx942-AMD_Instinct_MI300X-x8"
@@ -326,10 +326,10 @@ def test_legacy_record_loads_and_migrates(template: Path, tmp_path: Path) -> Non
 
 SIGKILL_WORKER = textwrap.dedent('''
     import json, os, signal, sys
-    from pytest_gemmperf.gate import store_fs
+    from pytest_gemmperf.store import fs as store_fs
     sys.path.insert(0, sys.argv[3])
     from test_baseline_crash import OPS
-    from pytest_gemmperf.gate.store import BaselineStore
+    from pytest_gemmperf.store.baselines import BaselineStore
     k, n = int(sys.argv[2]), [0]
     def hook(kind, path):
         if n[0] == k:

@@ -189,7 +189,7 @@ def test_a_second_try_in_one_session_still_replaces_the_folder_it_made(gp, pytes
 # ------------------------------------------------------------------------------- baseline store
 
 def _record():
-    from pytest_gemmperf.gate.baseline import BaselineRecord
+    from pytest_gemmperf.store.record import BaselineRecord
 
     samples = pd.DataFrame({"point": ["ch28"] * 6, "kernel": ["k"] * 6, "metric": ["dur_ns"] * 6,
                             "unit": [f"h/{i}/0/0" for i in range(6)], "value": [100.0 + i for i in range(6)]})
@@ -198,7 +198,7 @@ def _record():
 
 @pytest.mark.parametrize("where", ["hw_dir", "record_dir", ".locks", ".txn"])
 def test_planted_link_in_the_baseline_store_is_refused_and_its_target_untouched(tmp_path, where):
-    from pytest_gemmperf.gate.baseline import BaselineStore
+    from pytest_gemmperf.store.baselines import BaselineStore
 
     victim = tmp_path / "victim"
     (victim / "v1").mkdir(parents=True)

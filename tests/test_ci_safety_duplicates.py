@@ -22,18 +22,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import pytest_gemmperf.gate.baseline  # noqa: F401 - see test_history_cli: pytester drops modules
 import pytest_gemmperf.gate.compare  # noqa: F401
 import pytest_gemmperf.history.pytest_side  # noqa: F401
+import pytest_gemmperf.store.baselines  # noqa: F401 - see test_history_cli: pytester drops modules
+import pytest_gemmperf.store.results  # noqa: F401
 from pytest_gemmperf.cli import main
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.baseline import BaselineStore
-from pytest_gemmperf.gate import record
 from pytest_gemmperf.history.store import HistoryStore, RunInfo
 from pytest_gemmperf.history.values import history_values
 from pytest_gemmperf.run import process
 from pytest_gemmperf.run.process import node_launch_argvs
 from pytest_gemmperf.run.torch_backend import run_torch_nodes
+from pytest_gemmperf.store import record
+from pytest_gemmperf.store.baselines import BaselineStore
 
 from test_baseline import HW, make_results  # the documented results layout
 

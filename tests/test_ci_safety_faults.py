@@ -27,8 +27,9 @@ try:
     from pytest_gemmperf.errors import OutputError
 except ImportError:  # code without one-line write errors: the tests here fail, not the import
     OutputError = None  # type: ignore[assignment,misc]
-from pytest_gemmperf.gate.baseline import BaselineRecord, BaselineStore
-from pytest_gemmperf.gate.verdicts_file import merge_verdicts
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import BaselineRecord
+from pytest_gemmperf.store.verdicts_file import merge_verdicts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gemmperf_pytester_support import gp  # noqa: E402,F401  (fixture)

@@ -20,9 +20,9 @@ pytest_plugins = ["pytester"]
 from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, REPO, gp  # noqa: E402,F401 - gp: fixture
 
 import pytest_gemmperf.run.results as res  # noqa: E402
-from pytest_gemmperf.gate.baseline import BaselineRecord, BaselineStore  # noqa: E402
-from pytest_gemmperf.gate.hardware import sanitize  # noqa: E402
-from pytest_gemmperf.gate.record import slug_for_test  # noqa: E402
+from pytest_gemmperf.store.baselines import BaselineStore  # noqa: E402
+from pytest_gemmperf.store.hardware import sanitize  # noqa: E402
+from pytest_gemmperf.store.record import BaselineRecord, slug_for_test  # noqa: E402
 
 HW = "cpu-test"
 NOW = dt.datetime(2030, 5, 6, 7, 8, 9)

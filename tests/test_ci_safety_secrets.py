@@ -27,11 +27,12 @@ import pytest
 
 from gemmperf_pytester_support import FAKE, gp  # noqa: F401  (fixture)
 from pytest_gemmperf.cli import main as cli_main
-from pytest_gemmperf.gate.baseline import BaselineRecord, BaselineStore
 from pytest_gemmperf.history.store import HistoryStore, RunInfo
 from pytest_gemmperf.run.process import WorkloadError, require_success, run_process
 from pytest_gemmperf.run.results import write_point_json
 from pytest_gemmperf.session import recorded_env
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import BaselineRecord
 
 pytest_plugins = ["pytester"]
 

@@ -188,7 +188,7 @@ def test_baseline_from_parent_takes_newest_complete_run(runs, capsys, tmp_path, 
     assert rc == 0, err
     assert "was interrupted" in err and runs["kill9"].name in err
     if sub == "refresh":
-        from pytest_gemmperf.gate.baseline import BaselineStore
+        from pytest_gemmperf.store.baselines import BaselineStore
 
         (rec,) = BaselineStore(store).load_all()
         assert rec.meta["results_dir"] == runs["complete"].name
@@ -255,7 +255,7 @@ def test_allow_partial_takes_complete_points_only(runs, capsys, tmp_path, name, 
         v = pd.read_csv(tmp_path / "c" / "verdicts.csv")
         got = set(v.loc[v["verdict"] != "missing", "point"])  # the others: in the baseline only
     elif cmd == "refresh":
-        from pytest_gemmperf.gate.baseline import BaselineStore
+        from pytest_gemmperf.store.baselines import BaselineStore
 
         (rec,) = BaselineStore(tmp_path / "fresh").load_all()
         assert rec.meta["results_dir"] == runs[name].name

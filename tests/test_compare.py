@@ -12,6 +12,8 @@ from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
 from pytest_gemmperf.gate.samples import compact_samples, samples_from_dispatches, unit_metric_samples
 from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS, format_verdict_table, shorten_kernel
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import BaselineRecord
 from tests.conftest import shared_file
 
 N_KERNELS = 24
@@ -314,10 +316,9 @@ def test_cli_bad_input_exits_two(tmp_path, capsys):
 
 
 def test_cli_reads_a_baselines_store(tmp_path):
-    baseline = pytest.importorskip("pytest_gemmperf.gate.baseline")
-    store = baseline.BaselineStore(tmp_path / "baselines")
-    store.save(baseline.BaselineRecord(test_id="perf/test_a.py::test_gemm", hw_key="gfx950-MI350X-x8",
-                                       samples=make_side("b", 1)))
+    store = BaselineStore(tmp_path / "baselines")
+    store.save(BaselineRecord(test_id="perf/test_a.py::test_gemm", hw_key="gfx950-MI350X-x8",
+                              samples=make_side("b", 1)))
     make_side("c", 2, slow={"k05": 0.10}).to_parquet(tmp_path / "cand.parquet")
     rec_dir = store.path_for("perf/test_a.py::test_gemm", "gfx950-MI350X-x8")
     rc = cli_main(["compare", str(rec_dir), str(tmp_path / "cand.parquet"), "--out", str(tmp_path / "o")])
@@ -327,14 +328,13 @@ def test_cli_reads_a_baselines_store(tmp_path):
 
 
 def test_cli_store_with_two_hardware_keys_needs_one(tmp_path, capsys):
-    baseline = pytest.importorskip("pytest_gemmperf.gate.baseline")
-    store = baseline.BaselineStore(tmp_path / "baselines")
+    store = BaselineStore(tmp_path / "baselines")
     test = "perf/test_a.py::test_gemm"
-    store.save(baseline.BaselineRecord(test_id=test, hw_key="gfx950-MI350X-x8", samples=make_side("b", 1)))
+    store.save(BaselineRecord(test_id=test, hw_key="gfx950-MI350X-x8", samples=make_side("b", 1)))
     # the MI300X baseline is 30 % slower: pooled with the MI350X one it would be no baseline at all
     slow = make_side("b", 3)
-    store.save(baseline.BaselineRecord(test_id=test, hw_key="gfx942-MI300X-x8",
-                                       samples=slow.assign(value=slow["value"] * 1.3)))
+    store.save(BaselineRecord(test_id=test, hw_key="gfx942-MI300X-x8",
+                              samples=slow.assign(value=slow["value"] * 1.3)))
     make_side("c", 2).to_parquet(tmp_path / "cand.parquet")
     args = ["compare", str(tmp_path / "baselines"), str(tmp_path / "cand.parquet"), "--out", str(tmp_path / "o"),
             "--no-report"]

@@ -15,8 +15,8 @@ import pytest
 
 from pytest_gemmperf.cli import main
 from pytest_gemmperf.gate.file_reduce import gate_inputs
-from pytest_gemmperf.gate.hardware import cpu_hardware_key, hardware_key, trace_hardware_key
 from pytest_gemmperf.history.store import HistoryStore
+from pytest_gemmperf.store.hardware import cpu_hardware_key, hardware_key, trace_hardware_key
 from pytest_gemmperf.traces.discover import load
 
 AGENT_COLUMNS = (

@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate import baseline as bl
-from pytest_gemmperf.gate.baseline import BaselineRecord, BaselineStore
 from pytest_gemmperf.gate.compare import GateConfig, compare, variance_contribution
+from pytest_gemmperf.store import record as bl
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import BaselineRecord
 
 from test_baseline import HW, make_results  # the documented results layout
 

@@ -24,20 +24,23 @@ import pyarrow.parquet  # noqa: F401
 import pytest_gemmperf.analysis.collectives  # noqa: F401
 import pytest_gemmperf.analysis.overlap  # noqa: F401
 import pytest_gemmperf.analysis.timeline  # noqa: F401
-import pytest_gemmperf.gate.baseline  # noqa: F401
 import pytest_gemmperf.gate.compare  # noqa: F401
-import pytest_gemmperf.gate.hardware  # noqa: F401
 import pytest_gemmperf.gate.verdict  # noqa: F401
 import pytest_gemmperf.run.replay  # noqa: F401
+import pytest_gemmperf.store.baselines  # noqa: F401
+import pytest_gemmperf.store.hardware  # noqa: F401
+import pytest_gemmperf.store.results  # noqa: F401
 import pytest_gemmperf.traces.discover  # noqa: F401
 import pytest_gemmperf.traces.torch_trace  # noqa: F401
 from pytest_gemmperf.analysis.overlap import gemm_overlap
 from pytest_gemmperf.cli import main as cli_main
-from pytest_gemmperf.gate.baseline import BaselineStore, normalize_samples, records_from_results
 from pytest_gemmperf.gate.compare import compare
 from pytest_gemmperf.gate.samples import gate_samples, samples_from_dispatches
 from pytest_gemmperf.run.results import slugify_test_id, write_tables
 from pytest_gemmperf.run.torch_backend import load_rank_traces
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import normalize_samples
+from pytest_gemmperf.store.results import records_from_results
 
 pytest_plugins = ["pytester"]
 

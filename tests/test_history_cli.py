@@ -17,13 +17,14 @@ import pandas.core.arrays.arrow.extension_types  # noqa: F401
 import pyarrow.dataset  # noqa: F401
 import pyarrow.parquet  # noqa: F401
 
-import pytest_gemmperf.gate.baseline  # noqa: F401
 import pytest_gemmperf.gate.compare  # noqa: F401
-import pytest_gemmperf.gate.hardware  # noqa: F401
 import pytest_gemmperf.history.changepoints  # noqa: F401
 import pytest_gemmperf.history.pytest_side  # noqa: F401
 import pytest_gemmperf.run.process  # noqa: F401
 import pytest_gemmperf.run.torch_backend  # noqa: F401
+import pytest_gemmperf.store.baselines  # noqa: F401
+import pytest_gemmperf.store.hardware  # noqa: F401
+import pytest_gemmperf.store.results  # noqa: F401
 import pytest_gemmperf.traces.torch_trace  # noqa: F401
 from pytest_gemmperf.cli import main
 from pytest_gemmperf.history.changepoints import CHANGE_COLUMNS

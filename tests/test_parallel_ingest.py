@@ -263,7 +263,7 @@ def test_cli_rejects_negative_jobs(capsys):
 
 def test_results_dir_points_read_in_parallel(tmp_path):
     """``baseline refresh|learn|diff`` and ``compare`` read results points with jobs workers."""
-    from pytest_gemmperf.gate.results_source import records_from_results, results_samples
+    from pytest_gemmperf.store.results import records_from_results, results_samples
 
     root = tmp_path / "res"
     for test, pid in (("t_a", 1), ("t_b", 2)):

@@ -91,7 +91,7 @@ def test_baseline_lifecycle_regression_warn_only_and_junit(gp, monkeypatch):
     out = gp("--junitxml=first.xml", results="res1")
     out.assert_outcomes(passed=2)
     out.stdout.fnmatch_lines(["*no baseline for test_gpsweep.py::test_gpsweep[[]ch28-th256[]] — recorded one at *base*"])
-    from pytest_gemmperf.gate.baseline import BaselineStore
+    from pytest_gemmperf.store.baselines import BaselineStore
 
     records = BaselineStore(root / "base").load_all()
     assert len(records) == 1 and records[0].test_id == TEST_ID
@@ -267,7 +267,7 @@ def test_xdist_workers_share_one_results_dir_and_one_baseline_record(gp, monkeyp
     assert [p.name for p in root.iterdir() if p.name == "run.json"] == ["run.json"]
     workers = {_point_json(root, p)["xdist_worker"] for p in ("ch28-th256", "ch56-th256")}
     assert workers <= {"gw0", "gw1"} and None not in workers
-    from pytest_gemmperf.gate.baseline import BaselineStore
+    from pytest_gemmperf.store.baselines import BaselineStore
 
     records = BaselineStore(gp.path / "base").load_all()
     assert len(records) == 1

@@ -134,7 +134,7 @@ def test_report_csvs_neutralised(tmp_path, hostile_sweeps):
 
 
 def test_results_verdicts_csv_neutralised_and_merged(tmp_path):
-    from pytest_gemmperf.gate.verdicts_file import merge_verdicts
+    from pytest_gemmperf.store.verdicts_file import merge_verdicts
 
     def verdicts(point, kernel, ratio):
         return pd.DataFrame({"point": [point], "kernel": [kernel], "metric": ["dur_ns"],
@@ -227,7 +227,7 @@ def test_report_writers_replace_planted_links(tmp_path, victim, hostile_sweeps):
 
 
 def test_results_writers_ignore_planted_links_and_fixed_temp_names(tmp_path, victim):
-    from pytest_gemmperf.gate.verdicts_file import merge_verdicts
+    from pytest_gemmperf.store.verdicts_file import merge_verdicts
     from pytest_gemmperf.run.results import write_json, write_tables
 
     point = tmp_path / "res" / "t" / "p1"
@@ -301,7 +301,7 @@ def test_append_log_refuses_a_link(tmp_path, victim):
 def test_lock_files_refuse_planted_links(tmp_path, victim):
     """The results directory's lock files (filelock opens them with O_NOFOLLOW): a planted link
     is refused with an error, and its target is not truncated."""
-    from pytest_gemmperf.gate.verdicts_file import merge_verdicts
+    from pytest_gemmperf.store.verdicts_file import merge_verdicts
 
     test_dir = tmp_path / "res" / "t"
     _plant(test_dir, [".verdicts.lock"], victim)

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf import shard
-from pytest_gemmperf.gate.baseline import BaselineRecord, BaselineStore
 from pytest_gemmperf.shard_hooks import ShardHooks
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import BaselineRecord
 
 TEST = "perf_tests/test_gemm.py::test_sweep"
 HW_A = "gfx942-AMD Instinct MI300X-x8"   # sanitised on disk: the reader must not rebuild it

@@ -15,7 +15,7 @@ import pytest
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.analysis.selection import select_kernels
-from pytest_gemmperf.gate.verdicts_file import merge_verdicts
+from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.run import results as res
 from pytest_gemmperf.run import torch_backend as tb
 from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace

@@ -97,7 +97,7 @@ def _sentence(text: str) -> str:
 
 
 def _store(args: argparse.Namespace):
-    from pytest_gemmperf.gate.baseline import BaselineStore
+    from pytest_gemmperf.store.baselines import BaselineStore
 
     return BaselineStore(args.baseline_dir)
 
@@ -130,7 +130,7 @@ def _print_table(df: pd.DataFrame) -> None:
 
 
 def run_refresh(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.gate.baseline import refresh_from_results
+    from pytest_gemmperf.store.results import refresh_from_results
 
     recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say,
                                 replace=args.replace, jobs=getattr(args, "jobs", 0),
@@ -140,7 +140,8 @@ def run_refresh(args: argparse.Namespace) -> int:
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.gate.baseline import META_FILE, records_from_results, resolve_results_dir
+    from pytest_gemmperf.store.record import META_FILE
+    from pytest_gemmperf.store.results import records_from_results, resolve_results_dir
 
     store = _store(args)
     root = resolve_results_dir(args.results, _say)
@@ -163,8 +164,8 @@ def run_learn(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.gate.baseline import summarize
-    from pytest_gemmperf.gate.record import legacy_keys
+    from pytest_gemmperf.store.record import summarize
+    from pytest_gemmperf.store.record import legacy_keys
 
     if not Path(args.baseline_dir).is_dir():  # a mistyped --baseline-dir is no empty store
         _say(f"gemmperf: error: no baseline store at {args.baseline_dir}")
@@ -210,7 +211,9 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.gate.baseline import BaselineStore, kept_points, merge_records, records_from_results
+    from pytest_gemmperf.store.baselines import BaselineStore
+    from pytest_gemmperf.store.record import kept_points, merge_records
+    from pytest_gemmperf.store.results import records_from_results
 
     store = _store(args)
     for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say,

@@ -20,7 +20,7 @@ from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
-from pytest_gemmperf.gate.load import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
+from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
     all_baseline_records, load_history, load_side, pair_tests, resolve_hardware_key, results_hw_key,
     trace_hw_key)
 from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,

@@ -112,7 +112,7 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
     """The :class:`RunInfo` of an input: the arguments first, then what a results directory's
     ``run.json`` recorded (creation time, git commit, hardware key, versions), then the traces'
     agents for the hardware key."""
-    from pytest_gemmperf.gate.load import _is_results_dir, newest_run
+    from pytest_gemmperf.store.compare_inputs import _is_results_dir, newest_run
     from pytest_gemmperf.history.store import RunInfo
 
     doc: dict[str, Any] = {}
@@ -126,7 +126,7 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
     if hw is None:
         hw = doc.get("hardware_key")
     if hw is None and traces:
-        from pytest_gemmperf.gate.hardware import hardware_key
+        from pytest_gemmperf.store.hardware import hardware_key
 
         agents = [t.agents for t in traces.values() if t.agents is not None and len(t.agents)]
         if agents:
@@ -185,7 +185,7 @@ def record_compare_candidate(history: str, run_id: str | None, path: str, label:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.gate.load import load_side
+    from pytest_gemmperf.store.compare_inputs import load_side
 
     try:
         traces: dict = {}

@@ -245,7 +245,7 @@ def _check_shards(inputs: list[Path], runs: list[dict], partial: bool) -> list[i
 
 
 def _merged_verdicts(paths: list[Path], plan: MergePlan) -> pd.DataFrame:
-    """One test's verdict rows from several shards, ordered as ``gate.verdicts_file.merge_verdicts``
+    """One test's verdict rows from several shards, ordered as ``store.verdicts_file.merge_verdicts``
     orders them (stable by point); every cell kept as its text."""
     frames, owner = [], {}
     for p in paths:

@@ -211,7 +211,7 @@ def variance_contribution(samples: pd.DataFrame, config: GateConfig | None = Non
     log medians from their mean, after removing the shared per-process factor (as the gate
     does), and its degrees of freedom (processes - 1). Within one run a regression moves every
     process alike, so this is valid whatever the run is later judged to be. The baseline store
-    keeps these for earlier runs (:mod:`pytest_gemmperf.gate.baseline`) and
+    keeps these for earlier runs (:mod:`pytest_gemmperf.store.baselines`) and
     :func:`compare_stats` pools them with the comparison's own variance. Columns
     ``point, kernel, metric, df, ss``; kernels seen in fewer than two processes are left out."""
     from pytest_gemmperf.gate.compare import GateConfig  # compare.py imports this module

@@ -27,7 +27,7 @@ VERDICT_COLUMNS = ("test", "point", "kernel", "metric", "n_base", "n_cand", "bas
 #: Extra columns appended after the contract columns (diagnostics of the statistics).
 EXTRA_COLUMNS = ("rank_p_value", "prior_df", "shared_shift")
 #: ``verdicts.csv`` column order, one for every writer (the pytest session's
-#: ``gate.verdicts_file.merge_verdicts`` and ``gemmperf compare``): the contract columns (``test``
+#: ``store.verdicts_file.merge_verdicts`` and ``gemmperf compare``): the contract columns (``test``
 #: first), ``label`` (compare with several candidates), the statistics' diagnostics; any other
 #: column follows in name order (:func:`verdicts_csv_order`), so the two files line up.
 VERDICTS_CSV_COLUMNS = VERDICT_COLUMNS + ("label",) + EXTRA_COLUMNS

@@ -27,7 +27,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig
-from pytest_gemmperf.gate.results_source import results_samples
+from pytest_gemmperf.store.results import results_samples
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
 from pytest_gemmperf.gate.stats import group_median_mad
 from pytest_gemmperf.gate.verdict import IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION, UNCHANGED

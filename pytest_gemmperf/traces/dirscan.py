@@ -43,7 +43,7 @@ DEFAULT_MAX_ENTRIES = 50_000
 MAX_ENTRIES_ENV = "GEMMPERF_MAX_DIR_ENTRIES"
 #: a point directory holding its tables is read from them; its raw files are never descended into
 STOP_FILE = "dispatches.parquet"
-#: how both refusals start (``gate.load`` adds "baselines store" where one is accepted too)
+#: how both refusals start (``store.compare_inputs`` adds "baselines store" where one is accepted too)
 NOT_A_LAYOUT = "not a results, rocprofv3 output or sweep directory"
 
 _MARKER_FILES = frozenset({"run.json", "point.json", "dispatches.parquet"})

@@ -35,8 +35,8 @@ on a read-only checkout, where nobody writes), so it never sees half of a live m
 refresh. A mismatch that persists is a hand-edited or half-merged record, reported as
 damaged; :meth:`BaselineStore.list` with ``verify=True`` checks every checksum and names
 damaged and incomplete records instead of failing on them, and ``load_all(damaged=[])`` skips
-them. The transaction machinery is :mod:`pytest_gemmperf.gate.store_txn`, the file-system
-steps :mod:`pytest_gemmperf.gate.store_fs`, the record's encoding :mod:`pytest_gemmperf.gate.record`.
+them. The transaction machinery is :mod:`pytest_gemmperf.store.transactions`, the file-system
+steps :mod:`pytest_gemmperf.store.fs`, the record's encoding :mod:`pytest_gemmperf.store.record`.
 """
 
 from __future__ import annotations
@@ -56,19 +56,19 @@ import pandas as pd
 from filelock import FileLock, Timeout
 
 from pytest_gemmperf.errors import GemmperfInputError, output_error, writing
-from pytest_gemmperf.gate import store_fs as fs
-from pytest_gemmperf.gate import store_txn as txn
-from pytest_gemmperf.gate.hardware import sanitize
+from pytest_gemmperf.store import fs
+from pytest_gemmperf.store import transactions as txn
+from pytest_gemmperf.store.hardware import sanitize
 from pytest_gemmperf.redact import redact_record
 from pytest_gemmperf.paths import contained
-from pytest_gemmperf.gate.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
-                                         SCHEMA_VERSION, SUMMARY_FILE, VARIANCE_FILE, BaselineRecord,
-                                         _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
-                                         _samples_to_parquet, _sha256, _variance_from_parquet,
-                                         _variance_to_parquet, add_history, diff_records, kept_points, known_points,
-                                         legacy_keys, merge_records, normalize_samples, parse_time, render_summary,
-                                         hashed_slug_for_test, run_keys, slug_for_test,
-                                         version_name, versions_of)
+from pytest_gemmperf.store.record import (_DATA_FILES, META_FILE, SAMPLES_FILE,
+                                          SCHEMA_VERSION, SUMMARY_FILE, VARIANCE_FILE, BaselineRecord,
+                                          _changed_points, _check_summary, _now, _parse_blobs, _parse_meta,
+                                          _samples_to_parquet, _sha256, _variance_from_parquet,
+                                          _variance_to_parquet, add_history, diff_records, kept_points, known_points,
+                                          legacy_keys, merge_records, normalize_samples, parse_time, render_summary,
+                                          hashed_slug_for_test, run_keys, slug_for_test,
+                                          version_name, versions_of)
 
 LOCK_DIR = ".locks"
 LOCK_FILE = "store.lock"
@@ -237,7 +237,7 @@ class BaselineStore:
 
     def load(self, test_id: str, hw_key: str) -> BaselineRecord | None:
         """The baseline of ``test_id`` on ``hw_key``; None when there is none. A record written
-        under an old key of the test (:func:`~pytest_gemmperf.gate.record.legacy_keys`) is found
+        under an old key of the test (:func:`~pytest_gemmperf.store.record.legacy_keys`) is found
         there while the new key has none, with ``migrated_from`` set. A damaged record raises
         ``GemmperfInputError`` naming the file and what is wrong."""
         d = self.path_for(test_id, hw_key)
@@ -614,7 +614,7 @@ class BaselineStore:
         return txn.Plan(d, meta["version"], blobs)
 
     def _commit(self, plans: list[txn.Plan]) -> None:
-        """One transaction over ``plans`` (:func:`store_txn.run`; the lock is held)."""
+        """One transaction over ``plans`` (:func:`transactions.run`; the lock is held)."""
         txn.run(self.root, plans)
 
     # ------------------------------------------------------------------ pruning

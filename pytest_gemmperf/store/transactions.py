@@ -17,7 +17,7 @@ any step leaves every record of the transaction old, or every one new, and no de
 next writer ran. Readers never write: :func:`targets` tells them which records a committed
 journal already switched, so they read the new state even before recovery.
 
-All disk changes go through :mod:`pytest_gemmperf.gate.store_fs` (one fault-injection step each).
+All disk changes go through :mod:`pytest_gemmperf.store.fs` (one fault-injection step each).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_gemmperf.errors import GemmperfInputError, output_error
-from pytest_gemmperf.gate import store_fs as fs
+from pytest_gemmperf.store import fs
 from pytest_gemmperf.paths import contained, contained_relative
-from pytest_gemmperf.gate.record import _VERSION_RE, META_FILE, SAMPLES_FILE, SUMMARY_FILE, VARIANCE_FILE
+from pytest_gemmperf.store.record import _VERSION_RE, META_FILE, SAMPLES_FILE, SUMMARY_FILE, VARIANCE_FILE
 
 TXN_DIR = ".txn"
 

@@ -1,9 +1,9 @@
 """A test's ``verdicts.csv`` in a results directory, written point by point by the pytest session.
 
-The gate layer owns it (it writes the gate's verdicts, in :func:`~pytest_gemmperf.gate.verdict.verdicts_csv_order`,
+The store layer owns it (it writes the gate's verdicts, in :func:`~pytest_gemmperf.gate.verdict.verdicts_csv_order`,
 the column order ``gemmperf compare`` writes too); the run layer only provides the layout
 (``run.results.VERDICTS_CSV``), the atomic write and the writers' lock, so the dependency runs
-gate -> run, never back.
+store -> gate -> run, never back.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A baseline record's content: samples, variance history, summary.yaml and meta.json.
 
 Everything here is pure (bytes in, bytes or tables out): how a record is encoded and checked,
-independent of where and how :mod:`pytest_gemmperf.gate.store` keeps it on disk. The encoding is
+independent of where and how :mod:`pytest_gemmperf.store.baselines` keeps it on disk. The encoding is
 deterministic -- the same observations in any order give the same ``samples.parquet`` and
 ``summary.yaml`` bytes -- so a refresh that changes nothing leaves no diff.
 """
@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.hardware import sanitize
+from pytest_gemmperf.store.hardware import sanitize
 from pytest_gemmperf.run.results import base_test_id, distinct_slug
 from pytest_gemmperf.gate.samples import compact_samples
 

@@ -4,7 +4,7 @@ What ``gemmperf baseline refresh|learn|diff`` and ``gemmperf compare`` read from
 directory (``docs/ARCHITECTURE.md``, results layout): each finished point's dispatches, narrowed
 to its kernel regexes and gated with its recorded warm-up exactly as the plugin gated it, so a
 refreshed baseline holds the samples pytest compared. Nothing here writes a baseline; the store
-is :mod:`pytest_gemmperf.gate.store`.
+is :mod:`pytest_gemmperf.store.baselines`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run.results import COMPLETE, check_run, newest_complete_run, point_state
 from pytest_gemmperf.sweep import invalid_env
-from pytest_gemmperf.gate.hardware import hardware_key
-from pytest_gemmperf.gate.record import BaselineRecord, _now
+from pytest_gemmperf.store.hardware import hardware_key
+from pytest_gemmperf.store.record import BaselineRecord, _now
 
 if TYPE_CHECKING:
-    from pytest_gemmperf.gate.store import BaselineStore
+    from pytest_gemmperf.store.baselines import BaselineStore
 
 #: point.json statuses whose data must not become a baseline.
 _BAD_STATUSES = frozenset({"failed", "error", "timeout", "crashed", "skipped", "killed"})

@@ -78,7 +78,7 @@ def all_baseline_records(p: Path, damaged: list | None = None) -> list | None:
         level = "root"
     else:
         return None
-    from pytest_gemmperf.gate.baseline import BaselineStore
+    from pytest_gemmperf.store.baselines import BaselineStore
 
     if level == "root":
         return BaselineStore(p).load_all(damaged=damaged)
@@ -123,7 +123,7 @@ def trace_hw_key(path: str, agents: dict) -> str | None:
     """The hardware key of a trace input from the agents :func:`load_side` collected for it
     (``gfx942-AMD_Instinct_MI300X-x8``), None when its traces list no GPU agent; results
     directories are keyed by their ``run.json`` instead (:func:`results_hw_key`)."""
-    from pytest_gemmperf.gate.hardware import trace_hardware_key
+    from pytest_gemmperf.store.hardware import trace_hardware_key
 
     return trace_hardware_key(agents.get(path))
 
@@ -170,11 +170,11 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
               file=sys.stderr)
         p = run
     elif _holds_runs(p):
-        from pytest_gemmperf.gate.results_source import resolve_results_dir
+        from pytest_gemmperf.store.results import resolve_results_dir
 
         resolve_results_dir(p)  # raises: no run there is complete
     if _is_results_dir(p):
-        from pytest_gemmperf.gate.baseline import results_samples
+        from pytest_gemmperf.store.results import results_samples
 
         out = results_samples(p, warmup=warmup, jobs=jobs, allow_partial=allow_partial, report=_note)
         if traces is not None:
