@@ -1,6 +1,9 @@
 """The ``gemmperf`` command. Thin: each subcommand lives in ``pytest_gemmperf.commands.<name>``
 and exposes ``add_parser(subparsers)`` and ``run(args) -> int``.
 
+Settings shared with pytest (baseline store, threshold, history, jobs) come from the flags, else
+the project's pytest configuration (found as pytest finds it), else the defaults (``config.py``).
+
 Exit status (DESIGN.md section 8): 0 ok, 1 regression found, 2 usage or input error.
 """
 
@@ -10,9 +13,11 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.commands.helpfmt import GemmperfParser
+from pytest_gemmperf.config import Origin, SettingError, bound_settings, find_project, resolve_cli
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable
 
@@ -43,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        args.setting_origins = _project_settings(args)
         return int(args.func(args) or 0)
     except GemmperfInputError as exc:
         print(printable(f"gemmperf: error: {exc}"), file=sys.stderr)  # one line, whatever the path holds
+        return 2
+    except SettingError as exc:
+        print(printable(f"gemmperf: error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gemmperf: interrupted", file=sys.stderr)
@@ -54,6 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         # output piped into `head` and closed early: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _project_settings(args: argparse.Namespace) -> dict[str, Origin]:
+    """The chosen command's settings (``--baseline-dir``, ``--threshold``, ...) from its flags,
+    else the project's pytest configuration, else the defaults: the store and threshold pytest
+    uses. Read after parsing, so ``--help`` reads no file; says on stderr which file it read."""
+    if not bound_settings(args):
+        return {}
+    project = find_project(Path.cwd())
+    line = project.line()
+    if line:
+        print(printable(line), file=sys.stderr)
+    origins = resolve_cli(args, project)
+    args.project = project
+    return origins
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,11 +22,12 @@ from typing import Any
 
 import pandas as pd
 
+from pytest_gemmperf.config import HISTORY_OFF
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable, printable_lines
 
-#: values of --gemmperf-history that turn the history off
-OFF_VALUES = ("none", "off", "no", "false", "0")
+#: values of --gemmperf-history that turn the history off (the settings table's)
+OFF_VALUES = HISTORY_OFF
 DEFAULT_WINDOW = 5
 #: CI variables naming the branch being built (GitHub Actions, GitLab CI, Jenkins, Buildkite)
 _BRANCH_VARS = ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME", "BUILDKITE_BRANCH")
