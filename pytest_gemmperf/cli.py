@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.commands.helpfmt import GemmperfParser
-from pytest_gemmperf.config import Origin, SettingError, bound_settings, find_project, resolve_cli
+from pytest_gemmperf.config import (Origin, SettingError, bound_settings, find_project, resolve_cli,
+                                    settings_line)
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable
 
@@ -71,11 +72,12 @@ def _project_settings(args: argparse.Namespace) -> dict[str, Origin]:
     uses. Read after parsing, so ``--help`` reads no file; says on stderr which file it read."""
     if not bound_settings(args):
         return {}
-    project = find_project(Path.cwd())
-    line = project.line()
+    here = Path.cwd()
+    project = find_project(here)
+    origins = resolve_cli(args, project)
+    line = settings_line(args, project, origins, here)
     if line:
         print(printable(line), file=sys.stderr)
-    origins = resolve_cli(args, project)
     args.project = project
     return origins
 

@@ -409,6 +409,8 @@ def resolve_path(value: str, base: Path, *, strict_base: bool = True) -> Path:
 
 #: argparse attribute listing the settings a (sub)command's parser added
 BOUND = "_gemmperf_settings"
+#: argparse attribute: {setting: predicate(args)} for settings a command uses only sometimes
+IN_USE = "_gemmperf_in_use"
 
 
 @dataclass(frozen=True)
@@ -419,17 +421,21 @@ class Origin:
     text: str
 
 
-def add_cli_option(parser: Any, name: str, *, help: str | None = None, **extra: Any) -> None:
+def add_cli_option(parser: Any, name: str, *, help: str | None = None,
+                   in_use: Callable[[Any], bool] | None = None) -> None:
     """Add setting ``name``'s flag to an argparse parser: its metavar, its help with the
     default stated (``help`` replaces the table's text; one that names its default keeps
     it). The value is filled in after parsing by :func:`resolve_cli`, so ``--help`` reads no
-    file."""
+    file. ``in_use(args)``: whether this invocation uses the setting at all (else it never
+    makes the command say where its settings came from)."""
     s = BY_NAME[name]
     text = help or s.help
     if "default" not in text:
         text = f"{text} (default: the project's {s.ini}, else {s.shown})"
-    parser.add_argument(s.cli, dest=name, default=None, metavar=s.metavar, help=text, **extra)
+    parser.add_argument(s.cli, dest=name, default=None, metavar=s.metavar, help=text)
     parser.set_defaults(**{BOUND: (*(parser.get_default(BOUND) or ()), name)})
+    if in_use is not None:
+        parser.set_defaults(**{IN_USE: {**(parser.get_default(IN_USE) or {}), name: in_use}})
 
 
 def bound_settings(args: Any) -> tuple[str, ...]:
@@ -469,3 +475,19 @@ def resolve_cli(args: Any, project: ProjectConfig) -> dict[str, Origin]:
         setattr(args, name, value)
         origins[name] = origin
     return origins
+
+
+def settings_line(args: Any, project: ProjectConfig, origins: Mapping[str, Origin], here: Path) -> str | None:
+    """The stderr line naming the project file, when it changed what this invocation does: a
+    value it uses came from the file, or a default path was anchored at the file's directory
+    rather than ``here``. None otherwise (a command run with flags only stays quiet)."""
+    in_use = getattr(args, IN_USE, None) or {}
+
+    def shaped_by_file(name: str, origin: Origin) -> bool:
+        if name in in_use and not in_use[name](args):
+            return False
+        return origin.kind == "file" or (origin.kind == "default" and BY_NAME[name].path
+                                         and project.root != here)
+
+    line = project.line()
+    return line if line and any(shaped_by_file(n, o) for n, o in origins.items()) else None

@@ -43,7 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(default, when only CAND is given: the baseline store, --baseline-dir)")
     p.add_argument("cands", nargs="+", metavar="CAND", help="candidate(s), same kinds as BASE")
     add_cli_option(p, "baseline_dir", help="baseline store compared against when BASE is not given "
-                                           "(default: the project's gemmperf_baseline_dir, else baselines)")
+                                           "(default: the project's gemmperf_baseline_dir, else baselines)",
+                   in_use=lambda args: args.base is None)
     p.add_argument("--labels", nargs="+", metavar="L", help="one label per CAND (default: the path names)")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default ./{DEFAULT_OUT})")
     add_cli_option(p, "threshold",
