@@ -193,8 +193,6 @@ def error_text(where: str, message: str) -> str:
     return f"{where} {message}" if message.startswith("must ") else f"{where}: {message}"
 
 
-_STORE_HELP = "baseline store"
-
 SETTINGS: tuple[Setting, ...] = (
     Setting("channels", "string", None, "C1,C2", "the values the test declares",
             "values of the channels axis, e.g. 28,56 (tests that declare the axis)"),
@@ -206,7 +204,7 @@ SETTINGS: tuple[Setting, ...] = (
             "NAME=V1,V2: values of any declared axis (option repeatable)"),
     Setting("results_dir", "string", None, "DIR", ".gemmperf/results/<timestamp>",
             "results directory of this run (default .gemmperf/results/<timestamp>)", path=True),
-    Setting("baseline_dir", "string", "baselines", "DIR", "baselines", _STORE_HELP, path=True,
+    Setting("baseline_dir", "string", "baselines", "DIR", "baselines", "baseline store", path=True,
             cli="--baseline-dir"),
     Setting("report_dir", "string", "gemmperf-report", "DIR", "gemmperf-report", "report output directory",
             path=True),
