@@ -62,15 +62,12 @@ def _dispatches(seed: int, scale: float = 1.0, processes: int = 4, n: int = 60, 
     return finalize_dispatches(pd.concat(frames, ignore_index=True), "synthetic.csv")
 
 
-def _results(root: Path, dispatches: pd.DataFrame, *, test_id: str = TEST_ID, point: str = POINT,
-             threshold: object = "absent") -> Path:
+def _results(root: Path, dispatches: pd.DataFrame, *, test_id: str = TEST_ID, point: str = POINT) -> Path:
     """A finished results directory as the plugin leaves it (run.json, point.json, tables)."""
     pdir = root / slugify_test_id(test_id) / point
     pdir.mkdir(parents=True)
     (root / "run.json").write_text(json.dumps({"hardware_key": HW}))
     doc = {"test_id": test_id, "point": point, "status": "ok", "kernels": [], "backend": "rocprofv3", "runs": []}
-    if threshold != "absent":
-        doc["threshold"] = threshold
     (pdir / "point.json").write_text(json.dumps(doc))
     write_tables(pdir, {"dispatches": dispatches})
     return root

@@ -1,4 +1,4 @@
-"""``gemmperf compare BASE CAND [CAND...]``: the gate outside pytest.
+"""``gemmperf compare [BASE] CAND [CAND...]``: the gate outside pytest.
 
 BASE and each CAND may be anything ``gemmperf analyze`` reads (trace files, rocprofv3 output
 dirs, aorta sweep dirs, results dirs; ``.gemmperf/results``: its newest run), a baselines store /
@@ -6,6 +6,12 @@ hardware dir / record dir, or a samples table file (``.parquet`` / ``.csv`` with
 Writes ``DIR/verdicts.csv`` (columns in the order the pytest session writes them: ``test``,
 ``point``, ``kernel``, ``metric``, ..., ``verdict``, ``threshold``, ``note``, extras after) and
 exits 1 when any verdict is ``regression``, 2 on bad input, else 0.
+
+Without BASE the candidates are compared against the baseline store pytest gates against
+(``--baseline-dir``, else the project's ``gemmperf_baseline_dir``). Each test is gated at the
+threshold pytest gated it at: its own rule recorded with the candidate run (else with the
+baseline), else the project's ``gemmperf_threshold``, else 5 %; ``--threshold`` given applies to
+every test. One line says which threshold was used.
 """
 
 from __future__ import annotations
