@@ -1,7 +1,10 @@
 """The ``gemmperf`` command. Thin: each subcommand lives in ``pytest_gemmperf.commands.<name>``
 and exposes ``add_parser(subparsers)`` and ``run(args) -> int``.
 
-Exit status (DESIGN.md section 8): 0 ok, 1 regression found, 2 usage or input error or an
+Settings shared with pytest (baseline store, threshold, history, jobs) come from the flags, else
+the project's pytest configuration (found as pytest finds it), else the defaults (``config.py``).
+
+Exit status (``docs/design.md``): 0 ok, 1 regression found, 2 usage or input error or an
 output that could not be written (disk full, read-only: one line naming the file), 3 an
 internal error (one line; the traceback goes to a log file the line names). CI scripts read 1 as
 "the code got slower", so nothing else may end with 1 -- not even an uncaught exception, which
@@ -22,6 +25,8 @@ from pathlib import Path
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.commands.helpfmt import GemmperfParser
+from pytest_gemmperf.config import (Origin, SettingError, bound_settings, find_project, resolve_cli,
+                                    settings_line)
 from pytest_gemmperf.errors import GemmperfInputError, OutputError, output_error
 from pytest_gemmperf.textsafe import printable
 
@@ -57,9 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        args.setting_origins = _project_settings(args)
         return int(args.func(args) or 0)
     except GemmperfInputError as exc:
         print(printable(f"gemmperf: error: {exc}"), file=sys.stderr)  # one line, whatever the path holds
+        return EXIT_INPUT
+    except SettingError as exc:
+        print(printable(f"gemmperf: error: {exc}"), file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("gemmperf: interrupted", file=sys.stderr)
@@ -119,6 +128,22 @@ def save_traceback(text: str, log_dir: Path | None = None) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
     return path
+
+
+def _project_settings(args: argparse.Namespace) -> dict[str, Origin]:
+    """The chosen command's settings (``--baseline-dir``, ``--threshold``, ...) from its flags,
+    else the project's pytest configuration, else the defaults: the store and threshold pytest
+    uses. Read after parsing, so ``--help`` reads no file; says on stderr which file it read."""
+    if not bound_settings(args):
+        return {}
+    here = Path.cwd()
+    project = find_project(here)
+    origins = resolve_cli(args, project)
+    line = settings_line(args, project, origins, here)
+    if line:
+        print(printable(line), file=sys.stderr)
+    args.project = project
+    return origins
 
 
 if __name__ == "__main__":  # pragma: no cover

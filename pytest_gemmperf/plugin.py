@@ -16,116 +16,15 @@ from typing import Any
 
 import pytest
 
+from pytest_gemmperf.config import BY_DEST, HISTORY_OFF, SETTINGS, default, error_text, resolve_path
 from pytest_gemmperf.errors import FAULT_ERRNOS, OutputError, output_error
 from pytest_gemmperf.history import pytest_side as history_side
 from pytest_gemmperf.session import (PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, GemmperfSession,
-                                     Options, PointRunner, parse_threshold)
+                                     Options, PointRunner)
 from pytest_gemmperf.textsafe import printable, printable_lines
 
 # the package exports the ``sweep`` decorator under the module's name
 sweep_mod = importlib.import_module("pytest_gemmperf.sweep")
-
-#: option dest -> (ini name, ini type, default, help)
-_SETTINGS: dict[str, tuple[str, str, Any, str]] = {
-    "gemmperf_channels": ("gemmperf_channels", "string", None,
-                          "values of the channels axis, e.g. 28,56 (tests that declare the axis)"),
-    "gemmperf_threads": ("gemmperf_threads", "string", None, "values of the threads axis, e.g. 256,512"),
-    "gemmperf_kernels": ("gemmperf_kernels", "linelist", None,
-                         "kernel regexes replacing the declared ones (option repeatable)"),
-    "gemmperf_axis": ("gemmperf_axis", "linelist", None,
-                      "NAME=V1,V2: values of any declared axis (option repeatable)"),
-    "gemmperf_results_dir": ("gemmperf_results_dir", "string", None,
-                             "results directory of this run (default .gemmperf/results/<timestamp>)"),
-    "gemmperf_baseline_dir": ("gemmperf_baseline_dir", "string", "baselines", "baseline store"),
-    "gemmperf_report_dir": ("gemmperf_report_dir", "string", "gemmperf-report", "report output directory"),
-    "gemmperf_backend": ("gemmperf_backend", "string", "auto", "auto | rocprofv3 | torch | replay"),
-    "gemmperf_replay": ("gemmperf_replay", "string", None,
-                        "analyse existing outputs in DIR instead of running workloads"),
-    "gemmperf_repeats": ("gemmperf_repeats", "string", "3", "processes (repeats) per sweep point"),
-    "gemmperf_threshold": ("gemmperf_threshold", "string", None,
-                           "practical threshold of the gate, e.g. 5%% or 0.05 (default: the gate's, 5%%)"),
-    "gemmperf_warmup": ("gemmperf_warmup", "string", None,
-                        "dispatches per kernel and process dropped as warm-up (default: 0)"),
-    "gemmperf_timeout": ("gemmperf_timeout", "string", "1800", "seconds allowed per workload run"),
-    "gemmperf_gpus_per_point": ("gemmperf_gpus_per_point", "string", "0",
-                                "GPUs per point; xdist worker N gets GPUs [N*G, (N+1)*G)"),
-    "gemmperf_rocprofv3": ("gemmperf_rocprofv3", "string", "rocprofv3", "rocprofv3 executable"),
-    "gemmperf_update_baselines": ("gemmperf_update_baselines", "bool", False,
-                                  "record the results of the selected tests as their baselines"),
-    "gemmperf_warn_only": ("gemmperf_warn_only", "bool", False, "report regressions without failing"),
-    "gemmperf_progress": ("gemmperf_progress", "string", "on",
-                          "on | off: a line per point as it starts and ends and per workload process "
-                          "(-q: point lines only; -qq: none)"),
-    "gemmperf_benchmark_json": ("gemmperf_benchmark_json", "string", None,
-                                "at the end of the session write the gated kernels' dispatch durations "
-                                "of every gated point as pytest-benchmark JSON to PATH"),
-    "gemmperf_confirm": ("gemmperf_confirm", "string", str(Options.confirm),
-                         "re-run a suspicious point up to N rounds before blocking (its repeats each; "
-                         "0: off); the new processes join the candidate and the point is judged again"),
-    "gemmperf_learn_variance": ("gemmperf_learn_variance", "bool", False,
-                                "add each compared run's between-process variance to its baseline's "
-                                "history (sharper gate over time; writes baselines/)"),
-    "gemmperf_telemetry": ("gemmperf_telemetry", "string", "on",
-                           "on | off: sample host and GPU telemetry (clocks, power, temperature, "
-                           "throttling) while each point runs, into telemetry.parquet"),
-    "gemmperf_telemetry_interval": ("gemmperf_telemetry_interval", "string", "0.1",
-                                    "seconds between telemetry samples (0.01..60, default 0.1)"),
-    "gemmperf_history": ("gemmperf_history", "string", None,
-                         "run-history store every gated point appends to: a directory or an fsspec URL; "
-                         "none/off: no history"),
-    "gemmperf_history_check": ("gemmperf_history_check", "bool", False,
-                               "also fail a test whose history shows a regression change point within the "
-                               "last K runs (slow creep), naming the runs"),
-    "gemmperf_history_window": ("gemmperf_history_window", "string", "5",
-                                "K of --gemmperf-history-check: runs a change point counts as recent"),
-    "gemmperf_shard": ("gemmperf_shard", "string", None,
-                       "I/N: run shard I of N of the sweep points (one CI job of a matrix), "
-                       "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
-    "gemmperf_jobs": ("gemmperf_jobs", "string", "0",
-                      "worker processes reading a point's trace files at once (0: every usable core, "
-                      "split between pytest-xdist workers; "
-                      "1: serial, no pool); the tables do not depend on it"),
-}
-
-#: option dest -> (metavar, the default as --help states it); a flag has no metavar. An
-#: option missing here shows metavar VALUE and no default (tests/test_progress.py fails on it).
-_SHOWN: dict[str, tuple[str, str]] = {
-    "gemmperf_channels": ("C1,C2", "the values the test declares"),
-    "gemmperf_threads": ("T1,T2", "the values the test declares"),
-    "gemmperf_kernels": ("REGEX", "the regexes the test declares"),
-    "gemmperf_axis": ("NAME=V1,V2", "the values the test declares"),
-    "gemmperf_results_dir": ("DIR", ".gemmperf/results/<timestamp>"),
-    "gemmperf_baseline_dir": ("DIR", "baselines"),
-    "gemmperf_report_dir": ("DIR", "gemmperf-report"),
-    "gemmperf_backend": ("NAME", "auto"),
-    "gemmperf_replay": ("DIR", "none: run the workloads"),
-    "gemmperf_repeats": ("N", "3"),
-    "gemmperf_threshold": ("T", "the gate's, 5%%"),
-    "gemmperf_warmup": ("N", "0"),
-    "gemmperf_timeout": ("SECONDS", "1800"),
-    "gemmperf_gpus_per_point": ("G", "0: no binding"),
-    "gemmperf_rocprofv3": ("EXE", "rocprofv3 on PATH"),
-    "gemmperf_update_baselines": ("", "off"),
-    "gemmperf_warn_only": ("", "off"),
-    "gemmperf_progress": ("on|off", "on"),
-    "gemmperf_benchmark_json": ("PATH", "not written"),
-    "gemmperf_confirm": ("N", str(Options.confirm)),
-    "gemmperf_learn_variance": ("", "off"),
-    "gemmperf_telemetry": ("on|off", "on"),
-    "gemmperf_telemetry_interval": ("SECONDS", "0.1"),
-    "gemmperf_history": ("DIR|URL", ".gemmperf/history under the rootdir"),
-    "gemmperf_history_check": ("", "off"),
-    "gemmperf_history_window": ("K", "5"),
-    "gemmperf_shard": ("I/N", "no sharding"),
-    "gemmperf_jobs": ("N", "0: every usable core"),
-}
-
-
-def _help(dest: str, help_text: str) -> str:
-    """The help text ending with its default (unless it already states one)."""
-    shown = _SHOWN.get(dest, ("VALUE", ""))[1]
-    return help_text if not shown or "default" in help_text else f"{help_text} (default: {shown})"
-
 
 _SESSION_KEY = pytest.StashKey[GemmperfSession]()
 _AXES_KEY = pytest.StashKey[tuple]()
@@ -139,97 +38,79 @@ _WORKERINPUT_HISTORY = "gemmperf_history_run"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gemmperf", "GPU kernel performance gate (pytest-gemmperf)")
-    for dest, (ini, kind, default, help_text) in _SETTINGS.items():
-        flag = "--" + dest.replace("_", "-")
-        help_text = _help(dest, help_text)
-        metavar = _SHOWN.get(dest, ("VALUE", ""))[0] or "VALUE"
-        if kind == "bool":
-            group.addoption(flag, action="store_true", default=None, dest=dest, help=help_text)
-        elif kind == "linelist":
-            group.addoption(flag, action="append", default=None, dest=dest, metavar=metavar, help=help_text)
+    for s in SETTINGS:  # the one table of settings (config.py)
+        help_text = s.pytest_help()
+        if s.kind == "bool":
+            group.addoption(s.flag, action="store_true", default=None, dest=s.dest, help=help_text)
+        elif s.kind == "linelist":
+            group.addoption(s.flag, action="append", default=None, dest=s.dest, metavar=s.metavar,
+                            help=help_text)
         else:
-            group.addoption(flag, action="store", default=None, dest=dest, metavar=metavar, help=help_text)
-        ini_default = {"bool": bool(default), "linelist": []}.get(kind, "" if default is None else str(default))
-        parser.addini(ini, help=help_text.replace("%%", "%"), type=kind, default=ini_default)
+            group.addoption(s.flag, action="store", default=None, dest=s.dest, metavar=s.metavar,
+                            help=help_text)
+        parser.addini(s.ini, help=help_text.replace("%%", "%"), type=s.kind, default=s.ini_default())
 
 
 def _setting(config: pytest.Config, dest: str) -> tuple[Any, str]:
-    """(value, where): the command line wins over the ini file, which wins over the default."""
+    """(value, where): the command line (``cli``) wins over the ini file (``ini``), which wins
+    over the table's default (``default``); the value as given, not yet parsed."""
     value = config.getoption(dest)
     if value is not None:
         return value, "cli"
-    ini, kind, default, _ = _SETTINGS[dest]
-    value = config.getini(ini)
-    if kind == "bool":
+    s = BY_DEST[dest]
+    value = config.getini(s.ini)
+    if s.kind == "bool":
         return bool(value), "ini"
-    if kind == "linelist":
+    if s.kind == "linelist":
         return (list(value) or None), "ini"
-    return (value if value not in ("", None) else default), "ini"
+    return (value, "ini") if value not in ("", None) else (s.default, "default")
+
+
+def _value(config: pytest.Config, dest: str) -> Any:
+    """A setting's parsed value; a bad one is a one-line ``UsageError`` naming where it was set."""
+    try:
+        return BY_DEST[dest].convert(_setting(config, dest)[0])
+    except ValueError as exc:
+        raise pytest.UsageError(error_text(_flag(config, dest), str(exc))) from None
 
 
 def _path_setting(config: pytest.Config, dest: str) -> Path | None:
     value, where = _setting(config, dest)
     if value in (None, ""):
         return None
-    p = Path(os.path.expanduser(str(value)))
-    if p.is_absolute():
-        return p
+    if where == "default":  # a default follows the rootdir
+        return resolve_path(value, config.rootpath, strict_base=False)
     # relative command-line paths follow the invocation directory, ini paths the ini file
     base = (config.invocation_params.dir if where == "cli"
             else (config.inipath.parent if config.inipath else config.rootpath))
-    return (Path(base) / p).resolve()
+    return resolve_path(value, Path(base))
 
 
 def _options(config: pytest.Config, results_dir: Path) -> Options:
-    def num(dest, conv):
-        value, _ = _setting(config, dest)
-        try:
-            return None if value in (None, "") else conv(value)
-        except ValueError:
-            raise pytest.UsageError(f"--{dest.replace('_', '-')}: invalid value {value!r}") from None
-
-    try:
-        threshold = parse_threshold(_setting(config, "gemmperf_threshold")[0])
-    except ValueError as exc:
-        raise pytest.UsageError(f"--gemmperf-threshold: {exc}") from None
-    backend = _setting(config, "gemmperf_backend")[0]
-    if backend not in ("auto", "rocprofv3", "torch", "replay"):
-        raise pytest.UsageError(f"--gemmperf-backend: {backend!r} is not one of auto, rocprofv3, torch, replay")
+    backend = _value(config, "gemmperf_backend")
     replay = _path_setting(config, "gemmperf_replay")
     if backend == "replay" and replay is None:
         raise pytest.UsageError("--gemmperf-backend replay needs --gemmperf-replay DIR")
     if replay is not None and not replay.is_dir():
         raise pytest.UsageError(f"--gemmperf-replay: {replay} is not a directory")
-    repeats = num("gemmperf_repeats", int)
-    if repeats is not None and repeats < 1:
-        raise pytest.UsageError("--gemmperf-repeats must be >= 1")
-    confirm = num("gemmperf_confirm", int)
-    if confirm is not None and not 0 <= confirm <= 10:
-        raise pytest.UsageError(f"--gemmperf-confirm must be 0..10 rounds, got {confirm}")
-    telemetry = str(_setting(config, "gemmperf_telemetry")[0]).strip().lower()
-    if telemetry not in ("on", "off", "true", "false", "1", "0"):
-        raise pytest.UsageError(f"--gemmperf-telemetry: {telemetry!r} is not on or off")
-    jobs = num("gemmperf_jobs", int)
-    if jobs is not None and jobs < 0:
-        raise pytest.UsageError(f"--gemmperf-jobs must be >= 0 (0: every usable core), got {jobs}")
-    interval = num("gemmperf_telemetry_interval", float)
-    if interval is not None and not 0.01 <= interval <= 60:
-        raise pytest.UsageError(f"--gemmperf-telemetry-interval must be 0.01..60 seconds, got {interval}")
     return Options(
         results_dir=results_dir,
-        baseline_dir=_path_setting(config, "gemmperf_baseline_dir") or config.rootpath / "baselines",
-        report_dir=_path_setting(config, "gemmperf_report_dir") or config.rootpath / "gemmperf-report",
-        backend=backend, replay_dir=replay, repeats=repeats or 3, threshold=threshold,
-        warmup=num("gemmperf_warmup", int), timeout_s=num("gemmperf_timeout", float) or 1800.0,
-        gpus_per_point=num("gemmperf_gpus_per_point", int) or 0,
-        update_baselines=bool(_setting(config, "gemmperf_update_baselines")[0]),
-        warn_only=bool(_setting(config, "gemmperf_warn_only")[0]),
-        rocprofv3=str(_setting(config, "gemmperf_rocprofv3")[0]),
-        learn_variance=bool(_setting(config, "gemmperf_learn_variance")[0]),
-        confirm=Options.confirm if confirm is None else confirm,
-        telemetry=telemetry in ("on", "true", "1"),
-        telemetry_interval_s=0.1 if interval is None else interval,
-        jobs=jobs or 0,
+        baseline_dir=_path_setting(config, "gemmperf_baseline_dir"),
+        report_dir=_path_setting(config, "gemmperf_report_dir"),
+        backend=backend, replay_dir=replay, repeats=_value(config, "gemmperf_repeats"),
+        threshold=_value(config, "gemmperf_threshold"),
+        warmup=_value(config, "gemmperf_warmup"),
+        # 0 s was read as "the default" before the table existed: kept so
+        timeout_s=_value(config, "gemmperf_timeout") or default("timeout"),
+        gpus_per_point=_value(config, "gemmperf_gpus_per_point"),
+        update_baselines=bool(_value(config, "gemmperf_update_baselines")),
+        warn_only=bool(_value(config, "gemmperf_warn_only")),
+        rocprofv3=str(_value(config, "gemmperf_rocprofv3")),
+        learn_variance=bool(_value(config, "gemmperf_learn_variance")),
+        confirm=_value(config, "gemmperf_confirm"),
+        telemetry=_value(config, "gemmperf_telemetry"),
+        telemetry_interval_s=_value(config, "gemmperf_telemetry_interval"),
+        jobs=_value(config, "gemmperf_jobs"),
     )
 
 
@@ -264,7 +145,7 @@ def _axis_overrides(config: pytest.Config) -> tuple[dict[str, list], list[str] |
 def _flag(config: pytest.Config, dest: str) -> str:
     """How the user spelled a setting: ``--gemmperf-x`` or ``gemmperf_x (ini)``."""
     return ("--" + dest.replace("_", "-")) if config.getoption(dest) is not None \
-        else f"{_SETTINGS[dest][0]} (ini)"
+        else f"{BY_DEST[dest].ini} (ini)"
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -295,10 +176,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                       PLUGIN_NAME)
     from pytest_gemmperf.progress import ProgressReporter
 
-    progress = str(_setting(config, "gemmperf_progress")[0]).strip().lower()
-    if progress not in ("on", "off", "true", "false", "1", "0"):
-        raise pytest.UsageError(f"{_flag(config, 'gemmperf_progress')}: {progress!r} is not on or off")
-    config.stash[_PROGRESS_KEY] = ProgressReporter(config, enabled=progress in ("on", "true", "1"))
+    config.stash[_PROGRESS_KEY] = ProgressReporter(config, enabled=_value(config, "gemmperf_progress"))
     config.pluginmanager.register(config.stash[_PROGRESS_KEY], "gemmperf-progress")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "gemmperf-xdist")
@@ -362,24 +240,19 @@ def _profiled(gp: GemmperfSession | None) -> bool:
 def _history_settings(config: pytest.Config, results_dir: Path):
     """The run history of this session (history/pytest_side.py), None when turned off. One run
     id and time per session: the controller makes them, xdist workers receive a copy."""
-    from pytest_gemmperf.history.pytest_side import OFF_VALUES, HistorySettings, new_run
+    from pytest_gemmperf.history.pytest_side import HistorySettings, new_run
 
     raw, _ = _setting(config, "gemmperf_history")
     check = bool(_setting(config, "gemmperf_history_check")[0])
-    if raw is not None and str(raw).strip().lower() in OFF_VALUES:
+    if raw is not None and str(raw).strip().lower() in HISTORY_OFF:
         if check:
             raise pytest.UsageError("--gemmperf-history-check needs a history (--gemmperf-history is off)")
         return None
-    try:
-        window = int(_setting(config, "gemmperf_history_window")[0])
-    except (TypeError, ValueError):
-        window = 0
-    if window < 1:
-        raise pytest.UsageError(f"{_flag(config, 'gemmperf_history_window')}: must be an integer >= 1")
+    window = _value(config, "gemmperf_history_window")
     if raw is not None and "://" in str(raw):
         url = str(raw)
     else:
-        url = str(_path_setting(config, "gemmperf_history") or config.rootpath / ".gemmperf" / "history")
+        url = str(_path_setting(config, "gemmperf_history"))
     run = (dict(config.workerinput[_WORKERINPUT_HISTORY]) if _is_worker(config)
            and _WORKERINPUT_HISTORY in config.workerinput else new_run(results_dir, config.rootpath))
     return HistorySettings(url=url, run_id=run["run_id"], time=run["time"], branch=run.get("branch"),

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from pytest_gemmperf.config import default
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.paths import remove_tree
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
@@ -59,43 +60,30 @@ class GemmperfUsageError(Exception):
 
 @dataclass(frozen=True)
 class Options:
-    """The ``--gemmperf-*`` options after command line > ini > default resolution."""
+    """The ``--gemmperf-*`` options after command line > ini > default resolution (defaults:
+    the settings table, ``config.py``)."""
 
     results_dir: Path
     baseline_dir: Path
     report_dir: Path
-    backend: str = "auto"
+    backend: str = default("backend")
     replay_dir: Path | None = None
-    repeats: int = 3
+    repeats: int = default("repeats")
     threshold: float | None = None
     warmup: int | None = None
-    timeout_s: float = 1800.0
-    gpus_per_point: int = 0
+    timeout_s: float = default("timeout")
+    gpus_per_point: int = default("gpus_per_point")
     update_baselines: bool = False
     warn_only: bool = False
-    rocprofv3: str = "rocprofv3"
+    rocprofv3: str = default("rocprofv3")
     learn_variance: bool = False
     #: confirmation rounds for a suspicious point (gate/confirm.py ConfirmConfig.rounds); 0 disables
-    confirm: int = 3
+    confirm: int = default("confirm")
     #: sample host/GPU telemetry while points run (run/telemetry.py)
-    telemetry: bool = True
-    telemetry_interval_s: float = 0.1
+    telemetry: bool = default("telemetry")
+    telemetry_interval_s: float = default("telemetry_interval")
     #: worker processes reading trace files (traces/parallel.py); 0: every usable core
-    jobs: int = 0
-
-
-def parse_threshold(text: str | float | None) -> float | None:
-    """``"5%"`` or ``"0.05"`` -> 0.05 (relative change the gate treats as practical)."""
-    if text is None or text == "":
-        return None
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        s = str(text).strip()
-        value = float(s[:-1]) / 100.0 if s.endswith("%") else float(s)
-    if not 0 < value < 10:
-        raise ValueError(f"threshold {text!r} must be a relative change such as 5% or 0.05")
-    return value
+    jobs: int = default("jobs")
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from pytest_gemmperf import safe_io
+from pytest_gemmperf.config import parse_threshold
 from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.run.results import write_point_json
 from pytest_gemmperf.textsafe import printable, printable_frame, printable_lines
@@ -40,7 +41,11 @@ class PointGate:
         """
         import pytest
 
+        rule = self._threshold_rule(threshold)
         samples = self._samples(result, warmup)
+        # the per-test rule travels with the results (and the baseline it may become), so
+        # `gemmperf compare` of this run gates as this test did
+        write_point_json_field(result.dir, "threshold", rule)
         from pytest_gemmperf.history.pytest_side import fail_on_creep, record_point
 
         creep = record_point(self, result, samples)  # run history; slow-creep text with the check
@@ -50,7 +55,7 @@ class PointGate:
             base_pt = (base.samples[base.samples["point"].astype(str) == self.point.id]
                        if base is not None else None)
             if self.options.update_baselines or base_pt is None or base_pt.empty:
-                path = self._save_baseline(store, base, samples, result)
+                path = self._save_baseline(store, base, samples, result, rule)
                 updating = self.options.update_baselines and base_pt is not None and not base_pt.empty
                 what = "updated" if updating else "recorded"
                 if updating:
@@ -68,7 +73,7 @@ class PointGate:
                 _emit(msg)
                 fail_on_creep(self, creep)
                 return _empty_verdicts()
-        cfg = _gate_config(threshold if threshold is not None else self.options.threshold)
+        cfg = _gate_config(rule if rule is not None else self.options.threshold)
         from pytest_gemmperf.gate.compare import compare
         from pytest_gemmperf.gate.confirm import apply_disturbance
 
@@ -110,6 +115,16 @@ class PointGate:
         fail_on_creep(self, creep)
         return verdicts
 
+    def _threshold_rule(self, threshold: float | str | None) -> float | None:
+        """The test's own threshold (``assert_no_regression(threshold=...)``), parsed as the
+        command line's; a bad one fails the test with one line."""
+        if threshold is None:
+            return None
+        try:
+            return parse_threshold(threshold)
+        except ValueError as exc:
+            raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: assert_no_regression: {exc}") from None
+
     def _samples(self, result: PointResult, warmup: int | None) -> pd.DataFrame:
         from pytest_gemmperf.errors import GemmperfInputError
         from pytest_gemmperf.gate.samples import gate_samples
@@ -139,7 +154,8 @@ class PointGate:
                             "warm-up removal; profile more steps or lower --gemmperf-warmup")
         return samples
 
-    def _save_baseline(self, store, base, samples: pd.DataFrame, result: PointResult) -> Path:
+    def _save_baseline(self, store, base, samples: pd.DataFrame, result: PointResult,
+                       rule: float | None = None) -> Path:
         from pytest_gemmperf.store.record import BaselineRecord
         from pytest_gemmperf.sweep import invalid_env
 
@@ -152,6 +168,8 @@ class PointGate:
         # does): the other points' samples and metadata stay; ``base`` is only the caller's view
         point = {"results_dir": str(self.session.results.root), "env": result.env, "command": result.command,
                  "backend": result.backend.name, "device": result.backend.device}
+        if rule is not None:  # the test's own threshold: `gemmperf compare` gates with it too
+            point["threshold"] = rule
         seconds = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
         if seconds > 0:  # what --gemmperf-shard balances the CI matrix's jobs by (shard.py)
             point["duration_s"] = round(seconds, 3)
@@ -180,21 +198,11 @@ class PointGate:
         self._record(PROP_VERDICTS, json.dumps(rows))
 
 
-def _gate_config(threshold: float | str | None):
-    import dataclasses
-
+def _gate_config(threshold: float | None):
+    """The gate's configuration with the threshold in force (None: the gate's default)."""
     from pytest_gemmperf.gate.compare import GateConfig
 
-    from pytest_gemmperf.session import parse_threshold
-
-    value = parse_threshold(threshold)
-    if value is None:
-        return GateConfig()
-    names = {f.name for f in dataclasses.fields(GateConfig)} if dataclasses.is_dataclass(GateConfig) else set()
-    for name in ("threshold", "threshold_rel", "rel_threshold"):
-        if name in names:
-            return GateConfig(**{name: value})
-    return GateConfig(threshold=value)
+    return GateConfig() if threshold is None else GateConfig(threshold=threshold)
 
 
 class _merge_lock:

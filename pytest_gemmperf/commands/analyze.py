@@ -22,8 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
+from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.commands.helpfmt import command_description
+from pytest_gemmperf.config import add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.tables import clean
 from pytest_gemmperf.textsafe import printable
@@ -45,16 +46,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="trace file, rocprofv3 output dir, aorta sweep dir or results dir")
     p.add_argument("--out", metavar="DIR",
                    help=f"output directory (default: a new .gemmperf/{DEFAULT_OUT}/<time>-<random>)")
-    p.add_argument("--warmup", type=non_negative, default=0, metavar="N",
-                   help="drop the first N dispatches of each (point, rank, kernel) (default 0)")
+    add_cli_option(p, "warmup", help="drop the first N dispatches of each (point, rank, kernel)")
     p.add_argument("--categories", metavar="FILE",
                    help="YAML {category: [regex, ...]} tried before the built-in rules")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip report.html / report.xlsx / summary.md / variance CSVs")
     add_allow_partial(p)
-    p.add_argument("--jobs", type=non_negative, default=0, metavar="N",
-                   help="worker processes reading trace files at once (default 0: every usable core; "
-                        "1: serial, no pool); results do not depend on it")
+    add_cli_option(p, "jobs", help="worker processes reading trace files at once (0: every usable core; "
+                                   "1: serial, no pool); results do not depend on it")
     p.set_defaults(func=run)
     return p
 
@@ -72,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pytest_gemmperf.traces.discover import load
 
+    args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
     extra_rules = _rules(args.categories)
     trace = load(_complete_parts(args.paths, getattr(args, "allow_partial", False)), jobs=getattr(args, "jobs", 0))
     d = trace.dispatches

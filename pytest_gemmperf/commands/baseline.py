@@ -10,6 +10,7 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
+from pytest_gemmperf.config import add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.verdict import median_label
 from pytest_gemmperf.textsafe import printable
@@ -18,8 +19,6 @@ from pytest_gemmperf.textsafe import printable
 _MEDIAN_NOTE = (f"median: {median_label('all')}, of the stored samples (after the recorded warm-up); "
                 f"gemmperf compare prints the {median_label('per_process')}")
 
-DEFAULT_DIR = "baselines"
-
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("baseline", help="refresh, learn, show, diff or prune stored baselines",
@@ -27,8 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     bsub = p.add_subparsers(dest="baseline_command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--baseline-dir", default=DEFAULT_DIR, metavar="DIR",
-                        help=f"baseline store (default: {DEFAULT_DIR})")
+        add_cli_option(sp, "baseline_dir")  # the store pytest gates against (config.py)
 
     def run_options(sp: argparse.ArgumentParser) -> None:
         # refresh, learn and diff read a run the same way: one wording, one type
@@ -39,9 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="only tests whose id contains SUBSTR (default: every test of the run)")
         sp.add_argument("--warmup", type=non_negative, default=None, metavar="N",
                         help="dispatches per process and kernel to drop (default: as the run recorded)")
-        sp.add_argument("--jobs", type=non_negative, default=0, metavar="N",
-                        help="worker processes reading result points at once (default 0: every usable "
-                             "core; 1: serial, no pool); results do not depend on it")
+        add_cli_option(sp, "jobs", help="worker processes reading result points at once (0: every usable "
+                                        "core; 1: serial, no pool); results do not depend on it")
         add_allow_partial(sp)
 
     def from_results(name: str, help_text: str, func) -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""``gemmperf compare BASE CAND [CAND...]``: the gate outside pytest.
+"""``gemmperf compare [BASE] CAND [CAND...]``: the gate outside pytest.
 
 BASE and each CAND may be anything ``gemmperf analyze`` reads (trace files, rocprofv3 output
 dirs, aorta sweep dirs, results dirs; ``.gemmperf/results``: its newest run), a baselines store /
@@ -6,11 +6,18 @@ hardware dir / record dir, or a samples table file (``.parquet`` / ``.csv`` with
 Writes ``DIR/verdicts.csv`` (columns in the order the pytest session writes them: ``test``,
 ``point``, ``kernel``, ``metric``, ..., ``verdict``, ``threshold``, ``note``, extras after) and
 exits 1 when any verdict is ``regression``, 2 on bad input, else 0.
+
+Without BASE the candidates are compared against the baseline store pytest gates against
+(``--baseline-dir``, else the project's ``gemmperf_baseline_dir``). Each test is gated at the
+threshold pytest gated it at: its own rule recorded with the candidate run (else with the
+baseline), else the project's ``gemmperf_threshold``, else 5 %; ``--threshold`` given applies to
+every test. One line says which threshold was used.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -19,10 +26,11 @@ import pandas as pd
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.compare import GateConfig, compare, parse_threshold
+from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
+from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
-    all_baseline_records, load_history, load_side, pair_tests, resolve_hardware_key, results_hw_key,
-    trace_hw_key)
+    _is_results_dir, all_baseline_records, baseline_records, load_history, load_side, newest_run, pair_tests,
+    resolve_hardware_key, results_hw_key, trace_hw_key)
 from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
                                           verdicts_csv_order)
 from pytest_gemmperf.textsafe import printable, printable_frame
@@ -38,13 +46,20 @@ DEFAULT_OUT = "compare"
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("compare", help="compare candidate(s) against a baseline; exit 1 on regression",
                               description=command_description(__doc__))
-    p.add_argument("base", metavar="BASE", help="baseline: traces, results/sweep dir, baselines dir, samples file")
+    p.add_argument("base", nargs="?", metavar="BASE",
+                   help="baseline: traces, results/sweep dir, baselines dir, samples file "
+                        "(default, when only CAND is given: the baseline store, --baseline-dir)")
     p.add_argument("cands", nargs="+", metavar="CAND", help="candidate(s), same kinds as BASE")
+    add_cli_option(p, "baseline_dir", help="baseline store compared against when BASE is not given "
+                                           "(default: the project's gemmperf_baseline_dir, else baselines)",
+                   in_use=lambda args: args.base is None)
     p.add_argument("--labels", nargs="+", metavar="L", help="one label per CAND (default: the path names)")
     p.add_argument("--out", metavar="DIR",
                    help=f"output directory (default: a new .gemmperf/{DEFAULT_OUT}/<time>-<random>)")
-    p.add_argument("--threshold", type=_threshold, default=0.05, metavar="T",
-                   help="practical threshold, e.g. 5%% or 0.05 (default 5%%); 0 = statistics alone")
+    add_cli_option(p, "threshold",
+                   help="practical threshold, e.g. 5%% or 0.05; 0%% = statistics alone (default: each "
+                        "test's own rule recorded with the runs or baseline, else the project's "
+                        "gemmperf_threshold, else 5%%); given, it applies to every test")
     p.add_argument("--kernel-threshold", nargs=2, action="append", default=[], metavar=("REGEX", "T"),
                    help="per-kernel threshold override (repeatable, first match wins)")
     p.add_argument("--fdr", type=_fraction, default=GateConfig().fdr, metavar="Q",
@@ -67,19 +82,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="also append each candidate as a run to this history store (directory or fsspec URL)")
     p.add_argument("--run-id", metavar="ID",
                    help="run id in --history (default: the candidate's label; ID-<label> for several)")
-    p.add_argument("--jobs", type=non_negative, default=0, metavar="N",
-                   help="worker processes reading trace files at once (default 0: every usable core; "
-                        "1: serial, no pool); results do not depend on it")
+    add_cli_option(p, "jobs", help="worker processes reading trace files at once (0: every usable core; "
+                                   "1: serial, no pool); results do not depend on it")
     add_allow_partial(p)
     p.set_defaults(func=run)
     return p
-
-
-def _threshold(text: str) -> float:
-    try:
-        return parse_threshold(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _fraction(text: str) -> float:
@@ -103,15 +110,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    base_arg = _base(args)
     labels = args.labels or [Path(c).name or str(c) for c in args.cands]
     if len(labels) != len(args.cands):
         raise GemmperfInputError(None, f"--labels needs {len(args.cands)} label(s), got {len(labels)}")
-    cfg = GateConfig(threshold=args.threshold, fdr=args.fdr, warmup=args.warmup or 0, abs_floor_ns=args.abs_floor_ns,
-                     per_kernel=[(rx, parse_threshold(t)) for rx, t in args.kernel_threshold])
+    threshold = GateConfig().threshold if args.threshold is None else args.threshold
+    origin = getattr(args, "setting_origins", {}).get("threshold") or Origin("default", "default")
+    explicit = origin.kind == "flag"  # --threshold given: every test, whatever it recorded
+    cfg = GateConfig(threshold=threshold, fdr=args.fdr, warmup=args.warmup or 0, abs_floor_ns=args.abs_floor_ns,
+                     per_kernel=[(rx, _kernel_threshold(rx, t)) for rx, t in args.kernel_threshold])
     traces: dict = {}
     keep = traces if getattr(args, "report", True) else None  # tables only for the reports
     # a store with several hardware keys: the one asked for, else the candidates' own
-    base_path = Path(args.base)
+    base_path = Path(base_arg)
     damaged: list = []  # damaged baseline records: named and skipped, the others still compare
     base_recs = all_baseline_records(base_path, damaged) if base_path.is_dir() else None
     for err in damaged:
@@ -119,11 +130,17 @@ def _run(args: argparse.Namespace) -> int:
     hw = resolve_hardware_key(base_path, args.cands, getattr(args, "hw", None), base_recs)
     jobs = getattr(args, "jobs", 0)
     partial = getattr(args, "allow_partial", False)
-    base = load_side(args.base, args.warmup, keep, hw=hw, records=base_recs, jobs=jobs, allow_partial=partial)
-    history = load_history(args.base, hw, records=base_recs)
+    try:
+        base = load_side(base_arg, args.warmup, keep, hw=hw, records=base_recs, jobs=jobs, allow_partial=partial)
+    except GemmperfInputError as exc:
+        raise _with_store_hint(exc, args, base_recs) from None
+    history = load_history(base_arg, hw, records=base_recs)
+    base_rules = {} if explicit else recorded_rules(base_arg, baseline_records(base_path, hw, base_recs)
+                                                    if base_recs is not None else None)
     frames = []
     cand_samples = []
     compared: list = []  # what each compare() call received: the report draws it per process
+    used: dict[str, dict[str, tuple[float, str]]] = {}
     for label, cpath in zip(labels, args.cands):
         agents: dict = {}  # a trace candidate's agents: its hardware key in --history
         cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents, allow_partial=partial)
@@ -133,8 +150,11 @@ def _run(args: argparse.Namespace) -> int:
 
             record_compare_candidate(args.history, args.run_id, cpath, label, cand, len(args.cands), keep,
                                      hw=trace_hw_key(cpath, agents))
-        for test, b, c in pair_tests(base, cand, args.base, cpath):
-            v = compare(b, c, cfg, test=test, history=history.get(test))
+        cand_rules = {} if explicit else recorded_rules(cpath)
+        for test, b, c in pair_tests(base, cand, base_arg, cpath):
+            rules = point_rules(test, _points(b, c), base_rules, cand_rules)
+            used.setdefault(test, {}).update(rules)
+            v = compare_test(b, c, cfg, test, history.get(test), rules)
             if keep is not None:
                 compared.append((test, b, c, label))
             if len(args.cands) > 1:
@@ -152,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         _write_reports(args, labels, verdicts, traces, out, compared)
 
     counts = verdicts["verdict"].value_counts()
+    print(printable(threshold_line(used, threshold, origin.text)))
     print(format_verdict_table(printable_frame(verdicts), args.max_rows, warmup=args.warmup))
     print(printable("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}"))
     n_reg = int(counts.get(REGRESSION, 0))
@@ -162,6 +183,141 @@ def _run(args: argparse.Namespace) -> int:
         print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
         return 2
     return 0
+
+
+def _base(args: argparse.Namespace) -> str:
+    """BASE as given, else the baseline store (``--baseline-dir``, else the project's
+    ``gemmperf_baseline_dir``, else ``baselines``): the store pytest gates against."""
+    origins = getattr(args, "setting_origins", {})
+    if args.base is None:
+        store = args.baseline_dir or BY_NAME["baseline_dir"].default
+        print(printable(f"note: comparing against the baseline store {store}"), file=sys.stderr)
+        return str(store)
+    if "baseline_dir" in origins and origins["baseline_dir"].kind == "flag":
+        raise SettingError("--baseline-dir names the store compared against when BASE is not given: "
+                           "give BASE or --baseline-dir, not both")
+    return args.base
+
+
+def _with_store_hint(exc: GemmperfInputError, args: argparse.Namespace, base_recs: list | None) -> Exception:
+    """``exc``, naming the project's baseline store when BASE was a directory holding no baseline
+    while the store lies elsewhere (``gemmperf compare baselines/ ...`` in a project that keeps its
+    store in ``gemmperf_baseline_dir``)."""
+    store = getattr(args, "baseline_dir", None)
+    if (args.base is None or base_recs or store is None or not Path(args.base).is_dir()
+            or not Path(store).is_dir() or Path(args.base).resolve() == Path(store).resolve()):
+        return exc
+    return GemmperfInputError(exc.path, f"{exc.message} (the project's baseline store is {store}: "
+                                        "`gemmperf compare CAND` compares against it)")
+
+
+def _kernel_threshold(regex: str, text: str) -> float:
+    try:
+        return parse_threshold(text)
+    except ValueError as exc:
+        raise SettingError(f"--kernel-threshold {regex}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- per-test rules
+
+#: ``{test: {point: rule}}`` as recorded with an input; None: recorded as "no rule of its own"
+Rules = dict[str, dict[str, "float | None"]]
+
+
+def recorded_rules(path: str, records: list | None = None) -> Rules:
+    """Each test's own threshold (``assert_no_regression(threshold=...)``) as the input recorded
+    it: in a baseline record's point metadata (``records``), or in a results directory's
+    ``point.json`` (the newest complete run of a parent, as :func:`load_side` reads it). Only
+    points that recorded one appear (a results point always records it, None for no rule)."""
+    out: Rules = {}
+    if records is not None:
+        for rec in records:
+            points = rec.meta.get("points") if isinstance(rec.meta, dict) else None
+            for point, doc in (points if isinstance(points, dict) else {}).items():
+                if isinstance(doc, dict) and "threshold" in doc:
+                    out.setdefault(str(rec.test_id), {})[str(point)] = _rule(doc["threshold"], rec.test_id)
+        return out
+    p = Path(path)
+    run = newest_run(p) or p
+    if not _is_results_dir(run):
+        return out
+    from pytest_gemmperf.traces.fileio import read_json_object
+
+    for pj in sorted(run.glob("*/*/point.json")):
+        doc = read_json_object(pj)
+        if "threshold" in doc and isinstance(doc.get("test_id"), str):
+            point = str(doc.get("point") or pj.parent.name)
+            out.setdefault(doc["test_id"], {})[point] = _rule(doc["threshold"], pj)
+    return out
+
+
+def _rule(value: object, where: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise GemmperfInputError(str(where), f"recorded threshold {value!r} is not a relative change >= 0")
+    return float(value)
+
+
+def _points(b: pd.DataFrame, c: pd.DataFrame) -> list[str]:
+    return sorted({str(x) for x in pd.unique(b["point"])} | {str(x) for x in pd.unique(c["point"])})
+
+
+def point_rules(test: str, points: list[str], base: Rules, cand: Rules) -> dict[str, tuple[float | None, str]]:
+    """Per point: (the test's own threshold or None, where it was recorded). The candidate's
+    record wins (the rule the test had when that run was gated, as pytest gated it), else the
+    baseline's."""
+    out: dict[str, tuple[float | None, str]] = {}
+    for point in points:
+        if point in cand.get(test, {}):
+            rule = cand[test][point]
+            out[point] = (rule, "candidate run" if rule is not None else "")
+        elif point in base.get(test, {}):
+            rule = base[test][point]
+            out[point] = (rule, "baseline" if rule is not None else "")
+        else:
+            out[point] = (None, "")
+    return out
+
+
+def compare_test(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str, history,
+                 rules: dict[str, tuple[float | None, str]]) -> pd.DataFrame:
+    """:func:`compare` of one test at its own threshold where it recorded one, else at
+    ``cfg.threshold``. Points whose rules differ are compared in groups of one threshold each
+    (pytest gates every point on its own)."""
+    groups: dict[float, list[str]] = {}
+    for point in _points(b, c):
+        rule = rules.get(point, (None, ""))[0]
+        groups.setdefault(cfg.threshold if rule is None else rule, []).append(point)
+    if len(groups) <= 1:
+        thr = next(iter(groups), cfg.threshold)
+        return compare(b, c, dataclasses.replace(cfg, threshold=thr), test=test, history=history)
+    frames = []
+    for thr, points in groups.items():
+        bg, cg = b[b["point"].astype(str).isin(points)], c[c["point"].astype(str).isin(points)]
+        frames.append(compare(bg, cg, dataclasses.replace(cfg, threshold=thr), test=test, history=history))
+    return pd.concat(frames, ignore_index=True)
+
+
+def threshold_line(used: dict[str, dict[str, tuple[float | None, str]]], fallback: float, origin: str) -> str:
+    """One line saying which threshold gated what: each test's recorded rule, and the
+    ``fallback`` (from ``origin``: ``--threshold``, the project file, or the default) for the rest."""
+    parts: dict[str, None] = {}
+    rest = False
+    for test, points in used.items():
+        by_rule: dict[tuple[float, str], list[str]] = {}
+        for point, (rule, side) in points.items():
+            if rule is None:
+                rest = True
+            else:
+                by_rule.setdefault((rule, side), []).append(point)
+        for (rule, side), pts in by_rule.items():
+            which = test if len(pts) == len(points) else f"{test}[{', '.join(pts)}]"
+            parts[f"{format_threshold(rule)} (per-test rule recorded with the {side} of {which})"] = None
+    fb = f"{format_threshold(fallback)} ({origin})"
+    if not parts:
+        return f"threshold: {fb}"
+    return "threshold: " + "; ".join(parts) + (f"; {fb} for the rest" if rest else "")
 
 
 def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, dict]]) -> None:

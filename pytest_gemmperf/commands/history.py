@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
+from pytest_gemmperf.config import SettingError, add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
 
-DEFAULT_WINDOW = 5
 DEFAULT_LAST = 5
 SERIES = ["hw_key", "test", "point", "kernel", "metric"]
 #: ``check``'s default output: a new .gemmperf/history-check/<time>-<random>/ per call
@@ -48,9 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     hsub = p.add_subparsers(dest="history_command", required=True)
 
     def store(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--history", required=True, metavar="DIR",
-                        help="history store: a directory or an fsspec URL (file://, s3://, gs://... "
-                             "with that filesystem's fsspec package installed)")
+        # the store pytest appends to (config.py): the project's gemmperf_history, else .gemmperf/history
+        add_cli_option(sp, "history", help="history store: a directory or an fsspec URL (file://, s3://, "
+                                           "gs://... with that filesystem's fsspec package installed)")
 
     def filters(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-k", dest="kernel", metavar="SUBSTR", help="only kernels whose name contains SUBSTR")
@@ -89,8 +89,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     filters(c)
     c.add_argument("--out", metavar="DIR",
                    help=f"where changes.csv is written (default: a new .gemmperf/{CHECK_OUT}/<time>-<random>)")
-    c.add_argument("--window", type=positive, default=DEFAULT_WINDOW, metavar="K",
-                   help=f"a regression counts when its first worse run is among the last K runs (default {DEFAULT_WINDOW})")
+    add_cli_option(c, "history_window",
+                   help="a regression counts when its first worse run is among the last K runs")
     c.add_argument("--no-report", dest="report", action="store_false",
                    help="write changes.csv only (no history.html / history.xlsx)")
     c.set_defaults(func=run_check)
@@ -184,9 +184,19 @@ def record_compare_candidate(history: str, run_id: str | None, path: str, label:
     print(printable(f"history: run {rid} (hw {run.hw_key}) recorded in {history} ({len(files)} file(s))"))
 
 
+def _require_store(args: argparse.Namespace) -> str:
+    """The history store to use; the project may have turned the history off."""
+    if args.history is None:
+        origin = getattr(args, "setting_origins", {}).get("history")
+        where = origin.text if origin is not None else "gemmperf_history"
+        raise SettingError(f"no history store: the history is off ({where}); name one with --history DIR")
+    return args.history
+
+
 def run_record(args: argparse.Namespace) -> int:
     from pytest_gemmperf.store.compare_inputs import load_side
 
+    _require_store(args)
     try:
         traces: dict = {}
         sides = load_side(args.path, args.warmup, traces, allow_partial=getattr(args, "allow_partial", False))
@@ -223,7 +233,7 @@ def store_missing(url: str) -> bool:
 def _read(args: argparse.Namespace) -> pd.DataFrame:
     from pytest_gemmperf.history.store import HistoryStore
 
-    h = HistoryStore(args.history).read(test=args.test, kernel_contains=args.kernel, hw_key=args.hw)
+    h = HistoryStore(_require_store(args)).read(test=args.test, kernel_contains=args.kernel, hw_key=args.hw)
     if h.empty:
         raise GemmperfInputError(args.history, "history holds no runs"
                                  + (" matching the filters" if (args.test or args.kernel or args.hw) else ""))
@@ -342,7 +352,7 @@ def run_check(args: argparse.Namespace) -> int:
         return 2
     h = _read(args)
     changes = detect(h, detect_changes, args.history)
-    recent_df = recent_fn(changes, h, args.window)
+    recent_df = recent_fn(changes, h, args.history_window)
     out = Path(args.out) if args.out else default_output_dir(CHECK_OUT)
     out.mkdir(parents=True, exist_ok=True)
     try:  # the detector's own writer: ISO 8601 UTC times, formula cells neutralised
@@ -360,15 +370,15 @@ def run_check(args: argparse.Namespace) -> int:
     print(printable(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
                     f"{len(changes)} change point(s) -> {out / 'changes.csv'}"))
     if getattr(args, "report", True):
-        _write_reports(h, changes, out, args.window)
+        _write_reports(h, changes, out, args.history_window)
     if len(recent_df):
-        print(printable(f"regression change point(s) within the last {args.window} run(s):"))
+        print(printable(f"regression change point(s) within the last {args.history_window} run(s):"))
         from pytest_gemmperf.history.pytest_side import format_changes
 
         print(format_changes(recent_df))
         print(printable(f"gemmperf: {len(recent_df)} recent regression change point(s)"), file=sys.stderr)
         return 1
-    print(printable(f"no regression change point within the last {args.window} run(s)"))
+    print(printable(f"no regression change point within the last {args.history_window} run(s)"))
     return 0
 
 
@@ -396,7 +406,7 @@ def run_prune(args: argparse.Namespace) -> int:
 
     if args.keep_last is None and args.older_than is None:
         raise GemmperfInputError(None, "history prune needs --keep-last N and/or --older-than DAYS")
-    st = HistoryStore(args.history)
+    st = HistoryStore(_require_store(args))
     gone = st.prune(keep_last=args.keep_last, older_than_days=args.older_than, hw_key=args.hw,
                     dry_run=not args.yes)
     runs = gone[["hw_key", "run_id"]].drop_duplicates()

@@ -134,23 +134,6 @@ class GateConfig:
         return float(self.threshold)
 
 
-def parse_threshold(text: str | float) -> float:
-    """``"5%"`` -> 0.05, ``"0.05"`` -> 0.05, ``5`` -> 0.05 (a bare number > 1 is percent)."""
-    if isinstance(text, (int, float)):
-        v = float(text)
-    else:
-        s = str(text).strip()
-        try:
-            v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
-        except ValueError:
-            raise ValueError(f"not a threshold: {text!r} (use e.g. 5% or 0.05)") from None
-        if s.endswith("%"):
-            return v
-    if v < 0:
-        raise ValueError(f"threshold must be >= 0, got {text!r}")
-    return v / 100 if v > 1 else v
-
-
 # ---------------------------------------------------------------------------------------------
 # unit-level metrics
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import pandas as pd
 
+from pytest_gemmperf.config import HISTORY_OFF
 from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.textsafe import printable, printable_lines
 from pytest_gemmperf.workdir import make_tool_dir
 
-#: values of --gemmperf-history that turn the history off
-OFF_VALUES = ("none", "off", "no", "false", "0")
+#: values of --gemmperf-history that turn the history off (the settings table's)
+OFF_VALUES = HISTORY_OFF
 DEFAULT_WINDOW = 5
 #: user_properties name of a warning the plugin shows in the terminal summary
 PROP_WARNING = "gemmperf_warning"

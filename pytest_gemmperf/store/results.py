@@ -222,7 +222,7 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
         if samples is None or len(samples) == 0:
             raise GemmperfInputError(points[0].dir, f"no samples left for {test_id!r} after warm-up removal")
         meta = {"run": run_meta, "results_dir": root.name, "refreshed_at": _now(),
-                "points": {p.point: {**{k: p.doc.get(k) for k in ("kernels", "env", "command", "backend")
+                "points": {p.point: {**{k: p.doc.get(k) for k in ("kernels", "env", "command", "backend", "threshold")
                                         if p.doc.get(k) is not None}, **_profiled_seconds(p.doc)}
                            for p in points}}
         records.append(BaselineRecord(test_id=test_id, hw_key=hw, samples=samples, meta=meta))
