@@ -244,8 +244,8 @@ def _agent_only(extra: Sequence[str]) -> bool:
 def one_rank_argv(command: str | Sequence[str]) -> list[str]:
     """``env <rendezvous variables> python -u <script> ...``: the worker torchrun would start
     for ``nproc=1, nnodes=1`` (same interpreter, ``-u``, ``-m`` or ``--no-python`` handling),
-    started directly. torchrun's agent costs a second Python process importing torch (seconds
-    per process on a GPU machine) and adds nothing to a world of one. Inherited
+    started directly. torchrun's agent is a second Python process importing torch
+    (docs/performance.md) and adds nothing to a world of one. Inherited
     ``TORCHELASTIC_*`` variables are removed (``TORCHELASTIC_USE_AGENT_STORE`` would make rank 0
     wait for an agent's store that does not exist)."""
     program = _torchrun_program(_command_list(command))
