@@ -1,6 +1,6 @@
 """Bounded, name-only scan of an input directory, and the rule that accepts it as a layout.
 
-Rule (issue 12: ``gemmperf compare /tmp ...`` walked all of /tmp and then named an unrelated
+Rule (so that ``gemmperf compare /tmp ...`` does not walk all of /tmp and then name an unrelated
 file). A directory given as input is read only when both hold:
 
 1. **It is recognisably a layout gemmperf reads, near its top.** Within :data:`RECOGNISE_DEPTH`

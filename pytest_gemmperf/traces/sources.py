@@ -7,7 +7,7 @@ PyTorch (Kineto) traces, and our ``dispatches.parquet`` tables (the layouts are 
 When one rocprofv3 prefix was written in several formats only one is read (the earliest
 registered), with a note.
 
-Hostile trees (issue 10): the walk opens regular files only (a FIFO named like a trace would
+Hostile trees: the walk opens regular files only (a FIFO named like a trace would
 block ``open`` forever), follows symlinks but enters each real directory once, and never skips
 silently - a directory it cannot list, a symlink it cannot follow (loop, missing target), a
 directory reached a second time, a FIFO/socket/device named like an output, an unreadable JSON
@@ -15,7 +15,7 @@ that no name marks as a trace: each becomes a line in ``notes`` and a typed reco
 ``skipped`` (``traces/skipped.py``). A path given directly that is none of a readable regular
 file or directory is an error.
 
-Unrelated trees (issue 12): a directory is read only when a layout name shows within two levels
+Unrelated trees: a directory is read only when a layout name shows within two levels
 of its top and the walk stays under an entry cap (``traces/dirscan.py`` states the rule); both
 are decided from names alone, before any file is opened.
 
