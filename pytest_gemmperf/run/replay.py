@@ -29,7 +29,6 @@ _AORTA_CHANNELS = re.compile(r"^nccl_(\d+)channels$")
 _TOKEN = re.compile(r"^([a-z_]+)(.*)$")
 
 
-
 class ReplayMissing(Exception):
     """A declared point has no data in the replay directory (the plugin skips or fails it)."""
 

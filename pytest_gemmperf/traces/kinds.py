@@ -22,8 +22,10 @@ trace are both ``.json``), and kinds of one ``group`` (the rocprofv3 formats) wr
 same directory and prefix are one output, read in the earliest registered format only.
 
 Readers are imported when a source is read, through ``importlib.import_module`` (which
-consults ``sys.modules`` first, so tests can substitute a reader module). Adding a format:
-docs/ARCHITECTURE.md "Adding a trace format".
+consults ``sys.modules`` first, so tests can substitute a reader module). Sources travel to
+worker processes by kind name and the workers import this module afresh, so a kind must be in
+:data:`KINDS` as written here to be read with ``jobs > 1`` (one added at run time, as a test
+does, is read in-process only). Adding a format: docs/ARCHITECTURE.md "Adding a trace format".
 """
 
 from __future__ import annotations
