@@ -44,6 +44,11 @@ def _column(name: str, series: pd.Series) -> _Col:
         return _Col(name, 1.0, "bool" if pd.api.types.is_bool_dtype(series.dtype) else "text")
     if name in ("start_ns", "end_ns"):
         return _Col(name[:-3] + " (ns)", 1.0, "int")
+    metric = M.REGISTRY.get(name)
+    if metric is not None:  # a column holding a gate metric's values: its unit, not its name's suffix
+        if metric.unit.time:
+            return _Col(name.removesuffix("_ns") + " (µs)", 1e-3, "us")
+        return _Col(name, 1.0, metric.unit.xlsx)
     if name.endswith("_ns"):
         return _Col(name[:-3] + " (µs)", 1e-3, "us")
     if name.endswith("_us"):
@@ -56,9 +61,6 @@ def _column(name: str, series: pd.Series) -> _Col:
         return _Col(name, 1.0, "ms")
     if "(%)" in name or name in ("percent", "max_overlap_percentage") or name.endswith("_percent"):
         return _Col(name if "(%)" in name else f"{name} (%)", 1.0, "pct")
-    metric = M.REGISTRY.get(name)
-    if metric is not None and not metric.unit.time:  # a column holding a gate metric's values
-        return _Col(name, 1.0, metric.unit.xlsx)
     if name in ("ratio", "ci_low", "ci_high", "shared_shift"):
         return _Col(name + " (cand/base)" if name == "ratio" else name, 1.0, "ratio")
     if name in ("p_value", "q_value", "rank_p_value"):
