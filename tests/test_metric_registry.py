@@ -174,6 +174,14 @@ def test_toy_metric_flows_through_samples_compare_tables_and_reports(toy, tmp_pa
     assert set(sheet.loc[sheet["metric"] == TOY, "value_unit"]) == {"launches/ms"}
 
 
+def test_context_metric_is_neither_compared_nor_kept_in_history(monkeypatch):
+    monkeypatch.setitem(M.REGISTRY, TOY, M.Metric(TOY, TOY_UNIT, "toy: context", _launch_rate, gated=False))
+    base, cand = gate_samples(_dispatches(2_000, 1)), gate_samples(_dispatches(3_000, 2))
+    assert (base["metric"] == TOY).sum() == 6
+    assert TOY not in set(compare(base, cand, test="t::x")["metric"])
+    assert TOY not in set(history_values(cand, test="t::x")["metric"])
+
+
 def test_toy_metric_in_the_per_source_reduction(toy, tmp_path):
     for r in range(4):
         write_rank_trace(tmp_path / "pt" / "run0" / f"rank{r}" / "trace.json", r, seed=r)

@@ -249,7 +249,8 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
                 cd, cn = _renamed(cd, swaps), _renamed(cn, swaps)
             drows = _duration_rows(point, bd, cd, cfg, (bn, cn), hist.get(point))
             rows += _mark_swaps(drows, swaps)
-        bu, cu = b[~b["metric"].isin([DUR, COUNT])], c[~c["metric"].isin([DUR, COUNT])]
+        # every other gated metric (the registry's; dispatch counts are context) is per unit
+        bu, cu = (s[(s["metric"] != DUR).to_numpy() & M.is_gated(s["metric"])] for s in (b, c))
         if len(bu) or len(cu):
             rows += _unit_metric_rows(point, bu, cu, cfg)
     df = pd.DataFrame(rows)

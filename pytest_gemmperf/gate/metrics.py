@@ -107,6 +107,9 @@ class Rows:
     frame: pd.DataFrame  # ``SAMPLE_COLUMNS``
     #: a point fact: the rows are kept only on points where its total amount is positive
     keep_if: str | None = None
+    #: optional, per row: an integer equal exactly where (point, unit) is (``Prepared.pu``);
+    #: spares comparing the labels of a long frame
+    groups: np.ndarray | None = None
 
     @classmethod
     def of(cls, metric: str, point, kernel, unit, value, keep_if: str | None = None) -> Rows:
@@ -169,7 +172,8 @@ def dur_frame(p: Prepared, mask: np.ndarray) -> pd.DataFrame:
 
 def _dur(t: BuildInput) -> Built:
     p = t.prepared
-    return Built([Rows(DUR_NS, dur_frame(p, compact_order(p, t.gated) if t.compact else t.gated))])
+    mask = compact_order(p, t.gated) if t.compact else t.gated
+    return Built([Rows(DUR_NS, dur_frame(p, mask), groups=p.pu[mask])])
 
 
 def _count(t: BuildInput) -> Built:
@@ -222,7 +226,9 @@ def _overlap(t: BuildInput) -> Built:
         return Built([])
     gm = category_mask(d, None, "gemm")
     cm = category_mask(d, None, "collective")
-    facts = {COLLECTIVE_DISPATCHES: pd.Series(point_labels(d.loc[cm])).value_counts().astype(float).to_dict()}
+    per_point = pd.Series(np.bincount(p.pu_row[cm], minlength=len(p.point_of)).astype(float)).groupby(
+        p.point_of).sum()
+    facts = {COLLECTIVE_DISPATCHES: {str(k): v for k, v in per_point[per_point > 0].items()}}
     with_gemm = points_with(p, p.pu_row, gm)
     with_coll = points_with(p, p.pu_row, cm)
     rows = _covered_rows(d, p, with_gemm & with_coll)
@@ -381,11 +387,14 @@ def lookup(name: str) -> Metric:
 
 
 def _each(names: Iterable[str], fact: Callable[[Metric], object], dtype) -> np.ndarray:
-    arr = np.asarray(names, dtype=object)
-    if arr.size == 0:
-        return np.zeros(arr.shape, dtype=dtype)
-    uniq, inv = np.unique(arr.astype(str), return_inverse=True)
-    return np.asarray([fact(lookup(u)) for u in uniq], dtype=dtype)[inv.reshape(arr.shape)]
+    """``fact`` of each name's entry, looked up once per distinct name (a categorical column
+    is factorized from its codes)."""
+    shape = (len(names),) if isinstance(names, (pd.Series, pd.Index)) else np.shape(names)
+    if not isinstance(names, (pd.Series, pd.Index)):
+        names = np.asarray(names, dtype=object).ravel()
+    codes, uniq = pd.factorize(names, use_na_sentinel=False)
+    table = np.asarray([fact(lookup(str(u))) for u in uniq], dtype=dtype)
+    return (table[codes] if len(uniq) else np.zeros(len(codes), dtype=dtype)).reshape(shape)
 
 
 def is_time(names: Iterable[str]) -> np.ndarray:

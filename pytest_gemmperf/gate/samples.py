@@ -156,8 +156,9 @@ class Reduced:
     kernels_seen: np.ndarray
     matched: bool                # some kernel matches the regexes (or there are none)
     gated_any: bool              # some dispatch of a selected kernel is left after warm-up
-    rows: pd.DataFrame | None = None  # SAMPLE_COLUMNS: every builder's rows, frame after frame
-    seg: pd.DataFrame | None = None   # _SEG_COLUMNS: one per run of equal (point, unit) of a frame
+    rows: list[pd.DataFrame] = field(default_factory=list)  # every builder's non-empty frames
+    seg: pd.DataFrame | None = None   # _SEG_COLUMNS: one per run of equal (point, unit) of a frame,
+    #                                   positions in the frames' concatenation
     facts: dict = field(default_factory=dict)  # fact -> point -> amount
     units: np.ndarray | None = None   # point\x1funit of every unit, sorted
     steps: dict | None = None         # attrs["steps"] lists, in unit order
@@ -215,9 +216,9 @@ def check_selection(parts: Sequence[Reduced], kernels: Sequence[str] | None, war
                                        "per kernel and process; profile more steps or lower the warm-up")
 
 
-def _pack(rows: list[M.Rows]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The frames' rows one after the other, and one segment per run of equal (point, unit)
-    in each frame. Every builder's frame is ordered by (point, unit) (the codes are the ranks
+def _pack(rows: list[M.Rows]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """The non-empty frames, and one segment per run of equal (point, unit) in each frame
+    (positions in the frames' concatenation). Every builder's frame is ordered by (point, unit) (the codes are the ranks
     of the sorted ``point\\x1funit`` labels), so runs are whole units and only segments - one
     per unit and metric, not one per row - need sorting in :func:`merge_reduced`."""
     segs = []
@@ -226,19 +227,24 @@ def _pack(rows: list[M.Rows]) -> tuple[pd.DataFrame, pd.DataFrame]:
         n = len(r.frame)
         if n == 0:
             continue
-        pt = r.frame["point"].to_numpy(object)
-        un = r.frame["unit"].to_numpy(object)
-        start = np.flatnonzero(np.r_[True, (pt[1:] != pt[:-1]) | (un[1:] != un[:-1])])
+        g = r.groups
+        if g is None:
+            pt = r.frame["point"].to_numpy(object)
+            un = r.frame["unit"].to_numpy(object)
+            g = (pt[1:] != pt[:-1]) | (un[1:] != un[:-1])
+        else:
+            g = g[1:] != g[:-1]
+        start = np.flatnonzero(np.r_[True, g])
         stop = np.r_[start[1:], n]
-        segs.append(pd.DataFrame({"metric": r.metric, "key": _key(pt[start], un[start]), "point": pt[start],
+        pt = r.frame["point"].iloc[start].to_numpy(object)
+        un = r.frame["unit"].iloc[start].to_numpy(object)
+        segs.append(pd.DataFrame({"metric": r.metric, "key": _key(pt, un), "point": pt,
                                   "keep_if": r.keep_if or "", "start": start + off, "stop": stop + off}))
         off += n
     if not segs:
-        empty = pd.DataFrame({c: np.zeros(0, float if c == "value" else object) for c in SAMPLE_COLUMNS})
-        return empty, pd.DataFrame({c: np.zeros(0, np.int64) if c in ("start", "stop") else np.zeros(0, object)
-                                    for c in _SEG_COLUMNS})
-    frames = pd.concat([r.frame[list(SAMPLE_COLUMNS)] for r in rows if len(r.frame)], ignore_index=True)
-    return frames, pd.concat(segs, ignore_index=True)
+        return [], pd.DataFrame({c: np.zeros(0, np.int64) if c in ("start", "stop") else np.zeros(0, object)
+                                 for c in _SEG_COLUMNS})
+    return [r.frame for r in rows if len(r.frame)], pd.concat(segs, ignore_index=True)
 
 
 def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], notes: list[str]) -> pd.DataFrame:
@@ -251,7 +257,7 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
             have = totals.setdefault(fact, {})
             for point, amount in amounts.items():
                 have[point] = have.get(point, 0) + amount
-    offsets = np.cumsum([0] + [len(p.rows) for p in parts])
+    offsets = np.cumsum([0] + [sum(map(len, p.rows)) for p in parts])
     seg = pd.concat([p.seg.assign(start=p.seg["start"] + off, stop=p.seg["stop"] + off)
                      for p, off in zip(parts, offsets)], ignore_index=True)
     cond = seg["keep_if"].to_numpy(object)
@@ -261,6 +267,7 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
         held = [k for k, v in totals.get(fact, {}).items() if v > 0]
         sel = cond == fact
         keep[sel] = np.isin(pt[sel], held)
+    everything = bool(keep.all())
     seg = seg[keep]
     order = M.row_order()
     unknown = set(seg["metric"]) - set(order)
@@ -268,13 +275,17 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
         raise ValueError(f"samples rows of unregistered metric(s) {', '.join(sorted(unknown))}")
     _, kcode = np.unique(seg["key"].to_numpy(object), return_inverse=True)
     rank = seg["metric"].map(order).to_numpy(np.int64)
-    seg = seg.iloc[np.lexsort((kcode.reshape(-1), rank))]
-    lengths = (seg["stop"] - seg["start"]).to_numpy(np.int64)
-    # one gather: the row positions of every kept segment, in segment order
-    take = np.repeat(seg["start"].to_numpy(np.int64) - np.r_[0, np.cumsum(lengths)[:-1]], lengths) \
-        + np.arange(int(lengths.sum()))
-    rows = pd.concat([p.rows for p in parts], ignore_index=True).iloc[take]
-    out = _finish([rows.reset_index(drop=True)] + run_frames)
+    by = np.lexsort((kcode.reshape(-1), rank))
+    frames = [f for p in parts for f in p.rows]
+    if not (everything and (by == np.arange(len(by))).all()):
+        seg = seg.iloc[by]
+        lengths = (seg["stop"] - seg["start"]).to_numpy(np.int64)
+        # one gather: the row positions of every kept segment, in segment order
+        take = np.repeat(seg["start"].to_numpy(np.int64) - np.r_[0, np.cumsum(lengths)[:-1]], lengths) \
+            + np.arange(int(lengths.sum()))
+        frames = [pd.concat(frames, ignore_index=True).iloc[take].reset_index(drop=True)]
+    # else: every row kept, already in order (one table whose builders write in registry order)
+    out = _finish(frames + run_frames)
     steps = {k: [x for p in parts for x in p.steps[k]] for k in ("point", "unit", "steps", "source")}
     by_key = np.argsort(_key(np.asarray(steps["point"], dtype=object), np.asarray(steps["unit"], dtype=object)),
                         kind="stable")
