@@ -97,7 +97,7 @@ def test_direction_and_unit_are_read_from_the_entry(name, monkeypatch):
     assert before["worse"] == before["change"].startswith("regression") == entry.higher_is_better
     assert before["xlsx_us"] == before["html_time"] == entry.unit.time
     assert (" ms " in before["table"]) == entry.unit.time
-    odd = M.Unit("widgets", "widgets/s")
+    odd = M.Unit("widgets/s")
     monkeypatch.setitem(M.REGISTRY, name, dataclasses.replace(
         entry, higher_is_better=not entry.higher_is_better, unit=M.NS if not entry.unit.time else odd))
     after = _uses(name)
@@ -112,7 +112,7 @@ def test_direction_and_unit_are_read_from_the_entry(name, monkeypatch):
 # a toy metric, registered here only
 
 TOY = "toy_launches_per_ms"
-TOY_UNIT = M.Unit("1/ms", "launches/ms")
+TOY_UNIT = M.Unit("launches/ms")
 
 
 def _launch_rate(t: M.BuildInput) -> M.Built:

@@ -14,7 +14,7 @@ compute per unit (``gate/metrics.py``: ``dur_ns`` rows and their quantile compac
 counts, category totals, steps, overlap, timeline) is therefore computed per source on that
 source's rows by the function ``gate_samples`` uses (``samples.reduce_table``), and the parent
 merges the sources as ``gate_samples`` merges its one table (``samples.merge_reduced``): rows
-come back with one segment per (metric, ``point\x1funit``), the parent stable-sorts the
+come back with one segment per (metric, ``point\\x1funit``), the parent stable-sorts the
 segments - never the rows - and takes them in one gather. What is not per unit is finished in
 the parent from small per-source facts:
 

@@ -45,9 +45,8 @@ from pytest_gemmperf.gate.prepared import Prepared, compact_order, point_labels,
 class Unit:
     """The unit of a metric's values and how they are shown."""
 
+    #: shown beside a value (HTML history, the xlsx ``value_unit`` column); "" for a bare number
     name: str
-    #: shown beside a value in the HTML history and the xlsx ``value_unit`` column
-    label: str
     #: nanoseconds: tables show µs, text picks ns / µs / ms / s by magnitude
     time: bool = False
     #: report.xlsx number format kind of a cell (``report.excel``: us, ratio, float, int)
@@ -66,14 +65,14 @@ class Unit:
         return f"{x:.4g}"
 
 
-NS = Unit("ns", "ns", time=True, xlsx="us")
-FRACTION = Unit("fraction", "fraction")
-RATIO = Unit("ratio", "ratio", xlsx="ratio")
-GBPS = Unit("GB/s", "GB/s")
-CV = Unit("CV", "CV")
-COUNT = Unit("count", "count", xlsx="int")
+NS = Unit("ns", time=True, xlsx="us")
+FRACTION = Unit("fraction")
+RATIO = Unit("ratio", xlsx="ratio")
+GBPS = Unit("GB/s")
+CV = Unit("CV")
+COUNT = Unit("count", xlsx="int")
 #: a metric this registry does not know (an old baseline's, a user's table)
-PLAIN = Unit("", "")
+PLAIN = Unit("")
 
 # ---------------------------------------------------------------------------------------------
 # builders: how rows are computed
@@ -113,6 +112,7 @@ class Rows:
 
     @classmethod
     def of(cls, metric: str, point, kernel, unit, value, keep_if: str | None = None) -> Rows:
+        """Rows from column values (arrays, or a scalar for every row)."""
         return cls(metric, pd.DataFrame({"point": point, "kernel": kernel, "metric": metric, "unit": unit,
                                          "value": value}), keep_if)
 
@@ -136,7 +136,7 @@ class RunBuilder:
     #: the dispatches of one table it needs (None: none); gathered from every trace source
     gather: Callable[[pd.DataFrame], pd.DataFrame | None]
     #: (dispatches, warm-up, notes to append to) -> samples frames
-    build: Callable[[pd.DataFrame, int, list], list]
+    build: Callable[[pd.DataFrame, int, list[str]], list[pd.DataFrame]]
 
 
 @dataclass(frozen=True)

@@ -189,10 +189,7 @@ def reduce_table(d: pd.DataFrame, *, kernels: Sequence[str] | None, warmup: int,
     for build in M.process_builders():
         built = build(t)
         rows += [_per_step(r, p, steps) for r in built.rows]
-        for fact, amounts in built.facts.items():
-            have = out.facts.setdefault(fact, {})
-            for point, amount in amounts.items():
-                have[point] = have.get(point, 0) + amount
+        _add_facts(out.facts, built.facts)
     out.rows, out.seg = _pack(rows)
     out.units = np.unique(_key(p.point_of, p.unit_of))
     out.steps = {"point": [str(x) for x in p.point_of], "unit": [str(x) for x in p.unit_of],
@@ -200,6 +197,13 @@ def reduce_table(d: pd.DataFrame, *, kernels: Sequence[str] | None, warmup: int,
     if gather:
         out.gathered = [rb.gather(d) for rb in M.run_builders()]
     return out
+
+
+def _add_facts(into: dict[str, dict[str, float]], facts: dict[str, dict[str, float]]) -> None:
+    for fact, amounts in facts.items():
+        have = into.setdefault(fact, {})
+        for point, amount in amounts.items():
+            have[point] = have.get(point, 0) + amount
 
 
 def check_selection(parts: Sequence[Reduced], kernels: Sequence[str] | None, warmup: int,
@@ -218,9 +222,10 @@ def check_selection(parts: Sequence[Reduced], kernels: Sequence[str] | None, war
 
 def _pack(rows: list[M.Rows]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
     """The non-empty frames, and one segment per run of equal (point, unit) in each frame
-    (positions in the frames' concatenation). Every builder's frame is ordered by (point, unit) (the codes are the ranks
-    of the sorted ``point\\x1funit`` labels), so runs are whole units and only segments - one
-    per unit and metric, not one per row - need sorting in :func:`merge_reduced`."""
+    (positions in the frames' concatenation). Every builder's frame is ordered by (point, unit)
+    (the codes are the ranks of the sorted ``point\\x1funit`` labels), so runs are whole units
+    and only segments - one per unit and metric, not one per row - need sorting in
+    :func:`merge_reduced`."""
     segs = []
     off = 0
     for r in rows:
@@ -253,10 +258,7 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
     builders' ``run_frames``; ``attrs`` notes (``notes`` first) and steps."""
     totals: dict[str, dict[str, float]] = {}
     for part in parts:
-        for fact, amounts in part.facts.items():
-            have = totals.setdefault(fact, {})
-            for point, amount in amounts.items():
-                have[point] = have.get(point, 0) + amount
+        _add_facts(totals, part.facts)
     offsets = np.cumsum([0] + [sum(map(len, p.rows)) for p in parts])
     seg = pd.concat([p.seg.assign(start=p.seg["start"] + off, stop=p.seg["stop"] + off)
                      for p, off in zip(parts, offsets)], ignore_index=True)
@@ -277,7 +279,7 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
     rank = seg["metric"].map(order).to_numpy(np.int64)
     by = np.lexsort((kcode.reshape(-1), rank))
     frames = [f for p in parts for f in p.rows]
-    if not (everything and (by == np.arange(len(by))).all()):
+    if frames and not (everything and (by == np.arange(len(by))).all()):
         seg = seg.iloc[by]
         lengths = (seg["stop"] - seg["start"]).to_numpy(np.int64)
         # one gather: the row positions of every kept segment, in segment order
@@ -285,7 +287,7 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
             + np.arange(int(lengths.sum()))
         frames = [pd.concat(frames, ignore_index=True).iloc[take].reset_index(drop=True)]
     # else: every row kept, already in order (one table whose builders write in registry order)
-    out = _finish(frames + run_frames)
+    out = _finish(frames + run_frames or [pd.DataFrame(columns=list(SAMPLE_COLUMNS))])
     steps = {k: [x for p in parts for x in p.steps[k]] for k in ("point", "unit", "steps", "source")}
     by_key = np.argsort(_key(np.asarray(steps["point"], dtype=object), np.asarray(steps["unit"], dtype=object)),
                         kind="stable")

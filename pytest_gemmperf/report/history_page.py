@@ -227,7 +227,7 @@ def history_sheet_table(history: pd.DataFrame, changes: pd.DataFrame | None = No
 
 
 def _native_unit(metric: str) -> str:
-    return M.lookup(str(metric)).unit.label
+    return M.lookup(str(metric)).unit.name
 
 
 def _display_scale(metric: str, typical: float) -> tuple[float, str]:
