@@ -191,7 +191,8 @@ def format_verdict_table(df: pd.DataFrame, max_rows: int = 20, *, kernel_width: 
         if swapped and swapped != "nan":
             half = max(8, (kernel_width - 4) // 2)
             kern = f"{shorten_kernel(r.kernel, half)} -> {shorten_kernel(swapped, half)}"
-        rows.append((str(r.verdict), str(r.point), kern, metric, M.format_value(b, metric), M.format_value(c, metric),
+        rows.append((str(r.verdict), str(r.point), kern, metric, M.format_value(b, metric),
+                     M.format_value(c, metric),
                      "-" if not np.isfinite(raw) else f"x{raw:.3f}",
                      _fmt_change(float(r.ratio), float(r.ci_low), float(r.ci_high)),
                      "-" if not np.isfinite(r.q_value) else f"{r.q_value:.2g}"))

@@ -28,7 +28,8 @@ def history_values(samples: pd.DataFrame, *, test: str) -> pd.DataFrame:
 
     Contract: ``dur_ns`` -> the median of the unit's dispatch samples; every other metric the
     unit's value (the median, should a unit carry several rows); rows of ungated metrics
-    (``dispatch_count``) and non-finite values dropped. Strings as ``str``, ``value`` float64, rows sorted by key.
+    (``dispatch_count``) and non-finite values dropped. Strings as ``str``, ``value`` float64,
+    rows sorted by key.
     Raises :class:`GemmperfInputError` when a sample column is missing.
     """
     missing = [c for c in SAMPLE_COLUMNS if c not in samples.columns]
