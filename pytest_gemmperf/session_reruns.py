@@ -188,6 +188,7 @@ class PointReruns:
         from pytest_gemmperf.gate.compare import compare
         from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge_round, settled,
                                                   suspicious)
+        from pytest_gemmperf.gate.metrics import DUR_NS
         from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
                                                   write_point_json_field)
 
@@ -219,7 +220,7 @@ class PointReruns:
             summary["rounds"] = round_no
             # the round's share of the FDR budget (rounds share one budget: no free extra looks)
             summary.setdefault("fdr_per_round", []).append(cfg.fdr * ccfg.fdr_share(round_no))
-            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == "dur_ns", "unit"].nunique())
+            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == DUR_NS, "unit"].nunique())
             summary["changes"] = changes
             summary["environment"].append(disturbance.as_dict())
             if settled(verdicts, ccfg):

@@ -24,9 +24,10 @@ pytest_plugins = ["pytester"]
 import pandas.core.arrays.arrow.extension_types  # noqa: E402,F401
 import pyarrow.parquet  # noqa: E402,F401
 
-import pytest_gemmperf.gate.baseline  # noqa: E402,F401
+import pytest_gemmperf.store.baselines  # noqa: E402,F401
+import pytest_gemmperf.store.results  # noqa: E402,F401
 import pytest_gemmperf.gate.compare  # noqa: E402,F401
-import pytest_gemmperf.gate.hardware  # noqa: E402,F401
+import pytest_gemmperf.store.hardware  # noqa: E402,F401
 import pytest_gemmperf.gate.samples  # noqa: E402,F401
 import pytest_gemmperf.traces.torch_trace  # noqa: E402,F401
 

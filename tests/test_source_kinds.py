@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.file_reduce import gate_inputs
-from pytest_gemmperf.gate.load import load_side
+from pytest_gemmperf.store.compare_inputs import load_side
 from pytest_gemmperf.run.replay import trace_files
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.discover import discover, load

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.metrics import DUR_NS
 
 #: pytest-benchmark version whose layout is written (``version`` field).
 PYTEST_BENCHMARK_LAYOUT = "5.1.0"
@@ -87,7 +88,7 @@ def default_machine_info() -> dict[str, Any]:
 
 def _as_samples(data: pd.DataFrame) -> pd.DataFrame:
     if {"metric", "value", "kernel"} <= set(data.columns):
-        d = data[data["metric"].astype(str) == "dur_ns"]
+        d = data[data["metric"].astype(str) == DUR_NS]
         return pd.DataFrame({"point": d["point"].astype(str) if "point" in d else "-",
                              "kernel": d["kernel"].astype(str), "unit": d["unit"].astype(str) if "unit" in d else "-",
                              "value": d["value"].to_numpy(float)})

@@ -39,14 +39,15 @@ import pandas as pd
 from scipy import stats as sps
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.durations import (  # noqa: F401 - re-exported: tests and benchmarks use them
     COUNT, CV, DUR, HISTORY_OUTLIER_P, SAMPLE_COLUMNS, SHARED, _as_category, _codes,
     _duration_rows, _matrix, _moderated, _nanmean_rows, _nanmedian_rows, _pooled_var, _prior_covariate,
     _shared_offsets, _with_history, check_samples, variance_contribution)
 from pytest_gemmperf.gate.pairing import Swap, pair_swaps
-from pytest_gemmperf.gate.verdict import (HIGHER_IS_BETTER, IMPROVEMENT, INCONCLUSIVE, MISSING, NEW,
-                                          REGRESSION, UNCHANGED, verdicts_to_frame)
+from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION, UNCHANGED,
+                                          verdicts_to_frame)
 
 
 #: variance history (df) from which a kernel's change relative to the other kernels sizes it
@@ -230,7 +231,8 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
                 cd, cn = _renamed(cd, swaps), _renamed(cn, swaps)
             drows = _duration_rows(point, bd, cd, cfg, (bn, cn), hist.get(point))
             rows += _mark_swaps(drows, swaps)
-        bu, cu = b[~b["metric"].isin([DUR, COUNT])], c[~c["metric"].isin([DUR, COUNT])]
+        # every other gated metric (the registry's; dispatch counts are context) is per unit
+        bu, cu = (s[(s["metric"] != DUR).to_numpy() & M.is_gated(s["metric"])] for s in (b, c))
         if len(bu) or len(cu):
             rows += _unit_metric_rows(point, bu, cu, cfg)
     df = pd.DataFrame(rows)
@@ -403,7 +405,7 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     thr = np.where(metric == CV, cfg.dispersion_threshold, thr)
     df["threshold"] = thr
 
-    better = np.isin(metric, list(HIGHER_IS_BETTER))
+    better = M.higher_is_better(metric)
     r = df["ratio"].to_numpy(float)
     lo = df["ci_low"].to_numpy(float)
     hi = df["ci_high"].to_numpy(float)
@@ -417,7 +419,7 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     nb = df["n_base"].to_numpy(float)
     nc = df["n_cand"].to_numpy(float)
     growth = df["cand_median_ns"].to_numpy(float) - df["base_median_ns"].to_numpy(float)
-    is_ns = np.char.endswith(metric.astype(str), "_ns") | np.char.startswith(metric.astype(str), "category_total_ns")
+    is_ns = M.is_time(metric)
     floor_ok = ~is_ns | better | ~(np.abs(np.nan_to_num(growth, nan=np.inf)) <= cfg.abs_floor_ns)
     verdict = df["verdict"].astype(object).to_numpy().copy()
     note = df["note"].astype(object).to_numpy().copy()

@@ -22,6 +22,7 @@ from pytest_gemmperf.analysis.overlap import gemm_overlap, overlap_by_kernel
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
+from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
@@ -426,7 +427,7 @@ def _plot_kernels(kernels: pd.DataFrame, top: pd.DataFrame, verdicts: pd.DataFra
     """GEMM kernels worth a distribution plot: regressions first, then top variance, then time."""
     picked: list[str] = []
     if verdicts is not None and len(verdicts):
-        v = verdicts[(verdicts["metric"] == "dur_ns") & (verdicts["kernel"] != "*")]
+        v = verdicts[(verdicts["metric"] == DUR_NS) & (verdicts["kernel"] != ALL_KERNELS)]
         v = v.assign(_o=v["verdict"].map(SEVERITY).fillna(9)).sort_values(["_o", "ratio"], ascending=[True, False])
         picked += [k for k in v.loc[v["_o"] <= 1, "kernel"].astype(str)]
     if len(top) and "kernel_name" in top.columns:

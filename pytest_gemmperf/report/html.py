@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
+from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report import plots
 from pytest_gemmperf.gate.verdict import MISSING, NEW, shorten_kernel
 from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, sweep_fact, verdict_counts
@@ -35,6 +36,8 @@ def _env() -> jinja2.Environment:
         finalize=_visible)
     env.filters.update(num=fmt_num, us=fmt_us, ratio=fmt_ratio, pct=fmt_pct, sortkey=sort_key,
                        intf=fmt_int, p=fmt_p)
+    # ``{% if r.metric is time_metric %}``: nanosecond metrics are shown in µs
+    env.tests["time_metric"] = lambda name: M.lookup(str(name)).unit.time
     return env
 
 
