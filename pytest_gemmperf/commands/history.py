@@ -94,7 +94,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-
 def _impl():
     # lazy: keeps gemmperf --help fast
     from pytest_gemmperf.commands import history_impl
