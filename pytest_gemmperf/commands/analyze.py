@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
     trace = load(_complete_parts(args.paths, getattr(args, "allow_partial", False)), jobs=getattr(args, "jobs", 0))
     d = trace.dispatches
     if extra_rules:
-        from pytest_gemmperf.analysis.categories import categorize
+        from pytest_gemmperf.traces.categories import categorize
         d = d.copy(deep=False)
         d["category"] = categorize(d["kernel"], extra=extra_rules)
     kernels = kernel_table(d, warmup=args.warmup)
@@ -132,7 +132,7 @@ def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) 
 def _rules(path: str | None) -> list[tuple[str, str]]:
     if not path:
         return []
-    from pytest_gemmperf.analysis.categories import load_rules
+    from pytest_gemmperf.traces.categories import load_rules
     return load_rules(path)
 
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats
 from pytest_gemmperf.analysis.overlap import gemm_overlap, overlap_by_kernel
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
@@ -583,6 +584,33 @@ def finite(x: Any) -> bool:
         return False
 
 
+def page_kernel_labels(names_per_table: list[Any]) -> dict[str, str]:
+    """One :func:`short_names` call over every kernel the page shows, so each label is
+    distinct across the whole page (tables and plots alike)."""
+    names: set[str] = set()
+    for col in names_per_table:
+        names.update(str(x) for x in col if x is not None and not (isinstance(x, float) and math.isnan(x)))
+    return short_names(names)
+
+
+def report_kernel_labels(data: ReportData) -> dict[str, str]:
+    """Short labels for every kernel of the report (verdicts, kernel statistics, variance,
+    overlap, counters, plotted boxes): one mapping for report.html and report.xlsx alike, so a
+    kernel reads the same in both and no two kernels share a label anywhere."""
+    cols: list[Any] = []
+    if data.verdicts is not None and "kernel" in data.verdicts.columns:
+        cols.append(data.verdicts["kernel"])
+        if "swapped_to" in data.verdicts.columns:  # a kernel swap's new name, in its before/after panel
+            cols.append(data.verdicts["swapped_to"].dropna().astype(str).loc[lambda x: x != ""])
+    for df, c in ((data.kernels, "kernel"), (data.top_variance, "kernel_name"), (data.overlap, "kernel"),
+                  (data.counters, "kernel")):
+        if df is not None and c in df.columns:
+            cols.append(df[c])
+    cols += [b["kernel"] for b in data.boxes.values() if b is not None and "kernel" in b.columns]
+    return page_kernel_labels([pd.unique(c.dropna().astype(str)) for c in cols])
+
+
 __all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",
-           "build_report_data", "finite", "normalize_verdicts", "overall_status", "sweep_fact",
+           "build_report_data", "finite", "normalize_verdicts", "overall_status", "page_kernel_labels",
+           "report_kernel_labels", "sweep_fact",
            "verdict_counts"]

@@ -217,7 +217,7 @@ def _verdicts_sheet(book: _Book, data: ReportData) -> None:
         return
     df = _verdict_units(public(v, data))
     # the distinguishing short label of report.html beside the full name (sort/filter by it)
-    from pytest_gemmperf.report.html import report_kernel_labels
+    from pytest_gemmperf.report.data import report_kernel_labels
 
     labels = report_kernel_labels(data)
     df.insert(df.columns.get_loc("kernel") + 1, "short_name",

@@ -178,7 +178,7 @@ def _pct(r: float, lo: float, hi: float) -> str:
 
 
 def summary_markdown(data: ReportData, report_name: str | None = "report.html") -> str:
-    from pytest_gemmperf.report.html import report_kernel_labels
+    from pytest_gemmperf.report.data import report_kernel_labels
 
     # the distinguishing labels of report.html (an elided middle made GEMMs read alike);
     # full names are in verdicts.csv and the variance CSVs

@@ -133,7 +133,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     df["op_input_dims"] = take(cpu_ops["input_dims"], op_row)
     df["op_input_types"] = take(cpu_ops["input_types"], op_row)
 
-    from pytest_gemmperf.analysis.categories import categorize
+    from pytest_gemmperf.traces.categories import categorize
     df["kernel"] = df["kernel"].astype(STR)
     df["category"] = categorize(df["kernel"])
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole
