@@ -11,7 +11,7 @@ import datetime as _dt
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -21,11 +21,11 @@ from pytest_gemmperf.config import default
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.paths import remove_tree
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
-from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.redact import redact_argv, redact_command, redact_env, redact_text, secret_values
 from pytest_gemmperf.run.results import (COMPLETE, FAILED, INTERRUPTED, POINT_JSON, ResultsDir, item_test_id,
                                          write_point_json, write_tables)
 # PROP_*: re-exported, plugin.py and progress.py read them from here
+from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped  # noqa: F401 - re-exported
 from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
 from pytest_gemmperf.session_reruns import PointReruns
 from pytest_gemmperf.sweep import SweepPoint
@@ -84,36 +84,6 @@ class Options:
     telemetry_interval_s: float = default("telemetry_interval")
     #: worker processes reading trace files (traces/parallel.py); 0: every usable core
     jobs: int = default("jobs")
-
-
-@dataclass
-class PointResult:
-    """What ``gemmperf.profile`` returns: the canonical tables of all repeats and ranks."""
-
-    test_id: str
-    point: SweepPoint
-    dir: Path
-    backend: BackendChoice
-    dispatches: pd.DataFrame
-    counters: pd.DataFrame
-    agents: pd.DataFrame
-    env: dict[str, str]
-    command: list[str]
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    hw_key: str = ""
-    #: contention evidence recorded while the point ran (run/environment.py)
-    environment: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def gated_dispatches(self) -> pd.DataFrame:
-        """Dispatches of the kernels the point's regexes select (all when it has none)."""
-        return select_kernels(self.dispatches, self.point.kernels)
-
-    @property
-    def paths(self) -> dict[str, Path]:
-        return {"point_dir": self.dir, "point_json": self.dir / "point.json",
-                "dispatches": self.dir / "dispatches.parquet",
-                "counters": self.dir / "counters.parquet", "agents": self.dir / "agents.parquet"}
 
 
 def worker_index() -> int:
@@ -534,17 +504,6 @@ class PointRunner(PointGate, PointReruns):
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-class _PointFailed(Exception):
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class _PointSkipped(Exception):
-    """The point has no data to replay."""
-
 
 def _mark_processes(record: dict[str, Any]) -> None:
     """``processes_complete``: the runs (processes) whose workload ended well, by run number."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -15,10 +15,8 @@ from pytest_gemmperf import safe_io
 from pytest_gemmperf.config import parse_threshold
 from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.run.results import write_point_json
+from pytest_gemmperf.session_point import PointResult
 from pytest_gemmperf.textsafe import printable, printable_frame, printable_lines
-
-if TYPE_CHECKING:
-    from pytest_gemmperf.session import PointResult
 
 #: rows of the verdict table in a failure message
 FAIL_TABLE_ROWS = 20

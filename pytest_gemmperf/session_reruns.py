@@ -10,16 +10,14 @@ its backend methods (``_run_torch``, ``_run_rocprofv3``, ``_run_replay``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 
 from pytest_gemmperf.redact import redact_text
 from pytest_gemmperf.run.results import write_point_json, write_tables
+from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped
 from pytest_gemmperf.textsafe import printable, printable_lines
-
-if TYPE_CHECKING:
-    from pytest_gemmperf.session import PointResult
 
 
 class PointReruns:
@@ -113,8 +111,6 @@ class PointReruns:
 
     def _execute(self, record: dict[str, Any], *, first_run: int):
         """Run ``repeats`` processes of the last ``profile()`` call, numbered from ``first_run``."""
-        from pytest_gemmperf.session import _PointSkipped
-
         c = self._call
         backend = self.backend
         if backend.name == "torch":
@@ -139,7 +135,6 @@ class PointReruns:
         cannot re-run (replay)."""
         import pytest
 
-        from pytest_gemmperf.session import PointResult, _PointFailed
         from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
                                                    concat_tables)
 
