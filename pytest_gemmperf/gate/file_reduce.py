@@ -49,6 +49,20 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import samples as S
+from pytest_gemmperf.analysis.overlap import category_mask
+from pytest_gemmperf.analysis.timeline import gpu_timeline
+from pytest_gemmperf.analysis.collectives import collective_mask
+from pytest_gemmperf.analysis.kernel_stats import drop_warmup
+from pytest_gemmperf.analysis.selection import select_kernels
+from pytest_gemmperf.traces.discover import read_attached
+from pytest_gemmperf.traces.discover import discover_all, merge_notes
+from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
+from pytest_gemmperf.traces.discover import concat_with_extras
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA
+from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA
+from pytest_gemmperf.analysis.kernel_stats import kernel_stats
+from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
+from pytest_gemmperf.traces.discover import load
 
 #: kinds of rows, in gate_samples' frame order
 DUR, COUNT, CATEGORY, OVERLAP, INTERFERENCE, EXPOSED, COMPUTATION = range(7)
@@ -122,8 +136,6 @@ def _overlap_only_gemm(d: pd.DataFrame, p) -> pd.DataFrame | None:
     """``overlap_fraction`` rows (0 covered) of units whose point has GEMMs but no collectives
     in this source: ``gate_samples`` writes them when another source of the point has
     collectives (same-GPU groups include the file, so nothing here is covered)."""
-    from pytest_gemmperf.analysis.overlap import category_mask
-
     gm = category_mask(d, None, "gemm")
     cm = category_mask(d, None, "collective")
     only = S._points_with(p, p.pu_row, gm) & ~S._points_with(p, p.pu_row, cm)
@@ -147,8 +159,6 @@ def _overlap_only_gemm(d: pd.DataFrame, p) -> pd.DataFrame | None:
 
 def _timeline(d: pd.DataFrame, p, steps: np.ndarray) -> tuple[list[pd.DataFrame], dict]:
     """``_timeline_frames`` before its per-point filter, and per-point communication time."""
-    from pytest_gemmperf.analysis.timeline import gpu_timeline
-
     tl = gpu_timeline(d)
     tl = tl.assign(_point=S._points(tl), _unit=S.unit_ids(tl))
     per_unit = tl.groupby(["_point", "_unit"], sort=True)[
@@ -192,11 +202,6 @@ def _segments(tagged: list[tuple[pd.DataFrame, int, int]]) -> tuple[pd.DataFrame
 
 def reduce_source(src, opts: _Options) -> _Partial:
     """Read one source and reduce it (runs in a worker process)."""
-    from pytest_gemmperf.analysis.collectives import collective_mask
-    from pytest_gemmperf.analysis.kernel_stats import drop_warmup
-    from pytest_gemmperf.analysis.selection import select_kernels
-    from pytest_gemmperf.traces.discover import read_attached
-
     t, read_notes, attach_notes = read_attached(src, opts.point)
     out = _Partial(read_notes=read_notes, attach_notes=attach_notes)
     if t is None:
@@ -261,9 +266,6 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     ``point, rank, kernel``, with a leading ``source`` when the inputs mix profilers, as
     ``gemmperf analyze`` groups). Errors are those ``load`` / ``gate_samples`` raise.
     """
-    from pytest_gemmperf.traces.discover import discover_all, merge_notes
-    from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
-
     t0 = time.perf_counter()
     roots, sources, unique, notes = discover_all(paths)
     opts = _Options(point=point, kernels=tuple(str(k) for k in kernels) if kernels else None,
@@ -293,8 +295,6 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     stat_table, by = _stats(live, warmup) if stats else (None, ())
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
                "workers": n_jobs}
-    from pytest_gemmperf.traces.discover import concat_with_extras
-    from pytest_gemmperf.traces.schema import AGENT_SCHEMA
 
     agents = [p.agents for p in parts if p.agents is not None]
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
@@ -348,9 +348,6 @@ def _merge_samples(live: list[_Partial], warmup: int) -> pd.DataFrame:
     frames = [rows.reset_index(drop=True)]
     coll = [p.collectives for p in live if p.collectives is not None]
     if coll:
-        from pytest_gemmperf.traces.discover import concat_with_extras
-        from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA
-
         frames += S._collective_frames(concat_with_extras(coll, DISPATCH_SCHEMA).reset_index(drop=True),
                                        warmup, notes)
     out = S._finish(frames)
@@ -369,9 +366,6 @@ def _stats_by(slim: pd.DataFrame) -> tuple[str, ...]:
 
 
 def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    from pytest_gemmperf.analysis.kernel_stats import kernel_stats
-    from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
-
     slim = concat_tables([p.slim for p in live], {c: DISPATCH_SCHEMA[c] for c in _SLIM if c in DISPATCH_SCHEMA})
     by = _stats_by(slim)
     return kernel_stats(slim, by=by, warmup=0), by
@@ -379,9 +373,6 @@ def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, 
 
 def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats) -> GateInputs:
     """The serial reduction on the full tables (read with ``jobs`` workers)."""
-    from pytest_gemmperf.analysis.kernel_stats import kernel_stats
-    from pytest_gemmperf.traces.discover import load
-
     trace = load(paths, point=point, jobs=jobs)
     d = trace.dispatches
     samples = S.gate_samples(d, kernels=kernels, warmup=warmup, compact=compact, path=path)

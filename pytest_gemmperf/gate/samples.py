@@ -23,6 +23,10 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.analysis.selection import select_kernels
+from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap
+from pytest_gemmperf.analysis.timeline import gpu_timeline
+from pytest_gemmperf.analysis import collectives as C
 
 SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
 #: rows written by :func:`compact_samples`: dispatches per (point, kernel, unit) before
@@ -268,8 +272,6 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
       (one rank's trace only) are skipped with a note in ``samples.attrs["notes"]``.
     * ``compact``: shrink ``dur_ns`` rows with :func:`compact_samples` (what a baseline stores).
     """
-    from pytest_gemmperf.analysis.selection import select_kernels
-
     if len(dispatches) == 0:
         raise GemmperfInputError(path, "no dispatches")
     d = dispatches.reset_index(drop=True)
@@ -400,8 +402,6 @@ def _points_with(p: _Prepared, pu_row: np.ndarray, mask: np.ndarray) -> np.ndarr
 
 
 def _overlap_frames(d: pd.DataFrame, p: _Prepared) -> list[pd.DataFrame]:
-    from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap
-
     if "category" not in d.columns or "end_ns" not in d.columns:
         return []
     gm = category_mask(d, None, "gemm")
@@ -445,8 +445,6 @@ def _overlap_frames(d: pd.DataFrame, p: _Prepared) -> list[pd.DataFrame]:
 
 
 def _timeline_frames(d: pd.DataFrame, p: _Prepared, steps: np.ndarray) -> list[pd.DataFrame]:
-    from pytest_gemmperf.analysis.timeline import gpu_timeline
-
     if "end_ns" not in d.columns:
         return []
     tl = gpu_timeline(d)
@@ -469,7 +467,6 @@ def _timeline_frames(d: pd.DataFrame, p: _Prepared, steps: np.ndarray) -> list[p
 def _collective_frames(d: pd.DataFrame, warmup: int, notes: list[str]) -> list[pd.DataFrame]:
     if "coll_name" not in d.columns or not d["coll_name"].notna().any():
         return []
-    from pytest_gemmperf.analysis import collectives as C
 
     try:
         match = C.match_collectives(d, warmup=warmup, strict=False)

@@ -27,6 +27,9 @@ from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NE
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
 from pytest_gemmperf.report.before_after import SEVERITY, BeforeAfter, ComparedSamples, before_after
+from pytest_gemmperf.analysis import collectives as C
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.analysis.counters import counter_summary, join_counters
 
 #: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
 DEFAULT_SHORT_KERNEL_US = 50.0
@@ -333,8 +336,6 @@ def _analyse_collectives(label: str, d: pd.DataFrame, warmup: int, notes: list[s
     """Cross-rank collective tables when the dispatches carry torch collective metadata."""
     if "coll_name" not in d.columns or not d["coll_name"].notna().any():
         return {}
-    from pytest_gemmperf.analysis import collectives as C
-    from pytest_gemmperf.errors import GemmperfInputError
 
     try:
         match = C.match_collectives(d, warmup=warmup, strict=False)
@@ -404,8 +405,6 @@ def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
 
 
 def _counter_table(d: pd.DataFrame, counters: pd.DataFrame, agents: pd.DataFrame | None) -> pd.DataFrame:
-    from pytest_gemmperf.analysis.counters import counter_summary, join_counters
-
     names = set(counters["kernel"].dropna().astype(str).unique())
     sub = d[d["kernel"].astype(object).isin(names).to_numpy()]
     if len(sub) == 0:  # a counter-only run: no timing dispatches to join with

@@ -24,6 +24,9 @@ from pytest_gemmperf.report.data import (HTML_MAX_ROWS, ReportData, page_kernel_
                                          report_kernel_labels, sweep_fact, verdict_counts)
 from pytest_gemmperf.report.tables import STATUS_TEXT
 from pytest_gemmperf.textsafe import printable_lines
+from pytest_gemmperf.analysis.variance import parse_point_axes
+from pytest_gemmperf.report.telemetry import telemetry_context
+from pytest_gemmperf.safe_io import write_text
 
 TEMPLATE = "report.html.j2"
 
@@ -89,8 +92,6 @@ def _records(df: pd.DataFrame, limit: int = HTML_MAX_ROWS) -> list[dict]:
 
 def _axes(data: ReportData) -> dict[str, str]:
     """Sweep axes seen in the data (from point ids and ranks)."""
-    from pytest_gemmperf.analysis.variance import parse_point_axes
-
     k = data.kernels
     facts: dict[str, str] = {}
     if "point" in k.columns and k["point"].notna().any():
@@ -266,8 +267,6 @@ def visible_columns(rows: list[dict], columns: tuple[str, ...] = OPTIONAL_VERDIC
 
 
 def render_html(data: ReportData, *, history_href: str | None = None) -> str:
-    from pytest_gemmperf.report.telemetry import telemetry_context
-
     env = _env()
     tmpl = env.get_template(TEMPLATE)
     v = data.verdicts
@@ -322,8 +321,6 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
 
 
 def write_html(data: ReportData, path: Path) -> Path:
-    from pytest_gemmperf.safe_io import write_text
-
     # link the trend page when one was written beside this report
     href = "history.html" if Path(path).with_name("history.html").is_file() else None
     return write_text(path, render_html(data, history_href=href))

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import GemmperfInputError
 from .results import base_test_id, slugify_test_id
+from ..traces import discover as _discover
 
 _AORTA_THREADS = re.compile(r"^(\d+)thread$")
 _AORTA_CHANNELS = re.compile(r"^nccl_(\d+)channels$")
@@ -61,12 +62,10 @@ class ReplayResult:
 
     def sources(self) -> list:
         """``traces.discover.discover`` on the point directory (imported lazily)."""
-        from ..traces import discover as _discover
         return _discover.discover(self.directory)
 
     def load(self):
         """One ``Trace`` of every file of the point (``traces.discover.load``)."""
-        from ..traces import discover as _discover
         return _discover.load(list(self.files))
 
 

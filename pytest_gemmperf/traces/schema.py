@@ -21,6 +21,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categorical import map_categories  # noqa: F401 - re-exported
 from pytest_gemmperf.traces.categories import categorize
+from pandas.api.types import union_categoricals
 
 #: Values of the ``source`` column.
 SOURCES = ("rocprofv3-csv", "rocprofv3-json", "rocpd", "torch")
@@ -384,7 +385,6 @@ def concat_tables(frames: Iterable[pd.DataFrame], schema: dict[str, str]) -> pd.
     for f in frames:
         cols.extend(c for c in f.columns if c not in cols)
     out: dict[str, Any] = {}
-    from pandas.api.types import union_categoricals
     for c in cols:
         is_cat = schema.get(c) == STR or any(
             c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)

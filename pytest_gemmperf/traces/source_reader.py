@@ -27,6 +27,7 @@ from pytest_gemmperf.traces.provenance import Source, csv_role
 from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, Trace, empty,
                                            finalize_agents, finalize_counters,
                                            finalize_dispatches, set_columns)
+from pytest_gemmperf.traces import torch_trace
 
 
 def read_source(src: Source, notes: list[str] | None = None) -> Trace | None:
@@ -35,7 +36,6 @@ def read_source(src: Source, notes: list[str] | None = None) -> Trace | None:
     f = src.files[0]
     try:
         if src.kind == "torch":
-            from pytest_gemmperf.traces import torch_trace
             try:
                 return torch_trace.read_torch_trace(f)
             except GemmperfInputError as exc:
