@@ -49,12 +49,14 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import samples as S
+from pytest_gemmperf.traces.skipped import SkippedInput
 from pytest_gemmperf.analysis.overlap import category_mask
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.collectives import collective_mask
 from pytest_gemmperf.analysis.kernel_stats import drop_warmup
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.traces.discover import read_attached
+from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.discover import discover_all, merge_notes
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 from pytest_gemmperf.traces.discover import concat_with_extras
@@ -115,6 +117,7 @@ class GateInputs:
     kernel_stats: pd.DataFrame | None  # == kernel_stats(dispatches, by=stats_by, warmup=warmup)
     stats_by: tuple[str, ...]
     notes: list[str]              # == load(paths).meta["notes"]
+    skipped: list[SkippedInput]   # == load(paths).meta["skipped"]
     sources: list[dict]           # == load(paths).meta["sources"]
     n_dispatches: int
     reduced: bool                 # False: a unit spanned sources, full tables were used
@@ -267,7 +270,11 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     ``gemmperf analyze`` groups). Errors are those ``load`` / ``gate_samples`` raise.
     """
     t0 = time.perf_counter()
-    roots, sources, unique, notes = discover_all(paths)
+    found = discover_all(paths)
+    roots, sources, unique, notes = found.roots, found.sources, found.unique, found.notes
+    if not all(kinds.reducible(s.kind) for s in unique):  # a source may hold part of a process
+        return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
+                          path=path, stats=stats)
     opts = _Options(point=point, kernels=tuple(str(k) for k in kernels) if kernels else None,
                     warmup=int(warmup), compact=compact, path=None if path is None else os.fspath(path),
                     stats=stats)
@@ -298,7 +305,7 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
 
     agents = [p.agents for p in parts if p.agents is not None]
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
-                      sources=described, n_dispatches=n, reduced=True, timings=timings,
+                      skipped=found.skipped, sources=described, n_dispatches=n, reduced=True, timings=timings,
                       agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None)
 
 
@@ -379,5 +386,5 @@ def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats) -> 
     by = _stats_by(d) if stats else ()
     table = kernel_stats(d, by=by, warmup=warmup) if stats else None
     return GateInputs(samples=samples, kernel_stats=table, stats_by=by, notes=trace.meta["notes"],
-                      sources=trace.meta["sources"], n_dispatches=len(d), reduced=False,
+                      skipped=trace.meta["skipped"], sources=trace.meta["sources"], n_dispatches=len(d), reduced=False,
                       agents=trace.agents if len(trace.agents) else None)

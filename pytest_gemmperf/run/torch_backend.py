@@ -259,7 +259,11 @@ class _Names(msgspec.Struct):
 
 
 def count_profiler_steps(path: str | Path) -> int:
-    """Distinct ``ProfilerStep#N`` complete events of a Kineto trace (annotation or cpu_op)."""
+    """Distinct ``ProfilerStep#N`` complete events of a Kineto trace (annotation or cpu_op).
+
+    Decoded with a names-only schema, not the Kineto reader's decoder: :func:`read_trace` calls
+    it after ``read_torch_cpu_trace`` accepted the same file (a repeated key is refused there),
+    and a second full decode would cost many times this one on a large trace."""
     try:
         doc = msgspec.json.decode(read_maybe_gzip(str(path)), type=_Names)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

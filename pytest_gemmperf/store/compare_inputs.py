@@ -19,6 +19,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
 from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.traces.skipped import SkippedInput
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.hardware import trace_hardware_key
 from pytest_gemmperf.traces.discover import load
@@ -26,7 +27,7 @@ from pytest_gemmperf.store.results import resolve_results_dir
 from pytest_gemmperf.store.results import results_samples
 from pytest_gemmperf.gate.file_reduce import gate_inputs
 from pytest_gemmperf.run.results import run_state
-from pytest_gemmperf.traces.dirscan import NOT_A_LAYOUT, check_recognisable
+from pytest_gemmperf.traces.dirscan import NotALayout, check_recognisable
 from pytest_gemmperf.run.results import newest_complete_run
 
 
@@ -185,13 +186,13 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
         _check_trace_dir(p)  # before any reader: an unrelated tree is one line naming it
     if traces is None:
         inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False)
-        samples, found, read_notes = inputs.samples, inputs.agents, inputs.notes
+        samples, found, skipped = inputs.samples, inputs.agents, inputs.skipped
     else:
         trace = load([p], jobs=jobs)
         traces[path] = trace
         samples, found = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p), trace.agents
-        read_notes = trace.meta.get("notes", [])
-    _check_lost_inputs(p, read_notes, allow_partial)
+        skipped = trace.meta.get("skipped", [])
+    _check_lost_inputs(p, skipped, allow_partial)
     if agents is not None and found is not None and len(found):
         agents[path] = found
     for note in samples.attrs.get("notes", []):
@@ -199,15 +200,12 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     return {"": samples}
 
 
-#: how discovery words an input it could not read (a directory it cannot list, a link it
-#: cannot follow, an unreadable file, a FIFO named like a trace): every such note has it
-LOST_INPUT = " skipped, "
-
-
-def _check_lost_inputs(p: Path, notes: list[str], allow_partial: bool) -> None:
-    """One line when part of the input could not be read: the processes in it would be
-    missing from the comparison, which could then pass on what is left."""
-    lost = [n for n in notes if LOST_INPUT in n]
+def _check_lost_inputs(p: Path, skipped: list[SkippedInput], allow_partial: bool) -> None:
+    """One line when part of the input could not be read (discovery's ``SkippedInput`` records
+    that are ``lost``: a directory it cannot list, a link it cannot follow, an unreadable file,
+    a FIFO named like a trace): the processes in it would be missing from the comparison,
+    which could then pass on what is left."""
+    lost = [s.note for s in skipped if s.lost]
     if not lost:
         return
     if not allow_partial:
@@ -238,12 +236,10 @@ def _check_trace_dir(p: Path) -> None:
     baseline was recorded: the store has no ``<hw_key>/<test>/meta.json`` yet)."""
     try:
         check_recognisable(p)
-    except GemmperfInputError as exc:
-        if not exc.message.startswith(NOT_A_LAYOUT):
-            raise
+    except NotALayout as exc:
         raise GemmperfInputError(p, "not a baselines store (no <hw_key>/<test>/meta.json: nothing "
                                     "recorded yet?), results, rocprofv3 output or sweep directory"
-                                 + exc.message[len(NOT_A_LAYOUT):]) from None
+                                 + exc.detail) from None
 
 
 def hw_keys_by_test(recs: list) -> dict[str, set[str]]:

@@ -29,6 +29,7 @@ from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     DISPATCH_SCHEMA,
     STR,
+    NoDispatches,
     Trace,
     empty,
     finalize_dispatches,
@@ -99,7 +100,7 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
     table = _read_typed(src, kind, _column_types(kind.known), include=wanted)
     n = table.num_rows
     if n == 0:
-        raise GemmperfInputError(path, "no kernel dispatches (header only)")
+        raise NoDispatches(path, "no kernel dispatches (header only)")
     names = {c: _KT_MAP[c.lower()] for c in wanted}
     cols: dict[str, Any] = {}
     for raw, canon in names.items():
@@ -155,7 +156,7 @@ def _read_v1_kernel(path: str, kind: CsvKind) -> Trace:
     table = _read_typed(src, kind, types, include=list(types))
     n = table.num_rows
     if n == 0:
-        raise GemmperfInputError(path, "no kernel dispatches (header only)")
+        raise NoDispatches(path, "no kernel dispatches (header only)")
     cols: dict[str, Any] = {}
     for raw in types:
         canon = _V1_MAP[raw.lower()]

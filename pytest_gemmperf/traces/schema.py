@@ -7,7 +7,9 @@ only tens to hundreds of distinct kernel names, hosts or points.
 Every reader ends with :func:`finalize_dispatches` (and the counter/agent equivalents): it adds
 missing columns, coerces dtypes, derives ``dur_ns``, the category and the artefact flags, and
 rejects what cannot be analysed (negative durations, no rows) with a
-:class:`~pytest_gemmperf.errors.GemmperfInputError` naming the file.
+:class:`~pytest_gemmperf.errors.GemmperfInputError` naming the file. A file that holds no
+dispatches at all raises :class:`NoDispatches`, so that discovery can tell a process that did
+no GPU work (the launcher) from a broken file by the error's type, never by its wording.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categorical import map_categories  # noqa: F401 - re-exported
 from pytest_gemmperf.traces.categories import categorize
 from pandas.api.types import union_categoricals
+
+
+class NoDispatches(GemmperfInputError):
+    """The file is readable and holds no kernel dispatch (nor counter record) at all."""
+
+
+class NoGpuEvents(NoDispatches):
+    """A PyTorch profiler trace without GPU activity: a CPU-only run, read as CPU operators."""
 
 #: Values of the ``source`` column.
 SOURCES = ("rocprofv3-csv", "rocprofv3-json", "rocpd", "torch")
@@ -170,7 +180,7 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     and the flags are derived here when absent.
     """
     if len(df) == 0 and not allow_empty:
-        raise GemmperfInputError(path, "no kernel dispatches found")
+        raise NoDispatches(path, "no kernel dispatches found")
     for col in ("start_ns", "end_ns", "kernel"):
         if col not in df.columns:
             raise GemmperfInputError(path, f"missing required column {col!r}")

@@ -55,7 +55,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import INT64_MAX
-from pytest_gemmperf.traces.schema import (INT, STR, Trace, finalize_dispatches,
+from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _complete_events_by_cat, _decode,
                                                  _Event, _pick)
@@ -103,7 +103,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     gpu = _pick(by_cat, GPU_CATS)
     if not gpu:
         _refuse_device_activity(path, events)
-        raise GemmperfInputError(path, f"no GPU kernel/memcpy/memset events among {len(events)} "
+        raise NoGpuEvents(path, f"no GPU kernel/memcpy/memset events among {len(events)} "
                                        "trace events (CPU-only trace, or GPU activity not recorded)")
     runtime = _pick(by_cat, RUNTIME_CATS)
     cpu_events = _pick(by_cat, CPU_OP_CATS)
