@@ -18,10 +18,7 @@ import argparse
 from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option
-
-
-#: default output: a new .gemmperf/analyze/<time>-<random>/ per call (workdir.py)
-DEFAULT_OUT = "analyze"
+from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

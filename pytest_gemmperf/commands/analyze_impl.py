@@ -21,7 +21,14 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.tables import clean
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.workdir import TOOL_DIR, default_output_dir
-from pytest_gemmperf.commands.analyze import DEFAULT_OUT  # noqa: F401 - the parser's constants
+from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
+from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.traces.categories import categorize
+from pytest_gemmperf.safe_io import write_csv, write_text
+from pytest_gemmperf.run.results import run_parts
+from pytest_gemmperf.report import write_reports
+from pytest_gemmperf.traces.categories import load_rules
+from pytest_gemmperf.analysis.kernel_stats import kernel_stats
 
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
@@ -45,14 +52,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.traces.discover import load
 
     args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
     extra_rules = _rules(args.categories)
     trace = load(_complete_parts(args.paths, getattr(args, "allow_partial", False)), jobs=getattr(args, "jobs", 0))
     d = trace.dispatches
     if extra_rules:
-        from pytest_gemmperf.analysis.categories import categorize
         d = d.copy(deep=False)
         d["category"] = categorize(d["kernel"], extra=extra_rules)
     kernels = kernel_table(d, warmup=args.warmup)
@@ -62,7 +67,6 @@ def _run(args: argparse.Namespace) -> int:
     try:
         out = out or default_output_dir(DEFAULT_OUT)
         out.mkdir(parents=True, exist_ok=True)
-        from pytest_gemmperf.safe_io import write_csv, write_text
 
         write_csv(kernels, out / "kernels.csv")  # formulas neutralised, no link followed
         write_text(out / "summary.json", json.dumps(clean(summary), indent=2, allow_nan=False) + "\n")
@@ -81,7 +85,6 @@ def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
     """Results runs among ``paths`` narrowed to what finished: an interrupted run is refused
     (or, with ``allow_partial``, only its complete points read); a parent of runs gives its
     complete runs, never pooling an interrupted one with them."""
-    from pytest_gemmperf.run.results import run_parts
 
     def note(text: str) -> None:
         print(text, file=sys.stderr)
@@ -96,7 +99,6 @@ def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
 def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) -> None:
     """report.html, report.xlsx, summary.md and the aorta variance CSVs beside our own files
     (kernels.csv and summary.json stay this command's)."""
-    from pytest_gemmperf.report import write_reports
 
     files = write_reports(out, dispatches=d, counters=trace.counters, agents=trace.agents,
                           meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
@@ -108,13 +110,11 @@ def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) 
 def _rules(path: str | None) -> list[tuple[str, str]]:
     if not path:
         return []
-    from pytest_gemmperf.analysis.categories import load_rules
     return load_rules(path)
 
 
 def kernel_table(d: pd.DataFrame, *, warmup: int = 0) -> pd.DataFrame:
     """kernels.csv rows: statistics per (point, rank, kernel) (and source when mixed)."""
-    from pytest_gemmperf.analysis.kernel_stats import kernel_stats
 
     by = KEYS
     if d["source"].nunique(dropna=True) > 1:

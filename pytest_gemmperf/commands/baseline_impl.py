@@ -17,6 +17,14 @@ from pytest_gemmperf.config import add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.verdict import median_label
 from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.results import refresh_from_results
+from pytest_gemmperf.store.record import META_FILE
+from pytest_gemmperf.store.results import records_from_results, resolve_results_dir
+from pytest_gemmperf.store.record import summarize
+from pytest_gemmperf.store.record import legacy_keys
+from pytest_gemmperf.store.record import kept_points, merge_records
+from pytest_gemmperf.store.results import records_from_results
 
 
 #: which median ``show`` / ``diff`` print (issue 11: three tools printed three "medians")
@@ -25,7 +33,6 @@ _MEDIAN_NOTE = (f"median: {median_label('all')}, of the stored samples (after th
 
 
 def _store(args: argparse.Namespace):
-    from pytest_gemmperf.store.baselines import BaselineStore
 
     return BaselineStore(args.baseline_dir)
 
@@ -60,7 +67,6 @@ def _print_table(df: pd.DataFrame) -> None:
 
 
 def run_refresh(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.results import refresh_from_results
 
     recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say,
                                 replace=args.replace, jobs=getattr(args, "jobs", 0),
@@ -70,8 +76,6 @@ def run_refresh(args: argparse.Namespace) -> int:
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.record import META_FILE
-    from pytest_gemmperf.store.results import records_from_results, resolve_results_dir
 
     store = _store(args)
     root = resolve_results_dir(args.results, _say)
@@ -94,8 +98,6 @@ def run_learn(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.record import summarize
-    from pytest_gemmperf.store.record import legacy_keys
 
     if not Path(args.baseline_dir).is_dir():  # a mistyped --baseline-dir is no empty store
         _say(f"gemmperf: error: no baseline store at {args.baseline_dir}")
@@ -141,9 +143,6 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.baselines import BaselineStore
-    from pytest_gemmperf.store.record import kept_points, merge_records
-    from pytest_gemmperf.store.results import records_from_results
 
     store = _store(args)
     for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say,

@@ -21,13 +21,8 @@ import argparse
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
-
-
-#: default output: a new .gemmperf/compare/<time>-<random>/ per call (workdir.py)
-DEFAULT_OUT = "compare"
-#: the gate's Benjamini-Hochberg level (``GateConfig.fdr``), named here because the gate's module
-#: loads scipy and --help must not; tests/test_startup.py keeps the two equal
-DEFAULT_FDR = 0.01
+from pytest_gemmperf.commands.defaults import COMPARE_FDR as DEFAULT_FDR
+from pytest_gemmperf.commands.defaults import COMPARE_OUT as DEFAULT_OUT
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

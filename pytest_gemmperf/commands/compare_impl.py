@@ -24,7 +24,12 @@ from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, form
                                           verdicts_csv_order)
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
-from pytest_gemmperf.commands.compare import DEFAULT_OUT  # noqa: F401 - the parser's constants
+from pytest_gemmperf.commands.defaults import COMPARE_OUT as DEFAULT_OUT
+from pytest_gemmperf.safe_io import write_csv
+from pytest_gemmperf.commands.history_impl import record_compare_candidate
+from pytest_gemmperf.traces.fileio import read_json_object
+from pytest_gemmperf.gate.benchmark_export import write_pytest_benchmark_json
+from pytest_gemmperf.report import ComparedSamples, write_reports
 
 
 #: verdicts.csv column order: the one the pytest session writes too (test first, contract
@@ -76,7 +81,6 @@ def _run(args: argparse.Namespace) -> int:
         cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents, allow_partial=partial)
         cand_samples.append((label, cand))
         if getattr(args, "history", None):
-            from pytest_gemmperf.commands.history_impl import record_compare_candidate
 
             record_compare_candidate(args.history, args.run_id, cpath, label, cand, len(args.cands), keep,
                                      hw=trace_hw_key(cpath, agents))
@@ -93,7 +97,6 @@ def _run(args: argparse.Namespace) -> int:
     verdicts = pd.concat(frames, ignore_index=True)
     out = Path(args.out) if args.out else default_output_dir(DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
-    from pytest_gemmperf.safe_io import write_csv
 
     write_csv(verdicts_csv_order(verdicts), out / "verdicts.csv")  # formulas neutralised, no link followed
     if args.benchmark_json:
@@ -169,7 +172,6 @@ def recorded_rules(path: str, records: list | None = None) -> Rules:
     run = newest_run(p) or p
     if not _is_results_dir(run):
         return out
-    from pytest_gemmperf.traces.fileio import read_json_object
 
     for pj in sorted(run.glob("*/*/point.json")):
         doc = read_json_object(pj)
@@ -249,7 +251,6 @@ def threshold_line(used: dict[str, dict[str, tuple[float | None, str]]], fallbac
 
 
 def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, dict]]) -> None:
-    from pytest_gemmperf.gate.benchmark_export import write_pytest_benchmark_json
 
     t = Path(target)
     stem = t.name[:-5] if t.name.endswith(".json") else t.name
@@ -264,7 +265,6 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
     """One report with every sweep side by side (baseline first) where the inputs are traces;
     verdicts.csv stays this command's. A report failure never changes the gate's exit status.
     ``compared``: (test, baseline samples, candidate samples, label) of each compare() call."""
-    from pytest_gemmperf.report import ComparedSamples, write_reports
 
     sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
     sides = [(path, label) for path, label in sides if path in traces]

@@ -20,20 +20,9 @@ import argparse
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.config import SettingError, add_cli_option
-
-
-DEFAULT_LAST = 5
-
-
-#: ``check``'s default output: a new .gemmperf/history-check/<time>-<random>/ per call
-#: (workdir.py; .gemmperf/history is the plugin's history store itself)
-CHECK_OUT = "history-check"
-
-
-#: test id of recorded inputs that carry none (a trace, a rocprofv3 directory, a samples
-#: table): one name whatever the path, so runs read from per-job directories (ci-job-4711/)
-#: form one series instead of a new one per run
-DEFAULT_TEST_ID = "gemmperf-history-record"
+from pytest_gemmperf.commands.defaults import HISTORY_CHECK_OUT as CHECK_OUT
+from pytest_gemmperf.commands.defaults import HISTORY_LAST as DEFAULT_LAST
+from pytest_gemmperf.commands.defaults import HISTORY_TEST_ID as DEFAULT_TEST_ID
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -19,7 +19,20 @@ from pytest_gemmperf.config import SettingError, add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
-from pytest_gemmperf.commands.history import CHECK_OUT, DEFAULT_LAST, DEFAULT_TEST_ID  # noqa: F401 - the parser's constants
+from pytest_gemmperf.commands.defaults import HISTORY_CHECK_OUT as CHECK_OUT
+from pytest_gemmperf.commands.defaults import HISTORY_LAST as DEFAULT_LAST
+from pytest_gemmperf.commands.defaults import HISTORY_TEST_ID as DEFAULT_TEST_ID
+from pytest_gemmperf.store.compare_inputs import _is_results_dir, newest_run
+from pytest_gemmperf.history.store import RunInfo
+from pytest_gemmperf.store.hardware import hardware_key
+from pytest_gemmperf.history.store import HistoryStore
+from pytest_gemmperf.history.values import history_values
+import uuid
+from pytest_gemmperf.store.compare_inputs import load_side
+from pytest_gemmperf.history.changepoints import CHANGE_COLUMNS, detect_changes, recent_regressions
+from pytest_gemmperf.history.changepoints import write_changes_csv
+from pytest_gemmperf.history.pytest_side import format_changes
+from pytest_gemmperf.report.history_page import write_history_reports
 
 
 SERIES = ["hw_key", "test", "point", "kernel", "metric"]
@@ -30,8 +43,6 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
     """The :class:`RunInfo` of an input: the arguments first, then what a results directory's
     ``run.json`` recorded (creation time, git commit, hardware key, versions), then the traces'
     agents for the hardware key."""
-    from pytest_gemmperf.store.compare_inputs import _is_results_dir, newest_run
-    from pytest_gemmperf.history.store import RunInfo
 
     doc: dict[str, Any] = {}
     p = newest_run(Path(path)) or Path(path)  # .gemmperf/results: the run load_side read
@@ -44,7 +55,6 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
     if hw is None:
         hw = doc.get("hardware_key")
     if hw is None and traces:
-        from pytest_gemmperf.store.hardware import hardware_key
 
         agents = [t.agents for t in traces.values() if t.agents is not None and len(t.agents)]
         if agents:
@@ -73,8 +83,6 @@ def record_samples(history: str, sides: dict[str, pd.DataFrame], run, default_te
     """Append ``{test: samples}`` (``load_side``'s result) as one run, samples without a test
     id under ``default_test``; returns the files. A run id already holding one of these points
     is refused unless ``replace``."""
-    from pytest_gemmperf.history.store import HistoryStore
-    from pytest_gemmperf.history.values import history_values
 
     frames = [history_values(s, test=test or default_test) for test, s in sides.items() if len(s)]
     values = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -91,7 +99,6 @@ def record_compare_candidate(history: str, run_id: str | None, path: str, label:
     random suffix, so repeated compares of a same-named candidate stay distinct runs. ``hw``:
     the hardware key the caller read from the candidate's traces (``--no-report`` keeps no
     Trace to read it from); else as :func:`run_info_for` finds it."""
-    import uuid
 
     rid = (f"{run_id}-{label}" if n_cands > 1 else run_id) if run_id else f"{label}-{uuid.uuid4().hex[:8]}"
     mine = {path: traces[path]} if traces and path in traces else None
@@ -112,7 +119,6 @@ def _require_store(args: argparse.Namespace) -> str:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.compare_inputs import load_side
 
     _require_store(args)
     try:
@@ -134,7 +140,6 @@ def run_record(args: argparse.Namespace) -> int:
 def store_missing(url: str) -> bool:
     """Whether the history store ``url`` does not exist (a mistyped ``--history``), said in
     one line; an existing store without runs is :func:`_read`'s to report."""
-    from pytest_gemmperf.history.store import HistoryStore
 
     st = HistoryStore(url)
     try:
@@ -147,7 +152,6 @@ def store_missing(url: str) -> bool:
 
 
 def _read(args: argparse.Namespace) -> pd.DataFrame:
-    from pytest_gemmperf.history.store import HistoryStore
 
     h = HistoryStore(_require_store(args)).read(test=args.test, kernel_contains=args.kernel, hw_key=args.hw)
     if h.empty:
@@ -197,11 +201,7 @@ def trend_table(history: pd.DataFrame, last: int = DEFAULT_LAST) -> pd.DataFrame
 
 
 def _detector():
-    """(detect_changes, recent_regressions, CHANGE_COLUMNS) or None when not available."""
-    try:
-        from pytest_gemmperf.history.changepoints import CHANGE_COLUMNS, detect_changes, recent_regressions
-    except ImportError:
-        return None
+    """(detect_changes, recent_regressions, CHANGE_COLUMNS)."""
     return detect_changes, recent_regressions, CHANGE_COLUMNS
 
 
@@ -269,17 +269,7 @@ def run_check(args: argparse.Namespace) -> int:
     recent_df = recent_fn(changes, h, args.history_window)
     out = Path(args.out) if args.out else default_output_dir(CHECK_OUT)
     out.mkdir(parents=True, exist_ok=True)
-    try:  # the detector's own writer: ISO 8601 UTC times, formula cells neutralised
-        from pytest_gemmperf.history.changepoints import write_changes_csv
-    except ImportError:
-        write_changes_csv = None
-    if write_changes_csv is not None:
-        write_changes_csv(changes, out / "changes.csv")
-    else:
-        from pytest_gemmperf.safe_io import write_csv
-
-        write_csv(changes[list(change_cols) + [c for c in changes.columns if c not in change_cols]],
-                  out / "changes.csv")
+    write_changes_csv(changes, out / "changes.csv")  # ISO 8601 UTC times, formula cells neutralised
     n_series = h.groupby(SERIES, observed=True).ngroups
     print(printable(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
                     f"{len(changes)} change point(s) -> {out / 'changes.csv'}"))
@@ -287,8 +277,6 @@ def run_check(args: argparse.Namespace) -> int:
         _write_reports(h, changes, out, args.history_window)
     if len(recent_df):
         print(printable(f"regression change point(s) within the last {args.history_window} run(s):"))
-        from pytest_gemmperf.history.pytest_side import format_changes
-
         print(format_changes(recent_df))
         print(printable(f"gemmperf: {len(recent_df)} recent regression change point(s)"), file=sys.stderr)
         return 1
@@ -300,11 +288,6 @@ def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, wind
     """history.html + history.xlsx (report/history_page.py) beside changes.csv. A report
     failure is reported and never changes the check's exit status."""
     try:
-        from pytest_gemmperf.report.history_page import write_history_reports
-    except ImportError:
-        print(printable("note: no history.html: report.history_page is not installed"), file=sys.stderr)
-        return
-    try:
         files = write_history_reports(history, changes, out, recent_window=window)
     except Exception as exc:  # noqa: BLE001 - changes.csv is written; say why the page is not
         print(printable(f"gemmperf: history report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
@@ -314,7 +297,6 @@ def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, wind
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.history.store import HistoryStore
 
     if args.keep_last is None and args.older_than is None:
         raise GemmperfInputError(None, "history prune needs --keep-last N and/or --older-than DAYS")

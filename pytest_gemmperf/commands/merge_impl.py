@@ -23,6 +23,8 @@ from pytest_gemmperf.run.results import (COMPLETE, INTERRUPTED, POINT_JSON, RUN_
                                          check_run, write_json)
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.fileio import read_json_object
+from pytest_gemmperf.report import read_verdict_files
+from pytest_gemmperf.report import write_results_reports
 
 
 @dataclass
@@ -141,7 +143,6 @@ def run(args: argparse.Namespace) -> int:
     if len(commits) > 1:
         print(printable(f"gemmperf merge: warning: the inputs ran different commits ({', '.join(map(str, commits))})"),
               file=sys.stderr)
-    from pytest_gemmperf.report import read_verdict_files
 
     verdicts = read_verdict_files(out)
     regressions = 0
@@ -150,7 +151,6 @@ def run(args: argparse.Namespace) -> int:
         print(printable("verdicts: " + ", ".join(f"{k}={v}" for k, v in counts.items())))
         regressions = int(counts.get("regression", 0))
     if args.report:
-        from pytest_gemmperf.report import write_results_reports
 
         try:
             path = write_results_reports(out, Path(args.report_dir) if args.report_dir else out / "report")

@@ -23,11 +23,8 @@ import argparse
 
 from pytest_gemmperf.commands.argtypes import non_negative, positive
 from pytest_gemmperf.commands.helpfmt import command_description
-
-#: aorta ``rocprof_cu_only.yaml``: CU busy cycles, waves, wave cycles, MFMA instructions
-AORTA_CU_ONLY_COUNTERS = ("SQ_BUSY_CU_CYCLES", "SQ_WAVES", "SQ_WAVE_CYCLES", "SQ_INSTS_MFMA")
-#: when rocprofv3 is not installed and no --rocprof-version is given
-DEFAULT_VERSION = "7.0"
+from pytest_gemmperf.commands.defaults import ROCPROF_CU_ONLY_COUNTERS as AORTA_CU_ONLY_COUNTERS
+from pytest_gemmperf.commands.defaults import ROCPROF_VERSION as DEFAULT_VERSION
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

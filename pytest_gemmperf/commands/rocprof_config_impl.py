@@ -13,11 +13,22 @@ from typing import Sequence
 
 import pandas as pd
 
-from pytest_gemmperf.commands.rocprof_config import AORTA_CU_ONLY_COUNTERS, DEFAULT_VERSION
+from pytest_gemmperf.commands.defaults import ROCPROF_CU_ONLY_COUNTERS as AORTA_CU_ONLY_COUNTERS
+from pytest_gemmperf.commands.defaults import ROCPROF_VERSION as DEFAULT_VERSION
 from pytest_gemmperf.errors import GemmperfInputError
 # one escaping rule for every name-derived regex the project hands to rocprofv3
 from pytest_gemmperf.run.rocprofv3_cli import anchored_regex, ecma_escape  # noqa: F401
 from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.safe_io import unneutralise_cell  # our CSVs prefix formula-like names
+from pytest_gemmperf.analysis.variance import top_variance
+from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.run.rocprofv3 import (ProfilerSetupError, RocprofVersion, _VERSION_RE,
+    detect_version)
+from pytest_gemmperf.run.rocprofv3 import counter_groups, job_file
+import shlex
+from pytest_gemmperf.run.rocprofv3 import CounterConfigError, pmc_checker, write_job_file
+from pytest_gemmperf.safe_io import write_text  # temp file + rename: never through a link
+from pytest_gemmperf.run.rocprofv3_cli import ProfilerSetupError, truncated_names
 
 #: PyTorch operator namespaces: names a CPU-only profile ranks, never a GPU kernel's name
 _CPU_OP_NAME = re.compile(r"^(?:aten|c10d|_c10d_functional|prim|profiler|torch|mkldnn|quantized)::")
@@ -34,7 +45,6 @@ def kernels_from_csv(path: Path, top_k: int) -> list[str]:
     if "time_diff_us" in df.columns:
         df = df.assign(_d=pd.to_numeric(df["time_diff_us"], errors="coerce"))
         df = df.sort_values("_d", ascending=False, kind="stable", na_position="last")
-    from pytest_gemmperf.safe_io import unneutralise_cell  # our CSVs prefix formula-like names
 
     names = [unneutralise_cell(n) for n in df["kernel_name"].astype(str) if n.strip() and n != "*"]
     return list(dict.fromkeys(names))[:top_k]
@@ -61,8 +71,6 @@ def kernels_from_traces(paths: Sequence[str], top_k: int, *, sort_by: str = "ran
                         warmup: int = 0, cpu_ops: set[str] | None = None) -> list[str]:
     """The top-K GEMM kernel names by variance; ``cpu_ops``, when given, receives the names
     among them that are CPU operators (:func:`cpu_op_kernels`)."""
-    from pytest_gemmperf.analysis.variance import top_variance
-    from pytest_gemmperf.traces.discover import load
 
     d = load(list(paths)).dispatches
     if cpu_ops is not None:
@@ -111,8 +119,6 @@ def cpu_warning(names: Sequence[str], cpu_ops: set[str]) -> str | None:
 
 
 def _version(args: argparse.Namespace):
-    from pytest_gemmperf.run.rocprofv3 import (ProfilerSetupError, RocprofVersion, _VERSION_RE,
-                                                detect_version)
 
     if args.rocprof_version:
         m = _VERSION_RE.match(args.rocprof_version.strip())
@@ -130,14 +136,12 @@ def _version(args: argparse.Namespace):
 
 def build_job(names: Sequence[str], counters: Sequence[str], version, *, max_per_pass: int = 8,
               checker=None) -> dict:
-    from pytest_gemmperf.run.rocprofv3 import counter_groups, job_file
 
     groups = counter_groups(counters, max_per_pass, checker)
     return job_file(version, groups, (), ("csv",), kernel_names=names)
 
 
 def _shell_quote(text: str) -> str:
-    import shlex
     return shlex.quote(text)
 
 
@@ -146,7 +150,6 @@ def kernel_list_path(out: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.run.rocprofv3 import CounterConfigError, pmc_checker, write_job_file
 
     out = Path(args.out)
     if out.suffix not in (".yaml", ".yml", ".json"):
@@ -167,7 +170,6 @@ def run(args: argparse.Namespace) -> int:
         raise GemmperfInputError(None, str(exc)) from None
     try:
         write_job_file(job, out)
-        from pytest_gemmperf.safe_io import write_text  # temp file + rename: never through a link
 
         write_text(kernel_list_path(out), "".join(n + "\n" for n in names))
     except OSError as exc:
@@ -178,7 +180,6 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(printable(warning), file=sys.stderr)
     if version.kernel_names_option:
-        from pytest_gemmperf.run.rocprofv3_cli import ProfilerSetupError, truncated_names
 
         try:
             opt = "--kernel-names " + " ".join(_shell_quote(n) for n in truncated_names(names))

@@ -48,11 +48,15 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis.kernel_stats import drop_warmup, kernel_stats
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import samples as S
-from pytest_gemmperf.traces.discover import concat_with_extras
-from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA
+from pytest_gemmperf.traces import kinds
+from pytest_gemmperf.traces.discover import (concat_with_extras, discover_all, load, merge_notes,
+                                             read_attached)
+from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
 from pytest_gemmperf.traces.skipped import SkippedInput
 
 STAT_KEYS = ("source", "point", "rank", "kernel")
@@ -103,8 +107,6 @@ class GateInputs:
 
 def reduce_source(src, opts: _Options) -> _Partial:
     """Read one source and reduce it (runs in a worker process)."""
-    from pytest_gemmperf.analysis.kernel_stats import drop_warmup
-    from pytest_gemmperf.traces.discover import read_attached
 
     t, read_notes, attach_notes = read_attached(src, opts.point)
     out = _Partial(read_notes=read_notes, attach_notes=attach_notes)
@@ -136,9 +138,6 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     ``point, rank, kernel``, with a leading ``source`` when the inputs mix profilers, as
     ``gemmperf analyze`` groups). Errors are those ``load`` / ``gate_samples`` raise.
     """
-    from pytest_gemmperf.traces import kinds
-    from pytest_gemmperf.traces.discover import discover_all, merge_notes
-    from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 
     t0 = time.perf_counter()
     found = discover_all(paths)
@@ -173,8 +172,6 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     stat_table, by = _stats(live, warmup) if stats else (None, ())
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
                "workers": n_jobs}
-    from pytest_gemmperf.traces.discover import concat_with_extras
-    from pytest_gemmperf.traces.schema import AGENT_SCHEMA
 
     agents = [p.agents for p in parts if p.agents is not None]
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
@@ -208,8 +205,6 @@ def _stats_by(slim: pd.DataFrame) -> tuple[str, ...]:
 
 
 def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    from pytest_gemmperf.analysis.kernel_stats import kernel_stats
-    from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
 
     slim = concat_tables([p.slim for p in live], {c: DISPATCH_SCHEMA[c] for c in _SLIM if c in DISPATCH_SCHEMA})
     by = _stats_by(slim)
@@ -218,8 +213,6 @@ def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, 
 
 def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats) -> GateInputs:
     """The serial reduction on the full tables (read with ``jobs`` workers)."""
-    from pytest_gemmperf.analysis.kernel_stats import kernel_stats
-    from pytest_gemmperf.traces.discover import load
 
     trace = load(paths, point=point, jobs=jobs)
     d = trace.dispatches

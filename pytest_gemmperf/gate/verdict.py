@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
+import textwrap
 
 from pytest_gemmperf.gate import metrics as M
 
@@ -201,8 +202,6 @@ def format_verdict_table(df: pd.DataFrame, max_rows: int = 20, *, kernel_width: 
     if len(d) > len(shown):
         lines.append(f"... {len(d) - len(shown)} more")
     if footnote:
-        import textwrap
-
         text = TABLE_FOOTNOTE.format(median=median_label("per_process"),
                                      warmup=f" (after {int(warmup)} warm-up dispatches)" if warmup else "")
         lines += textwrap.wrap(text, 110, initial_indent="note: ", subsequent_indent="      ")

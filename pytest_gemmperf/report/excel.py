@@ -25,6 +25,8 @@ from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
 from pytest_gemmperf.safe_io import atomic_open
+from pytest_gemmperf.report.data import report_kernel_labels
+from pytest_gemmperf.analysis.variance import parse_point_axes
 
 DEFAULT_MAX_ROWS = 50_000
 #: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
@@ -223,7 +225,6 @@ def _verdicts_sheet(book: _Book, data: ReportData) -> None:
         return
     df = _verdict_units(public(v, data))
     # the distinguishing short label of report.html beside the full name (sort/filter by it)
-    from pytest_gemmperf.report.html import report_kernel_labels
 
     labels = report_kernel_labels(data)
     df.insert(df.columns.get_loc("kernel") + 1, "short_name",
@@ -363,7 +364,6 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
 
 
 def _point_axes(point: str | None) -> dict[str, int | None]:
-    from pytest_gemmperf.analysis.variance import parse_point_axes
     if point is None:
         return {"threads": None, "channel": None}
     p = parse_point_axes(pd.Series([point], dtype=object)).iloc[0]

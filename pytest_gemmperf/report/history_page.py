@@ -35,6 +35,11 @@ from pytest_gemmperf import __version__
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.history_svg import ChangeMark, SeriesChart, trend_chart
+from pytest_gemmperf.analysis.kernel_names import short_names
+from pytest_gemmperf.report.html import _env
+from pytest_gemmperf.safe_io import write_text
+from pytest_gemmperf.report.excel import _Book
+from pytest_gemmperf.safe_io import atomic_open
 
 TEMPLATE = "history.html.j2"
 SERIES_KEYS = ["hw_key", "test", "point", "kernel", "metric"]
@@ -255,8 +260,6 @@ def _pct(r: float) -> str:
 def kernel_short_names(names: Sequence[str]) -> dict[str, str]:
     """Short distinguishing display names (:func:`analysis.kernel_names.short_names`: one call
     per page keeps labels consistent and distinct); the full name stays on the page."""
-    from pytest_gemmperf.analysis.kernel_names import short_names
-
     return {str(k): str(v) for k, v in short_names(list(dict.fromkeys(str(n) for n in names))).items()}
 
 
@@ -361,8 +364,6 @@ def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
                         recent_window: int = RECENT_RUNS) -> str:
     """The HTML text of ``history.html`` (see the module docstring). ``recent_window``: a
     regression whose first run after is among the series' last that many runs is "recent"."""
-    from pytest_gemmperf.report.html import _env
-
     h = _check_history(history)
     ch, t = _attach_changes(_trend(h), _check_changes(changes))
     order = _series_order(t, ch)
@@ -405,8 +406,6 @@ def write_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, out:
                        report_href: str | None = None, recent_window: int = RECENT_RUNS) -> Path:
     """Write ``history.html`` atomically. ``out`` is the file (``*.html``) or its directory.
     ``report_href`` adds a link back to report.html (pass it only when that file exists)."""
-    from pytest_gemmperf.safe_io import write_text
-
     out = Path(out)
     path = out if out.suffix.lower() in (".html", ".htm") else out / "history.html"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -443,9 +442,6 @@ def write_history_xlsx(history: pd.DataFrame, changes: pd.DataFrame | None, path
                        max_rows: int = 200_000) -> Path:
     """``history.xlsx`` with the ``history`` and ``history_changes`` sheets, written atomically;
     strings stay strings (formula injection neutralised by report.excel's workbook options)."""
-    from pytest_gemmperf.report.excel import _Book
-    from pytest_gemmperf.safe_io import atomic_open
-
     with atomic_open(path, "wb") as fh:
         book = _Book(fh, max_rows)
         try:

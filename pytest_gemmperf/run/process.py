@@ -39,6 +39,7 @@ from typing import Iterable, Mapping, Sequence
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.redact import redact_argv, redact_text, secret_values
 from pytest_gemmperf.run._reaper import describe, proc_table as _proc_table
+from datetime import timedelta
 
 #: Launchers that ``launch_argv`` knows by name.
 KNOWN_LAUNCHERS = ("none", "torchrun", "srun", "mpirun")
@@ -324,8 +325,7 @@ def local_rendezvous_endpoint(host: str = "127.0.0.1") -> str:
     with _STORES_LOCK:
         store = _STORES.get(host)
         if store is None:
-            from datetime import timedelta
-
+            # lazy: optional dependency
             from torch.distributed import TCPStore
 
             store = TCPStore(host, 0, is_master=True, wait_for_workers=False, multi_tenant=True,

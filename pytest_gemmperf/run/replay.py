@@ -22,6 +22,8 @@ from typing import Any
 
 from ..errors import GemmperfInputError
 from .results import base_test_id, slugify_test_id
+from ..traces import discover as _discover
+from ..traces import kinds
 
 _AORTA_THREADS = re.compile(r"^(\d+)thread$")
 _AORTA_CHANNELS = re.compile(r"^nccl_(\d+)channels$")
@@ -54,12 +56,10 @@ class ReplayResult:
 
     def sources(self) -> list:
         """``traces.discover.discover`` on the point directory (imported lazily)."""
-        from ..traces import discover as _discover
         return _discover.discover(self.directory)
 
     def load(self):
         """One ``Trace`` of every file of the point (``traces.discover.load``)."""
-        from ..traces import discover as _discover
         return _discover.load(list(self.files))
 
 
@@ -96,7 +96,6 @@ def results_test_slug(root: Path, test_id: str) -> str:
 def trace_files(directory: Path) -> list[Path]:
     """The files below a stored point that some source kind reads (its ``replay_globs``)."""
     # traces is the layer above run: imported when a point is replayed, as in ReplayResult
-    from ..traces import kinds
 
     found: set[Path] = set()
     for pattern in kinds.replay_globs():

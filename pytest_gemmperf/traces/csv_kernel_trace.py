@@ -35,6 +35,7 @@ from pytest_gemmperf.traces.schema import (
     finalize_dispatches,
     short_name,
 )
+from pytest_gemmperf.traces.categories import category_of
 
 #: lower-case header name -> canonical column
 _KT_MAP = {
@@ -63,8 +64,6 @@ def _reject_negative(src: _Source, start: np.ndarray, end: np.ndarray, ids: Any 
 def _finish_dispatches(cols: dict[str, Any], n: int, path: str, host: str | None,
                        pid: int | None) -> pd.DataFrame:
     """Fill every canonical column with a cheap, correctly typed array, then finalize."""
-    from pytest_gemmperf.analysis.categories import category_of
-
     cols.setdefault("source", _const_cat(SOURCE, n))
     cols.setdefault("file", _const_cat(path, n))
     cols.setdefault("host", _const_cat(host, n))

@@ -45,6 +45,7 @@ from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATC
 from pytest_gemmperf.traces.skipped import SkippedInput
 from pytest_gemmperf.traces.source_reader import read_attached, read_source
 from pytest_gemmperf.traces.sources import discover_inputs, discover_with_notes, sniff_json
+from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 
 __all__ = ["Found", "SkippedInput", "Source", "concat_with_extras", "discover", "discover_all",
            "discover_with_notes", "load", "load_counters", "merge_notes", "read_attached",
@@ -114,8 +115,6 @@ def merge_notes(notes: list[str], t: Trace | None, read_notes: list[str], attach
 
 
 def _load_all(paths, point: str | None, jobs: int | None = 1) -> tuple[Found, list[Trace]]:
-    from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
-
     found = discover_all(paths)
     n_jobs = pool_jobs(jobs, [f for s in found.unique for f in s.files])
     traces: list[Trace] = []

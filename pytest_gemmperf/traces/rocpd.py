@@ -56,6 +56,7 @@ from pytest_gemmperf.traces.schema import (
     finalize_dispatches,
     short_name,
 )
+from pytest_gemmperf.traces.csv_layouts import check_regular_file
 
 SOURCE = "rocpd"
 _DISPATCH_TABLE_RX = re.compile(r"^rocpd_kernel_dispatch(_[0-9A-Za-z_]+)?$")
@@ -267,7 +268,6 @@ def read_rocpd_db(path: str | os.PathLike, budget: QueryBudget | None = None) ->
 
 
 def _check_sqlite_file(path: str) -> None:
-    from pytest_gemmperf.traces.csv_layouts import check_regular_file
     check_regular_file(path)  # never open a FIFO or device named *_results.db
     try:
         with open(path, "rb") as fh:

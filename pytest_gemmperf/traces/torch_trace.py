@@ -66,6 +66,7 @@ from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lo
                                                take, enclosing_ops, group_codes, self_times)
 from pytest_gemmperf.traces.torch_meta import (agents_table, base_time, flavor_of, host_name,
                                                process_pid, rank_of)
+from pytest_gemmperf.traces.categories import categorize
 
 #: imported from here by discovery, the torch backend and tests
 __all__ = ["COLL_COLUMNS", "innermost_enclosing", "read_torch_cpu_trace", "read_torch_trace"]
@@ -133,7 +134,6 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     df["op_input_dims"] = take(cpu_ops["input_dims"], op_row)
     df["op_input_types"] = take(cpu_ops["input_types"], op_row)
 
-    from pytest_gemmperf.analysis.categories import categorize
     df["kernel"] = df["kernel"].astype(STR)
     df["category"] = categorize(df["kernel"])
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole
