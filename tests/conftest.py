@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from pathlib import Path
 
 import pytest
 
+import pytest_gemmperf
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def _import_the_whole_package() -> None:
+    """Import every ``pytest_gemmperf`` module once, up front.
+
+    pytester's in-process sessions drop every module they imported when they end, so each inner
+    session would import (and assertion-rewrite, uncached under PYTHONDONTWRITEBYTECODE) the
+    plugin's modules again: most of the CPU time of the plugin tests. Modules imported before an
+    inner session starts are kept. A module whose optional dependency is absent (torch) is left
+    to the tests that need it."""
+    for info in pkgutil.walk_packages(pytest_gemmperf.__path__, "pytest_gemmperf."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError:
+            pass
+
+
+_import_the_whole_package()
 
 
 @pytest.fixture(scope="session")
