@@ -65,3 +65,15 @@ def trace_908(shared_data):
     from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
 
     return read_rocprof_json(path)
+
+
+# Fixtures whose tests are end-to-end by construction: a whole inner pytest session, or the
+# 43,915-dispatch real trace. They are marked ``slow`` so `pytest -m "not slow" tests` is the
+# inner loop; `pytest tests` still runs them.
+_SLOW_FIXTURES = frozenset({"pytester", "trace_908"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
