@@ -67,10 +67,10 @@ def trace_908(shared_data):
     return read_rocprof_json(path)
 
 
-# Fixtures whose tests are end-to-end by construction: a whole inner pytest session, or the
-# 43,915-dispatch real trace. They are marked ``slow`` so `pytest -m "not slow" tests` is the
-# inner loop; `pytest tests` still runs them.
-_SLOW_FIXTURES = frozenset({"pytester", "trace_908"})
+# Fixtures whose tests are end-to-end by construction: a whole inner pytest session, a real
+# `pytest --help` process, or the 43,915-dispatch real trace. They are marked ``slow`` so
+# `pytest -m "not slow" tests` is the inner loop; `pytest tests` still runs them.
+_SLOW_FIXTURES = frozenset({"pytester", "pytest_help", "trace_908"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
