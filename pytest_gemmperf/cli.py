@@ -38,6 +38,9 @@ LOG_DIR = Path(".gemmperf") / "logs"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command's arguments. Imports the commands' parser modules only: their work lives in
+    ``commands/<name>_impl.py``, loaded when a command runs, so ``--help`` and ``--version``
+    answer without pandas, scipy or pyarrow (``tests/test_startup.py``, ``benchmarks/startup.py``)."""
     # help as a user reads it: reST stripped, defaults shown (sub-parsers inherit the class)
     parser = GemmperfParser(
         prog="gemmperf",

@@ -22,6 +22,16 @@ from pytest_gemmperf.history import pytest_side as history_side
 from pytest_gemmperf.session import (PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, GemmperfSession,
                                      Options, PointRunner)
 from pytest_gemmperf.textsafe import printable, printable_lines
+from pytest_gemmperf.shard_hooks import PLUGIN_NAME, ShardHooks, shard_option
+from pytest_gemmperf.progress import ProgressReporter
+from pytest_gemmperf.run.results import missing_ancestor, remove_unused, timestamped_dir
+from pytest_gemmperf.workdir import TOOL_DIR, make_tool_dir, remove_unused_tool_dir
+from pytest_gemmperf.run.results import RUN_JSON
+from pytest_gemmperf.history.pytest_side import HistorySettings, new_run
+from pytest_gemmperf.run.results import link_latest
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.session_benchmark import write_session_benchmark_json
+from pytest_gemmperf.report import write_results_reports
 
 # the package exports the ``sweep`` decorator under the module's name
 sweep_mod = importlib.import_module("pytest_gemmperf.sweep")
@@ -167,14 +177,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SESSION_KEY] = GemmperfSession(options, argv=argv, rootdir=config.rootpath)
     config.stash[_SESSION_KEY].history = _history_settings(config, results_dir)
     config.stash[_AXES_KEY] = _axis_overrides(config)
-    from pytest_gemmperf.shard_hooks import PLUGIN_NAME, ShardHooks, shard_option
 
     config.stash[_SHARD_KEY] = shard_option(config)
     config.pluginmanager.register(_SessionHooks(config), "gemmperf-session")
     if config.stash[_SHARD_KEY] is not None:  # deselects the other shards' items (shard_hooks.py)
         config.pluginmanager.register(ShardHooks(config.stash[_SHARD_KEY], config.stash[_SESSION_KEY]),
                                       PLUGIN_NAME)
-    from pytest_gemmperf.progress import ProgressReporter
 
     config.stash[_PROGRESS_KEY] = ProgressReporter(config, enabled=_value(config, "gemmperf_progress"))
     config.pluginmanager.register(config.stash[_PROGRESS_KEY], "gemmperf-progress")
@@ -188,9 +196,6 @@ def _create_results_dir(config: pytest.Config) -> Path:
     the user's choice), else a fresh ``.gemmperf/results/<timestamp>-<random>`` (a new
     ``.gemmperf/`` git-ignores itself: ``workdir.py``). Removed again at the end when nothing
     was profiled into it."""
-    from pytest_gemmperf.run.results import missing_ancestor, remove_unused, timestamped_dir
-    from pytest_gemmperf.workdir import TOOL_DIR, make_tool_dir, remove_unused_tool_dir
-
     given = _path_setting(config, "gemmperf_results_dir")
     target = given or config.rootpath / TOOL_DIR / "results"
     top = missing_ancestor(target)
@@ -232,16 +237,12 @@ def _interrupt_on_sigterm(config: pytest.Config) -> None:
 
 def _profiled(gp: GemmperfSession | None) -> bool:
     """Whether this session wrote results (``run.json`` is written with the first point)."""
-    from pytest_gemmperf.run.results import RUN_JSON
-
     return gp is not None and (gp.results.root / RUN_JSON).is_file()
 
 
 def _history_settings(config: pytest.Config, results_dir: Path):
     """The run history of this session (history/pytest_side.py), None when turned off. One run
     id and time per session: the controller makes them, xdist workers receive a copy."""
-    from pytest_gemmperf.history.pytest_side import HistorySettings, new_run
-
     raw, _ = _setting(config, "gemmperf_history")
     check = bool(_setting(config, "gemmperf_history_check")[0])
     if raw is not None and str(raw).strip().lower() in HISTORY_OFF:
@@ -475,7 +476,6 @@ class _SessionHooks:
         gp = config.stash.get(_SESSION_KEY, None)
         if _is_worker(config) or not _profiled(gp):
             return
-        from pytest_gemmperf.run.results import link_latest
 
         state = self._finish_run(gp, session, exitstatus)
         if _path_setting(config, "gemmperf_results_dir") is None and state:
@@ -487,8 +487,6 @@ class _SessionHooks:
         """run.json's final status: interrupted when pytest was (Ctrl-C, an internal error,
         xdist's ``-x``) or a collected point never finished (``-x``, ``--maxfail``); else
         complete, whatever the verdicts. True when complete."""
-        from pytest_gemmperf.errors import GemmperfInputError
-
         stopped = int(exitstatus) in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
         unfinished = self.points is not None and not self.points <= self.finished
         try:
@@ -506,8 +504,6 @@ class _SessionHooks:
         path = _path_setting(self.config, "gemmperf_benchmark_json")
         if path is None:
             return
-        from pytest_gemmperf.errors import GemmperfInputError
-        from pytest_gemmperf.session_benchmark import write_session_benchmark_json
 
         commit = gp.metadata().get("git_commit")
         try:
@@ -520,8 +516,6 @@ class _SessionHooks:
         self.benchmark_json = f"{out} ({n} benchmark(s))"
 
     def _write_reports(self, gp: GemmperfSession) -> None:
-        from pytest_gemmperf.report import write_results_reports
-
         try:
             path = write_results_reports(gp.results.root, gp.options.report_dir)
         except OSError as exc:  # a full or read-only report directory: a warning, not a failure

@@ -53,6 +53,10 @@ from typing import Any, Callable
 import pytest
 
 from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.store.hardware import sanitize
+from pytest_gemmperf.store.record import legacy_keys, slug_for_test
+from pytest_gemmperf.run.results import RUN_JSON, item_test_id, split_nodeid
+from pytest_gemmperf.session import PROP_STATUS
 
 #: events the runner emits (``progress(event, **fields)``)
 POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round
@@ -83,8 +87,6 @@ def baseline_durations(baseline_dir: Path, test_slug: str, point_id: str,
     ``meta.json`` only; anything missing or unreadable gives ``([], None)``."""
     try:
         if hw_key:
-            from pytest_gemmperf.store.hardware import sanitize
-
             metas = [Path(baseline_dir) / sanitize(hw_key) / test_slug / "meta.json"]
         else:
             metas = list(Path(baseline_dir).glob(f"*/{test_slug}/meta.json"))
@@ -173,8 +175,6 @@ class ProgressReporter:
         so the controller of an xdist session knows the report is a profiled point's."""
         if not self.enabled:
             return None
-        from pytest_gemmperf.store.record import legacy_keys, slug_for_test
-        from pytest_gemmperf.run.results import RUN_JSON, item_test_id
 
         hw_key = None
         try:
@@ -198,7 +198,6 @@ class ProgressReporter:
         """The sink for one test item's point; remembered until its report arrives."""
         # the test's own name (other parametrizations included) and the point: two items of
         # one function never print alike
-        from pytest_gemmperf.run.results import item_test_id, split_nodeid
 
         head = split_nodeid(nodeid)[0]
         function = head.rsplit("::", 1)[-1]
@@ -259,7 +258,6 @@ class ProgressReporter:
             seconds = float(getattr(report, "duration", 0.0) or 0.0)
         else:
             return None
-        from pytest_gemmperf.session import PROP_STATUS
 
         status = next((str(v) for k, v in report.user_properties if k == PROP_STATUS), None)
         gateway = getattr(getattr(report, "node", None), "gateway", None)

@@ -11,7 +11,7 @@ import datetime as _dt
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -21,15 +21,31 @@ from pytest_gemmperf.config import default
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.paths import remove_tree
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
-from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.redact import redact_argv, redact_command, redact_env, redact_text, secret_values
 from pytest_gemmperf.run.results import (COMPLETE, FAILED, INTERRUPTED, POINT_JSON, ResultsDir, item_test_id,
                                          write_point_json, write_tables)
 # PROP_*: re-exported, plugin.py and progress.py read them from here
+from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped  # noqa: F401 - re-exported
 from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
 from pytest_gemmperf.session_reruns import PointReruns
 from pytest_gemmperf.sweep import SweepPoint
 from pytest_gemmperf.textsafe import printable_lines
+from pytest_gemmperf.store.hardware import collect_metadata
+from pytest_gemmperf.store.baselines import BaselineStore
+import pytest
+from pytest_gemmperf.run.process import is_local_multinode, launch_argv, node_launch_argvs
+from pytest_gemmperf.run.torch_backend import load_rank_traces, read_trace, run_torch_nodes, run_torch_point
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables
+from pytest_gemmperf.run.slurm_env import wrap_command
+from pytest_gemmperf.run import rocprofv3
+from pytest_gemmperf.run.process import WorkloadError, split_launch
+from pytest_gemmperf.traces.discover import load, load_counters
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables, set_columns
+from pytest_gemmperf.run.replay import ReplayMissing, replay_point
+from pytest_gemmperf.traces.schema import set_columns
+from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.store.hardware import hardware_key
+import inspect
 
 #: Inherited variables recorded in point.json besides those the point sets: the ones that change
 #: performance (runtime, collective, BLAS, threading and allocator knobs) and the process layout.
@@ -84,36 +100,6 @@ class Options:
     telemetry_interval_s: float = default("telemetry_interval")
     #: worker processes reading trace files (traces/parallel.py); 0: every usable core
     jobs: int = default("jobs")
-
-
-@dataclass
-class PointResult:
-    """What ``gemmperf.profile`` returns: the canonical tables of all repeats and ranks."""
-
-    test_id: str
-    point: SweepPoint
-    dir: Path
-    backend: BackendChoice
-    dispatches: pd.DataFrame
-    counters: pd.DataFrame
-    agents: pd.DataFrame
-    env: dict[str, str]
-    command: list[str]
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    hw_key: str = ""
-    #: contention evidence recorded while the point ran (run/environment.py)
-    environment: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def gated_dispatches(self) -> pd.DataFrame:
-        """Dispatches of the kernels the point's regexes select (all when it has none)."""
-        return select_kernels(self.dispatches, self.point.kernels)
-
-    @property
-    def paths(self) -> dict[str, Path]:
-        return {"point_dir": self.dir, "point_json": self.dir / "point.json",
-                "dispatches": self.dir / "dispatches.parquet",
-                "counters": self.dir / "counters.parquet", "agents": self.dir / "agents.parquet"}
 
 
 def worker_index() -> int:
@@ -178,8 +164,6 @@ class GemmperfSession:
 
     def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
-            from pytest_gemmperf.store.hardware import collect_metadata
-
             self._metadata = collect_metadata(self.rootdir)
         return self._metadata
 
@@ -207,8 +191,6 @@ class GemmperfSession:
         return self.results
 
     def baseline_store(self):
-        from pytest_gemmperf.store.baselines import BaselineStore
-
         return BaselineStore(self.options.baseline_dir)
 
 
@@ -269,8 +251,6 @@ class PointRunner(PointGate, PointReruns):
         """Fail the item's set-up with one line when its directory cannot be written."""
         problem = self._dir_problem()
         if problem is not None:
-            import pytest
-
             pytest.fail(printable_lines(f"gemmperf: {self.nodeid}: {problem}"), pytrace=False)
 
     def _fresh_dir(self) -> Path:
@@ -282,8 +262,6 @@ class PointRunner(PointGate, PointReruns):
         if os.path.lexists(point_dir):  # an earlier try of this item in this session
             clash = _foreign_point_dir(point_dir, self.nodeid)
             if clash:
-                import pytest
-
                 pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {clash}"), pytrace=False)
             remove_tree(root, *point_dir.relative_to(root).parts)
         point_dir.mkdir(parents=True)
@@ -311,8 +289,6 @@ class PointRunner(PointGate, PointReruns):
         the torch backend). ``launcher_args`` go to a named launcher (``["--standalone"]`` for
         torchrun). Fails the test with the log tail when the workload fails.
         """
-        import pytest
-
         repeats = int(repeats or self.options.repeats)
         timeout_s = float(timeout_s or self.options.timeout_s)
         if repeats < 1:
@@ -403,17 +379,9 @@ class PointRunner(PointGate, PointReruns):
 
     def _run_torch(self, command, launcher, nproc, nnodes, launcher_args, repeats, timeout_s,
                    full_env, cwd, record, first_run: int = 0):
-        from pytest_gemmperf.run.process import is_local_multinode, launch_argv, node_launch_argvs
-        from pytest_gemmperf.run.torch_backend import (load_rank_traces, read_trace, run_torch_nodes,
-                                                       run_torch_point)
-        from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
-                                                   concat_tables)
-
         # torchrun with nnodes > 1: one node agent per node on this machine (run/torch_backend.py)
         multinode = is_local_multinode(launcher, nnodes)
         if isinstance(launcher, str) and launcher.strip().lower() == "srun":
-            from pytest_gemmperf.run.slurm_env import wrap_command
-
             command = wrap_command(command)  # srun tasks get RANK/WORLD_SIZE/MASTER_ADDR from SLURM's
         argv = (node_launch_argvs(command, nproc, nnodes, launcher_args)[0] if multinode
                 else launch_argv(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args))
@@ -465,12 +433,6 @@ class PointRunner(PointGate, PointReruns):
     def _run_rocprofv3(self, command, launcher, nproc, nnodes, launcher_args, counters, repeats,
                        timeout_s, full_env, env_set, cwd, record, out_dir: Path | None = None,
                        run_offset: int = 0):
-        from pytest_gemmperf.run import rocprofv3
-        from pytest_gemmperf.run.process import WorkloadError, split_launch
-        from pytest_gemmperf.traces.discover import load, load_counters
-        from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
-                                                   concat_tables, set_columns)
-
         # srun/mpirun wrap rocprofv3 (each rank profiled); torchrun runs inside it
         outer, inner = split_launch(command, launcher, nproc=nproc, nnodes=nnodes, extra=launcher_args)
         try:
@@ -509,9 +471,6 @@ class PointRunner(PointGate, PointReruns):
         return trace, [*outer, *inner]
 
     def _run_replay(self, record):
-        from pytest_gemmperf.run.replay import ReplayMissing, replay_point
-        from pytest_gemmperf.traces.schema import set_columns
-
         try:
             res = replay_point(self.options.replay_dir, self.point.id, test_id=self.test_id)
         except ReplayMissing as exc:
@@ -519,7 +478,6 @@ class PointRunner(PointGate, PointReruns):
         if res.layout == "results":
             # a stored point: read its tables once (ReplayResult.load() lists the three parquet
             # files, and discovery reads the whole table set for each of them)
-            from pytest_gemmperf.traces.discover import load
 
             trace = load([res.directory], jobs=self.options.jobs)
         else:
@@ -535,17 +493,6 @@ class PointRunner(PointGate, PointReruns):
 
 # ---------------------------------------------------------------------------------- helpers
 
-class _PointFailed(Exception):
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class _PointSkipped(Exception):
-    """The point has no data to replay."""
-
-
 def _mark_processes(record: dict[str, Any]) -> None:
     """``processes_complete``: the runs (processes) whose workload ended well, by run number."""
     record["processes_complete"] = [r.get("run") for r in record.get("runs", [])
@@ -560,8 +507,6 @@ def _expected_passes(backend: str, counters: Sequence[str]) -> int:
 
 
 def _hardware_key(agents: pd.DataFrame) -> str:
-    from pytest_gemmperf.store.hardware import hardware_key
-
     return hardware_key(agents if agents is not None and len(agents) else None)
 
 
@@ -577,8 +522,6 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _signature_params(fn) -> set[str]:
-    import inspect
-
     try:
         return set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):

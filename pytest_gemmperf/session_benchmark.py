@@ -23,6 +23,11 @@ from typing import Any, Iterable
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.analysis.selection import select_kernels
+from pytest_gemmperf.gate.benchmark_export import to_pytest_benchmark_json
+from pytest_gemmperf.gate.samples import samples_from_dispatches
+from pytest_gemmperf.run.results import ResultsDir
+from pytest_gemmperf.safe_io import write_text
 
 #: user_properties name of a gated point (JSON: test, point, warmup, kernels)
 PROP_GATED = "gemmperf_gated"
@@ -42,12 +47,6 @@ def write_session_benchmark_json(path: Path, results_root: Path, gated: Iterable
     (path, number of benchmarks). A point whose ``dispatches.parquet`` is missing or has no
     selected dispatches raises ``GemmperfInputError`` naming the file: an export silently
     short of a point would be compared as if the point had vanished."""
-    from pytest_gemmperf.analysis.selection import select_kernels
-    from pytest_gemmperf.gate.benchmark_export import to_pytest_benchmark_json
-    from pytest_gemmperf.gate.samples import samples_from_dispatches
-    from pytest_gemmperf.run.results import ResultsDir
-    from pytest_gemmperf.safe_io import write_text
-
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for g in gated:
         seen.setdefault((str(g["test"]), str(g["point"])), g)

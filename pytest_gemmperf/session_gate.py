@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -15,10 +15,22 @@ from pytest_gemmperf import safe_io
 from pytest_gemmperf.config import parse_threshold
 from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.run.results import write_point_json
+from pytest_gemmperf.report.before_after import write_point_baseline
+from pytest_gemmperf.session_point import PointResult
 from pytest_gemmperf.textsafe import printable, printable_frame, printable_lines
-
-if TYPE_CHECKING:
-    from pytest_gemmperf.session import PointResult
+import pytest
+from pytest_gemmperf.history.pytest_side import fail_on_creep, record_point
+from pytest_gemmperf.gate.compare import compare
+from pytest_gemmperf.gate.confirm import apply_disturbance
+from pytest_gemmperf.gate.verdict import format_verdict_table
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.samples import gate_samples
+from pytest_gemmperf.session_benchmark import gated_property
+from pytest_gemmperf.store.record import BaselineRecord
+from pytest_gemmperf.sweep import invalid_env
+from pytest_gemmperf.gate.compare import GateConfig
+from filelock import FileLock
+from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
 
 #: rows of the verdict table in a failure message
 FAIL_TABLE_ROWS = 20
@@ -39,14 +51,11 @@ class PointGate:
         on a regression with the compact verdict table (unless ``--gemmperf-warn-only``). Returns
         the verdicts table (empty when a baseline was recorded).
         """
-        import pytest
-
         rule = self._threshold_rule(threshold)
         samples = self._samples(result, warmup)
         # the per-test rule travels with the results (and the baseline it may become), so
         # `gemmperf compare` of this run gates as this test did
         write_point_json_field(result.dir, "threshold", rule)
-        from pytest_gemmperf.history.pytest_side import fail_on_creep, record_point
 
         creep = record_point(self, result, samples)  # run history; slow-creep text with the check
         store = self.session.baseline_store()
@@ -74,8 +83,6 @@ class PointGate:
                 fail_on_creep(self, creep)
                 return _empty_verdicts()
         cfg = _gate_config(rule if rule is not None else self.options.threshold)
-        from pytest_gemmperf.gate.compare import compare
-        from pytest_gemmperf.gate.confirm import apply_disturbance
 
         history = base.history_for(self.point.id)
         first = compare(base_pt, samples, cfg, test=self.test_id, history=history)
@@ -90,16 +97,11 @@ class PointGate:
                 _emit(f"gemmperf: {self.test_id}[{self.point.id}]: variance of this run added to the "
                       f"baseline's history ({store.path_for(self.test_id, result.hw_key)})")
         merge_verdicts(self.session.results.test_dir(self.test_id), self.point.id, verdicts)
-        # lazy, as the gate's other imports here: pytest start-up loads no report module
-        from pytest_gemmperf.report.before_after import write_point_baseline
-
         write_point_baseline(result.dir, base_pt)  # report.html draws it beside the candidate
         write_point_json_field(result.dir, "verdicts", _verdict_counts(verdicts))
         self._record_verdicts(verdicts, result.hw_key)
         regressions = verdicts[verdicts["verdict"] == "regression"]
         if len(regressions):
-            from pytest_gemmperf.gate.verdict import format_verdict_table
-
             # kernel names are trace text: escaped per cell so a newline cannot break the table
             table = format_verdict_table(printable_frame(verdicts), FAIL_TABLE_ROWS)
             if self._confirm_text:
@@ -126,9 +128,6 @@ class PointGate:
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: assert_no_regression: {exc}") from None
 
     def _samples(self, result: PointResult, warmup: int | None) -> pd.DataFrame:
-        from pytest_gemmperf.errors import GemmperfInputError
-        from pytest_gemmperf.gate.samples import gate_samples
-
         if result.gated_dispatches.empty:
             kern = ", ".join(map(printable, self.point.kernels))
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: no dispatches match the "
@@ -145,7 +144,6 @@ class PointGate:
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: {exc}") from None
         for note in samples.attrs.get("notes", []):
             _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {note}")
-        from pytest_gemmperf.session_benchmark import gated_property
 
         # --gemmperf-benchmark-json: the controller exports this point at the session's end
         self._record(*gated_property(self.test_id, self.point.id, w, self.point.kernels))
@@ -156,9 +154,6 @@ class PointGate:
 
     def _save_baseline(self, store, base, samples: pd.DataFrame, result: PointResult,
                        rule: float | None = None) -> Path:
-        from pytest_gemmperf.store.record import BaselineRecord
-        from pytest_gemmperf.sweep import invalid_env
-
         bad = invalid_env(result.env)  # a run nobody meant (NCCL_NTHREADS=abc) is no reference
         if bad:
             raise _fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: not recorded as a "
@@ -200,8 +195,6 @@ class PointGate:
 
 def _gate_config(threshold: float | None):
     """The gate's configuration with the threshold in force (None: the gate's default)."""
-    from pytest_gemmperf.gate.compare import GateConfig
-
     return GateConfig() if threshold is None else GateConfig(threshold=threshold)
 
 
@@ -214,8 +207,6 @@ class _merge_lock:
     own one-line error."""
 
     def __init__(self, store, test_id: str, hw_key: str) -> None:
-        from filelock import FileLock
-
         record_dir = store.path_for(test_id, hw_key)
         self._lock_dir = Path(store.root) / ".locks"
         self._lock = FileLock(str(self._lock_dir / f"{record_dir.parent.name}__{record_dir.name}.merge.lock"),
@@ -246,8 +237,6 @@ class _merge_lock:
 
 
 def _empty_verdicts() -> pd.DataFrame:
-    from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
-
     return pd.DataFrame({c: pd.Series(dtype=object) for c in VERDICT_COLUMNS})
 
 
@@ -270,8 +259,6 @@ def _fmt(x: Any, spec: str = ".3f") -> str:
 
 
 def _fail_now(message: str):
-    import pytest
-
     return pytest.fail.Exception(printable_lines(message), pytrace=False)
 
 

@@ -10,23 +10,33 @@ its backend methods (``_run_torch``, ``_run_rocprofv3``, ``_run_replay``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping
+from contextlib import nullcontext
+from typing import Any, Mapping
 
 import pandas as pd
+import pytest
 
+from pytest_gemmperf.gate.compare import compare
+from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge_round, settled,
+                                          suspicious)
+from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.redact import redact_text
+from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor, assess
 from pytest_gemmperf.run.results import write_point_json, write_tables
+from pytest_gemmperf.run.telemetry import (TelemetrySampler, affected_processes, evidence, note_rows,
+                                           slowest_process_notes, summarise, windows_from_dispatches,
+                                           write_telemetry)
+from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
+                                          write_point_json_field)
+from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped
 from pytest_gemmperf.textsafe import printable, printable_lines
-
-if TYPE_CHECKING:
-    from pytest_gemmperf.session import PointResult
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, concat_tables
 
 
 class PointReruns:
     """Methods of ``PointRunner`` for contention evidence, re-runs and confirmation."""
 
     def _monitor(self):
-        from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor
 
         # a replayed point was measured elsewhere: this machine's load says nothing about it
         return ContentionMonitor(marker_dir=self.session.results.root / ACTIVE_DIR,
@@ -34,7 +44,6 @@ class PointReruns:
                                  enabled=self.backend.name != "replay")
 
     def _sampler(self, env: Mapping[str, str]):
-        from pytest_gemmperf.run.telemetry import TelemetrySampler
 
         # a replayed point ran elsewhere: this machine's clocks say nothing about it
         sampler = TelemetrySampler(self.options.telemetry_interval_s, env=dict(env),
@@ -44,7 +53,6 @@ class PointReruns:
 
     def _process_window(self, run: int):
         """Context marking workload process ``run`` in the current telemetry sampler."""
-        from contextlib import nullcontext
 
         sampler = getattr(self, "_telemetry", None)
         return sampler.process(run) if sampler is not None and sampler.enabled else nullcontext()
@@ -55,7 +63,6 @@ class PointReruns:
         metadata and per-process summary to ``record["telemetry"]`` (point.json), and this
         round's summary into ``evidence["telemetry"]`` for the gate. rocprofv3 runs all
         repeats in one call: their process windows come from ``dispatches`` (CLOCK_BOOTTIME)."""
-        from pytest_gemmperf.run.telemetry import summarise, windows_from_dispatches, write_telemetry
 
         self._telemetry = None
         if not sampler.enabled:
@@ -91,8 +98,6 @@ class PointReruns:
     def _telemetry_notes(self, verdicts: pd.DataFrame, dispatches: pd.DataFrame | None = None) -> pd.DataFrame:
         """Each verdict row of the point names the telemetry evidence of all its processes;
         a slower kernel's row also says whether its slowest process was a throttled one."""
-        from pytest_gemmperf.run.telemetry import (affected_processes, evidence, note_rows,
-                                                   slowest_process_notes)
 
         pj = self.dir / "point.json"
         try:
@@ -104,7 +109,6 @@ class PointReruns:
         return note_rows(verdicts, reasons)
 
     def _assess(self, evidence: Mapping[str, Any] | None):
-        from pytest_gemmperf.run.environment import assess
 
         # concurrent points compete for the devices unless each xdist worker has its own GPUs
         cpu = self.backend.device == "cpu"
@@ -113,7 +117,6 @@ class PointReruns:
 
     def _execute(self, record: dict[str, Any], *, first_run: int):
         """Run ``repeats`` processes of the last ``profile()`` call, numbered from ``first_run``."""
-        from pytest_gemmperf.session import _PointSkipped
 
         c = self._call
         backend = self.backend
@@ -137,11 +140,7 @@ class PointReruns:
         runs numbered after the earlier ones); their tables join ``dispatches.parquet``.
         Returns (the new processes only, their contention evidence), or None when the backend
         cannot re-run (replay)."""
-        import pytest
 
-        from pytest_gemmperf.session import PointResult, _PointFailed
-        from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
-                                                   concat_tables)
 
         if self._call is None or self.backend.name not in ("torch", "rocprofv3"):
             return None
@@ -185,11 +184,6 @@ class PointReruns:
         ``--gemmperf-confirm`` rounds; the new processes join the candidate and the point is
         judged again (combined comparison + the re-run alone must reproduce). Records what
         ran and what changed in point.json (``confirmation``) and the test's properties."""
-        from pytest_gemmperf.gate.compare import compare
-        from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge_round, settled,
-                                                  suspicious)
-        from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
-                                                  write_point_json_field)
 
         ccfg = ConfirmConfig(rounds=max(0, int(self.options.confirm)))
         if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
@@ -219,7 +213,7 @@ class PointReruns:
             summary["rounds"] = round_no
             # the round's share of the FDR budget (rounds share one budget: no free extra looks)
             summary.setdefault("fdr_per_round", []).append(cfg.fdr * ccfg.fdr_share(round_no))
-            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == "dur_ns", "unit"].nunique())
+            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == DUR_NS, "unit"].nunique())
             summary["changes"] = changes
             summary["environment"].append(disturbance.as_dict())
             if settled(verdicts, ccfg):

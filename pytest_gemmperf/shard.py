@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+from pytest_gemmperf.store.record import slug_for_test
 
 #: environment variable holding ``I/N`` (between the command line and the ini file)
 SHARD_ENV = "GEMMPERF_SHARD"
@@ -136,8 +137,6 @@ def baseline_durations(baseline_dir: str | os.PathLike, test_ids: Iterable[str])
     point the longest time is used (a conservative estimate, and the same in every shard).
     Unreadable or malformed files are skipped: durations only balance the shards, they never
     decide a verdict."""
-    from pytest_gemmperf.store.record import slug_for_test
-
     root = Path(baseline_dir)
     out: dict[str, float] = {}
     if not root.is_dir():

@@ -13,6 +13,7 @@ import pytest
 
 from pytest_gemmperf import shard as shard_mod
 from pytest_gemmperf.sweep import DEFAULT_POINT_ID
+from pytest_gemmperf.run.results import item_test_id
 
 PLUGIN_NAME = "gemmperf-shard"
 
@@ -46,8 +47,6 @@ def _point_id(item: pytest.Item) -> str:
 
 def item_test(item: pytest.Item) -> str:
     """The test id of an item, as its point's baseline record is keyed (``item_test_id``)."""
-    from pytest_gemmperf.run.results import item_test_id
-
     return item_test_id(item.nodeid, _point_id(item))
 
 

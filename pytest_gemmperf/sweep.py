@@ -28,11 +28,12 @@ import itertools
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
-
-import pytest
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
 
 from pytest_gemmperf.paths import MAX_NAME_BYTES
+
+if TYPE_CHECKING:
+    import pytest
 
 MARK_NAME = "gemmperf_sweep"
 
@@ -239,6 +240,9 @@ def sweep(*, kernels: str | Sequence[str] | None = None, env: Mapping[str, Any] 
     const_env = tuple((str(k), _env_str(v)) for k, v in (env or {}).items())
     spec = SweepSpec(axes=tuple(declared), kernels=kern, env=const_env)
     spec.points()  # fail at import time on colliding ids, not at collection of each item
+    # lazy: keeps gemmperf --help fast (the package imports this module; a test file has pytest)
+    import pytest
+
     return pytest.mark.gemmperf_sweep(spec=spec)
 
 

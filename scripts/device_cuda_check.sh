@@ -21,8 +21,11 @@
 # POINT_TIMEOUT_S (per workload launch, default 90), PYTEST_EXTRA (more pytest arguments for
 # both runs, split on spaces, e.g. "-k ch28" to run half the sweep).
 #
-# Evidence in $OUT (10 files, flat): check.log (versions, stage timings, per-launch wall times,
-# telemetry summary, analyze output, final status), pytest_run1.log, pytest_run2.log,
+# Evidence in $OUT (11 files, flat): check.log (versions, stage timings, per-launch wall times,
+# per-process breakdown, bare launches, telemetry summary, analyze output, final status),
+# process_breakdown.txt (per process of both runs: start to first kernel, profiled steps, trace
+# export, exit, the process's lifetime and the launch's wall time; scripts/process_breakdown.py),
+# pytest_run1.log, pytest_run2.log,
 # verdicts.csv, summary.md, report.html (the gating session's report, with its telemetry panel
 # per point), kernels.csv (from analyze), telemetry_summary.txt (per point, process and GPU:
 # SM clock min/median/max, power, temperature, throttled seconds, plus sample rows taken while
@@ -31,9 +34,12 @@
 # telemetry.parquet; no raw traces).
 # Telemetry: NVML through pynvml (nvidia-ml-py); without it only host samples are recorded and
 # the telemetry stage says so (the check itself does not fail on it).
+# Bare launches (BARE_LAUNCHES=0 skips them): the example point's workload alone, one rank, once
+# through torchrun's agent and once started directly as the runner starts a one-rank point
+# (run/process.py one_rank_argv), each under BARE_TIMEOUT_S (default 45): the agent's cost.
 # Time: GPU sweep 4 points x REPEATS launches per run; worst case with every timeout hit is
-# about 90 + 2 x 150 + 60 s, so give the device call timeout_s=480. If run 1 times out, run 2
-# gates only FIRST_POINT. Exit status: 0 when both pytest runs and analyze succeeded, else 1.
+# about 90 + 2 x 150 + 60 + 2 x 45 s, so give the device call timeout_s=560. If run 1 times out,
+# run 2 gates only FIRST_POINT. Exit status: 0 when both pytest runs and analyze succeeded, else 1.
 
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -43,6 +49,8 @@ PY=${PYTHON:-python3}
 REPEATS=${REPEATS:-2}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-150}
 POINT_TIMEOUT_S=${POINT_TIMEOUT_S:-90}
+BARE_LAUNCHES=${BARE_LAUNCHES:-1}
+BARE_TIMEOUT_S=${BARE_TIMEOUT_S:-45}
 FIRST_POINT=${FIRST_POINT:-ch28-th256 or th1}  # the first point of the GPU / CPU sweep
 mkdir -p "$OUT" || exit 2
 WORK=$(mktemp -d /tmp/gemmperf-check.XXXXXX) || exit 2
@@ -108,6 +116,36 @@ pytest_run() {  # $1 = 1 | 2, then extra pytest arguments
         --gemmperf-timeout "$POINT_TIMEOUT_S" ${PYTEST_EXTRA:-} "$@" 2>&1 | tee "$OUT/pytest_run$n.log"
 }
 
+bare_launches() {  # $1 = folder for their traces
+    "$PY" - "$1" "$BARE_TIMEOUT_S" <<'EOF'
+import shlex, subprocess, sys, time
+from perf_tests.test_gemm_overlap import SHAPE
+from pytest_gemmperf.run.process import launch_argv
+work, timeout = sys.argv[1], float(sys.argv[2])
+wl = "perf_tests/workloads/gemm_comm.py"
+def cmd(how):
+    program = [wl, *SHAPE, "--trace-dir", f"{work}/{how}"]
+    if how == "agent":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                "--nproc_per_node", "1", *program]
+    return launch_argv([sys.executable, *program], "torchrun", nproc=1, extra=["--standalone"])
+for how in ("agent", "direct"):
+    argv = cmd(how)
+    print(f"$ {shlex.join(argv)}", flush=True)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"BARE {how}: timed out after {timeout:.0f} s")
+        continue
+    wall = time.monotonic() - t0
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("gemmperf-timing:")]
+    print(f"BARE {how}: wall {wall:.2f} s, exit {proc.returncode}; {lines[-1] if lines else 'no timing line'}")
+    if proc.returncode:
+        print(proc.stderr[-1500:])
+EOF
+}
+
 main() {
     local rc1=99 rc2=99 rca=99 report
     stage "install wheels ($PY)"
@@ -164,6 +202,16 @@ for p in sorted(Path(sys.argv[1]).glob("results*/*/*/point.json")):
           f"{rec.get('backend')}/{rec.get('device')} nproc={rec.get('nproc')} "
           f"dispatches={rec.get('dispatches')} verdicts={rec.get('verdicts', '-')} runs: {runs}")
 EOF
+    stage "per-process breakdown (start to first kernel, profiled steps, trace export, exit)"
+    for res in "$WORK"/results1 "$WORK"/results2; do
+        [ -d "$res" ] || continue
+        echo "--- $(basename "$res")"
+        "$PY" scripts/process_breakdown.py "$res"
+    done 2>&1 | tee "$OUT/process_breakdown.txt"
+    if [ "$BARE_LAUNCHES" != 0 ]; then
+        stage "bare launches of the example point, one rank: torchrun's agent vs started directly"
+        bare_launches "$WORK/bare" || echo "WARN: bare launches failed (status $?)"
+    fi
     stage "telemetry (NVML clocks/power/temperature sampled while the workload ran)"
     "$PY" - "$WORK" "$OUT" <<'EOF' 2>&1 | tee "$OUT/telemetry_summary.txt" || true
 import json, sys

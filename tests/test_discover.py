@@ -16,8 +16,8 @@ import pytest
 from conftest import FIXTURES, shared_file
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.discover import discover, discover_with_notes, load, load_counters
-from pytest_gemmperf.traces.schema import (Trace, finalize_counters, finalize_dispatches,
-                                           validate_dispatches)
+from pytest_gemmperf.traces.schema import (NoDispatches, Trace, finalize_counters,
+                                           finalize_dispatches, validate_dispatches)
 
 ROCM = FIXTURES / "torch" / "rocm_sdk_rank3.pt.trace.json"
 CUDA = FIXTURES / "torch" / "gpuhost-01_777.1700000001000000000.pt.trace.json.gz"
@@ -42,7 +42,7 @@ def _touch(p: Path, text: str = "x") -> Path:
 def _stub_dispatches(path, source: str) -> pd.DataFrame:
     text = Path(path).read_text()
     if '"EMPTY"' in text:
-        raise GemmperfInputError(path, "no kernel dispatches in 1 process(es)")
+        raise NoDispatches(path, "no kernel dispatches in 1 process(es)")
     n = 3
     df = pd.DataFrame({"source": source, "kernel": ["Cijk_stub"] * n,
                        "start_ns": [0, 100, 200], "end_ns": [50, 150, 250], "agent": [0] * n})

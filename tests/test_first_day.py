@@ -30,7 +30,7 @@ import pytest
 from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, TEST_FILE, gp  # noqa: F401 - gp: the fixture
 from pytest_gemmperf import __version__
 from pytest_gemmperf.cli import main
-from pytest_gemmperf.commands import baseline as baseline_cmd
+from pytest_gemmperf.commands import baseline_impl as baseline_cmd
 from pytest_gemmperf.history.store import HistoryStore
 # modules, not names: each test fails on its own where a function is missing
 from pytest_gemmperf import report as report_mod

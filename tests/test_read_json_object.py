@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from pytest_gemmperf.commands.merge import plan_merge
+from pytest_gemmperf.commands.merge_impl import plan_merge
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.discover import discover
 from pytest_gemmperf.traces.fileio import read_json_object

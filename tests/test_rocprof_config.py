@@ -12,8 +12,8 @@ import yaml
 
 from conftest import shared_file
 from pytest_gemmperf.cli import main
-from pytest_gemmperf.commands.rocprof_config import (AORTA_CU_ONLY_COUNTERS, anchored_regex,
-                                                     ecma_escape)
+from pytest_gemmperf.commands.rocprof_config_impl import (AORTA_CU_ONLY_COUNTERS, anchored_regex,
+                                                          ecma_escape)
 
 META_NAMES = [
     "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, (anonymous namespace)::Sum>>(T*)",

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pytest_gemmperf.analysis.categories import category_of
+from pytest_gemmperf.traces.categories import category_of
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, concat_tables, finalize_dispatches,
                                            flag_queue_overlap, set_columns, short_name,
@@ -109,7 +109,7 @@ _OLD_GEMM = (r"^Cijk_|gemm|matmul|hipblaslt|tensile|nvjet|xmma|cutlass|wmma|mfma
 def _old_category(name):
     import re
 
-    from pytest_gemmperf.analysis.categories import DEFAULT_RULES
+    from pytest_gemmperf.traces.categories import DEFAULT_RULES
     rules = [(c, _OLD_GEMM if c == "gemm" else rx) for c, rx in DEFAULT_RULES]
     return next((c for c, rx in rules if re.search(rx, name, re.IGNORECASE)), "other")
 
@@ -138,7 +138,7 @@ def test_one_megabyte_kernel_name_is_categorised_in_linear_time(unit):
 
 
 def test_user_rules_keep_regex_semantics():
-    from pytest_gemmperf.analysis.categories import compile_rules, split_alternatives
+    from pytest_gemmperf.traces.categories import compile_rules, split_alternatives
     assert split_alternatives(r"a|b(c|d)|[|]|\||[]|]x|e") == ["a", "b(c|d)", "[|]", r"\|", "[]|]x", "e"]
     rules = compile_rules(extra=[("mine", r"Foo\d|BAR|[A-Z]{3}_only")])
     assert category_of("xfoo7", rules) == "mine"

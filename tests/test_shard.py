@@ -13,7 +13,7 @@ import pytest
 
 from pytest_gemmperf import shard
 from pytest_gemmperf.cli import main as cli_main
-from pytest_gemmperf.commands.merge import merge_results
+from pytest_gemmperf.commands.merge_impl import merge_results
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.run import environment

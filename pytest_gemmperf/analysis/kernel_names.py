@@ -39,6 +39,7 @@ import hashlib
 import re
 from collections import defaultdict
 from typing import Iterable, Sequence
+import pandas as pd
 
 __all__ = ["MAX_LEN", "short_names", "short_name_series"]
 
@@ -405,8 +406,6 @@ def short_names(names: Sequence[str] | Iterable[str]) -> dict[str, str]:
 
 def short_name_series(names):
     """``short_names`` applied to a pandas Series/Categorical (one call per distinct name)."""
-    import pandas as pd
-
     s = pd.Series(names)
     mapping = short_names(pd.unique(s.dropna()))
     return s.map(mapping)

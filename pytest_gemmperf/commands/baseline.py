@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
-
-import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option
-from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.verdict import median_label
-from pytest_gemmperf.textsafe import printable
-
-#: which median ``show`` / ``diff`` print (issue 11: three tools printed three "medians")
-_MEDIAN_NOTE = (f"median: {median_label('all')}, of the stored samples (after the recorded warm-up); "
-                f"gemmperf compare prints the {median_label('per_process')}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -93,153 +82,29 @@ def _sentence(text: str) -> str:
     return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
-def _store(args: argparse.Namespace):
-    from pytest_gemmperf.store.baselines import BaselineStore
+def _impl():
+    """The command's work, imported when it runs."""
+    # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
+    from pytest_gemmperf.commands import baseline_impl
 
-    return BaselineStore(args.baseline_dir)
-
-
-def _say(msg: str) -> None:
-    print(printable(msg), file=sys.stderr)
-
-
-MAX_TEXT = 70  # kernel names run to hundreds of characters; the files keep them whole
-NO_VALUE = "—"
-
-
-def _print_table(df: pd.DataFrame) -> None:
-    """Plain table, text columns left-aligned and long names shortened in the middle."""
-    df = df.copy()
-    for c in df.columns:
-        if (pd.api.types.is_numeric_dtype(df[c]) and isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype)
-                and df[c].isna().any()):
-            # nullable integers print <NA> whatever na_rep says: as text, with the dash
-            df[c] = df[c].astype(object).where(df[c].notna(), NO_VALUE)
-        if not pd.api.types.is_numeric_dtype(df[c]):
-            text = df[c].astype(object).where(df[c].notna(), "").astype(str).map(printable)
-            text = text.where(text.str.len() <= MAX_TEXT,
-                              text.str[:MAX_TEXT // 2 - 2] + "..." + text.str[-(MAX_TEXT // 2 - 1):])
-            width = max(int(text.str.len().max() or 0), len(str(c)))
-            df[c] = text.str.ljust(width)
-    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 10_000):
-        # a cell with no value (the old side of a new record) reads as a dash, not NaN / <NA>
-        print(df.to_string(index=False, justify="left", na_rep=NO_VALUE))
+    return baseline_impl
 
 
 def run_refresh(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.results import refresh_from_results
-
-    recs = refresh_from_results(args.results, _store(args), args.test_filter, warmup=args.warmup, report=_say,
-                                replace=args.replace, jobs=getattr(args, "jobs", 0),
-                                allow_partial=getattr(args, "allow_partial", False))
-    print(printable(f"{len(recs)} baseline record(s) refreshed in {args.baseline_dir}"))
-    return 0
+    return _impl().run_refresh(args)
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.record import META_FILE
-    from pytest_gemmperf.store.results import records_from_results, resolve_results_dir
-
-    store = _store(args)
-    root = resolve_results_dir(args.results, _say)
-    learned = 0
-    for rec in records_from_results(root, args.test_filter, warmup=args.warmup, report=_say,
-                                    jobs=getattr(args, "jobs", 0),
-                                    allow_partial=getattr(args, "allow_partial", False)):
-        # existence only: learn() reads and checks the record under its lock
-        if not (store.path_for(rec.test_id, rec.hw_key) / META_FILE).is_file():
-            _say(f"no baseline for {rec.hw_key} {rec.test_id}: nothing to learn into (refresh first)")
-            continue
-        done = [p for p in sorted(set(rec.samples["point"].astype(str)))
-                if store.learn(rec.test_id, rec.hw_key, rec.samples[rec.samples["point"].astype(str) == p],
-                               f"{root.name}/{p}", report=_say)]
-        learned += len(done)
-        _say(f"{rec.hw_key} {rec.test_id}: learned {len(done)} point(s)"
-             + ("" if done else " (already in the history)"))
-    print(printable(f"variance of {learned} point run(s) added to the history in {args.baseline_dir}"))
-    return 0
+    return _impl().run_learn(args)
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.record import summarize
-    from pytest_gemmperf.store.record import legacy_keys
-
-    if not Path(args.baseline_dir).is_dir():  # a mistyped --baseline-dir is no empty store
-        _say(f"gemmperf: error: no baseline store at {args.baseline_dir}")
-        return 2
-    store = _store(args)
-    if args.test_id is None:
-        table = store.list(args.hw, verify=args.verify)
-        if table.empty:
-            print(printable(f"no baselines in {args.baseline_dir}"))
-            return 0
-        _print_table(table.drop(columns=["metrics", "rows", "generation"]).rename(
-            columns={"test_id": "test", "hw_key": "hw"}))
-        bad = table[table["status"].str.startswith(("damaged", "incomplete"))]
-        if not args.verify:
-            print(printable(f"{len(table)} record(s); checksums NOT verified (--no-verify)"))
-        else:
-            print(printable(f"{len(table)} record(s); checksums verified: {len(table) - len(bad)} ok, "
-                            f"{int(table['status'].str.startswith('damaged').sum())} damaged, "
-                            f"{int(table['status'].str.startswith('incomplete').sum())} incomplete"))
-        for r in bad.itertuples(index=False):
-            _say(f"{r.status.split(':', 1)[0]}: {r.hw_key} {r.test_id}: {r.status.split(':', 1)[1].strip()}")
-        return 0
-    hws = [args.hw] if args.hw else sorted(p.name for p in store.root.iterdir()
-                                           if p.is_dir() and not p.name.startswith(".")) if store.root.is_dir() else []
-    # this test's records only: a damaged record of another test is none of this command's business
-    recs = [r for r in (store.load(args.test_id, hw) for hw in hws) if r is not None]
-    if not recs:
-        raise GemmperfInputError(args.baseline_dir, f"no baseline for test {args.test_id!r}")
-    for rec in recs:
-        print(printable(f"{rec.test_id}  [{rec.hw_key}]  updated {rec.updated}  generation {rec.generation}  "
-                        "(checksums verified)"))
-        if rec.migrated_from is not None:
-            old_dir = store.path_for(rec.test_id, rec.hw_key).parent / dict(legacy_keys(rec.test_id))[rec.migrated_from]
-            print(printable(f"migrated: found under old key {rec.migrated_from!r} ({old_dir}); the next save "
-                            f"writes it under {rec.test_id!r} ({store.path_for(rec.test_id, rec.hw_key)})"))
-        _print_table(summarize(rec.samples))
-        print(_MEDIAN_NOTE)
-        if rec.variance is not None and len(rec.variance):
-            runs = rec.variance.groupby("point")["seq"].nunique()
-            print(printable("variance history (earlier runs per point): "
-                            + ", ".join(f"{p} {int(n)}" for p, n in runs.items())))
-    return 0
+    return _impl().run_show(args)
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from pytest_gemmperf.store.baselines import BaselineStore
-    from pytest_gemmperf.store.record import kept_points, merge_records
-    from pytest_gemmperf.store.results import records_from_results
-
-    store = _store(args)
-    for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say,
-                                    jobs=getattr(args, "jobs", 0),
-                                    allow_partial=getattr(args, "allow_partial", False)):
-        old = store.load(new.test_id, new.hw_key)
-        kept = kept_points(old, new)
-        # what the refresh would store: merged per point unless --replace
-        diff = BaselineStore.diff(old, merge_records(old, new, replace=args.replace))
-        counts = diff["change"].value_counts()
-        status = "new baseline" if old is None else ", ".join(
-            f"{counts.get(c, 0)} {c}" for c in ("changed", "added", "removed", "unchanged"))
-        print(printable(f"{new.test_id}  [{new.hw_key}]: {status}"))
-        if kept:
-            print(printable(f"  point(s) not in the run: {', '.join(kept)} -- "
-                            + ("REMOVED by --replace" if args.replace else "kept (refresh --replace would remove them)")))
-        shown = diff if args.all else diff[diff["change"] != "unchanged"]
-        if not shown.empty:
-            _print_table(shown)
-            print(_MEDIAN_NOTE)
-    return 0
+    return _impl().run_diff(args)
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    removed = _store(args).prune(older_than=args.older_than, dry_run=args.dry_run, hw_key=args.hw, report=_say)
-    verb = "would remove" if args.dry_run else "removed"
-    for r in removed:
-        print(printable(f"{verb} {r['hw_key']} {r['test_id']} (updated {r['updated']}; {r['reason']})"))
-    if args.older_than is None:
-        _say("nothing selected: pass --older-than DAYS")
-    print(printable(f"{len(removed)} record(s) {'to remove' if args.dry_run else 'removed'}"))
-    return 0
+    return _impl().run_prune(args)

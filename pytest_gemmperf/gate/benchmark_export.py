@@ -26,6 +26,9 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.metrics import DUR_NS
+from pytest_gemmperf.gate.samples import samples_from_dispatches
+from pytest_gemmperf.safe_io import write_text
 
 #: pytest-benchmark version whose layout is written (``version`` field).
 PYTEST_BENCHMARK_LAYOUT = "5.1.0"
@@ -87,12 +90,11 @@ def default_machine_info() -> dict[str, Any]:
 
 def _as_samples(data: pd.DataFrame) -> pd.DataFrame:
     if {"metric", "value", "kernel"} <= set(data.columns):
-        d = data[data["metric"].astype(str) == "dur_ns"]
+        d = data[data["metric"].astype(str) == DUR_NS]
         return pd.DataFrame({"point": d["point"].astype(str) if "point" in d else "-",
                              "kernel": d["kernel"].astype(str), "unit": d["unit"].astype(str) if "unit" in d else "-",
                              "value": d["value"].to_numpy(float)})
     if {"kernel", "dur_ns"} <= set(data.columns):
-        from pytest_gemmperf.gate.samples import samples_from_dispatches
 
         return _as_samples(samples_from_dispatches(data, categories=False))
     raise GemmperfInputError(None, "benchmark export needs a samples table (point, kernel, metric, unit, "
@@ -136,7 +138,6 @@ def write_pytest_benchmark_json(path: str | os.PathLike, data: pd.DataFrame, **k
     p = Path(path)
     doc = to_pytest_benchmark_json(data, **kwargs)
     p.parent.mkdir(parents=True, exist_ok=True)
-    from pytest_gemmperf.safe_io import write_text
 
     # private temp file + rename: a link planted at the path (or at a fixed temp name) is
     # never written through

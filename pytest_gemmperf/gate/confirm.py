@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from pytest_gemmperf.gate.verdict import (HIGHER_IS_BETTER, IMPROVEMENT, INCONCLUSIVE, REGRESSION,
-                                          UNCHANGED)
+from pytest_gemmperf.gate import metrics as M
+from pytest_gemmperf.gate.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
 
 KEY = ["point", "kernel", "metric"]
 
@@ -83,7 +83,7 @@ class ConfirmConfig:
 
 def _worse(v: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ratio, ci_low, ci_high) oriented so that > 1 is worse."""
-    better = v["metric"].astype(str).isin(list(HIGHER_IS_BETTER)).to_numpy()
+    better = M.higher_is_better(v["metric"].astype(str))
     r, lo, hi = (v[c].to_numpy(float) for c in ("ratio", "ci_low", "ci_high"))
     with np.errstate(divide="ignore", invalid="ignore"):
         return (np.where(better, 1 / r, r), np.where(better, 1 / hi, lo), np.where(better, 1 / lo, hi))

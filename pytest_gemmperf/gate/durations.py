@@ -13,25 +13,23 @@ what it was measured against, is in ``docs/statistics.md`` ("The method in detai
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.gate.arrays import _as_category, _codes, _nanmean_rows, _nanmedian_rows  # noqa: F401 - re-exported
 from pytest_gemmperf.gate.noise_floors import _central_quantile_var, _resolution_var, _sampling_floor
 from pytest_gemmperf.gate import stats
-from pytest_gemmperf.gate.samples import DISPATCH_COUNT
+from pytest_gemmperf.gate.metrics import CV_ROBUST, DISPATCH_COUNT, DUR_NS
 from pytest_gemmperf.gate.verdict import MISSING, NEW
 
-if TYPE_CHECKING:  # GateConfig lives in compare.py, which imports this module
-    from pytest_gemmperf.gate.compare import GateConfig
 
 SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
-DUR = "dur_ns"
-CV = "cv_robust"
+DUR = DUR_NS
+CV = CV_ROBUST
 #: optional rows (one per point, kernel, unit): the number of ``dur_ns`` dispatches before a
 #: samples table was compacted to quantiles. Used for the variance prior's trend, never gated.
 COUNT = DISPATCH_COUNT
@@ -214,8 +212,6 @@ def variance_contribution(samples: pd.DataFrame, config: GateConfig | None = Non
     keeps these for earlier runs (:mod:`pytest_gemmperf.store.baselines`) and
     :func:`compare_stats` pools them with the comparison's own variance. Columns
     ``point, kernel, metric, df, ss``; kernels seen in fewer than two processes are left out."""
-    from pytest_gemmperf.gate.compare import GateConfig  # compare.py imports this module
-
     cfg = config or GateConfig()
     s = check_samples(samples)
     s = s[(s["metric"] == DUR) & (s["value"] > 0)]

@@ -1,146 +1,43 @@
 """Build the gate's samples table (``point, kernel, metric, unit, value``) from dispatches.
 
 The unit is one profiled process, ``host/pid/rank/run`` (ARCHITECTURE.md "The process unit";
-missing parts are written ``-``). Per dispatch the table holds ``dur_ns``; per unit it holds
-``category_total_ns`` for every kernel category (kernel ``category:<cat>``), so that a kernel
-replaced by a slower one shows up in the totals even though it appears as "missing + new".
-Sums (category totals, computation, exposed communication) are **per step** of the unit
-(:func:`unit_steps`): a run with fewer iterations is neither faster nor slower.
-Further unit-level metrics (overlap fraction, interference slowdown, exposed communication,
-collective metrics) come from analysis tables passed in as already-computed DataFrames, or,
-in :func:`gate_samples` (the one function pytest, ``baseline refresh`` and ``gemmperf compare``
-use), from the analysis layer, imported inside the function (gate -> analysis is allowed, the
-module stays importable without it).
+missing parts are written ``-``). What the table holds is the metric registry's
+(``gate/metrics.py``): per dispatch ``dur_ns``, per unit ``category_total_ns`` for every kernel
+category (kernel ``category:<cat>``, so that a kernel replaced by a slower one shows up in the
+totals even though it appears as "missing + new"), GEMM overlap, the timeline's exposed
+communication, and collective metrics per run. Sums are **per step** of the unit
+(:func:`~pytest_gemmperf.gate.prepared.unit_steps`): a run with fewer iterations is neither
+faster nor slower.
+
+:func:`gate_samples` is the one function pytest, ``baseline refresh`` and ``gemmperf compare``
+use. It runs in two stages that ``gate.file_reduce`` runs apart, one per trace source and then
+once over all of them: :func:`reduce_table` calls every process builder of the registry on a
+table and packs their rows (a :class:`Reduced`), :func:`merge_reduced` keeps the rows whose
+point facts hold over all tables, orders them (registry order, then point and unit) and appends
+the run builders' rows. One table merged alone is ``gate_samples``.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate import metrics as M
+from pytest_gemmperf.gate.metrics import DISPATCH_COUNT
+from pytest_gemmperf.gate.prepared import (SAMPLE_COLUMNS, STEP_COLUMN, STEPS_COLUMN,  # noqa: F401 - public here
+                                           Prepared, kept_quantile_positions, point_labels, prepare,
+                                           steps_notes, unit_ids, unit_steps)
 
-SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
-#: rows written by :func:`compact_samples`: dispatches per (point, kernel, unit) before
-#: compaction; context for the gate, never gated themselves
-DISPATCH_COUNT = "dispatch_count"
-UNIT_PARTS = ("host", "pid", "rank", "run")
-#: optional dispatch columns telling how many steps (iterations) a unit ran; see unit_steps()
-STEPS_COLUMN = "profiler_steps"  # per dispatch: ProfilerStep#N ranges in its trace file
-STEP_COLUMN = "step"  # per dispatch: id of the step (marker / ROCTx range) it ran in
+_SEG_COLUMNS = ("metric", "key", "point", "keep_if", "start", "stop")
 
 
-def _text(s: pd.Series) -> np.ndarray:
-    return s.astype(object).where(s.notna(), "-").astype(str).to_numpy()
-
-
-def unit_ids(df: pd.DataFrame) -> np.ndarray:
-    """``host/pid/rank/run`` per row (``-`` for a missing part or column)."""
-    if "unit" in df.columns:
-        return _text(df["unit"])
-    parts = [(_text(df[c]) if c in df.columns else np.full(len(df), "-", dtype=object)) for c in UNIT_PARTS]
-    out = parts[0].astype(object)
-    for p in parts[1:]:
-        out = out + "/" + p
-    return out
-
-
-def _points(df: pd.DataFrame) -> np.ndarray:
-    return _text(df["point"]) if "point" in df.columns else np.full(len(df), "-", dtype=object)
-
-
-@dataclass
-class _Prepared:
-    """Dispatches reduced to integer codes, in the gate's order (point, unit, kernel, start).
-
-    Codes are ranks of the sorted text labels, so integer order is the labels' order. Only
-    dispatches with a positive duration are kept (``zero_dur`` and zero-length ones are
-    timestamp artefacts; the log of their duration is undefined).
-    """
-
-    point_of: np.ndarray   # per (point, unit) group: point label
-    unit_of: np.ndarray    # per (point, unit) group: unit label
-    kernels: np.ndarray    # kernel labels, sorted
-    categories: np.ndarray  # category labels, sorted
-    rows: np.ndarray       # positions in the input, sorted
-    pu: np.ndarray         # per kept row: (point, unit) group code
-    kernel: np.ndarray     # per kept row: kernel code
-    category: np.ndarray   # per kept row: category code
-    value: np.ndarray      # per kept row: dur_ns as float
-    pos: np.ndarray        # per kept row: position in its (point, unit, kernel) after warm-up
-    pu_row: np.ndarray     # per input row: (point, unit) group code
-    full_key: np.ndarray = None   # sorted (point, unit) * n_kernels + kernel keys before warm-up
-    full_count: np.ndarray = None  # dispatches per full_key before warm-up (positive durations)
-
-
-def _sorted_factor(col: pd.Series, missing: str) -> tuple[np.ndarray, np.ndarray]:
-    """(code per row, sorted distinct labels); one ``str()`` per distinct value."""
-    codes, uniq = pd.factorize(col, use_na_sentinel=True)
-    lab = [str(u) for u in uniq]
-    if (codes < 0).any():
-        codes = np.where(codes < 0, len(lab), codes)
-        lab.append(missing)
-    labels, inv = np.unique(np.asarray(lab, dtype=object), return_inverse=True)
-    return inv.reshape(-1)[codes].astype(np.int64), labels
-
-
-def _unit_groups(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(group code per row, point label and unit label per group); groups sorted by (point,
-    unit). Labels come from :func:`_points` / :func:`unit_ids` on one row per group, the same
-    functions that label analysis tables, so unit ids agree everywhere."""
-    n = len(df)
-    cols = [c for c in ("point", *(("unit",) if "unit" in df.columns else UNIT_PARTS)) if c in df.columns]
-    if not cols or n == 0:
-        gid = np.zeros(n, dtype=np.int64)
-    else:
-        gid = df.groupby(cols, observed=True, dropna=False, sort=False).ngroup().to_numpy(np.int64)
-    _, first = np.unique(gid, return_index=True)
-    heads = df.iloc[first]
-    point_lab = _points(heads)
-    unit_lab = unit_ids(heads)
-    # "\x1f" sorts below every printable character: joined order == (point, unit) order, and
-    # groups whose raw keys differ but print the same (1 and "1") become one unit
-    joined = np.asarray(point_lab, dtype=object) + "\x1f" + np.asarray(unit_lab, dtype=object)
-    uniq, first_of, inv = np.unique(joined, return_index=True, return_inverse=True)
-    return (inv.reshape(-1)[gid].astype(np.int64), np.asarray(point_lab, dtype=object)[first_of],
-            np.asarray(unit_lab, dtype=object)[first_of])
-
-
-def _prepare(dispatches: pd.DataFrame, warmup: int) -> _Prepared:
-    for col in ("kernel", "dur_ns", "start_ns"):
-        if col not in dispatches.columns:
-            raise GemmperfInputError(None, f"dispatches table lacks column {col!r}")
-    pu_row, point_of, unit_of = _unit_groups(dispatches)
-    kcode, klab = _sorted_factor(dispatches["kernel"], "nan")
-    if "category" in dispatches.columns:
-        ccode, clab = _sorted_factor(dispatches["category"], "-")
-    else:
-        ccode, clab = np.zeros(len(dispatches), np.int64), np.asarray(["other"], dtype=object)
-    start = dispatches["start_ns"].to_numpy(np.int64)
-    value = dispatches["dur_ns"].to_numpy(np.int64).astype(float)
-    ok = value > 0
-    if "zero_dur" in dispatches.columns:
-        ok &= ~dispatches["zero_dur"].to_numpy(bool)
-    idx = np.flatnonzero(ok)
-    rows = idx[np.lexsort((start[idx], kcode[idx], pu_row[idx]))]  # stable: ties keep input order
-    pu, kern = pu_row[rows], kcode[rows]
-    new = np.r_[True, (pu[1:] != pu[:-1]) | (kern[1:] != kern[:-1])] if len(rows) else np.zeros(0, bool)
-    run_start = np.flatnonzero(new)
-    pos = np.arange(len(rows)) - run_start[np.cumsum(new) - 1] if len(rows) else np.zeros(0, np.int64)
-    full_key, full_count = np.unique(pu * len(klab) + kern, return_counts=True)
-    if warmup:
-        keep = pos >= warmup
-        rows, pu, kern, pos = rows[keep], pu[keep], kern[keep], pos[keep] - warmup
-    return _Prepared(point_of=point_of, unit_of=unit_of, kernels=klab, categories=clab, rows=rows,
-                     pu=pu, kernel=kern, category=ccode[rows], value=value[rows], pos=pos,
-                     pu_row=pu_row, full_key=full_key, full_count=full_count)
-
-
-def _cap(p: _Prepared, max_per_unit: int | None) -> np.ndarray:
+def _cap(p: Prepared, max_per_unit: int | None) -> np.ndarray:
     """Mask of the kept rows after the per-(point, unit, kernel) cap."""
     if not max_per_unit:
         return np.ones(len(p.rows), dtype=bool)
@@ -156,43 +53,15 @@ def _cap(p: _Prepared, max_per_unit: int | None) -> np.ndarray:
     return (n <= k) | (back == pos) if k > 1 else (pos == (n - 1) // 2)
 
 
-def _dur_frame(p: _Prepared, mask: np.ndarray) -> pd.DataFrame:
-    return pd.DataFrame({"point": p.point_of[p.pu[mask]], "kernel": p.kernels[p.kernel[mask]],
-                         "metric": "dur_ns", "unit": p.unit_of[p.pu[mask]], "value": p.value[mask]})
-
-
-def _count_frame(p: _Prepared, mask: np.ndarray) -> pd.DataFrame:
-    """``dispatch_count`` rows, as :func:`compact_samples` writes them."""
-    key = p.pu[mask] * len(p.kernels) + p.kernel[mask]
-    uniq, n = np.unique(key, return_counts=True)
-    pu, kern = uniq // len(p.kernels), uniq % len(p.kernels)
-    return pd.DataFrame({"point": p.point_of[pu], "kernel": p.kernels[kern], "metric": DISPATCH_COUNT,
-                         "unit": p.unit_of[pu], "value": n.astype(float)})
-
-
-def _category_frame(p: _Prepared, steps: np.ndarray) -> pd.DataFrame:
-    """``category_total_ns`` per (point, unit, category): GPU time per step of the unit.
-
-    Each kernel contributes its kept (post-warm-up) time scaled by ``dispatches / kept
-    dispatches`` -- its warm-up dispatches count at the kernel's steady-state mean, since the
-    steps they belong to are in ``steps`` -- and the unit's sum is divided by its step count
-    (``steps[pu]``, :func:`unit_steps`)."""
-    n_k, n_c = len(p.kernels), len(p.categories)
-    pk = p.pu * n_k + p.kernel
-    kept_key, inv_k = np.unique(pk, return_inverse=True)
-    kept_sum = np.bincount(inv_k.reshape(-1), weights=p.value, minlength=len(kept_key))
-    kept_n = np.bincount(inv_k.reshape(-1), minlength=len(kept_key))
-    full_n = p.full_count[np.searchsorted(p.full_key, kept_key)]
-    pu_k = kept_key // n_k
-    cat_k = np.zeros(n_k, np.int64)
-    cat_k[p.kernel] = p.category  # a kernel name has one category (categorize() of its name)
-    key = pu_k * n_c + cat_k[kept_key % n_k]
-    uniq, inv = np.unique(key, return_inverse=True)
-    tot = np.bincount(inv.reshape(-1), weights=kept_sum * full_n / kept_n, minlength=len(uniq))
-    pu, cat = uniq // n_c, uniq % n_c
-    return pd.DataFrame({"point": p.point_of[pu], "kernel": "category:" + p.categories[cat].astype(object),
-                         "metric": "category_total_ns", "unit": p.unit_of[pu],
-                         "value": tot.astype(float) / steps[pu]})
+def _per_step(rows: M.Rows, p: Prepared, steps: np.ndarray) -> M.Rows:
+    """A per-step metric's per-unit sums divided by each unit's steps (1 for a unit ``p`` lacks)."""
+    if not M.lookup(rows.metric).per_step or not len(rows.frame):
+        return rows
+    f = rows.frame
+    by_label = pd.Series(steps, index=pd.MultiIndex.from_arrays([p.point_of, p.unit_of]))
+    n = by_label.reindex(pd.MultiIndex.from_arrays([f["point"].to_numpy(object), f["unit"].to_numpy(object)])
+                         ).fillna(1.0).to_numpy(float)
+    return replace(rows, frame=f.assign(value=f["value"].to_numpy(float) / n))
 
 
 def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -221,10 +90,11 @@ def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_u
     The gate itself uses :func:`gate_samples`, which adds the kernel selection and the
     analysis metrics on top of these rows.
     """
-    p = _prepare(dispatches, warmup)
-    frames = [_dur_frame(p, _cap(p, max_per_unit))]
+    p = prepare(dispatches, warmup)
+    frames = [M.dur_frame(p, _cap(p, max_per_unit))]
     if categories and len(p.rows):
-        frames.append(_category_frame(p, unit_steps(dispatches, p)[0]))
+        totals = M.Rows(M.CATEGORY_TOTAL_NS, M.category_frame(p))
+        frames.append(_per_step(totals, p, unit_steps(dispatches, p)[0]).frame)
     for metric, frame in (unit_metrics or {}).items():
         frames.append(unit_metric_samples(frame, metric))
     return _finish(frames)
@@ -233,17 +103,11 @@ def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_u
 # --------------------------------------------------------------------------------------------
 # the gate's samples: one function for pytest, ``baseline refresh`` and ``gemmperf compare``
 
-#: unit-level metrics :func:`gate_samples` adds (besides ``category_total_ns``)
-OVERLAP_FRACTION = "overlap_fraction"
-INTERFERENCE = "interference_slowdown"
-EXPOSED_COMM = "exposed_comm_ns"
-COMPUTATION = "computation_ns"
-GEMM_KERNEL = "category:gemm"
-
 
 def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = None, warmup: int = 0,
                  compact: bool = True, path: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Everything the gate compares for a dispatches table (one or more points).
+    """Everything the gate compares for a dispatches table (one or more points): the rows of
+    every metric of the registry (``gate/metrics.py``), in registry order.
 
     * ``dur_ns`` per dispatch of the kernels the ``kernels`` regexes select
       (:func:`~pytest_gemmperf.analysis.selection.select_kernels`; all kernels when None),
@@ -268,221 +132,174 @@ def gate_samples(dispatches: pd.DataFrame, *, kernels: Sequence[str] | None = No
       (one rank's trace only) are skipped with a note in ``samples.attrs["notes"]``.
     * ``compact``: shrink ``dur_ns`` rows with :func:`compact_samples` (what a baseline stores).
     """
-    from pytest_gemmperf.analysis.selection import select_kernels
-
     if len(dispatches) == 0:
         raise GemmperfInputError(path, "no dispatches")
+    d = gate_table(dispatches)
+    part = reduce_table(d, kernels=kernels, warmup=warmup, compact=compact, path=path, strict=True)
+    notes: list[str] = []
+    run_frames = [f for rb in M.run_builders() for f in rb.build(d, warmup, notes)]
+    return merge_reduced([part], run_frames, notes)
+
+
+def gate_table(dispatches: pd.DataFrame) -> pd.DataFrame:
+    """``dispatches`` as the builders read them: index 0..n-1, ``end_ns`` derived when absent."""
     d = dispatches.reset_index(drop=True)
     if "end_ns" not in d.columns and {"start_ns", "dur_ns"} <= set(d.columns):
         d = d.assign(end_ns=d["start_ns"].to_numpy(np.int64) + d["dur_ns"].to_numpy(np.int64))
-    p = _prepare(d, warmup)
+    return d
+
+
+@dataclass
+class Reduced:
+    """One table's process rows, packed (picklable: ``gate.file_reduce`` workers return it)."""
+
+    kernels_seen: np.ndarray
+    matched: bool                # some kernel matches the regexes (or there are none)
+    gated_any: bool              # some dispatch of a selected kernel is left after warm-up
+    rows: list[pd.DataFrame] = field(default_factory=list)  # every builder's non-empty frames
+    seg: pd.DataFrame | None = None   # _SEG_COLUMNS: one per run of equal (point, unit) of a frame,
+    #                                   positions in the frames' concatenation
+    facts: dict = field(default_factory=dict)  # fact -> point -> amount
+    units: np.ndarray | None = None   # point\x1funit of every unit, sorted
+    steps: dict | None = None         # attrs["steps"] lists, in unit order
+    gathered: list = field(default_factory=list)  # per run builder: its dispatches here, or None
+
+
+def _key(point_of: np.ndarray, unit_of: np.ndarray) -> np.ndarray:
+    return np.asarray(point_of, dtype=object) + "\x1f" + np.asarray(unit_of, dtype=object)
+
+
+def reduce_table(d: pd.DataFrame, *, kernels: Sequence[str] | None, warmup: int, compact: bool,
+                 path: str | os.PathLike | None, strict: bool = False, gather: bool = False) -> Reduced:
+    """Every process builder's rows on ``d`` (a :func:`gate_table`). ``strict``: raise the
+    kernel selection errors (:func:`check_selection`) before building; ``gather``: keep each
+    run builder's dispatches of ``d`` for a later merge."""
+    p = prepare(d, warmup)
     wanted = np.ones(len(p.kernels), dtype=bool)
     if kernels:
         hit = select_kernels(pd.DataFrame({"kernel": pd.Categorical(p.kernels)}), kernels, path)
         wanted = np.isin(p.kernels, hit["kernel"].astype(object).to_numpy())
-        if not wanted.any():
-            seen = ", ".join(map(str, p.kernels[:10]))
-            raise GemmperfInputError(path, f"no dispatch matches the kernel regexes "
-                                           f"({', '.join(map(str, kernels))}); kernels seen: {seen}")
-    notes: list[str] = []
-    dur = wanted[p.kernel]
-    if not dur.any():
-        raise GemmperfInputError(path, f"no dispatch of the gated kernels left after a warm-up of {warmup} "
-                                       "per kernel and process; profile more steps or lower the warm-up")
-    frames = [_dur_frame(p, _compact_order(p, dur) if compact else dur)]
-    if compact:
-        frames.append(_count_frame(p, dur))
+    gated = wanted[p.kernel]
+    out = Reduced(kernels_seen=p.kernels, matched=bool(wanted.any()), gated_any=bool(gated.any()))
+    if strict:
+        check_selection([out], kernels, warmup, path)
     steps, source = unit_steps(d, p)
-    if len(p.rows):
-        frames.append(_category_frame(p, steps))
-    frames += _overlap_frames(d, p)
-    frames += _timeline_frames(d, p, steps)
-    frames += _collective_frames(d, warmup, notes)
-    out = _finish(frames)
-    out.attrs["notes"] = notes + _steps_notes(source)
-    # plain lists, not a DataFrame: pandas compares attrs when concatenating tables
-    out.attrs["steps"] = {"point": [str(x) for x in p.point_of], "unit": [str(x) for x in p.unit_of],
-                          "steps": [float(x) for x in steps], "source": [str(x) for x in source]}
+    t = M.BuildInput(dispatches=d, prepared=p, steps=steps, gated=gated, compact=compact)
+    rows: list[M.Rows] = []
+    for build in M.process_builders():
+        built = build(t)
+        rows += [_per_step(r, p, steps) for r in built.rows]
+        _add_facts(out.facts, built.facts)
+    out.rows, out.seg = _pack(rows)
+    out.units = np.unique(_key(p.point_of, p.unit_of))
+    out.steps = {"point": [str(x) for x in p.point_of], "unit": [str(x) for x in p.unit_of],
+                 "steps": [float(x) for x in steps], "source": [str(x) for x in source]}
+    if gather:
+        out.gathered = [rb.gather(d) for rb in M.run_builders()]
     return out
 
 
-#: where a unit's step count came from (``samples.attrs["steps"]["source"]``)
-STEPS_PROFILER = "ProfilerStep ranges"
-STEPS_MARKERS = "step ranges"
-STEPS_ESTIMATED = "estimated: median dispatches per kernel"
+def _add_facts(into: dict[str, dict[str, float]], facts: dict[str, dict[str, float]]) -> None:
+    for fact, amounts in facts.items():
+        have = into.setdefault(fact, {})
+        for point, amount in amounts.items():
+            have[point] = have.get(point, 0) + amount
 
 
-def unit_steps(d: pd.DataFrame, p: _Prepared) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, source) per (point, unit) group of ``p``: the unit of work sums are divided by.
-
-    In order of preference:
-
-    1. ``profiler_steps`` (per dispatch, the number of PyTorch ``ProfilerStep#N`` ranges in its
-       trace file; the torch backend adds it): summed over the unit's files.
-    2. ``step`` (per dispatch, the id of the marker / ROCTx range it ran in): distinct ids.
-    3. Otherwise an estimate: the median, over the unit's kernels, of each kernel's dispatch
-       count (before warm-up). A step loop launches every kernel a fixed number of times per
-       step, so every count -- and their median -- is proportional to the steps run; the
-       median (not the total count) keeps a few added, removed or renamed kernels from moving
-       it. It is a step of "the median kernel's launches", not an iteration: comparable
-       between runs of the same workload, which is what the gate needs.
-    """
-    n_pu = len(p.point_of)
-    steps = np.full(n_pu, np.nan)
-    source = np.full(n_pu, "", dtype=object)
-    if STEPS_COLUMN in d.columns:
-        v = pd.to_numeric(d[STEPS_COLUMN], errors="coerce").to_numpy(float)
-        f = (pd.factorize(d["file"])[0] if "file" in d.columns else np.zeros(len(d), np.int64))
-        g = pd.DataFrame({"pu": p.pu_row, "f": f, "v": v}).dropna()
-        per = g.groupby(["pu", "f"], sort=False)["v"].max().groupby(level="pu").sum()
-        per = per[per > 0]
-        steps[per.index.to_numpy(np.int64)] = per.to_numpy(float)
-        source[per.index.to_numpy(np.int64)] = STEPS_PROFILER
-    todo = np.isnan(steps)
-    if todo.any() and STEP_COLUMN in d.columns:
-        g = pd.DataFrame({"pu": p.pu_row, "s": d[STEP_COLUMN].to_numpy(object)}).dropna()
-        g = g[todo[g["pu"].to_numpy(np.int64)]]
-        per = g.groupby("pu", sort=False)["s"].nunique()
-        per = per[per > 0]
-        steps[per.index.to_numpy(np.int64)] = per.to_numpy(float)
-        source[per.index.to_numpy(np.int64)] = STEPS_MARKERS
-    todo = np.isnan(steps)
-    if todo.any() and len(p.full_key):
-        pu = p.full_key // max(len(p.kernels), 1)
-        med = pd.Series(p.full_count.astype(float)).groupby(pu).median()
-        idx = med.index.to_numpy(np.int64)
-        sel = todo[idx]
-        steps[idx[sel]] = med.to_numpy(float)[sel]
-        source[idx[sel]] = STEPS_ESTIMATED
-    left = np.isnan(steps)
-    steps[left] = 1.0  # no positive dispatch at all: nothing is summed for this unit
-    source[left] = "none"
-    return steps, source
+def check_selection(parts: Sequence[Reduced], kernels: Sequence[str] | None, warmup: int,
+                    path: str | os.PathLike | None) -> None:
+    """The kernel selection errors, over all tables: no kernel matches the regexes, or no
+    dispatch of a selected kernel is left after the warm-up."""
+    if kernels and not any(p.matched for p in parts):
+        seen = np.unique(np.concatenate([p.kernels_seen for p in parts]))
+        raise GemmperfInputError(path, f"no dispatch matches the kernel regexes "
+                                       f"({', '.join(map(str, kernels))}); kernels seen: "
+                                       f"{', '.join(map(str, seen[:10]))}")
+    if not any(p.gated_any for p in parts):
+        raise GemmperfInputError(path, f"no dispatch of the gated kernels left after a warm-up of {warmup} "
+                                       "per kernel and process; profile more steps or lower the warm-up")
 
 
-def _steps_notes(source: np.ndarray) -> list[str]:
-    if (source == STEPS_ESTIMATED).any():
-        return ["sums (category totals, computation, exposed communication) are per step, the steps "
-                "estimated from dispatch counts (no ProfilerStep or marker ranges in the trace)"]
-    return []
+def _pack(rows: list[M.Rows]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """The non-empty frames, and one segment per run of equal (point, unit) in each frame
+    (positions in the frames' concatenation). Every builder's frame is ordered by (point, unit)
+    (the codes are the ranks of the sorted ``point\\x1funit`` labels), so runs are whole units
+    and only segments - one per unit and metric, not one per row - need sorting in
+    :func:`merge_reduced`."""
+    segs = []
+    off = 0
+    for r in rows:
+        n = len(r.frame)
+        if n == 0:
+            continue
+        g = r.groups
+        if g is None:
+            pt = r.frame["point"].to_numpy(object)
+            un = r.frame["unit"].to_numpy(object)
+            g = (pt[1:] != pt[:-1]) | (un[1:] != un[:-1])
+        else:
+            g = g[1:] != g[:-1]
+        start = np.flatnonzero(np.r_[True, g])
+        stop = np.r_[start[1:], n]
+        pt = r.frame["point"].iloc[start].to_numpy(object)
+        un = r.frame["unit"].iloc[start].to_numpy(object)
+        segs.append(pd.DataFrame({"metric": r.metric, "key": _key(pt, un), "point": pt,
+                                  "keep_if": r.keep_if or "", "start": start + off, "stop": stop + off}))
+        off += n
+    if not segs:
+        return [], pd.DataFrame({c: np.zeros(0, np.int64) if c in ("start", "stop") else np.zeros(0, object)
+                                 for c in _SEG_COLUMNS})
+    return [r.frame for r in rows if len(r.frame)], pd.concat(segs, ignore_index=True)
 
 
-def _compact_order(p: _Prepared, mask: np.ndarray, per_unit: int = 21) -> np.ndarray:
-    """Kept-row indices :func:`compact_samples` would keep, on codes (no text sort)."""
-    idx = np.flatnonzero(mask)
-    idx = idx[np.lexsort((p.value[idx], p.kernel[idx], p.pu[idx]))]
-    key = p.pu[idx] * len(p.kernels) + p.kernel[idx]
-    new = np.r_[True, key[1:] != key[:-1]] if len(idx) else np.zeros(0, bool)
-    first = np.flatnonzero(new)
-    gid = np.cumsum(new) - 1
-    n = np.diff(np.r_[first, len(idx)])[gid]
-    pos = np.arange(len(idx)) - first[gid]
-    return idx[_kept_quantile_positions(n, pos, per_unit)]
-
-
-def _kept_quantile_positions(n: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
-    """Which sorted positions ``pos`` of groups of size ``n`` are the K quantiles kept.
-
-    Kept positions are floor((j + 1/2) n / K), j = 0..K-1 (distinct when n > K); in integers
-    the only candidate j for position pos is ceil((2 pos K - n) / 2n). Groups of at most K
-    values are kept whole.
-    """
-    j = -((n - 2 * pos * k) // (2 * n))
-    return (n <= k) | ((j >= 0) & (j < k) & (((2 * j + 1) * n) // (2 * k) == pos))
-
-
-def _points_with(p: _Prepared, pu_row: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Per (point, unit) group: does its point have a row in ``mask``?"""
-    hit = np.zeros(len(p.point_of), dtype=bool)
-    hit[np.unique(pu_row[mask])] = True
-    points = np.unique(p.point_of[hit])
-    return np.isin(p.point_of, points)
-
-
-def _overlap_frames(d: pd.DataFrame, p: _Prepared) -> list[pd.DataFrame]:
-    from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap
-
-    if "category" not in d.columns or "end_ns" not in d.columns:
-        return []
-    gm = category_mask(d, None, "gemm")
-    cm = category_mask(d, None, "collective")
-    both = _points_with(p, p.pu_row, gm) & _points_with(p, p.pu_row, cm)
-    if not both.any():
-        return []
-    ov = gemm_overlap(d, names=False)
-    kept = np.zeros(len(d), dtype=bool)
-    kept[p.rows] = True  # positive duration, after warm-up
-    rows = ov.index.to_numpy()
-    sel = kept[rows] & both[p.pu_row[rows]]
-    rows = rows[sel]
-    if len(rows) == 0:
-        return []
-    pu = p.pu_row[rows]
-    kern = np.zeros(len(d), dtype=np.int64)
-    kern[p.rows] = p.kernel
-    dur = ov["dur_ns"].to_numpy(float)[sel]
-    cov = ov["overlap_ns"].to_numpy(float)[sel]
-    n_pu = len(p.point_of)
-    tot = np.bincount(pu, weights=dur, minlength=n_pu)
-    has = np.bincount(pu, minlength=n_pu) > 0
-    frac = np.bincount(pu, weights=cov, minlength=n_pu)[has] / tot[has]
-    frames = [pd.DataFrame({"point": p.point_of[has], "kernel": GEMM_KERNEL, "metric": OVERLAP_FRACTION,
-                            "unit": p.unit_of[has], "value": frac})]
-    g = pd.DataFrame({"pu": pu, "k": kern[rows], "ov": cov > 0, "dur": dur})
-    med = g.groupby(["pu", "k", "ov"], sort=True)["dur"].agg(["median", "size"]).unstack("ov")
-    if True in med["median"].columns and False in med["median"].columns:
-        ratio = np.log(med["median"][True] / med["median"][False])
-        weight = med["size"][True].fillna(0) + med["size"][False].fillna(0)
-        ok = ratio.notna()
-        if ok.any():
-            num = (ratio[ok] * weight[ok]).groupby(level="pu").sum()
-            den = weight[ok].groupby(level="pu").sum()
-            pu_i = num.index.to_numpy()
-            frames.append(pd.DataFrame({"point": p.point_of[pu_i], "kernel": GEMM_KERNEL,
-                                        "metric": INTERFERENCE, "unit": p.unit_of[pu_i],
-                                        "value": np.exp((num / den).to_numpy(float))}))
-    return frames
-
-
-def _timeline_frames(d: pd.DataFrame, p: _Prepared, steps: np.ndarray) -> list[pd.DataFrame]:
-    from pytest_gemmperf.analysis.timeline import gpu_timeline
-
-    if "end_ns" not in d.columns:
-        return []
-    tl = gpu_timeline(d)
-    tl = tl.assign(_point=_points(tl), _unit=unit_ids(tl))
-    per_unit = tl.groupby(["_point", "_unit"], sort=True)[
-        ["exposed_comm_time_ns", "computation_time_ns", "total_comm_time_ns"]].sum()
-    comm_points = per_unit.groupby(level="_point")["total_comm_time_ns"].sum()
-    per_unit = per_unit[per_unit.index.get_level_values("_point").isin(comm_points[comm_points > 0].index)]
-    if per_unit.empty:
-        return []
-    pt = per_unit.index.get_level_values("_point").to_numpy(object)
-    un = per_unit.index.get_level_values("_unit").to_numpy(object)
-    by_label = pd.Series(steps, index=pd.MultiIndex.from_arrays([p.point_of, p.unit_of]))
-    n = by_label.reindex(pd.MultiIndex.from_arrays([pt, un])).fillna(1.0).to_numpy(float)
-    return [pd.DataFrame({"point": pt, "kernel": "*", "metric": m, "unit": un,
-                          "value": per_unit[col].to_numpy(float) / n})
-            for m, col in ((EXPOSED_COMM, "exposed_comm_time_ns"), (COMPUTATION, "computation_time_ns"))]
-
-
-def _collective_frames(d: pd.DataFrame, warmup: int, notes: list[str]) -> list[pd.DataFrame]:
-    if "coll_name" not in d.columns or not d["coll_name"].notna().any():
-        return []
-    from pytest_gemmperf.analysis import collectives as C
-
-    try:
-        match = C.match_collectives(d, warmup=warmup, strict=False)
-        out = C.collective_samples(match)
-    except GemmperfInputError as exc:
-        notes.append(f"collective metrics skipped: {exc}")
-        return []
-    notes += match.notes
-    return [out]
+def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], notes: list[str]) -> pd.DataFrame:
+    """The samples table of ``parts`` (tables whose units are distinct): segments whose point
+    fact holds over all parts, stable-sorted by (registry order, point, unit), then the run
+    builders' ``run_frames``; ``attrs`` notes (``notes`` first) and steps."""
+    totals: dict[str, dict[str, float]] = {}
+    for part in parts:
+        _add_facts(totals, part.facts)
+    offsets = np.cumsum([0] + [sum(map(len, p.rows)) for p in parts])
+    seg = pd.concat([p.seg.assign(start=p.seg["start"] + off, stop=p.seg["stop"] + off)
+                     for p, off in zip(parts, offsets)], ignore_index=True)
+    cond = seg["keep_if"].to_numpy(object)
+    pt = seg["point"].to_numpy(object)
+    keep = cond == ""
+    for fact in set(cond[~keep]):
+        held = [k for k, v in totals.get(fact, {}).items() if v > 0]
+        sel = cond == fact
+        keep[sel] = np.isin(pt[sel], held)
+    everything = bool(keep.all())
+    seg = seg[keep]
+    order = M.row_order()
+    unknown = set(seg["metric"]) - set(order)
+    if unknown:
+        raise ValueError(f"samples rows of unregistered metric(s) {', '.join(sorted(unknown))}")
+    _, kcode = np.unique(seg["key"].to_numpy(object), return_inverse=True)
+    rank = seg["metric"].map(order).to_numpy(np.int64)
+    by = np.lexsort((kcode.reshape(-1), rank))
+    frames = [f for p in parts for f in p.rows]
+    if frames and not (everything and (by == np.arange(len(by))).all()):
+        seg = seg.iloc[by]
+        lengths = (seg["stop"] - seg["start"]).to_numpy(np.int64)
+        # one gather: the row positions of every kept segment, in segment order
+        take = np.repeat(seg["start"].to_numpy(np.int64) - np.r_[0, np.cumsum(lengths)[:-1]], lengths) \
+            + np.arange(int(lengths.sum()))
+        frames = [pd.concat(frames, ignore_index=True).iloc[take].reset_index(drop=True)]
+    # else: every row kept, already in order (one table whose builders write in registry order)
+    out = _finish(frames + run_frames or [pd.DataFrame(columns=list(SAMPLE_COLUMNS))])
+    steps = {k: [x for p in parts for x in p.steps[k]] for k in ("point", "unit", "steps", "source")}
+    by_key = np.argsort(_key(np.asarray(steps["point"], dtype=object), np.asarray(steps["unit"], dtype=object)),
+                        kind="stable")
+    steps = {k: [v[i] for i in by_key] for k, v in steps.items()}
+    out.attrs["notes"] = notes + steps_notes(np.asarray(steps["source"], dtype=object))
+    # plain lists, not a DataFrame: pandas compares attrs when concatenating tables
+    out.attrs["steps"] = steps
+    return out
 
 
 def unit_metric_samples(frame: pd.DataFrame, metric: str, value_col: str | None = None,
-                        kernel: str = "*") -> pd.DataFrame:
+                        kernel: str = M.ALL_KERNELS) -> pd.DataFrame:
     """Rows of a unit-level metric (overlap_fraction, interference_slowdown, exposed_comm_ns...).
 
     ``frame`` is an analysis result with one row per unit (and per kernel, when it has a
@@ -493,7 +310,7 @@ def unit_metric_samples(frame: pd.DataFrame, metric: str, value_col: str | None 
         raise GemmperfInputError(None, f"{metric}: analysis table has no {col!r} column")
     kern = (frame["kernel"].astype(object).astype(str).to_numpy() if "kernel" in frame.columns
             else np.full(len(frame), kernel, dtype=object))
-    return pd.DataFrame({"point": _points(frame), "kernel": kern, "metric": metric,
+    return pd.DataFrame({"point": point_labels(frame), "kernel": kern, "metric": metric,
                          "unit": unit_ids(frame),
                          "value": pd.to_numeric(frame[col], errors="coerce").to_numpy(float)}
                         ).dropna(subset=["value"])
@@ -508,12 +325,12 @@ def compact_samples(samples: pd.DataFrame, per_unit: int = 21) -> pd.DataFrame:
     """
     if per_unit < 1:
         raise ValueError("per_unit must be >= 1")
-    is_dur = (samples["metric"] == "dur_ns").to_numpy()
+    is_dur = (samples["metric"] == M.DUR_NS).to_numpy()
     dur = samples[is_dur].sort_values(["point", "kernel", "unit", "value"], kind="stable")
     keys = ["point", "kernel", "unit"]
     n = dur.groupby(keys, sort=False)["value"].transform("size").to_numpy()
     pos = dur.groupby(keys, sort=False).cumcount().to_numpy()
-    keep = _kept_quantile_positions(n, pos, per_unit)
+    keep = kept_quantile_positions(n, pos, per_unit)
     # how many dispatches each compacted group stood for: the gate's noise floor for a
     # per-process median depends on it, and it is never gated itself
     counts = (dur.groupby(keys, sort=False, observed=True).size().rename("value").reset_index()

@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import special, stats
+from scipy.optimize import brentq
 
 # ---------------------------------------------------------------------------------------------
 # grouped summaries
@@ -487,7 +488,6 @@ def _d0_from_iqr(iqr: float, d_ref: float, max_d0: float = 1e4) -> float:
         return np.inf
     if iqr >= iqr_of(0.2):
         return 0.2
-    from scipy.optimize import brentq
     d0 = float(np.exp(brentq(lambda t: iqr_of(np.exp(t)) - iqr, np.log(0.2), np.log(max_d0))))
     return np.inf if d0 >= max_d0 * 0.999 else d0
 

@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
+import textwrap
+
+from pytest_gemmperf.gate import metrics as M
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -31,9 +34,6 @@ EXTRA_COLUMNS = ("rank_p_value", "prior_df", "shared_shift")
 #: first), ``label`` (compare with several candidates), the statistics' diagnostics; any other
 #: column follows in name order (:func:`verdicts_csv_order`), so the two files line up.
 VERDICTS_CSV_COLUMNS = VERDICT_COLUMNS + ("label",) + EXTRA_COLUMNS
-
-#: Metrics where a larger value is better (a regression is a fall).
-HIGHER_IS_BETTER = frozenset({"overlap_fraction", "coll_busbw_gbps"})
 
 
 @dataclass
@@ -100,17 +100,6 @@ def shorten_kernel(name: str, width: int = 48) -> str:
     return name[:head] + "..." + name[-tail:] if tail > 0 else name[: width - 3] + "..."
 
 
-def _fmt_value(x: float, metric: str) -> str:
-    if not np.isfinite(x):
-        return "-"
-    if metric.endswith("_ns") or metric.startswith("category_total_ns") or metric == "dur_ns":
-        for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-            if abs(x) >= scale:
-                return f"{x / scale:.3g} {unit}"
-        return f"{x:.0f} ns"
-    return f"{x:.4g}"
-
-
 def _fmt_change(ratio: float, lo: float, hi: float) -> str:
     if not np.isfinite(ratio):
         return "-"
@@ -156,14 +145,14 @@ def per_process_medians(samples: pd.DataFrame) -> pd.Series:
     they mean the same number. Index (point, kernel, metric), as strings."""
     keys = ["point", "kernel", "metric"]
     d = samples[keys + ["unit", "value"]]
-    dur = (d["metric"].astype(str) == "dur_ns").to_numpy()
+    dur = M.per_dispatch(d["metric"].astype(str))
     d = d[~dur | (d["value"].to_numpy(float) > 0)]  # the gate drops zero durations
-    dur = (d["metric"].astype(str) == "dur_ns").to_numpy()
-    # durations: median of the logs per unit, as the gate takes it (an even count averages the
-    # two middle values geometrically)
+    dur = M.per_dispatch(d["metric"].astype(str))
+    # durations (per-dispatch rows): median of the logs per unit, as the gate takes it (an even
+    # count averages the two middle values geometrically)
     logv = np.where(dur, np.log(np.where(dur, d["value"].to_numpy(float), 1.0)), d["value"].to_numpy(float))
     per_unit = d.assign(value=logv).groupby(keys + ["unit"], observed=True, sort=False)["value"].median()
-    is_dur = per_unit.index.get_level_values("metric").astype(str) == "dur_ns"
+    is_dur = M.per_dispatch(per_unit.index.get_level_values("metric").astype(str))
     vals = per_unit.to_numpy(float).copy()
     vals[is_dur] = np.exp(vals[is_dur])
     per_unit = pd.Series(vals, index=per_unit.index)
@@ -203,7 +192,8 @@ def format_verdict_table(df: pd.DataFrame, max_rows: int = 20, *, kernel_width: 
         if swapped and swapped != "nan":
             half = max(8, (kernel_width - 4) // 2)
             kern = f"{shorten_kernel(r.kernel, half)} -> {shorten_kernel(swapped, half)}"
-        rows.append((str(r.verdict), str(r.point), kern, metric, _fmt_value(b, metric), _fmt_value(c, metric),
+        rows.append((str(r.verdict), str(r.point), kern, metric, M.format_value(b, metric),
+                     M.format_value(c, metric),
                      "-" if not np.isfinite(raw) else f"x{raw:.3f}",
                      _fmt_change(float(r.ratio), float(r.ci_low), float(r.ci_high)),
                      "-" if not np.isfinite(r.q_value) else f"{r.q_value:.2g}"))
@@ -212,8 +202,6 @@ def format_verdict_table(df: pd.DataFrame, max_rows: int = 20, *, kernel_width: 
     if len(d) > len(shown):
         lines.append(f"... {len(d) - len(shown)} more")
     if footnote:
-        import textwrap
-
         text = TABLE_FOOTNOTE.format(median=median_label("per_process"),
                                      warmup=f" (after {int(warmup)} warm-up dispatches)" if warmup else "")
         lines += textwrap.wrap(text, 110, initial_indent="note: ", subsequent_indent="      ")

@@ -29,7 +29,7 @@ Method (``benchmarks/history_detection.py`` measures it against Apache Otava and
 * **Effect.** ``ratio`` = after / before level (geometric means on the log scale), with a
   ``level`` confidence interval from the run-level ``t`` (df = runs - segments). ``direction``
   is "regression" when the metric got worse: a rise, or a fall for
-  :data:`~pytest_gemmperf.gate.verdict.HIGHER_IS_BETTER` metrics.
+  higher-is-better metrics (the metric registry, ``gate/metrics.py``).
 
 A slow creep appears as one or more level shifts inside the ramp (a mean-shift segmentation
 sees a trend as a change); its first reported change is where the cumulative drift was first
@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.stats import bh_qvalues, t_pvalue, t_quantile
-from pytest_gemmperf.gate.verdict import HIGHER_IS_BETTER
 from pytest_gemmperf.safe_io import write_csv
 
 CHANGE_COLUMNS = ("test", "point", "kernel", "metric", "run_before", "run_after", "time_after",
@@ -389,7 +389,7 @@ def _frame(s: _Series, found: list[tuple[int, dict]], cfg: ChangeConfig) -> pd.D
     bad_base = ~log & ~(m1 > 0)
     ratio, lo, hi = (np.where(bad_base, np.nan, x) for x in (ratio, lo, hi))
     lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
-    better_up = keys["metric"].isin(list(HIGHER_IS_BETTER)).to_numpy()
+    better_up = M.higher_is_better(keys["metric"])
     worse = np.where(better_up, d < 0, d > 0)
     note = np.where(log, "", "linear scale")
     note = np.where(bad_base, "linear scale; level before <= 0, no ratio", note)

@@ -26,6 +26,9 @@ from pytest_gemmperf.config import HISTORY_OFF
 from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.textsafe import printable, printable_lines
 from pytest_gemmperf.workdir import make_tool_dir
+from pytest_gemmperf.history.store import HistoryStore, RunInfo
+from pytest_gemmperf.history.values import history_values
+import pytest
 
 #: values of --gemmperf-history that turn the history off (the settings table's)
 OFF_VALUES = HISTORY_OFF
@@ -87,8 +90,6 @@ def record_point(runner, result, samples: pd.DataFrame) -> str:
     hs: HistorySettings | None = getattr(runner.session, "history", None)
     if hs is None:
         return ""
-    from pytest_gemmperf.history.store import HistoryStore, RunInfo
-    from pytest_gemmperf.history.values import history_values
 
     where = f"{runner.test_id}[{runner.point.id}]"
     meta_all = runner.session.metadata()
@@ -125,6 +126,7 @@ def creep_text(store, test: str, point: str, hw_key: str, window: int) -> str:
     """Regression change points of this (test, point) on ``hw_key`` whose first worse run is
     among the last ``window`` runs, as a failure message naming the runs; empty when none."""
     try:
+        # lazy: only --gemmperf-history-check needs change detection (scipy); a missing one is a one-line failure
         from pytest_gemmperf.history.changepoints import detect_changes, recent_regressions
     except ImportError:
         raise _fail("gemmperf: --gemmperf-history-check: change detection unavailable "
@@ -177,6 +179,4 @@ def _fmt(v: Any) -> str:
 
 
 def _fail(message: str):
-    import pytest
-
     return pytest.fail.Exception(printable_lines(message), pytrace=False)

@@ -50,6 +50,9 @@ import pyarrow.parquet as pq
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.redact import redact_record
 from pytest_gemmperf.paths import contained, contained_relative
+from pyarrow.fs import LocalFileSystem
+from pyarrow.fs import FSSpecHandler, PyFileSystem
+from pyarrow.fs import FileSelector, FileType
 
 HISTORY_COLUMNS = ("run_id", "time", "commit", "branch", "hw_key", "test",
                    "point", "kernel", "metric", "unit", "value")
@@ -111,6 +114,7 @@ class HistoryStore:
     (``memory://``, ``file://``, ``s3://``... with the filesystem's package installed)."""
 
     def __init__(self, url: str | os.PathLike) -> None:
+        # lazy: optional dependency
         import fsspec
 
         text = os.fspath(url)
@@ -261,14 +265,9 @@ class HistoryStore:
                     raise GemmperfInputError(self._display(base), "history store is not a directory")
                 return None
             if self.local:
-                from pyarrow.fs import LocalFileSystem
-
                 pafs = LocalFileSystem()
             else:
-                from pyarrow.fs import FSSpecHandler, PyFileSystem
-
                 pafs = PyFileSystem(FSSpecHandler(self.fs))
-            from pyarrow.fs import FileSelector, FileType
 
             # history files only: *.parquet, no hidden/temporary segment (".x.tmp", "_x"); any
             # other file a person leaves in the directory is neither read nor ever pruned

@@ -18,6 +18,11 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.report.before_after import ComparedSamples, read_results_compared
 from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
 from pytest_gemmperf.safe_io import unneutralise_frame
+from pytest_gemmperf.report import tables
+from pytest_gemmperf.report.excel import DEFAULT_MAX_ROWS, write_excel
+from pytest_gemmperf.report.html import write_html
+from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.report.telemetry import read_results_telemetry
 
 #: every output; ``formats`` picks among these groups
 FORMATS = ("html", "xlsx", "csv", "json", "md")
@@ -101,17 +106,13 @@ def write_reports(out_dir: str | os.PathLike, *,
 
 def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
            max_sheet_rows: int | None) -> dict[str, Path]:
-    from pytest_gemmperf.report import tables
-
     files: dict[str, Path] = {}
     if "csv" in formats:
         files.update(tables.write_csvs(data, out, skip))
     if "xlsx" in formats and "report.xlsx" not in skip:
-        from pytest_gemmperf.report.excel import DEFAULT_MAX_ROWS, write_excel
         files["report.xlsx"] = write_excel(data, out / "report.xlsx",
                                            max_rows=max_sheet_rows or DEFAULT_MAX_ROWS)
     if "html" in formats and "report.html" not in skip:
-        from pytest_gemmperf.report.html import write_html
         files["report.html"] = write_html(data, out / "report.html")
     if "md" in formats and "summary.md" not in skip:
         files["summary.md"] = tables.write_summary_md(data, out / "summary.md")
@@ -181,15 +182,12 @@ def write_results_reports(results_dir: str | os.PathLike, out_dir: str | os.Path
 
     Returns ``out_dir``, or None when the session produced no dispatches (nothing profiled).
     """
-    from pytest_gemmperf.traces.discover import load
-
     root = Path(results_dir)
     if not any(root.glob("*/*/dispatches.parquet")):
         return None
     trace = load([root])
     meta = _session_meta(_read_run_json(root))
     meta.setdefault("inputs", [str(root)])
-    from pytest_gemmperf.report.telemetry import read_results_telemetry
 
     kwargs.setdefault("telemetry", read_results_telemetry(root))
     verdicts = read_verdict_files(root)

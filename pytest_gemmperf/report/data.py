@@ -17,15 +17,20 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats
 from pytest_gemmperf.analysis.overlap import gemm_overlap, overlap_by_kernel
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
+from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
 from pytest_gemmperf.report.before_after import SEVERITY, BeforeAfter, ComparedSamples, before_after
+from pytest_gemmperf.analysis import collectives as C
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.analysis.counters import counter_summary, join_counters
 
 #: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
 DEFAULT_SHORT_KERNEL_US = 50.0
@@ -332,8 +337,6 @@ def _analyse_collectives(label: str, d: pd.DataFrame, warmup: int, notes: list[s
     """Cross-rank collective tables when the dispatches carry torch collective metadata."""
     if "coll_name" not in d.columns or not d["coll_name"].notna().any():
         return {}
-    from pytest_gemmperf.analysis import collectives as C
-    from pytest_gemmperf.errors import GemmperfInputError
 
     try:
         match = C.match_collectives(d, warmup=warmup, strict=False)
@@ -403,8 +406,6 @@ def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
 
 
 def _counter_table(d: pd.DataFrame, counters: pd.DataFrame, agents: pd.DataFrame | None) -> pd.DataFrame:
-    from pytest_gemmperf.analysis.counters import counter_summary, join_counters
-
     names = set(counters["kernel"].dropna().astype(str).unique())
     sub = d[d["kernel"].astype(object).isin(names).to_numpy()]
     if len(sub) == 0:  # a counter-only run: no timing dispatches to join with
@@ -426,7 +427,7 @@ def _plot_kernels(kernels: pd.DataFrame, top: pd.DataFrame, verdicts: pd.DataFra
     """GEMM kernels worth a distribution plot: regressions first, then top variance, then time."""
     picked: list[str] = []
     if verdicts is not None and len(verdicts):
-        v = verdicts[(verdicts["metric"] == "dur_ns") & (verdicts["kernel"] != "*")]
+        v = verdicts[(verdicts["metric"] == DUR_NS) & (verdicts["kernel"] != ALL_KERNELS)]
         v = v.assign(_o=v["verdict"].map(SEVERITY).fillna(9)).sort_values(["_o", "ratio"], ascending=[True, False])
         picked += [k for k in v.loc[v["_o"] <= 1, "kernel"].astype(str)]
     if len(top) and "kernel_name" in top.columns:
@@ -583,6 +584,33 @@ def finite(x: Any) -> bool:
         return False
 
 
+def page_kernel_labels(names_per_table: list[Any]) -> dict[str, str]:
+    """One :func:`short_names` call over every kernel the page shows, so each label is
+    distinct across the whole page (tables and plots alike)."""
+    names: set[str] = set()
+    for col in names_per_table:
+        names.update(str(x) for x in col if x is not None and not (isinstance(x, float) and math.isnan(x)))
+    return short_names(names)
+
+
+def report_kernel_labels(data: ReportData) -> dict[str, str]:
+    """Short labels for every kernel of the report (verdicts, kernel statistics, variance,
+    overlap, counters, plotted boxes): one mapping for report.html and report.xlsx alike, so a
+    kernel reads the same in both and no two kernels share a label anywhere."""
+    cols: list[Any] = []
+    if data.verdicts is not None and "kernel" in data.verdicts.columns:
+        cols.append(data.verdicts["kernel"])
+        if "swapped_to" in data.verdicts.columns:  # a kernel swap's new name, in its before/after panel
+            cols.append(data.verdicts["swapped_to"].dropna().astype(str).loc[lambda x: x != ""])
+    for df, c in ((data.kernels, "kernel"), (data.top_variance, "kernel_name"), (data.overlap, "kernel"),
+                  (data.counters, "kernel")):
+        if df is not None and c in df.columns:
+            cols.append(df[c])
+    cols += [b["kernel"] for b in data.boxes.values() if b is not None and "kernel" in b.columns]
+    return page_kernel_labels([pd.unique(c.dropna().astype(str)) for c in cols])
+
+
 __all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",
-           "build_report_data", "finite", "normalize_verdicts", "overall_status", "sweep_fact",
+           "build_report_data", "finite", "normalize_verdicts", "overall_status", "page_kernel_labels",
+           "report_kernel_labels", "sweep_fact",
            "verdict_counts"]

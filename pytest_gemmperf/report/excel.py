@@ -21,9 +21,12 @@ import pandas as pd
 import xlsxwriter
 
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_sheet
+from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
 from pytest_gemmperf.safe_io import atomic_open
+from pytest_gemmperf.report.data import report_kernel_labels
+from pytest_gemmperf.analysis.variance import parse_point_axes
 
 DEFAULT_MAX_ROWS = 50_000
 #: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
@@ -43,6 +46,11 @@ def _column(name: str, series: pd.Series) -> _Col:
         return _Col(name, 1.0, "bool" if pd.api.types.is_bool_dtype(series.dtype) else "text")
     if name in ("start_ns", "end_ns"):
         return _Col(name[:-3] + " (ns)", 1.0, "int")
+    metric = M.REGISTRY.get(name)
+    if metric is not None:  # a column holding a gate metric's values: its unit, not its name's suffix
+        if metric.unit.time:
+            return _Col(name.removesuffix("_ns") + " (µs)", 1e-3, "us")
+        return _Col(name, 1.0, metric.unit.xlsx)
     if name.endswith("_ns"):
         return _Col(name[:-3] + " (µs)", 1e-3, "us")
     if name.endswith("_us"):
@@ -55,11 +63,11 @@ def _column(name: str, series: pd.Series) -> _Col:
         return _Col(name, 1.0, "ms")
     if "(%)" in name or name in ("percent", "max_overlap_percentage") or name.endswith("_percent"):
         return _Col(name if "(%)" in name else f"{name} (%)", 1.0, "pct")
-    if name in ("ratio", "ci_low", "ci_high", "interference_slowdown", "shared_shift"):
+    if name in ("ratio", "ci_low", "ci_high", "shared_shift"):
         return _Col(name + " (cand/base)" if name == "ratio" else name, 1.0, "ratio")
     if name in ("p_value", "q_value", "rank_p_value"):
         return _Col(name, 1.0, "p")
-    if name in ("cv", "mad_cv", "iqr_cv", "overlap_fraction", "mean_overlap_fraction",
+    if name in ("cv", "mad_cv", "iqr_cv", "mean_overlap_fraction",
                 "overlapped_share", "cu_utilization", "threshold") or name.endswith("_fraction"):
         return _Col(name + (" (fraction)" if name == "threshold" else ""), 1.0, "float")
     if pd.api.types.is_integer_dtype(series.dtype):
@@ -217,7 +225,6 @@ def _verdicts_sheet(book: _Book, data: ReportData) -> None:
         return
     df = _verdict_units(public(v, data))
     # the distinguishing short label of report.html beside the full name (sort/filter by it)
-    from pytest_gemmperf.report.html import report_kernel_labels
 
     labels = report_kernel_labels(data)
     df.insert(df.columns.get_loc("kernel") + 1, "short_name",
@@ -258,7 +265,7 @@ def _verdict_units(v: pd.DataFrame) -> pd.DataFrame:
     """Medians in µs for duration metrics; other metrics (CV, fractions, GB/s) keep their unit
     in ``*_value`` columns, so no column mixes units."""
     metric = v["metric"].astype(str)
-    is_ns = metric.str.endswith("_ns") | metric.str.startswith("category_total_ns")
+    is_ns = M.is_time(metric)
     out = v.copy()
     pos = out.columns.get_loc("base_median_ns")
     for side in ("base", "cand"):
@@ -357,7 +364,6 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
 
 
 def _point_axes(point: str | None) -> dict[str, int | None]:
-    from pytest_gemmperf.analysis.variance import parse_point_axes
     if point is None:
         return {"threads": None, "channel": None}
     p = parse_point_axes(pd.Series([point], dtype=object)).iloc[0]

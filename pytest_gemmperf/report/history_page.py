@@ -33,8 +33,13 @@ import pandas as pd
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.verdict import HIGHER_IS_BETTER
+from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.history_svg import ChangeMark, SeriesChart, trend_chart
+from pytest_gemmperf.analysis.kernel_names import short_names
+from pytest_gemmperf.report.html import _env
+from pytest_gemmperf.safe_io import write_text
+from pytest_gemmperf.report.excel import _Book
+from pytest_gemmperf.safe_io import atomic_open
 
 TEMPLATE = "history.html.j2"
 SERIES_KEYS = ["hw_key", "test", "point", "kernel", "metric"]
@@ -114,7 +119,7 @@ def _check_changes(changes: pd.DataFrame | None) -> pd.DataFrame:
         raise GemmperfInputError("changes", f"row {i} ({c['kernel'].iloc[i]}, {c['metric'].iloc[i]}): "
                                             f"ratio {changes['ratio'].iloc[i]} is not a positive number")
     # the change-point engineer orients direction like the gate; recompute only where absent
-    worse = np.where(c["metric"].isin(HIGHER_IS_BETTER), ratio < 1, ratio > 1)
+    worse = np.where(M.higher_is_better(c["metric"]), ratio < 1, ratio > 1)
     derived = np.where(worse, "regression", "improvement")
     given = _text(changes["direction"], None) if "direction" in changes.columns else pd.Series(None, index=c.index)
     c["direction"] = given.where(given.notna(), pd.Series(derived, index=c.index))
@@ -213,7 +218,7 @@ def history_sheet_table(history: pd.DataFrame, changes: pd.DataFrame | None = No
                           "ci_high": "change_ci_high", "q_value": "change_q_value",
                           "run_before": "change_run_before"})
     out = t.merge(m, on=[*SERIES_KEYS, "run_id"], how="left")
-    is_ns = _is_ns(out["metric"])
+    is_ns = M.is_time(out["metric"])
     scale = np.where(is_ns, 1e-3, 1.0)
     for col in ("median", "q1", "q3", "min", "max", "level"):
         out[col] = out[col].to_numpy(float) * scale
@@ -226,23 +231,14 @@ def history_sheet_table(history: pd.DataFrame, changes: pd.DataFrame | None = No
 # display helpers
 
 
-def _is_ns(metric: pd.Series) -> np.ndarray:
-    m = metric.astype(str)
-    return (m.str.endswith("_ns") | m.str.startswith("category_total_ns")).to_numpy()
-
-
-def _metric_is_ns(metric: str) -> bool:
-    return metric.endswith("_ns") or metric.startswith("category_total_ns")
-
-
 def _native_unit(metric: str) -> str:
-    return {"coll_busbw_gbps": "GB/s", "overlap_fraction": "fraction", "interference_slowdown": "ratio",
-            "cv_robust": "CV"}.get(metric, "")
+    return M.lookup(str(metric)).unit.name
 
 
 def _display_scale(metric: str, typical: float) -> tuple[float, str]:
-    """Scale and unit label for a series: ns metrics in ns, µs or ms by magnitude."""
-    if not _metric_is_ns(str(metric)):
+    """Scale and unit label for a series: ns metrics in ns, µs or ms by magnitude, others in
+    the registry's unit."""
+    if not M.lookup(str(metric)).unit.time:
         return 1.0, _native_unit(metric)
     for scale, unit in ((1e-6, "ms"), (1e-3, "µs")):
         if abs(typical) * scale >= 1:
@@ -264,8 +260,6 @@ def _pct(r: float) -> str:
 def kernel_short_names(names: Sequence[str]) -> dict[str, str]:
     """Short distinguishing display names (:func:`analysis.kernel_names.short_names`: one call
     per page keeps labels consistent and distinct); the full name stays on the page."""
-    from pytest_gemmperf.analysis.kernel_names import short_names
-
     return {str(k): str(v) for k, v in short_names(list(dict.fromkeys(str(n) for n in names))).items()}
 
 
@@ -370,8 +364,6 @@ def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
                         recent_window: int = RECENT_RUNS) -> str:
     """The HTML text of ``history.html`` (see the module docstring). ``recent_window``: a
     regression whose first run after is among the series' last that many runs is "recent"."""
-    from pytest_gemmperf.report.html import _env
-
     h = _check_history(history)
     ch, t = _attach_changes(_trend(h), _check_changes(changes))
     order = _series_order(t, ch)
@@ -414,8 +406,6 @@ def write_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, out:
                        report_href: str | None = None, recent_window: int = RECENT_RUNS) -> Path:
     """Write ``history.html`` atomically. ``out`` is the file (``*.html``) or its directory.
     ``report_href`` adds a link back to report.html (pass it only when that file exists)."""
-    from pytest_gemmperf.safe_io import write_text
-
     out = Path(out)
     path = out if out.suffix.lower() in (".html", ".htm") else out / "history.html"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -452,9 +442,6 @@ def write_history_xlsx(history: pd.DataFrame, changes: pd.DataFrame | None, path
                        max_rows: int = 200_000) -> Path:
     """``history.xlsx`` with the ``history`` and ``history_changes`` sheets, written atomically;
     strings stay strings (formula injection neutralised by report.excel's workbook options)."""
-    from pytest_gemmperf.report.excel import _Book
-    from pytest_gemmperf.safe_io import atomic_open
-
     with atomic_open(path, "wb") as fh:
         book = _Book(fh, max_rows)
         try:

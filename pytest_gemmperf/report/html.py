@@ -19,10 +19,14 @@ from markupsafe import Markup
 
 from pytest_gemmperf import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
-from pytest_gemmperf.report import plots
+from pytest_gemmperf.analysis.variance import parse_point_axes
+from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.verdict import MISSING, NEW, shorten_kernel
+from pytest_gemmperf.report import plots
 from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT
+from pytest_gemmperf.report.telemetry import telemetry_context
+from pytest_gemmperf.safe_io import write_text
 from pytest_gemmperf.textsafe import printable_lines
 
 TEMPLATE = "report.html.j2"
@@ -35,6 +39,8 @@ def _env() -> jinja2.Environment:
         finalize=_visible)
     env.filters.update(num=fmt_num, us=fmt_us, ratio=fmt_ratio, pct=fmt_pct, sortkey=sort_key,
                        intf=fmt_int, p=fmt_p)
+    # ``{% if r.metric is time_metric %}``: nanosecond metrics are shown in µs
+    env.tests["time_metric"] = lambda name: M.lookup(str(name)).unit.time
     return env
 
 
@@ -89,7 +95,6 @@ def _records(df: pd.DataFrame, limit: int = HTML_MAX_ROWS) -> list[dict]:
 
 def _axes(data: ReportData) -> dict[str, str]:
     """Sweep axes seen in the data (from point ids and ranks)."""
-    from pytest_gemmperf.analysis.variance import parse_point_axes
 
     k = data.kernels
     facts: dict[str, str] = {}
@@ -292,7 +297,6 @@ def report_kernel_labels(data: ReportData) -> dict[str, str]:
 
 
 def render_html(data: ReportData, *, history_href: str | None = None) -> str:
-    from pytest_gemmperf.report.telemetry import telemetry_context
 
     env = _env()
     tmpl = env.get_template(TEMPLATE)
@@ -348,7 +352,6 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
 
 
 def write_html(data: ReportData, path: Path) -> Path:
-    from pytest_gemmperf.safe_io import write_text
 
     # link the trend page when one was written beside this report
     href = "history.html" if Path(path).with_name("history.html").is_file() else None

@@ -16,6 +16,7 @@ import pandas as pd
 from markupsafe import Markup
 from markupsafe import escape as _markup_escape
 
+from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.gate.verdict import shorten_kernel
 from pytest_gemmperf.textsafe import printable_lines
 
@@ -191,7 +192,7 @@ def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900,
     Rows are labelled by ``short`` (full kernel name -> page label) when given; the full
     name is in each label's tooltip.
     """
-    v = verdicts[(verdicts["metric"] == "dur_ns") & np.isfinite(verdicts["ratio"].astype(float))]
+    v = verdicts[(verdicts["metric"] == DUR_NS) & np.isfinite(verdicts["ratio"].astype(float))]
     if len(v) == 0:
         return empty_note("no per-kernel duration comparisons")
     v = v.assign(_d=np.abs(np.log(v["ratio"].astype(float))))

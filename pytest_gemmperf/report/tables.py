@@ -26,6 +26,8 @@ from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.telemetry import is_gpu_device
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.report.data import report_kernel_labels
+from pytest_gemmperf.run.telemetry import evidence
 
 VARIANCE_CSV = "top5_gemm_kernels_time_variance.csv"
 #: robust columns appended after aorta's (aorta ignores extra columns)
@@ -178,8 +180,6 @@ def _pct(r: float, lo: float, hi: float) -> str:
 
 
 def summary_markdown(data: ReportData, report_name: str | None = "report.html") -> str:
-    from pytest_gemmperf.report.html import report_kernel_labels
-
     # the distinguishing labels of report.html (an elided middle made GEMMs read alike);
     # full names are in verdicts.csv and the variance CSVs
     labels = report_kernel_labels(data)
@@ -239,7 +239,6 @@ def _telemetry_md(data: ReportData) -> list[str]:
     s = data.telemetry_summary
     if s is None or not len(s):
         return []
-    from pytest_gemmperf.run.telemetry import evidence
 
     out = []
     for (test, point), g in s.groupby(["test", "point"], sort=True):

@@ -96,8 +96,10 @@ def _redact():
     """``pytest_gemmperf/redact.py``; loaded by path when this file runs as an isolated script
     (the package is not importable there), only once a process has to be named."""
     try:
+        # lazy: this file also runs as an isolated script, where the package is not importable
         from pytest_gemmperf import redact
     except ImportError:
+        # lazy: needed only when the package is not importable
         import importlib.util
 
         path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "redact.py")
@@ -194,6 +196,7 @@ def _exit_like(status: int | None, signum: int | None) -> None:
         sig = signum
     if sig is not None:
         try:
+            # lazy: Unix-only stdlib module, needed only to re-raise a fatal signal
             import resource
 
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # re-raising SIGSEGV: no core file

@@ -53,6 +53,7 @@ import numpy as np
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.run import procstat
 from pytest_gemmperf.run.procstat import PROC_STAT, ProcStat
+from pytest_gemmperf.run.telemetry import evidence as telemetry_evidence
 
 #: thresholds of :func:`assess` (documented in the README's "noisy environments")
 RUNNABLE_EXCESS = 0.5      # runnable threads beyond the cores (+ this) count as contention
@@ -262,7 +263,6 @@ def assess(evidence: dict[str, Any] | None, *, shares_devices: bool = True,
     summary = evidence.get("telemetry")
     if not summary:
         return base
-    from pytest_gemmperf.run.telemetry import evidence as telemetry_evidence
 
     # the host's CPU frequency is recorded but not gated on: CPU contention is judged above,
     # and frequency scaling on shared CI hosts would make every CPU run look disturbed

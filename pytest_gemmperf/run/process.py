@@ -39,6 +39,7 @@ from typing import Iterable, Mapping, Sequence
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.redact import redact_argv, redact_text, secret_values
 from pytest_gemmperf.run._reaper import describe, proc_table as _proc_table
+from datetime import timedelta
 
 #: Launchers that ``launch_argv`` knows by name.
 KNOWN_LAUNCHERS = ("none", "torchrun", "srun", "mpirun")
@@ -165,7 +166,9 @@ def split_launch(command: str | Sequence[str], launcher: str | Sequence[str] | N
     rocprofv3 must sit *inside* srun/mpirun (each rank is profiled) but *outside* torchrun (the
     tool library is inherited by the workers), see rocprofv3-cli.md §1. So srun/mpirun (and
     custom launchers given as a list or a multi-word string) go to ``outer``; torchrun goes to
-    ``inner`` together with the command.
+    ``inner`` together with the command. torchrun for one process on one node (and no option
+    beyond where to meet) is no torchrun at all: :func:`one_rank_argv` starts its only worker
+    directly; a launcher given as a list (``["torchrun", ...]``) is kept as written.
     """
     if nproc < 1 or nnodes < 1:
         raise ValueError(f"nproc and nnodes must be >= 1, got {nproc}, {nnodes}")
@@ -186,6 +189,8 @@ def split_launch(command: str | Sequence[str], launcher: str | Sequence[str] | N
                              "(--rdzv-backend c10d --rdzv-endpoint HOST:PORT) and start the other "
                              "nodes' agents, or use the torch backend, which starts one agent per "
                              "node on this machine (node_launch_argvs)")
+        if nproc == 1 and nnodes == 1 and _agent_only(extra):
+            return [], one_rank_argv(cmd)
         return [], [*_torchrun_prefix(), "--nnodes", str(nnodes), "--nproc_per_node", str(nproc), *extra,
                     *_torchrun_program(cmd)]
     if name == "srun":
@@ -203,6 +208,54 @@ _RENDEZVOUS_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--m
 
 def _has_rendezvous(extra: Sequence[str]) -> bool:
     return any(str(e).split("=", 1)[0] in _RENDEZVOUS_FLAGS for e in extra)
+
+
+#: what torchrun gives the only worker of a world of one (local_elastic_agent's worker
+#: environment without its TORCHELASTIC_* variables). MASTER_PORT 0: rank 0 of an ``env://``
+#: group serves the store itself and binds whatever port the kernel gives it, so there is no
+#: port picked in advance that another process could take first.
+ONE_RANK_ENV = (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
+                ("GROUP_RANK", "0"), ("GROUP_WORLD_SIZE", "1"), ("ROLE_RANK", "0"),
+                ("ROLE_WORLD_SIZE", "1"), ("ROLE_NAME", "default"), ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", "0"))
+
+#: torchrun options about how agents meet and watch their workers, with whether each takes a
+#: value: a world of one run without an agent needs none of them. Any other option (restarts,
+#: log redirection, ...) keeps the agent.
+_AGENT_ONLY_OPTIONS = {
+    "--standalone": False, "--rdzv-backend": True, "--rdzv-endpoint": True, "--rdzv-id": True,
+    "--rdzv-conf": True, "--master-addr": True, "--master-port": True, "--local-addr": True,
+    "--monitor-interval": True, "--start-method": True,
+}
+
+
+def _agent_only(extra: Sequence[str]) -> bool:
+    """Whether every option in ``extra`` only concerns torchrun's agent (see above)."""
+    words = iter(extra)
+    for word in words:
+        name, has_value = word.split("=", 1)[0], "=" in word
+        takes = _AGENT_ONLY_OPTIONS.get(name.replace("_", "-"))
+        if takes is None or (has_value and not takes):
+            return False
+        if takes and not has_value and next(words, None) is None:
+            return False
+    return True
+
+
+def one_rank_argv(command: str | Sequence[str]) -> list[str]:
+    """``env <rendezvous variables> python -u <script> ...``: the worker torchrun would start
+    for ``nproc=1, nnodes=1`` (same interpreter, ``-u``, ``-m`` or ``--no-python`` handling),
+    started directly. torchrun's agent is a second Python process importing torch
+    (docs/performance.md) and adds nothing to a world of one. Inherited
+    ``TORCHELASTIC_*`` variables are removed (``TORCHELASTIC_USE_AGENT_STORE`` would make rank 0
+    wait for an agent's store that does not exist)."""
+    program = _torchrun_program(_command_list(command))
+    if program[0] == "--no-python":
+        run = program[1:]
+    else:
+        run = [os.environ.get("PYTHON_EXEC", sys.executable), "-u", *program]
+    unset = [w for name in sorted(os.environ) if name.startswith("TORCHELASTIC_") for w in ("-u", name)]
+    return ["env", *unset, *(f"{k}={v}" for k, v in ONE_RANK_ENV), *run]
 
 
 def _torchrun_prefix() -> list[str]:
@@ -272,8 +325,7 @@ def local_rendezvous_endpoint(host: str = "127.0.0.1") -> str:
     with _STORES_LOCK:
         store = _STORES.get(host)
         if store is None:
-            from datetime import timedelta
-
+            # lazy: optional dependency
             from torch.distributed import TCPStore
 
             store = TCPStore(host, 0, is_master=True, wait_for_workers=False, multi_tenant=True,
@@ -542,4 +594,4 @@ def require_success(result: ProcessResult, what: str = "workload",
 
 
 __all__ = ["KNOWN_LAUNCHERS", "MARKER_VAR", "ProcessResult", "WorkloadError", "free_port",
-           "is_local_multinode", "kill_marked", "local_rendezvous_endpoint", "node_local_addr", "kill_tree", "launch_argv", "node_launch_argvs", "live_processes", "marked_processes", "log_tail", "require_success", "run_process", "split_launch"]
+           "is_local_multinode", "kill_marked", "local_rendezvous_endpoint", "node_local_addr", "kill_tree", "launch_argv", "node_launch_argvs", "live_processes", "marked_processes", "log_tail", "one_rank_argv", "require_success", "run_process", "split_launch"]

@@ -22,18 +22,13 @@ from typing import Any
 
 from ..errors import GemmperfInputError
 from .results import base_test_id, slugify_test_id
+from ..traces import discover as _discover
+from ..traces import kinds
 
 _AORTA_THREADS = re.compile(r"^(\d+)thread$")
 _AORTA_CHANNELS = re.compile(r"^nccl_(\d+)channels$")
 # abbreviation = leading lower-case letters (ch, th, algo...), value = the rest
 _TOKEN = re.compile(r"^([a-z_]+)(.*)$")
-
-#: Files the trace readers understand (rocprofv3 outputs, PyTorch traces, canonical tables).
-TRACE_PATTERNS = ("*_kernel_trace.csv", "*_counter_collection.csv", "*_agent_info.csv",
-                  "*_results.json", "*_results.json.gz", "*_results.db", "*.pt.trace.json",
-                  "*.pt.trace.json.gz", "dispatches.parquet", "counters.parquet",
-                  "agents.parquet")
-_TORCH_DIR = "torch_profiler"
 
 
 class ReplayMissing(Exception):
@@ -61,12 +56,10 @@ class ReplayResult:
 
     def sources(self) -> list:
         """``traces.discover.discover`` on the point directory (imported lazily)."""
-        from ..traces import discover as _discover
         return _discover.discover(self.directory)
 
     def load(self):
         """One ``Trace`` of every file of the point (``traces.discover.load``)."""
-        from ..traces import discover as _discover
         return _discover.load(list(self.files))
 
 
@@ -101,12 +94,12 @@ def results_test_slug(root: Path, test_id: str) -> str:
 
 
 def trace_files(directory: Path) -> list[Path]:
+    """The files below a stored point that some source kind reads (its ``replay_globs``)."""
+    # traces is the layer above run: imported when a point is replayed, as in ReplayResult
+
     found: set[Path] = set()
-    for pattern in TRACE_PATTERNS:
-        found.update(p for p in directory.rglob(pattern) if p.is_file())
-    torch_dir = directory / _TORCH_DIR
-    if torch_dir.is_dir():
-        found.update(p for p in torch_dir.rglob("*.json*") if p.is_file())
+    for pattern in kinds.replay_globs():
+        found.update(p for p in directory.glob(pattern) if p.is_file())
     return sorted(found)
 
 

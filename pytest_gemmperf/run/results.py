@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pandas as pd
+from filelock import FileLock
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
@@ -514,6 +515,4 @@ def link_latest(results_root: Path) -> None:
 def file_lock(path: Path):
     """The writers' lock of a shared results file (``run.json``, a test's ``verdicts.csv``):
     xdist workers of one session write them in turn."""
-    from filelock import FileLock
-
     return FileLock(str(path), timeout=600)

@@ -24,6 +24,9 @@ from .rocprofv3_cli import (  # noqa: F401  (re-exported: the backend's public n
     counter_groups, counter_pass_argv, default_prefix, detect_version, ecma_escape,
     explain_frontend_error, job_file, kernel_include_regex, parse_version_output, pmc_checker,
     profiler_env, timing_pass_argv, truncated_names, validate_job_file)
+from pytest_gemmperf.safe_io import write_text
+import yaml
+import pandas as pd
 
 # --- errors -------------------------------------------------------------------------------------
 
@@ -58,12 +61,10 @@ def write_job_file(job: Mapping, path: str | os.PathLike) -> Path:
     """Write a job file; ``.json`` (no PyYAML needed by rocprofv3) or ``.yaml``/``.yml``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from pytest_gemmperf.safe_io import write_text  # temp file + rename: never through a link
 
     if path.suffix == ".json":
         write_text(path, json.dumps(job, indent=2) + "\n")
     elif path.suffix in (".yaml", ".yml"):
-        import yaml
         write_text(path, yaml.safe_dump(dict(job), sort_keys=False))
     else:
         raise ValueError(f"{path}: job files must end in .json, .yaml or .yml")
@@ -118,8 +119,6 @@ def counters_unavailable_reason(log_path: str | os.PathLike | None = None,
 
 def gpu_archs(paths: Iterable[Path]) -> set[str]:
     """gfx names of the GPU agents in ``*_agent_info.csv`` files."""
-    import pandas as pd
-
     archs: set[str] = set()
     for p in paths:
         if not p.name.endswith("_agent_info.csv"):
@@ -189,8 +188,6 @@ def check_counter_output(out_dir: str | os.PathLike, groups: Sequence[Sequence[s
     """Pass N must hold ``*_counter_collection.csv`` with every counter of group N, and the pass
     must not be all zero. Raises ``CountersUnavailable`` when the log says the GPU cannot read
     counters, else ``ProfilerOutputError`` with the log lines that explain it."""
-    import pandas as pd
-
     out_dir = Path(out_dir)
     result = CounterCheck()
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.schema import short_name
+import yaml
 
 # --- errors -------------------------------------------------------------------------------------
 
@@ -249,8 +251,6 @@ def truncated_names(kernel_names: Sequence[str]) -> list[str]:
     splitting the list on commas. That is the base name without return type, namespaces,
     templates and parameters, except that a C-named kernel (no parameter list, ``Cijk_*``) keeps
     its ``.kd`` suffix, as real ``*_results.json`` files show."""
-    from pytest_gemmperf.traces.schema import short_name
-
     def one(name: str) -> str:
         if "(" in name:
             return short_name(name)
@@ -411,7 +411,6 @@ def _load_job(path: Path) -> object:
     text = path.read_text(errors="replace")
     if path.suffix == ".json":
         return json.loads(text)
-    import yaml
     return yaml.safe_load(text)
 
 

@@ -43,6 +43,8 @@ import pandas as pd
 
 from pytest_gemmperf.run.telemetry_sources import (CLOCK_CUTTING, REASON_PREFIX, REASON_WORDS, AmdSmiSource,
                                                    HostSource, NvmlSource, visible_indices)
+from pytest_gemmperf import safe_io
+from pytest_gemmperf.errors import GemmperfInputError
 
 TELEMETRY_FILE = "telemetry.parquet"
 COLUMNS = ("time_ns", "host", "device", "metric", "value", "unit")
@@ -207,8 +209,6 @@ def empty_frame() -> pd.DataFrame:
 
 def write_telemetry(point_dir: Path, frame: pd.DataFrame, *, append: bool = False) -> Path:
     """Write (or extend, for a confirmation round) ``<point_dir>/telemetry.parquet``."""
-    from pytest_gemmperf import safe_io
-
     path = Path(point_dir) / TELEMETRY_FILE
     if append and path.exists():
         frame = pd.concat([read_telemetry(path), frame], ignore_index=True)
@@ -217,8 +217,6 @@ def write_telemetry(point_dir: Path, frame: pd.DataFrame, *, append: bool = Fals
 
 def read_telemetry(path: Path) -> pd.DataFrame:
     """A ``telemetry.parquet``; a bad file is one ``GemmperfInputError`` line."""
-    from pytest_gemmperf.errors import GemmperfInputError
-
     try:
         df = pd.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many types

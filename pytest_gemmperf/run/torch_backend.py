@@ -30,6 +30,11 @@ import msgspec
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables, set_columns
+from pytest_gemmperf.run.process import run_process
+import threading
+from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace, read_torch_trace
+from pytest_gemmperf.traces.fileio import read_maybe_gzip
 
 TRACE_DIR_ENV = "GEMMPERF_TRACE_DIR"
 OUTPUT_DIR_ENV = "GEMMPERF_OUTPUT_DIR"
@@ -110,11 +115,8 @@ def load_rank_traces(files: Mapping[int | None, Sequence[Path]], *, point: str, 
     Dispatches also get ``profiler_steps``: the number of ``ProfilerStep#N`` ranges in their
     file (from the reader's ``meta["profiler_steps"]`` or ``meta["steps"]``), the unit of work
     the gate divides its sums by (``gate.samples.unit_steps``); absent when a trace has none."""
-    from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace,
-                                               concat_tables, set_columns)
-
     if reader is None:
-        from pytest_gemmperf.traces.torch_trace import read_torch_trace as reader
+        reader = read_torch_trace
     disp, ctrs, agents, paths = [], [], [], []
     for rank, rank_files in sorted(files.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         for path in rank_files:
@@ -143,8 +145,6 @@ def run_torch_point(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Pat
                     device: str, timeout_s: float, cwd: Path | None = None) -> TorchRun:
     """Run one repeat: launch ``argv`` (already wrapped by the launcher) with the trace
     environment, wait under ``timeout_s``, and list the trace files it wrote."""
-    from pytest_gemmperf.run.process import run_process
-
     raw, traces, logs = run_dirs(run_dir)
     for d in (traces, logs):
         d.mkdir(parents=True, exist_ok=True)
@@ -165,10 +165,6 @@ def run_torch_nodes(node_argvs: Sequence[Sequence[str]], *, env: Mapping[str, st
     docstring); returns the gathered :class:`TorchRun` (``returncode`` 0 only when every agent
     exited 0). Raises ``GemmperfInputError`` when two nodes wrote the same global rank or a rank
     outside ``0..world_size-1`` (a misconfigured rendezvous, not a measurement)."""
-    import threading
-
-    from pytest_gemmperf.run.process import run_process
-
     _, _, logs = run_dirs(run_dir)
     logs.mkdir(parents=True, exist_ok=True)
     cancel = threading.Event()
@@ -237,8 +233,6 @@ def read_trace(path: str | Path, device: str):
     """GPU activity for GPU runs; on the CPU the operators stand in for kernels (and
     ``meta["profiler_steps"]`` counts the trace's ``ProfilerStep#N`` ranges, which the CPU
     reader does not list)."""
-    from pytest_gemmperf.traces.torch_trace import read_torch_cpu_trace, read_torch_trace
-
     if device != "cpu":
         return read_torch_trace(path)
     trace = read_torch_cpu_trace(path)
@@ -265,9 +259,11 @@ class _Names(msgspec.Struct):
 
 
 def count_profiler_steps(path: str | Path) -> int:
-    """Distinct ``ProfilerStep#N`` complete events of a Kineto trace (annotation or cpu_op)."""
-    from pytest_gemmperf.traces.fileio import read_maybe_gzip
+    """Distinct ``ProfilerStep#N`` complete events of a Kineto trace (annotation or cpu_op).
 
+    Decoded with a names-only schema, not the Kineto reader's decoder: :func:`read_trace` calls
+    it after ``read_torch_cpu_trace`` accepted the same file (a repeated key is refused there),
+    and a second full decode would cost many times this one on a large trace."""
     try:
         doc = msgspec.json.decode(read_maybe_gzip(str(path)), type=_Names)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

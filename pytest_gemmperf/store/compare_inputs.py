@@ -19,6 +19,16 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
 from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.traces.skipped import SkippedInput
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.hardware import trace_hardware_key
+from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.store.results import resolve_results_dir
+from pytest_gemmperf.store.results import results_samples
+from pytest_gemmperf.gate.file_reduce import gate_inputs
+from pytest_gemmperf.run.results import run_state
+from pytest_gemmperf.traces.dirscan import NotALayout, check_recognisable
+from pytest_gemmperf.run.results import newest_complete_run
 
 
 def resolve_hardware_key(base: str | Path, cands: list[str], hw: str | None,
@@ -78,7 +88,6 @@ def all_baseline_records(p: Path, damaged: list | None = None) -> list | None:
         level = "root"
     else:
         return None
-    from pytest_gemmperf.store.baselines import BaselineStore
 
     if level == "root":
         return BaselineStore(p).load_all(damaged=damaged)
@@ -123,8 +132,6 @@ def trace_hw_key(path: str, agents: dict) -> str | None:
     """The hardware key of a trace input from the agents :func:`load_side` collected for it
     (``gfx942-AMD_Instinct_MI300X-x8``), None when its traces list no GPU agent; results
     directories are keyed by their ``run.json`` instead (:func:`results_hw_key`)."""
-    from pytest_gemmperf.store.hardware import trace_hardware_key
-
     return trace_hardware_key(agents.get(path))
 
 
@@ -161,7 +168,6 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
         for r in recs:
             out.setdefault(str(r.test_id), []).append(r.samples)
         return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
-    from pytest_gemmperf.traces.discover import load
 
     run = newest_run(p, report=_note)
     if run is not None:
@@ -170,12 +176,8 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
               file=sys.stderr)
         p = run
     elif _holds_runs(p):
-        from pytest_gemmperf.store.results import resolve_results_dir
-
         resolve_results_dir(p)  # raises: no run there is complete
     if _is_results_dir(p):
-        from pytest_gemmperf.store.results import results_samples
-
         out = results_samples(p, warmup=warmup, jobs=jobs, allow_partial=allow_partial, report=_note)
         if traces is not None:
             traces[path] = _complete_points_trace(p, jobs)
@@ -183,16 +185,14 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     if p.is_dir():
         _check_trace_dir(p)  # before any reader: an unrelated tree is one line naming it
     if traces is None:
-        from pytest_gemmperf.gate.file_reduce import gate_inputs
-
         inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False)
-        samples, found, read_notes = inputs.samples, inputs.agents, inputs.notes
+        samples, found, skipped = inputs.samples, inputs.agents, inputs.skipped
     else:
         trace = load([p], jobs=jobs)
         traces[path] = trace
         samples, found = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p), trace.agents
-        read_notes = trace.meta.get("notes", [])
-    _check_lost_inputs(p, read_notes, allow_partial)
+        skipped = trace.meta.get("skipped", [])
+    _check_lost_inputs(p, skipped, allow_partial)
     if agents is not None and found is not None and len(found):
         agents[path] = found
     for note in samples.attrs.get("notes", []):
@@ -200,15 +200,12 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     return {"": samples}
 
 
-#: how discovery words an input it could not read (a directory it cannot list, a link it
-#: cannot follow, an unreadable file, a FIFO named like a trace): every such note has it
-LOST_INPUT = " skipped, "
-
-
-def _check_lost_inputs(p: Path, notes: list[str], allow_partial: bool) -> None:
-    """One line when part of the input could not be read: the processes in it would be
-    missing from the comparison, which could then pass on what is left."""
-    lost = [n for n in notes if LOST_INPUT in n]
+def _check_lost_inputs(p: Path, skipped: list[SkippedInput], allow_partial: bool) -> None:
+    """One line when part of the input could not be read (discovery's ``SkippedInput`` records
+    that are ``lost``: a directory it cannot list, a link it cannot follow, an unreadable file,
+    a FIFO named like a trace): the processes in it would be missing from the comparison,
+    which could then pass on what is left."""
+    lost = [s.note for s in skipped if s.lost]
     if not lost:
         return
     if not allow_partial:
@@ -227,9 +224,6 @@ def _note(text: str) -> None:
 def _complete_points_trace(root: Path, jobs: int | None):
     """The dispatches of a run's complete points only (the reports): an interrupted point's
     raw outputs must not join them."""
-    from pytest_gemmperf.run.results import run_state
-    from pytest_gemmperf.traces.discover import load
-
     state = run_state(root)
     if state.is_complete:
         return load([root], jobs=jobs)
@@ -240,16 +234,12 @@ def _check_trace_dir(p: Path) -> None:
     """Refuse a directory that is no known layout (``traces/dirscan.py``), naming the baselines
     store as one more thing it could have been (``gemmperf compare baselines/ ...`` before any
     baseline was recorded: the store has no ``<hw_key>/<test>/meta.json`` yet)."""
-    from pytest_gemmperf.traces.dirscan import NOT_A_LAYOUT, check_recognisable
-
     try:
         check_recognisable(p)
-    except GemmperfInputError as exc:
-        if not exc.message.startswith(NOT_A_LAYOUT):
-            raise
+    except NotALayout as exc:
         raise GemmperfInputError(p, "not a baselines store (no <hw_key>/<test>/meta.json: nothing "
                                     "recorded yet?), results, rocprofv3 output or sweep directory"
-                                 + exc.message[len(NOT_A_LAYOUT):]) from None
+                                 + exc.detail) from None
 
 
 def hw_keys_by_test(recs: list) -> dict[str, set[str]]:
@@ -266,7 +256,6 @@ def newest_run(p: Path, report=None) -> Path | None:
     run that is not complete (``run/results.py``)."""
     if not p.is_dir() or _is_results_dir(p):
         return None
-    from pytest_gemmperf.run.results import newest_complete_run
 
     return newest_complete_run(p, report)
 

@@ -19,6 +19,7 @@ import os
 import secrets
 from pathlib import Path
 from typing import Callable
+from pytest_gemmperf.errors import GemmperfInputError
 
 #: ``hook(kind, path)`` runs before every step when set (fault injection in tests).
 hook: Callable[[str, Path], None] | None = None
@@ -150,8 +151,6 @@ def fsync_dir(path: Path) -> None:
 def read_bytes(path: Path) -> bytes:
     """The file's bytes; ``FileNotFoundError`` passes through (absence means something to
     the store), other errors become one-line input errors."""
-    from pytest_gemmperf.errors import GemmperfInputError
-
     try:
         return path.read_bytes()
     except FileNotFoundError:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pytest_gemmperf import __version__
 
 #: Seconds allowed for each external probe (rocprofv3 --version, git rev-parse).
 PROBE_TIMEOUT_S = 10.0
@@ -185,8 +186,6 @@ def collect_metadata(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
 
     Missing tools give ``None``; every probe runs under :data:`PROBE_TIMEOUT_S`.
     """
-    from pytest_gemmperf import __version__
-
     rocm_version = _read_text("/opt/rocm/.info/version")
     rocprof = shutil.which("rocprofv3")
     rocprof_out = _run([rocprof, "--version"]) if rocprof else None

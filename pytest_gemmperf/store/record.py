@@ -26,6 +26,9 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.store.hardware import sanitize
 from pytest_gemmperf.run.results import base_test_id, distinct_slug
 from pytest_gemmperf.gate.samples import compact_samples
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pytest_gemmperf.gate.compare import variance_contribution
 
 SCHEMA_VERSION = 1
 SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
@@ -171,9 +174,6 @@ def normalize_samples(samples: pd.DataFrame, path: str | os.PathLike | None = No
 
 def _samples_to_parquet(samples: pd.DataFrame) -> bytes:
     """``samples`` must be normalized (sorted categories): dictionary columns are written as is."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     cols = {}
     for c in _KEY_COLUMNS:
         cat = samples[c].array
@@ -187,9 +187,6 @@ def _samples_to_parquet(samples: pd.DataFrame) -> bytes:
 
 
 def _samples_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         # small files: no thread pool (pyarrow's pool can abort at interpreter exit,
         # apache/arrow#34314, after all the work is done)
@@ -210,9 +207,6 @@ def _samples_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
 
 
 def _variance_to_parquet(variance: pd.DataFrame) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     v = _with_keys(variance).sort_values(["seq", "point", "kernel", "metric"], kind="mergesort", ignore_index=True)
     cols = {c: pa.array(v[c].astype(str).tolist(), pa.string())
             for c in ("run", "point", "kernel", "metric", VARIANCE_KEY)}
@@ -226,9 +220,6 @@ def _variance_to_parquet(variance: pd.DataFrame) -> bytes:
 
 
 def _variance_from_parquet(data: bytes, path: Path) -> pd.DataFrame:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         df = pq.read_table(pa.BufferReader(data), use_threads=False).to_pandas()
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -299,8 +290,6 @@ def add_history(variance: pd.DataFrame | None, samples: pd.DataFrame, run: str,
     """``variance`` plus the contribution of one run's ``samples`` (only ``points`` when
     given), keeping the newest ``max_runs`` runs per point. A point whose run is already in the
     history (same :func:`run_keys` key) is not added again: its evidence would count twice."""
-    from pytest_gemmperf.gate.compare import variance_contribution
-
     old = _empty_variance() if variance is None else _with_keys(variance)
     keys = run_keys(samples, points)
     for p in known_points(old, keys):

@@ -23,6 +23,8 @@ from pytest_gemmperf.run.results import COMPLETE, check_run, newest_complete_run
 from pytest_gemmperf.sweep import invalid_env
 from pytest_gemmperf.store.hardware import hardware_key
 from pytest_gemmperf.store.record import BaselineRecord, _now
+from pytest_gemmperf.gate.samples import gate_samples
+from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 
 if TYPE_CHECKING:
     from pytest_gemmperf.store.baselines import BaselineStore
@@ -124,8 +126,6 @@ def _point_warmup(p: _Point, warmup: int | None, run_warmup: int | None) -> int:
 
 
 def _point_samples(p: _Point, warmup: int) -> pd.DataFrame:
-    from pytest_gemmperf.gate.samples import gate_samples
-
     dpath = p.dir / "dispatches.parquet"
     if not dpath.is_file():
         raise GemmperfInputError(dpath, "missing (the point finished but left no dispatch table)")
@@ -183,8 +183,6 @@ def _point_samples_task(task: tuple[_Point, int]) -> pd.DataFrame:
 def _samples_of_points(points: list[_Point], warmup: int | None, run_warmup: int | None,
                        jobs: int | None) -> list[pd.DataFrame]:
     """``_point_samples`` of each point, in order, on up to ``jobs`` worker processes."""
-    from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
-
     tasks = [(p, _point_warmup(p, warmup, run_warmup)) for p in points]
     n = pool_jobs(jobs, [p.dir / "dispatches.parquet" for p in points])
     return map_ordered(_point_samples_task, tasks, n)

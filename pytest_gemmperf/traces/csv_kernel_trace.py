@@ -29,11 +29,13 @@ from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     DISPATCH_SCHEMA,
     STR,
+    NoDispatches,
     Trace,
     empty,
     finalize_dispatches,
     short_name,
 )
+from pytest_gemmperf.traces.categories import category_of
 
 #: lower-case header name -> canonical column
 _KT_MAP = {
@@ -62,8 +64,6 @@ def _reject_negative(src: _Source, start: np.ndarray, end: np.ndarray, ids: Any 
 def _finish_dispatches(cols: dict[str, Any], n: int, path: str, host: str | None,
                        pid: int | None) -> pd.DataFrame:
     """Fill every canonical column with a cheap, correctly typed array, then finalize."""
-    from pytest_gemmperf.analysis.categories import category_of
-
     cols.setdefault("source", _const_cat(SOURCE, n))
     cols.setdefault("file", _const_cat(path, n))
     cols.setdefault("host", _const_cat(host, n))
@@ -100,7 +100,7 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
     table = _read_typed(src, kind, _column_types(kind.known), include=wanted)
     n = table.num_rows
     if n == 0:
-        raise GemmperfInputError(path, "no kernel dispatches (header only)")
+        raise NoDispatches(path, "no kernel dispatches (header only)")
     names = {c: _KT_MAP[c.lower()] for c in wanted}
     cols: dict[str, Any] = {}
     for raw, canon in names.items():
@@ -156,7 +156,7 @@ def _read_v1_kernel(path: str, kind: CsvKind) -> Trace:
     table = _read_typed(src, kind, types, include=list(types))
     n = table.num_rows
     if n == 0:
-        raise GemmperfInputError(path, "no kernel dispatches (header only)")
+        raise NoDispatches(path, "no kernel dispatches (header only)")
     cols: dict[str, Any] = {}
     for raw in types:
         canon = _V1_MAP[raw.lower()]

@@ -1,28 +1,31 @@
 """Bounded, name-only scan of an input directory, and the rule that accepts it as a layout.
 
-Rule (issue 12: ``gemmperf compare /tmp ...`` walked all of /tmp and then named an unrelated
+Rule (so that ``gemmperf compare /tmp ...`` does not walk all of /tmp and then name an unrelated
 file). A directory given as input is read only when both hold:
 
 1. **It is recognisably a layout gemmperf reads, near its top.** Within :data:`RECOGNISE_DEPTH`
    directory levels (the directory itself = level 0) there is a profiler-output name or a
-   layout directory: ``run.json`` / ``point.json`` / ``dispatches.parquet`` (results),
-   ``*kernel_trace.csv`` / ``*counter_collection.csv`` / ``*agent_info.csv`` /
-   ``*_results.json[.gz]`` / ``*_results.db`` (rocprofv3), ``*.pt.trace.json[.gz]`` (PyTorch
-   profiler), any ``.json[.gz]`` in the directory itself (a trace exported under any name), or
-   a directory named ``<T>thread`` / ``nccl_<C>channels`` (aorta sweep), ``pass_N`` / ``pmc_N``
-   (rocprofv3 counter passes), ``rank<R>``, ``run<k>``, ``torch_profiler``, ``rocprof_traces``.
+   layout directory: ``run.json`` / ``point.json`` (results), a name a source kind marks as its
+   own (``layout_marks`` in ``traces/kinds.py``: ``dispatches.parquet``, ``*kernel_trace.csv`` /
+   ``*counter_collection.csv`` / ``*agent_info.csv``, ``*_results.json[.gz]`` / ``*_results.db``,
+   ``*.pt.trace.json[.gz]``), any ``.json[.gz]`` in the directory itself (a trace exported under
+   any name), or a directory named ``<T>thread`` / ``nccl_<C>channels`` (aorta sweep),
+   ``pass_N`` / ``pmc_N`` (rocprofv3 counter passes), ``rank<R>``, ``run<k>``,
+   ``torch_profiler``, ``rocprof_traces``.
    The deepest documented layout puts its first such name at level 2 (``.gemmperf/results/
    <timestamp>/run.json``, ``<sweep parent>/<sweep>/<T>thread``, ``<out>/pass_1/<host>/...``).
 2. **It is not a whole unrelated tree.** The scan visits at most :func:`max_entries` directory
    entries (50,000 by default, ``GEMMPERF_MAX_DIR_ENTRIES``); a results directory's points stop
-   the descent at their ``dispatches.parquet``, so even a large sweep stays far below that.
+   the descent at their ``dispatches.parquet`` (a kind's ``stop_file``), so even a large sweep
+   stays far below that.
 
 Both checks look at names only: no file is opened before the directory is accepted, so a
 broken file somewhere in an unrelated tree can never be what the error names. Either failure
-is one :class:`GemmperfInputError` line naming the directory.
+is one :class:`NotALayout` line naming the directory.
 
 The scan itself keeps the walk's hostile-tree contract (``traces/discover.py``): regular files
-only, symlinks followed but each real directory entered once, and every skipped entry a note.
+only, symlinks followed but each real directory entered once, and every skipped entry a note
+and a typed record (``traces/skipped.py``).
 """
 
 from __future__ import annotations
@@ -35,25 +38,31 @@ from collections import deque
 from pathlib import Path
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.csv_layouts import file_type
+from pytest_gemmperf.traces.skipped import SkippedInput, SkipReason, skip
 
 #: levels below the input directory searched for a layout name (0 = the directory itself)
 RECOGNISE_DEPTH = 2
 DEFAULT_MAX_ENTRIES = 50_000
 MAX_ENTRIES_ENV = "GEMMPERF_MAX_DIR_ENTRIES"
-#: a point directory holding its tables is read from them; its raw files are never descended into
-STOP_FILE = "dispatches.parquet"
 #: how both refusals start (``store.compare_inputs`` adds "baselines store" where one is accepted too)
 NOT_A_LAYOUT = "not a results, rocprofv3 output or sweep directory"
+#: our results layout's own files: they mark a layout and are never read as traces
+LAYOUT_FILES = frozenset({"run.json", "point.json"})
 
-_MARKER_FILES = frozenset({"run.json", "point.json", "dispatches.parquet"})
-_OUTPUT_SUFFIXES = ("kernel_trace.csv", "counter_collection.csv", "agent_info.csv",
-                    "_results.json", "_results.json.gz", "_results.db",
-                    ".pt.trace.json", ".pt.trace.json.gz")
 _LAYOUT_DIR = re.compile(r"^(?:\d+thread|nccl_\d+channels|(?:pass|pmc)_\d+|rank_?\d+|run\d+|"
                          r"torch_profiler|rocprof_traces)$")
-_OUTPUT_NAMES = ("kernel_trace.csv", "counter_collection.csv", "agent_info.csv", ".db", ".json",
-                 ".json.gz", "dispatches.parquet", "counters.parquet", "agents.parquet")
+
+
+class NotALayout(GemmperfInputError):
+    """A directory given as input that is no layout gemmperf reads. ``detail`` is what follows
+    :data:`NOT_A_LAYOUT` in the message (a caller that accepts one more kind of directory
+    words its own refusal around it)."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.detail = detail
+        super().__init__(path, NOT_A_LAYOUT + detail)
 
 
 def max_entries() -> int:
@@ -78,12 +87,12 @@ def os_reason(exc: OSError) -> str:
 
 def looks_like_output(name: str) -> bool:
     """A name a profiler output could have (used to note skipped FIFOs, sockets, devices)."""
-    return name.endswith(_OUTPUT_NAMES)
+    return kinds.is_output_name(name)
 
 
 def is_layout_file(name: str, depth: int) -> bool:
     """A file name that marks a readable layout (any ``.json`` only in the input directory)."""
-    return (name in _MARKER_FILES or name.endswith(_OUTPUT_SUFFIXES)
+    return (name in LAYOUT_FILES or kinds.is_layout_mark(name)
             or (depth == 0 and name.endswith((".json", ".json.gz"))))
 
 
@@ -100,12 +109,12 @@ class _Budget:
     def spend(self, n: int) -> None:
         self.used += n
         if self.used > self.limit:
-            raise GemmperfInputError(
-                self.root, f"{NOT_A_LAYOUT}: more than {self.limit:,} entries under it (scan stopped); name the run's own directory or "
+            raise NotALayout(
+                self.root, f": more than {self.limit:,} entries under it (scan stopped); name the run's own directory or "
                 f"its trace files, or raise {MAX_ENTRIES_ENV}")
 
 
-def _list(d: Path, notes: list[str] | None):
+def _list(d: Path, notes: list[str] | None, skipped: list[SkippedInput] | None = None):
     """(st, sorted entries) of directory ``d``; None (with a note) when it cannot be listed."""
     try:
         st = os.stat(d)
@@ -113,7 +122,8 @@ def _list(d: Path, notes: list[str] | None):
             return st, sorted(it, key=lambda e: e.name)
     except OSError as exc:
         if notes is not None:
-            notes.append(f"{d}: directory skipped, cannot list it ({os_reason(exc)})")
+            skip(notes, skipped, d, SkipReason.UNLISTABLE,
+                 f"{d}: directory skipped, cannot list it ({os_reason(exc)})")
         return None
 
 
@@ -152,20 +162,23 @@ def check_recognisable(root: Path, budget: _Budget | None = None) -> None:
                 queue.append((Path(e.path), depth + 1))
     if unsure:
         return
-    raise GemmperfInputError(
-        root, f"{NOT_A_LAYOUT} (found no trace files or "
+    raise NotALayout(
+        root, " (found no trace files or "
         f"layout directories within depth {RECOGNISE_DEPTH}); name the run's results directory, "
         "rocprofv3 output directory, sweep directory or trace files")
 
 
-def scan_tree(root: Path, notes: list[str]) -> list[tuple[Path, list[str], list[Path]]]:
+def scan_tree(root: Path, notes: list[str], skipped: list[SkippedInput] | None = None
+              ) -> list[tuple[Path, list[str], list[Path]]]:
     """(directory, regular file names, subdirectories) top-down in name order, after checking
     that ``root`` is recognisable (:func:`check_recognisable`), under the entry cap.
 
     Never opens a file. Skipped parts get a note: directories that cannot be listed, symlinks
     that cannot be followed (loops, missing targets), directories reached a second time (a
     symlink back up the tree would otherwise loop forever), and FIFOs/sockets/devices named like
-    profiler outputs. A directory holding :data:`STOP_FILE` is listed but not descended into.
+    profiler outputs (each also a record in ``skipped``, when given). A directory that is one
+    source as a whole (a kind's ``stop_file``: a results point's tables) is listed but not
+    descended into.
     """
     budget = _Budget(root, max_entries())
     check_recognisable(root, budget)
@@ -175,14 +188,14 @@ def scan_tree(root: Path, notes: list[str]) -> list[tuple[Path, list[str], list[
     stack = [root]
     while stack:
         d = stack.pop()
-        listed = _list(d, notes)
+        listed = _list(d, notes, skipped)
         if listed is None:
             continue
         st, entries = listed
         key = (st.st_dev, st.st_ino)
         if key in seen:
-            notes.append(f"{d}: directory not read again, it is {seen[key]} (a symlink back "
-                         "into the tree)")
+            skip(notes, skipped, d, SkipReason.REVISITED,
+                 f"{d}: directory not read again, it is {seen[key]} (a symlink back into the tree)")
             continue
         seen[key] = d
         budget.spend(len(entries))
@@ -194,16 +207,18 @@ def scan_tree(root: Path, notes: list[str]) -> list[tuple[Path, list[str], list[
                 est = os.stat(path)  # follows symlinks
             except OSError as exc:
                 kind = "symlink" if os.path.islink(path) else "entry"
-                notes.append(f"{path}: {kind} skipped, cannot follow it ({os_reason(exc)})")
+                skip(notes, skipped, path, SkipReason.DANGLING_LINK,
+                     f"{path}: {kind} skipped, cannot follow it ({os_reason(exc)})")
                 continue
             if stat.S_ISDIR(est.st_mode):
                 subdirs.append(path)
             elif stat.S_ISREG(est.st_mode):
                 files.append(e.name)
             elif looks_like_output(e.name):
-                notes.append(f"{path}: skipped, {file_type(est.st_mode)} named like a profiler "
-                             "output (never opened)")
-        if STOP_FILE in files:
+                skip(notes, skipped, path, SkipReason.SPECIAL_FILE,
+                     f"{path}: skipped, {file_type(est.st_mode)} named like a profiler output "
+                     "(never opened)")
+        if kinds.directory_kind(files) is not None:
             subdirs = []  # the tables already hold this point's raw files
         out.append((d, files, subdirs))
         stack.extend(reversed(subdirs))

@@ -16,8 +16,10 @@ Understood inputs:
 
 The work is split by job:
 
+* ``traces/kinds.py``: the source-kind registry, what each input format is and how it is read;
 * ``traces/sources.py``: the walk, path -> :class:`Source` list + notes (hostile and unrelated
-  trees: every skipped entry is a note, ``gemmperf analyze`` prints them as ``note:`` lines);
+  trees: every skipped entry is a note, ``gemmperf analyze`` prints them as ``note:`` lines, and
+  a typed record, ``meta["skipped"]``);
 * ``traces/provenance.py``: :class:`Source` and the point/rank/pass/run/host/pid that explicit
   path information and ``point.json`` give it (rank is never inferred from file order);
 * ``traces/source_reader.py``: one Source -> Trace with its provenance columns
@@ -30,19 +32,22 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.provenance import KINDS, Source
+from pytest_gemmperf.traces.provenance import Source
 from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA,
                                            Trace, concat_tables)
+from pytest_gemmperf.traces.skipped import SkippedInput
 from pytest_gemmperf.traces.source_reader import read_attached, read_source
-from pytest_gemmperf.traces.sources import discover_with_notes, sniff_json
+from pytest_gemmperf.traces.sources import discover_inputs, discover_with_notes, sniff_json
+from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 
-__all__ = ["KINDS", "Source", "concat_with_extras", "discover", "discover_all",
+__all__ = ["Found", "SkippedInput", "Source", "concat_with_extras", "discover", "discover_all",
            "discover_with_notes", "load", "load_counters", "merge_notes", "read_attached",
            "read_source", "sniff_json"]
 
@@ -66,17 +71,30 @@ def concat_with_extras(frames: list[pd.DataFrame], schema: dict[str, str]) -> pd
     return out[[c for c in schema if c in out.columns] + [c for c in out.columns if c not in schema]]
 
 
-def discover_all(paths) -> tuple[list[Path], list[Source], list[Source], list[str]]:
-    """(roots, every source found, the sources to read - each set of files once -, notes)."""
+@dataclass
+class Found:
+    """Discovery of several paths: what :func:`discover_all` returns."""
+
+    roots: list[Path]
+    sources: list[Source]          # every source found
+    unique: list[Source]           # the sources to read: each set of files once
+    notes: list[str]
+    skipped: list[SkippedInput]    # what was not read, and why (``traces/skipped.py``)
+
+
+def discover_all(paths) -> Found:
+    """Every source under ``paths``, the ones to read, and what was skipped."""
     roots = _as_path_list(paths)
     if not roots:
         raise GemmperfInputError(None, "no input paths given")
     sources: list[Source] = []
     notes: list[str] = []
+    skipped: list[SkippedInput] = []
     for r in roots:
-        s, n = discover_with_notes(r)
-        sources += s
-        notes += n
+        found = discover_inputs(r)
+        sources += found.sources
+        notes += found.notes
+        skipped += found.skipped
     unique: list[Source] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     for src in sources:
@@ -85,7 +103,7 @@ def discover_all(paths) -> tuple[list[Path], list[Source], list[Source], list[st
             continue
         seen.add(key)
         unique.append(src)
-    return roots, sources, unique, notes
+    return Found(roots, sources, unique, notes, skipped)
 
 
 def merge_notes(notes: list[str], t: Trace | None, read_notes: list[str], attach_notes: list[str]) -> None:
@@ -96,19 +114,16 @@ def merge_notes(notes: list[str], t: Trace | None, read_notes: list[str], attach
         notes += attach_notes
 
 
-def _load_all(paths, point: str | None, jobs: int | None = 1
-              ) -> tuple[list[Path], list[Source], list[Trace], list[str]]:
-    from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
-
-    roots, sources, unique, notes = discover_all(paths)
-    n_jobs = pool_jobs(jobs, [f for s in unique for f in s.files])
+def _load_all(paths, point: str | None, jobs: int | None = 1) -> tuple[Found, list[Trace]]:
+    found = discover_all(paths)
+    n_jobs = pool_jobs(jobs, [f for s in found.unique for f in s.files])
     traces: list[Trace] = []
     for t, read_notes, attach_notes in map_ordered(functools.partial(read_attached, point=point),
-                                                   unique, n_jobs):
-        merge_notes(notes, t, read_notes, attach_notes)
+                                                   found.unique, n_jobs):
+        merge_notes(found.notes, t, read_notes, attach_notes)
         if t is not None:
             traces.append(t)
-    return roots, sources, traces, notes
+    return found, traces
 
 
 def load(paths: str | os.PathLike | Iterable[str | os.PathLike], *, point: str | None = None,
@@ -119,29 +134,31 @@ def load(paths: str | os.PathLike | Iterable[str | os.PathLike], *, point: str |
     ``jobs``: worker processes reading sources at once (None or 0: every usable core; 1: in
     this process); the Trace is the same whatever ``jobs`` is (``traces/parallel.py``).
     ``meta``: ``sources`` (what was read, with provenance), ``notes`` (what was skipped and why),
-    ``files`` (per-file reader meta, e.g. torch ``cpu_ops``/``steps``).
+    ``skipped`` (the same skips of discovery as :class:`SkippedInput` records), ``files``
+    (per-file reader meta, e.g. torch ``cpu_ops``/``steps``).
     """
-    roots, sources, traces, notes = _load_all(paths, point, jobs)
+    found, traces = _load_all(paths, point, jobs)
     if not any(len(t.dispatches) for t in traces):
-        label = ", ".join(str(r) for r in roots)
-        raise GemmperfInputError(roots[0], f"no kernel dispatches found under {label}"
+        label = ", ".join(str(r) for r in found.roots)
+        notes = found.notes
+        raise GemmperfInputError(found.roots[0], f"no kernel dispatches found under {label}"
                                  + (f" ({'; '.join(notes)})" if notes else ""))
-    return _combine(traces, sources, notes)
+    return _combine(traces, found)
 
 
 def load_counters(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
                   point: str | None = None) -> pd.DataFrame:
     """Counter records of every source under ``paths`` (all ``pass_N``/``pmc_N`` directories
     together; the ``pass`` column tells them apart)."""
-    roots, sources, traces, notes = _load_all(paths, point)
+    found, traces = _load_all(paths, point)
     counters = concat_with_extras([t.counters for t in traces if len(t.counters)], COUNTER_SCHEMA)
     if len(counters) == 0:
-        raise GemmperfInputError(roots[0], f"no counter records found under "
-                                           f"{', '.join(str(r) for r in roots)}")
+        raise GemmperfInputError(found.roots[0], f"no counter records found under "
+                                                 f"{', '.join(str(r) for r in found.roots)}")
     return counters
 
 
-def _combine(traces: list[Trace], sources: list[Source], notes: list[str]) -> Trace:
+def _combine(traces: list[Trace], found: Found) -> Trace:
     dispatches = concat_with_extras([t.dispatches for t in traces if len(t.dispatches)],
                                     DISPATCH_SCHEMA)
     counters = concat_with_extras([t.counters for t in traces if len(t.counters)], COUNTER_SCHEMA)
@@ -151,5 +168,6 @@ def _combine(traces: list[Trace], sources: list[Source], notes: list[str]) -> Tr
     for t in traces:
         files += [str(f) for f in t.files]
         per_file[str(t.files[0]) if t.files else str(len(per_file))] = t.meta
-    meta = {"sources": [s.describe() for s in sources], "notes": notes, "files": per_file}
+    meta = {"sources": [s.describe() for s in found.sources], "notes": found.notes,
+            "skipped": found.skipped, "files": per_file}
     return Trace(dispatches=dispatches, counters=counters, agents=agents, files=files, meta=meta)

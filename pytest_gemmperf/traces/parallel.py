@@ -184,6 +184,7 @@ def _init_worker(threads: int) -> None:
     otherwise start a thread per core in every worker, and n workers x all cores threads
     oversubscribe the machine."""
     try:
+        # lazy: only the processes that read traces set pyarrow's thread pools
         import pyarrow
     except ImportError:  # pragma: no cover - pyarrow is a dependency
         return

@@ -30,7 +30,6 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.csv_layouts import file_type
 from pytest_gemmperf.traces.fileio import read_json_object
 
-KINDS = ("rocprof-csv", "rocprof-json", "rocpd", "torch", "tables")
 _CSV_ROLES = {"kernel_trace.csv": "kernel_trace", "counter_collection.csv": "counter_collection",
               "agent_info.csv": "agent_info"}
 _RESULTS_SUFFIX = re.compile(r"_results\.(json|json\.gz|db)$")
@@ -49,7 +48,9 @@ _CONTAINER_DIRS = frozenset({"rocprof_traces", "torch_profiler", "raw", "trace",
 
 @dataclass
 class Source:
-    """One unit to read: a file, or the CSV files of one rocprofv3 output prefix."""
+    """One unit to read: a file, or the CSV files of one rocprofv3 output prefix.
+
+    ``kind`` names its entry in the source-kind registry (``traces/kinds.py``)."""
 
     kind: str
     files: list[Path]
@@ -81,11 +82,14 @@ def results_prefix(name: str) -> str:
     return _RESULTS_SUFFIX.sub("", name)
 
 
-def with_attrs(src: Source, f: Path, root: Path | None) -> Source:
+def with_attrs(src: Source, f: Path, root: Path | None, *, prefix: str | None = None,
+               host_from_parent: bool = False) -> Source:
     """Attach point, rank, pass, run, host and pid from explicit path information.
 
     ``f`` is the source's first file, ``root`` the directory the user gave (None for a file
-    given directly). Mutates and returns ``src``."""
+    given directly). ``prefix``: the file's rocprofv3 output prefix (``<pid>`` or
+    ``rank<R>_<pid>``) where its kind names files so; ``host_from_parent``: the kind records no
+    host, so the parent directory of a ``<pid>_`` file names it. Mutates and returns ``src``."""
     parts = Path(os.path.abspath(f)).parts  # the user's path: symlinked sweep dirs keep their names
     dirs = parts[:-1]
     for i, comp in enumerate(dirs):
@@ -98,23 +102,15 @@ def with_attrs(src: Source, f: Path, root: Path | None) -> Source:
         elif (m := _THREADS_DIR.match(comp)) and i + 1 < len(dirs) and \
                 (c := _CHANNELS_DIR.match(dirs[i + 1])):
             src.point = f"ch{c[1]}-th{m[1]}"
-    if src.kind in ("rocprof-csv", "rocprof-json", "rocpd"):
-        prefix = _rocprof_prefix(f.name)
+    if prefix is not None:
         if m := _RANK_PREFIX.match(prefix):
             src.rank, src.pid = int(m[1]), int(m[2])
         elif m := _PID_PREFIX.match(prefix):
             src.pid = int(m[1])
-        if src.pid is not None and src.kind == "rocprof-csv":  # JSON/rocpd record the host
+        if src.pid is not None and host_from_parent:
             src.host = _host_dir(f.parent, root)
     _apply_point_json(src, f)
     return src
-
-
-def _rocprof_prefix(name: str) -> str:
-    role = csv_role(name)
-    if role is not None:
-        return role[1]
-    return results_prefix(name)
 
 
 def _host_dir(parent: Path, root: Path | None) -> str | None:

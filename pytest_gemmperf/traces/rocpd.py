@@ -48,6 +48,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     COUNTER_SCHEMA,
+    NoDispatches,
     Trace,
     empty,
     finalize_agents,
@@ -55,6 +56,7 @@ from pytest_gemmperf.traces.schema import (
     finalize_dispatches,
     short_name,
 )
+from pytest_gemmperf.traces.csv_layouts import check_regular_file
 
 SOURCE = "rocpd"
 _DISPATCH_TABLE_RX = re.compile(r"^rocpd_kernel_dispatch(_[0-9A-Za-z_]+)?$")
@@ -230,7 +232,11 @@ class _Budgeted:
             return GemmperfInputError(self.path, f"{what}: query needs more than "
                                                  f"{self.budget.heap_bytes:,} bytes of SQLite "
                                                  f"memory ({ENV_MAX_HEAP} raises the limit)")
-        return GemmperfInputError(self.path, f"cannot read rocpd database ({what}): {exc}")
+        return QueryFailed(self.path, f"cannot read rocpd database ({what}): {exc}")
+
+
+class QueryFailed(GemmperfInputError):
+    """SQLite refused a query (a missing table, a malformed view), within the budget."""
 
 
 def read_rocpd_db(path: str | os.PathLike, budget: QueryBudget | None = None) -> Trace:
@@ -262,7 +268,6 @@ def read_rocpd_db(path: str | os.PathLike, budget: QueryBudget | None = None) ->
 
 
 def _check_sqlite_file(path: str) -> None:
-    from pytest_gemmperf.traces.csv_layouts import check_regular_file
     check_regular_file(path)  # never open a FIFO or device named *_results.db
     try:
         with open(path, "rb") as fh:
@@ -291,8 +296,8 @@ def _read(db: _Budgeted, path: str) -> Trace:
             rows = db.rows(_KERNELS_VIEW_SQL, "kernels view",
                            limit=table_rows if suffixes else None)
             raw = _frame(rows, _DISPATCH_COLS, path, "kernels view")
-        except GemmperfInputError as exc:
-            if db.spent is not None or not exc.message.startswith("cannot read"):
+        except QueryFailed:
+            if db.spent is not None:
                 raise
             raw = None  # a view over tables that this file lacks: read the tables instead
         # The plain-name views select from one run only; when the file holds several runs (or
@@ -322,7 +327,7 @@ def _read(db: _Budgeted, path: str) -> Trace:
     counters_raw = _read_counters(db, objects, suffixes, via, path)
 
     if len(raw) == 0 and len(counters_raw) == 0:
-        raise GemmperfInputError(path, f"no kernel dispatches in {max(len(suffixes), 1)} run(s)")
+        raise NoDispatches(path, f"no kernel dispatches in {max(len(suffixes), 1)} run(s)")
 
     dispatches = _dispatch_table(raw, symbols, procs, agents, path)
     counters = _counter_table(counters_raw, symbols, procs, agents, path)

@@ -45,6 +45,7 @@ from pytest_gemmperf.traces.rocprof_json_schema import (
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     COUNTER_SCHEMA,
+    NoDispatches,
     Trace,
     empty,
     finalize_agents,
@@ -175,7 +176,7 @@ def build_trace(processes: list[_Process], path: str) -> Trace:
     counters_df = (finalize_counters(pd.concat(counter_parts, ignore_index=True), path)
                    if counter_parts else finalize_counters(empty(COUNTER_SCHEMA), path))
     if not parts and len(counters_df) == 0:
-        raise GemmperfInputError(
+        raise NoDispatches(
             path, f"no kernel dispatches in {len(processes)} process(es) "
                   "(was rocprofv3 run with --kernel-trace?)")
     hosts = [m["host"] for m in meta_procs]

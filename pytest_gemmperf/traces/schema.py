@@ -7,7 +7,9 @@ only tens to hundreds of distinct kernel names, hosts or points.
 Every reader ends with :func:`finalize_dispatches` (and the counter/agent equivalents): it adds
 missing columns, coerces dtypes, derives ``dur_ns``, the category and the artefact flags, and
 rejects what cannot be analysed (negative durations, no rows) with a
-:class:`~pytest_gemmperf.errors.GemmperfInputError` naming the file.
+:class:`~pytest_gemmperf.errors.GemmperfInputError` naming the file. A file that holds no
+dispatches at all raises :class:`NoDispatches`, so that discovery can tell a process that did
+no GPU work (the launcher) from a broken file by the error's type, never by its wording.
 """
 
 from __future__ import annotations
@@ -19,6 +21,17 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.categorical import map_categories  # noqa: F401 - re-exported
+from pytest_gemmperf.traces.categories import categorize
+from pandas.api.types import union_categoricals
+
+
+class NoDispatches(GemmperfInputError):
+    """The file is readable and holds no kernel dispatch (nor counter record) at all."""
+
+
+class NoGpuEvents(NoDispatches):
+    """A PyTorch profiler trace without GPU activity: a CPU-only run, read as CPU operators."""
 
 #: Values of the ``source`` column.
 SOURCES = ("rocprofv3-csv", "rocprofv3-json", "rocpd", "torch")
@@ -167,7 +180,7 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     and the flags are derived here when absent.
     """
     if len(df) == 0 and not allow_empty:
-        raise GemmperfInputError(path, "no kernel dispatches found")
+        raise NoDispatches(path, "no kernel dispatches found")
     for col in ("start_ns", "end_ns", "kernel"):
         if col not in df.columns:
             raise GemmperfInputError(path, f"missing required column {col!r}")
@@ -191,7 +204,7 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
         df["kernel_short"] = shorten_names(df["kernel"])
     if "category" not in df.columns:
         if categorize_fn is None:
-            from pytest_gemmperf.analysis.categories import categorize as categorize_fn
+            categorize_fn = categorize
         df["category"] = categorize_fn(df["kernel"])
     if path is not None and "file" not in df.columns:
         df["file"] = _constant_categorical(str(path), len(df))
@@ -382,7 +395,6 @@ def concat_tables(frames: Iterable[pd.DataFrame], schema: dict[str, str]) -> pd.
     for f in frames:
         cols.extend(c for c in f.columns if c not in cols)
     out: dict[str, Any] = {}
-    from pandas.api.types import union_categoricals
     for c in cols:
         is_cat = schema.get(c) == STR or any(
             c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)
@@ -456,23 +468,6 @@ def short_name(name: str) -> str:
     head = head.split(" ")[-1] if " " in head else head
     head = head.rsplit("::", 1)[-1]
     return head or name
-
-
-def map_categories(values: pd.Series, fn) -> pd.Series:
-    """Apply ``fn`` to each distinct value of a string column and broadcast the result.
-
-    Kernel-name columns have millions of rows but few distinct names, so per-name Python work
-    (regexes, demangling) is done once per name and rows are remapped by integer code.
-    ``fn`` returning None gives a missing value.
-    """
-    cat = values.array if isinstance(values.dtype, pd.CategoricalDtype) else values.astype(STR).array
-    mapped = [fn(str(c)) for c in cat.categories]
-    uniq = sorted({str(v) for v in mapped if v is not None})
-    index = {v: i for i, v in enumerate(uniq)}
-    table = np.asarray([index[str(v)] if v is not None else -1 for v in mapped] + [-1], dtype=np.int32)
-    codes = np.asarray(cat.codes)  # -1 (missing) picks the trailing -1
-    return pd.Series(pd.Categorical.from_codes(table[codes], categories=pd.Index(uniq, dtype=object)),
-                     index=values.index)
 
 
 def shorten_names(names: pd.Series) -> pd.Series:

@@ -1,19 +1,21 @@
 """Find the profiler outputs under a path: a file or a directory -> :class:`Source` list + notes.
 
-What is recognised (the layouts are listed in ``traces/discover.py``): rocprofv3 CSV files
-(grouped by directory and prefix), ``*_results.json[.gz]`` and ``*_results.db``, PyTorch
-(Kineto) traces, and our ``dispatches.parquet`` tables. JSON is classified by content (its
-first key, :func:`sniff_json`), never only by name. When one rocprofv3 prefix was written in
-several formats only one is read (:data:`_FORMAT_PRIORITY`), with a note.
+What is recognised is what the source-kind registry (``traces/kinds.py``) claims: rocprofv3
+CSV files (grouped by directory and prefix), ``*_results.json[.gz]`` and ``*_results.db``,
+PyTorch (Kineto) traces, and our ``dispatches.parquet`` tables (the layouts are listed in
+``traces/discover.py``). JSON is classified by content (its first key), never only by name.
+When one rocprofv3 prefix was written in several formats only one is read (the earliest
+registered), with a note.
 
-Hostile trees (issue 10): the walk opens regular files only (a FIFO named like a trace would
+Hostile trees: the walk opens regular files only (a FIFO named like a trace would
 block ``open`` forever), follows symlinks but enters each real directory once, and never skips
 silently - a directory it cannot list, a symlink it cannot follow (loop, missing target), a
 directory reached a second time, a FIFO/socket/device named like an output, an unreadable JSON
-that no name marks as a trace: each becomes a line in ``notes``. A path given directly that is
-none of a readable regular file or directory is an error.
+that no name marks as a trace: each becomes a line in ``notes`` and a typed record in
+``skipped`` (``traces/skipped.py``). A path given directly that is none of a readable regular
+file or directory is an error.
 
-Unrelated trees (issue 12): a directory is read only when a layout name shows within two levels
+Unrelated trees: a directory is read only when a layout name shows within two levels
 of its top and the walk stays under an entry cap (``traces/dirscan.py`` states the rule); both
 are decided from names alone, before any file is opened.
 
@@ -28,32 +30,39 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
-import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.run.results import COMPLETE, point_state
+from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.csv_layouts import file_type
-from pytest_gemmperf.traces.dirscan import STOP_FILE, scan_tree
+from pytest_gemmperf.traces.dirscan import LAYOUT_FILES, scan_tree
 from pytest_gemmperf.traces.dirscan import os_reason as _os_reason
-from pytest_gemmperf.traces.provenance import (Source, csv_role, point_json, results_prefix,
-                                               str_or_none, with_attrs)
+from pytest_gemmperf.traces.provenance import Source, point_json
+from pytest_gemmperf.traces.skipped import SkippedInput, SkipReason, skip
 
-#: when one rocprofv3 prefix was written in several formats, read only the first of these
-_FORMAT_PRIORITY = ("rocprof-json", "rocpd", "rocprof-csv")
-TABLE_FILES = ("dispatches.parquet", "counters.parquet", "agents.parquet")
-_SNIFF_BYTES = 65536
-_FIRST_KEY = re.compile(rb'\{\s*"([^"]*)"')
-#: Kineto writes its metadata keys first; Chrome traces from other tools start with traceEvents
-_KINETO_FIRST_KEYS = frozenset({b"schemaVersion", b"traceEvents", b"deviceProperties",
-                                b"distributedInfo", b"displayTimeUnit"})
+
+@dataclass
+class Discovery:
+    """What discovery found under one path: the sources to read, a note for everything it
+    skipped (in walk order), and the skipped entries as typed records."""
+
+    sources: list[Source]
+    notes: list[str] = field(default_factory=list)
+    skipped: list[SkippedInput] = field(default_factory=list)
 
 
 def discover_with_notes(path: str | os.PathLike) -> tuple[list[Source], list[str]]:
-    """Sources under ``path`` and notes naming everything that was skipped.
+    """Sources under ``path`` and notes naming everything that was skipped
+    (:func:`discover_inputs`, without the typed records)."""
+    found = discover_inputs(path)
+    return found.sources, found.notes
+
+
+def discover_inputs(path: str | os.PathLike) -> Discovery:
+    """Sources under ``path``, with notes and records of everything that was skipped.
 
     Only regular files are ever opened: a FIFO, socket or device named like a trace is skipped
     with a note (opening a FIFO blocks forever). Symlinks are followed; a symlink loop, a
@@ -67,13 +76,12 @@ def discover_with_notes(path: str | os.PathLike) -> tuple[list[Source], list[str
         if exc.errno == errno.ENOENT and not os.path.islink(p):
             raise GemmperfInputError(p, "no such file or directory") from None
         raise GemmperfInputError(p, f"cannot read: {_os_reason(exc)}") from None
-    notes: list[str] = []
     if stat.S_ISREG(st.st_mode):
         src = _file_source(p)
         if src is None:
             raise GemmperfInputError(p, "not a recognised profiler output (expected rocprofv3 "
                                         "CSV/JSON/rocpd, a PyTorch profiler trace or dispatches.parquet)")
-        return [src], notes
+        return Discovery([src])
     if not stat.S_ISDIR(st.st_mode):
         raise GemmperfInputError(p, f"not a regular file or directory ({file_type(st.st_mode)}); "
                                     "refusing to read it")
@@ -82,147 +90,95 @@ def discover_with_notes(path: str | os.PathLike) -> tuple[list[Source], list[str
             pass
     except OSError as exc:
         raise GemmperfInputError(p, f"cannot list directory: {_os_reason(exc)}") from None
-    sources = _walk(p, notes)
-    if not sources:
+    found = Discovery([])
+    found.sources = _walk(p, found)
+    if not found.sources:
+        notes = found.notes
         raise GemmperfInputError(p, f"no profiler output found under {p}"
                                  + (f" ({'; '.join(notes)})" if notes else ""))
-    return sources, notes
+    return found
 
 
 def _file_source(p: Path) -> Source | None:
-    name = p.name
-    if name in TABLE_FILES:
-        return _tables_source(p.parent)
-    kind = _classify(p)
-    if kind is None:
-        return None
-    return with_attrs(Source(kind, [p]), p, root=None)
-
-
-def _classify(p: Path) -> str | None:
-    name = p.name
-    if csv_role(name) is not None:
-        return "rocprof-csv"
-    if name.endswith(".db"):
-        return "rocpd"
-    if name.endswith((".json", ".json.gz")):
-        return sniff_json(p)
-    return None
+    kind = kinds.identify(p, given=True)
+    if isinstance(kind, kinds.Unreadable):
+        raise GemmperfInputError(p, f"cannot read file: {_os_reason(kind.error)}")
+    return None if kind is None else kind.source([p], root=None)
 
 
 def sniff_json(p: Path) -> str | None:
-    """``"torch"``, ``"rocprof-json"`` or None, from the first bytes of a (gzipped) JSON file.
+    """The name of the kind a (gzipped) JSON file is read as, or None (``kinds.identify`` on a
+    file named directly).
 
     Content decides; when it is unrecognisable (corrupt, truncated, empty) a conventional name
     (``*_results.json``, ``*.pt.trace.json``) still selects a reader, which then reports the
     problem with the file name instead of the file being silently ignored.
     """
-    by_name = ("rocprof-json" if p.name.endswith(("_results.json", "_results.json.gz")) else
-               "torch" if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) else None)
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
-    except OSError as exc:
-        if by_name is not None:
-            return by_name  # its reader reports the error with the file name
-        raise GemmperfInputError(p, f"cannot read file: {_os_reason(exc)}") from None
-    if head[:2] == b"\x1f\x8b":
-        head = _gunzip_prefix(head)
-    s = head.lstrip()
-    if s.startswith(b"{"):
-        m = _FIRST_KEY.match(s)
-        first = m[1] if m else b""
-        if first == b"rocprofiler-sdk-tool":
-            return "rocprof-json"
-        if first in _KINETO_FIRST_KEYS or (b'"traceEvents"' in head and b'"ph"' in head):
-            return "torch"
-    elif s.startswith(b"[") and b'"ph"' in head and b'"ts"' in head:
-        return "torch"  # bare Chrome-trace array
-    return by_name
+    kind = kinds.identify(p, given=True)
+    if isinstance(kind, kinds.Unreadable):
+        raise GemmperfInputError(p, f"cannot read file: {_os_reason(kind.error)}")
+    return None if kind is None else kind.name
 
 
-def _gunzip_prefix(data: bytes) -> bytes:
-    """The first decompressed bytes of a gzip stream of which only a prefix was read."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        return d.decompress(data, _SNIFF_BYTES)
-    except zlib.error:
-        return b""
-
-
-def _walk(root: Path, notes: list[str]) -> list[Source]:
+def _walk(root: Path, found: Discovery) -> list[Source]:
+    notes, skipped = found.notes, found.skipped
     sources: list[Source] = []
-    prefixes: dict[tuple[Path, str], dict[str, Any]] = {}
+    # (directory, group, prefix) -> kind name -> role -> file: one output, maybe in several formats
+    outputs: dict[tuple[Path, str, str], dict[str, dict[str, Path]]] = {}
     unfinished: list[Path] = []
-    for d, filenames, _subdirs in scan_tree(root, notes):
+    for d, filenames, _subdirs in scan_tree(root, notes, skipped):
         if any(u == d or u in d.parents for u in unfinished):
             continue
-        if d != root and "point.json" in filenames and _unfinished_point(d, notes):
+        if d != root and "point.json" in filenames and _unfinished_point(d, found):
             unfinished.append(d)
             continue
-        if STOP_FILE in filenames:
-            sources.append(_tables_source(d))  # scan_tree did not descend below it
+        whole = kinds.directory_kind(filenames)
+        if whole is not None:
+            sources.append(whole.source([d / whole.stop_file], root))  # not descended below
             continue
         for name in filenames:
-            f = d / name
-            role = csv_role(name)
-            if role is not None:
-                entry = prefixes.setdefault((d, role[1]), {})
-                entry.setdefault("rocprof-csv", {})[role[0]] = f
+            if name in LAYOUT_FILES:
                 continue
-            kind = None
-            if name.endswith("_results.db"):
-                kind = "rocpd"
-            elif name.endswith((".json", ".json.gz")) and name not in ("point.json", "run.json"):
-                try:
-                    kind = sniff_json(f)
-                except GemmperfInputError as exc:  # unreadable, and not named like a trace
-                    notes.append(f"{f}: skipped, {exc.message}")
-                    continue
+            f = d / name
+            kind = kinds.identify(f, given=False)
+            if isinstance(kind, kinds.Unreadable):
+                skip(notes, skipped, f, SkipReason.UNREADABLE,
+                     f"{f}: skipped, cannot read file: {_os_reason(kind.error)}")
+                continue
             if kind is None:
                 continue
-            if kind == "torch":
-                sources.append(with_attrs(Source("torch", [f]), f, root))
-            else:
-                entry = prefixes.setdefault((d, results_prefix(name)), {})
-                entry.setdefault(kind, f)
-    for (d, prefix), kinds in sorted(prefixes.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        chosen = next(k for k in _FORMAT_PRIORITY if k in kinds)
-        skipped = [k for k in kinds if k != chosen]
-        label = str(d / (prefix or "<no prefix>"))
-        if skipped:
-            notes.append(f"{label}: read as {chosen}; same prefix also written as "
-                         f"{', '.join(skipped)} (not read twice)")
-        if chosen == "rocprof-csv":
-            roles = kinds[chosen]
-            files = [roles[r] for r in ("kernel_trace", "counter_collection", "agent_info") if r in roles]
-            if "kernel_trace" not in roles and "counter_collection" not in roles:
-                notes.append(f"{label}: only agent_info.csv, no kernel trace or counters "
-                             "(a process without GPU work, e.g. the launcher); skipped")
+            if kind.group is None:
+                sources.append(kind.source([f], root))
                 continue
-        else:
-            files = [kinds[chosen]]
-        sources.append(with_attrs(Source(chosen, files), files[0], root))
+            role, prefix = kind.classify(name)
+            roles = outputs.setdefault((d, kind.group, prefix), {}).setdefault(kind.name, {})
+            roles.setdefault(role, f)
+    for (d, _group, prefix), by_kind in sorted(outputs.items(),
+                                               key=lambda kv: (str(kv[0][0]), kv[0][2], kv[0][1])):
+        chosen = next(k for k in kinds.KINDS if k.name in by_kind)
+        others = [k for k in by_kind if k != chosen.name]
+        label = str(d / (prefix or "<no prefix>"))
+        if others:
+            skip(notes, skipped, label, SkipReason.OTHER_FORMAT,
+                 f"{label}: read as {chosen.name}; same prefix also written as "
+                 f"{', '.join(others)} (not read twice)")
+        roles = by_kind[chosen.name]
+        if chosen.needs_one_of and not any(r in roles for r in chosen.needs_one_of):
+            skip(notes, skipped, label, SkipReason.NO_GPU_WORK, f"{label}: {chosen.incomplete}; skipped")
+            continue
+        sources.append(chosen.source([roles[r] for r in chosen.roles if r in roles], root))
     return sources
 
 
-def _unfinished_point(d: Path, notes: list[str]) -> bool:
+def _unfinished_point(d: Path, found: Discovery) -> bool:
     """A results point whose status says it did not complete (its runs are partial), named in
-    ``notes``. A point.json without a status (hand-made, or an older layout) is read as before."""
+    the notes. A point.json without a status (hand-made, or an older layout) is read as before."""
     info = point_json(d)
     if not (info or {}).get("status"):
         return False
     state = point_state(d, info or {})
     if state == COMPLETE:
         return False
-    notes.append(f"{d}: point not read, it is {state} (status {str((info or {}).get('status'))!r})")
+    skip(found.notes, found.skipped, d, SkipReason.INTERRUPTED_POINT,
+         f"{d}: point not read, it is {state} (status {str((info or {}).get('status'))!r})")
     return True
-
-
-def _tables_source(d: Path) -> Source:
-    files = [d / n for n in TABLE_FILES if (d / n).is_file()]
-    src = Source("tables", files)
-    info = point_json(d)
-    if info is not None:
-        src.point = str_or_none(info.get("point")) or d.name
-    return src

@@ -55,7 +55,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import INT64_MAX
-from pytest_gemmperf.traces.schema import (INT, STR, Trace, finalize_dispatches,
+from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _complete_events_by_cat, _decode,
                                                  _Event, _pick)
@@ -66,6 +66,7 @@ from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lo
                                                take, enclosing_ops, group_codes, self_times)
 from pytest_gemmperf.traces.torch_meta import (agents_table, base_time, flavor_of, host_name,
                                                process_pid, rank_of)
+from pytest_gemmperf.traces.categories import categorize
 
 #: imported from here by discovery, the torch backend and tests
 __all__ = ["COLL_COLUMNS", "innermost_enclosing", "read_torch_cpu_trace", "read_torch_trace"]
@@ -102,7 +103,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     gpu = _pick(by_cat, GPU_CATS)
     if not gpu:
         _refuse_device_activity(path, events)
-        raise GemmperfInputError(path, f"no GPU kernel/memcpy/memset events among {len(events)} "
+        raise NoGpuEvents(path, f"no GPU kernel/memcpy/memset events among {len(events)} "
                                        "trace events (CPU-only trace, or GPU activity not recorded)")
     runtime = _pick(by_cat, RUNTIME_CATS)
     cpu_events = _pick(by_cat, CPU_OP_CATS)
@@ -133,7 +134,6 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     df["op_input_dims"] = take(cpu_ops["input_dims"], op_row)
     df["op_input_types"] = take(cpu_ops["input_types"], op_row)
 
-    from pytest_gemmperf.analysis.categories import categorize
     df["kernel"] = df["kernel"].astype(STR)
     df["category"] = categorize(df["kernel"])
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import realfront
-from pytest_gemmperf.commands.rocprof_config import build_job
+from pytest_gemmperf.commands.rocprof_config_impl import build_job
 from pytest_gemmperf.run.rocprofv3_cli import (MPI_RANK_PREFIX, RANK_PREFIX, RANK_SHIM,
                                                RocprofVersion, counter_pass_argv, job_file,
                                                kernel_include_regex, profiler_env,

@@ -19,6 +19,10 @@ import re
 from typing import Iterable, Sequence
 
 import pandas as pd
+import yaml
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.categorical import map_categories
 
 CATEGORIES = ("gemm", "collective", "attention", "normalization", "reduction", "elementwise",
               "memory", "other")
@@ -139,18 +143,12 @@ _DEFAULT_COMPILED = compile_rules()
 def categorize(names: pd.Series, rules: Sequence[tuple[str, str]] | None = None,
                extra: Iterable[tuple[str, str]] = ()) -> pd.Series:
     """Category per row; regexes run once per distinct name."""
-    from pytest_gemmperf.traces.schema import map_categories
-
     compiled = _DEFAULT_COMPILED if rules is None and not extra else compile_rules(rules, extra)
     return map_categories(names, lambda n: category_of(n, compiled))
 
 
 def load_rules(path) -> list[tuple[str, str]]:
     """Read user rules from YAML: ``{category: [regex, ...]}`` in priority order."""
-    import yaml
-
-    from pytest_gemmperf.errors import GemmperfInputError
-
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)

@@ -1,0 +1,202 @@
+"""The work of ``gemmperf analyze``. Its parser is :mod:`pytest_gemmperf.commands.analyze`, which
+imports this module only when the command runs, so ``gemmperf --help`` loads neither pandas
+nor scipy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pytest_gemmperf.commands.argtypes import add_allow_partial
+from pytest_gemmperf.commands.helpfmt import command_description
+from pytest_gemmperf.config import add_cli_option
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.report.tables import clean
+from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.workdir import TOOL_DIR, default_output_dir
+from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
+from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.traces.categories import categorize
+from pytest_gemmperf.safe_io import write_csv, write_text
+from pytest_gemmperf.run.results import run_parts
+from pytest_gemmperf.report import write_reports
+from pytest_gemmperf.traces.categories import load_rules
+from pytest_gemmperf.analysis.kernel_stats import kernel_stats
+
+
+STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
+                "p05_ns", "p95_ns", "iqr_ns", "mad_ns", "cv", "range_ns", "category")
+
+
+KEYS = ("point", "rank", "kernel")
+
+
+STR_DTYPE = "category"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (OSError, UnicodeError) as exc:
+        # readers convert what they know; anything else the OS raises still gets one line
+        where = getattr(exc, "filename", None)
+        reason = getattr(exc, "strerror", None) or exc
+        raise GemmperfInputError(where, f"{type(exc).__name__}: {reason}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+
+    args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
+    extra_rules = _rules(args.categories)
+    trace = load(_complete_parts(args.paths, getattr(args, "allow_partial", False)), jobs=getattr(args, "jobs", 0))
+    d = trace.dispatches
+    if extra_rules:
+        d = d.copy(deep=False)
+        d["category"] = categorize(d["kernel"], extra=extra_rules)
+    kernels = kernel_table(d, warmup=args.warmup)
+    summary = build_summary(args, trace, d, kernels)
+
+    out = Path(args.out) if args.out else None
+    try:
+        out = out or default_output_dir(DEFAULT_OUT)
+        out.mkdir(parents=True, exist_ok=True)
+
+        write_csv(kernels, out / "kernels.csv")  # formulas neutralised, no link followed
+        write_text(out / "summary.json", json.dumps(clean(summary), indent=2, allow_nan=False) + "\n")
+    except OSError as exc:
+        raise GemmperfInputError(out or TOOL_DIR, f"cannot write output: {exc.strerror or exc}") from None
+    print(printable(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
+                    f"{out / 'kernels.csv'}, {out / 'summary.json'}"))
+    if getattr(args, "report", True):
+        _write_reports(args, trace, d, out)
+    for note in trace.meta.get("notes", []):
+        print(printable(f"note: {note}"), file=sys.stderr)
+    return 0
+
+
+def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
+    """Results runs among ``paths`` narrowed to what finished: an interrupted run is refused
+    (or, with ``allow_partial``, only its complete points read); a parent of runs gives its
+    complete runs, never pooling an interrupted one with them."""
+
+    def note(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    out: list[str] = []
+    for path in paths:
+        p = Path(path)
+        out += [str(x) for x in run_parts(p, allow_partial, note)] if p.is_dir() else [path]
+    return out
+
+
+def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) -> None:
+    """report.html, report.xlsx, summary.md and the aorta variance CSVs beside our own files
+    (kernels.csv and summary.json stay this command's)."""
+
+    files = write_reports(out, dispatches=d, counters=trace.counters, agents=trace.agents,
+                          meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
+                          skip={"kernels.csv", "summary.json"})
+    if "report.html" in files:
+        print(printable(f"report: {files['report.html']}"))
+
+
+def _rules(path: str | None) -> list[tuple[str, str]]:
+    if not path:
+        return []
+    return load_rules(path)
+
+
+def kernel_table(d: pd.DataFrame, *, warmup: int = 0) -> pd.DataFrame:
+    """kernels.csv rows: statistics per (point, rank, kernel) (and source when mixed)."""
+
+    by = KEYS
+    if d["source"].nunique(dropna=True) > 1:
+        by = ("source",) + KEYS
+    stats = _restore_keys(kernel_stats(_fill_keys(d), by=by, warmup=warmup))
+    if "category" not in stats.columns:
+        cat = d.drop_duplicates("kernel")[["kernel", "category"]]
+        stats = stats.merge(cat, on="kernel", how="left")
+    first = list(by) + [c for c in STAT_COLUMNS if c in stats.columns]
+    rest = [c for c in stats.columns if c not in first]
+    stats = stats[first + rest]
+    order = [c for c in by if c != "kernel"]
+    stats = stats.sort_values(order + ["total_ns"], ascending=[True] * len(order) + [False],
+                              kind="stable", na_position="last")
+    return stats.reset_index(drop=True)
+
+
+# Null group keys (no point, no rank) are common (a single trace, rocprofv3 without rank), and
+# grouped quantiles misalign on NaN index labels; sentinels keep those groups intact.
+_NA_POINT = "\x00no-point"
+
+
+_NA_RANK = -1
+
+
+def _fill_keys(d: pd.DataFrame) -> pd.DataFrame:
+    d = d.copy(deep=False)
+    if d["point"].isna().any():
+        pt = d["point"]
+        if not isinstance(pt.dtype, pd.CategoricalDtype):
+            pt = pt.astype(STR_DTYPE)
+        d["point"] = pt.cat.add_categories([_NA_POINT]).fillna(_NA_POINT)
+    d["rank"] = d["rank"].fillna(_NA_RANK)
+    return d
+
+
+def _restore_keys(stats: pd.DataFrame) -> pd.DataFrame:
+    stats = stats.copy()
+    point = stats["point"].astype(object)
+    stats["point"] = point.where(point != _NA_POINT, None)
+    stats["rank"] = stats["rank"].astype("Int64").mask(stats["rank"] == _NA_RANK)
+    return stats
+
+
+def build_summary(args: argparse.Namespace, trace, d: pd.DataFrame, kernels: pd.DataFrame) -> dict:
+    keys = ["point", "rank"]
+    g = d.groupby(keys, dropna=False, observed=True, sort=True)
+    per = g.agg(n_dispatches=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
+                first_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max"),
+                zero_dur=("zero_dur", "sum"), queue_overlap=("queue_overlap", "sum")).reset_index()
+    by_cat = (d.groupby(keys + ["category"], dropna=False, observed=True)["dur_ns"].sum()
+              .reset_index())
+    per_rows = []
+    for rec in per.to_dict("records"):
+        sel = by_cat
+        for k in keys:
+            sel = sel[_same(sel[k], rec[k])]
+        rec["total_ns_by_category"] = {str(c): int(v) for c, v in zip(sel["category"], sel["dur_ns"])}
+        per_rows.append(rec)
+    agents = trace.agents
+    agent_cols = [c for c in ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type",
+                              "gpu_arch", "product", "cu_count", "wave_size") if c in agents.columns]
+    return {
+        "inputs": [str(p) for p in args.paths],
+        "warmup": args.warmup,
+        "categories_file": args.categories,
+        "sources": trace.meta.get("sources", []),
+        "notes": trace.meta.get("notes", []),
+        "n_dispatches": int(len(d)),
+        "n_kernel_rows": int(len(kernels)),
+        "dispatches_by_source": {str(k): int(v) for k, v in
+                                 d["source"].value_counts(dropna=False).items()},
+        "flags": {"zero_dur": int(d["zero_dur"].sum()),
+                  "queue_overlap": int(d["queue_overlap"].sum())},
+        "per_point_rank": per_rows,
+        "total_ns_by_category_note": "sums of dur_ns over all dispatches (warm-up included)",
+        "agents": agents[agent_cols].drop_duplicates().to_dict("records"),
+    }
+
+
+def _same(col: pd.Series, value: Any) -> pd.Series:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return col.isna()
+    return col.astype(object) == value
+

@@ -1,0 +1,287 @@
+"""The work of ``gemmperf compare``. Its parser is :mod:`pytest_gemmperf.commands.compare`, which
+imports this module only when the command runs, so ``gemmperf --help`` loads neither pandas
+nor scipy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
+from pytest_gemmperf.commands.helpfmt import command_description
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
+from pytest_gemmperf.gate.compare import GateConfig, compare
+from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
+    _is_results_dir, all_baseline_records, baseline_records, load_history, load_side, newest_run, pair_tests,
+    resolve_hardware_key, results_hw_key, trace_hw_key)
+from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
+                                          verdicts_csv_order)
+from pytest_gemmperf.textsafe import printable, printable_frame
+from pytest_gemmperf.workdir import default_output_dir
+from pytest_gemmperf.commands.defaults import COMPARE_OUT as DEFAULT_OUT
+from pytest_gemmperf.safe_io import write_csv
+from pytest_gemmperf.commands.history_impl import record_compare_candidate
+from pytest_gemmperf.traces.fileio import read_json_object
+from pytest_gemmperf.gate.benchmark_export import write_pytest_benchmark_json
+from pytest_gemmperf.report import ComparedSamples, write_reports
+
+
+#: verdicts.csv column order: the one the pytest session writes too (test first, contract
+#: columns in ARCHITECTURE order, label, diagnostics, other extras by name)
+CSV_COLUMNS = VERDICTS_CSV_COLUMNS
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (OSError, UnicodeError) as exc:
+        raise GemmperfInputError(getattr(exc, "filename", None), str(exc)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    base_arg = _base(args)
+    labels = args.labels or [Path(c).name or str(c) for c in args.cands]
+    if len(labels) != len(args.cands):
+        raise GemmperfInputError(None, f"--labels needs {len(args.cands)} label(s), got {len(labels)}")
+    threshold = GateConfig().threshold if args.threshold is None else args.threshold
+    origin = getattr(args, "setting_origins", {}).get("threshold") or Origin("default", "default")
+    explicit = origin.kind == "flag"  # --threshold given: every test, whatever it recorded
+    cfg = GateConfig(threshold=threshold, fdr=args.fdr, warmup=args.warmup or 0, abs_floor_ns=args.abs_floor_ns,
+                     per_kernel=[(rx, _kernel_threshold(rx, t)) for rx, t in args.kernel_threshold])
+    traces: dict = {}
+    keep = traces if getattr(args, "report", True) else None  # tables only for the reports
+    # a store with several hardware keys: the one asked for, else the candidates' own
+    base_path = Path(base_arg)
+    damaged: list = []  # damaged baseline records: named and skipped, the others still compare
+    base_recs = all_baseline_records(base_path, damaged) if base_path.is_dir() else None
+    for err in damaged:
+        print(printable(f"error: {err} (record skipped)"), file=sys.stderr)
+    hw = resolve_hardware_key(base_path, args.cands, getattr(args, "hw", None), base_recs)
+    jobs = getattr(args, "jobs", 0)
+    partial = getattr(args, "allow_partial", False)
+    try:
+        base = load_side(base_arg, args.warmup, keep, hw=hw, records=base_recs, jobs=jobs, allow_partial=partial)
+    except GemmperfInputError as exc:
+        raise _with_store_hint(exc, args, base_recs) from None
+    history = load_history(base_arg, hw, records=base_recs)
+    base_rules = {} if explicit else recorded_rules(base_arg, baseline_records(base_path, hw, base_recs)
+                                                    if base_recs is not None else None)
+    frames = []
+    cand_samples = []
+    compared: list = []  # what each compare() call received: the report draws it per process
+    used: dict[str, dict[str, tuple[float, str]]] = {}
+    for label, cpath in zip(labels, args.cands):
+        agents: dict = {}  # a trace candidate's agents: its hardware key in --history
+        cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents, allow_partial=partial)
+        cand_samples.append((label, cand))
+        if getattr(args, "history", None):
+
+            record_compare_candidate(args.history, args.run_id, cpath, label, cand, len(args.cands), keep,
+                                     hw=trace_hw_key(cpath, agents))
+        cand_rules = {} if explicit else recorded_rules(cpath)
+        for test, b, c in pair_tests(base, cand, base_arg, cpath):
+            rules = point_rules(test, _points(b, c), base_rules, cand_rules)
+            used.setdefault(test, {}).update(rules)
+            v = compare_test(b, c, cfg, test, history.get(test), rules)
+            if keep is not None:
+                compared.append((test, b, c, label))
+            if len(args.cands) > 1:
+                v.insert(0, "label", label)
+            frames.append(v)
+    verdicts = pd.concat(frames, ignore_index=True)
+    out = Path(args.out) if args.out else default_output_dir(DEFAULT_OUT)
+    out.mkdir(parents=True, exist_ok=True)
+
+    write_csv(verdicts_csv_order(verdicts), out / "verdicts.csv")  # formulas neutralised, no link followed
+    if args.benchmark_json:
+        _export(args.benchmark_json, base, cand_samples)
+    if getattr(args, "report", True):
+        _write_reports(args, labels, verdicts, traces, out, compared)
+
+    counts = verdicts["verdict"].value_counts()
+    print(printable(threshold_line(used, threshold, origin.text)))
+    print(format_verdict_table(printable_frame(verdicts), args.max_rows, warmup=args.warmup))
+    print(printable("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}"))
+    n_reg = int(counts.get(REGRESSION, 0))
+    if n_reg:
+        print(printable(f"gemmperf: {n_reg} regression(s)"), file=sys.stderr)
+        return 1
+    if damaged:
+        print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
+        return 2
+    return 0
+
+
+def _base(args: argparse.Namespace) -> str:
+    """BASE as given, else the baseline store (``--baseline-dir``, else the project's
+    ``gemmperf_baseline_dir``, else ``baselines``): the store pytest gates against."""
+    origins = getattr(args, "setting_origins", {})
+    if args.base is None:
+        store = args.baseline_dir or BY_NAME["baseline_dir"].default
+        print(printable(f"note: comparing against the baseline store {store}"), file=sys.stderr)
+        return str(store)
+    if "baseline_dir" in origins and origins["baseline_dir"].kind == "flag":
+        raise SettingError("--baseline-dir names the store compared against when BASE is not given: "
+                           "give BASE or --baseline-dir, not both")
+    return args.base
+
+
+def _with_store_hint(exc: GemmperfInputError, args: argparse.Namespace, base_recs: list | None) -> Exception:
+    """``exc``, naming the project's baseline store when BASE was a directory holding no baseline
+    while the store lies elsewhere (``gemmperf compare baselines/ ...`` in a project that keeps its
+    store in ``gemmperf_baseline_dir``)."""
+    store = getattr(args, "baseline_dir", None)
+    if (args.base is None or base_recs or store is None or not Path(args.base).is_dir()
+            or not Path(store).is_dir() or Path(args.base).resolve() == Path(store).resolve()):
+        return exc
+    return GemmperfInputError(exc.path, f"{exc.message} (the project's baseline store is {store}: "
+                                        "`gemmperf compare CAND` compares against it)")
+
+
+def _kernel_threshold(regex: str, text: str) -> float:
+    try:
+        return parse_threshold(text)
+    except ValueError as exc:
+        raise SettingError(f"--kernel-threshold {regex}: {exc}") from None
+
+
+#: ``{test: {point: rule}}`` as recorded with an input; None: recorded as "no rule of its own"
+Rules = dict[str, dict[str, "float | None"]]
+
+
+def recorded_rules(path: str, records: list | None = None) -> Rules:
+    """Each test's own threshold (``assert_no_regression(threshold=...)``) as the input recorded
+    it: in a baseline record's point metadata (``records``), or in a results directory's
+    ``point.json`` (the newest complete run of a parent, as :func:`load_side` reads it). Only
+    points that recorded one appear (a results point always records it, None for no rule)."""
+    out: Rules = {}
+    if records is not None:
+        for rec in records:
+            points = rec.meta.get("points") if isinstance(rec.meta, dict) else None
+            for point, doc in (points if isinstance(points, dict) else {}).items():
+                if isinstance(doc, dict) and "threshold" in doc:
+                    out.setdefault(str(rec.test_id), {})[str(point)] = _rule(doc["threshold"], rec.test_id)
+        return out
+    p = Path(path)
+    run = newest_run(p) or p
+    if not _is_results_dir(run):
+        return out
+
+    for pj in sorted(run.glob("*/*/point.json")):
+        doc = read_json_object(pj)
+        if "threshold" in doc and isinstance(doc.get("test_id"), str):
+            point = str(doc.get("point") or pj.parent.name)
+            out.setdefault(doc["test_id"], {})[point] = _rule(doc["threshold"], pj)
+    return out
+
+
+def _rule(value: object, where: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise GemmperfInputError(str(where), f"recorded threshold {value!r} is not a relative change >= 0")
+    return float(value)
+
+
+def _points(b: pd.DataFrame, c: pd.DataFrame) -> list[str]:
+    return sorted({str(x) for x in pd.unique(b["point"])} | {str(x) for x in pd.unique(c["point"])})
+
+
+def point_rules(test: str, points: list[str], base: Rules, cand: Rules) -> dict[str, tuple[float | None, str]]:
+    """Per point: (the test's own threshold or None, where it was recorded). The candidate's
+    record wins (the rule the test had when that run was gated, as pytest gated it), else the
+    baseline's."""
+    out: dict[str, tuple[float | None, str]] = {}
+    for point in points:
+        if point in cand.get(test, {}):
+            rule = cand[test][point]
+            out[point] = (rule, "candidate run" if rule is not None else "")
+        elif point in base.get(test, {}):
+            rule = base[test][point]
+            out[point] = (rule, "baseline" if rule is not None else "")
+        else:
+            out[point] = (None, "")
+    return out
+
+
+def compare_test(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str, history,
+                 rules: dict[str, tuple[float | None, str]]) -> pd.DataFrame:
+    """:func:`compare` of one test at its own threshold where it recorded one, else at
+    ``cfg.threshold``. Points whose rules differ are compared in groups of one threshold each
+    (pytest gates every point on its own)."""
+    groups: dict[float, list[str]] = {}
+    for point in _points(b, c):
+        rule = rules.get(point, (None, ""))[0]
+        groups.setdefault(cfg.threshold if rule is None else rule, []).append(point)
+    if len(groups) <= 1:
+        thr = next(iter(groups), cfg.threshold)
+        return compare(b, c, dataclasses.replace(cfg, threshold=thr), test=test, history=history)
+    frames = []
+    for thr, points in groups.items():
+        bg, cg = b[b["point"].astype(str).isin(points)], c[c["point"].astype(str).isin(points)]
+        frames.append(compare(bg, cg, dataclasses.replace(cfg, threshold=thr), test=test, history=history))
+    return pd.concat(frames, ignore_index=True)
+
+
+def threshold_line(used: dict[str, dict[str, tuple[float | None, str]]], fallback: float, origin: str) -> str:
+    """One line saying which threshold gated what: each test's recorded rule, and the
+    ``fallback`` (from ``origin``: ``--threshold``, the project file, or the default) for the rest."""
+    parts: dict[str, None] = {}
+    rest = False
+    for test, points in used.items():
+        by_rule: dict[tuple[float, str], list[str]] = {}
+        for point, (rule, side) in points.items():
+            if rule is None:
+                rest = True
+            else:
+                by_rule.setdefault((rule, side), []).append(point)
+        for (rule, side), pts in by_rule.items():
+            which = test if len(pts) == len(points) else f"{test}[{', '.join(pts)}]"
+            parts[f"{format_threshold(rule)} (per-test rule recorded with the {side} of {which})"] = None
+    fb = f"{format_threshold(fallback)} ({origin})"
+    if not parts:
+        return f"threshold: {fb}"
+    return "threshold: " + "; ".join(parts) + (f"; {fb} for the rest" if rest else "")
+
+
+def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, dict]]) -> None:
+
+    t = Path(target)
+    stem = t.name[:-5] if t.name.endswith(".json") else t.name
+    write_pytest_benchmark_json(t.with_name(f"{stem}-base.json"), pd.concat(list(base.values()), ignore_index=True))
+    for label, cand in cands:
+        name = t.name if len(cands) == 1 else f"{stem}-{label}.json"
+        write_pytest_benchmark_json(t.with_name(name), pd.concat(list(cand.values()), ignore_index=True))
+
+
+def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.DataFrame,
+                   traces: dict, out: Path, compared: list | None = None) -> None:
+    """One report with every sweep side by side (baseline first) where the inputs are traces;
+    verdicts.csv stays this command's. A report failure never changes the gate's exit status.
+    ``compared``: (test, baseline samples, candidate samples, label) of each compare() call."""
+
+    sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
+    sides = [(path, label) for path, label in sides if path in traces]
+    if not sides:
+        print(printable("note: no report: the inputs are samples or baselines, not traces"), file=sys.stderr)
+        return
+    try:
+        files = write_reports(
+            out, dispatches=[traces[p].dispatches for p, _ in sides], labels=[lab for _, lab in sides],
+            counters=[traces[p].counters for p, _ in sides], agents=[traces[p].agents for p, _ in sides],
+            verdicts=verdicts, warmup=args.warmup or 0, skip={"verdicts.csv"},
+            meta={"baseline": args.base, "inputs": [args.base, *args.cands]},
+            compared=[ComparedSamples(test, b, c, label if len(labels) > 1 else "")
+                      for test, b, c, label in compared or ()])
+    except Exception as exc:  # noqa: BLE001 - the verdicts are written; say why the report is not
+        print(printable(f"gemmperf: report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        return
+    if "report.html" in files:
+        print(printable(f"report: {files['report.html']}"))
+

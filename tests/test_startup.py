@@ -1,0 +1,85 @@
+"""``gemmperf --help`` starts fast: no command's help imports pandas, scipy, pyarrow, numpy,
+torch or pytest.
+
+Every (sub)command's ``--help``, and ``--version``, runs in a fresh interpreter, which reports
+the heavy packages then in ``sys.modules``. The paths come from walking the parser, so a new
+subcommand is checked without editing this file. Timing is left to ``benchmarks/startup.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gemmperf.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+#: what help must not load: the data stack and torch take seconds to import; pytest is the
+#: benchmark's yardstick, and a parser that needs it would start no faster than pytest itself
+HEAVY = ("pandas", "scipy", "pyarrow", "numpy", "torch", "pytest")
+
+#: run in a fresh interpreter: argv[1] the heavy names, argv[2] the gemmperf arguments as JSON
+#: (null: only import the package and the CLI module); prints the heavy packages then loaded
+CHILD = r"""
+import contextlib, io, json, sys
+argv = json.loads(sys.argv[2])
+if argv is None:
+    import pytest_gemmperf, pytest_gemmperf.cli
+else:
+    from pytest_gemmperf.cli import main
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(argv)
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))))
+"""
+
+
+def _help_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = [prefix]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _help_paths(sub, prefix + (name,))
+    return out
+
+
+CALLS = [["--version"]] + [[*path, "--help"] for path in _help_paths(build_parser())]
+
+
+def heavy_after(argv: list[str] | None) -> list[str]:
+    """The heavy packages a fresh interpreter running this checkout's code has loaded after
+    ``gemmperf ARGV`` (``None``: after importing the package and the CLI module only)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", CHILD, ",".join(HEAVY), json.dumps(argv)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_subcommand_is_checked():
+    names = {path[0] for path in _help_paths(build_parser()) if path}
+    assert {"analyze", "compare", "baseline", "rocprof-config", "merge", "history"} <= names
+    assert ["baseline", "refresh", "--help"] in CALLS and ["history", "check", "--help"] in CALLS
+
+
+def test_the_package_and_cli_module_import_nothing_heavy():
+    assert heavy_after(None) == []
+
+
+@pytest.mark.parametrize("argv", CALLS, ids=" ".join)
+def test_help_imports_nothing_heavy(argv):
+    assert heavy_after(argv) == [], f"gemmperf {' '.join(argv)}"
+
+
+def test_help_fdr_default_is_the_gates():
+    """``compare --help`` states the gate's FDR without loading the gate (scipy): the two agree."""
+    from pytest_gemmperf.commands.compare import DEFAULT_FDR
+    from pytest_gemmperf.gate.compare import GateConfig
+
+    assert DEFAULT_FDR == GateConfig().fdr
