@@ -264,6 +264,7 @@ def test_cli_rejects_negative_jobs(capsys):
     assert "--jobs" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a process pool
 def test_results_dir_points_read_in_parallel(tmp_path):
     """``baseline refresh|learn|diff`` and ``compare`` read results points with jobs workers."""
     from pytest_gemmperf.store.results import records_from_results, results_samples
