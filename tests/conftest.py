@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from pathlib import Path
 
 import pytest
 
+import pytest_gemmperf
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def _import_the_whole_package() -> None:
+    """Import every ``pytest_gemmperf`` module once, up front.
+
+    pytester's in-process sessions drop every module they imported when they end, so each inner
+    session would import (and assertion-rewrite, uncached under PYTHONDONTWRITEBYTECODE) the
+    plugin's modules again: most of the CPU time of the plugin tests. Modules imported before an
+    inner session starts are kept. A module whose optional dependency is absent (torch) is left
+    to the tests that need it."""
+    for info in pkgutil.walk_packages(pytest_gemmperf.__path__, "pytest_gemmperf."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError:
+            pass
+
+
+_import_the_whole_package()
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +65,15 @@ def trace_908(shared_data):
     from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
 
     return read_rocprof_json(path)
+
+
+# Fixtures whose tests are end-to-end by construction: a whole inner pytest session, a real
+# `pytest --help` process, or the 43,915-dispatch real trace. They are marked ``slow`` so
+# `pytest -m "not slow" tests` is the inner loop; `pytest tests` still runs them.
+_SLOW_FIXTURES = frozenset({"pytester", "pytest_help", "trace_908"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import MAX_HISTORY_RUNS, _samples_to_parquet, normalize_samples, slug_for_test
@@ -105,6 +106,7 @@ def make_results(root: Path, seed: int) -> Path:
     return root
 
 
+@pytest.mark.slow  # concurrent writer processes
 def test_parallel_writers_never_mix_records(tmp_path: Path) -> None:
     root = tmp_path / "baselines"
     results = {w: str(make_results(tmp_path / f"results{w}", seed=w)) for w in range(1, N_PROCS, 2)}

@@ -222,6 +222,7 @@ def check_after_kill(root: Path, old: dict, new: dict, together: bool, where: st
     return "+".join(sorted(state))
 
 
+@pytest.mark.slow  # a kill at every step of a save, one store copy each
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_kill_at_every_step(template: Path, tmp_path: Path, name: str) -> None:
     op, touched = OPS[name]
@@ -243,6 +244,7 @@ def test_kill_at_every_step(template: Path, tmp_path: Path, name: str) -> None:
     assert "old" in seen and "new" in seen  # both sides of the commit point were visited
 
 
+@pytest.mark.slow  # a kill at every step of every recovery step
 def test_kill_during_recovery(template: Path, tmp_path: Path) -> None:
     """The next writer killed too, at every step of its recovery and write: still all old or
     all new (recovery is idempotent), and the writer after that cleans up."""
@@ -267,6 +269,7 @@ def test_kill_during_recovery(template: Path, tmp_path: Path) -> None:
             assert state == expect
 
 
+@pytest.mark.slow  # a kill at every step
 @pytest.mark.parametrize("name", ["save"])
 def test_injected_kill_runs_no_cleanup_and_the_next_writer_recovers(template: Path, tmp_path: Path,
                                                                     name: str) -> None:
@@ -341,6 +344,7 @@ SIGKILL_WORKER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # a writer process per step, killed
 def test_real_sigkill_of_a_subprocess_writer(template: Path, tmp_path: Path) -> None:
     op, touched = OPS["refresh"]
     old = snapshot(template)

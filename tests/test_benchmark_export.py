@@ -70,6 +70,7 @@ def test_dispatches_table_is_accepted_and_bad_input_rejected():
         to_pytest_benchmark_json(pd.DataFrame({"x": [1]}))
 
 
+@pytest.mark.slow  # a real pytest-benchmark process
 def test_pytest_benchmark_compare_reads_two_exports(tmp_path):
     a = write_pytest_benchmark_json(tmp_path / "0001_base.json", samples(1))
     b = write_pytest_benchmark_json(tmp_path / "0002_cand.json", samples(2, scale=1.1))

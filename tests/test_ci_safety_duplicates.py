@@ -246,6 +246,7 @@ def _listen_on(port: int) -> socket.socket:
     return s
 
 
+@pytest.mark.slow  # real node agents
 @pytest.mark.parametrize("nnodes,nproc", [(2, 1), (3, 1)])
 def test_multinode_launch_survives_its_port_being_taken(tmp_path, monkeypatch, nnodes, nproc):
     """Whatever port a bind-and-close picker would choose is taken by someone else before the

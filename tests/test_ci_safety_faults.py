@@ -384,6 +384,7 @@ def test_cli_refresh_into_readonly_store_exits_2_with_one_line(tmp_path, capsys,
     assert main(["baseline", "show", "--baseline-dir", str(base)]) == 0
 
 
+@pytest.mark.slow  # a refresh per injected fault
 @pytest.mark.parametrize("op", ["write", "replace"])
 def test_cli_refresh_into_full_store_exits_2_at_every_step(tmp_path, capsys, monkeypatch, op):
     from pytest_gemmperf.cli import main

@@ -101,6 +101,10 @@ def _session(project: Path, results: Path | None, env: dict, args: list[str], si
                 pass
 
 
+# every test reads the module fixture, which runs six real pytest sessions
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """One complete session (it records the baselines; one point's test raises an ordinary

@@ -128,6 +128,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.slow  # a real gemmperf process
 def test_console_entry_point(tmp_path):
     out = tmp_path / "out"
     ok = _cli(str(CUDA), str(ROCM), "--out", str(out))

@@ -141,6 +141,7 @@ def test_history_record_test_option_overrides_and_a_trace_file_too(tmp_path, cap
     assert set(HistoryStore(tmp_path / "h2").read()["test"]) == {"gemmperf-history-record"}
 
 
+@pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_history_record_of_a_results_dir_keeps_its_test_ids(project, tmp_path, capsys):
     for src in (project.runs[0], project.root / ".gemmperf" / "results"):  # a run, or its parent
         hist = tmp_path / src.name
@@ -213,6 +214,7 @@ def test_an_existing_dot_gemmperf_is_left_as_the_user_arranged_it(tmp_path, caps
     capsys.readouterr()
 
 
+@pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_a_fresh_project_using_the_plugin_gets_dot_gemmperf_ignored(project):
     assert (project.root / ".gemmperf" / ".gitignore").read_text() == "*\n"
     assert project.runs and all((r / "run.json").is_file() for r in project.runs)
@@ -241,6 +243,7 @@ def test_version_is_spelled_as_the_command(capsys):
 
 # ----------------------------------------------------------------------- 4. baseline diff cells
 
+@pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_baseline_diff_of_a_new_record_has_no_nan_cells(project, tmp_path, capsys):
     for store in (tmp_path / "empty-store", tmp_path / "not" / "made" / "yet"):
         rc, out, _ = _cli(capsys, "baseline", "diff", "--from", str(project.runs[0]), "--baseline-dir", str(store))
@@ -278,6 +281,7 @@ def test_telemetry_of_a_cpu_run_says_nothing_of_gpu_throttling(devices):
     assert gpu[0] == "Telemetry: no GPU throttling or clock drop in 2 point(s)."
 
 
+@pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_cpu_session_summary_says_host_only(project):
     md = (project.root / "gemmperf-report" / "summary.md").read_text(encoding="utf-8")
     assert "Telemetry: host only (no GPU seen) in 2 point(s)." in md
@@ -294,6 +298,7 @@ def _no_lone_letters(text: str) -> None:
     assert len(ends) == 2 and all(ln.startswith("gemmperf ■ test_gpsweep[ch") for ln in ends), ends
 
 
+@pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_no_lone_outcome_letter_between_progress_lines(project):
     _no_lone_letters(project.out)
     # default verbosity: each letter stays behind pytest's file name, as without progress lines
@@ -367,6 +372,7 @@ def test_a_single_unnamed_run_shows_no_sweep_row():
     assert "* sweeps: `base`, `cand`" in summary_markdown(build([d, d], labels=["base", "cand"]))
 
 
+@pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_plugin_reports_show_no_sweep_run_row(project):
     rep = project.root / "gemmperf-report"
     html = (rep / "report.html").read_text(encoding="utf-8")

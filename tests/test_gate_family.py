@@ -165,6 +165,7 @@ def test_hierarchical_rule_gates_the_kernel_totals_on_the_shared_shift():
         compare_stats(side("b", 23), side("c", 24), GateConfig(multiplicity="bonferroni"))
 
 
+@pytest.mark.slow  # 30 simulated A/A tests
 def test_hierarchical_rule_keeps_the_per_test_false_alarm_budget():
     # A/A, threshold 0: no '*' and no kernel rejected in 30 synthetic tests (the rate is
     # measured in benchmarks/gate_regimes.py; this guards against a gross error of the split)

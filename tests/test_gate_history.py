@@ -111,6 +111,7 @@ def test_history_is_pooled_and_narrows_the_interval() -> None:
     assert np.allclose(v2.loc[k, "ci_low"], v0.loc[k, "ci_low"])
 
 
+@pytest.mark.slow  # 8 seeds x 40 kernels of simulated histories
 def test_history_finds_what_four_processes_alone_cannot() -> None:
     """Kernel variances 15x apart: the cross-kernel prior cannot tell a quiet kernel from a
     noisy one, its own history can. 2 % in the quietest of 40 kernels, threshold 0."""

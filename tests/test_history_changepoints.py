@@ -250,6 +250,7 @@ def test_changes_csv_has_the_contract_columns(tmp_path):
     assert empty.empty and list(empty.columns) == list(CHANGE_COLUMNS + EXTRA_COLUMNS)
 
 
+@pytest.mark.slow  # the real 43,915-dispatch trace
 def test_real_908_histories_flat_and_step():
     """40-run histories resampled from the real 908 trace (the benchmark's generator: 4
     processes per run, 20 recorded steps each, 1 % process and 0.3 % run factors): the flat one

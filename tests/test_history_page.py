@@ -180,6 +180,7 @@ def test_direction_oriented_like_gate_in_page(small):
     assert first == [("ch28-th256", "dur_ns"), ("ch56-th512", "overlap_fraction")]
 
 
+@pytest.mark.slow  # a 40-run, 80-kernel history
 def test_cap_order_size_and_speed_80_kernels_4_metrics_40_runs(tmp_path):
     kernels = [f"void ck::gemm_kernel<ck::Tile<{i}, 128, 64>, float&, std::array<char*, 2ul> >(int)" for i in range(80)]
     metrics = ("dur_ns", "overlap_fraction", "category_total_ns:gemm", "exposed_comm_ns")

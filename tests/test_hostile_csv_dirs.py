@@ -537,6 +537,7 @@ CLI_SUBSET = ["kt7-start-2^63", "kt7-start-inf", "kt7-nul-in-name", "kt7-missing
               "dir-fifo-direct"]
 
 
+@pytest.mark.slow  # a real gemmperf process per case
 @pytest.mark.parametrize("case_id", CLI_SUBSET)
 def test_cli_analyze_exits_2_with_one_stderr_line(case_id, tmp_path, monkeypatch):
     builder = next(c[1] for c in REJECT if c[0] == case_id)
@@ -609,6 +610,7 @@ def test_unlistable_subdirectory_is_a_note_not_silence(tmp_path, monkeypatch):
     assert [n for n in t.meta["notes"] if n.startswith(f"{d / 'secret'}: directory skipped")]
 
 
+@pytest.mark.slow  # a real gemmperf process
 def test_cli_prints_the_skip_notes(tmp_path):
     d = _good_dir(tmp_path)
     os.mkfifo(d / "good" / "9_kernel_trace.csv")

@@ -369,6 +369,7 @@ CLI_SUBSET = ["k-ts-true", "k-ts-1e400", "k-dur-negative", "k-pid-2p64", "k-deep
               "r-deep-top", "r-counter-value-1e400"]
 
 
+@pytest.mark.slow  # a real gemmperf process per case
 @pytest.mark.parametrize("case", CLI_SUBSET)
 def test_cli_exit_2_one_line(tmp_path, case):
     kind, _, make, pattern = next(c for c in CASES if c[1] == case)

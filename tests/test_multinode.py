@@ -80,6 +80,7 @@ def test_srun_and_torchrun_multinode_command_lines():
     assert ok[-3:] == ["--rdzv-backend=c10d", "--rdzv-endpoint=head:29400", "train.py"]
 
 
+@pytest.mark.slow  # two real node agents
 def test_two_node_agents_gather_all_ranks(tmp_path):
     """2 agents x 2 processes, gloo on the CPU: 4 rank traces, ranks 0..3, one world."""
     nodes = node_launch_argvs([PY, str(GEMM_COMM), *TINY], nproc=2, nnodes=2)

@@ -106,6 +106,7 @@ def test_load_jobs_equals_serial(tmp_path, fmt):
     assert serial.dispatches["file"].nunique() >= 2  # several sources: the pool had work to share
 
 
+@pytest.mark.slow  # a process pool
 @pytest.mark.parametrize("fmt", sorted(TREES))
 @pytest.mark.parametrize("compact,warmup", [(False, 0), (True, 1)])
 def test_gate_inputs_equal_gate_samples(tmp_path, fmt, compact, warmup):
@@ -151,6 +152,7 @@ def test_point_level_conditions_across_files(tmp_path):
     assert (want[want["metric"] == "computation_ns"]["unit"].str.contains("/100/")).any()
 
 
+@pytest.mark.slow  # a process pool
 def test_process_in_two_sources_falls_back_to_full_tables(tmp_path):
     """The same process copied into two directories: not reducible per source, still exact."""
     for sub in ("a", "b"):
@@ -164,6 +166,7 @@ def test_process_in_two_sources_falls_back_to_full_tables(tmp_path):
     pd.testing.assert_frame_equal(gate_samples(full.dispatches, warmup=1), got.samples, check_exact=True)
 
 
+@pytest.mark.slow  # a process pool
 def test_kernel_regexes_and_selection_errors(tmp_path):
     root = _csv_tree(tmp_path)
     full = load([root])
@@ -195,6 +198,7 @@ def test_worker_error_is_the_serial_one_line(tmp_path, reader):
     assert pooled.value.path == serial.value.path and pooled.value.record == serial.value.record
 
 
+@pytest.mark.slow  # a process pool
 def test_map_ordered_keeps_input_order_and_first_error():
     items = [0.3, 0.0, 0.2, 0.1]  # the first item finishes last
     assert parallel.map_ordered(_sleep_then_return, items, jobs=2) == items
@@ -239,6 +243,7 @@ def test_jobs_resolution(tmp_path):
     assert parallel.pool_jobs(1, [small, small], min_bytes=0) == 1
 
 
+@pytest.mark.slow  # a process pool
 def test_cli_compare_jobs_gives_the_same_verdicts(tmp_path, capsys):
     from pytest_gemmperf.cli import main
 
@@ -259,6 +264,7 @@ def test_cli_rejects_negative_jobs(capsys):
     assert "--jobs" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a process pool
 def test_results_dir_points_read_in_parallel(tmp_path):
     """``baseline refresh|learn|diff`` and ``compare`` read results points with jobs workers."""
     from pytest_gemmperf.store.results import records_from_results, results_samples

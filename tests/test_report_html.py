@@ -323,6 +323,7 @@ def _real_908_report(out: Path) -> tuple[Path, str]:
     return files["report.html"], slow
 
 
+@pytest.mark.slow  # the real 43,915-dispatch trace in a browser
 @pytest.mark.skipif(_chromium() is None, reason="Chromium not installed (Debian package 'chromium'; "
                                                 "installed by .ci/run)")
 def test_real_908_report_in_headless_chromium(tmp_path, shared_data):
@@ -414,6 +415,7 @@ def test_cli_compare_nway_writes_one_report(tmp_path, capsys):
     assert set(k["label"]) == {"base", "slow", "same"}
 
 
+@pytest.mark.slow  # a real browser
 @pytest.mark.skipif(_chromium() is None, reason="Chromium not installed (Debian package 'chromium'; "
                                                 "installed by .ci/run)")
 def test_telemetry_panel_in_headless_chromium(tmp_path):

@@ -239,6 +239,7 @@ def test_nway_report_keeps_key_columns_in_view(tmp_path):
         browser.close()
 
 
+@pytest.mark.slow  # the real 43,915-dispatch trace
 @needs_chromium
 def test_real_908_report_reads_at_a_glance(tmp_path, shared_data):
     html_path, slow = _real_908_report(tmp_path / "report")

@@ -372,6 +372,7 @@ def test_workload_crash_is_an_error_with_log_tail(tmp_path, trees, version):
     assert "illegal memory access" in text and "RuntimeError" in text
 
 
+@pytest.mark.slow  # a real process left to time out
 def test_workload_hang_times_out_and_leaves_nothing(tmp_path, trees):
     pids = tmp_path / "pids.txt"
     env = _env(trees, "7.0")

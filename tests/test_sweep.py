@@ -217,6 +217,7 @@ def _run_pytest(tmp_path, *args, ini: str | None = None, xdist: bool = False):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # a real pytest process per case: the error must reach a user's terminal
 @pytest.mark.parametrize("args, ini, message", [
     (["--gemmperf-threads", "abc"], None,
      "--gemmperf-threads: sweep axis 'threads': 'abc' is not a positive integer"),
@@ -240,6 +241,7 @@ def test_bad_values_are_one_usage_error_line(tmp_path, args, ini, message):
     assert not (tmp_path / "ran.txt").exists() and not (tmp_path / "res").exists()
 
 
+@pytest.mark.slow  # a real pytest process
 def test_good_overrides_run(tmp_path):
     r = _run_pytest(tmp_path, "--gemmperf-threads", "64,128", "--gemmperf-axis", "size=4")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -276,6 +278,7 @@ def test_invalid_environment_is_never_a_baseline(gp, pytester):
                 if p.is_file() and ".locks" not in p.relative_to(gp.path / "base").parts]
 
 
+@pytest.mark.slow  # a real pytest process with two xdist workers
 def test_bad_user_axis_override_under_xdist_is_one_clean_error(tmp_path):
     """xdist workers collect, the controller cannot end the session for them: the error is a
     collection error that shows its one line (no INTERNALERROR, no traceback), nothing runs,
