@@ -24,7 +24,8 @@ from pytest_gemmperf.session import (PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, Ge
 from pytest_gemmperf.textsafe import printable, printable_lines
 from pytest_gemmperf.shard_hooks import PLUGIN_NAME, ShardHooks, shard_option
 from pytest_gemmperf.progress import ProgressReporter
-from pytest_gemmperf.run.results import missing_ancestor, remove_unused, timestamped_dir
+from pytest_gemmperf.run import results as run_results
+from pytest_gemmperf.run.results import missing_ancestor, remove_unused
 from pytest_gemmperf.workdir import TOOL_DIR, make_tool_dir, remove_unused_tool_dir
 from pytest_gemmperf.run.results import RUN_JSON
 from pytest_gemmperf.history.pytest_side import HistorySettings, new_run
@@ -205,7 +206,7 @@ def _create_results_dir(config: pytest.Config) -> Path:
             given.mkdir(parents=True, exist_ok=True)
             path = given
         else:
-            path = timestamped_dir(target)
+            path = run_results.timestamped_dir(target)  # looked up at call time: a test may freeze its clock
             top = top or path
     except OSError as exc:
         where = _flag(config, "gemmperf_results_dir") if given is not None else "gemmperf results"
