@@ -284,7 +284,9 @@ def test_telemetry_of_a_cpu_run_says_nothing_of_gpu_throttling(devices):
 @pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_cpu_session_summary_says_host_only(project):
     md = (project.root / "gemmperf-report" / "summary.md").read_text(encoding="utf-8")
-    assert "Telemetry: host only (no GPU seen) in 2 point(s)." in md
+    # points whose processes got a telemetry sample: a process shorter than the sampling
+    # interval gets none, so on a fast machine fewer than both points may count
+    assert re.search(r"Telemetry: host only \(no GPU seen\) in [12] point\(s\)\.", md), md
     assert "GPU throttling" not in md
 
 
