@@ -23,7 +23,8 @@ from pytest_gemmperf.analysis.variance import parse_point_axes
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.verdict import MISSING, NEW, shorten_kernel
 from pytest_gemmperf.report import plots
-from pytest_gemmperf.report.data import HTML_MAX_ROWS, ReportData, sweep_fact, verdict_counts
+from pytest_gemmperf.report.data import (HTML_MAX_ROWS, ReportData, page_kernel_labels,  # noqa: F401 - public here too
+                                         report_kernel_labels, sweep_fact, verdict_counts)
 from pytest_gemmperf.report.tables import STATUS_TEXT
 from pytest_gemmperf.report.telemetry import telemetry_context
 from pytest_gemmperf.safe_io import write_text
@@ -268,32 +269,6 @@ def _blank(x: Any) -> bool:
 def visible_columns(rows: list[dict], columns: tuple[str, ...] = OPTIONAL_VERDICT_COLUMNS) -> set[str]:
     """The columns among ``columns`` that have at least one non-empty (not blank, not ``-``) value."""
     return {c for c in columns if any(not _blank(r.get(c)) for r in rows)}
-
-
-def page_kernel_labels(names_per_table: list[Any]) -> dict[str, str]:
-    """One :func:`short_names` call over every kernel the page shows, so each label is
-    distinct across the whole page (tables and plots alike)."""
-    names: set[str] = set()
-    for col in names_per_table:
-        names.update(str(x) for x in col if x is not None and not (isinstance(x, float) and math.isnan(x)))
-    return short_names(names)
-
-
-def report_kernel_labels(data: ReportData) -> dict[str, str]:
-    """Short labels for every kernel of the report (verdicts, kernel statistics, variance,
-    overlap, counters, plotted boxes): one mapping for report.html and report.xlsx alike, so a
-    kernel reads the same in both and no two kernels share a label anywhere."""
-    cols: list[Any] = []
-    if data.verdicts is not None and "kernel" in data.verdicts.columns:
-        cols.append(data.verdicts["kernel"])
-        if "swapped_to" in data.verdicts.columns:  # a kernel swap's new name, in its before/after panel
-            cols.append(data.verdicts["swapped_to"].dropna().astype(str).loc[lambda x: x != ""])
-    for df, c in ((data.kernels, "kernel"), (data.top_variance, "kernel_name"), (data.overlap, "kernel"),
-                  (data.counters, "kernel")):
-        if df is not None and c in df.columns:
-            cols.append(df[c])
-    cols += [b["kernel"] for b in data.boxes.values() if b is not None and "kernel" in b.columns]
-    return page_kernel_labels([pd.unique(c.dropna().astype(str)) for c in cols])
 
 
 def render_html(data: ReportData, *, history_href: str | None = None) -> str:

@@ -346,7 +346,8 @@ def point_state(point_dir: Path, doc: Mapping[str, Any]) -> str:
     return COMPLETE if (point_dir / TABLE_FILES["dispatches"]).is_file() else INTERRUPTED
 
 
-def _read_doc(path: Path) -> dict[str, Any]:
+def read_json_doc(path: Path) -> dict[str, Any]:
+    """A results JSON file (run.json, point.json) as an object, or one line naming the file."""
     try:
         doc = json.loads(path.read_bytes())
     except OSError as exc:
@@ -383,10 +384,10 @@ def run_state(root: Path) -> RunState:
     point never got its tables. ``points_total`` is what the session collected, at least the
     points found."""
     run_path = root / RUN_JSON
-    run = _read_doc(run_path) if run_path.is_file() else {}
+    run = read_json_doc(run_path) if run_path.is_file() else {}
     groups: dict[str, list[str]] = {COMPLETE: [], FAILED: [], SKIPPED: [], INTERRUPTED: []}
     for pj in sorted(root.glob(f"*/*/{POINT_JSON}")):
-        groups[point_state(pj.parent, _read_doc(pj))].append(f"{pj.parent.parent.name}/{pj.parent.name}")
+        groups[point_state(pj.parent, read_json_doc(pj))].append(f"{pj.parent.parent.name}/{pj.parent.name}")
     found = sum(len(v) for v in groups.values())
     total = run.get("points_total")
     total = max(total, found) if isinstance(total, int) and not isinstance(total, bool) else found

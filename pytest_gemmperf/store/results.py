@@ -19,7 +19,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.run.results import COMPLETE, check_run, newest_complete_run, point_state
+from pytest_gemmperf.run.results import COMPLETE, check_run, newest_complete_run, point_state, read_json_doc
 from pytest_gemmperf.sweep import invalid_env
 from pytest_gemmperf.store.hardware import hardware_key
 from pytest_gemmperf.store.record import BaselineRecord, _now
@@ -34,15 +34,8 @@ _BAD_STATUSES = frozenset({"failed", "error", "timeout", "crashed", "skipped", "
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise GemmperfInputError(path, f"cannot read: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise GemmperfInputError(path, "expected a JSON object")
-    return doc
+    """``point.json`` / ``run.json`` as an object, or one line naming the file."""
+    return read_json_doc(path)
 
 
 def resolve_results_dir(path: str | os.PathLike, report: Callable[[str], None] | None = None) -> Path:
