@@ -63,7 +63,10 @@ def gp(pytester, monkeypatch):
     pytester.makepyfile(test_gpsweep=TEST_FILE)
 
     def run(*args, results="res", inprocess=True):
+        # the outer session imported the plugin before the repository was on sys.path, so an
+        # inner session that finds it there would warn that it cannot assertion-rewrite it
         full = [*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+                "-W", "ignore::pytest.PytestAssertRewriteWarning",
                 "--gemmperf-backend", "torch", "--gemmperf-telemetry", "off",
                 f"--gemmperf-results-dir={results}", "--gemmperf-baseline-dir=base", *args]
         return pytester.runpytest(*full) if inprocess else pytester.runpytest_subprocess(*full)

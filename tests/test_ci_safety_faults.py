@@ -476,7 +476,8 @@ def test_pytest_results_dir_fault_errors_the_item_with_one_line(gp, monkeypatch)
             assert len(err_lines) == 1 and f"cannot create {res}" in err_lines[0], result.errlines
             assert os.strerror(err) in err_lines[0] and "Traceback" not in out
             continue
-        outcomes = result.parseoutcomes()
+        # pytest's own warning count is not an outcome of the gate
+        outcomes = {k: v for k, v in result.parseoutcomes().items() if not k.startswith("warning")}
         if outcomes == {"passed": 2} and "not written" not in out:
             # a step the OS call tolerates (mkdir of a folder that exists): the write went
             # through whole, which is as good as no fault
