@@ -21,9 +21,10 @@ adds the unit-level metrics, the multiple-testing correction and the decision ru
    Two-part rule: ``regression`` iff ``q <= fdr`` (the CI then lies above 1) and the one-sided
    ``threshold_level`` (0.8) bound of the ratio exceeds ``1 + threshold`` (and the median grew
    by more than ``abs_floor_ns``); ``improvement`` symmetrically below ``1 - threshold``; ``unchanged`` when the CI lies
-   inside ``[1 - threshold, 1 + threshold]`` or nothing is significant and the estimate is
-   inside the band (with ``threshold == 0``: not significant); otherwise ``inconclusive`` with
-   the number of processes per side that would resolve a change of the threshold's size.
+   inside ``[1 - threshold, 1 + threshold]`` (with ``threshold == 0``: not significant and the
+   CI holds 1, noted so); otherwise ``inconclusive`` with the reason: a CI wholly beyond the
+   threshold that is not significant after the correction, or one that crosses the band's edge
+   with the number of processes per side that would resolve a change of the threshold's size.
    ``new`` / ``missing`` when a kernel is seen on one side only.
 """
 
@@ -90,7 +91,7 @@ class GateConfig:
     multiplicity: str = "hierarchical"
     #: the fraction of ``fdr`` that the family-wide shift (``*`` rows, then the kernels'
     #: totals they open) gets under ``multiplicity="hierarchical"``
-    shared_alpha: float = 0.25
+    shared_alpha: float = 0.5
     ci_method: str = "moderated"  # or "bootstrap"
     n_boot: int = 2000
     seed: int = 0
@@ -98,16 +99,21 @@ class GateConfig:
     shared_factor: bool = True
     min_kernels_for_shared: int = 8
     moderate: bool = True
-    #: empirical-Bayes prior of the per-kernel variances: "robust" (bisquare trend in log
-    #: dispatches per process, quantile-matched prior df, outlier kernels keep their own
-    #: variance; stats.fit_f_dist_robust) or "moments" (limma's moment fit, stats.fit_f_dist)
+    #: empirical-Bayes prior of the per-kernel variances: "robust" (bisquare trend,
+    #: quantile-matched prior df, outlier kernels keep their own variance;
+    #: stats.fit_f_dist_robust) or "moments" (limma's moment fit, stats.fit_f_dist)
     prior: str = "robust"
-    #: covariate of the robust prior's trend (default "capped", see the module docstring):
-    #: "count" (log dispatches per process), "noise"
-    #: (log sampling variance of the per-process median, from each kernel's own dispersion) or
-    #: "additive" (log of that sampling variance plus the kernels' common excess over it) or
-    #: "capped" (per kernel the smaller of the count and additive trends' locations)
-    prior_trend: str = "capped"
+    #: covariates of the robust prior's trend (docs/statistics.md): "stratified" (the default:
+    #: log of the median's sampling variance plus the kernels' common excess over it, the
+    #: kernel's category, log dispatches per process and log duration), "count" (log
+    #: dispatches per process), "noise" (log sampling variance of the per-process median),
+    #: "additive" (log of that sampling variance plus the common excess) or "capped" (per
+    #: kernel the smaller of the count and additive trends' locations)
+    prior_trend: str = "stratified"
+    #: the robust prior's df is at most this many times the kernels' own median df (processes
+    #: and variance history), so a kernel whose noise the covariates do not predict keeps at
+    #: least that share of its own variance; None: no bound
+    prior_df_cap: float | None = 1.0
     #: dispersion rows (cv_robust) form their own BH family: their two-part rule (CV ratio CI
     #: beyond 1 + dispersion_threshold) adds next to no false alarms, and folding ~80 of them
     #: into the durations' family would halve the per-kernel level of the duration tests
@@ -467,8 +473,13 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     reg = sig & (low_w > 1) & (lo_t > 1 + thr)
     imp = sig & (high_w < 1) & (hi_t < 1 - thr)
     blocked = (reg | imp) & ~floor_ok
+    # ``unchanged`` says the change is smaller than the threshold: the CI lies inside the band
+    # (a wide CI straddling its edge, or one wholly beyond it, is ``inconclusive`` and says why);
+    # at threshold 0 there is no band, and ``unchanged`` is "not significant" with a CI that
+    # holds no change (a CI wholly beyond 1 that BH did not reject is ``inconclusive``)
     inside = (low_w >= 1 - thr) & (high_w <= 1 + thr)
-    quiet = ~sig & ((thr == 0) | ((rw >= 1 - thr) & (rw <= 1 + thr)))
+    beyond = (low_w > 1 + thr) | (high_w < 1 - thr)
+    quiet = ~sig & (thr == 0) & ~beyond & np.isfinite(low_w) & np.isfinite(high_w)
     unch = inside | quiet | blocked
     out = np.where(reg & ~blocked, REGRESSION, np.where(imp & ~blocked, IMPROVEMENT,
                    np.where(unch, UNCHANGED, INCONCLUSIVE)))
@@ -486,6 +497,9 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
         if few[i] and have < cfg.min_units:
             n_req = cfg.min_units if not np.isfinite(need[i]) else max(cfg.min_units, int(need[i]))
             msg = f"too few processes ({int(nb[i])} base, {int(nc[i])} cand): needs >= {n_req} per side"
+        elif beyond[i] and np.isfinite(q[i]):
+            msg = (f"CI beyond the {100 * thr[i]:g}% threshold but not significant after the "
+                   f"multiple-testing correction (q {q[i]:.2g} > FDR {cfg.fdr:g})")
         else:
             n_req = int(max(need[i], have + 1)) if np.isfinite(need[i]) else have + 1
             msg = (f"CI crosses the {100 * thr[i]:g}% threshold: needs >= {min(n_req, 9999)} processes "
@@ -498,6 +512,8 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
         note[i] = _join(note[i], f"change below the absolute floor of {cfg.abs_floor_ns:g} ns")
     for i in np.flatnonzero((verdict == UNCHANGED) & sig & ~blocked):
         note[i] = _join(note[i], f"significant {100 * (r[i] - 1):+.1f}% within the {100 * thr[i]:g}% threshold")
+    for i in np.flatnonzero((verdict == UNCHANGED) & quiet & ~inside & ~blocked):
+        note[i] = _join(note[i], f"threshold 0: no significant change (q {q[i]:.2g} > FDR {cfg.fdr:g})")
     shift = df["shared_shift"].to_numpy(float) if "shared_shift" in df.columns else np.full(len(df), np.nan)
     follow = (metric == DUR) & (kern != SHARED) & np.isfinite(shift) & (np.abs(np.log(np.where(shift > 0, shift, 1))) > 0.01)
     for i in np.flatnonzero(follow & (verdict != REGRESSION)):

@@ -101,17 +101,20 @@ def _pooled_var(zb: np.ndarray, zc: np.ndarray) -> tuple[np.ndarray, np.ndarray,
 
 
 def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, floor=None,
-               prior: str = "robust"):
-    """Moderated t per kernel; returns (se, total df, p, prior df summary, moderated variance)."""
+               prior: str = "robust", max_d0: float | None = None):
+    """Moderated t per kernel; returns (se, total df, p, prior df summary, moderated variance).
+
+    ``max_d0``: an upper bound on the robust prior's df (``GateConfig.prior_df_cap``)."""
     if not moderate:
         d0, d0_k, s0_2 = 0.0, np.zeros(len(s2)), np.full(len(s2), np.nan)
     elif prior == "robust" and isinstance(covariate, list):
         # "capped": the smaller of the trends' locations, its df matched to that location
         s0_2 = np.fmin.reduce([stats.fit_f_dist_robust(s2, df, c)[1] for c in covariate])
-        d0 = stats.prior_df_at_location(s2, df, s0_2)
+        d0 = _capped(stats.prior_df_at_location(s2, df, s0_2), max_d0)
         d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
     elif prior == "robust":
         d0, s0_2 = stats.fit_f_dist_robust(s2, df, covariate)
+        d0 = _capped(d0, max_d0)
         d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
     else:
         if isinstance(covariate, list):
@@ -130,6 +133,10 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
         t = diff / se
     p = stats.t_pvalue(t, df_tot)
     return se, df_tot, p, d0, s2m
+
+
+def _capped(d0: float, max_d0: float | None) -> float:
+    return d0 if max_d0 is None or not np.isfinite(max_d0) else float(min(d0, max_d0))
 
 
 def _shared_offsets(y: np.ndarray, cnt: np.ndarray, cfg: GateConfig, n_first: int | None = None
@@ -301,11 +308,13 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     # median was measured too: a larger prior df, but 1.3-2 % A/A alarms on the real trace,
     # whose step-clustered kernels vary 5-25x more between processes than that noise predicts)
     testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
-    cov = _prior_covariate(cfg.prior_trend, n_disp, np.concatenate([vb, vc], axis=1), s2, testable)
+    cov = _prior_covariate(cfg.prior_trend, n_disp, np.concatenate([vb, vc], axis=1), s2, testable,
+                           kernels=kernels, log_dur=_nanmedian_rows(y))
     s2_fit = np.where(testable, s2, np.nan)
     rel = diff - shift
     se_rel, df_rel, p_rel, d0, s2m = _moderated(rel, s2_fit, np.where(testable, df, 0.0), nb, nc,
-                                                cov, cfg.moderate, cfg.level, floor=floor, prior=cfg.prior)
+                                                cov, cfg.moderate, cfg.level, floor=floor, prior=cfg.prior,
+                                                max_d0=_prior_df_cap(df, testable, cfg))
     var_q = _resolution_var(b, c, kernels)
     if np.any(var_q > 0):
         se_rel = np.sqrt(se_rel ** 2 + var_q)
@@ -313,11 +322,13 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
             p_rel = stats.t_pvalue(rel / se_rel, df_rel)
     total = diff
     var_tot = se_rel ** 2 + var_shift
-    # df of the total: the smaller of the two parts' df where the shared part counts, not
-    # Welch-Satterthwaite: with 3 processes per side s_o^2 rests on 4 df, and when it is small
-    # by chance Welch calls the shared part negligible and hands out ~50 df (1.5-2 % A/A
-    # alarms at threshold 0 on the real trace and the heavy-tailed scenario)
+    # df of the total: Welch-Satterthwaite over the kernel's part and the shared part, at least
+    # the smaller of the two. The total is tested only once the '*' row is rejected
+    # (hierarchical multiplicity), so a Welch df that is too large when s_o^2 is small by
+    # chance adds no A/A alarm; it sizes a family-wide shift (docs/statistics.md, "First look")
     df_tot = np.where(var_shift > 0, np.fmin(df_rel, df_o), df_rel).astype(float)
+    if var_shift > 0:
+        df_tot = np.fmax(df_tot, stats.welch_df(se_rel ** 2, df_rel, var_shift, df_o))
     with np.errstate(invalid="ignore", divide="ignore"):
         p_tot = stats.t_pvalue(total / np.sqrt(var_tot), df_tot)
     p_k, by_rel = _kernel_pvalue(p_tot, p_rel, rel, total)
@@ -373,6 +384,15 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     return rows
 
 
+def _prior_df_cap(df: np.ndarray, testable: np.ndarray, cfg: GateConfig) -> float | None:
+    """Largest prior df: ``prior_df_cap`` times the testable kernels' median own df (processes
+    and variance history), so a kernel's own variance always keeps that share of its estimate."""
+    own = df[testable & (df > 0)]
+    if cfg.prior_df_cap is None or not len(own):
+        return None
+    return float(cfg.prior_df_cap * np.median(own))
+
+
 def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total: np.ndarray) -> np.ndarray:
     """One p-value per kernel from two tests of "this kernel changed", combined by Simes
     (and whether the relative test was the stronger: its interval then sizes the change)
@@ -394,9 +414,17 @@ def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total:
 
 
 def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np.ndarray,
-                     testable: np.ndarray) -> np.ndarray | list[np.ndarray]:
+                     testable: np.ndarray, *, kernels: pd.Index | None = None,
+                     log_dur: np.ndarray | None = None) -> np.ndarray | list[np.ndarray]:
     """Covariate column(s) of the variance prior's trend (see ``GateConfig.prior_trend``);
     "capped" gives a list of designs, one trend each (the prior takes the smaller location)."""
+    if trend == "stratified":
+        add = _prior_covariate("additive", n_disp, se_true, s2, testable)
+        cols = [add, _stratum_columns(kernels, testable)]
+        cols.append(np.log(n_disp)[:, None])
+        if log_dur is not None:
+            cols.append(np.asarray(log_dur, float)[:, None])
+        return np.column_stack(cols)
     if trend == "count":
         return np.log(n_disp)[:, None]
     if trend == "capped":
@@ -412,6 +440,27 @@ def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np
     excess = float(np.median(s2[ok] - v[ok])) if ok.sum() >= 3 else 0.0
     floor = float(np.nanmedian(v[ok])) * 1e-2 if ok.any() else 0.0
     return np.log(v + max(excess, floor))[:, None]
+
+
+#: a category gets a stratum of its own in the prior with at least this many testable kernels
+MIN_STRATUM = 4
+
+
+def _stratum_columns(kernels: pd.Index | None, testable: np.ndarray) -> np.ndarray:
+    """Indicator columns of the kernels' categories (``analysis/categories.py`` default rules):
+    one per category with at least ``MIN_STRATUM`` testable kernels inside and outside it, the
+    rest is the reference stratum."""
+    if kernels is None or not len(kernels):
+        return np.zeros((0 if kernels is None else len(kernels), 0))
+    from pytest_gemmperf.analysis.categories import compile_rules, category_of
+    rules = compile_rules()
+    cats = np.array([category_of(str(k), rules) for k in kernels])
+    cols = []
+    names, counts = np.unique(cats[testable], return_counts=True)
+    for name, n in sorted(zip(names, counts), key=lambda x: -x[1])[1:]:
+        if n >= MIN_STRATUM and testable.sum() - n >= MIN_STRATUM:
+            cols.append((cats == name).astype(float))
+    return np.column_stack(cols) if cols else np.zeros((len(kernels), 0))
 
 
 def _empty(n_k: int):
