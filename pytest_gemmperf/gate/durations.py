@@ -5,7 +5,8 @@
 test of its change. The independent unit is one process: per (kernel, process) the median log
 duration; a per-process factor shared by all kernels is estimated within each side and removed;
 each kernel's between-process variance is moderated towards a cross-kernel empirical-Bayes prior
-(floored by the median's own sampling variance, pooled with the baseline's variance history);
+stratified by what predicts a kernel's noise (floored by the median's own sampling variance,
+pooled with the baseline's variance history);
 the test is a moderated t with a t interval on the log scale. Why each step is as it is, and
 what it was measured against, is in ``docs/statistics.md`` ("The method in detail").
 """
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from pytest_gemmperf.analysis.categories import category_of, compile_rules
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.arrays import _as_category, _codes, _nanmean_rows, _nanmedian_rows  # noqa: F401 - re-exported
 from pytest_gemmperf.gate.noise_floors import _central_quantile_var, _resolution_var, _sampling_floor
@@ -107,21 +109,8 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
     ``max_d0``: an upper bound on the robust prior's df (``GateConfig.prior_df_cap``)."""
     if not moderate:
         d0, d0_k, s0_2 = 0.0, np.zeros(len(s2)), np.full(len(s2), np.nan)
-    elif prior == "robust" and isinstance(covariate, list):
-        # "capped": the smaller of the trends' locations, its df matched to that location
-        s0_2 = np.fmin.reduce([stats.fit_f_dist_robust(s2, df, c)[1] for c in covariate])
-        d0 = _capped(stats.prior_df_at_location(s2, df, s0_2), max_d0)
-        d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
-    elif prior == "robust":
-        d0, s0_2 = stats.fit_f_dist_robust(s2, df, covariate)
-        d0 = _capped(d0, max_d0)
-        d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
     else:
-        if isinstance(covariate, list):
-            covariate = covariate[0]
-        cov1 = None if covariate is None else np.asarray(covariate, float).reshape(len(s2), -1)[:, 0]
-        d0, s0_2 = stats.fit_f_dist(s2, df, cov1)
-        d0_k = np.full(len(s2), d0)
+        d0, d0_k, s0_2 = _variance_prior(s2, df, covariate, prior, max_d0)
     s2m = stats.moderate_variance(s2, df, d0_k, s0_2)
     if floor is not None:
         s2m = np.where(np.isfinite(floor), np.fmax(s2m, floor), s2m)
@@ -133,6 +122,27 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
         t = diff / se
     p = stats.t_pvalue(t, df_tot)
     return se, df_tot, p, d0, s2m
+
+
+def _variance_prior(s2: np.ndarray, df: np.ndarray, covariate, prior: str = "robust",
+                    max_d0: float | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+    """The empirical-Bayes prior of the kernels' variances: ``(d0, d0 per kernel, s0^2 per
+    kernel)``. ``covariate``: the trend's design (:func:`_prior_covariate`; a list: one trend
+    per design, the smaller location wins); ``max_d0`` bounds the robust prior's df."""
+    if prior == "robust" and isinstance(covariate, list):
+        # "capped": the smaller of the trends' locations, its df matched to that location
+        s0_2 = np.fmin.reduce([stats.fit_f_dist_robust(s2, df, c)[1] for c in covariate])
+        d0 = _capped(stats.prior_df_at_location(s2, df, s0_2), max_d0)
+        return d0, stats.robust_prior_df(s2, df, d0, s0_2), s0_2
+    if prior == "robust":
+        d0, s0_2 = stats.fit_f_dist_robust(s2, df, covariate)
+        d0 = _capped(d0, max_d0)
+        return d0, stats.robust_prior_df(s2, df, d0, s0_2), s0_2
+    if isinstance(covariate, list):
+        covariate = covariate[0]
+    cov1 = None if covariate is None else np.asarray(covariate, float).reshape(len(s2), -1)[:, 0]
+    d0, s0_2 = stats.fit_f_dist(s2, df, cov1)
+    return d0, np.full(len(s2), d0), np.broadcast_to(np.asarray(s0_2, float), np.shape(s2))
 
 
 def _capped(d0: float, max_d0: float | None) -> float:
@@ -444,6 +454,7 @@ def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np
 
 #: a category gets a stratum of its own in the prior with at least this many testable kernels
 MIN_STRATUM = 4
+_RULES = compile_rules()  # the default category rules: strata of the variance prior
 
 
 def _stratum_columns(kernels: pd.Index | None, testable: np.ndarray) -> np.ndarray:
@@ -451,10 +462,8 @@ def _stratum_columns(kernels: pd.Index | None, testable: np.ndarray) -> np.ndarr
     one per category with at least ``MIN_STRATUM`` testable kernels inside and outside it, the
     rest is the reference stratum."""
     if kernels is None or not len(kernels):
-        return np.zeros((0 if kernels is None else len(kernels), 0))
-    from pytest_gemmperf.analysis.categories import compile_rules, category_of
-    rules = compile_rules()
-    cats = np.array([category_of(str(k), rules) for k in kernels])
+        return np.zeros((len(testable), 0))
+    cats = np.array([category_of(str(k), _RULES) for k in kernels])
     cols = []
     names, counts = np.unique(cats[testable], return_counts=True)
     for name, n in sorted(zip(names, counts), key=lambda x: -x[1])[1:]:
