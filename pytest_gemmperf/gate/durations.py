@@ -314,9 +314,9 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     s2_q = _central_quantile_var(logb, gidb, ub, logc, gidc, uc, len(kernels), offsets)
     floor = _sampling_floor(np.concatenate([vb, vc], axis=1), cnt, s2, df, s2_q)
 
-    # trend of the prior in log dispatches per process (log of the order-statistic noise of the
-    # median was measured too: a larger prior df, but 1.3-2 % A/A alarms on the real trace,
-    # whose step-clustered kernels vary 5-25x more between processes than that noise predicts)
+    # the prior's trend (GateConfig.prior_trend) and its df cap: the real trace's step-clustered
+    # kernels vary 5-25x more between processes than their sampling noise predicts, and only
+    # their own variance can say so (docs/statistics.md, "Moderated t")
     testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
     cov = _prior_covariate(cfg.prior_trend, n_disp, np.concatenate([vb, vc], axis=1), s2, testable,
                            kernels=kernels, log_dur=_nanmedian_rows(y))
