@@ -5,8 +5,8 @@ mean, the stratified variance prior, and the same variance history for the CLI a
   whose CI lies wholly beyond the threshold is never ``unchanged`` (``regression`` when
   significant, else ``inconclusive`` with the reason), a CI that straddles the band's edge is
   ``inconclusive`` however wide it is, and at threshold 0 an ``unchanged`` row says why.
-* the variance prior is fitted per stratum of kernels (category, dispatch count, duration,
-  sampling noise): a quiet stratum keeps its own level beside a noisy one.
+* the variance prior is stratified (category, dispatch count, duration and sampling noise are
+  covariates of its trend): a quiet stratum keeps its own level beside a noisy one.
 * ``gemmperf compare BASELINES RESULTS`` pools the same variance history as the pytest gate
   step that produced RESULTS, and gives the same verdict rows.
 """
