@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="feed the gate every dispatch instead of 21 quantiles per (kernel, process)")
     ap.add_argument("--counts", action="store_true",
                     help="add dispatch_count rows (the count before compaction) to the compacted samples")
-    ap.add_argument("--prior-trend", default=GateConfig().prior_trend, choices=["count", "noise", "additive", "capped"],
+    ap.add_argument("--prior-trend", default=GateConfig().prior_trend, choices=["count", "noise", "additive", "capped", "stratified"],
                     help="covariate of the variance prior's trend (GateConfig.prior_trend)")
     ap.add_argument("--history-runs", default="3,10",
                     help="sizes of the variance history (earlier one-side runs of 4 processes) to "

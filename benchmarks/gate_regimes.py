@@ -29,6 +29,8 @@ Rows (each a fraction of simulated tests, replicate counts printed):
   per test; on the real trace most such kernels are far noisier than the steadiest ones that
   ``gate_accuracy.py`` slows) is 3 % slower, all kernels gated. "alarm/fails" = that kernel's
   row is ``regression``.
+* ``top GEMM 5 %``: the top GEMM (largest total time) is 5 % slower, all kernels gated;
+  "alarm/fails" = its row is ``regression``.
 
 Results, with the command and date of each table: ``docs/statistics.md`` ("Accuracy").
 """
@@ -64,7 +66,7 @@ CONFIRM_RULES = {f"threshold 0 + confirm {ConfirmConfig().rounds}": "threshold 0
 @dataclass(frozen=True)
 class Regime:
     label: str
-    kind: str = "aa"  # "aa", "family", "swap", "single"
+    kind: str = "aa"  # "aa", "family", "swap", "single", "top"
     units: int = 4
     iters: int | None = None  # per process; None: the scenario's default
     cand_factor: float = 1.0  # candidate iterations / baseline iterations
@@ -81,6 +83,7 @@ def regimes() -> list[Regime]:
             Regime("family 7 %, 8 processes/side", kind="family", effect=0.07, units=8)]
     out += [Regime("swap +30 %", kind="swap", effect=0.30), Regime("swap +-0 %", kind="swap", effect=0.0)]
     out += [Regime("single kernel 3 %", kind="single", effect=0.03)]
+    out += [Regime("top GEMM 5 %", kind="top", effect=0.05)]
     return out
 
 
@@ -159,7 +162,9 @@ def swapped_name(name: str) -> str:
     return name + "_v2"
 
 
-def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.ndarray, top: int) -> dict:
+def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.ndarray, top: int,
+             confirm: bool = True) -> dict:
+    """One simulated test: its measures per rule (``confirm=False``: the first look only)."""
     names = list(pool.names)
     if r.kind == "swap":
         names = names + [swapped_name(names[top])]
@@ -181,6 +186,8 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
                 per = np.bincount(kernel * n_u + unit, minlength=n_k * n_u).reshape(n_k, -1).min(axis=1)
                 slowed.append(int(rng.choice(np.flatnonzero(per >= 50))))
             value = value * np.where(cand & (kernel == slowed[0]), 1 + r.effect, 1.0)
+        if r.kind == "top":
+            value = value * np.where(cand & (kernel == top), 1 + r.effect, 1.0)
         if r.kind == "swap":
             hit = cand & (kernel == top)
             kernel = np.where(hit, len(names) - 1, kernel)
@@ -199,7 +206,7 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
             reruns.extend(groups(2 + len(reruns), 1))
         return reruns[n - 1]
 
-    for name, first_rule in CONFIRM_RULES.items():
+    for name, first_rule in (CONFIRM_RULES.items() if confirm else ()):
         verdicts[name], extra[name] = confirmed(b, c, rerun, RULES[first_rule], r.units)
     out = {}
     for rule, v in verdicts.items():
@@ -208,15 +215,15 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
         if r.kind == "aa":
             alarm = reg.any() if r.cand_factor == 1.0 else dur["verdict"].isin(["regression", "improvement"]).any()
             out[rule] = {"alarm": float(alarm)}
-        elif r.kind == "single":
-            hit = dur[dur["kernel"] == names[slowed[0]]]
+        elif r.kind in ("single", "top"):
+            hit = dur[dur["kernel"] == names[slowed[0] if r.kind == "single" else top]]
             out[rule] = {"detected": float((hit["verdict"] == "regression").any()), "fails": float(reg.any())}
         elif r.kind == "family":
             out[rule] = {"fails": float(reg.any()), "GEMM rows": float((dur["verdict"] == "regression").mean())}
         else:
             out[rule] = {"fails": float(reg.any()),
                          "paired": float(dur["note"].astype(str).str.startswith("swapped:").any())}
-    for name in CONFIRM_RULES:
+    for name in extra:
         out[name]["extra processes"] = float(extra[name])
     return out
 
@@ -243,15 +250,27 @@ def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun, cfg: GateConfig, un
     return final, units * len(alone)
 
 
-def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int,
-        only: list[str] | None = None) -> str:
-    rng = np.random.default_rng(seed)
+def gemms(pool: ga.StepPool) -> tuple[np.ndarray, int]:
+    """The GEMM kernels' codes and the top GEMM's (largest total time)."""
     gemm = np.flatnonzero(pool.category == "gemm")
     tot = np.bincount(pool.kernel, weights=pool.value, minlength=len(pool.names))
     if pool.per_step_sampler is not None:
         kern, typical, _ = pool.per_step_sampler[1]
         tot = np.bincount(kern, weights=typical, minlength=len(pool.names))
-    top = int(gemm[np.argmax(tot[gemm])])
+    return gemm, int(gemm[np.argmax(tot[gemm])])
+
+
+def load_pool(name: str) -> ga.StepPool | None:
+    """The scenario's step pool (None: the real trace is absent)."""
+    if name.startswith("real"):
+        return ga.load_real() if ga.REAL.exists() else None
+    return ga.synthetic(name, 100 + ga.SCENARIO_SEEDS[name])
+
+
+def run(pool: ga.StepPool, scenario: str, reps_aa: int, reps_eff: int, seed: int,
+        only: list[str] | None = None) -> str:
+    rng = np.random.default_rng(seed)
+    gemm, top = gemms(pool)
     lines = [f"scenario {scenario}: {len(pool.names)} kernels ({len(gemm)} GEMMs), per-process factor "
              f"{100 * SIGMA_PROCESS:g} %, default {default_iters(pool)} iterations/process; swap target "
              f"{pool.names[top][:60]}"]
@@ -303,14 +322,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_scenario(name: str, reps_aa: int, reps_eff: int, only: list[str] | None = None) -> str:
-    i = ga.SCENARIO_SEEDS[name]
-    if name.startswith("real"):
-        if not ga.REAL.exists():
-            return f"scenario {name}: skipped ({ga.REAL} absent)"
-        pool = ga.load_real()
-    else:
-        pool = ga.synthetic(name, 100 + i)
-    return run(pool, name, reps_aa, reps_eff, seed=2000 + i, only=only)
+    pool = load_pool(name)
+    if pool is None:
+        return f"scenario {name}: skipped ({ga.REAL} absent)"
+    return run(pool, name, reps_aa, reps_eff, seed=2000 + ga.SCENARIO_SEEDS[name], only=only)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 test of its change. The independent unit is one process: per (kernel, process) the median log
 duration; a per-process factor shared by all kernels is estimated within each side and removed;
 each kernel's between-process variance is moderated towards a cross-kernel empirical-Bayes prior
-(floored by the median's own sampling variance, pooled with the baseline's variance history);
+stratified by what predicts a kernel's noise (floored by the median's own sampling variance,
+pooled with the baseline's variance history);
 the test is a moderated t with a t interval on the log scale. Why each step is as it is, and
 what it was measured against, is in ``docs/statistics.md`` ("The method in detail").
 """
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from pytest_gemmperf.traces.categories import category_of, compile_rules
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.gate.arrays import _as_category, _codes, _nanmean_rows, _nanmedian_rows  # noqa: F401 - re-exported
@@ -99,24 +101,14 @@ def _pooled_var(zb: np.ndarray, zc: np.ndarray) -> tuple[np.ndarray, np.ndarray,
 
 
 def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, floor=None,
-               prior: str = "robust"):
-    """Moderated t per kernel; returns (se, total df, p, prior df summary, moderated variance)."""
+               prior: str = "robust", max_d0: float | None = None):
+    """Moderated t per kernel; returns (se, total df, p, prior df summary, moderated variance).
+
+    ``max_d0``: an upper bound on the robust prior's df (``GateConfig.prior_df_cap``)."""
     if not moderate:
         d0, d0_k, s0_2 = 0.0, np.zeros(len(s2)), np.full(len(s2), np.nan)
-    elif prior == "robust" and isinstance(covariate, list):
-        # "capped": the smaller of the trends' locations, its df matched to that location
-        s0_2 = np.fmin.reduce([stats.fit_f_dist_robust(s2, df, c)[1] for c in covariate])
-        d0 = stats.prior_df_at_location(s2, df, s0_2)
-        d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
-    elif prior == "robust":
-        d0, s0_2 = stats.fit_f_dist_robust(s2, df, covariate)
-        d0_k = stats.robust_prior_df(s2, df, d0, s0_2)
     else:
-        if isinstance(covariate, list):
-            covariate = covariate[0]
-        cov1 = None if covariate is None else np.asarray(covariate, float).reshape(len(s2), -1)[:, 0]
-        d0, s0_2 = stats.fit_f_dist(s2, df, cov1)
-        d0_k = np.full(len(s2), d0)
+        d0, d0_k, s0_2 = _variance_prior(s2, df, covariate, prior, max_d0)
     s2m = stats.moderate_variance(s2, df, d0_k, s0_2)
     if floor is not None:
         s2m = np.where(np.isfinite(floor), np.fmax(s2m, floor), s2m)
@@ -128,6 +120,31 @@ def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, fl
         t = diff / se
     p = stats.t_pvalue(t, df_tot)
     return se, df_tot, p, d0, s2m
+
+
+def _variance_prior(s2: np.ndarray, df: np.ndarray, covariate, prior: str = "robust",
+                    max_d0: float | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+    """The empirical-Bayes prior of the kernels' variances: ``(d0, d0 per kernel, s0^2 per
+    kernel)``. ``covariate``: the trend's design (:func:`_prior_covariate`; a list: one trend
+    per design, the smaller location wins); ``max_d0`` bounds the robust prior's df."""
+    if prior == "robust" and isinstance(covariate, list):
+        # "capped": the smaller of the trends' locations, its df matched to that location
+        s0_2 = np.fmin.reduce([stats.fit_f_dist_robust(s2, df, c)[1] for c in covariate])
+        d0 = _capped(stats.prior_df_at_location(s2, df, s0_2), max_d0)
+        return d0, stats.robust_prior_df(s2, df, d0, s0_2), s0_2
+    if prior == "robust":
+        d0, s0_2 = stats.fit_f_dist_robust(s2, df, covariate)
+        d0 = _capped(d0, max_d0)
+        return d0, stats.robust_prior_df(s2, df, d0, s0_2), s0_2
+    if isinstance(covariate, list):
+        covariate = covariate[0]
+    cov1 = None if covariate is None else np.asarray(covariate, float).reshape(len(s2), -1)[:, 0]
+    d0, s0_2 = stats.fit_f_dist(s2, df, cov1)
+    return d0, np.full(len(s2), d0), np.broadcast_to(np.asarray(s0_2, float), np.shape(s2))
+
+
+def _capped(d0: float, max_d0: float | None) -> float:
+    return d0 if max_d0 is None or not np.isfinite(max_d0) else float(min(d0, max_d0))
 
 
 def _shared_offsets(y: np.ndarray, cnt: np.ndarray, cfg: GateConfig, n_first: int | None = None
@@ -293,15 +310,17 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     s2_q = _central_quantile_var(logb, gidb, ub, logc, gidc, uc, len(kernels), offsets)
     floor = _sampling_floor(np.concatenate([vb, vc], axis=1), cnt, s2, df, s2_q)
 
-    # trend of the prior in log dispatches per process (log of the order-statistic noise of the
-    # median was measured too: a larger prior df, but 1.3-2 % A/A alarms on the real trace,
-    # whose step-clustered kernels vary 5-25x more between processes than that noise predicts)
+    # the prior's trend (GateConfig.prior_trend) and its df cap: the real trace's step-clustered
+    # kernels vary 5-25x more between processes than their sampling noise predicts, and only
+    # their own variance can say so (docs/statistics.md, "Moderated t")
     testable = (nb >= cfg.min_units) & (nc >= cfg.min_units)
-    cov = _prior_covariate(cfg.prior_trend, n_disp, np.concatenate([vb, vc], axis=1), s2, testable)
+    cov = _prior_covariate(cfg.prior_trend, n_disp, np.concatenate([vb, vc], axis=1), s2, testable,
+                           kernels=kernels, log_dur=_nanmedian_rows(y))
     s2_fit = np.where(testable, s2, np.nan)
     rel = diff - shift
     se_rel, df_rel, p_rel, d0, s2m = _moderated(rel, s2_fit, np.where(testable, df, 0.0), nb, nc,
-                                                cov, cfg.moderate, cfg.level, floor=floor, prior=cfg.prior)
+                                                cov, cfg.moderate, cfg.level, floor=floor, prior=cfg.prior,
+                                                max_d0=_prior_df_cap(df, testable, cfg))
     var_q = _resolution_var(b, c, kernels)
     if np.any(var_q > 0):
         se_rel = np.sqrt(se_rel ** 2 + var_q)
@@ -309,11 +328,13 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
             p_rel = stats.t_pvalue(rel / se_rel, df_rel)
     total = diff
     var_tot = se_rel ** 2 + var_shift
-    # df of the total: the smaller of the two parts' df where the shared part counts, not
-    # Welch-Satterthwaite: with 3 processes per side s_o^2 rests on 4 df, and when it is small
-    # by chance Welch calls the shared part negligible and hands out ~50 df (1.5-2 % A/A
-    # alarms at threshold 0 on the real trace and the heavy-tailed scenario)
+    # df of the total: Welch-Satterthwaite over the kernel's part and the shared part, at least
+    # the smaller of the two. The total is tested only once the '*' row is rejected
+    # (hierarchical multiplicity), so a Welch df that is too large when s_o^2 is small by
+    # chance adds no A/A alarm; it sizes a family-wide shift (docs/statistics.md, "First look")
     df_tot = np.where(var_shift > 0, np.fmin(df_rel, df_o), df_rel).astype(float)
+    if var_shift > 0:
+        df_tot = np.fmax(df_tot, stats.welch_df(se_rel ** 2, df_rel, var_shift, df_o))
     with np.errstate(invalid="ignore", divide="ignore"):
         p_tot = stats.t_pvalue(total / np.sqrt(var_tot), df_tot)
     p_k, by_rel = _kernel_pvalue(p_tot, p_rel, rel, total)
@@ -369,6 +390,15 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     return rows
 
 
+def _prior_df_cap(df: np.ndarray, testable: np.ndarray, cfg: GateConfig) -> float | None:
+    """Largest prior df: ``prior_df_cap`` times the testable kernels' median own df (processes
+    and variance history), so a kernel's own variance always keeps that share of its estimate."""
+    own = df[testable & (df > 0)]
+    if cfg.prior_df_cap is None or not len(own):
+        return None
+    return float(cfg.prior_df_cap * np.median(own))
+
+
 def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total: np.ndarray) -> np.ndarray:
     """One p-value per kernel from two tests of "this kernel changed", combined by Simes
     (and whether the relative test was the stronger: its interval then sizes the change)
@@ -390,9 +420,17 @@ def _kernel_pvalue(p_tot: np.ndarray, p_rel: np.ndarray, rel: np.ndarray, total:
 
 
 def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np.ndarray,
-                     testable: np.ndarray) -> np.ndarray | list[np.ndarray]:
+                     testable: np.ndarray, *, kernels: pd.Index | None = None,
+                     log_dur: np.ndarray | None = None) -> np.ndarray | list[np.ndarray]:
     """Covariate column(s) of the variance prior's trend (see ``GateConfig.prior_trend``);
     "capped" gives a list of designs, one trend each (the prior takes the smaller location)."""
+    if trend == "stratified":
+        add = _prior_covariate("additive", n_disp, se_true, s2, testable)
+        cols = [add, _stratum_columns(kernels, testable)]
+        cols.append(np.log(n_disp)[:, None])
+        if log_dur is not None:
+            cols.append(np.asarray(log_dur, float)[:, None])
+        return np.column_stack(cols)
     if trend == "count":
         return np.log(n_disp)[:, None]
     if trend == "capped":
@@ -408,6 +446,26 @@ def _prior_covariate(trend: str, n_disp: np.ndarray, se_true: np.ndarray, s2: np
     excess = float(np.median(s2[ok] - v[ok])) if ok.sum() >= 3 else 0.0
     floor = float(np.nanmedian(v[ok])) * 1e-2 if ok.any() else 0.0
     return np.log(v + max(excess, floor))[:, None]
+
+
+#: a category gets a stratum of its own in the prior with at least this many testable kernels
+MIN_STRATUM = 4
+_RULES = compile_rules()  # the default category rules: strata of the variance prior
+
+
+def _stratum_columns(kernels: pd.Index | None, testable: np.ndarray) -> np.ndarray:
+    """Indicator columns of the kernels' categories (``analysis/categories.py`` default rules):
+    one per category with at least ``MIN_STRATUM`` testable kernels inside and outside it, the
+    rest is the reference stratum."""
+    if kernels is None or not len(kernels):
+        return np.zeros((len(testable), 0))
+    cats = np.array([category_of(str(k), _RULES) for k in kernels])
+    cols = []
+    names, counts = np.unique(cats[testable], return_counts=True)
+    for name, n in sorted(zip(names, counts), key=lambda x: -x[1])[1:]:
+        if n >= MIN_STRATUM and testable.sum() - n >= MIN_STRATUM:
+            cols.append((cats == name).astype(float))
+    return np.column_stack(cols) if cols else np.zeros((len(kernels), 0))
 
 
 def _empty(n_k: int):

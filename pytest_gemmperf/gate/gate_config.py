@@ -52,7 +52,7 @@ class GateConfig:
     multiplicity: str = "hierarchical"
     #: the fraction of ``fdr`` that the family-wide shift (``*`` rows, then the kernels'
     #: totals they open) gets under ``multiplicity="hierarchical"``
-    shared_alpha: float = 0.25
+    shared_alpha: float = 0.5
     ci_method: str = "moderated"  # or "bootstrap"
     n_boot: int = 2000
     seed: int = 0
@@ -60,16 +60,21 @@ class GateConfig:
     shared_factor: bool = True
     min_kernels_for_shared: int = 8
     moderate: bool = True
-    #: empirical-Bayes prior of the per-kernel variances: "robust" (bisquare trend in log
-    #: dispatches per process, quantile-matched prior df, outlier kernels keep their own
-    #: variance; stats.fit_f_dist_robust) or "moments" (limma's moment fit, stats.fit_f_dist)
+    #: empirical-Bayes prior of the per-kernel variances: "robust" (bisquare trend,
+    #: quantile-matched prior df, outlier kernels keep their own variance;
+    #: stats.fit_f_dist_robust) or "moments" (limma's moment fit, stats.fit_f_dist)
     prior: str = "robust"
-    #: covariate of the robust prior's trend (default "capped", see the module docstring):
-    #: "count" (log dispatches per process), "noise"
-    #: (log sampling variance of the per-process median, from each kernel's own dispersion) or
-    #: "additive" (log of that sampling variance plus the kernels' common excess over it) or
-    #: "capped" (per kernel the smaller of the count and additive trends' locations)
-    prior_trend: str = "capped"
+    #: covariates of the robust prior's trend (docs/statistics.md): "stratified" (the default:
+    #: log of the median's sampling variance plus the kernels' common excess over it, the
+    #: kernel's category, log dispatches per process and log duration), "count" (log
+    #: dispatches per process), "noise" (log sampling variance of the per-process median),
+    #: "additive" (log of that sampling variance plus the common excess) or "capped" (per
+    #: kernel the smaller of the count and additive trends' locations)
+    prior_trend: str = "stratified"
+    #: the robust prior's df is at most this many times the kernels' own median df (processes
+    #: and variance history), so a kernel whose noise the covariates do not predict keeps at
+    #: least that share of its own variance; None: no bound
+    prior_df_cap: float | None = 1.0
     #: dispersion rows (cv_robust) form their own BH family: their two-part rule (CV ratio CI
     #: beyond 1 + dispersion_threshold) adds next to no false alarms, and folding ~80 of them
     #: into the durations' family would halve the per-kernel level of the duration tests

@@ -445,7 +445,8 @@ def fit_f_dist_robust(s2: np.ndarray, df: np.ndarray, design: np.ndarray | None 
     fit = ok & ok_x
     # drop covariate columns that do not vary (e.g. every kernel seen equally often)
     keep = np.ptp(x[fit], axis=0) > 0 if x.shape[1] else np.zeros(0, bool)
-    keep &= fit.sum() >= 4 * (keep.sum() + 1)  # room for the coefficients
+    # room for the coefficients: columns are kept in the design's order (most telling first)
+    keep &= np.cumsum(keep) + 1 <= fit.sum() // 4
     x = x[:, keep]
     centre = x[fit].mean(axis=0) if x.shape[1] else np.zeros(0)
     xa = np.where(np.isfinite(x), x, np.nanmedian(x[fit], axis=0) if x.shape[1] else 0.0)
