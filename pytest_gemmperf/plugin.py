@@ -37,7 +37,14 @@ _SETTINGS: dict[str, tuple[str, str, Any, str]] = {
     "gemmperf_backend": ("gemmperf_backend", "string", "auto", "auto | rocprofv3 | torch | replay"),
     "gemmperf_replay": ("gemmperf_replay", "string", None,
                         "analyse existing outputs in DIR instead of running workloads"),
-    "gemmperf_repeats": ("gemmperf_repeats", "string", "3", "processes (repeats) per sweep point"),
+    "gemmperf_repeats": ("gemmperf_repeats", "string", "3",
+                         "processes (repeats) per sweep point; auto: per point the smallest count that "
+                         "detects --gemmperf-detect, planned from its baseline (gemmperf plan; 3 while it has none)"),
+    "gemmperf_detect": ("gemmperf_detect", "string", None,
+                        "with --gemmperf-repeats auto: the slowdown each point's count must detect with "
+                        "80%% power, e.g. 3%%"),
+    "gemmperf_max_repeats": ("gemmperf_max_repeats", "string", "16",
+                             "with --gemmperf-repeats auto: the largest count it may choose"),
     "gemmperf_threshold": ("gemmperf_threshold", "string", None,
                            "practical threshold of the gate, e.g. 5%% or 0.05 (default: the gate's, 5%%)"),
     "gemmperf_warmup": ("gemmperf_warmup", "string", None,
@@ -95,7 +102,9 @@ _SHOWN: dict[str, tuple[str, str]] = {
     "gemmperf_report_dir": ("DIR", "gemmperf-report"),
     "gemmperf_backend": ("NAME", "auto"),
     "gemmperf_replay": ("DIR", "none: run the workloads"),
-    "gemmperf_repeats": ("N", "3"),
+    "gemmperf_repeats": ("N|auto", "3"),
+    "gemmperf_detect": ("CHANGE", "none"),
+    "gemmperf_max_repeats": ("N", "16"),
     "gemmperf_threshold": ("T", "the gate's, 5%%"),
     "gemmperf_warmup": ("N", "0"),
     "gemmperf_timeout": ("SECONDS", "1800"),
@@ -196,9 +205,19 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         raise pytest.UsageError("--gemmperf-backend replay needs --gemmperf-replay DIR")
     if replay is not None and not replay.is_dir():
         raise pytest.UsageError(f"--gemmperf-replay: {replay} is not a directory")
-    repeats = num("gemmperf_repeats", int)
+    auto = str(_setting(config, "gemmperf_repeats")[0]).strip().lower() == "auto"
+    repeats = None if auto else num("gemmperf_repeats", int)
     if repeats is not None and repeats < 1:
-        raise pytest.UsageError("--gemmperf-repeats must be >= 1")
+        raise pytest.UsageError("--gemmperf-repeats must be >= 1 or auto")
+    try:
+        detect = parse_threshold(_setting(config, "gemmperf_detect")[0])
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gemmperf-detect: {exc}") from None
+    if auto and detect is None:
+        raise pytest.UsageError("--gemmperf-repeats auto needs --gemmperf-detect (e.g. 3%)")
+    max_repeats = num("gemmperf_max_repeats", int)
+    if max_repeats is not None and max_repeats < 2:
+        raise pytest.UsageError(f"--gemmperf-max-repeats must be >= 2, got {max_repeats}")
     confirm = num("gemmperf_confirm", int)
     if confirm is not None and not 0 <= confirm <= 10:
         raise pytest.UsageError(f"--gemmperf-confirm must be 0..10 rounds, got {confirm}")
@@ -226,6 +245,7 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         telemetry=telemetry in ("on", "true", "1"),
         telemetry_interval_s=0.1 if interval is None else interval,
         jobs=jobs or 0,
+        repeats_auto=auto, detect=detect, max_repeats=max_repeats or Options.max_repeats,
     )
 
 

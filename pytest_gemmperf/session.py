@@ -82,6 +82,11 @@ class Options:
     telemetry_interval_s: float = 0.1
     #: worker processes reading trace files (traces/parallel.py); 0: every usable core
     jobs: int = 0
+    #: ``--gemmperf-repeats auto``: each point's count planned from its baseline (gate/power.py)
+    #: to detect a slowdown of ``detect``, at most ``max_repeats``; ``repeats`` without a baseline
+    repeats_auto: bool = False
+    detect: float | None = None
+    max_repeats: int = 16
 
 
 def parse_threshold(text: str | float | None) -> float | None:
