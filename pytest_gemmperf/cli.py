@@ -16,7 +16,7 @@ from pytest_gemmperf.commands.helpfmt import GemmperfParser
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.textsafe import printable
 
-SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history")
+SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history", "plan")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -81,6 +81,8 @@ class Decision:
     threshold: float
     #: two-sided level the row's test must reach (single-change Benjamini-Hochberg)
     alpha: float
+    #: the gate's false discovery rate the level derives from
+    fdr: float = 0.01
     level: float = 0.95
     threshold_level: float = 0.8
     #: size every kernel by its relative change (``GateConfig.size_by_relative``); otherwise
@@ -209,7 +211,7 @@ def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
         share = 1.0 - min(max(cfg.shared_alpha, 1e-6), 1 - 1e-6)
     else:
         share = 0.5
-    return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, level=cfg.level,
+    return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
                     threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative)
 
 
