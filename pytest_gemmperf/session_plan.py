@@ -5,10 +5,11 @@ found, else this machine's CPU key on the CPU backend, else the only key holding
 planned as ``gemmperf plan`` plans it (:mod:`pytest_gemmperf.gate.power`): the smallest count
 per side with which the gate, at the session's threshold and the gate's FDR, calls a slowdown
 of ``--gemmperf-detect`` a regression with 80 % power in every gated kernel that any count up
-to ``--gemmperf-max-repeats`` can catch. A repeat is one run of the workload, which profiles
-as many processes as it has ranks (the baseline's processes per run tell how many). Without a
-baseline, or when no kernel can be caught, the point runs the default count. The choice is
-one line of text, shown on the point's start line and kept in ``point.json``.
+to ``--gemmperf-max-repeats`` can catch (that largest count when none can; the default count
+when the change lies within the threshold, where no count can). A repeat is one run of the
+workload, which profiles as many processes as it has ranks (the baseline's processes per run
+tell how many). Without a baseline the point runs the default count. The choice is one line of
+text, shown on the point's start line and kept in ``point.json``.
 """
 
 from __future__ import annotations
@@ -67,9 +68,13 @@ def choose(base: pd.DataFrame, history: pd.DataFrame | None, test_id: str, detec
     p = points[0]
     need, reach = p.count_for()
     what = f"+{100 * detect:.3g}%"
+    if need is None and detect <= cfg.threshold:
+        n = min(default, max_repeats)
+        return AutoRepeats(n, f"repeats auto: {n} ({what} is within the {100 * cfg.threshold:.3g}% threshold: "
+                              "no count detects it; the default count)")
     if need is None:
-        return AutoRepeats(default, f"repeats auto: {default} ({what} is beyond reach in all {len(p.kernels)} "
-                                    f"gated kernels within {max_repeats} repeats: the default count)")
+        return AutoRepeats(max_repeats, f"repeats auto: {max_repeats} (the largest: {what} needs more in "
+                                        f"every one of {len(p.kernels)} gated kernels)")
     repeats = min(max(math.ceil(need / per_run), 1), max_repeats)
     each = f", {per_run} processes per repeat" if per_run > 1 else ""
     note = (f"repeats auto: {repeats} (detects {what} in {reach}/{len(p.kernels)} gated kernels at "
