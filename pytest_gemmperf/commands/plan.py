@@ -136,6 +136,7 @@ def _selected(recs: list, args: argparse.Namespace, root: Path, damaged: list) -
 
 def _render(test_id: str, hw_key: str, p) -> str:
     """One point's table and summary lines, every field escaped."""
+    # lazy, as in run(): pandas-backed modules load only when a plan is printed
     from pytest_gemmperf.analysis.categories import category_of
     from pytest_gemmperf.analysis.kernel_names import short_names
 

@@ -46,7 +46,7 @@ DEFAULT_POWER = 0.8
 #: largest count searched unless told otherwise (processes per side)
 DEFAULT_MAX_PROCESSES = 16
 #: quantile-grid sizes of the integration: the kernel's variance estimate, the shared
-#: factor's variance estimate, the shared movement (power within ~0.2 points of 4x finer grids)
+#: factor's variance estimate, the shared movement (power within 1 point of 4x finer grids)
 _GRID = (32, 16, 16)
 
 
