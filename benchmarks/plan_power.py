@@ -15,7 +15,10 @@ the plugin stores them).
   (``compare``, first look, the rule of ``--threshold``) judges it; "detected" = that kernel's
   row is ``regression``.
 * **Kernels.** A handful of kernels of different noise: those whose per-process sd in the
-  pilots is nearest to each of ``--sds`` (0.4 .. 2 %).
+  pilots is nearest to each of 0.4, 0.7, 1, 1.5 and 2 %.
+* ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
+  variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
+  plan and the gate both pool: the plan's variance then rests on ~3N more df.
 
 Prints predicted / observed per (kernel, change, count) and the largest and mean absolute
 difference. ``--quick`` runs a small grid in about a minute; the results, with the command and
@@ -38,12 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gate_accuracy as ga  # noqa: E402
 import gate_regimes as gr  # noqa: E402
 from pytest_gemmperf.gate import power as pw  # noqa: E402
-from pytest_gemmperf.gate.compare import GateConfig, compare  # noqa: E402
+from pytest_gemmperf.gate.compare import GateConfig, compare, variance_contribution  # noqa: E402
 
 PILOT_UNITS = 4
 EFFECTS = (0.02, 0.03, 0.05, 0.08)
 COUNTS = (2, 3, 4, 6, 8)
 SDS = (0.004, 0.007, 0.01, 0.015, 0.02)
+#: simulated earlier runs the variance histories are drawn from (``--history-runs``)
+HISTORY_POOL = 40
 
 
 def draw(pool: ga.StepPool, rng: np.random.Generator, units: int) -> tuple[pd.DataFrame, pd.DataFrame, tuple]:
@@ -71,6 +76,24 @@ def slowed(pool: ga.StepPool, cand: pd.DataFrame, raw: tuple, units: int, k: int
     return out
 
 
+def history_pool(pool: ga.StepPool, rng: np.random.Generator, size: int = HISTORY_POOL) -> list[pd.DataFrame]:
+    """Variance-history rows of ``size`` earlier runs of :data:`PILOT_UNITS` processes each
+    (``variance_contribution``, what a baseline keeps per run), drawn from the same model."""
+    out = []
+    for _ in range(size):
+        kernel, unit, value = gr.simulate(pool, rng, gr.Regime("history", units=PILOT_UNITS), range(PILOT_UNITS))
+        (one,) = gr.samples(list(pool.names), pool.category, kernel, unit, value, PILOT_UNITS)
+        out.append(variance_contribution(one))
+    return out
+
+
+def pick_history(runs: list[pd.DataFrame], rng: np.random.Generator, n: int) -> pd.DataFrame | None:
+    """The history of ``n`` distinct runs of the pool (None without)."""
+    if not n:
+        return None
+    return pd.concat([runs[i] for i in rng.choice(len(runs), n, replace=False)], ignore_index=True)
+
+
 def pick_kernels(pool: ga.StepPool, pilots: list[list[pw.RowNoise]], sds: tuple[float, ...]) -> list[int]:
     """Kernel codes whose mean pilot sd is nearest to each of ``sds`` (distinct)."""
     names = list(pool.names)
@@ -96,13 +119,16 @@ def run(args: argparse.Namespace) -> str:
     cfg = GateConfig(threshold=args.threshold)
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
+    pilots = [draw(pool, rng, PILOT_UNITS)[0] for _ in range(args.pilots)]
+    kernels = pick_kernels(pool, [pw.row_noise(b, cfg)[0] for b in pilots], args.sds)
+    # the history's own generator: the pilots and the kernels are those of a run without one
+    hrng = np.random.default_rng(args.seed + 1)
+    runs = history_pool(pool, hrng) if args.history_runs else []
     pilot_noise, pilot_m = [], []
-    for _ in range(args.pilots):
-        base, _, _ = draw(pool, rng, PILOT_UNITS)
-        noise, m = pw.row_noise(base, cfg)
+    for base in pilots:
+        noise, m = pw.row_noise(base, cfg, pick_history(runs, hrng, args.history_runs))
         pilot_noise.append(noise)
         pilot_m.append(m)
-    kernels = pick_kernels(pool, pilot_noise, args.sds)
     pred = np.zeros((len(kernels), len(args.effects), len(args.counts)))
     pred_sd = np.zeros_like(pred)
     for ki, k in enumerate(kernels):
@@ -115,9 +141,10 @@ def run(args: argparse.Namespace) -> str:
     for ci, n in enumerate(args.counts):
         for _ in range(args.reps):
             base, cand, raw = draw(pool, rng, n)
+            history = pick_history(runs, hrng, args.history_runs)
             for ki, k in enumerate(kernels):
                 for ei, e in enumerate(args.effects):
-                    v = compare(base, slowed(pool, cand, raw, n, k, e), cfg)
+                    v = compare(base, slowed(pool, cand, raw, n, k, e), cfg, history=history)
                     row = v[(v["kernel"] == names[k]) & (v["metric"] == "dur_ns")]
                     hits[ki, ei, ci] += float((row["verdict"] == "regression").any())
         print(f"  {n} processes/side done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -141,7 +168,8 @@ def _table(names, kernels, pilot_noise, args, pred, obs, pred_sd, diff, seconds)
                         + [f"{100 * pred[ki, ei, ci]:.0f} / {100 * obs[ki, ei, ci]:.0f}" for ci in range(len(args.counts))])
     w = [max(len(r[i]) for r in rows) for i in range(len(head))]
     fmt = lambda r: "| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |"  # noqa: E731
-    lines = [f"plan vs gate, real-resampled, threshold {100 * args.threshold:g} %, FDR {GateConfig().fdr:g}: "
+    hist = f", variance history of {args.history_runs} runs" if args.history_runs else ", no variance history"
+    lines = [f"plan vs gate, real-resampled, threshold {100 * args.threshold:g} %, FDR {GateConfig().fdr:g}{hist}: "
              f"predicted (mean over {args.pilots} pilot records of {PILOT_UNITS} processes) / observed "
              f"(% of {args.reps} simulated tests per cell)", fmt(rows[0]),
              "|" + "|".join("-" * (x + 2) for x in w) + "|"] + [fmt(r) for r in rows[1:]]
@@ -157,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pilots", type=int, default=10, help="pilot baseline records the prediction averages")
     ap.add_argument("--threshold", type=float, default=0.0, help="the gate's threshold (default 0)")
     ap.add_argument("--seed", type=int, default=5000)
+    ap.add_argument("--history-runs", type=int, default=0,
+                    help="give every record (pilots and simulated baselines) a variance history of N "
+                         "earlier runs of 4 processes, as --gemmperf-learn-variance keeps (default 0)")
     ap.add_argument("--quick", action="store_true", help="changes 3, 5 %%; counts 2, 4, 8; 3 kernels; "
                                                          "30 tests per cell, 3 pilots")
     args = ap.parse_args(argv)
