@@ -53,8 +53,11 @@ def planned_repeats(runner: PointRunner) -> AutoRepeats:
     base = rec.samples[rec.samples["point"].astype(str) == runner.point.id]
     if base.empty:
         return AutoRepeats(o.repeats, f"{default.note} (no baseline of this point yet)")
-    return choose(base, rec.history_for(runner.point.id), runner.test_id, o.detect, o.threshold,
-                  o.max_repeats, o.repeats)
+    try:
+        return choose(base, rec.history_for(runner.point.id), runner.test_id, o.detect, o.threshold,
+                      o.max_repeats, o.repeats)
+    except (GemmperfInputError, ValueError) as exc:  # choosing a count never fails the point
+        return AutoRepeats(o.repeats, f"{default.note} (no plan from the baseline: {exc})")
 
 
 def choose(base: pd.DataFrame, history: pd.DataFrame | None, test_id: str, detect: float,
