@@ -30,7 +30,7 @@ from pytest_gemmperf.config import (Origin, SettingError, bound_settings, find_p
 from pytest_gemmperf.errors import GemmperfInputError, OutputError, output_error
 from pytest_gemmperf.textsafe import printable
 
-SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history")
+SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history", "plan")
 EXIT_INPUT = 2
 EXIT_INTERNAL = 3
 #: where an internal error's traceback goes (relative to the working directory)

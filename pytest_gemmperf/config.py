@@ -114,6 +114,13 @@ def _float_range(low: float, high: float, unit: str) -> Callable[[str], float]:
     return parse
 
 
+def _repeats(text: str) -> int | str:
+    """A count >= 1, or ``auto`` (planned per point from its baseline)."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    return _int_at_least(1, " or auto", got=False)(text)
+
+
 def _on_off(text: str) -> bool:
     word = str(text).strip().lower()
     if word in _ON:
@@ -212,8 +219,16 @@ SETTINGS: tuple[Setting, ...] = (
             parse=_one_of("auto", "rocprofv3", "torch", "replay")),
     Setting("replay", "string", None, "DIR", "none: run the workloads",
             "analyse existing outputs in DIR instead of running workloads", path=True),
-    Setting("repeats", "string", "3", "N", "3", "processes (repeats) per sweep point",
-            parse=_int_at_least(1, got=False)),
+    Setting("repeats", "string", "3", "N|auto", "3",
+            "processes (repeats) per sweep point; auto: per point the smallest count that "
+            "detects --gemmperf-detect, planned from its baseline (gemmperf plan; 3 while it has none)",
+            parse=_repeats),
+    Setting("detect", "string", None, "CHANGE", "none",
+            "with --gemmperf-repeats auto: the slowdown each point's count must detect with "
+            "80%% power, e.g. 3%%", parse=parse_threshold),
+    Setting("max_repeats", "string", "16", "N", "16",
+            "with --gemmperf-repeats auto: the largest count it may choose",
+            parse=_int_at_least(2)),
     Setting("threshold", "string", None, "T", "the gate's, 5%%",
             "practical threshold of the gate, e.g. 5%% or 0.05 (default: the gate's, 5%%)",
             parse=parse_threshold, cli="--threshold"),

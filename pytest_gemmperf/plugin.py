@@ -104,11 +104,17 @@ def _options(config: pytest.Config, results_dir: Path) -> Options:
         raise pytest.UsageError("--gemmperf-backend replay needs --gemmperf-replay DIR")
     if replay is not None and not replay.is_dir():
         raise pytest.UsageError(f"--gemmperf-replay: {replay} is not a directory")
+    repeats = _value(config, "gemmperf_repeats")
+    auto = repeats == "auto"
+    detect = _value(config, "gemmperf_detect")
+    if auto and not detect:
+        raise pytest.UsageError("--gemmperf-repeats auto needs --gemmperf-detect (e.g. 3%)")
     return Options(
         results_dir=results_dir,
         baseline_dir=_path_setting(config, "gemmperf_baseline_dir"),
         report_dir=_path_setting(config, "gemmperf_report_dir"),
-        backend=backend, replay_dir=replay, repeats=_value(config, "gemmperf_repeats"),
+        backend=backend, replay_dir=replay, repeats=default("repeats") if auto else repeats,
+        repeats_auto=auto, detect=detect, max_repeats=_value(config, "gemmperf_max_repeats"),
         threshold=_value(config, "gemmperf_threshold"),
         warmup=_value(config, "gemmperf_warmup"),
         # 0 s was read as "the default" before the table existed: kept so

@@ -100,6 +100,11 @@ class Options:
     telemetry_interval_s: float = default("telemetry_interval")
     #: worker processes reading trace files (traces/parallel.py); 0: every usable core
     jobs: int = default("jobs")
+    #: ``--gemmperf-repeats auto``: each point's count planned from its baseline (gate/power.py)
+    #: to detect a slowdown of ``detect``, at most ``max_repeats``; ``repeats`` without a baseline
+    repeats_auto: bool = False
+    detect: float | None = None
+    max_repeats: int = default("max_repeats")
 
 
 def worker_index() -> int:
@@ -289,6 +294,13 @@ class PointRunner(PointGate, PointReruns):
         the torch backend). ``launcher_args`` go to a named launcher (``["--standalone"]`` for
         torchrun). Fails the test with the log tail when the workload fails.
         """
+        auto = None
+        if repeats is None and self.options.repeats_auto:
+            # lazy: only --gemmperf-repeats auto loads the statistics before the workload runs
+            from pytest_gemmperf.session_plan import planned_repeats
+
+            auto = planned_repeats(self)
+            repeats = auto.repeats
         repeats = int(repeats or self.options.repeats)
         timeout_s = float(timeout_s or self.options.timeout_s)
         if repeats < 1:
@@ -313,13 +325,16 @@ class PointRunner(PointGate, PointReruns):
             "cwd": str(cwd) if cwd else os.getcwd(), "status": "running", "runs": [],
             "xdist_worker": os.environ.get("PYTEST_XDIST_WORKER"),
         }
+        if auto is not None:
+            record["repeats_auto"] = auto.note
         write_point_json(point_dir, record)
         self._call = dict(command=command, launcher=launcher, nproc=nproc, nnodes=nnodes,
                           launcher_args=launcher_args, counters=counters, repeats=repeats,
                           timeout_s=timeout_s, full_env=full_env, env_set=env_set, cwd=cwd)
         self._record_json = record
         self._progress("point_start", repeats=repeats, backend=backend.name,
-                       counter_passes=_expected_passes(backend.name, counters))
+                       counter_passes=_expected_passes(backend.name, counters),
+                       note=auto.note if auto is not None else "")
         monitor = self._monitor()
         sampler = self._sampler(full_env)
         try:

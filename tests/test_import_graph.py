@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store", ("store",)),
     ("history", ("history",)),
     ("report", ("report",)),
-    ("pytest glue", ("plugin", "session", "session_point", "session_gate", "session_reruns",
+    ("pytest glue", ("plugin", "session", "session_point", "session_gate", "session_reruns", "session_plan",
                      "session_benchmark", "progress", "shard", "shard_hooks", "history.pytest_side")),
     ("cli", ("cli", "commands")),
 )

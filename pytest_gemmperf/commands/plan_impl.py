@@ -1,0 +1,134 @@
+"""The work of ``gemmperf plan`` (commands/plan.py holds its parser): read the store, plan each
+record with :mod:`pytest_gemmperf.gate.power`, print one table per point."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+from pytest_gemmperf.analysis.kernel_names import short_names
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.gate_config import GateConfig
+from pytest_gemmperf.gate.power import plan
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.traces.categories import category_of
+
+#: columns of the per-point table
+HEADER = ("kernel", "category", "dispatches/process", "CV %", "df prior+history", "CI now ±%",
+          "processes/side")
+LEGEND = ("processes/side: profiled processes (ranks x repeats) per side for {power:g}% power; "
+          "CV: per-process sd of the kernel's median as the gate estimates it (moderated; for a "
+          "kernel, relative to the factor its process shares with the other kernels); df: degrees "
+          "of freedom the gate's prior and the baseline's variance history add to the processes' "
+          "own; CI now: half-width of the gate's 95 % interval with the recorded processes per side.")
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.baseline_dir)
+    if not root.is_dir():
+        raise GemmperfInputError(root, "no baseline store here (record one with pytest, or pass --baseline-dir)")
+    damaged: list[GemmperfInputError] = []
+    recs = BaselineStore(root).load_all(args.hw, damaged=damaged)
+    for err in damaged:
+        print(printable(f"gemmperf: error: {err} (record skipped)"), file=sys.stderr)
+    recs = _selected(recs, args, root, damaged)
+    base = GateConfig()
+    cfg = GateConfig(threshold=base.threshold if args.threshold is None else args.threshold,
+                     fdr=base.fdr if args.fdr is None else args.fdr)
+    for rec in sorted(recs, key=lambda r: (r.test_id, r.hw_key)):
+        for point in plan(rec.samples, args.detect, cfg, rec.variance, rec.test_id, args.power, args.max_repeats):
+            print(_render(rec.test_id, rec.hw_key, point))
+            print()
+    for line in textwrap.wrap(LEGEND.format(power=100 * args.power), 100):
+        print(printable(line))
+    if damaged:
+        print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not planned"), file=sys.stderr)
+        return 2
+    return 0
+
+
+def _selected(recs: list, args: argparse.Namespace, root: Path, damaged: list) -> list:
+    """The records the options select; one line naming what is missing when none is."""
+    if args.test_id is not None:
+        recs = [r for r in recs if r.test_id == args.test_id]
+        if not recs:
+            raise GemmperfInputError(root, f"no baseline for test {args.test_id!r}"
+                                           + (f" on {args.hw}" if args.hw else ""))
+    if args.test_filter:
+        recs = [r for r in recs if args.test_filter in r.test_id]
+        if not recs:
+            raise GemmperfInputError(root, f"no baseline test id contains {args.test_filter!r}")
+    if not recs and not damaged:
+        raise GemmperfInputError(root, "no baseline records" + (f" for hardware key {args.hw}" if args.hw else ""))
+    return recs
+
+
+# ---------------------------------------------------------------------------------------------
+# text
+
+
+def _render(test_id: str, hw_key: str, p) -> str:
+    """One point's table and summary lines, every field escaped."""
+    rule = p.decision
+    labels = short_names([r.noise.kernel for r in p.kernels])
+    lines = [f"{test_id}  [{hw_key}]  point {p.point}: {p.processes} processes per side recorded",
+             f"  detect +{_pct(p.effect)} at threshold {_pct(rule.threshold)}, FDR {rule.fdr:g}, "
+             f"{100 * p.target:g}% power (the change alone among {p.rows_in_family} rows: "
+             f"p <= {rule.alpha:.2g}; counts 2..{p.max_processes})"]
+    cats: dict[str, list] = {}
+    rows = []
+    for r in p.rows:
+        n = r.noise
+        if n.metric == "dur_ns":
+            cat, label = category_of(n.kernel), labels.get(n.kernel, n.kernel)
+        else:
+            cat, label = n.kernel.split(":", 1)[-1], "(total)"
+        cats.setdefault(cat, [])
+        if n.metric == "dur_ns":
+            cats[cat].append(r)
+        order = (cat, n.metric != "dur_ns", r.needed if r.needed is not None else math.inf, label)
+        rows.append((order, (label, cat, _num(n.dispatches, "{:.0f}"), _num(100 * n.sd, "{:.2f}"),
+                             _df(n), _num(100 * math.expm1(n.ci_half), "{:.2f}"), _need(r.needed, p))))
+    table = [HEADER] + [cells for _, cells in sorted(rows, key=lambda x: x[0])]
+    table = [tuple(printable(c) for c in row) for row in table]
+    width = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, width)).rstrip() for row in table]
+    for cat in sorted(c for c, ks in cats.items() if ks):
+        lines.append("  " + _summary(p, cats[cat], f"every {cat} kernel"))
+    if p.kernels:
+        lines.append("  " + _summary(p, p.kernels, "every gated kernel"))
+    return "\n".join(printable(line) for line in lines)
+
+
+def _summary(p, rows, what: str) -> str:
+    n, reach = p.count_for(rows)
+    head = f"to detect +{_pct(p.effect)} in {what}"
+    if reach == len(rows):
+        return f"{head}: {n} processes per side"
+    more = f"{head}: more than {p.max_processes} processes per side"
+    if n is None:
+        return f"{more} (none of {len(rows)} within {p.max_processes})"
+    return f"{more} ({reach} of {len(rows)} with {n})"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
+
+
+def _num(x: float, spec: str) -> str:
+    return spec.format(x) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+
+
+def _df(n) -> str:
+    if n.metric != "dur_ns":
+        return "-"
+    prior = "inf" if not math.isfinite(n.prior_df) else f"{n.prior_df:.1f}"
+    return f"{prior}+{n.history_df:.0f}"
+
+
+def _need(needed: int | None, p) -> str:
+    return str(needed) if needed is not None else f">{p.max_processes}"

@@ -1,0 +1,354 @@
+"""The gate's power: how many processes per side it needs to call a change of a given size a
+regression.
+
+``gemmperf plan`` and ``pytest --gemmperf-repeats auto`` ask this of a baseline record. The
+noise of each gated row comes from the gate itself: the baseline compared with itself through
+:func:`~pytest_gemmperf.gate.compare.compare_stats`, so every row carries the variance the gate
+would use (per-process summaries, shared per-process factor, moderated and floored variance,
+variance history) and its degrees of freedom, whatever model the gate has. This module turns
+those into the probability that the gate's decision rule calls a change of ``d`` a regression
+with ``n`` processes per side:
+
+* the change must reach the per-row level of Benjamini-Hochberg when it is the only change
+  among the ``m`` rows it is corrected with (the conservative single-change approximation:
+  BH then rejects it iff ``p <= q/m``; more real changes only make it easier), on the test
+  that carries a single kernel's change (its change relative to the movement shared by all
+  kernels, in the ``(1 - shared_alpha) q`` family of the hierarchical rule);
+* and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
+  per-process factors, unless the variance history sizes it by the relative change) must
+  exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
+
+Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
+(the two variance estimates and the shared movement integrated on quantile grids; the change
+itself in closed form). Model, choices and the simulation that checks it: docs/statistics.md
+("Planning: how many processes").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from pytest_gemmperf.gate.compare import (CV, DUR, RELATIVE_MIN_HISTORY_DF, SHARED, GateConfig,
+                                          compare_stats)
+from pytest_gemmperf.gate.samples import DISPATCH_COUNT
+
+#: per-process totals the plan sizes like kernels (one value per process, plain t-test)
+TOTAL_PREFIX = "category_total_ns"
+#: power asked for unless told otherwise
+DEFAULT_POWER = 0.8
+#: largest count searched unless told otherwise (processes per side)
+DEFAULT_MAX_PROCESSES = 16
+#: quantile-grid sizes of the integration: the kernel's variance estimate, the shared
+#: factor's variance estimate, the shared movement (power within 1 point of 4x finer grids)
+_GRID = (32, 16, 16)
+
+
+@dataclass(frozen=True)
+class RowNoise:
+    """One gated row of a baseline as the gate sees its noise (log scale)."""
+
+    point: str
+    kernel: str
+    metric: str
+    #: baseline processes the row was seen in
+    processes: int
+    #: per-process sd of the row's own change: the moderated, floored variance the gate uses
+    #: (timer-resolution term included), for a kernel relative to the shared movement
+    sd: float
+    #: per-process sd of the factor shared by all kernels of a process (0: none removed)
+    shared_sd: float = 0.0
+    #: degrees of freedom the cross-kernel prior adds to the variance (inf: taken as known)
+    prior_df: float = 0.0
+    #: degrees of freedom of the baseline's variance history pooled into it
+    history_df: float = 0.0
+    #: half-width of the gate's ``level`` interval of the change at ``processes`` per side
+    ci_half: float = math.nan
+    #: median dispatches per process (NaN for a per-process total)
+    dispatches: float = math.nan
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a regression takes: the per-row level and the two-part rule of a GateConfig."""
+
+    threshold: float
+    #: two-sided level the row's test must reach (single-change Benjamini-Hochberg)
+    alpha: float
+    #: the gate's false discovery rate the level derives from
+    fdr: float = 0.01
+    level: float = 0.95
+    threshold_level: float = 0.8
+    #: size every kernel by its relative change (``GateConfig.size_by_relative``); otherwise
+    #: only those with this much variance history
+    size_by_relative: bool = False
+    relative_min_history_df: float = RELATIVE_MIN_HISTORY_DF
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    noise: RowNoise
+    #: smallest processes per side reaching the power; None: not within the largest count
+    needed: int | None
+    #: power at the recorded count per side
+    power_now: float
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    """The plan of one sweep point: its rows and the decision they were planned for."""
+
+    point: str
+    #: processes per side the baseline recorded (the largest count over the point's rows)
+    processes: int
+    #: rows corrected together (Benjamini-Hochberg family of a single kernel's change)
+    rows_in_family: int
+    decision: Decision
+    effect: float
+    target: float
+    max_processes: int
+    rows: tuple[RowPlan, ...]
+
+    @property
+    def kernels(self) -> tuple[RowPlan, ...]:
+        """The kernel rows (``dur_ns``), without per-process totals."""
+        return tuple(r for r in self.rows if r.noise.metric == DUR)
+
+    def count_for(self, rows: Sequence[RowPlan] | None = None) -> tuple[int | None, int]:
+        """(processes per side that detect the change in every row of ``rows`` (default: the
+        kernels) that any count up to the largest can detect, or None when none can; how
+        many rows that is)."""
+        rows = self.kernels if rows is None else rows
+        reachable = [r.needed for r in rows if r.needed is not None]
+        return (max(reachable) if reachable else None), len(reachable)
+
+
+# ---------------------------------------------------------------------------------------------
+# the baseline's noise, from the gate
+
+
+def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.DataFrame | None = None,
+              test: str = "") -> tuple[list[RowNoise], int]:
+    """Each gated row's noise as the gate estimates it from ``base`` (a samples table, its
+    variance ``history``), and the number of rows a single kernel's change is corrected with.
+
+    The baseline is compared with itself (its processes on both sides): every kernel then has
+    change 0, and the statistics carry the variance the gate would use at the recorded count.
+    Its own processes count twice in that comparison's degrees of freedom; the prior's df
+    is read after taking them out (``df_rel - (2 n - 2)``), and the prior fitted on the doubled
+    df is, if anything, smaller than a real comparison's (conservative)."""
+    cfg = dataclasses.replace(config or GateConfig(), multiplicity="hierarchical")
+    st = compare_stats(base, base, cfg, test, history)
+    metric = st["metric"].astype(str)
+    kernel = st["kernel"].astype(str)
+    finite = np.isfinite(st["p_value"].to_numpy(float))
+    family = finite & (kernel != SHARED).to_numpy() & ((metric != CV).to_numpy() | (not cfg.dispersion_family))
+    counts = _dispatches(base)
+    rows: list[RowNoise] = []
+    for point, g in st.groupby(st["point"].astype(str), sort=True):
+        star = g[(g["kernel"].astype(str) == SHARED) & (g["metric"].astype(str) == DUR)]
+        shared_sd = float(star["unit_sd_log"].iloc[0]) if len(star) else 0.0
+        shared_sd = shared_sd if np.isfinite(shared_sd) else 0.0
+        for r in g.itertuples(index=False):
+            m, k = str(r.metric), str(r.kernel)
+            if not np.isfinite(getattr(r, "p_value", np.nan)) or k == SHARED:
+                continue
+            n = int(r.n_base)
+            half = math.log(r.ci_high) if np.isfinite(r.ci_high) and r.ci_high > 0 else math.nan
+            if m == DUR:
+                rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg))
+            elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
+                rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half))
+    return rows, int(family.sum())
+
+
+def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: float, dispatches: float,
+                  cfg: GateConfig) -> RowNoise:
+    """A kernel row of the self-comparison: the relative test's standard error gives the
+    kernel's own per-process sd, its df the prior's share (the history's is in the row)."""
+    df_rel = float(getattr(r, "df_rel", np.nan))
+    hist = float(getattr(r, "history_df", 0.0) or 0.0)
+    rel_hi = float(getattr(r, "rel_ci_high", np.nan))
+    t_q = float(_t_two_sided(cfg.level, np.array([df_rel]))[0]) if np.isfinite(df_rel) else math.nan
+    if np.isfinite(rel_hi) and rel_hi > 0 and np.isfinite(t_q) and t_q > 0:
+        se_rel = math.log(rel_hi / float(r.rel_ratio)) / t_q
+        sd = se_rel / math.sqrt(2.0 / n)
+    else:  # no relative test (too few kernels for a shared factor): the total is the row's change
+        sd, shared_sd = float(r.unit_sd_log), 0.0
+    own = 2.0 * n - 2.0
+    prior = max(df_rel - own - hist, 0.0) if np.isfinite(df_rel) else math.inf
+    return RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches)
+
+
+def _dispatches(samples: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """Median dispatches per process of each (point, kernel): the recorded count of a
+    compacted table, else the rows."""
+    metric = samples["metric"].astype(str)
+    cnt = samples[metric == DISPATCH_COUNT]
+    if len(cnt):
+        per = cnt.groupby([cnt["point"].astype(str), cnt["kernel"].astype(str)], observed=True)["value"].median()
+    else:
+        d = samples[metric == DUR]
+        per = (d.groupby([d["point"].astype(str), d["kernel"].astype(str), d["unit"].astype(str)], observed=True)
+               .size().groupby(level=[0, 1]).median())
+    return {(str(p), str(k)): float(v) for (p, k), v in per.items()}
+
+
+def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
+    """The per-row level and rule of ``config`` for a single change among ``rows_in_family``
+    rows: BH rejects it iff ``p <= q'/m`` with ``q'`` its family's share of the FDR (the
+    relative tests' ``(1 - shared_alpha) q`` under the hierarchical rule; under Simes the
+    kernel's p doubles, so ``q/2``)."""
+    cfg = config or GateConfig()
+    m = max(int(rows_in_family), 1)
+    if cfg.multiplicity == "hierarchical":
+        share = 1.0 - min(max(cfg.shared_alpha, 1e-6), 1 - 1e-6)
+    else:
+        share = 0.5
+    return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
+                    threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative)
+
+
+# ---------------------------------------------------------------------------------------------
+# power
+
+
+def power(noise: Sequence[RowNoise], effect: float, n_base: int, n_cand: int, rule: Decision) -> np.ndarray:
+    """Probability, per row, that a slowdown of ``effect`` (0.03 = 3 %) ends ``regression``
+    with ``n_base`` and ``n_cand`` processes; NaN where a row's noise is unknown."""
+    return _power(_arrays(noise, rule), math.log1p(effect), n_base, n_cand, rule)
+
+
+def processes_needed(noise: Sequence[RowNoise], effect: float, rule: Decision, target: float = DEFAULT_POWER,
+                     max_processes: int = DEFAULT_MAX_PROCESSES) -> list[int | None]:
+    """Per row, the smallest processes per side (2 .. ``max_processes``) whose power for a
+    slowdown of ``effect`` reaches ``target``; None when none does."""
+    arr = _arrays(noise, rule)
+    need: list[int | None] = [None] * len(noise)
+    open_ = np.ones(len(noise), bool)
+    d = math.log1p(effect)
+    for n in range(2, max(int(max_processes), 2) + 1):
+        if not open_.any():
+            break
+        p = _power(arr, d, n, n, rule)
+        for i in np.flatnonzero(open_ & (p >= target)):
+            need[i] = n
+            open_[i] = False
+    return need
+
+
+def normal_approximation(sd: float, effect: float, rule: Decision, target: float = DEFAULT_POWER) -> float:
+    """Processes per side the normal limit needs (variance known, no shared factor): the
+    larger of ``2 ((z_{1-alpha/2} + z_power) sd / d)^2`` (significance) and
+    ``2 ((z_{threshold_level} + z_power) sd / (d - log(1 + threshold)))^2`` (the bound beyond
+    the threshold); inf when the change is not beyond the threshold."""
+    d, lim = math.log1p(effect), math.log1p(rule.threshold)
+    zp = sps.norm.ppf(target)
+    z_sig = max(sps.norm.isf(rule.alpha / 2), sps.norm.ppf(0.5 + rule.level / 2))
+    n_sig = 2 * ((z_sig + zp) * sd / d) ** 2
+    if d <= lim:
+        return math.inf
+    n_thr = 2 * ((sps.norm.ppf(rule.threshold_level) + zp) * sd / (d - lim)) ** 2
+    return max(n_sig, n_thr)
+
+
+def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
+    sd = np.array([r.sd for r in noise], float)
+    hist = np.array([r.history_df for r in noise], float)
+    return {"sd": np.where(np.isfinite(sd) & (sd > 0), sd, np.nan),
+            "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
+            "extra": np.array([r.prior_df for r in noise], float) + hist,
+            "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
+
+
+def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: Decision) -> np.ndarray:
+    """The probability of the two conditions (module docstring) for each row; arrays (row,
+    kernel-variance node, shared-variance node, shared-movement node)."""
+    if len(a["sd"]) == 0:
+        return np.zeros(0)
+    scale = math.sqrt(1.0 / n_base + 1.0 / n_cand)
+    own = float(n_base + n_cand - 2)
+    sr = a["sd"] * scale                      # sd of the kernel's (relative) change
+    ss = a["shared"] * scale                  # sd of the sides' mean shared factor
+    f1 = own + a["extra"]                     # df of the kernel's variance
+    has_shared = (ss > 0) & ~a["by_rel"]      # sized by the total: the shared part counts
+    df_size = np.where(has_shared, np.fmin(f1, own), f1)
+    c1 = _t_isf(rule.alpha / 2, f1)
+    t_lv = _t_two_sided(rule.level, df_size)
+    t_th = _t_isf(1.0 - rule.threshold_level, df_size)
+    k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
+    q1 = _chi_scale(f1[:, None], _midpoints(k1)[None, :])[:, :, None, None]
+    q2 = _chi_scale(np.array([own]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
+    z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
+    col = (slice(None), None, None, None)
+    sr_hat = sr[col] * q1
+    ss_hat = np.where(has_shared[col], ss[col] * q2, 0.0)
+    se_size = np.sqrt(sr_hat ** 2 + ss_hat ** 2)
+    shift = np.where(has_shared[col], ss[col] * z, 0.0)
+    need_sig = c1[col] * sr_hat
+    need_size = np.fmax(t_lv[col] * se_size, math.log1p(rule.threshold) + t_th[col] * se_size) - shift
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
+    return np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+
+
+def _midpoints(k: int) -> np.ndarray:
+    return (np.arange(k) + 0.5) / k
+
+
+def _chi_scale(df: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """sqrt(chi^2_df / df) at probabilities ``u`` (1 for infinite df)."""
+    df = np.asarray(df, float)
+    fin = np.isfinite(df) & (df > 0)
+    safe = np.where(fin, df, 1.0)
+    return np.where(fin, np.sqrt(sps.chi2.ppf(u, safe) / safe), 1.0)
+
+
+def _t_isf(p: float, df: np.ndarray) -> np.ndarray:
+    """Upper ``p`` quantile of t (normal for infinite df)."""
+    df = np.asarray(df, float)
+    fin = np.isfinite(df)
+    return np.where(fin, sps.t.isf(p, np.where(fin & (df > 0), df, 1.0)), sps.norm.isf(p))
+
+
+def _t_two_sided(level: float, df: np.ndarray) -> np.ndarray:
+    return _t_isf(0.5 - level / 2, df)
+
+
+# ---------------------------------------------------------------------------------------------
+# a test's plan
+
+
+def plan(base: pd.DataFrame, effect: float, config: GateConfig | None = None,
+         history: pd.DataFrame | None = None, test: str = "", target: float = DEFAULT_POWER,
+         max_processes: int = DEFAULT_MAX_PROCESSES) -> list[PointPlan]:
+    """Per point of the baseline samples ``base``: for each gated kernel and per-process total,
+    the processes per side that detect a slowdown of ``effect`` with power ``target`` under
+    ``config``'s rule. Each point is planned with its own rows as the correction's family, as
+    pytest gates each point on its own."""
+    cfg = config or GateConfig()
+    if not effect > 0:
+        raise ValueError(f"the change to detect must be > 0, got {effect!r}")
+    if not 0 < target < 1:
+        raise ValueError(f"power must be between 0 and 1, got {target!r}")
+    out = []
+    points = base["point"].astype(str)
+    for point in sorted(set(points)):
+        part = base[points == point]
+        hist = None
+        if history is not None and len(history):
+            hist = history[history["point"].astype(str) == point]
+        noise, m = row_noise(part, cfg, hist, test)
+        rule = decision(cfg, m)
+        need = processes_needed(noise, effect, rule, target, max_processes)
+        procs = max((r.processes for r in noise), default=0)
+        now = power(noise, effect, max(procs, 2), max(procs, 2), rule) if noise else np.zeros(0)
+        rows = tuple(RowPlan(r, n, float(p)) for r, n, p in zip(noise, need, now))
+        out.append(PointPlan(point, procs, m, rule, float(effect), float(target), int(max_processes), rows))
+    return out

@@ -1,0 +1,269 @@
+"""The gate's power (gate/power.py), `gemmperf plan`, and `--gemmperf-repeats auto`."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gemmperf_pytester_support import FAKE, gp  # noqa: F401 - the fixture
+from pytest_gemmperf import cli
+from pytest_gemmperf.gate import power as pw
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import BaselineRecord
+from pytest_gemmperf.gate.compare import GateConfig
+from pytest_gemmperf.gate.samples import compact_samples
+from pytest_gemmperf.session_plan import choose, processes_per_run
+
+pytest_plugins = ["pytester"]
+
+TEST = "perf_tests/test_gemm.py::test_plan"
+HW = "gfx950-AMD_Instinct_MI350X-x8"
+RULE0 = pw.Decision(threshold=0.0, alpha=0.01 * 0.75 / 40)
+
+
+def synthetic(units: int = 24, kernels: int = 40, sd: float = 0.01, dispatches: int = 30, seed: int = 0,
+              names: list[str] | None = None) -> pd.DataFrame:
+    """Samples whose per-process medians vary by ``sd`` (log) around each kernel's level, with
+    next to no noise inside a process: the gate's variance should come out near ``sd^2``."""
+    rng = np.random.default_rng(seed)
+    names = names or [f"Cijk_gemm_{k:02d}" for k in range(kernels)]
+    frames = []
+    for u in range(units):
+        level = np.log(1000.0 * (1 + np.arange(len(names)))) + rng.normal(0, sd, len(names))
+        logs = level[:, None] + rng.normal(0, 0.002, (len(names), dispatches))
+        frames.append(pd.DataFrame({"point": "p", "kernel": np.repeat(names, dispatches), "metric": "dur_ns",
+                                    "unit": f"host/{1000 + u}/0/{u}", "value": np.exp(logs).ravel()}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def noise(sd: float, prior_df: float = math.inf, shared_sd: float = 0.0, history_df: float = 0.0) -> pw.RowNoise:
+    return pw.RowNoise("p", "k", "dur_ns", 4, sd, shared_sd, prior_df, history_df)
+
+
+# ---------------------------------------------------------------------------------------------
+# the power model
+
+
+def test_power_grows_with_processes_and_with_the_change():
+    rows = [noise(0.01, prior_df=4, shared_sd=0.006), noise(0.02, prior_df=8)]
+    for rule, effect in ((RULE0, 0.04), (pw.Decision(threshold=0.05, alpha=1e-4), 0.07)):
+        by_n = np.array([pw.power(rows, effect, n, n, rule) for n in range(2, 17)])
+        assert (np.diff(by_n, axis=0) >= -1e-9).all()
+        assert (by_n[-1] > by_n[0] + 0.5).all(), by_n
+        by_effect = np.array([pw.power(rows, e, 6, 6, rule) for e in (0.06, 0.08, 0.12, 0.2)])
+        assert (np.diff(by_effect, axis=0) >= 0).all()
+    # a change inside the threshold is never a regression, however many processes
+    assert pw.power(rows, 0.04, 16, 16, pw.Decision(threshold=0.05, alpha=1e-4)).max() < 0.2
+
+
+def test_processes_needed_falls_as_the_change_grows():
+    rows = [noise(0.005, prior_df=6), noise(0.01, prior_df=6, shared_sd=0.005), noise(0.02, prior_df=6)]
+    needs = [pw.processes_needed(rows, e, RULE0, max_processes=64) for e in (0.02, 0.03, 0.05, 0.08)]
+    for row in range(len(rows)):
+        col = [n[row] if n[row] is not None else math.inf for n in needs]
+        assert col == sorted(col, reverse=True) and col[0] > col[-1], col
+    assert pw.processes_needed([noise(0.05)], 0.02, RULE0, max_processes=16) == [None]
+
+
+def test_power_matches_a_simulation_of_its_model():
+    """The quadrature is exact for the model it states: a normal change, chi-square variance
+    estimates of the kernel and of the shared factor, the two conditions of the gate's rule."""
+    rng = np.random.default_rng(1)
+    sd, so, prior, n, d = 0.01, 0.008, 3.0, 4, math.log1p(0.03)
+    rule = pw.Decision(threshold=0.01, alpha=1e-3)
+    f1, f2, draws = 2 * n - 2 + prior, 2 * n - 2, 400_000
+    sr, ss = sd * math.sqrt(2 / n), so * math.sqrt(2 / n)
+    x = d + sr * rng.standard_normal(draws)
+    s = ss * rng.standard_normal(draws)
+    sr_hat = sr * np.sqrt(rng.chisquare(f1, draws) / f1)
+    ss_hat = ss * np.sqrt(rng.chisquare(f2, draws) / f2)
+    from scipy import stats as sps
+
+    sig = x / sr_hat > sps.t.isf(rule.alpha / 2, f1)
+    se = np.sqrt(sr_hat ** 2 + ss_hat ** 2)
+    f = min(f1, f2)
+    sized = (x + s - sps.t.isf(0.025, f) * se > 0) & (x + s - sps.t.isf(0.2, f) * se > math.log1p(rule.threshold))
+    simulated = float((sig & sized).mean())
+    predicted = float(pw.power([noise(sd, prior, so)], 0.03, n, n, rule)[0])
+    assert abs(predicted - simulated) < 0.01, (predicted, simulated)
+
+
+def test_known_variance_gives_the_normal_approximation():
+    rule = pw.Decision(threshold=0.0, alpha=1e-4)
+    for sd, effect in ((0.01, 0.03), (0.02, 0.05), (0.005, 0.02)):
+        n = pw.processes_needed([noise(sd)], effect, rule, max_processes=400)[0]
+        assert n == math.ceil(pw.normal_approximation(sd, effect, rule)), (sd, effect)
+    # beyond a threshold: the bound must clear it, which the approximation's second term states
+    thr = pw.Decision(threshold=0.05, alpha=1e-4)
+    n = pw.processes_needed([noise(0.02)], 0.10, thr, max_processes=400)[0]
+    assert abs(n - pw.normal_approximation(0.02, 0.10, thr)) <= 1
+
+
+def test_plan_of_a_synthetic_baseline_matches_the_normal_approximation():
+    """A baseline whose kernels vary by 1 % between processes: the gate's own variance (read
+    through the self-comparison) and the plan's counts are those of the analytic normal formula
+    with the true sd, up to the sampling error of 24 processes and the t's finite df."""
+    cfg = GateConfig(threshold=0.0)
+    (p,) = pw.plan(synthetic(), 0.02, cfg, max_processes=64)
+    sds = np.array([r.noise.sd for r in p.kernels])
+    assert len(sds) == 40 and p.processes == 24
+    assert abs(np.median(sds) / 0.01 - 1) < 0.1
+    assert p.rows_in_family == 40
+    expected = pw.normal_approximation(0.01, 0.02, p.decision)
+    need = np.median([r.needed for r in p.kernels])
+    assert 0.9 * expected <= need <= 1.3 * expected + 1, (need, expected)
+    # the CI half-width at the recorded count is the gate's: t * sd * sqrt(2 / 24)
+    half = np.median([r.noise.ci_half for r in p.kernels])
+    assert half == pytest.approx(1.96 * 0.01 * math.sqrt(2 / 24), rel=0.15)
+
+
+def test_the_plan_uses_the_variance_history_and_the_rows_of_its_point():
+    base = synthetic(units=4, kernels=30, seed=3)
+    (alone,) = pw.plan(base, 0.03, GateConfig(threshold=0.0))
+    from pytest_gemmperf.gate.compare import variance_contribution
+
+    history = pd.concat([variance_contribution(synthetic(units=4, kernels=30, seed=10 + i)) for i in range(8)])
+    (pooled,) = pw.plan(base, 0.03, GateConfig(threshold=0.0), history)
+    assert all(r.noise.history_df == 24 for r in pooled.kernels)
+    assert np.mean([r.noise.prior_df + r.noise.history_df for r in pooled.kernels]) > \
+        np.mean([r.noise.prior_df for r in alone.kernels]) + 20
+    assert sum(r.needed or 99 for r in pooled.kernels) <= sum(r.needed or 99 for r in alone.kernels)
+
+
+# ---------------------------------------------------------------------------------------------
+# gemmperf plan
+
+
+def _store(tmp_path, names: list[str] | None = None):
+    store = BaselineStore(tmp_path / "baselines")
+    samples = compact_samples(synthetic(units=6, kernels=12, seed=4, names=names))
+    store.save(BaselineRecord(TEST, HW, samples))
+    return store, samples
+
+
+def test_cli_plan_prints_each_kernel_and_the_counts(tmp_path, capsys):
+    names = [f"Cijk_Ailk_Bljk_MT{16 * (k + 1)}x64x32" for k in range(11)] + ["evil\x1b[31m_elementwise_kernel"]
+    store, samples = _store(tmp_path, names)
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--detect", "5%", "--threshold", "0"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "\x1b" not in out and "\\x1b" in out  # kernel names are trace text: escaped
+    assert f"{TEST}  [{HW}]  point p: 6 processes per side recorded" in out
+    assert re.search(r"detect \+5% at threshold 0%, FDR 0.01, 80% power \(the change alone among 12 rows", out)
+    (p,) = pw.plan(store.load(TEST, HW).samples, 0.05, GateConfig(threshold=0.0))
+    n, reach = p.count_for()
+    assert reach == 12
+    assert f"to detect +5% in every gated kernel: {n} processes per side" in out
+    assert "to detect +5% in every gemm kernel:" in out and "to detect +5% in every elementwise kernel:" in out
+    table = [ln for ln in out.splitlines() if ln.startswith("  ") and "MT" in ln]
+    assert len(table) == 11 and all(ln.split()[1] == "gemm" for ln in table)
+
+
+def test_cli_plan_selects_tests_and_says_when_none_is_beyond_reach(tmp_path, capsys):
+    store, _ = _store(tmp_path)
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--test", TEST, "--detect", "3%",
+                   "--max-repeats", "4"])
+    out, _ = capsys.readouterr()
+    assert rc == 0
+    # at the default 5 % threshold a 3 % slowdown is never a regression
+    assert "to detect +3% in every gated kernel: more than 4 processes per side (none of 12 within 4)" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--baseline-dir", "{tmp}/nowhere"], "{tmp}/nowhere: no baseline store here"),
+    (["--test", "perf_tests/test_other.py::test_x"], "no baseline for test 'perf_tests/test_other.py::test_x'"),
+    (["-k", "nothing_like_it"], "no baseline test id contains 'nothing_like_it'"),
+    (["--hw", "gfx942-other-x8"], "no baseline records for hardware key gfx942-other-x8"),
+])
+def test_cli_plan_errors_are_one_line(tmp_path, capsys, args, message):
+    store, _ = _store(tmp_path)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--baseline-dir" not in args:
+        args = ["--baseline-dir", str(store.root), *args]
+    rc = cli.main(["plan", "--detect", "3%", *args])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("gemmperf: error: ")
+    assert message.replace("{tmp}", str(tmp_path)) in err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("value", ["0%", "lots", "-3%"])
+def test_cli_plan_refuses_a_change_that_is_no_change(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["plan", "--detect", value])
+    assert exc.value.code == 2
+    assert "--detect" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# --gemmperf-repeats auto
+
+
+def test_processes_per_run_from_unit_names():
+    s = pd.DataFrame({"unit": [f"h/{p}/{r}/{k}" for k in range(3) for r in range(2) for p in (7,)],
+                      "point": "p", "kernel": "k", "metric": "dur_ns", "value": 1.0})
+    assert processes_per_run(s) == 2
+    assert processes_per_run(s.assign(unit=["a", "b", "c", "d", "e", "f"])) == 1
+
+
+def test_auto_count_is_the_plans_in_repeats_and_capped():
+    base = synthetic(units=6, kernels=12, seed=4)
+    (p,) = pw.plan(base, 0.03, GateConfig(threshold=0.001), max_processes=40)
+    need, reach = p.count_for()
+    got = choose(base, None, TEST, 0.03, 0.001, max_repeats=40, default=3)
+    assert got.repeats == need and f"detects +3% in {reach}/12 gated kernels at 80% power" in got.note
+    capped = choose(base, None, TEST, 0.03, 0.001, max_repeats=2, default=3)
+    assert capped.repeats == 2 and "the largest: +3% needs more in every one of 12" in capped.note
+    inside = choose(base, None, TEST, 0.03, None, max_repeats=8, default=3)  # 3 % inside the 5 % threshold
+    assert inside.repeats == 3 and "within the 5% threshold: no count detects it" in inside.note
+
+
+AUTO_TEST = """
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(channels=[28], threads=[256], kernels=[r"^aten::mm$"])
+def test_auto(gemmperf):
+    result = gemmperf.profile([sys.executable, {fake!r}, "--dispatches", "40"])
+    gemmperf.assert_no_regression(result)
+"""
+
+
+def test_pytest_repeats_auto_runs_the_planned_count_and_says_so(gp, pytester):
+    pytester.makepyfile(test_auto=AUTO_TEST.format(fake=str(FAKE)))
+    auto = ["test_auto.py", "--gemmperf-repeats", "auto", "--gemmperf-detect", "3%",
+            "--gemmperf-threshold", "0.001", "--gemmperf-max-repeats", "6", "--gemmperf-confirm", "0", "-q"]
+    out = gp(*auto, results="a1")
+    out.assert_outcomes(passed=1)
+    # no baseline yet: the default count, and the line says why
+    out.stdout.fnmatch_lines(["gemmperf ▶ test_auto[[]ch28-th256[]] start: 3 process(es) (torch)*; "
+                              "repeats auto: 3 (no baseline on * yet)"])
+    rec = BaselineStore(gp.path / "base").load_all()[0]
+    base = rec.samples[rec.samples["point"] == "ch28-th256"]
+    want = choose(base, rec.history_for("ch28-th256"), rec.test_id, 0.03, 0.001, 6, 3)
+    assert 1 <= want.repeats <= 6 and "detects +3% in 1/1 gated kernels" in want.note
+
+    out = gp(*auto, results="a2")
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines([f"gemmperf ▶ test_auto[[]ch28-th256[]] start: {want.repeats} process(es) (torch)*; "
+                              f"repeats auto: {want.repeats} (detects +3% in 1/1 gated kernels at 80% power, "
+                              "2 processes per repeat*"])
+    point = json.loads(next((gp.path / "a2").glob("*/ch28-th256/point.json")).read_text())
+    assert point["repeats"] == want.repeats and len(point["runs"]) == want.repeats
+    assert point["repeats_auto"] == want.note
+
+
+def test_pytest_repeats_auto_needs_the_change_to_detect(gp):
+    out = gp("--gemmperf-repeats", "auto", "--collect-only")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    out.stderr.fnmatch_lines(["*--gemmperf-repeats auto needs --gemmperf-detect (e.g. 3%)*"])
+    out = gp("--gemmperf-repeats", "auto", "--gemmperf-detect", "3%", "--gemmperf-max-repeats", "1",
+             "--collect-only")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    out.stderr.fnmatch_lines(["*--gemmperf-max-repeats must be >= 2, got 1*"])
