@@ -71,6 +71,10 @@ COMPLETE_POINTS = {"sigint": {"ch28-th256"}, "sigterm": {"ch28-th256"}, "kill9":
                    "raises": {"ch28-th256", "ch56-th256"}}
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _session(project: Path, results: Path | None, env: dict, args: list[str], sig) -> int:
     marker = project / "hang.pid"
     marker.unlink(missing_ok=True)
@@ -81,7 +85,10 @@ def _session(project: Path, results: Path | None, env: dict, args: list[str], si
            "-p", "no:xdist", "--gemmperf-backend", "torch", "--gemmperf-telemetry", "off", "--gemmperf-jobs", "1",
            "--gemmperf-baseline-dir=base", *([f"--gemmperf-results-dir={results}"] if results else []),
            *args, "test_st.py"]
-    proc = subprocess.Popen(cmd, cwd=project, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # a runner started in the background (`cmd &`, nohup) ignores SIGINT, and a child inherits
+    # that: Python then installs no KeyboardInterrupt handler and the SIGINT below would be lost
+    proc = subprocess.Popen(cmd, cwd=project, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=_sigint_default)
     try:
         if sig is not None:
             deadline = time.monotonic() + 120
