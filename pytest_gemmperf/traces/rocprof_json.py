@@ -31,7 +31,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
-from pytest_gemmperf.traces.jsonkeys import KeyScan, check_unique_keys
+from pytest_gemmperf.jsonkeys import KeyScan, check_unique_keys
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     _MISSING,
