@@ -54,7 +54,7 @@ from pytest_gemmperf.traces.schema import (
     short_name,
 )
 
-SOURCE = "rocprofv3-json"
+SOURCE = "rocprof-json"  # its kind's name (traces/kinds.py)
 #: dispatch fields pulled in one attrgetter pass, in this column order
 _DISPATCH_FIELDS = (
     "start_timestamp", "end_timestamp", "thread_id", "correlation_id.internal",
