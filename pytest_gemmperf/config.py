@@ -70,48 +70,32 @@ def format_threshold(value: float) -> str:
     return f"{100 * value:g}%"
 
 
-def _int(text: str) -> int:
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise ValueError(f"invalid value {text!r}") from None
+def _number(kind: type[int] | type[float], low: float | None = None, high: float | None = None, *,
+            unit: str = "", note: str = "", got: bool = True) -> Callable[[str], Any]:
+    """A parser of one ``int`` or finite ``float`` setting, at least ``low`` and, with ``high``,
+    at most ``high`` (``unit`` names the range's unit, ``note`` follows a lower bound alone;
+    ``got`` adds the value read). Its errors are one line: ``invalid value 'x'``,
+    ``must be >= 1 (an integer)``, ``must be 0..10 rounds, got 11``."""
+    def shown(x: float) -> str:
+        return f"{x:g}" if isinstance(x, float) else str(x)
+
+    def parse(text: str) -> Any:
+        try:
+            x = kind(str(text).strip())
+        except ValueError:
+            raise ValueError(f"invalid value {text!r}") from None
+        if isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"invalid value {text!r}")
+        if low is None or (x >= low and (high is None or x <= high)):
+            return x
+        bound = f">= {shown(low)}{note}" if high is None else f"{shown(low)}..{shown(high)} {unit}"
+        raise ValueError(f"must be {bound}" + (f", got {shown(x)}" if got else ""))
+    return parse
 
 
 def _int_at_least(low: int, note: str = "", got: bool = True) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        n = _int(text)
-        if n < low:
-            raise ValueError(f"must be >= {low}{note}" + (f", got {n}" if got else ""))
-        return n
-    return parse
-
-
-def _int_range(low: int, high: int, unit: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        n = _int(text)
-        if not low <= n <= high:
-            raise ValueError(f"must be {low}..{high} {unit}, got {n}")
-        return n
-    return parse
-
-
-def _float(text: str) -> float:
-    try:
-        x = float(str(text).strip())
-    except ValueError:
-        raise ValueError(f"invalid value {text!r}") from None
-    if not math.isfinite(x):
-        raise ValueError(f"invalid value {text!r}")
-    return x
-
-
-def _float_range(low: float, high: float, unit: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        x = _float(text)
-        if not low <= x <= high:
-            raise ValueError(f"must be {low:g}..{high:g} {unit}, got {x:g}")
-        return x
-    return parse
+    """The common row: an integer of at least ``low``."""
+    return _number(int, low, note=note, got=got)
 
 
 def _repeats(text: str) -> int | str:
@@ -235,7 +219,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("warmup", "string", None, "N", "0",
             "dispatches per kernel and process dropped as warm-up (default: 0)",
             parse=_int_at_least(0), cli="--warmup"),
-    Setting("timeout", "string", "1800", "SECONDS", "1800", "seconds allowed per workload run", parse=_float),
+    Setting("timeout", "string", "1800", "SECONDS", "1800", "seconds allowed per workload run", parse=_number(float)),
     Setting("gpus_per_point", "string", "0", "G", "0: no binding",
             "GPUs per point; xdist worker N gets GPUs [N*G, (N+1)*G)", parse=_int_at_least(0)),
     Setting("rocprofv3", "string", "rocprofv3", "EXE", "rocprofv3 on PATH", "rocprofv3 executable"),
@@ -251,7 +235,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("confirm", "string", "3", "N", "3",
             "re-run a suspicious point up to N rounds before blocking (its repeats each; "
             "0: off); the new processes join the candidate and the point is judged again",
-            parse=_int_range(0, 10, "rounds")),
+            parse=_number(int, 0, 10, unit="rounds")),
     Setting("learn_variance", "bool", False, "", "off",
             "add each compared run's between-process variance to its baseline's "
             "history (sharper gate over time; writes baselines/)"),
@@ -260,7 +244,7 @@ SETTINGS: tuple[Setting, ...] = (
             "throttling) while each point runs, into telemetry.parquet", parse=_on_off),
     Setting("telemetry_interval", "string", "0.1", "SECONDS", "0.1",
             "seconds between telemetry samples (0.01..60, default 0.1)",
-            parse=_float_range(0.01, 60, "seconds")),
+            parse=_number(float, 0.01, 60, unit="seconds")),
     Setting("history", "string", ".gemmperf/history", "DIR|URL", ".gemmperf/history under the rootdir",
             "run-history store every gated point appends to: a directory or an fsspec URL; "
             "none/off: no history", path=True, cli="--history"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,16 @@ def trace_908(shared_data):
     from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
 
     return read_rocprof_json(path)
+
+
+@pytest.fixture(scope="session", name="pytest_help")
+def help_of_pytest() -> str:  # not named pytest_*: pytest takes such conftest names for hooks
+    """``pytest --help`` of this checkout (its options and ini keys), run once per session: a
+    process that imports the plugin, shared by every test that reads the help text."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 # Fixtures whose tests are end-to-end by construction: a whole inner pytest session, a real

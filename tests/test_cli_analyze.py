@@ -89,8 +89,10 @@ def test_mixed_sources_are_kept_apart(tmp_path):
     out = tmp_path / "out"
     assert main(["analyze", str(tmp_path / "s"), "--out", str(out)]) == 0
     k, s = _read(out)
-    assert k.columns[0] == "source" and set(k["source"]) == {"torch", "rocprofv3-json"}
-    assert s["dispatches_by_source"] == {"rocprofv3-json": 355, "torch": 8}
+    assert k.columns[0] == "source" and set(k["source"]) == {"torch", "rocprof-json"}
+    assert s["dispatches_by_source"] == {"rocprof-json": 355, "torch": 8}
+    # one name per format: the sources discovery read are listed by the same names
+    assert {src["kind"] for src in s["sources"]} == set(s["dispatches_by_source"])
 
 
 @pytest.mark.parametrize("make", ["missing", "truncated", "empty_dir", "rocprof_as_torch_name"])

@@ -59,18 +59,18 @@ def stub_readers(monkeypatch):
             d = finalize_dispatches(pd.DataFrame({"start_ns": [], "end_ns": [], "kernel": []}), None,
                                     allow_empty=True)
             c = finalize_counters(pd.DataFrame({"counter": ["SQ_WAVES"], "value": [4.0],
-                                                "source": "rocprofv3-json"}), str(path))
+                                                "source": "rocprof-json"}), str(path))
             return Trace(dispatches=d, counters=c, files=[str(path)])
-        return Trace(dispatches=_stub_dispatches(path, "rocprofv3-json"), files=[str(path)])
+        return Trace(dispatches=_stub_dispatches(path, "rocprof-json"), files=[str(path)])
 
     def kt(path, agents=None):
         calls.append(("kernel_trace", str(path)))
-        return Trace(dispatches=_stub_dispatches(path, "rocprofv3-csv"), files=[str(path)])
+        return Trace(dispatches=_stub_dispatches(path, "rocprof-csv"), files=[str(path)])
 
     def cc(path, agents=None):
         calls.append(("counter_collection", str(path)))
         return finalize_counters(pd.DataFrame({"counter": ["SQ_WAVES", "GRBM_COUNT"],
-                                               "value": [1.0, 2.0], "source": "rocprofv3-csv"}), str(path))
+                                               "value": [1.0, 2.0], "source": "rocprof-csv"}), str(path))
 
     def ai(path):
         calls.append(("agent_info", str(path)))
@@ -125,7 +125,7 @@ def test_aorta_sweep_load_skips_launcher(tmp_path, stub_readers):
     assert set(d["point"]) == {"ch28-th256", "ch56-th512"}
     torch = d[d["source"] == "torch"]
     assert sorted(set(torch["rank"])) == [0, 1]
-    roc = d[d["source"] == "rocprofv3-json"]
+    roc = d[d["source"] == "rocprof-json"]
     assert len(roc) == 2 * 3 and roc["rank"].isna().all() and set(roc["pass"]) == {1}
     assert set(roc["pid"]) == {900}
     assert sum("901_results.json" in n and "skipped" in n for n in t.meta["notes"]) == 2
@@ -324,11 +324,11 @@ def test_real_readers_on_real_outputs_in_sweep_layout(tmp_path):
     validate_dispatches(d)
     assert set(d["point"]) == {"ch28-th256"}
     by_source = d.groupby("source", observed=True).size().to_dict()
-    assert by_source["torch"] == 20 and by_source["rocprofv3-json"] == 355 and by_source["rocprofv3-csv"] > 0
+    assert by_source["torch"] == 20 and by_source["rocprof-json"] == 355 and by_source["rocprof-csv"] > 0
     assert set(d.loc[d["source"] == "torch", "rank"]) == {0}
-    assert d.loc[d["source"] == "rocprofv3-json", "rank"].isna().all()
-    assert set(d.loc[d["source"] == "rocprofv3-json", "pass"]) == {1}
-    assert set(d.loc[d["source"] == "rocprofv3-csv", "rank"]) == {5}
+    assert d.loc[d["source"] == "rocprof-json", "rank"].isna().all()
+    assert set(d.loc[d["source"] == "rocprof-json", "pass"]) == {1}
+    assert set(d.loc[d["source"] == "rocprof-csv", "rank"]) == {5}
 
 
 def test_symlinked_subdirectory_is_read_once_and_a_loop_is_a_note(tmp_path):

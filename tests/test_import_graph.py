@@ -25,7 +25,7 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # Kept equal to the "Layers" section of docs/ARCHITECTURE.md (test_layer_order_documented).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("errors", "paths", "safe_io", "redact", "textsafe", "config", "workdir",
-                    "run.results")),
+                    "jsonkeys", "run.results")),
     ("sweep", ("sweep",)),
     ("traces", ("traces",)),
     ("run", ("run",)),

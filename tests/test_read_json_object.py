@@ -1,5 +1,6 @@
-"""``traces.fileio.read_json_object``: the one reader of small JSON metadata files (point.json in
-discovery, run.json in ``gemmperf merge``). Every failure is one GemmperfInputError naming the file."""
+"""``traces.fileio.read_json_object`` (point.json in discovery, run.json in ``gemmperf merge``) and
+``run.results.read_json_doc`` (the results JSON that ``baseline refresh``, ``compare`` and the store
+read): every failure, a key written twice included, is one GemmperfInputError naming the file."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
+from pytest_gemmperf.cli import main
 from pytest_gemmperf.commands.merge_impl import plan_merge
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.run.results import read_json_doc
 from pytest_gemmperf.traces.discover import discover
 from pytest_gemmperf.traces.fileio import read_json_object
 
@@ -122,3 +125,50 @@ def test_merge_names_a_broken_run_json(tmp_path, text, fragment):
         plan_merge([d], tmp_path / "out")
     assert str(err.value).startswith(f"{d / 'run.json'}: {fragment}")
     assert not (tmp_path / "out").exists()
+
+
+# ---- the results JSON (run/results.read_json_doc): refresh, compare and the store read it ------
+
+REPEATED = "key 'status' appears twice in one JSON object"
+
+
+def test_results_json_with_a_repeated_key_is_one_line(tmp_path):
+    p = tmp_path / "point.json"
+    p.write_text('{"point": "a", "status": "failed", "runs": [], "status": "complete"}', encoding="utf-8")
+    with pytest.raises(GemmperfInputError) as err:
+        read_json_doc(p)
+    assert str(err.value).startswith(f"{p} ($): {REPEATED} (byte "), str(err.value)
+    # the same refusal through a byte-order mark, which json.loads accepts
+    p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())
+    with pytest.raises(GemmperfInputError, match=REPEATED):
+        read_json_doc(p)
+    p.write_text('{"point": "a", "status": "complete"}', encoding="utf-16")
+    assert read_json_doc(p) == {"point": "a", "status": "complete"}
+
+
+def _repeat(path: Path, key: str, value: str) -> None:
+    """Write ``key`` a second time, as a hand edit or a corrupt merge would."""
+    text = json.dumps(json.loads(path.read_text(encoding="utf-8")))
+    assert f'"{key}"' in text
+    path.write_text(text[:-1] + f', "{key}": "{value}"}}', encoding="utf-8")
+
+
+@pytest.mark.parametrize("where", ["run.json", "point.json"])
+@pytest.mark.parametrize("command", ["refresh", "compare"])
+def test_refresh_and_compare_refuse_a_repeated_key(tmp_path, capsys, where, command):
+    from test_baseline import make_results  # here, not at module level: its fixtures stay its own
+
+    results = make_results(tmp_path / "results" / "2026-11-20T10-00-00", failed_point=False)
+    bad = results / "run.json" if where == "run.json" else next(results.glob("*/ch28-th256/point.json"))
+    key = "hardware_key" if where == "run.json" else "status"
+    _repeat(bad, key, "edited")
+    if command == "refresh":
+        argv = ["baseline", "refresh", "--from", str(results), "--baseline-dir", str(tmp_path / "store")]
+    else:
+        base = make_results(tmp_path / "base" / "2026-11-19T10-00-00", seed=5, failed_point=False)
+        argv = ["compare", str(base), str(results), "--out", str(tmp_path / "out"), "--no-report", "--jobs", "1"]
+    assert main(argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert all(ln.startswith("note: ") for ln in err[:-1]) and "Traceback" not in "".join(err), err
+    assert err[-1].startswith(f"gemmperf: error: {bad} ($): key '{key}' appears twice in one JSON object"), err
+    assert not any((tmp_path / "store").rglob("meta.json"))  # nothing refreshed from it

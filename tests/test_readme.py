@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -60,14 +58,6 @@ def _gemmperf_options(tokens: list[str]) -> tuple[str, set[str], list[str]]:
             used.append(tok.split("=", 1)[0])
     accepted = {s for a in parser._actions for s in a.option_strings}
     return " ".join(path), accepted, used
-
-
-@pytest.fixture(scope="module")
-def pytest_help() -> str:
-    out = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

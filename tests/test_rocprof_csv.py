@@ -137,7 +137,7 @@ def test_62_fixture():
     validate_dispatches(d)
     assert list(d.columns[: len(DISPATCH_COLUMNS)]) == list(DISPATCH_COLUMNS)
     assert len(d) == 10 and t.meta["csv_version"] == "6.2"
-    assert d["source"].unique().tolist() == ["rocprofv3-csv"]
+    assert d["source"].unique().tolist() == ["rocprof-csv"]
     assert d["host"].isna().all() and (d["pid"] == 3141).all()
     assert (d["agent"] == 1).all() and t.meta["agent_numbering"] == "node_id"
     assert d["queue"].min() == 139_690_710_949_888  # raw 64-bit handle survives
@@ -387,7 +387,7 @@ def test_counter_collection_19col(tmp_path):
     assert c["counter"].astype(str).tolist() == ["OccupancyPercent", "OccupancyPercent", "SQ_WAVES"]
     assert c["start_ns"].tolist()[0] == 1569078135498332
     assert c["agpr"].tolist() == [4, 4, 4] and c["grid_size"].tolist()[0] == 512
-    assert (c["source"].astype(str) == "rocprofv3-csv").all()
+    assert (c["source"].astype(str) == "rocprof-csv").all()
 
 
 def test_counter_collection_rocpd_convert(tmp_path):

@@ -42,7 +42,7 @@ def test_v7_two_processes_table():
     d = t.dispatches
     validate_dispatches(d)
     assert len(d) == 10
-    assert set(d["source"]) == {"rocprofv3-json"}
+    assert set(d["source"]) == {"rocprof-json"}
     assert d.groupby("pid", observed=True).size().to_dict() == {1001: 5, 1002: 5}
     assert set(d["host"]) == {"node-a"}
     # agent = gpu_index of the dispatch's agent handle, not the handle and not the node id

@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -367,14 +365,6 @@ EXISTING = ("channels", "threads", "kernels", "axis", "results_dir", "baseline_d
             "replay", "repeats", "threshold", "warmup", "timeout", "gpus_per_point", "rocprofv3",
             "update_baselines", "warn_only", "progress", "benchmark_json", "confirm", "learn_variance",
             "telemetry", "telemetry_interval", "history", "history_check", "history_window", "shard", "jobs")
-
-
-@pytest.fixture(scope="module")
-def pytest_help() -> str:
-    out = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def test_every_setting_is_a_pytest_option_and_an_ini_key(pytest_help):

@@ -168,3 +168,27 @@ def test_skipped_inputs_are_typed_records(tmp_path):
     assert gate_inputs([d], jobs=1).skipped == skipped
     with pytest.raises(GemmperfInputError, match="part of the input could not be read"):
         load_side(str(d), jobs=1)
+
+
+# ---- one vocabulary: the source column names the kind that read the row ----------------------
+
+def test_the_source_column_is_the_name_of_the_kind_that_read_it(own_files, tmp_path):
+    from test_rocpd import T0, UUID_A, _db  # here, not at module level: its tests stay its own
+
+    files = {**own_files, "rocpd": _db(tmp_path, [(UUID_A, 1234, 3, T0, {})])}
+    for kind in kinds.KINDS:
+        if kind.name == "tables":  # keeps what the first reader wrote: below
+            continue
+        d = load(files[kind.name], jobs=1).dispatches
+        assert set(d["source"].astype(str)) == {kind.name}, kind.name
+
+
+def test_stored_tables_with_the_old_spellings_read_under_the_kinds_names(tmp_path):
+    point = tmp_path / "point"
+    point.mkdir()
+    old = load(ROCPROF_JSON, jobs=1).dispatches.astype({"source": object})
+    old["source"] = "rocprofv3-json"
+    old.iloc[:1, old.columns.get_loc("source")] = "torch"
+    old.to_parquet(point / "dispatches.parquet")
+    d = load(point / "dispatches.parquet", jobs=1).dispatches
+    assert d["source"].astype(str).value_counts().to_dict() == {"rocprof-json": len(d) - 1, "torch": 1}

@@ -23,7 +23,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TIMESTAMP_COLUMNS
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
-from pytest_gemmperf.report.telemetry import is_gpu_device
+from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.report.data import report_kernel_labels
@@ -235,19 +235,20 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
 
 
 def _telemetry_md(data: ReportData) -> list[str]:
-    """Machine state per point (run/telemetry.py): throttled processes and GPU clock drops."""
-    s = data.telemetry_summary
-    if s is None or not len(s):
+    """Machine state per point (run/telemetry.py): throttled processes and GPU clock drops.
+    The count is of the points the sampler ran for, not only those with per-process rows."""
+    s, samples = data.telemetry_summary, data.telemetry
+    n = sampled_points(samples, s)
+    if not n:
         return []
 
     out = []
-    for (test, point), g in s.groupby(["test", "point"], sort=True):
+    for (test, point), g in (s.groupby(["test", "point"], sort=True) if len(s) else ()):
         reasons, _ = evidence(g.drop(columns=["test", "point"]).to_dict("records"))
         if reasons:
             out.append(f"* {md_code(str(test).rsplit('::', 1)[-1] + '[' + str(point) + ']')}: "
                        + md_text("; ".join(reasons[:4])))
-    n = s.groupby(["test", "point"]).ngroups
-    if not out and not is_gpu_device(s["device"]).any():  # a CPU run: no GPU to speak of
+    if not out and not gpu_seen(samples, s):  # a CPU run: no GPU to speak of
         return [f"Telemetry: host only (no GPU seen) in {n} point(s).", ""]
     if not out:
         return [f"Telemetry: no GPU throttling or clock drop in {n} point(s).", ""]

@@ -71,6 +71,21 @@ def is_gpu_device(device: pd.Series) -> pd.Series:
     return ~device.astype(str).str.match(_HOST_DEVICE)
 
 
+def sampled_points(samples: pd.DataFrame, summary: pd.DataFrame) -> int:
+    """Points the telemetry sampler ran for: those with samples or summary rows. A point whose
+    processes were all shorter than the sampling interval has samples (the sampler reads once
+    at start and once at stop) but no per-process summary row, and still counts."""
+    keys = [df[["test", "point"]] for df in (samples, summary)
+            if df is not None and len(df) and {"test", "point"} <= set(df.columns)]
+    return len(pd.concat(keys).drop_duplicates()) if keys else 0
+
+
+def gpu_seen(samples: pd.DataFrame, summary: pd.DataFrame) -> bool:
+    """Did the sampler see a GPU in any point (a sample or summary row of a GPU device)?"""
+    return any(bool(is_gpu_device(df["device"]).any()) for df in (samples, summary)
+               if df is not None and len(df) and "device" in df.columns)
+
+
 def _bucket(t: np.ndarray, v: np.ndarray, n: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """At most ``n`` points: the mean of each time bucket (keeps dips of throttling visible
     better than striding)."""
@@ -198,4 +213,4 @@ def telemetry_context(samples: pd.DataFrame, summary: pd.DataFrame, meta: dict[s
     return out
 
 
-__all__ = ["is_gpu_device", "read_results_telemetry", "telemetry_context", "telemetry_panel", "escape"]
+__all__ = ["gpu_seen", "is_gpu_device", "read_results_telemetry", "sampled_points", "telemetry_context", "telemetry_panel", "escape"]

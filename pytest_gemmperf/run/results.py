@@ -40,6 +40,7 @@ from filelock import FileLock
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.jsonkeys import check_unique_keys
 from pytest_gemmperf.paths import contained
 from pytest_gemmperf.redact import redact_record
 
@@ -347,16 +348,27 @@ def point_state(point_dir: Path, doc: Mapping[str, Any]) -> str:
 
 
 def read_json_doc(path: Path) -> dict[str, Any]:
-    """A results JSON file (run.json, point.json) as an object, or one line naming the file."""
+    """A results JSON file (run.json, point.json) as an object, or one line naming the file.
+    A key written twice in one object is refused (:mod:`pytest_gemmperf.jsonkeys`): ``json``
+    would keep the last value, so an edited ``"status"`` could turn a failed point complete."""
     try:
-        doc = json.loads(path.read_bytes())
+        raw = path.read_bytes()
+        doc = json.loads(raw)
     except OSError as exc:
         raise GemmperfInputError(path, f"cannot read: {exc.strerror or exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise GemmperfInputError(path, "expected a JSON object")
+    check_unique_keys(_utf8(raw), os.fspath(path))
     return doc
+
+
+def _utf8(raw: bytes) -> bytes:
+    """``raw`` as the BOM-less UTF-8 the key scan reads; ``json.loads`` also takes UTF-16/32
+    and a UTF-8 byte-order mark, so the bytes it accepted are recoded the way it decoded them."""
+    enc = json.detect_encoding(raw)
+    return raw if enc == "utf-8" else raw.decode(enc, "surrogatepass").encode("utf-8", "surrogatepass")
 
 
 def _writer_alive(doc: Mapping[str, Any]) -> bool:

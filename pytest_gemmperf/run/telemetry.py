@@ -481,6 +481,7 @@ def slowest_process_notes(verdicts: pd.DataFrame, dispatches: pd.DataFrame, affe
     slowest = med.groupby(level=0).idxmax().map(lambda kr: kr[1])
     slowest = slowest[n_runs.reindex(slowest.index) > 1]
     v = verdicts.copy()
+    # the gate's names (gate/metrics.DUR_NS, gate/verdict.py) as text: run/ sits below gate/
     hit = (v["metric"].astype(str) == "dur_ns") & v["verdict"].isin(["regression", "inconclusive"])
     proc = v["kernel"].astype(str).map(slowest)
     hit &= proc.notna()

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.csv_parse import _DICT, _Source, _at_row
 
-#: the ``source`` value of every table read from a rocprofv3 CSV
-SOURCE = "rocprofv3-csv"
+#: the ``source`` value of every table read from a rocprofv3 CSV: its kind's name
+SOURCE = "rocprof-csv"
 
 # --------------------------------------------------------------------------------------------
 # Column builders (cheap pandas columns straight from arrow / numpy)

@@ -27,7 +27,7 @@ import stat
 import zlib
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.jsonkeys import check_unique_keys
+from pytest_gemmperf.jsonkeys import check_unique_keys
 
 #: default bound on the bytes one gzip file may expand to (see the module docstring)
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 1024 ** 3
@@ -130,7 +130,7 @@ def read_json_object(path: str | os.PathLike) -> dict:
     :class:`GemmperfInputError` naming ``path`` and the problem: ``cannot read file: <reason>``,
     ``not valid JSON: <parser message>`` (also for bytes that are not UTF-8), ``not a JSON
     object (found <type>)`` when the document is e.g. a list, or a key written twice in one
-    object (:mod:`.jsonkeys`: ``json`` would keep the last value silently). Not for traces: no gzip, no bound.
+    object (:mod:`pytest_gemmperf.jsonkeys`: ``json`` would keep the last value silently). Not for traces: no gzip, no bound.
     """
     name = os.fspath(path)
     raw = _read_regular_file(name)

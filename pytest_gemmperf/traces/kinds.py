@@ -45,8 +45,8 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.provenance import (Source, csv_role, point_json, results_prefix,
                                                str_or_none, with_attrs)
-from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, NoGpuEvents, Trace,
-                                           empty, finalize_agents, finalize_counters,
+from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, OLD_SOURCE_NAMES, NoGpuEvents,
+                                           Trace, empty, finalize_agents, finalize_counters,
                                            finalize_dispatches)
 
 
@@ -365,6 +365,14 @@ def _tables_source(d: Path) -> Source:
     return src
 
 
+def _current_source_names(df: pd.DataFrame) -> pd.DataFrame:
+    """Older results name a format in ``source`` as it once was spelled: read under the
+    kinds' names, so one run's tables never show two spellings of one format."""
+    if "source" in df.columns and df["source"].isin(list(OLD_SOURCE_NAMES)).any():
+        df["source"] = df["source"].astype(object).replace(OLD_SOURCE_NAMES)
+    return df
+
+
 def _read_tables(src: Source, notes: list[str]) -> Trace:
     by_name = {f.name: f for f in src.files}
 
@@ -373,9 +381,10 @@ def _read_tables(src: Source, notes: list[str]) -> Trace:
         if f is None:
             return None
         try:
-            return pd.read_parquet(f)
+            df = pd.read_parquet(f)
         except (OSError, ValueError) as exc:  # pyarrow errors derive from these
             raise GemmperfInputError(f, f"cannot read parquet table: {exc}") from None
+        return _current_source_names(df)
 
     d = read("dispatches.parquet")
     path = str(by_name.get("dispatches.parquet", src.files[0]))

@@ -31,7 +31,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import read_maybe_gzip
-from pytest_gemmperf.traces.jsonkeys import KeyScan, check_unique_keys
+from pytest_gemmperf.jsonkeys import KeyScan, check_unique_keys
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     _MISSING,
@@ -54,7 +54,7 @@ from pytest_gemmperf.traces.schema import (
     short_name,
 )
 
-SOURCE = "rocprofv3-json"
+SOURCE = "rocprof-json"  # its kind's name (traces/kinds.py)
 #: dispatch fields pulled in one attrgetter pass, in this column order
 _DISPATCH_FIELDS = (
     "start_timestamp", "end_timestamp", "thread_id", "correlation_id.internal",

@@ -33,8 +33,12 @@ class NoDispatches(GemmperfInputError):
 class NoGpuEvents(NoDispatches):
     """A PyTorch profiler trace without GPU activity: a CPU-only run, read as CPU operators."""
 
-#: Values of the ``source`` column.
-SOURCES = ("rocprofv3-csv", "rocprofv3-json", "rocpd", "torch")
+#: Values of the ``source`` column: the name of the source kind (``traces/kinds.py``) whose
+#: reader made the row, so notes, summaries and tables name a format one way. Our stored tables
+#: (the ``tables`` kind) keep the value of the reader that first made them.
+SOURCES = ("rocprof-csv", "rocprof-json", "rocpd", "torch")
+#: ``source`` values of results written before the column took the kinds' names -> the name
+OLD_SOURCE_NAMES = {"rocprofv3-csv": "rocprof-csv", "rocprofv3-json": "rocprof-json"}
 
 STR = "category"
 INT = "Int64"  # nullable

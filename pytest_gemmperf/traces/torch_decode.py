@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.jsonkeys import KeyScan, check_unique_keys
+from pytest_gemmperf.jsonkeys import KeyScan, check_unique_keys
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
 
 
