@@ -35,7 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip report.html / report.xlsx / summary.md / variance CSVs")
     add_allow_partial(p)
-    add_cli_option(p, "jobs", help="worker processes reading trace files at once (0: every usable core; "
+    add_cli_option(p, "jobs", help="worker processes reading trace files at once (auto: every usable core "
+                                   "where the inputs are large enough to pay for the pool, else serial; "
                                    "1: serial, no pool); results do not depend on it")
     p.set_defaults(func=run)
     return p
