@@ -30,8 +30,9 @@ Contract:
   READ_BYTES_PER_S`` (a gzip file's bytes count ``GZIP_FACTOR`` times: its text is that much
   larger), and a pool of w workers is used only when it would save more than it costs to start,
   ``serial x (1 - 1/w) > POOL_START_S``. The constants are measured (docs/performance.md): the
-  rocprofv3 CSV path reads about 50 MB/s per core, and the pool's start is about a second (the
-  fork server starts and imports the readers once; workers are forked from it). An explicit
+  rocprofv3 CSV and JSON readers parse 100-200 MB/s per core (Kineto 50 MB/s) and take some
+  30 ms per file besides, and the pool's start costs under a second (the fork server starts and
+  imports the readers once; workers are forked from it). An explicit
   ``N`` uses the pool above ``POOL_MIN_BYTES`` of input.
 * The fork server preloads the readers (:data:`PRELOAD`): a worker then starts as a fork of an
   idle process that has imported pandas and pyarrow, not as a fresh interpreter importing them
@@ -58,9 +59,10 @@ POOL_MIN_BYTES = 16 * 1024 * 1024
 #: ``auto``: wall seconds a pool costs before its first result (fork server, imports, forks)
 POOL_START_S = 1.0
 #: ``auto``: seconds of fixed work per input file (opening, small tables, provenance)
-PER_FILE_S = 0.05
-#: ``auto``: input bytes one core reads and reduces per second (rocprofv3 CSV, the slowest)
-READ_BYTES_PER_S = 50e6
+PER_FILE_S = 0.03
+#: ``auto``: input bytes one core reads and reduces per second (rocprofv3 CSV and JSON: 100-200
+#: MB/s, Kineto 50 MB/s)
+READ_BYTES_PER_S = 100e6
 #: ``auto``: a gzip file's text is about this many times its size on disk
 GZIP_FACTOR = 10
 #: modules the fork server imports once, so that each worker starts as a fork of it
