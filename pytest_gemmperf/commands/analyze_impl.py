@@ -19,14 +19,13 @@ from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.report.tables import clean
+from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.workdir import TOOL_DIR, default_output_dir
 from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
 from pytest_gemmperf.traces.discover import load
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
-from pytest_gemmperf.report import write_reports
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats
 from pytest_gemmperf.analysis.source_totals import dispatch_totals, recategorize, reduce_sources
@@ -121,6 +120,8 @@ def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
 def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) -> None:
     """report.html, report.xlsx, summary.md and the aorta variance CSVs beside our own files
     (kernels.csv and summary.json stay this command's)."""
+    # lazy: --no-report never loads the report layer and the statistics libraries it imports
+    from pytest_gemmperf.report import write_reports
 
     files = write_reports(out, dispatches=d, counters=trace.counters, agents=trace.agents,
                           meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
