@@ -185,3 +185,19 @@ def test_workers_send_back_slim_columns_and_totals(tmp_path):
     assert list(part.slim.columns) == list(SLIM_COLUMNS) and len(part.slim) == len(full)
     assert len(part.totals) == full.groupby(list(TOTAL_KEYS), dropna=False, observed=True).ngroups
     assert len(full.columns) > 5 * len(part.slim.columns)  # what travels back per dispatch
+
+
+def test_prestart_starts_the_fork_server_only_where_the_pool_is_likely(cores8, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "1_kernel_trace.csv").write_bytes(b"x" * 1000)
+    assert not parallel.prestart(JOBS_AUTO, [small])
+    large = tmp_path / "large"
+    for i in range(32):
+        host = large / f"node{i // 8}"
+        host.mkdir(parents=True, exist_ok=True)
+        with open(host / f"{i}_kernel_trace.csv", "wb") as fh:
+            fh.truncate(19 * MB)
+    assert not parallel.prestart(1, [large])                  # serial: no server
+    assert not parallel.prestart(-3, [large])                 # a bad value is the command's to report
+    assert parallel.prestart(JOBS_AUTO, [large])

@@ -16,7 +16,7 @@ the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and
 * :func:`dispatch_totals`, a few hundred rows per source: dispatches, duration sum, first start,
   last end and flag counts per ``(source, point, rank, kernel, category)``; sums, minima and
   maxima of integers merge exactly;
-* the source's agents, notes, and the processes it holds.
+* the source's agents (the columns summary.json lists), notes, and the processes it holds.
 
 Warm-up is dropped per process (``analysis/kernel_stats.drop_warmup``); that equals dropping it
 on the full table only when each process lies in one source. With a warm-up, a source kind that
@@ -48,6 +48,9 @@ SLIM_COLUMNS = ("source", "point", "rank", "kernel", "category", "dur_ns")
 TOTAL_KEYS = ("source", "point", "rank", "kernel", "category")
 #: its integer columns: summed, except the first start (min) and last end (max)
 TOTAL_COLUMNS = ("n_dispatches", "total_ns", "first_start_ns", "last_end_ns", "zero_dur", "queue_overlap")
+#: the agents' columns summary.json lists (each source's agents table has some 60)
+AGENT_COLUMNS = ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type", "gpu_arch",
+                 "product", "cu_count", "wave_size")
 _TOTAL_SCHEMA = {**{c: DISPATCH_SCHEMA[c] for c in TOTAL_KEYS}, **{c: "int64" for c in TOTAL_COLUMNS}}
 _SLIM_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in SLIM_COLUMNS}
 
@@ -102,7 +105,7 @@ class SourceTotals:
 
     slim: pd.DataFrame            # SLIM_COLUMNS of every dispatch past the warm-up, input order
     totals: pd.DataFrame          # dispatch_totals of every source, concatenated in input order
-    agents: pd.DataFrame          # == load(paths).agents
+    agents: pd.DataFrame          # == load(paths).agents[AGENT_COLUMNS], those it has
     notes: list[str]              # == load(paths).meta["notes"]
     skipped: list[SkippedInput]   # == load(paths).meta["skipped"]
     sources: list[dict]           # == load(paths).meta["sources"]
@@ -118,7 +121,8 @@ def reduce_source(src, opts: _Options) -> _Part:
     out.read = True
     out.meta_notes = list(t.meta.get("notes", []))
     out.n_dispatches = len(t.dispatches)
-    out.agents = t.agents if t.agents is not None and len(t.agents) else None
+    if t.agents is not None and len(t.agents):
+        out.agents = t.agents[[c for c in AGENT_COLUMNS if c in t.agents.columns]]
     if len(t.dispatches) == 0:
         return out
     d = t.dispatches.reset_index(drop=True)

@@ -51,4 +51,10 @@ def _impl():
 
 
 def run(args: argparse.Namespace) -> int:
+    if not getattr(args, "report", True):
+        # lazy: stdlib only; the pool's fork server then imports the readers while this
+        # process imports the command's work (the reports need the full table here anyway)
+        from pytest_gemmperf.traces.parallel import prestart
+
+        prestart(getattr(args, "jobs", 0), args.paths)
     return _impl().run(args)

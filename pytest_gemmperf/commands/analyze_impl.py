@@ -28,7 +28,7 @@ from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats
-from pytest_gemmperf.analysis.source_totals import dispatch_totals, recategorize, reduce_sources
+from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources
 
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
@@ -200,8 +200,7 @@ def build_summary(args: argparse.Namespace, inputs: Inputs, kernels: pd.DataFram
         rec["total_ns_by_category"] = {str(c): int(v) for c, v in zip(sel["category"], sel["total_ns"])}
         per_rows.append(rec)
     agents = inputs.agents
-    agent_cols = [c for c in ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type",
-                              "gpu_arch", "product", "cu_count", "wave_size") if c in agents.columns]
+    agent_cols = [c for c in AGENT_COLUMNS if c in agents.columns]
     # as value_counts orders them: by count, largest first, from the categories' order
     by_source = (t.groupby("source", dropna=False, observed=False, sort=True)["n_dispatches"].sum()
                  .sort_values(ascending=False))
