@@ -52,8 +52,9 @@ def _impl():
 
 def run(args: argparse.Namespace) -> int:
     if not getattr(args, "report", True):
-        # lazy: stdlib only; the pool's fork server then imports the readers while this
-        # process imports the command's work (the reports need the full table here anyway)
+        # the pool's fork server imports the readers while this process imports the command's
+        # work (with reports the parent reads the full table anyway)
+        # lazy: a parser module imports no work at load time (stdlib only here)
         from pytest_gemmperf.traces.parallel import prestart
 
         prestart(getattr(args, "jobs", 0), args.paths)
