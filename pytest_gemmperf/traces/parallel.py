@@ -3,7 +3,7 @@
 Method: :func:`map_ordered` runs one picklable function over a list of items in a
 ``concurrent.futures.ProcessPoolExecutor`` with the ``forkserver`` start method (``fork`` would
 copy a parent whose pyarrow / BLAS threads may hold locks; ``forkserver`` forks workers from a
-clean single-threaded server instead), ``max_workers = min(jobs, len(items))``, and returns the
+clean server that never runs a reader instead), ``max_workers = min(jobs, len(items))``, and returns the
 results in the order of ``items`` - never in completion order - so every table built from them
 equals the serial path's row for row. ``jobs == 1`` (or a single item) runs the same function
 in this process, without a pool: the serial path.
@@ -36,7 +36,7 @@ Contract:
   ``N`` uses the pool above ``POOL_MIN_BYTES`` of input.
 * The fork server preloads the readers (:data:`PRELOAD`): a worker then starts as a fork of an
   idle process that has imported pandas and pyarrow, not as a fresh interpreter importing them
-  (about a CPU-second each). The server never runs a reader, so the threads those imports
+  (up to a CPU-second each). The server never runs a reader, so the threads those imports
   start (OpenBLAS's pool, jemalloc's background thread) hold no locks when it forks.
   :func:`prestart` starts it before a command imports its own work, so that the two imports run
   at once on two cores instead of one after the other, when a bounded look at the inputs
