@@ -25,8 +25,19 @@ The per-file data are synthetic but shaped like real traces: 50 kernel names in 
 kernel mix, log-normal durations, four queues. To keep generation short, each format writes 8
 distinct dispatch bodies and every file uses one of them with its own pid / rank / host.
 
+``--case csv96`` measures the command users run instead: ``gemmperf analyze DIR --jobs 1
+--no-report`` against ``--jobs 2`` on 96 rocprofv3 7.x ``kernel_trace.csv`` files (one process
+per file, ``node<NNN>/<pid>_kernel_trace.csv`` with its ``agent_info.csv``, 12 hosts x 8 pids),
+each the real 43,915-dispatch MI350X run of ``../shared/data/tracelens/908_results.json.gz``
+written in the CSV layout rocprofv3 7.x documents: 4.2 M dispatches, 1.8 GB. Each mode runs 3
+times, interleaved, in a fresh ``gemmperf`` process; it prints the best wall time of each, the
+speed-up (target: at least 1.6x), the peak RSS of the whole process tree (the command, its fork
+server and pool workers: summed VmRSS sampled every 20 ms) and whether ``kernels.csv`` and
+``summary.json`` are byte-identical.
+
 Usage: python benchmarks/scale.py [--sizes 256x20000,1024x5000] [--formats csv,json,kineto]
        [--jobs N] [--quick] [--keep]
+       python benchmarks/scale.py --case csv96 [--files 96] [--repeats 3] [--keep]
 """
 
 from __future__ import annotations
@@ -210,6 +221,19 @@ def _status_kib(pid: int | str, key: str) -> int:
     return 0
 
 
+def _pss_kib(pid: int | str) -> int:
+    """Proportional set size: pages shared with other processes (a fork server's imports in
+    its forked workers) counted once across them, unlike VmRSS."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return _status_kib(pid, "VmRSS:")
+
+
 def _children(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
@@ -240,26 +264,33 @@ class TreeRss(threading.Thread):
     ``RUSAGE_CHILDREN`` never sees while the forkserver lives), the largest VmHWM of any
     descendant, and the CPU time of the descendants (last value seen per pid)."""
 
-    def __init__(self, interval: float = 0.02) -> None:
+    def __init__(self, interval: float = 0.02, root: int | None = None) -> None:
         super().__init__(daemon=True)
         self.interval = interval
+        self.root = root
         self.peak_kib = 0
+        self.peak_pss_kib = 0
         self.max_child_hwm_kib = 0
         self.max_children = 0
         self.child_ticks: dict[int, int] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
-        me = os.getpid()
+        me = self.root or os.getpid()
         while not self._halt.is_set():
             kids = _children(me)
             self.max_children = max(self.max_children, len(kids))
             total = _status_kib(me, "VmRSS:")
+            pss = _pss_kib(me) if self.root else 0
+            if self.root:
+                self.child_ticks[me] = max(self.child_ticks.get(me, 0), _cpu_ticks(me))
             for k in kids:
                 total += _status_kib(k, "VmRSS:")
+                pss += _pss_kib(k) if self.root else 0
                 self.max_child_hwm_kib = max(self.max_child_hwm_kib, _status_kib(k, "VmHWM:"))
                 self.child_ticks[k] = max(self.child_ticks.get(k, 0), _cpu_ticks(k))
             self.peak_kib = max(self.peak_kib, total)
+            self.peak_pss_kib = max(self.peak_pss_kib, pss)
             self._halt.wait(self.interval)
 
     def stop(self) -> None:
@@ -360,12 +391,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--legacy", action="store_true",
                     help="also time the full-table path (load everything, then gate_samples + kernel_stats) "
                          "serially, for its peak RSS")
+    ap.add_argument("--case", choices=("csv96",),
+                    help="csv96: gemmperf analyze --jobs 1 vs 2 on 96 rocprofv3 CSV files of a real run")
+    ap.add_argument("--repeats", type=int, default=3, help="--case: runs of each mode, interleaved")
+    ap.add_argument("--trace", type=Path, default=TRACE_908, help="--case: the rocprofv3 JSON the files copy")
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.measure:
         measure(args.measure, args.jobs or usable_cores(), args.result, legacy=args.legacy)
         return 0
+    if args.case == "csv96":
+        return csv_case(args.files or 96, args.repeats, args.trace, keep=args.keep)
     if args.quick:
         sizes = [(32, 2000)]
     elif args.files or args.dispatches:
@@ -437,6 +474,130 @@ def _print_table(rows: list, jobs: int) -> None:
         print(f"- {fmt} {nf}x{nd}: serial {ser['wall_s']:.1f} s (read+reduce {ser['read_reduce_s']:.1f} s, "
               f"serial remainder {fixed:.1f} s) -> about {est:.1f} s on 16 cores, "
               f"{ser['wall_s'] / est:.1f}x (worker start ~{start:.1f} s)")
+
+
+# ------------------------------------------------------------------ gemmperf analyze, CSV dirs
+
+TRACE_908 = REPO.parent / "shared" / "data" / "tracelens" / "908_results.json.gz"
+PIDS_PER_HOST = 8
+SPEEDUP_TARGET = 1.6
+
+
+def csv_from_rocprof_json(path: Path) -> tuple[bytes, int]:
+    """The kernel dispatches of a one-process rocprofv3 JSON as a rocprofv3 7.x
+    ``kernel_trace.csv`` (22 columns, ``Agent <node id>``, the demangled name, as the CSV
+    writer of 7.x fills them from the same records); returns (bytes, dispatches)."""
+    import gzip
+
+    from ingest_csv import KERNEL_TRACE_7X
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        proc = json.load(fh)["rocprofiler-sdk-tool"][0]
+    syms = {s["kernel_id"]: s for s in proc["kernel_symbols"] if s}
+    node = {a["id"]["handle"]: a["node_id"] for a in proc["agents"]}
+    lines = [",".join(f'"{c}"' for c in KERNEL_TRACE_7X)]
+    recs = proc["buffer_records"]["kernel_dispatch"]
+    for r in recs:  # generation only; the command is what is measured
+        i, wg, grid = r["dispatch_info"], r["dispatch_info"]["workgroup_size"], r["dispatch_info"]["grid_size"]
+        s = syms[i["kernel_id"]]
+        name = s["demangled_kernel_name"].replace('"', '""')
+        lines.append(f'"KERNEL_DISPATCH","Agent {node[i["agent_id"]["handle"]]}",{i["queue_id"]["handle"]},'
+                     f'{r["stream_id"]["handle"]},{r["thread_id"]},{i["dispatch_id"]},{i["kernel_id"]},"{name}",'
+                     f'{r["correlation_id"]["internal"]},{r["start_timestamp"]},{r["end_timestamp"]},'
+                     f'{i["group_segment_size"]},{i["private_segment_size"]},{s["arch_vgpr_count"]},'
+                     f'{s["accum_vgpr_count"]},{s["sgpr_count"]},{wg["x"]},{wg["y"]},{wg["z"]},'
+                     f'{grid["x"]},{grid["y"]},{grid["z"]}')
+    return ("\n".join(lines) + "\n").encode(), len(recs)
+
+
+def write_csv_dirs(root: Path, body: bytes, n_files: int) -> int:
+    """``n_files`` processes, ``node<NNN>/<pid>_kernel_trace.csv`` + ``_agent_info.csv`` (the
+    6.3+ default ``%hostname%/%pid%`` prefix), 8 per host; returns bytes written."""
+    agent = _agent_info_csv()
+    for k in range(n_files):
+        host = root / f"node{k // PIDS_PER_HOST:03d}"
+        host.mkdir(parents=True, exist_ok=True)
+        pid = 20_000 + k
+        (host / f"{pid}_kernel_trace.csv").write_bytes(body)
+        (host / f"{pid}_agent_info.csv").write_bytes(agent)
+    return n_files * (len(body) + len(agent))
+
+
+def _analyze(root: Path, jobs: int, out: Path) -> dict:
+    """One ``gemmperf analyze ROOT --no-report --jobs N`` in a fresh process: wall seconds,
+    peak RSS of its process tree (MiB), CPU seconds of the tree (sampled: a lower bound)."""
+    cmd = [sys.executable, "-m", "pytest_gemmperf.cli", "analyze", str(root), "--no-report",
+           "--jobs", str(jobs), "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=str(out.parent), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    mon = TreeRss(root=proc.pid)
+    mon.start()
+    text = proc.communicate()[0].decode(errors="replace")
+    wall = time.perf_counter() - t0
+    mon.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"gemmperf analyze --jobs {jobs} failed ({proc.returncode}): {text.strip()[-500:]}")
+    return {"wall_s": wall, "tree_peak_mib": mon.peak_kib / 1024, "tree_pss_mib": mon.peak_pss_kib / 1024,
+            "cpu_s": mon.child_cpu_s(), "parent_cpu_s": mon.child_ticks.get(proc.pid, 0) / os.sysconf("SC_CLK_TCK"),
+            "workers_seen": mon.max_children, "load_1m": os.getloadavg()[0]}
+
+
+def _same_outputs(a: Path, b: Path) -> bool:
+    return all((a / f).read_bytes() == (b / f).read_bytes() for f in ("kernels.csv", "summary.json"))
+
+
+def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False) -> int:
+    """``--case csv96``: see the module docstring. Exit 0 when the outputs are identical (the
+    speed-up is printed against its target, not enforced: it needs a quiet machine)."""
+    if not trace.is_file():
+        print(f"scale.py: {trace}: not found (the case copies this rocprofv3 JSON; "
+              f"../shared/data beside the checkout, or --trace PATH)", file=sys.stderr)
+        return 2
+    body, per_file = csv_from_rocprof_json(trace)
+    tmp = Path(tempfile.mkdtemp(prefix="gemmperf-csv96-"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
+    try:
+        root = tmp / "traces"
+        nbytes = write_csv_dirs(root, body, n_files)
+        load0 = os.getloadavg()
+        runs: dict[int, list[dict]] = {1: [], 2: []}
+        for rep in range(repeats):  # interleaved: a load change hits both modes alike
+            for jobs in (1, 2):
+                out = tmp / f"out-j{jobs}-{rep}"
+                runs[jobs].append(_analyze(root, jobs, out))
+                print(f"# run {rep + 1}/{repeats} --jobs {jobs}: {runs[jobs][-1]['wall_s']:.2f} s, "
+                      f"tree peak {runs[jobs][-1]['tree_peak_mib']:.0f} MiB", file=sys.stderr, flush=True)
+        same = all(_same_outputs(tmp / "out-j1-0", tmp / f"out-j{j}-{r}") for j in (1, 2) for r in range(repeats))
+        load1 = os.getloadavg()
+    finally:
+        if keep:
+            print(f"files kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    t1 = min(r["wall_s"] for r in runs[1])
+    t2 = min(r["wall_s"] for r in runs[2])
+    speedup = t1 / t2
+    print(f"\ngemmperf analyze DIR --no-report, rocprofv3 CSV, one process per file "
+          f"(usable cores: {os.cpu_count()}; load average 1/5/15 min before {load0[0]:.1f}/{load0[1]:.1f}/"
+          f"{load0[2]:.1f}, after {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f})\n")
+    print("| files | dispatches | MiB | jobs 1 s (best of %d) | jobs 2 s | speed-up | target %.1fx met "
+          "| tree peak RSS MiB jobs 1 / 2 | tree peak PSS MiB jobs 1 / 2 | CPU s jobs 1 / 2 (parent) | identical output |"
+          % (repeats, SPEEDUP_TARGET))
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    print(f"| {n_files} | {n_files * per_file:,} | {nbytes / 2**20:.0f} | {t1:.2f} | {t2:.2f} | {speedup:.2f}x | "
+          f"{'yes' if speedup >= SPEEDUP_TARGET else 'NO'} | "
+          f"{max(r['tree_peak_mib'] for r in runs[1]):.0f} / {max(r['tree_peak_mib'] for r in runs[2]):.0f} | "
+          f"{max(r['tree_pss_mib'] for r in runs[1]):.0f} / {max(r['tree_pss_mib'] for r in runs[2]):.0f} | "
+          f"{min(r['cpu_s'] for r in runs[1]):.1f} / {min(r['cpu_s'] for r in runs[2]):.1f} "
+          f"({min(r['parent_cpu_s'] for r in runs[2]):.1f}) | "
+          f"{'yes' if same else 'NO'} |")
+    print("\nRSS sums each process's resident pages (a page shared by the fork server and its "
+          "workers counts in each); PSS counts it once. CPU: user+sys of the tree, sampled.")
+    print("\nall runs (wall s): jobs 1 " + ", ".join(f"{r['wall_s']:.2f}" for r in runs[1])
+          + "; jobs 2 " + ", ".join(f"{r['wall_s']:.2f}" for r in runs[2]))
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

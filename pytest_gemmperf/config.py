@@ -105,6 +105,18 @@ def _repeats(text: str) -> int | str:
     return _int_at_least(1, " or auto", got=False)(text)
 
 
+#: the ``jobs`` value meaning "auto" (``0`` is the same: its older spelling)
+JOBS_AUTO = 0
+
+
+def _jobs(text: str) -> int:
+    """``auto`` (or ``0``) -> :data:`JOBS_AUTO`: a pool of the usable cores where the
+    estimate says it pays (``traces/parallel.py``), else serial; ``N >= 1``: at most N."""
+    if str(text).strip().lower() == "auto":
+        return JOBS_AUTO
+    return _int_at_least(0, " (or auto)")(text)
+
+
 def _on_off(text: str) -> bool:
     word = str(text).strip().lower()
     if word in _ON:
@@ -257,11 +269,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shard", "string", None, "I/N", "no sharding",
             "I/N: run shard I of N of the sweep points (one CI job of a matrix), "
             "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
-    Setting("jobs", "string", "0", "N", "0: every usable core",
-            "worker processes reading a point's trace files at once (0: every usable core, "
-            "split between pytest-xdist workers; "
-            "1: serial, no pool); the tables do not depend on it",
-            parse=_int_at_least(0, " (0: every usable core)"), cli="--jobs"),
+    Setting("jobs", "string", "auto", "N|auto", "auto",
+            "worker processes reading a point's trace files at once (auto: the usable cores, "
+            "split between pytest-xdist workers, where the input is large enough for the pool's "
+            "start-up to pay, else serial; 0: auto; 1: serial, no pool); the tables do not "
+            "depend on it", parse=_jobs, cli="--jobs"),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -35,7 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip report.html / report.xlsx / summary.md / variance CSVs")
     add_allow_partial(p)
-    add_cli_option(p, "jobs", help="worker processes reading trace files at once (0: every usable core; "
+    add_cli_option(p, "jobs", help="worker processes reading trace files at once (auto: every usable core "
+                                   "where the inputs are large enough to pay for the pool, else serial; "
                                    "1: serial, no pool); results do not depend on it")
     p.set_defaults(func=run)
     return p
@@ -50,4 +51,11 @@ def _impl():
 
 
 def run(args: argparse.Namespace) -> int:
+    if not getattr(args, "report", True):
+        # the pool's fork server imports the readers while this process imports the command's
+        # work (with reports the parent reads the full table anyway)
+        # lazy: a parser module imports no work at load time (stdlib only here)
+        from pytest_gemmperf.traces.parallel import prestart
+
+        prestart(getattr(args, "jobs", 0), args.paths)
     return _impl().run(args)

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,16 @@ from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.report.tables import clean
+from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.workdir import TOOL_DIR, default_output_dir
 from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
 from pytest_gemmperf.traces.discover import load
-from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
-from pytest_gemmperf.report import write_reports
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats
+from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources
 
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
@@ -55,13 +55,24 @@ def _run(args: argparse.Namespace) -> int:
 
     args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
     extra_rules = _rules(args.categories)
-    trace = load(_complete_parts(args.paths, getattr(args, "allow_partial", False)), jobs=getattr(args, "jobs", 0))
-    d = trace.dispatches
-    if extra_rules:
-        d = d.copy(deep=False)
-        d["category"] = categorize(d["kernel"], extra=extra_rules)
-    kernels = kernel_table(d, warmup=args.warmup)
-    summary = build_summary(args, trace, d, kernels)
+    paths = _complete_parts(args.paths, getattr(args, "allow_partial", False))
+    jobs = getattr(args, "jobs", 0)
+    report = getattr(args, "report", True)
+    # kernels.csv and summary.json need per-source reductions only; the reports read every
+    # dispatch (timelines, overlap), so only they make the parent hold the full table
+    reduced = None if report else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
+    if reduced is None:
+        trace = load(paths, jobs=jobs)
+        d = recategorize(trace.dispatches, extra_rules)
+        inputs = Inputs(totals=dispatch_totals(d), agents=trace.agents, notes=trace.meta.get("notes", []),
+                        sources=trace.meta.get("sources", []))
+        kernels = kernel_table(d, warmup=args.warmup)
+    else:
+        inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
+                        sources=reduced.sources)
+        # the warm-up was dropped where each source was read; the totals count every dispatch
+        kernels = kernel_table(reduced.slim, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
+    summary = build_summary(args, inputs, kernels)
 
     out = Path(args.out) if args.out else None
     try:
@@ -72,13 +83,23 @@ def _run(args: argparse.Namespace) -> int:
         write_text(out / "summary.json", json.dumps(clean(summary), indent=2, allow_nan=False) + "\n")
     except OSError as exc:
         raise GemmperfInputError(out or TOOL_DIR, f"cannot write output: {exc.strerror or exc}") from None
-    print(printable(f"gemmperf analyze: {len(d)} dispatches, {len(kernels)} kernel rows -> "
+    print(printable(f"gemmperf analyze: {summary['n_dispatches']} dispatches, {len(kernels)} kernel rows -> "
                     f"{out / 'kernels.csv'}, {out / 'summary.json'}"))
-    if getattr(args, "report", True):
+    if reduced is None and report:
         _write_reports(args, trace, d, out)
-    for note in trace.meta.get("notes", []):
+    for note in inputs.notes:
         print(printable(f"note: {note}"), file=sys.stderr)
     return 0
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What summary.json reads besides the kernel rows, from either path."""
+
+    totals: pd.DataFrame   # source_totals.dispatch_totals of every dispatch
+    agents: pd.DataFrame
+    notes: list[str]
+    sources: list[dict]
 
 
 def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
@@ -99,6 +120,8 @@ def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
 def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) -> None:
     """report.html, report.xlsx, summary.md and the aorta variance CSVs beside our own files
     (kernels.csv and summary.json stay this command's)."""
+    # lazy: --no-report never loads the report layer and the statistics libraries it imports
+    from pytest_gemmperf.report import write_reports
 
     files = write_reports(out, dispatches=d, counters=trace.counters, agents=trace.agents,
                           meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
@@ -113,11 +136,12 @@ def _rules(path: str | None) -> list[tuple[str, str]]:
     return load_rules(path)
 
 
-def kernel_table(d: pd.DataFrame, *, warmup: int = 0) -> pd.DataFrame:
-    """kernels.csv rows: statistics per (point, rank, kernel) (and source when mixed)."""
+def kernel_table(d: pd.DataFrame, *, warmup: int = 0, mixed: bool | None = None) -> pd.DataFrame:
+    """kernels.csv rows: statistics per (point, rank, kernel) (and source when mixed: the
+    inputs mix profilers; None: as ``d`` does)."""
 
     by = KEYS
-    if d["source"].nunique(dropna=True) > 1:
+    if d["source"].nunique(dropna=True) > 1 if mixed is None else mixed:
         by = ("source",) + KEYS
     stats = _restore_keys(kernel_stats(_fill_keys(d), by=by, warmup=warmup))
     if "category" not in stats.columns:
@@ -159,36 +183,38 @@ def _restore_keys(stats: pd.DataFrame) -> pd.DataFrame:
     return stats
 
 
-def build_summary(args: argparse.Namespace, trace, d: pd.DataFrame, kernels: pd.DataFrame) -> dict:
+def build_summary(args: argparse.Namespace, inputs: Inputs, kernels: pd.DataFrame) -> dict:
     keys = ["point", "rank"]
-    g = d.groupby(keys, dropna=False, observed=True, sort=True)
-    per = g.agg(n_dispatches=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
-                first_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max"),
+    t = inputs.totals
+    g = t.groupby(keys, dropna=False, observed=True, sort=True)
+    per = g.agg(n_dispatches=("n_dispatches", "sum"), total_ns=("total_ns", "sum"),
+                first_start_ns=("first_start_ns", "min"), last_end_ns=("last_end_ns", "max"),
                 zero_dur=("zero_dur", "sum"), queue_overlap=("queue_overlap", "sum")).reset_index()
-    by_cat = (d.groupby(keys + ["category"], dropna=False, observed=True)["dur_ns"].sum()
+    by_cat = (t.groupby(keys + ["category"], dropna=False, observed=True)["total_ns"].sum()
               .reset_index())
     per_rows = []
     for rec in per.to_dict("records"):
         sel = by_cat
         for k in keys:
             sel = sel[_same(sel[k], rec[k])]
-        rec["total_ns_by_category"] = {str(c): int(v) for c, v in zip(sel["category"], sel["dur_ns"])}
+        rec["total_ns_by_category"] = {str(c): int(v) for c, v in zip(sel["category"], sel["total_ns"])}
         per_rows.append(rec)
-    agents = trace.agents
-    agent_cols = [c for c in ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type",
-                              "gpu_arch", "product", "cu_count", "wave_size") if c in agents.columns]
+    agents = inputs.agents
+    agent_cols = [c for c in AGENT_COLUMNS if c in agents.columns]
+    # as value_counts orders them: by count, largest first, from the categories' order
+    by_source = (t.groupby("source", dropna=False, observed=False, sort=True)["n_dispatches"].sum()
+                 .sort_values(ascending=False))
     return {
         "inputs": [str(p) for p in args.paths],
         "warmup": args.warmup,
         "categories_file": args.categories,
-        "sources": trace.meta.get("sources", []),
-        "notes": trace.meta.get("notes", []),
-        "n_dispatches": int(len(d)),
+        "sources": inputs.sources,
+        "notes": inputs.notes,
+        "n_dispatches": int(t["n_dispatches"].sum()),
         "n_kernel_rows": int(len(kernels)),
-        "dispatches_by_source": {str(k): int(v) for k, v in
-                                 d["source"].value_counts(dropna=False).items()},
-        "flags": {"zero_dur": int(d["zero_dur"].sum()),
-                  "queue_overlap": int(d["queue_overlap"].sum())},
+        "dispatches_by_source": {str(k): int(v) for k, v in by_source.items()},
+        "flags": {"zero_dur": int(t["zero_dur"].sum()),
+                  "queue_overlap": int(t["queue_overlap"].sum())},
         "per_point_rank": per_rows,
         "total_ns_by_category_note": "sums of dur_ns over all dispatches (warm-up included)",
         "agents": agents[agent_cols].drop_duplicates().to_dict("records"),

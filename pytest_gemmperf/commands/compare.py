@@ -64,7 +64,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="also append each candidate as a run to this history store (directory or fsspec URL)")
     p.add_argument("--run-id", metavar="ID",
                    help="run id in --history (default: the candidate's label; ID-<label> for several)")
-    add_cli_option(p, "jobs", help="worker processes reading trace files at once (0: every usable core; "
+    add_cli_option(p, "jobs", help="worker processes reading trace files at once (auto: every usable core "
+                                   "where the inputs are large enough to pay for the pool, else serial; "
                                    "1: serial, no pool); results do not depend on it")
     add_allow_partial(p)
     p.set_defaults(func=run)

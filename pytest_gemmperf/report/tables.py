@@ -17,11 +17,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TIMESTAMP_COLUMNS
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
+from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
 from pytest_gemmperf.safe_io import write_csv, write_text
@@ -93,27 +93,6 @@ def write_csvs(data: ReportData, out_dir: Path, skip: set[str] = frozenset()) ->
 
 # ---------------------------------------------------------------------------------------------
 # JSON
-
-
-def clean(v: Any) -> Any:
-    """JSON-safe copy: numpy/pandas scalars to Python, NaN/NA to null."""
-    if isinstance(v, dict):
-        return {str(k): clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [clean(x) for x in v]
-    if v is None or v is pd.NA or v is pd.NaT:
-        return None
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return None if not math.isfinite(float(v)) else float(v)
-    if isinstance(v, str):
-        return v
-    if isinstance(v, pd.DataFrame):
-        return clean(v.to_dict("records"))
-    return str(v)
 
 
 def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict[str, Any]:

@@ -3,20 +3,20 @@
 Method: :func:`map_ordered` runs one picklable function over a list of items in a
 ``concurrent.futures.ProcessPoolExecutor`` with the ``forkserver`` start method (``fork`` would
 copy a parent whose pyarrow / BLAS threads may hold locks; ``forkserver`` forks workers from a
-clean single-threaded server instead), ``max_workers = min(jobs, len(items))``, and returns the
+clean server that never runs a reader instead), ``max_workers = min(jobs, len(items))``, and returns the
 results in the order of ``items`` - never in completion order - so every table built from them
 equals the serial path's row for row. ``jobs == 1`` (or a single item) runs the same function
 in this process, without a pool: the serial path.
 
 Contract:
 
-* ``jobs``: None or 0 mean :func:`default_jobs`: :func:`usable_cores` (the CPUs this process
-  may run on, which a container or ``taskset`` may make fewer than the machine has) divided by
-  the number of pytest-xdist workers sharing them (``PYTEST_XDIST_WORKER_COUNT``; under
-  ``pytest -n K`` every worker sizes its own pool, and K pools of all cores would
-  oversubscribe the machine K times), at least 1. An explicit positive ``jobs``
-  (``--gemmperf-jobs N``, ``gemmperf ... --jobs N``) is taken as given: the user chose it per
-  process. A negative or non-integer value is a
+* ``jobs``: None or 0 (``auto``, the setting's default) mean :func:`default_jobs`:
+  :func:`usable_cores` (the CPUs this process may run on, which a container or ``taskset`` may
+  make fewer than the machine has) divided by the number of pytest-xdist workers sharing them
+  (``PYTEST_XDIST_WORKER_COUNT``; under ``pytest -n K`` every worker sizes its own pool, and K
+  pools of all cores would oversubscribe the machine K times), at least 1. An explicit positive
+  ``jobs`` (``--gemmperf-jobs N``, ``gemmperf ... --jobs N``) is taken as given: the user chose
+  it per process. A negative or non-integer value is a
   :class:`~pytest_gemmperf.errors.GemmperfInputError`.
 * A :class:`~pytest_gemmperf.errors.GemmperfInputError` raised in a worker is re-raised in the
   parent as the same one-line error naming the same file (the exception is carried across as
@@ -25,8 +25,22 @@ Contract:
   path would have stopped at. Pending work is cancelled.
 * Each worker gets ``default_jobs() // workers`` pyarrow threads (at least 1), so a pool of n
   workers does not start n x cores reader threads, nor K xdist workers K times that.
-* :func:`pool_jobs` keeps small inputs serial: a worker start (a fresh interpreter importing
-  pandas and pyarrow) costs about half a CPU-second, more than reading a few small files.
+* :func:`pool_jobs` keeps small inputs serial. With ``auto`` it asks :func:`pool_pays`: the
+  serial reading time is estimated from the inputs, ``files x PER_FILE_S + bytes /
+  READ_BYTES_PER_S`` (a gzip file's bytes count ``GZIP_FACTOR`` times: its text is that much
+  larger), and a pool of w workers is used only when it would save more than it costs to start,
+  ``serial x (1 - 1/w) > POOL_START_S``. The constants are measured (docs/performance.md): the
+  rocprofv3 CSV and JSON readers parse 100-200 MB/s per core (Kineto 50 MB/s) and take some
+  30 ms per file besides, and the pool's start costs under a second (the fork server starts and
+  imports the readers once; workers are forked from it). An explicit
+  ``N`` uses the pool above ``POOL_MIN_BYTES`` of input.
+* The fork server preloads the readers (:data:`PRELOAD`): a worker then starts as a fork of an
+  idle process that has imported pandas and pyarrow, not as a fresh interpreter importing them
+  (up to a CPU-second each). The server never runs a reader, so the threads those imports
+  start (OpenBLAS's pool, jemalloc's background thread) hold no locks when it forks.
+  :func:`prestart` starts it before a command imports its own work, so that the two imports run
+  at once on two cores instead of one after the other, when a bounded look at the inputs
+  (:data:`PRESTART_MAX_ENTRIES` directory entries) says the pool will be used.
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import forkserver
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -43,8 +58,21 @@ from pytest_gemmperf.errors import GemmperfInputError
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: below this many bytes of input in total, reading serially beats starting workers
+#: an explicit ``jobs`` N: below this many bytes of input in total, reading stays serial
 POOL_MIN_BYTES = 16 * 1024 * 1024
+#: ``auto``: wall seconds a pool costs before its first result (fork server, imports, forks)
+POOL_START_S = 1.0
+#: ``auto``: seconds of fixed work per input file (opening, small tables, provenance)
+PER_FILE_S = 0.03
+#: ``auto``: input bytes one core reads and reduces per second (rocprofv3 CSV and JSON: 100-200
+#: MB/s, Kineto 50 MB/s)
+READ_BYTES_PER_S = 100e6
+#: ``auto``: a gzip file's text is about this many times its size on disk
+GZIP_FACTOR = 10
+#: directory entries :func:`prestart` looks at before it gives up guessing
+PRESTART_MAX_ENTRIES = 20_000
+#: modules the fork server imports once, so that each worker starts as a fork of it
+PRELOAD = ("pytest_gemmperf.traces.discover",)
 #: the start method: never "fork" (see the module docstring)
 START_METHOD = "forkserver"
 #: set by pytest-xdist in each worker: how many workers the session started
@@ -90,22 +118,48 @@ def resolve_jobs(jobs: int | None, *, where: str | None = None) -> int:
 def pool_jobs(jobs: int | None, files: Iterable[os.PathLike | str], *,
               min_bytes: int | None = None) -> int:
     """Workers worth starting for reading ``files``: ``resolve_jobs(jobs)`` capped at the number
-    of files, and 1 when the files total fewer than ``min_bytes`` (a file that cannot be
-    stat'ed counts as large: its reader reports the problem)."""
-    min_bytes = POOL_MIN_BYTES if min_bytes is None else min_bytes
+    of files; then 1 when the pool would not pay: with ``auto`` (``jobs`` None or 0, no
+    ``min_bytes``) as :func:`pool_pays` estimates, otherwise when the files total fewer than
+    ``min_bytes`` (default :data:`POOL_MIN_BYTES`). A file that cannot be stat'ed counts as
+    large: its reader reports the problem."""
     files = list(files)
     n = min(resolve_jobs(jobs), len(files))
     if n <= 1:
         return 1
+    size = input_bytes(files)
+    if size is None:
+        return n
+    if min_bytes is None and jobs in (None, 0):
+        return n if pool_pays(n, len(files), size) else 1
+    return n if size >= (POOL_MIN_BYTES if min_bytes is None else min_bytes) else 1
+
+
+def input_bytes(files: Iterable[os.PathLike | str]) -> int | None:
+    """The text the readers will parse, in bytes: file sizes, a ``.gz`` file's times
+    :data:`GZIP_FACTOR`; None when a file cannot be stat'ed."""
     total = 0
     for f in files:
         try:
-            total += os.stat(f).st_size
+            size = os.stat(f).st_size
         except OSError:
-            return n
-        if total >= min_bytes:
-            return n
-    return 1
+            return None
+        total += size * GZIP_FACTOR if os.fspath(f).endswith(".gz") else size
+    return total
+
+
+def serial_seconds(n_files: int, n_bytes: int) -> float:
+    """Estimated seconds one core takes to read and reduce ``n_files`` totalling ``n_bytes``."""
+    return n_files * PER_FILE_S + n_bytes / READ_BYTES_PER_S
+
+
+def pool_pays(workers: int, n_files: int, n_bytes: int) -> bool:
+    """Whether ``workers`` processes read ``n_files`` (``n_bytes`` of text) sooner than one:
+    the time the pool saves, ``serial x (1 - 1/workers)``, exceeds its start-up
+    :data:`POOL_START_S`. Pure: the decision of ``jobs=auto``."""
+    if workers <= 1 or n_files <= 1:
+        return False
+    serial = serial_seconds(n_files, n_bytes)
+    return serial * (1 - 1 / min(workers, n_files)) > POOL_START_S
 
 
 @dataclass(frozen=True)
@@ -148,6 +202,9 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
     # forkserver is POSIX-only; spawn (also fork-free) elsewhere
     method = START_METHOD if START_METHOD in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
+    if method == START_METHOD:
+        # no effect once this process's fork server runs: it is started once and kept
+        ctx.set_forkserver_preload(list(PRELOAD))
     call = _Call(fn)
     threads = worker_threads(n)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
@@ -171,6 +228,57 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
                 fut.cancel()
             raise
     return out
+
+
+def prestart(jobs: int | None, paths: Iterable[os.PathLike | str]) -> bool:
+    """Start this process's fork server now when reading ``paths`` will likely use a pool (as
+    :func:`pool_jobs` decides on the regular files found within :data:`PRESTART_MAX_ENTRIES`
+    entries; no link followed). A guess that only moves work earlier: a wrong one costs an
+    idle server. Returns whether it started one."""
+    if START_METHOD not in multiprocessing.get_all_start_methods():
+        return False
+    try:
+        if resolve_jobs(jobs) <= 1:
+            return False
+    except GemmperfInputError:
+        return False  # the command reports it
+    files: list[str] = []
+    budget = PRESTART_MAX_ENTRIES
+    for top in paths:
+        budget -= _regular_files(os.fspath(top), files, budget)
+        if budget <= 0:
+            break
+    if pool_jobs(jobs, files) <= 1:
+        return False
+    ctx = multiprocessing.get_context(START_METHOD)
+    ctx.set_forkserver_preload(list(PRELOAD))
+    forkserver.ensure_running()
+    return True
+
+
+def _regular_files(top: str, out: list[str], budget: int) -> int:
+    """Append the regular files under ``top`` (or ``top`` itself) to ``out``, looking at no more
+    than ``budget`` entries; returns how many it looked at."""
+    seen = 0
+    todo = [top]
+    while todo and seen < budget:
+        path = todo.pop()
+        try:
+            with os.scandir(path) as it:
+                for entry in it:
+                    seen += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        out.append(entry.path)
+                    if seen >= budget:
+                        break
+        except NotADirectoryError:
+            out.append(path)
+            seen += 1
+        except OSError:
+            seen += 1
+    return seen
 
 
 def worker_threads(workers: int) -> int:

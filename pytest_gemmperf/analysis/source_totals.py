@@ -1,0 +1,186 @@
+"""Kernel statistics inputs and dispatch totals of many trace files, reduced where each is read.
+
+``gemmperf analyze`` writes ``kernels.csv`` (duration statistics per ``(point, rank, kernel)``)
+and ``summary.json`` (dispatch counts and duration sums per ``(point, rank)`` and category,
+artefact flags, agents). Neither needs the full dispatches table in one process, which for 96
+rocprofv3 files of 44k dispatches is 4.2 M rows and about 3 GB once pickled back from the pool
+workers, concatenated and grouped again. :func:`reduce_sources` reads each source (one file, or
+the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and sends back:
+
+* the slim columns the statistics read (``source, point, rank, kernel, category, dur_ns``,
+  after the warm-up is dropped): about 20 bytes per dispatch instead of the full row. Exact
+  quantiles cannot be merged from per-source summaries, and ``(point, rank, kernel)`` groups do
+  span sources (processes without a rank, repeated runs), so the statistics are computed once
+  in the parent, on these columns in input order: the rows, their order and the floating-point
+  sums are those of the full table;
+* :func:`dispatch_totals`, a few hundred rows per source: dispatches, duration sum, first start,
+  last end and flag counts per ``(source, point, rank, kernel, category)``; sums, minima and
+  maxima of integers merge exactly;
+* the source's agents (the columns summary.json lists), notes, and the processes it holds.
+
+Warm-up is dropped per process (``analysis/kernel_stats.drop_warmup``); that equals dropping it
+on the full table only when each process lies in one source. With a warm-up, a source kind that
+may hold part of a process (``traces/kinds.py`` ``reducible``) or a process found in two sources
+(e.g. a rocprofv3 directory copied twice) makes :func:`reduce_sources` return None, and the
+caller reads the full tables instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+
+from pytest_gemmperf.analysis.kernel_stats import PROCESS_KEYS, drop_warmup
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces import kinds
+from pytest_gemmperf.traces.categories import categorize
+from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, merge_notes, read_attached
+from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
+from pytest_gemmperf.traces.skipped import SkippedInput
+
+#: what kernel statistics read of a dispatch
+SLIM_COLUMNS = ("source", "point", "rank", "kernel", "category", "dur_ns")
+#: the groups of :func:`dispatch_totals`
+TOTAL_KEYS = ("source", "point", "rank", "kernel", "category")
+#: its integer columns: summed, except the first start (min) and last end (max)
+TOTAL_COLUMNS = ("n_dispatches", "total_ns", "first_start_ns", "last_end_ns", "zero_dur", "queue_overlap")
+#: the agents' columns summary.json lists (each source's agents table has some 60)
+AGENT_COLUMNS = ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type", "gpu_arch",
+                 "product", "cu_count", "wave_size")
+_TOTAL_SCHEMA = {**{c: DISPATCH_SCHEMA[c] for c in TOTAL_KEYS}, **{c: "int64" for c in TOTAL_COLUMNS}}
+_SLIM_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in SLIM_COLUMNS}
+
+
+def dispatch_totals(d: pd.DataFrame) -> pd.DataFrame:
+    """Per ``(source, point, rank, kernel, category)`` of ``d`` (null keys kept): dispatches,
+    ``dur_ns`` sum, first ``start_ns``, last ``end_ns``, zero-duration and queue-overlap
+    counts, as int64."""
+    g = d.groupby(list(TOTAL_KEYS), dropna=False, observed=True, sort=False)
+    out = g.agg(n_dispatches=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
+                first_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max"),
+                zero_dur=("zero_dur", "sum"), queue_overlap=("queue_overlap", "sum")).reset_index()
+    for c in TOTAL_COLUMNS:
+        out[c] = out[c].astype("int64")
+    return out
+
+
+def recategorize(table: pd.DataFrame, rules: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """``table`` with ``category`` from the user's ``rules`` tried before the built-in ones
+    (``--categories``); unchanged without rules."""
+    if not rules:
+        return table
+    table = table.copy(deep=False)
+    table["category"] = categorize(table["kernel"], extra=rules)
+    return table
+
+
+@dataclass(frozen=True)
+class _Options:
+    point: str | None
+    warmup: int
+
+
+@dataclass
+class _Part:
+    """One source's reduction (picklable; its size is the slim columns')."""
+
+    read_notes: list[str]
+    attach_notes: list[str]
+    read: bool = False                     # the reader returned a Trace (not None)
+    meta_notes: list[str] = field(default_factory=list)
+    n_dispatches: int = 0
+    slim: pd.DataFrame | None = None
+    totals: pd.DataFrame | None = None
+    units: pd.DataFrame | None = None      # the processes the source holds (PROCESS_KEYS)
+    agents: pd.DataFrame | None = None
+
+
+@dataclass
+class SourceTotals:
+    """What ``gemmperf analyze`` needs of the dispatches under some paths."""
+
+    slim: pd.DataFrame            # SLIM_COLUMNS of every dispatch past the warm-up, input order
+    totals: pd.DataFrame          # dispatch_totals of every source, concatenated in input order
+    agents: pd.DataFrame          # == load(paths).agents[AGENT_COLUMNS], those it has
+    notes: list[str]              # == load(paths).meta["notes"]
+    skipped: list[SkippedInput]   # == load(paths).meta["skipped"]
+    sources: list[dict]           # == load(paths).meta["sources"]
+    workers: int = 1              # pool size used (1: serial)
+
+
+def reduce_source(src, opts: _Options) -> _Part:
+    """Read one source and reduce it (runs in a worker process)."""
+    t, read_notes, attach_notes = read_attached(src, opts.point)
+    out = _Part(read_notes=read_notes, attach_notes=attach_notes)
+    if t is None:
+        return out
+    out.read = True
+    out.meta_notes = list(t.meta.get("notes", []))
+    out.n_dispatches = len(t.dispatches)
+    if t.agents is not None and len(t.agents):
+        out.agents = t.agents[[c for c in AGENT_COLUMNS if c in t.agents.columns]]
+    if len(t.dispatches) == 0:
+        return out
+    d = t.dispatches.reset_index(drop=True)
+    del t  # the full table is this worker's peak; drop the Trace's other references to it
+    out.totals = dispatch_totals(d)
+    keys = [c for c in PROCESS_KEYS if c in d.columns]
+    out.units = d[keys].drop_duplicates().reset_index(drop=True)
+    slim = drop_warmup(d, opts.warmup)
+    out.slim = slim[[c for c in SLIM_COLUMNS if c in slim.columns]].reset_index(drop=True)
+    return out
+
+
+def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str | None = None,
+                   rules: Sequence[tuple[str, str]] = ()) -> SourceTotals | None:
+    """The slim columns and totals of every source under ``paths``, read on up to ``jobs``
+    workers; the same whatever ``jobs`` is. None where a warm-up cannot be dropped source by
+    source (see the module docstring): read the full tables then. Errors are ``load``'s."""
+    found = discover_all(paths)
+    if warmup > 0 and not all(kinds.reducible(s.kind) for s in found.unique):
+        return None
+    n_jobs = pool_jobs(jobs, [f for s in found.unique for f in s.files])
+    parts = map_ordered(functools.partial(reduce_source, opts=_Options(point, int(warmup))),
+                        found.unique, n_jobs)
+    notes = found.notes
+    for part in parts:
+        # the Trace's meta notes are what merge_notes reads; a stand-in carries them
+        merge_notes(notes, _MetaNotes(part.meta_notes) if part.read else None,
+                    part.read_notes, part.attach_notes)
+    live = [p for p in parts if p.n_dispatches]
+    if not live:
+        label = ", ".join(str(r) for r in found.roots)
+        raise GemmperfInputError(found.roots[0], f"no kernel dispatches found under {label}"
+                                 + (f" ({'; '.join(notes)})" if notes else ""))
+    if warmup > 0 and _shared_process(p.units for p in live):
+        return None
+    agents = [p.agents for p in parts if p.agents is not None]
+    return SourceTotals(
+        slim=recategorize(concat_tables([p.slim for p in live], _SLIM_SCHEMA), rules),
+        totals=recategorize(concat_tables([p.totals for p in live], _TOTAL_SCHEMA), rules),
+        agents=concat_with_extras(agents, AGENT_SCHEMA), notes=notes, skipped=found.skipped,
+        sources=[s.describe() for s in found.sources], workers=n_jobs)
+
+
+def _shared_process(units) -> bool:
+    """Whether a process (PROCESS_KEYS) appears in more than one source."""
+    seen: set[tuple] = set()
+    for u in units:
+        rows = {tuple(None if pd.isna(v) else v for v in row)
+                for row in u.astype(object).itertuples(index=False, name=None)}
+        if seen & rows:
+            return True
+        seen |= rows
+    return False
+
+
+class _MetaNotes:
+    """Enough of a Trace for ``merge_notes``: its ``meta["notes"]``."""
+
+    def __init__(self, notes: list[str]) -> None:
+        self.meta = {"notes": notes}
+

@@ -1,0 +1,203 @@
+"""``--jobs`` that pays: ``auto`` chooses the pool only where its start-up costs less than it
+saves (``traces/parallel.pool_pays``), and ``gemmperf analyze --no-report`` reduces each source
+in the workers (``analysis/source_totals.py``) so that the parent never holds the full
+dispatches table; its ``kernels.csv`` and ``summary.json`` are byte-identical to the full-table
+path's, serial or pooled."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_gemmperf.commands import analyze_impl
+from pytest_gemmperf.config import BY_NAME, JOBS_AUTO
+from pytest_gemmperf.traces import parallel
+
+FIX = Path(__file__).parent / "fixtures"
+CSV_DIR = FIX / "rocprof_csv" / "v7" / "mi350-n1"
+MB = 1_000_000
+
+
+@pytest.fixture
+def cores8(monkeypatch):
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 8)
+    monkeypatch.delenv(parallel.XDIST_COUNT_ENV, raising=False)
+    return monkeypatch
+
+
+# ------------------------------------------------------------------------------ the decision
+
+def test_auto_is_serial_for_a_few_small_files_and_a_pool_for_many_large_ones():
+    assert not parallel.pool_pays(8, 3, 3 * 200_000)         # a few small files: start-up dominates
+    assert not parallel.pool_pays(8, 1, 10_000 * MB)         # one file: nothing to share
+    assert not parallel.pool_pays(1, 96, 96 * 19 * MB)       # one worker is no pool
+    assert parallel.pool_pays(2, 96, 96 * 19 * MB)           # 96 rocprofv3 CSVs of a 44k-dispatch run
+    assert parallel.pool_pays(2, 16, 16 * 19 * MB)           # sixteen such files already pay on 2 cores
+    assert not parallel.pool_pays(2, 4, 4 * 19 * MB)         # four do not: about 0.5 s of reading
+    # the rule itself: the time saved, serial x (1 - 1/w), against the pool's start-up
+    serial = parallel.serial_seconds(10, 10 * MB)
+    assert parallel.pool_pays(2, 10, 10 * MB) == (serial / 2 > parallel.POOL_START_S)
+
+
+def test_pool_jobs_auto_reads_sizes_and_counts_gzip_as_its_text(cores8, tmp_path):
+    small = [tmp_path / f"s{i}.csv" for i in range(3)]
+    for f in small:
+        f.write_bytes(b"x" * 1000)
+    assert parallel.pool_jobs(JOBS_AUTO, small) == 1
+    assert parallel.pool_jobs(None, small) == 1
+    large = [tmp_path / f"l{i}_kernel_trace.csv" for i in range(96)]
+    for f in large:
+        with open(f, "wb") as fh:  # sparse: the size is what the estimate reads
+            fh.truncate(19 * MB)
+    assert parallel.pool_jobs(JOBS_AUTO, large) == 8
+    cores8.setenv(parallel.XDIST_COUNT_ENV, "4")
+    assert parallel.pool_jobs(JOBS_AUTO, large) == 2          # this xdist worker's share
+    gz = [tmp_path / f"g{i}.json.gz" for i in range(4)]
+    plain = [tmp_path / f"p{i}.json" for i in range(4)]
+    for f in gz + plain:
+        with open(f, "wb") as fh:
+            fh.truncate(10 * MB)
+    assert parallel.input_bytes(gz) == 4 * 10 * MB * parallel.GZIP_FACTOR
+    assert parallel.pool_jobs(JOBS_AUTO, gz) == 2             # 400 MB of JSON text to parse
+    assert parallel.pool_jobs(JOBS_AUTO, plain) == 1          # 40 MB: about half a second
+    # an explicit count keeps its floor: the pool above POOL_MIN_BYTES
+    assert parallel.pool_jobs(2, small) == 1
+    assert parallel.pool_jobs(2, large) == 2
+
+
+@pytest.mark.parametrize("text, value", [("auto", JOBS_AUTO), (" AUTO ", JOBS_AUTO), ("0", JOBS_AUTO),
+                                         ("1", 1), ("4", 4)])
+def test_jobs_setting_reads_auto_and_counts(text, value):
+    assert BY_NAME["jobs"].convert(text) == value
+
+
+def test_jobs_default_is_auto_and_bad_values_are_one_line():
+    assert BY_NAME["jobs"].default == "auto" and BY_NAME["jobs"].convert(None) == JOBS_AUTO
+    for bad in ("-1", "two", "1.5"):
+        with pytest.raises(ValueError) as exc:
+            BY_NAME["jobs"].convert(bad)
+        assert "\n" not in str(exc.value)
+
+
+def test_cli_accepts_jobs_auto(tmp_path, capsys):
+    from pytest_gemmperf.cli import main
+
+    assert main(["analyze", str(_csv_tree(tmp_path)), "--jobs", "auto", "--no-report",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert main(["analyze", "x", "--jobs", "some"]) == 2
+    assert "--jobs" in capsys.readouterr().err
+
+
+def test_pytest_reads_jobs_auto(pytester):
+    from pytest_gemmperf import plugin
+
+    pytester.makeini("[pytest]\ngemmperf_jobs = auto\n")
+    assert plugin._options(pytester.parseconfig(), pytester.path).jobs == JOBS_AUTO
+    assert plugin._options(pytester.parseconfig("--gemmperf-jobs", "auto"), pytester.path).jobs == JOBS_AUTO
+
+
+pytest_plugins = ["pytester"]
+
+
+# ---------------------------------------------------------------- analyze: per-source reduction
+
+def _csv_tree(root: Path, *, same_host: bool = False, copies: int = 3) -> Path:
+    """rocprofv3 7.x processes, one per source: ``<host>/<pid>_*``; ``same_host``: every copy
+    under the same host and pid (one process found in several sources)."""
+    for r in range(copies):
+        d = root / "csv" / f"copy{r}" / "mi350-n1" if same_host else root / "csv" / f"host{r}"
+        d.mkdir(parents=True)
+        pid = "5358" if same_host else str(5358 + r)
+        for f in CSV_DIR.glob("5358_*"):
+            shutil.copy(f, d / f.name.replace("5358", pid))
+    return root / "csv"
+
+
+def _mixed_tree(root: Path) -> Path:
+    """rocprofv3 CSV, rocprofv3 JSON and Kineto traces under one root (a ``source`` column)."""
+    _csv_tree(root / "m")
+    shutil.copytree(FIX / "rocprof_json", root / "m" / "json")
+    shutil.copytree(FIX / "torch", root / "m" / "torch")
+    return root / "m"
+
+
+def _analyze(tmp_path: Path, name: str, root: Path, *extra: str) -> dict[str, bytes]:
+    from pytest_gemmperf.cli import main
+
+    out = tmp_path / name
+    assert main(["analyze", str(root), "--out", str(out), *extra]) == 0
+    return {f: (out / f).read_bytes() for f in ("kernels.csv", "summary.json")}
+
+
+@pytest.mark.slow  # a process pool, and the full-table path writes the reports
+@pytest.mark.parametrize("tree", ["csv", "mixed", "shared_process"])
+@pytest.mark.parametrize("opts", [(), ("--warmup", "1"), ("--warmup", "2", "--categories", "RULES")])
+def test_analyze_no_report_equals_the_full_table_path(tmp_path, monkeypatch, capsys, tree, opts):
+    monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)  # the pool on small fixtures
+    root = {"csv": _csv_tree, "mixed": _mixed_tree,
+            "shared_process": lambda p: _csv_tree(p, same_host=True)}[tree](tmp_path)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text('fills: ["FillFunctor"]\nmine: ["Cijk", "nccl"]\n')
+    opts = tuple(str(rules) if o == "RULES" else o for o in opts)
+    full = _analyze(tmp_path, "full", root, "--jobs", "1", *opts)           # reports: the full table
+    capsys.readouterr()
+    for jobs in ("1", "2"):
+        got = _analyze(tmp_path, f"reduced{jobs}", root, "--no-report", "--jobs", jobs, *opts)
+        assert got == full, (jobs, tree, opts)
+    assert capsys.readouterr().err.count("note:") in (0, 2)  # the same notes both times
+
+
+@pytest.mark.slow  # a process pool
+def test_analyze_no_report_never_holds_the_full_table(tmp_path, monkeypatch):
+    """The parent reads no full dispatches table: the workers send back per-source reductions
+    (before, ``load`` pickled every worker's whole table back and concatenated 4.2 M rows)."""
+    monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)
+    root = _csv_tree(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the full dispatches table was loaded")
+
+    monkeypatch.setattr(analyze_impl, "load", refuse)
+    for jobs in ("1", "2"):
+        _analyze(tmp_path, f"out{jobs}", root, "--no-report", "--jobs", jobs)
+
+
+def test_a_process_in_two_sources_with_a_warmup_reads_the_full_tables(tmp_path):
+    """Warm-up is per process: one found in two sources cannot be reduced source by source."""
+    from pytest_gemmperf.analysis.source_totals import reduce_sources
+
+    root = _csv_tree(tmp_path, same_host=True, copies=2)
+    assert reduce_sources([root], warmup=1) is None
+    got = reduce_sources([root], warmup=0)
+    assert got is not None and len(got.slim) == got.totals["n_dispatches"].sum()
+
+
+def test_workers_send_back_slim_columns_and_totals(tmp_path):
+    from pytest_gemmperf.analysis.source_totals import SLIM_COLUMNS, TOTAL_KEYS, _Options, reduce_source
+    from pytest_gemmperf.traces.discover import discover_all, load
+
+    root = _csv_tree(tmp_path, copies=1)
+    src = discover_all([root]).unique[0]
+    part = reduce_source(src, _Options(point=None, warmup=0))
+    full = load([root]).dispatches
+    assert list(part.slim.columns) == list(SLIM_COLUMNS) and len(part.slim) == len(full)
+    assert len(part.totals) == full.groupby(list(TOTAL_KEYS), dropna=False, observed=True).ngroups
+    assert len(full.columns) > 5 * len(part.slim.columns)  # what travels back per dispatch
+
+
+def test_prestart_starts_the_fork_server_only_where_the_pool_is_likely(cores8, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "1_kernel_trace.csv").write_bytes(b"x" * 1000)
+    assert not parallel.prestart(JOBS_AUTO, [small])
+    large = tmp_path / "large"
+    for i in range(32):
+        host = large / f"node{i // 8}"
+        host.mkdir(parents=True, exist_ok=True)
+        with open(host / f"{i}_kernel_trace.csv", "wb") as fh:
+            fh.truncate(19 * MB)
+    assert not parallel.prestart(1, [large])                  # serial: no server
+    assert not parallel.prestart(-3, [large])                 # a bad value is the command's to report
+    assert parallel.prestart(JOBS_AUTO, [large])
