@@ -294,7 +294,7 @@ def test_results_dir_points_read_in_parallel(tmp_path):
 def test_pytest_jobs_option_and_ini(pytester):
     """``--gemmperf-jobs N`` wins over ini ``gemmperf_jobs``; the default 0 means every usable
     core; a negative value is a usage error naming the option."""
-    from pytest_gemmperf import plugin
+    from pytest_gemmperf.pytest_glue import hooks as plugin
 
     assert plugin._options(pytester.parseconfig(), pytester.path).jobs == 0
     pytester.makeini("[pytest]\ngemmperf_jobs = 2\n")

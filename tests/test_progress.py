@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gemmperf_pytester_support import gp  # noqa: F401 - the fixture
-from pytest_gemmperf import progress as pg
+from pytest_gemmperf.pytest_glue import progress as pg
 
 pytest_plugins = ["pytester"]
 

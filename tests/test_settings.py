@@ -30,7 +30,7 @@ import pytest_gemmperf.store.hardware  # noqa: F401
 import pytest_gemmperf.gate.verdict  # noqa: F401
 import pytest_gemmperf.run.replay  # noqa: F401
 import pytest_gemmperf.traces.discover  # noqa: F401
-from pytest_gemmperf import plugin
+from pytest_gemmperf.pytest_glue import hooks as plugin
 from pytest_gemmperf.cli import main as cli_main
 from pytest_gemmperf.config import BY_NAME, SETTINGS, find_project, parse_threshold
 from pytest_gemmperf.store.baselines import BaselineStore

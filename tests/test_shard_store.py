@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf import shard
-from pytest_gemmperf.shard_hooks import ShardHooks
+from pytest_gemmperf.pytest_glue.shard_hooks import ShardHooks
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import BaselineRecord
 

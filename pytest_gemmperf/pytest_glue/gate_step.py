@@ -16,16 +16,16 @@ from pytest_gemmperf.config import parse_threshold
 from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.run.results import write_point_json
 from pytest_gemmperf.report.before_after import write_point_baseline
-from pytest_gemmperf.session_point import PointResult
+from pytest_gemmperf.pytest_glue.result import PointResult
 from pytest_gemmperf.textsafe import printable, printable_frame, printable_lines
 import pytest
-from pytest_gemmperf.history.pytest_side import fail_on_creep, record_point
+from pytest_gemmperf.pytest_glue.history import fail_on_creep, record_point
 from pytest_gemmperf.gate.compare import compare
 from pytest_gemmperf.gate.confirm import apply_disturbance
 from pytest_gemmperf.gate.verdict import format_verdict_table
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.samples import gate_samples
-from pytest_gemmperf.session_benchmark import gated_property
+from pytest_gemmperf.pytest_glue.benchmark_json import gated_property
 from pytest_gemmperf.store.record import BaselineRecord
 from pytest_gemmperf.sweep import invalid_env
 from pytest_gemmperf.gate.compare import GateConfig

@@ -1,6 +1,6 @@
 """Re-runs of a sweep point: contention monitoring, telemetry, confirmation before blocking.
 
-The part of :class:`~pytest_gemmperf.session.PointRunner` that runs a point's workload again
+The part of :class:`~pytest_gemmperf.pytest_glue.point.PointRunner` that runs a point's workload again
 (``--gemmperf-confirm``, ``gate/confirm.py``) and records contention evidence
 (``run/environment.py``) and host/GPU telemetry (``run/telemetry.py``) while it runs. A mixin so ``session.py`` stays readable; it uses the runner's state
 (``_call``: the last ``profile()`` call, ``_record``, ``options``, ``backend``, ``dir``) and
@@ -26,9 +26,9 @@ from pytest_gemmperf.run.results import write_point_json, write_tables
 from pytest_gemmperf.run.telemetry import (TelemetrySampler, affected_processes, evidence, note_rows,
                                            slowest_process_notes, summarise, windows_from_dispatches,
                                            write_telemetry)
-from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
+from pytest_gemmperf.pytest_glue.gate_step import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
                                           write_point_json_field)
-from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped
+from pytest_gemmperf.pytest_glue.result import PointResult, _PointFailed, _PointSkipped
 from pytest_gemmperf.textsafe import printable, printable_lines
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, concat_tables
 

@@ -25,9 +25,9 @@ from pytest_gemmperf.redact import redact_argv, redact_command, redact_env, reda
 from pytest_gemmperf.run.results import (COMPLETE, FAILED, INTERRUPTED, POINT_JSON, ResultsDir, item_test_id,
                                          write_point_json, write_tables)
 # PROP_*: re-exported, plugin.py and progress.py read them from here
-from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped  # noqa: F401 - re-exported
-from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
-from pytest_gemmperf.session_reruns import PointReruns
+from pytest_gemmperf.pytest_glue.result import PointResult, _PointFailed, _PointSkipped  # noqa: F401 - re-exported
+from pytest_gemmperf.pytest_glue.gate_step import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
+from pytest_gemmperf.pytest_glue.reruns import PointReruns
 from pytest_gemmperf.sweep import SweepPoint
 from pytest_gemmperf.textsafe import printable_lines
 from pytest_gemmperf.store.hardware import collect_metadata
@@ -201,7 +201,7 @@ class GemmperfSession:
 
 class PointRunner(PointGate, PointReruns):
     """The ``gemmperf`` fixture: profile this test's sweep point and gate it (re-runs,
-    contention and confirmation: :class:`~pytest_gemmperf.session_reruns.PointReruns`)."""
+    contention and confirmation: :class:`~pytest_gemmperf.pytest_glue.reruns.PointReruns`)."""
 
     def __init__(self, session: GemmperfSession, point: SweepPoint, nodeid: str,
                  record_property=None, progress=None) -> None:
@@ -297,7 +297,7 @@ class PointRunner(PointGate, PointReruns):
         auto = None
         if repeats is None and self.options.repeats_auto:
             # lazy: only --gemmperf-repeats auto loads the statistics before the workload runs
-            from pytest_gemmperf.session_plan import planned_repeats
+            from pytest_gemmperf.pytest_glue.plan import planned_repeats
 
             auto = planned_repeats(self)
             repeats = auto.repeats

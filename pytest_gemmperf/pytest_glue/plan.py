@@ -29,7 +29,7 @@ from pytest_gemmperf.gate.power import DEFAULT_POWER, plan
 from pytest_gemmperf.run.results import RUN_JSON
 
 if TYPE_CHECKING:  # the runner imports this module
-    from pytest_gemmperf.session import PointRunner
+    from pytest_gemmperf.pytest_glue.point import PointRunner
 
 
 @dataclass(frozen=True)
