@@ -58,7 +58,7 @@ from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.store.hardware import sanitize
 from pytest_gemmperf.store.record import legacy_keys, slug_for_test
 from pytest_gemmperf.run.results import RUN_JSON, item_test_id, split_nodeid
-from pytest_gemmperf.pytest_glue.point import PROP_STATUS
+from pytest_gemmperf.pytest_glue.reporting import PROP_PROGRESS, PROP_STATUS
 
 #: events the runner emits (``progress(event, **fields)``)
 POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round, note
@@ -67,8 +67,6 @@ RUN_END = "run_end"            # run, total, duration_s, ok, round
 PASSES_START = "passes_start"  # groups
 PASSES_END = "passes_end"      # groups, duration_s, ok
 
-#: user property of a test item whose point started (value: ``test[point]``)
-PROP_PROGRESS = "gemmperf_progress"
 
 
 def _fmt_s(seconds: float | None) -> str:

@@ -1,69 +1,99 @@
-"""Re-runs of a sweep point: contention monitoring, telemetry, confirmation before blocking.
+"""Re-runs of a sweep point and what is watched while any run of it goes on: contention
+evidence (``run/environment.py``), host/GPU telemetry (``run/telemetry.py``) and the
+confirmation re-runs the gate step asks for before blocking (``--gemmperf-confirm``,
+``gate/confirm.py``).
 
-The part of :class:`~pytest_gemmperf.pytest_glue.point.PointRunner` that runs a point's workload again
-(``--gemmperf-confirm``, ``gate/confirm.py``) and records contention evidence
-(``run/environment.py``) and host/GPU telemetry (``run/telemetry.py``) while it runs. A mixin so ``session.py`` stays readable; it uses the runner's state
-(``_call``: the last ``profile()`` call, ``_record``, ``options``, ``backend``, ``dir``) and
-its backend methods (``_run_torch``, ``_run_rocprofv3``, ``_run_replay``).
+A collaborator of the runner (``point.py``), built with what it works on: the point's directory
+and results, the options, the backend, the reporter and the runner's ``execute`` (one call of the
+workload under the backend). The runner hands it each ``profile()`` call (:class:`WorkloadCall`)
+so a re-run repeats exactly that call.
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import nullcontext
-from typing import Any, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import pandas as pd
-import pytest
 
-from pytest_gemmperf.gate.compare import compare
-from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge_round, settled,
-                                          suspicious)
-from pytest_gemmperf.gate.metrics import DUR_NS
+from pytest_gemmperf.pytest_glue.options import Options
+from pytest_gemmperf.pytest_glue.reporting import PointReporter, fail_now
+from pytest_gemmperf.pytest_glue.result import PointResult, _PointFailed
 from pytest_gemmperf.redact import redact_text
-from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor, assess
-from pytest_gemmperf.run.results import write_point_json, write_tables
+from pytest_gemmperf.run.backend import BackendChoice
+from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor, Disturbance, assess
+from pytest_gemmperf.run.results import ResultsDir, write_point_json, write_tables
 from pytest_gemmperf.run.telemetry import (TelemetrySampler, affected_processes, evidence, note_rows,
                                            slowest_process_notes, summarise, windows_from_dispatches,
                                            write_telemetry)
-from pytest_gemmperf.pytest_glue.gate_step import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
-                                          write_point_json_field)
-from pytest_gemmperf.pytest_glue.result import PointResult, _PointFailed, _PointSkipped
-from pytest_gemmperf.textsafe import printable, printable_lines
-from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, concat_tables
+from pytest_gemmperf.sweep import SweepPoint
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables
+
+#: ``execute(record, first_run) -> (trace, argv)``: run the last call's processes, numbered
+#: from ``first_run``, appending their entries to ``record["runs"]``
+Execute = Callable[[dict, int], "tuple[Trace, list[str]]"]
 
 
-class PointReruns:
-    """Methods of ``PointRunner`` for contention evidence, re-runs and confirmation."""
+@dataclass(frozen=True)
+class WorkloadCall:
+    """What a re-run repeats of the last ``profile()`` call."""
 
-    def _monitor(self):
+    repeats: int
+    full_env: Mapping[str, str]
+    #: secret values of its environment, redacted wherever recorded
+    secrets: tuple[str, ...]
+    #: point.json as ``profile()`` wrote it (read when the file is gone)
+    record: Mapping[str, Any]
 
+
+class Reruns:
+    """Contention, telemetry and re-runs of one sweep point."""
+
+    def __init__(self, *, test_id: str, point: SweepPoint, point_dir: Path, results: ResultsDir,
+                 options: Options, backend: BackendChoice, reporter: PointReporter,
+                 execute: Execute) -> None:
+        self.test_id = test_id
+        self.point = point
+        self.dir = point_dir
+        self.results = results
+        self.options = options
+        self.backend = backend
+        self.reporter = reporter
+        self._execute = execute
+        self._call: WorkloadCall | None = None
+        self._telemetry: TelemetrySampler | None = None
+
+    def remember(self, call: WorkloadCall) -> None:
+        """The ``profile()`` call a re-run repeats."""
+        self._call = call
+
+    def monitor(self) -> ContentionMonitor:
         # a replayed point was measured elsewhere: this machine's load says nothing about it
-        return ContentionMonitor(marker_dir=self.session.results.root / ACTIVE_DIR,
+        return ContentionMonitor(marker_dir=self.results.root / ACTIVE_DIR,
                                  label=f"{self.test_id}[{self.point.id}]",
                                  enabled=self.backend.name != "replay")
 
-    def _sampler(self, env: Mapping[str, str]):
-
+    def sampler(self, env: Mapping[str, str]) -> TelemetrySampler:
         # a replayed point ran elsewhere: this machine's clocks say nothing about it
         sampler = TelemetrySampler(self.options.telemetry_interval_s, env=dict(env),
                                    enabled=self.options.telemetry and self.backend.name != "replay")
         self._telemetry = sampler
         return sampler
 
-    def _process_window(self, run: int):
+    def process_window(self, run: int):
         """Context marking workload process ``run`` in the current telemetry sampler."""
-
-        sampler = getattr(self, "_telemetry", None)
+        sampler = self._telemetry
         return sampler.process(run) if sampler is not None and sampler.enabled else nullcontext()
 
-    def _store_telemetry(self, sampler, record: dict[str, Any], evidence: dict[str, Any],
-                         *, round_no: int, dispatches: pd.DataFrame | None = None) -> None:
+    def store_telemetry(self, sampler: TelemetrySampler, record: dict[str, Any], evidence: dict[str, Any],
+                        *, round_no: int, dispatches: pd.DataFrame | None = None) -> None:
         """Write the samples to ``telemetry.parquet`` (appended for a confirmation round), the
         metadata and per-process summary to ``record["telemetry"]`` (point.json), and this
         round's summary into ``evidence["telemetry"]`` for the gate. rocprofv3 runs all
         repeats in one call: their process windows come from ``dispatches`` (CLOCK_BOOTTIME)."""
-
         self._telemetry = None
         if not sampler.enabled:
             record["telemetry"] = {"enabled": False}
@@ -90,15 +120,14 @@ class PointReruns:
             record["telemetry"] = {**meta, "summary": summary}
         evidence["telemetry"] = summary
         if meta["static"] and round_no == 0:
-            self.session.results.update_run_json(telemetry={"interval_s": meta["interval_s"],
-                                                            "clock": meta["clock"],
-                                                            "sources": meta["sources"],
-                                                            "static": meta["static"]})
+            self.results.update_run_json(telemetry={"interval_s": meta["interval_s"],
+                                                    "clock": meta["clock"],
+                                                    "sources": meta["sources"],
+                                                    "static": meta["static"]})
 
-    def _telemetry_notes(self, verdicts: pd.DataFrame, dispatches: pd.DataFrame | None = None) -> pd.DataFrame:
+    def telemetry_notes(self, verdicts: pd.DataFrame, dispatches: pd.DataFrame | None = None) -> pd.DataFrame:
         """Each verdict row of the point names the telemetry evidence of all its processes;
         a slower kernel's row also says whether its slowest process was a throttled one."""
-
         pj = self.dir / "point.json"
         try:
             tele = json.loads(pj.read_text(encoding="utf-8")).get("telemetry") or {}
@@ -108,64 +137,49 @@ class PointReruns:
         verdicts = slowest_process_notes(verdicts, dispatches, affected_processes(tele.get("summary")))
         return note_rows(verdicts, reasons)
 
-    def _assess(self, evidence: Mapping[str, Any] | None):
-
+    def assess(self, evidence: Mapping[str, Any] | None) -> Disturbance:
         # concurrent points compete for the devices unless each xdist worker has its own GPUs
         cpu = self.backend.device == "cpu"
         shares = cpu or self.options.gpus_per_point <= 0
         return assess(dict(evidence or {}), shares_devices=shares, cpu_bound=cpu)
 
-    def _execute(self, record: dict[str, Any], *, first_run: int):
-        """Run ``repeats`` processes of the last ``profile()`` call, numbered from ``first_run``."""
+    def can_rerun(self) -> bool:
+        return self._call is not None and self.backend.name in ("torch", "rocprofv3")
 
-        c = self._call
-        backend = self.backend
-        if backend.name == "torch":
-            return self._run_torch(c["command"], c["launcher"], c["nproc"], c["nnodes"], c["launcher_args"],
-                                   c["repeats"], c["timeout_s"], c["full_env"], c["cwd"], record,
-                                   first_run=first_run)
-        if backend.name == "rocprofv3":
-            # a confirmation round writes its own rocprofv3 tree and skips the counter passes
-            out = self.dir if first_run == 0 else self.dir / f"confirm{first_run}"
-            return self._run_rocprofv3(c["command"], c["launcher"], c["nproc"], c["nnodes"],
-                                       c["launcher_args"], c["counters"] if first_run == 0 else (),
-                                       c["repeats"], c["timeout_s"], c["full_env"], c["env_set"],
-                                       c["cwd"], record, out_dir=out, run_offset=first_run)
-        if first_run:
-            raise _PointSkipped("the replay backend cannot re-run a point")
-        return self._run_replay(record)
-
-    def rerun(self, result: PointResult, round_no: int) -> tuple[PointResult, dict[str, Any]] | None:
+    def rerun(self, result: PointResult, round_no: int,
+              fields: Mapping[str, Any] | None = None) -> tuple[PointResult, dict[str, Any]] | None:
         """Profile ``repeats`` more processes of this point (confirmation round ``round_no``,
         runs numbered after the earlier ones); their tables join ``dispatches.parquet``.
-        Returns (the new processes only, their contention evidence), or None when the backend
-        cannot re-run (replay)."""
-
-
-        if self._call is None or self.backend.name not in ("torch", "rocprofv3"):
+        ``fields``: the gate's facts so far (warm-up, threshold), kept in the point.json each
+        run updates, so a session stopped during the re-run leaves a point a refresh reads as
+        gated. Returns (the new processes only, their contention evidence), or None when the
+        backend cannot re-run (replay)."""
+        if not self.can_rerun():
             return None
-        # point.json as written so far (warm-up, verdicts...): the runs append to it
+        call = self._call
+        # point.json as written so far: the runs append to it
         pj = self.dir / "point.json"
-        record = json.loads(pj.read_text(encoding="utf-8")) if pj.exists() else dict(self._record_json or {})
+        record = json.loads(pj.read_text(encoding="utf-8")) if pj.exists() else dict(call.record)
+        record.update(fields or {})
         record.setdefault("runs", [])
-        # confirmation rounds skip the counter passes (_execute)
-        self._progress("point_start", repeats=self._call["repeats"], backend=self.backend.name,
-                       counter_passes=0, round=round_no)
-        monitor = self._monitor()
-        sampler = self._sampler(self._call["full_env"])
+        # confirmation rounds skip the counter passes (the runner's execute)
+        self.reporter.progress("point_start", repeats=call.repeats, backend=self.backend.name,
+                               counter_passes=0, round=round_no)
+        monitor = self.monitor()
+        sampler = self.sampler(call.full_env)
         try:
             with monitor, sampler:
-                trace, _ = self._execute(record, first_run=self._call["repeats"] * round_no)
+                trace, _ = self._execute(record, call.repeats * round_no)
         except _PointFailed as exc:
             record["status"] = "failed"
             record["failure"] = exc.status
-            message = redact_text(exc.message, self._secrets)
+            message = redact_text(exc.message, call.secrets)
             record["error"] = f"confirmation round {round_no}: {message}"
             write_point_json(self.dir, record)
-            pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run "
-                                        f"failed: {message}"), pytrace=False)
-        self._store_telemetry(sampler, record, monitor.evidence, round_no=round_no,
-                              dispatches=trace.dispatches)
+            raise fail_now(f"gemmperf: {self.test_id}[{self.point.id}]: confirmation re-run "
+                           f"failed: {message}") from None
+        self.store_telemetry(sampler, record, monitor.evidence, round_no=round_no,
+                             dispatches=trace.dispatches)
         write_point_json(self.dir, record)
         result.dispatches = concat_tables([result.dispatches, trace.dispatches], DISPATCH_SCHEMA)
         result.counters = concat_tables([result.counters, trace.counters], COUNTER_SCHEMA)
@@ -177,55 +191,3 @@ class PointReruns:
                             env=result.env, command=result.command, hw_key=result.hw_key,
                             environment=monitor.evidence)
         return extra, monitor.evidence
-
-    def _confirm(self, result: PointResult, base_pt: pd.DataFrame, samples: pd.DataFrame,
-                 first: pd.DataFrame, verdicts: pd.DataFrame, cfg, history, warmup) -> pd.DataFrame:
-        """Confirm before blocking (gate/confirm.py): re-run a suspicious point up to
-        ``--gemmperf-confirm`` rounds; the new processes join the candidate and the point is
-        judged again (combined comparison + the re-run alone must reproduce). Records what
-        ran and what changed in point.json (``confirmation``) and the test's properties."""
-
-        ccfg = ConfirmConfig(rounds=max(0, int(self.options.confirm)))
-        if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
-            return verdicts
-        trigger = first[suspicious(first, ccfg)]
-        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} x{_fmt(r.ratio)}"
-                        for r in trigger.head(3).itertuples(index=False))
-        summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
-                                   "environment": []}
-        combined, reruns = samples, samples.iloc[:0]
-        for round_no in range(1, ccfg.rounds + 1):
-            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: confirming ({printable(why)}): re-run round {round_no}")
-            got = self.rerun(result, round_no)
-            if got is None:
-                summary["skipped"] = f"the {self.backend.name} backend cannot re-run a point"
-                break
-            extra, evidence = got
-            extra_samples = self._samples(extra, warmup)
-            combined = pd.concat([combined, extra_samples], ignore_index=True)
-            # "the re-run alone" is every round so far: later rounds reproduce on more processes
-            reruns = pd.concat([reruns, extra_samples], ignore_index=True)
-            judged, changes = judge_round(
-                first, lambda cand, gate_cfg: compare(base_pt, cand, gate_cfg, test=self.test_id, history=history),
-                combined, reruns, cfg, ccfg, round_no)
-            disturbance = self._assess(evidence)
-            verdicts = apply_disturbance(judged, disturbance)
-            summary["rounds"] = round_no
-            # the round's share of the FDR budget (rounds share one budget: no free extra looks)
-            summary.setdefault("fdr_per_round", []).append(cfg.fdr * ccfg.fdr_share(round_no))
-            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == DUR_NS, "unit"].nunique())
-            summary["changes"] = changes
-            summary["environment"].append(disturbance.as_dict())
-            if settled(verdicts, ccfg):
-                break
-        summary["final"] = _verdict_counts(verdicts)
-        write_point_json_field(result.dir, "confirmation", summary)
-        self._record(f"{PROP_PREFIX}_confirm", json.dumps({"test": self.test_id, "point": self.point.id,
-                                                            **summary}))
-        changed = "; ".join(f"{printable(c['kernel'])} {c['metric']}: {c['before']} -> {c['after']}"
-                            for c in summary["changes"][:5]) or "no verdict changed"
-        self._confirm_text = (f"confirmation ran ({summary['rounds']} round(s), +{summary['extra_processes']} "
-                              f"processes; triggered by {printable(why)}): {changed}")
-        _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {self._confirm_text}")
-        return verdicts
-
