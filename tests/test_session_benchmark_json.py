@@ -1,5 +1,5 @@
 """``--gemmperf-benchmark-json PATH``: pytest-benchmark JSON of the session's gated points
-(pytest_gemmperf/session_benchmark.py), read back by pytest-benchmark itself."""
+(pytest_gemmperf/pytest_glue/benchmark_json.py), read back by pytest-benchmark itself."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ from pytest_gemmperf.store.hardware import hardware_key
 from pytest_gemmperf.sweep import SweepPoint
 from pytest_gemmperf.textsafe import printable_lines
 from pytest_gemmperf.traces.discover import load, load_counters
-from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables, set_columns
+from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables,
+                                           set_columns)
 
 #: Inherited variables recorded in point.json besides those the point sets: the ones that change
 #: performance (runtime, collective, BLAS, threading and allocator knobs) and the process layout.

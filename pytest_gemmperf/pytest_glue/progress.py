@@ -206,7 +206,7 @@ class ProgressReporter:
         self.points[nodeid] = p
         return p
 
-    # pytest hooks (the reporter is registered as a plugin by plugin.py)
+    # pytest hooks (the reporter is registered as a plugin by hooks.py)
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_logreport(self, report: Any):
         """The point's end line, once its call phase is reported: outcome, time, gate status.
