@@ -7,8 +7,10 @@ Each stage is a method of :class:`GateStep`, an object built by the runner (``po
 what it works on handed in explicitly: the point's results, the options, the baseline store,
 the reporter, the re-runs collaborator and the history sink. A stage only reads what the
 stages before it produced, so a point's outcome is final before anything lasting (point.json's
-gate fields, the history, the baseline) is written. The test fails at the very end, with every
-file written.
+gate fields, the history, the baseline) is written. Bad input fails the test in the first stage;
+a regression or slow creep fails it after the last, with every file written. The comparison
+takes the baseline record's merge lock only to read it; recording a baseline holds it from the
+read to the save.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class PointRunner:
     # -- collaborators, built on first use (the backend is chosen when a point first needs it)
     @functools.cached_property
     def reruns(self) -> Reruns:
-        return Reruns(test_id=self.test_id, point=self.point, point_dir=self.dir, results=self.session.results,
+        return Reruns(test_id=self.test_id, point=self.point, results=self.session.results,
                       options=self.options, backend=self.backend, reporter=self.reporter,
                       execute=self._execute)
 

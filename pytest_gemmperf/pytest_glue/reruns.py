@@ -3,8 +3,8 @@ evidence (``run/environment.py``), host/GPU telemetry (``run/telemetry.py``) and
 confirmation re-runs the gate step asks for before blocking (``--gemmperf-confirm``,
 ``gate/confirm.py``).
 
-A collaborator of the runner (``point.py``), built with what it works on: the point's directory
-and results, the options, the backend, the reporter and the runner's ``execute`` (one call of the
+A collaborator of the runner (``point.py``), built with what it works on: the point's identity
+and results directory, the options, the backend, the reporter and the runner's ``execute`` (one call of the
 workload under the backend). The runner hands it each ``profile()`` call (:class:`WorkloadCall`)
 so a re-run repeats exactly that call.
 """
@@ -52,12 +52,10 @@ class WorkloadCall:
 class Reruns:
     """Contention, telemetry and re-runs of one sweep point."""
 
-    def __init__(self, *, test_id: str, point: SweepPoint, point_dir: Path, results: ResultsDir,
-                 options: Options, backend: BackendChoice, reporter: PointReporter,
-                 execute: Execute) -> None:
+    def __init__(self, *, test_id: str, point: SweepPoint, results: ResultsDir, options: Options,
+                 backend: BackendChoice, reporter: PointReporter, execute: Execute) -> None:
         self.test_id = test_id
         self.point = point
-        self.dir = point_dir
         self.results = results
         self.options = options
         self.backend = backend
@@ -65,6 +63,11 @@ class Reruns:
         self._execute = execute
         self._call: WorkloadCall | None = None
         self._telemetry: TelemetrySampler | None = None
+
+    @property
+    def dir(self) -> Path:
+        # looked up each time: the test's directory name is settled when the runner claims it
+        return self.results.point_dir(self.test_id, self.point.id)
 
     def remember(self, call: WorkloadCall) -> None:
         """The ``profile()`` call a re-run repeats."""
