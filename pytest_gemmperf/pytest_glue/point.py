@@ -117,8 +117,7 @@ class PointRunner:
         #: the test this item belongs to: its node id without the sweep point (run/results.py)
         self.test_id = item_test_id(nodeid, point.id)
         #: test-report properties and the plugin's progress lines (progress.py); no-ops when None
-        self.reporter = PointReporter(**{k: v for k, v in (("record", record_property), ("progress", progress))
-                                         if v is not None})
+        self.reporter = PointReporter.of(record_property, progress)
         self._call: dict[str, Any] | None = None  # the last profile() call, for re-runs
         #: secret values of the last profile() call's environment, redacted wherever recorded
         self._secrets: tuple[str, ...] = ()

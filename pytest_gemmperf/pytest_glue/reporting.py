@@ -49,9 +49,11 @@ class PointReporter:
     record: Callable[[str, str], None] = field(default=_no_property)
     progress: Callable[..., None] = field(default=_no_progress)
 
-    @staticmethod
-    def emit(message: str) -> None:
-        emit(message)
+    @classmethod
+    def of(cls, record: Callable[[str, str], None] | None = None,
+           progress: Callable[..., None] | None = None) -> PointReporter:
+        """A reporter with these sinks; one left None does nothing."""
+        return cls(record=record or _no_property, progress=progress or _no_progress)
 
 
 def emit(message: str) -> None:
