@@ -230,7 +230,7 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
 
 def confirmed(base: pd.DataFrame, cand: pd.DataFrame, rerun, cfg: GateConfig, units: int,
               rounds: int = ConfirmConfig().rounds) -> tuple[pd.DataFrame, int]:
-    """The plugin's default confirmation (``--gemmperf-confirm``, ``session_reruns._confirm``):
+    """The plugin's default confirmation (``--gemmperf-confirm``, ``gate_step.GateStep.confirm``):
     a suspicious first look re-runs the point (``units`` more candidate processes a round,
     ``rerun(n)`` draws round n), the point is judged on the combined candidate against the
     re-runs alone, and rounds go on while the point is still suspicious and has no

@@ -2,7 +2,7 @@
 
 A setting (:class:`Setting`) has one name, one parser, one default and one help text. pytest's
 ``--gemmperf-*`` options and ``gemmperf_*`` ini keys are generated from :data:`SETTINGS`
-(``plugin.py``); the ``gemmperf`` command's flags that mean the same thing (``--baseline-dir``,
+(``pytest_glue/options.py``); the ``gemmperf`` command's flags that mean the same thing (``--baseline-dir``,
 ``--threshold``, ``--history``, ``--jobs``, ``--warmup``) are added by :func:`add_cli_option`
 from the same rows. Both front ends read the same project configuration: pytest finds its
 inifile itself, the command finds it the way pytest does (:func:`find_project`), so

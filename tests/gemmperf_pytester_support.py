@@ -19,10 +19,10 @@ import pyarrow.parquet  # noqa: E402,F401
 import pytest_gemmperf.gate.compare  # noqa: E402,F401
 import pytest_gemmperf.gate.samples  # noqa: E402,F401
 import pytest_gemmperf.gate.verdict  # noqa: E402,F401
-import pytest_gemmperf.progress  # noqa: E402,F401
+import pytest_gemmperf.pytest_glue.progress  # noqa: E402,F401
 import pytest_gemmperf.run.process  # noqa: E402,F401
 import pytest_gemmperf.run.torch_backend  # noqa: E402,F401
-import pytest_gemmperf.session_benchmark  # noqa: E402,F401
+import pytest_gemmperf.pytest_glue.benchmark_json  # noqa: E402,F401
 import pytest_gemmperf.store.baselines  # noqa: E402,F401
 import pytest_gemmperf.store.hardware  # noqa: E402,F401
 import pytest_gemmperf.store.results  # noqa: E402,F401

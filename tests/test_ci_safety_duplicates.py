@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 import pytest_gemmperf.gate.compare  # noqa: F401
-import pytest_gemmperf.history.pytest_side  # noqa: F401
+import pytest_gemmperf.pytest_glue.history  # noqa: F401
 import pytest_gemmperf.store.baselines  # noqa: F401 - see test_history_cli: pytester drops modules
 import pytest_gemmperf.store.results  # noqa: F401
 from pytest_gemmperf.cli import main

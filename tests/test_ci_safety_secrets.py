@@ -30,7 +30,7 @@ from pytest_gemmperf.cli import main as cli_main
 from pytest_gemmperf.history.store import HistoryStore, RunInfo
 from pytest_gemmperf.run.process import WorkloadError, require_success, run_process
 from pytest_gemmperf.run.results import write_point_json
-from pytest_gemmperf.session import recorded_env
+from pytest_gemmperf.pytest_glue.point import recorded_env
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import BaselineRecord
 

@@ -74,7 +74,7 @@ def test_one_reading_of_proc_stat_per_tick_when_both_run(tmp_path, stat_reads):
     write_stat(proc, busy=100, idle=100, running=5)
     mon = ContentionMonitor(interval_s=0.01, proc_stat=str(proc / "stat"))
     sampler = TelemetrySampler(0.05, sources=[HostSource(proc=str(proc), sys_cpu=str(tmp_path / "sys"))])
-    with mon, sampler:  # the order of the call sites (session.py, session_reruns.py)
+    with mon, sampler:  # the order of the call sites (pytest_glue/point.py, pytest_glue/reruns.py)
         time.sleep(0.15)
         threads = _samplers()
         write_stat(proc, busy=160, idle=120, steal=20, running=5)

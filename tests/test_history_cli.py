@@ -19,7 +19,7 @@ import pyarrow.parquet  # noqa: F401
 
 import pytest_gemmperf.gate.compare  # noqa: F401
 import pytest_gemmperf.history.changepoints  # noqa: F401
-import pytest_gemmperf.history.pytest_side  # noqa: F401
+import pytest_gemmperf.pytest_glue.history  # noqa: F401
 import pytest_gemmperf.run.process  # noqa: F401
 import pytest_gemmperf.run.torch_backend  # noqa: F401
 import pytest_gemmperf.store.baselines  # noqa: F401

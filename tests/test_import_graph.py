@@ -34,8 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store", ("store",)),
     ("history", ("history",)),
     ("report", ("report",)),
-    ("pytest glue", ("plugin", "session", "session_point", "session_gate", "session_reruns", "session_plan",
-                     "session_benchmark", "progress", "shard", "shard_hooks", "history.pytest_side")),
+    ("pytest glue", ("plugin", "pytest_glue", "shard")),
     ("cli", ("cli", "commands")),
 )
 

@@ -294,11 +294,11 @@ def test_results_dir_points_read_in_parallel(tmp_path):
 def test_pytest_jobs_option_and_ini(pytester):
     """``--gemmperf-jobs N`` wins over ini ``gemmperf_jobs``; the default 0 means every usable
     core; a negative value is a usage error naming the option."""
-    from pytest_gemmperf import plugin
+    from pytest_gemmperf.pytest_glue import options as glue_options
 
-    assert plugin._options(pytester.parseconfig(), pytester.path).jobs == 0
+    assert glue_options.resolve_options(pytester.parseconfig(), pytester.path).jobs == 0
     pytester.makeini("[pytest]\ngemmperf_jobs = 2\n")
-    assert plugin._options(pytester.parseconfig(), pytester.path).jobs == 2
-    assert plugin._options(pytester.parseconfig("--gemmperf-jobs", "3"), pytester.path).jobs == 3
+    assert glue_options.resolve_options(pytester.parseconfig(), pytester.path).jobs == 2
+    assert glue_options.resolve_options(pytester.parseconfig("--gemmperf-jobs", "3"), pytester.path).jobs == 3
     with pytest.raises(pytest.UsageError, match="--gemmperf-jobs"):
-        plugin._options(pytester.parseconfig("--gemmperf-jobs", "-1"), pytester.path)
+        glue_options.resolve_options(pytester.parseconfig("--gemmperf-jobs", "-1"), pytester.path)

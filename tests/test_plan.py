@@ -17,7 +17,7 @@ from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import BaselineRecord
 from pytest_gemmperf.gate.compare import GateConfig
 from pytest_gemmperf.gate.samples import compact_samples
-from pytest_gemmperf.session_plan import choose, processes_per_run
+from pytest_gemmperf.pytest_glue.plan import choose, processes_per_run
 
 pytest_plugins = ["pytester"]
 

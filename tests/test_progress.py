@@ -1,5 +1,5 @@
-"""Progress lines of a pytest session (pytest_gemmperf/progress.py), option metavars and help
-defaults (plugin.py), and the progress events of the rocprofv3 runner."""
+"""Progress lines of a pytest session (pytest_gemmperf/pytest_glue/progress.py), option metavars and help
+defaults (pytest_glue/options.py), and the progress events of the rocprofv3 runner."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gemmperf_pytester_support import gp  # noqa: F401 - the fixture
-from pytest_gemmperf import progress as pg
+from pytest_gemmperf.pytest_glue import progress as pg
 
 pytest_plugins = ["pytester"]
 

@@ -1,5 +1,5 @@
 """``--gemmperf-benchmark-json PATH``: pytest-benchmark JSON of the session's gated points
-(pytest_gemmperf/session_benchmark.py), read back by pytest-benchmark itself."""
+(pytest_gemmperf/pytest_glue/benchmark_json.py), read back by pytest-benchmark itself."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from gemmperf_pytester_support import FAKE, gp  # noqa: F401 - the fixture
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.session_benchmark import write_session_benchmark_json
+from pytest_gemmperf.pytest_glue.benchmark_json import write_session_benchmark_json
 
 pytest_plugins = ["pytester"]
 

@@ -28,7 +28,7 @@ import pytest_gemmperf.store.hardware  # noqa: F401
 import pytest_gemmperf.gate.verdict  # noqa: F401
 import pytest_gemmperf.run.replay  # noqa: F401
 import pytest_gemmperf.traces.discover  # noqa: F401
-from pytest_gemmperf import plugin
+from pytest_gemmperf.pytest_glue import options as glue_options
 from pytest_gemmperf.cli import main as cli_main
 from pytest_gemmperf.config import BY_NAME, SETTINGS, find_project, parse_threshold
 from pytest_gemmperf.store.baselines import BaselineStore
@@ -124,7 +124,7 @@ def test_cli_and_pytest_resolve_the_store_to_the_same_path(pytester, monkeypatch
     sub = pytester.mkdir("a")
     (sub / "b").mkdir()
     monkeypatch.chdir(sub / "b")
-    from_pytest = plugin._options(pytester.parseconfig(), pytester.path).baseline_dir
+    from_pytest = glue_options.resolve_options(pytester.parseconfig(), pytester.path).baseline_dir
     run = _results(pytester.path / "run", _dispatches(1))
     assert _cli(capsys, "baseline", "refresh", "--from", str(run))[0] == 0
     assert (pytester.path / "store" / "here").resolve() == Path(from_pytest).resolve()
@@ -133,7 +133,7 @@ def test_cli_and_pytest_resolve_the_store_to_the_same_path(pytester, monkeypatch
     assert _cli(capsys, "baseline", "refresh", "--from", str(run), "--baseline-dir", "mine")[0] == 0
     assert BaselineStore(sub / "b" / "mine").load(TEST_ID, HW) is not None
     (pytester.path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-ra"\n')
-    default = plugin._options(pytester.parseconfig(), pytester.path).baseline_dir
+    default = glue_options.resolve_options(pytester.parseconfig(), pytester.path).baseline_dir
     assert Path(default).resolve() == (pytester.path / "baselines").resolve()
     assert _cli(capsys, "baseline", "refresh", "--from", str(run))[0] == 0
     assert BaselineStore(pytester.path / "baselines").load(TEST_ID, HW) is not None
@@ -225,19 +225,19 @@ BAD = [("5", "threshold '5' is ambiguous: write 5% (or 0.05)"),
 
 @pytest.mark.parametrize("text,value", GOOD)
 def test_threshold_accepted_alike_by_pytest(text, value, pytester):
-    assert plugin._options(pytester.parseconfig(f"--gemmperf-threshold={text}"), pytester.path).threshold == value
+    assert glue_options.resolve_options(pytester.parseconfig(f"--gemmperf-threshold={text}"), pytester.path).threshold == value
     pytester.makeini(f"[pytest]\ngemmperf_threshold = {text}\n")
-    assert plugin._options(pytester.parseconfig(), pytester.path).threshold == value
+    assert glue_options.resolve_options(pytester.parseconfig(), pytester.path).threshold == value
 
 
 @pytest.mark.parametrize("text,message", BAD)
 def test_threshold_refused_alike_by_pytest(text, message, pytester):
     with pytest.raises(pytest.UsageError) as ei:
-        plugin._options(pytester.parseconfig(f"--gemmperf-threshold={text}"), pytester.path)
+        glue_options.resolve_options(pytester.parseconfig(f"--gemmperf-threshold={text}"), pytester.path)
     assert str(ei.value).startswith(f"--gemmperf-threshold: {message}") and "\n" not in str(ei.value)
     pytester.makeini(f"[pytest]\ngemmperf_threshold = {text}\n")
     with pytest.raises(pytest.UsageError, match=re.escape(f"gemmperf_threshold (ini): {message}")):
-        plugin._options(pytester.parseconfig(), pytester.path)
+        glue_options.resolve_options(pytester.parseconfig(), pytester.path)
 
 
 def _samples_csv(path: Path, scale: float, seed: int) -> Path:

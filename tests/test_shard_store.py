@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf import shard
-from pytest_gemmperf.shard_hooks import ShardHooks
+from pytest_gemmperf.pytest_glue.shard_hooks import ShardHooks
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import BaselineRecord
 
@@ -29,7 +29,7 @@ def _samples(point: str, seed: int) -> pd.DataFrame:
 
 
 def _save(store: BaselineStore, hw: str, point: str, seconds: float | None, seed: int = 0) -> None:
-    """What the pytest session does after a point is profiled (session_gate._save_baseline):
+    """What the pytest session does after a point is profiled (gate_step.GateStep.save_baseline):
     one point's samples and metadata, merged into the stored record."""
     info = {"backend": "torch", "run_durations_s": [1.0]}
     if seconds is not None:

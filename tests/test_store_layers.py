@@ -16,8 +16,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_gemmperf"
 
 #: what the store's modules must never import: the layers that call it
-ABOVE_STORE = ("pytest_gemmperf.plugin", "pytest_gemmperf.session", "pytest_gemmperf.commands",
-               "pytest_gemmperf.cli", "pytest_gemmperf.report", "pytest_gemmperf.progress",
+ABOVE_STORE = ("pytest_gemmperf.plugin", "pytest_gemmperf.pytest_glue", "pytest_gemmperf.commands",
+               "pytest_gemmperf.cli", "pytest_gemmperf.report",
                "pytest_gemmperf.shard")
 
 

@@ -283,7 +283,7 @@ def profile_point(point_env: Mapping[str, str], workload_argv: Sequence[str],
     a GPU that cannot read counters gives ``counters_skipped`` instead of an error.
     ``progress(event, **fields)``, when given, hears ``run_start``/``run_end`` (run, total,
     duration_s, ok) of each timing run and ``passes_start``/``passes_end`` (groups) of the
-    counter passes (the pytest plugin's progress lines; see ``pytest_gemmperf/progress.py``).
+    counter passes (the pytest plugin's progress lines; see ``pytest_gemmperf/pytest_glue/progress.py``).
     """
     progress = progress or (lambda event, **fields: None)
     if repeats < 1:

@@ -22,7 +22,7 @@ Layering (``docs/ARCHITECTURE.md``): ``sweep -> run -> traces -> analysis -> gat
 report``. The store sits above the gate because a record is made of the gate's samples
 (``gate.samples``) and its variance history of the gate's per-run contributions
 (``gate.compare.variance_contribution``); the gate never imports the store, so ``gate/`` stays
-statistics only. The store never imports the pytest glue (``plugin.py``, ``session*.py``) or
+statistics only. The store never imports the pytest glue (``plugin.py``, ``pytest_glue/``) or
 ``commands/``: they call it. Nothing writes a baseline implicitly: :meth:`BaselineStore.save` /
 ``save_many`` are called by an explicit refresh only.
 

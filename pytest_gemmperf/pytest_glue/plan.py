@@ -17,19 +17,16 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.pytest_glue.session import GemmperfSession
 from pytest_gemmperf.store.record import META_FILE
 from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.store.hardware import cpu_hardware_key
 from pytest_gemmperf.gate.power import DEFAULT_POWER, plan
 from pytest_gemmperf.run.results import RUN_JSON
-
-if TYPE_CHECKING:  # the runner imports this module
-    from pytest_gemmperf.session import PointRunner
 
 
 @dataclass(frozen=True)
@@ -40,21 +37,21 @@ class AutoRepeats:
     note: str
 
 
-def planned_repeats(runner: PointRunner) -> AutoRepeats:
-    """The repeats of ``runner``'s point under ``--gemmperf-repeats auto``."""
-    o = runner.options
+def planned_repeats(session: GemmperfSession, test_id: str, point_id: str, device: str) -> AutoRepeats:
+    """The repeats of ``test_id``'s point ``point_id`` under ``--gemmperf-repeats auto``."""
+    o = session.options
     default = AutoRepeats(o.repeats, f"repeats auto: {o.repeats}")
     try:
-        rec, why = _record(runner)
+        rec, why = _record(session, test_id, device)
     except GemmperfInputError as exc:
         return AutoRepeats(o.repeats, f"{default.note} (baseline unreadable: {exc})")
     if rec is None:
         return AutoRepeats(o.repeats, f"{default.note} ({why})")
-    base = rec.samples[rec.samples["point"].astype(str) == runner.point.id]
+    base = rec.samples[rec.samples["point"].astype(str) == point_id]
     if base.empty:
         return AutoRepeats(o.repeats, f"{default.note} (no baseline of this point yet)")
     try:
-        return choose(base, rec.history_for(runner.point.id), runner.test_id, o.detect, o.threshold,
+        return choose(base, rec.history_for(point_id), test_id, o.detect, o.threshold,
                       o.max_repeats, o.repeats)
     except (GemmperfInputError, ValueError) as exc:  # choosing a count never fails the point
         return AutoRepeats(o.repeats, f"{default.note} (no plan from the baseline: {exc})")
@@ -97,31 +94,31 @@ def processes_per_run(samples: pd.DataFrame) -> int:
     return max(1, round(len(units) / len(runs)))
 
 
-def _record(runner: PointRunner):
-    """(the baseline record of the runner's test, or None; why there is none)."""
-    store = runner.session.baseline_store()
-    hw = _session_hw_key(runner)
+def _record(session: GemmperfSession, test_id: str, device: str):
+    """(the baseline record of the test, or None; why there is none)."""
+    store = session.baseline_store()
+    hw = _session_hw_key(session, device)
     if hw is not None:
-        rec = store.load(runner.test_id, hw)
+        rec = store.load(test_id, hw)
         return rec, f"no baseline on {hw} yet"
     keys = sorted(p.name for p in store.root.iterdir()
                   if p.is_dir() and not p.name.startswith(".")) if store.root.is_dir() else []
-    held = [k for k in keys if (store.path_for(runner.test_id, k) / META_FILE).is_file()]
+    held = [k for k in keys if (store.path_for(test_id, k) / META_FILE).is_file()]
     if len(held) != 1:
         return None, ("no baseline yet" if not held
                       else f"baselines on {len(held)} hardware keys and none known for this session yet")
-    return store.load(runner.test_id, held[0]), "no baseline yet"
+    return store.load(test_id, held[0]), "no baseline yet"
 
 
-def _session_hw_key(runner: PointRunner) -> str | None:
+def _session_hw_key(session: GemmperfSession, device: str) -> str | None:
     """The hardware key this session's points found (run.json), else this machine's CPU key on
     the CPU backend (what a CPU point's baseline is stored under), else None."""
     try:
-        key = json.loads((runner.session.results.root / RUN_JSON).read_text(encoding="utf-8")).get("hardware_key")
+        key = json.loads((session.results.root / RUN_JSON).read_text(encoding="utf-8")).get("hardware_key")
         if key:
             return str(key)
     except (OSError, ValueError, AttributeError):
         pass
-    if runner.device == "cpu":
+    if device == "cpu":
         return cpu_hardware_key()
     return None

@@ -1,7 +1,7 @@
 """pytest side of ``--gemmperf-shard I/N``: resolve the setting, deselect the other shards'
 items after collection, say what this shard runs. The assignment itself is ``shard.py``.
 
-Registered by ``plugin.py`` (``pytest_configure``) only when a shard is requested.
+Registered by ``hooks.py`` (``pytest_configure``) only when a shard is requested.
 """
 
 from __future__ import annotations

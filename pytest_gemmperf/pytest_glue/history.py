@@ -1,11 +1,11 @@
 """The pytest side of the run history: append each gated point, check it for slow creep.
 
-``plugin.py`` resolves the options into :class:`HistorySettings` (one run id and time per
-session, made by the controller and handed to xdist workers) and sets ``session.history``;
-``session.py``'s ``assert_no_regression`` calls :func:`record_point` once the gate's samples
-exist and :func:`fail_on_creep` after the verdicts. Every point appends its own immutable file
-(``HistoryStore.append``: one file per call, a fresh uuid in its name), so concurrent workers
-never read-modify-write anything.
+``options.py`` resolves the options into :class:`HistorySettings` (one run id and time per
+session, made by the controller and handed to xdist workers), kept by the session object; each
+point's gate step is handed a :class:`HistorySink` and records its values after its verdicts
+(``gate_step.py``), then fails on slow creep with :func:`fail_on_creep`. Every point appends
+its own immutable file (``HistoryStore.append``: one file per call, a fresh uuid in its name),
+so concurrent workers never read-modify-write anything.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -28,13 +28,13 @@ from pytest_gemmperf.textsafe import printable, printable_lines
 from pytest_gemmperf.workdir import make_tool_dir
 from pytest_gemmperf.history.store import HistoryStore, RunInfo
 from pytest_gemmperf.history.values import history_values
+from pytest_gemmperf.pytest_glue.reporting import PROP_WARNING
+from pytest_gemmperf.pytest_glue.result import PointResult
 import pytest
 
 #: values of --gemmperf-history that turn the history off (the settings table's)
 OFF_VALUES = HISTORY_OFF
 DEFAULT_WINDOW = 5
-#: user_properties name of a warning the plugin shows in the terminal summary
-PROP_WARNING = "gemmperf_warning"
 #: CI variables naming the branch being built (GitHub Actions, GitLab CI, Jenkins, Buildkite)
 _BRANCH_VARS = ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME", "BUILDKITE_BRANCH")
 
@@ -83,43 +83,51 @@ def current_branch(cwd: Path | None) -> str | None:
     return name if name and name != "HEAD" else None
 
 
-def record_point(runner, result, samples: pd.DataFrame) -> str:
-    """Append the values this point's gate used; with ``--gemmperf-history-check`` return the
-    slow-creep failure text (empty when none). A history that cannot be written is reported
-    and does not fail the test unless the check was asked for (it needs the history)."""
-    hs: HistorySettings | None = getattr(runner.session, "history", None)
-    if hs is None:
-        return ""
+class HistorySink:
+    """Where a session's points record their history values (built per point by the runner)."""
 
-    where = f"{runner.test_id}[{runner.point.id}]"
-    meta_all = runner.session.metadata()
-    telemetry = (result.environment or {}).get("telemetry") if isinstance(result.environment, dict) else None
-    meta = {"versions": {k: v for k, v in meta_all.items() if k.endswith("_version") and v},
-            "host": meta_all.get("host"), "backend": result.backend.name,
-            "xdist_worker": os.environ.get("PYTEST_XDIST_WORKER"),
-            "results_dir": str(runner.session.results.root)}
-    if telemetry:
-        meta["telemetry"] = telemetry
-    try:
-        if "://" not in hs.url:
-            make_tool_dir(hs.url)  # the default .gemmperf/history: a new .gemmperf/ git-ignores itself
-        store = HistoryStore(hs.url)
-        run = RunInfo(run_id=hs.run_id, time=hs.time, commit=meta_all.get("git_commit"), branch=hs.branch,
-                      hw_key=result.hw_key, meta=meta)
-        store.append(history_values(samples, test=runner.test_id), run)
-    except (OSError, GemmperfInputError) as exc:
-        why = output_error(exc, hs.url) if isinstance(exc, OSError) else exc
-        text = f"{where}: history not recorded in {hs.url}: {why}"
-        if hs.check:
-            raise _fail(f"gemmperf: {text}")
-        print(f"gemmperf: {text}", file=sys.stderr)
-        # the gate stands without it, but a history with holes must not go unnoticed: the
-        # plugin lists this in the session's terminal summary
-        runner._record(PROP_WARNING, text)
-        return ""
-    if not hs.check:
-        return ""
-    return creep_text(store, runner.test_id, runner.point.id, result.hw_key, hs.window)
+    def __init__(self, settings: HistorySettings, *, metadata: Callable[[], dict[str, Any]],
+                 results_root: Path, record: Callable[[str, str], None]) -> None:
+        self.settings = settings
+        self.metadata = metadata
+        self.results_root = results_root
+        #: the test report's properties: where a history that could not be written is noted
+        self._record = record
+
+    def record(self, test_id: str, point_id: str, result: PointResult, samples: pd.DataFrame) -> str:
+        """Append the values this point's gate used; with ``--gemmperf-history-check`` return the
+        slow-creep failure text (empty when none). A history that cannot be written is reported
+        and does not fail the test unless the check was asked for (it needs the history)."""
+        hs = self.settings
+        where = f"{test_id}[{point_id}]"
+        meta_all = self.metadata()
+        telemetry = (result.environment or {}).get("telemetry") if isinstance(result.environment, dict) else None
+        meta = {"versions": {k: v for k, v in meta_all.items() if k.endswith("_version") and v},
+                "host": meta_all.get("host"), "backend": result.backend.name,
+                "xdist_worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                "results_dir": str(self.results_root)}
+        if telemetry:
+            meta["telemetry"] = telemetry
+        try:
+            if "://" not in hs.url:
+                make_tool_dir(hs.url)  # the default .gemmperf/history: a new .gemmperf/ git-ignores itself
+            store = HistoryStore(hs.url)
+            run = RunInfo(run_id=hs.run_id, time=hs.time, commit=meta_all.get("git_commit"), branch=hs.branch,
+                          hw_key=result.hw_key, meta=meta)
+            store.append(history_values(samples, test=test_id), run)
+        except (OSError, GemmperfInputError) as exc:
+            why = output_error(exc, hs.url) if isinstance(exc, OSError) else exc
+            text = f"{where}: history not recorded in {hs.url}: {why}"
+            if hs.check:
+                raise _fail(f"gemmperf: {text}")
+            print(f"gemmperf: {text}", file=sys.stderr)
+            # the gate stands without it, but a history with holes must not go unnoticed: the
+            # plugin lists this in the session's terminal summary
+            self._record(PROP_WARNING, text)
+            return ""
+        if not hs.check:
+            return ""
+        return creep_text(store, test_id, point_id, result.hw_key, hs.window)
 
 
 def creep_text(store, test: str, point: str, hw_key: str, window: int) -> str:
@@ -144,11 +152,11 @@ def creep_text(store, test: str, point: str, hw_key: str, window: int) -> str:
             f"change point(s) within the last {window} run(s) (slow creep):\n" + format_changes(recent))
 
 
-def fail_on_creep(runner, text: str) -> None:
+def fail_on_creep(text: str, *, warn_only: bool) -> None:
     """Fail the test with ``text`` (or, with ``--gemmperf-warn-only``, only report it)."""
     if not text:
         return
-    if runner.options.warn_only:
+    if warn_only:
         print(printable_lines(text + " [--gemmperf-warn-only: not failing]"), file=sys.stderr)
         return
     raise _fail(text)

@@ -58,7 +58,7 @@ from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.store.hardware import sanitize
 from pytest_gemmperf.store.record import legacy_keys, slug_for_test
 from pytest_gemmperf.run.results import RUN_JSON, item_test_id, split_nodeid
-from pytest_gemmperf.session import PROP_STATUS
+from pytest_gemmperf.pytest_glue.reporting import PROP_PROGRESS, PROP_STATUS
 
 #: events the runner emits (``progress(event, **fields)``)
 POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round, note
@@ -67,8 +67,6 @@ RUN_END = "run_end"            # run, total, duration_s, ok, round
 PASSES_START = "passes_start"  # groups
 PASSES_END = "passes_end"      # groups, duration_s, ok
 
-#: user property of a test item whose point started (value: ``test[point]``)
-PROP_PROGRESS = "gemmperf_progress"
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -208,7 +206,7 @@ class ProgressReporter:
         self.points[nodeid] = p
         return p
 
-    # pytest hooks (the reporter is registered as a plugin by plugin.py)
+    # pytest hooks (the reporter is registered as a plugin by hooks.py)
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_logreport(self, report: Any):
         """The point's end line, once its call phase is reported: outcome, time, gate status.

@@ -1,7 +1,7 @@
 """A profiled sweep point's result and the signals that end its run early.
 
-Shared by the runner (``session.py``), its gate step (``session_gate.py``) and its re-runs
-(``session_reruns.py``): a module below all three, so none of them imports another upward.
+Shared by the runner (``point.py``), its gate step (``gate_step.py``) and its re-runs
+(``reruns.py``): a module below all three, so none of them imports another upward.
 """
 
 from __future__ import annotations

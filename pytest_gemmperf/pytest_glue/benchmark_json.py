@@ -2,7 +2,7 @@
 
 The gated points of a session are known to the controller from the test reports: each gated
 point records a ``gemmperf_gated`` property (test id, point id, warm-up, kernel regexes) when
-its samples are taken (``session.PointRunner._samples``). Under xdist the properties travel
+its samples are taken (``gate_step.GateStep.samples``). Under xdist the properties travel
 with the reports, and every worker writes its points into the one results directory, so the
 controller needs no per-worker part files: at the end of the session it reads each gated
 point's ``dispatches.parquet`` from the results directory and exports it.
@@ -26,11 +26,10 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.gate.benchmark_export import to_pytest_benchmark_json
 from pytest_gemmperf.gate.samples import samples_from_dispatches
+from pytest_gemmperf.pytest_glue.reporting import PROP_GATED
 from pytest_gemmperf.run.results import ResultsDir
 from pytest_gemmperf.safe_io import write_text
 
-#: user_properties name of a gated point (JSON: test, point, warmup, kernels)
-PROP_GATED = "gemmperf_gated"
 
 
 def gated_property(test_id: str, point_id: str, warmup: int, kernels: Iterable[str]) -> tuple[str, str]:

@@ -1,51 +1,49 @@
-"""What the pytest fixtures hand to a test: the session state and the per-point runner.
+"""The ``gemmperf`` fixture's object: profile a test's sweep point and gate it.
 
-``plugin.py`` only wires pytest hooks to these objects. A :class:`PointRunner` (the ``gemmperf``
-fixture) profiles its sweep point ``repeats`` times in separate processes, writes the results
-layout (``run/results.py``), and gates the result against ``baselines/``.
+A :class:`PointRunner` runs its point's workload ``repeats`` times in separate processes under
+the session's backend, writes the results layout (``run/results.py``: logs, raw outputs, the
+canonical tables, ``point.json``) and loads the tables back. What happens around and after a
+run is done by collaborators it builds with explicit arguments: :class:`~.reruns.Reruns`
+(contention, telemetry, confirmation re-runs) and :class:`~.gate_step.GateStep` (the comparison
+with the baseline, ``assert_no_regression``).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
+import pytest
 
-from pytest_gemmperf.config import default
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.paths import remove_tree
-from pytest_gemmperf.run.backend import BackendChoice, select_backend
+from pytest_gemmperf.pytest_glue.gate_step import GateStep
+from pytest_gemmperf.pytest_glue.history import HistorySink
+from pytest_gemmperf.pytest_glue.options import Options
+from pytest_gemmperf.pytest_glue.reporting import PROP_ENVIRONMENT, PointReporter, emit
+from pytest_gemmperf.pytest_glue.reruns import Reruns, WorkloadCall
+from pytest_gemmperf.pytest_glue.result import PointResult, _PointFailed, _PointSkipped
+from pytest_gemmperf.pytest_glue.session import GemmperfSession
 from pytest_gemmperf.redact import redact_argv, redact_command, redact_env, redact_text, secret_values
-from pytest_gemmperf.run.results import (COMPLETE, FAILED, INTERRUPTED, POINT_JSON, ResultsDir, item_test_id,
+from pytest_gemmperf.run import rocprofv3
+from pytest_gemmperf.run.backend import BackendChoice
+from pytest_gemmperf.run.process import (WorkloadError, is_local_multinode, launch_argv, node_launch_argvs,
+                                         split_launch)
+from pytest_gemmperf.run.replay import ReplayMissing, replay_point
+from pytest_gemmperf.run.results import (COMPLETE, FAILED, INTERRUPTED, POINT_JSON, item_test_id,
                                          write_point_json, write_tables)
-# PROP_*: re-exported, plugin.py and progress.py read them from here
-from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped  # noqa: F401 - re-exported
-from pytest_gemmperf.session_gate import PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointGate, _emit  # noqa: F401
-from pytest_gemmperf.session_reruns import PointReruns
+from pytest_gemmperf.run.slurm_env import wrap_command
+from pytest_gemmperf.run.torch_backend import load_rank_traces, read_trace, run_torch_nodes, run_torch_point
+from pytest_gemmperf.store.hardware import hardware_key
 from pytest_gemmperf.sweep import SweepPoint
 from pytest_gemmperf.textsafe import printable_lines
-from pytest_gemmperf.store.hardware import collect_metadata
-from pytest_gemmperf.store.baselines import BaselineStore
-import pytest
-from pytest_gemmperf.run.process import is_local_multinode, launch_argv, node_launch_argvs
-from pytest_gemmperf.run.torch_backend import load_rank_traces, read_trace, run_torch_nodes, run_torch_point
-from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables
-from pytest_gemmperf.run.slurm_env import wrap_command
-from pytest_gemmperf.run import rocprofv3
-from pytest_gemmperf.run.process import WorkloadError, split_launch
 from pytest_gemmperf.traces.discover import load, load_counters
-from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables, set_columns
-from pytest_gemmperf.run.replay import ReplayMissing, replay_point
-from pytest_gemmperf.traces.schema import set_columns
-from pytest_gemmperf.traces.discover import load
-from pytest_gemmperf.store.hardware import hardware_key
-import inspect
+from pytest_gemmperf.traces.schema import (AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables,
+                                           set_columns)
 
 #: Inherited variables recorded in point.json besides those the point sets: the ones that change
 #: performance (runtime, collective, BLAS, threading and allocator knobs) and the process layout.
@@ -65,46 +63,8 @@ RECORDED_ENV_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "HIP_", "ROCR_", "HIPBLASLT_"
                          "TENSILE_", "MIOPEN_", "OMP_", "KMP_", "MKL_", "TORCH_NCCL_", "PYTORCH_TUNABLEOP_",
                          "TORCHINDUCTOR_", "UCX_", "FI_", "GEMMPERF_")
 
-#: user_properties names (JUnit XML properties; also how xdist workers report to the controller)
-
-#: How many verdict rows a failure message shows (the full table is in verdicts.csv).
-
-
 class GemmperfUsageError(Exception):
     """A test used the fixtures wrongly (bad arguments); shown as a one-line failure."""
-
-
-@dataclass(frozen=True)
-class Options:
-    """The ``--gemmperf-*`` options after command line > ini > default resolution (defaults:
-    the settings table, ``config.py``)."""
-
-    results_dir: Path
-    baseline_dir: Path
-    report_dir: Path
-    backend: str = default("backend")
-    replay_dir: Path | None = None
-    repeats: int = default("repeats")
-    threshold: float | None = None
-    warmup: int | None = None
-    timeout_s: float = default("timeout")
-    gpus_per_point: int = default("gpus_per_point")
-    update_baselines: bool = False
-    warn_only: bool = False
-    rocprofv3: str = default("rocprofv3")
-    learn_variance: bool = False
-    #: confirmation rounds for a suspicious point (gate/confirm.py ConfirmConfig.rounds); 0 disables
-    confirm: int = default("confirm")
-    #: sample host/GPU telemetry while points run (run/telemetry.py)
-    telemetry: bool = default("telemetry")
-    telemetry_interval_s: float = default("telemetry_interval")
-    #: worker processes reading trace files (traces/parallel.py); 0: every usable core
-    jobs: int = default("jobs")
-    #: ``--gemmperf-repeats auto``: each point's count planned from its baseline (gate/power.py)
-    #: to detect a slowdown of ``detect``, at most ``max_repeats``; ``repeats`` without a baseline
-    repeats_auto: bool = False
-    detect: float | None = None
-    max_repeats: int = default("max_repeats")
 
 
 def worker_index() -> int:
@@ -145,63 +105,9 @@ def _foreign_point_dir(point_dir: Path, nodeid: str) -> str:
     return ""
 
 
-class GemmperfSession:
-    """Per-process state of one pytest session (each xdist worker has its own)."""
-
-    def __init__(self, options: Options, *, argv: Sequence[str] = (), rootdir: Path | None = None) -> None:
-        self.options = options
-        self.results = ResultsDir(options.results_dir)
-        self.argv = list(argv)
-        self.rootdir = rootdir
-        self._backend: BackendChoice | None = None
-        self._metadata: dict[str, Any] | None = None
-        #: extra run.json fields set before the first point runs (plugin: the shard plan)
-        self.run_fields: dict[str, Any] = {}
-        #: point directories this process made: the only ones a later try may replace
-        self.created_points: set[Path] = set()
-
-    @property
-    def backend(self) -> BackendChoice:
-        if self._backend is None:
-            self._backend = select_backend(self.options.backend, rocprofv3_exe=self.options.rocprofv3,
-                                           replay_dir=self.options.replay_dir)
-        return self._backend
-
-    def metadata(self) -> dict[str, Any]:
-        if self._metadata is None:
-            self._metadata = collect_metadata(self.rootdir)
-        return self._metadata
-
-    def ensure_results(self) -> ResultsDir:
-        """Create the run directory and run.json on first use (a session that profiles nothing
-        leaves no directory behind)."""
-        o = self.options
-        meta = {
-            "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
-            "argv": redact_argv(self.argv),
-            "rootdir": str(self.rootdir) if self.rootdir else None,
-            "backend": self.backend.name,
-            "device": self.backend.device,
-            "backend_reason": self.backend.reason,
-            "repeats": o.repeats,
-            "threshold": o.threshold,
-            "versions": self.metadata(),
-            "host": self.metadata().get("host"),
-            "git_commit": self.metadata().get("git_commit"),
-        }
-        if o.warmup is not None:
-            meta["warmup"] = o.warmup
-        meta.update(self.run_fields)
-        self.results.ensure(meta)
-        return self.results
-
-    def baseline_store(self):
-        return BaselineStore(self.options.baseline_dir)
-
-
-class PointRunner(PointGate, PointReruns):
-    """The ``gemmperf`` fixture: profile this test's sweep point and gate it (re-runs,
-    contention and confirmation: :class:`~pytest_gemmperf.session_reruns.PointReruns`)."""
+class PointRunner:
+    """The ``gemmperf`` fixture: profile this test's sweep point (:meth:`profile`) and gate it
+    (:meth:`assert_no_regression`)."""
 
     def __init__(self, session: GemmperfSession, point: SweepPoint, nodeid: str,
                  record_property=None, progress=None) -> None:
@@ -210,16 +116,33 @@ class PointRunner(PointGate, PointReruns):
         self.nodeid = nodeid
         #: the test this item belongs to: its node id without the sweep point (run/results.py)
         self.test_id = item_test_id(nodeid, point.id)
-        self._record = record_property or (lambda name, value: None)
-        #: ``progress(event, **fields)``: the plugin's progress lines (progress.py); a no-op here
-        self._progress = progress or (lambda event, **fields: None)
-        self.messages: list[str] = []
+        #: test-report properties and the plugin's progress lines (progress.py); no-ops when None
+        self.reporter = PointReporter.of(record_property, progress)
         self._call: dict[str, Any] | None = None  # the last profile() call, for re-runs
-        self._record_json: dict[str, Any] | None = None
-        self._confirm_text = ""
         #: secret values of the last profile() call's environment, redacted wherever recorded
         self._secrets: tuple[str, ...] = ()
         self._check_dir()
+
+    # -- collaborators, built on first use (the backend is chosen when a point first needs it)
+    @functools.cached_property
+    def reruns(self) -> Reruns:
+        return Reruns(test_id=self.test_id, point=self.point, results=self.session.results,
+                      options=self.options, backend=self.backend, reporter=self.reporter,
+                      execute=self._execute)
+
+    @functools.cached_property
+    def gate(self) -> GateStep:
+        s = self.session
+        history = (HistorySink(s.history, metadata=s.metadata, results_root=s.results.root,
+                               record=self.reporter.record) if s.history is not None else None)
+        return GateStep(test_id=self.test_id, point=self.point, results=s.results, options=self.options,
+                        store=s.baseline_store(), reporter=self.reporter, reruns=self.reruns,
+                        history=history, metadata=s.metadata)
+
+    @property
+    def messages(self) -> list[str]:
+        """The lines the gate step showed (a recorded baseline's)."""
+        return self.gate.messages
 
     # -- facts a test may want
     @property
@@ -297,9 +220,9 @@ class PointRunner(PointGate, PointReruns):
         auto = None
         if repeats is None and self.options.repeats_auto:
             # lazy: only --gemmperf-repeats auto loads the statistics before the workload runs
-            from pytest_gemmperf.session_plan import planned_repeats
+            from pytest_gemmperf.pytest_glue.plan import planned_repeats
 
-            auto = planned_repeats(self)
+            auto = planned_repeats(self.session, self.test_id, self.point.id, self.device)
             repeats = auto.repeats
         repeats = int(repeats or self.options.repeats)
         timeout_s = float(timeout_s or self.options.timeout_s)
@@ -331,15 +254,16 @@ class PointRunner(PointGate, PointReruns):
         self._call = dict(command=command, launcher=launcher, nproc=nproc, nnodes=nnodes,
                           launcher_args=launcher_args, counters=counters, repeats=repeats,
                           timeout_s=timeout_s, full_env=full_env, env_set=env_set, cwd=cwd)
-        self._record_json = record
-        self._progress("point_start", repeats=repeats, backend=backend.name,
+        self.reruns.remember(WorkloadCall(repeats=repeats, full_env=full_env, secrets=self._secrets,
+                                          record=record))
+        self.reporter.progress("point_start", repeats=repeats, backend=backend.name,
                        counter_passes=_expected_passes(backend.name, counters),
                        note=auto.note if auto is not None else "")
-        monitor = self._monitor()
-        sampler = self._sampler(full_env)
+        monitor = self.reruns.monitor()
+        sampler = self.reruns.sampler(full_env)
         try:
             with monitor, sampler:
-                trace, argv = self._execute(record, first_run=0)
+                trace, argv = self._execute(record, 0)
         except _PointSkipped as exc:
             record["status"] = "skipped"
             record["error"] = redact_text(str(exc), self._secrets)
@@ -350,7 +274,7 @@ class PointRunner(PointGate, PointReruns):
             record["failure"] = exc.status
             record["error"] = redact_text(exc.message, self._secrets)
             # a failed or timed-out point keeps its telemetry: was the box healthy?
-            self._store_telemetry(sampler, record, {}, round_no=0)
+            self.reruns.store_telemetry(sampler, record, {}, round_no=0)
             write_point_json(point_dir, record)
             pytest.fail(printable_lines(f"gemmperf: {self.test_id}[{self.point.id}]: {record['error']}"), pytrace=False)
         except Exception as exc:
@@ -370,13 +294,13 @@ class PointRunner(PointGate, PointReruns):
             write_point_json(point_dir, record)
             raise
         record["resolved_command"] = redact_argv(argv, self._secrets)
-        self._store_telemetry(sampler, record, monitor.evidence, round_no=0, dispatches=trace.dispatches)
+        self.reruns.store_telemetry(sampler, record, monitor.evidence, round_no=0, dispatches=trace.dispatches)
         record["environment"] = monitor.evidence
-        disturbance = self._assess(monitor.evidence)
+        disturbance = self.reruns.assess(monitor.evidence)
         record["disturbance"] = disturbance.as_dict()
         if disturbance.disturbed:
-            _emit(f"gemmperf: {self.test_id}[{self.point.id}]: {disturbance.text}")
-            self._record(f"{PROP_PREFIX}_environment", disturbance.text)
+            emit(f"gemmperf: {self.test_id}[{self.point.id}]: {disturbance.text}")
+            self.reporter.record(PROP_ENVIRONMENT, disturbance.text)
         hw_key = _hardware_key(trace.agents)
         tables = {"dispatches": trace.dispatches, "counters": trace.counters, "agents": trace.agents}
         write_tables(point_dir, tables)
@@ -392,6 +316,39 @@ class PointRunner(PointGate, PointReruns):
                            hw_key=hw_key,
                            environment=monitor.evidence)
 
+    def assert_no_regression(self, result: PointResult, *, threshold: float | str | None = None,
+                             warmup: int | None = None) -> pd.DataFrame:
+        """Compare ``result`` with the stored baseline of this test and point.
+
+        No baseline yet (or ``--gemmperf-update-baselines``): record one and pass. Otherwise fail
+        on a regression with the compact verdict table (unless ``--gemmperf-warn-only``). Returns
+        the verdicts table (empty when a baseline was recorded). The steps: ``gate_step.py``.
+        """
+        return self.gate.run(result, threshold=threshold, warmup=warmup)
+
+    def rerun(self, result: PointResult, round_no: int) -> tuple[PointResult, dict[str, Any]] | None:
+        """Profile ``repeats`` more processes of this point (:meth:`Reruns.rerun`)."""
+        return self.reruns.rerun(result, round_no)
+
+    def _execute(self, record: dict[str, Any], first_run: int) -> tuple[Trace, list[str]]:
+        """Run ``repeats`` processes of the last ``profile()`` call, numbered from ``first_run``."""
+        c = self._call
+        backend = self.backend
+        if backend.name == "torch":
+            return self._run_torch(c["command"], c["launcher"], c["nproc"], c["nnodes"], c["launcher_args"],
+                                   c["repeats"], c["timeout_s"], c["full_env"], c["cwd"], record,
+                                   first_run=first_run)
+        if backend.name == "rocprofv3":
+            # a confirmation round writes its own rocprofv3 tree and skips the counter passes
+            out = self.dir if first_run == 0 else self.dir / f"confirm{first_run}"
+            return self._run_rocprofv3(c["command"], c["launcher"], c["nproc"], c["nnodes"],
+                                       c["launcher_args"], c["counters"] if first_run == 0 else (),
+                                       c["repeats"], c["timeout_s"], c["full_env"], c["env_set"],
+                                       c["cwd"], record, out_dir=out, run_offset=first_run)
+        if first_run:
+            raise _PointSkipped("the replay backend cannot re-run a point")
+        return self._run_replay(record)
+
     def _run_torch(self, command, launcher, nproc, nnodes, launcher_args, repeats, timeout_s,
                    full_env, cwd, record, first_run: int = 0):
         # torchrun with nnodes > 1: one node agent per node on this machine (run/torch_backend.py)
@@ -403,8 +360,8 @@ class PointRunner(PointGate, PointReruns):
         device = self.backend.device
         traces = []
         for k in range(first_run, first_run + repeats):
-            self._progress("run_start", run=k - first_run, total=repeats, round=first_run // repeats)
-            with self._process_window(k):
+            self.reporter.progress("run_start", run=k - first_run, total=repeats, round=first_run // repeats)
+            with self.reruns.process_window(k):
                 if multinode:  # a fresh rendezvous port per repeat
                     nodes = node_launch_argvs(command, nproc, nnodes, launcher_args)
                     record["node_commands"] = redact_command(nodes, self._secrets)
@@ -414,7 +371,7 @@ class PointRunner(PointGate, PointReruns):
                 else:
                     run = run_torch_point(argv, env=full_env, run_dir=self.dir / f"run{k}", run=k,
                                           device=device, timeout_s=timeout_s, cwd=cwd)
-            self._progress("run_end", run=k - first_run, total=repeats, round=first_run // repeats,
+            self.reporter.progress("run_end", run=k - first_run, total=repeats, round=first_run // repeats,
                            duration_s=run.duration_s, ok=run.returncode == 0 and not run.timed_out)
             entry = {"run": k, "returncode": run.returncode, "duration_s": round(run.duration_s, 3),
                      "timed_out": run.timed_out, "log": _rel(run.log, self.dir),
@@ -456,7 +413,7 @@ class PointRunner(PointGate, PointReruns):
                                           kernel_regexes=list(self.point.kernels), repeats=repeats,
                                           timeout_s=timeout_s, exe=self.options.rocprofv3,
                                           launcher_prefix=outer, env=full_env, cwd=cwd,
-                                          progress=functools.partial(self._progress,
+                                          progress=functools.partial(self.reporter.progress,
                                                                      round=run_offset // repeats))
         except WorkloadError as exc:
             timed_out = exc.result is not None and exc.result.timed_out
@@ -530,14 +487,3 @@ def _rel(path: Path, base: Path) -> str:
         return str(Path(path).relative_to(base))
     except ValueError:
         return str(path)
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
-
-
-def _signature_params(fn) -> set[str]:
-    try:
-        return set(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return set()

@@ -1,0 +1,415 @@
+"""The gate step of a sweep point (``assert_no_regression``), in one direction:
+
+validate the inputs -> samples -> compare with the stored baseline -> confirmation re-runs ->
+verdicts -> ``point.json`` written once -> run history recorded -> baseline saved.
+
+Each stage is a method of :class:`GateStep`, an object built by the runner (``point.py``) with
+what it works on handed in explicitly: the point's results, the options, the baseline store,
+the reporter, the re-runs collaborator and the history sink. A stage only reads what the
+stages before it produced, so a point's outcome is final before anything lasting (point.json's
+gate fields, the history, the baseline) is written. Bad input fails the test in the first stage;
+a regression or slow creep fails it after the last, with every file written. The comparison
+takes the baseline record's merge lock only to read it; recording a baseline holds it from the
+read to the save.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+from filelock import FileLock
+
+from pytest_gemmperf import safe_io
+from pytest_gemmperf.config import parse_threshold
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.compare import GateConfig, compare
+from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge_round, settled, suspicious
+from pytest_gemmperf.gate.metrics import DUR_NS
+from pytest_gemmperf.gate.samples import gate_samples
+from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS, format_verdict_table
+from pytest_gemmperf.pytest_glue.benchmark_json import gated_property
+from pytest_gemmperf.pytest_glue.history import HistorySink, fail_on_creep
+from pytest_gemmperf.pytest_glue.options import Options
+from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_LEARNED, PROP_PREFIX,
+                                                   PROP_STATUS, PROP_VERDICTS, PointReporter, emit, fail_now)
+from pytest_gemmperf.pytest_glue.reruns import Reruns
+from pytest_gemmperf.pytest_glue.result import PointResult
+from pytest_gemmperf.report.before_after import write_point_baseline
+from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, write_point_json
+from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.record import BaselineRecord
+from pytest_gemmperf.store.verdicts_file import merge_verdicts
+from pytest_gemmperf.sweep import SweepPoint, invalid_env
+from pytest_gemmperf.textsafe import printable, printable_frame
+
+#: rows of the verdict table in a failure message
+FAIL_TABLE_ROWS = 20
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What validation found: the test's own threshold rule, the warm-up in force and what is
+    wrong with the environment (a run nobody meant is no reference)."""
+
+    rule: float | None
+    warmup: int
+    bad_env: tuple[str, ...] = ()
+
+
+@dataclass
+class Confirmation:
+    """What the confirmation re-runs did (point.json's ``confirmation``) and their line."""
+
+    summary: dict[str, Any]
+    text: str
+
+
+@dataclass
+class Outcome:
+    """A gated point's result: its verdicts (empty when a baseline was recorded), whether a
+    baseline was recorded or updated, and the failure text still to raise."""
+
+    verdicts: pd.DataFrame
+    recording: bool
+    confirmation: Confirmation | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+class GateStep:
+    """Gates one profiled sweep point against its stored baseline (see the module text)."""
+
+    def __init__(self, *, test_id: str, point: SweepPoint, results: ResultsDir, options: Options,
+                 store: BaselineStore, reporter: PointReporter, reruns: Reruns,
+                 history: HistorySink | None, metadata: Callable[[], dict[str, Any]]) -> None:
+        self.test_id = test_id
+        self.point = point
+        self.results = results
+        self.options = options
+        self.store = store
+        self.reporter = reporter
+        self.reruns = reruns
+        self.history = history
+        self.metadata = metadata
+        #: the lines this step showed (a recorded baseline's)
+        self.messages: list[str] = []
+
+    @property
+    def where(self) -> str:
+        return f"{self.test_id}[{self.point.id}]"
+
+    def run(self, result: PointResult, *, threshold: float | str | None = None,
+            warmup: int | None = None) -> pd.DataFrame:
+        """The whole step; returns the verdicts table (empty when a baseline was recorded)."""
+        checked = self.validate(result, threshold, warmup)
+        samples = self.samples(result, checked.warmup)
+        lock = _merge_lock(self.store, self.test_id, result.hw_key)
+        with lock:
+            base = self.store.load(self.test_id, result.hw_key)
+            base_pt = (base.samples[base.samples["point"].astype(str) == self.point.id]
+                       if base is not None else None)
+            recording = self.options.update_baselines or base_pt is None or base_pt.empty
+            confirmation = None
+            if recording:
+                verdicts = _empty_verdicts()
+            else:
+                lock.release()  # a comparison saves no record: the other points' writers go on
+                cfg = _gate_config(checked.rule if checked.rule is not None else self.options.threshold)
+                history = base.history_for(self.point.id)
+                first = self.compare(base_pt, samples, cfg, history)
+                verdicts = apply_disturbance(first, self.reruns.assess(result.environment))
+                verdicts, confirmation = self.confirm(result, base_pt, samples, first, verdicts, cfg,
+                                                      history, checked)
+                verdicts = self.verdicts(result, base_pt, verdicts)
+            self.write_point_json(result.dir, checked, confirmation, None if recording else verdicts)
+            creep = self.record_history(result, samples)
+            self.save_baseline(result, samples, base, base_pt, checked, recording)
+        self.finish(result, verdicts, confirmation, creep)
+        return verdicts
+
+    # -- the stages, in order
+    def validate(self, result: PointResult, threshold: float | str | None, warmup: int | None) -> Checked:
+        """The test's threshold parsed as the command line's, the point's gated dispatches
+        present, the environment checked: a bad input fails the test with one line before any
+        work is done."""
+        rule = None
+        if threshold is not None:
+            try:
+                rule = parse_threshold(threshold)
+            except ValueError as exc:
+                raise fail_now(f"gemmperf: {self.where}: assert_no_regression: {exc}") from None
+        self._check_dispatches(result)
+        w = warmup if warmup is not None else self.options.warmup
+        return Checked(rule=rule, warmup=int(w or 0), bad_env=tuple(invalid_env(result.env)))
+
+    def samples(self, result: PointResult, warmup: int) -> pd.DataFrame:
+        """The gate's samples of ``result`` (also of each confirmation round's processes)."""
+        self._check_dispatches(result)
+        try:
+            samples = gate_samples(result.dispatches, kernels=list(self.point.kernels), warmup=warmup,
+                                   compact=True, path=result.paths["dispatches"])
+        except GemmperfInputError as exc:
+            raise fail_now(f"gemmperf: {self.where}: {exc}") from None
+        for note in samples.attrs.get("notes", []):
+            emit(f"gemmperf: {self.where}: {note}")
+        # --gemmperf-benchmark-json: the controller exports this point at the session's end
+        self.reporter.record(*gated_property(self.test_id, self.point.id, warmup, self.point.kernels))
+        if len(samples) == 0:
+            raise fail_now(f"gemmperf: {self.where}: no samples left after warm-up removal; profile "
+                           "more steps or lower --gemmperf-warmup")
+        return samples
+
+    def compare(self, base_pt: pd.DataFrame, samples: pd.DataFrame, cfg: GateConfig,
+                history: pd.DataFrame | None) -> pd.DataFrame:
+        return compare(base_pt, samples, cfg, test=self.test_id, history=history)
+
+    def confirm(self, result: PointResult, base_pt: pd.DataFrame, samples: pd.DataFrame,
+                first: pd.DataFrame, verdicts: pd.DataFrame, cfg: GateConfig, history: pd.DataFrame | None,
+                checked: Checked) -> tuple[pd.DataFrame, Confirmation | None]:
+        """Confirm before blocking (gate/confirm.py): re-run a suspicious point up to
+        ``--gemmperf-confirm`` rounds; the new processes join the candidate and the point is
+        judged again (combined comparison + the re-run alone must reproduce)."""
+        ccfg = ConfirmConfig(rounds=max(0, int(self.options.confirm)))
+        if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
+            return verdicts, None
+        trigger = first[suspicious(first, ccfg)]
+        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} x{_fmt(r.ratio)}"
+                        for r in trigger.head(3).itertuples(index=False))
+        summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
+                                   "environment": []}
+        combined, reruns = samples, samples.iloc[:0]
+        for round_no in range(1, ccfg.rounds + 1):
+            emit(f"gemmperf: {self.where}: confirming ({printable(why)}): re-run round {round_no}")
+            got = self.reruns.rerun(result, round_no, self._point_fields(checked))
+            if got is None:
+                summary["skipped"] = f"the {self.reruns.backend.name} backend cannot re-run a point"
+                break
+            extra, evidence = got
+            extra_samples = self.samples(extra, checked.warmup)
+            combined = pd.concat([combined, extra_samples], ignore_index=True)
+            # "the re-run alone" is every round so far: later rounds reproduce on more processes
+            reruns = pd.concat([reruns, extra_samples], ignore_index=True)
+            judged, changes = judge_round(
+                first, lambda cand, gate_cfg: compare(base_pt, cand, gate_cfg, test=self.test_id, history=history),
+                combined, reruns, cfg, ccfg, round_no)
+            disturbance = self.reruns.assess(evidence)
+            verdicts = apply_disturbance(judged, disturbance)
+            summary["rounds"] = round_no
+            # the round's share of the FDR budget (rounds share one budget: no free extra looks)
+            summary.setdefault("fdr_per_round", []).append(cfg.fdr * ccfg.fdr_share(round_no))
+            summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == DUR_NS, "unit"].nunique())
+            summary["changes"] = changes
+            summary["environment"].append(disturbance.as_dict())
+            if settled(verdicts, ccfg):
+                break
+        summary["final"] = _verdict_counts(verdicts)
+        self.reporter.record(PROP_CONFIRM, json.dumps({"test": self.test_id, "point": self.point.id, **summary}))
+        changed = "; ".join(f"{printable(c['kernel'])} {c['metric']}: {c['before']} -> {c['after']}"
+                            for c in summary["changes"][:5]) or "no verdict changed"
+        text = (f"confirmation ran ({summary['rounds']} round(s), +{summary['extra_processes']} "
+                f"processes; triggered by {printable(why)}): {changed}")
+        emit(f"gemmperf: {self.where}: {text}")
+        return verdicts, Confirmation(summary=summary, text=text)
+
+    def verdicts(self, result: PointResult, base_pt: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
+        """The final verdicts: telemetry notes added, merged into the test's ``verdicts.csv``,
+        the compared baseline kept beside the point (report.html draws it), the test report's
+        properties recorded."""
+        verdicts = self.reruns.telemetry_notes(verdicts, result.dispatches)
+        merge_verdicts(self.results.test_dir(self.test_id), self.point.id, verdicts)
+        write_point_baseline(result.dir, base_pt)
+        self._record_verdicts(verdicts, result.hw_key)
+        return verdicts
+
+    def write_point_json(self, point_dir: Path, checked: Checked, confirmation: Confirmation | None,
+                         verdicts: pd.DataFrame | None) -> None:
+        """The gate's fields of point.json, in one atomic write over what the runs recorded."""
+        path = point_dir / POINT_JSON
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        data.update(self._point_fields(checked))
+        if confirmation is not None:
+            data["confirmation"] = confirmation.summary
+        if verdicts is not None:
+            data["verdicts"] = _verdict_counts(verdicts)
+        write_point_json(point_dir, data)
+
+    def record_history(self, result: PointResult, samples: pd.DataFrame) -> str:
+        """The run history's values of this point; the slow-creep failure text, if any."""
+        if self.history is None:
+            return ""
+        return self.history.record(self.test_id, self.point.id, result, samples)
+
+    def save_baseline(self, result: PointResult, samples: pd.DataFrame, base: BaselineRecord | None,
+                      base_pt: pd.DataFrame | None, checked: Checked, recording: bool) -> None:
+        """Record (or with ``--gemmperf-update-baselines`` replace) this point's baseline; after
+        a comparison, with ``--gemmperf-learn-variance``, add this run's variance to it."""
+        if not recording:
+            self._learn(result, samples)
+            return
+        if checked.bad_env:  # a run nobody meant (NCCL_NTHREADS=abc) is no reference
+            raise fail_now(f"gemmperf: {self.where}: not recorded as a baseline: invalid environment: "
+                           f"{'; '.join(checked.bad_env)}")
+        path = self._save(samples, result, checked.rule)
+        updating = self.options.update_baselines and base_pt is not None and not base_pt.empty
+        what = "updated" if updating else "recorded"
+        if updating:
+            msg = f"gemmperf: baseline of {self.where} on {result.hw_key} updated at {path}"
+        else:
+            msg = f"gemmperf: no baseline for {self.where} on {result.hw_key} — recorded one at {path}"
+        noisy = self.reruns.assess(result.environment)
+        if noisy.disturbed:
+            msg += f" [{noisy.text}: consider re-recording on a quiet machine]"
+        self.messages.append(msg)
+        self.reporter.record(PROP_STATUS, f"baseline-{what}")
+        self.reporter.record(PROP_BASELINE, str(path))
+        emit(msg)
+
+    def finish(self, result: PointResult, verdicts: pd.DataFrame, confirmation: Confirmation | None,
+               creep: str) -> None:
+        """Fail the test on a regression (``--gemmperf-warn-only``: report it) or on slow creep."""
+        regressions = verdicts[verdicts["verdict"] == "regression"]
+        if len(regressions):
+            # kernel names are trace text: escaped per cell so a newline cannot break the table
+            table = format_verdict_table(printable_frame(verdicts), FAIL_TABLE_ROWS)
+            if confirmation is not None:
+                table += "\n" + confirmation.text
+            table, creep = (table + "\n" + creep, "") if creep else (table, creep)
+            head = (f"gemmperf: {len(regressions)} regression(s) in {self.where} "
+                    f"on {result.hw_key} (baseline {self.store.path_for(self.test_id, result.hw_key)}; "
+                    f"all verdicts in {self.results.test_dir(self.test_id) / 'verdicts.csv'})")
+            if self.options.warn_only:
+                emit(head + " [--gemmperf-warn-only: not failing]\n" + table)
+            else:
+                raise fail_now(head + "\n" + table)
+        fail_on_creep(creep, warn_only=self.options.warn_only)
+
+    # -- helpers of the stages
+    def _check_dispatches(self, result: PointResult) -> None:
+        if result.gated_dispatches.empty:
+            kern = ", ".join(map(printable, self.point.kernels))
+            seen = ', '.join(map(printable, sorted(map(str, result.dispatches['kernel'].unique()))[:10]))
+            raise fail_now(f"gemmperf: {self.where}: no dispatches match the kernel regexes ({kern}); "
+                           f"kernels seen: {seen}")
+
+    def _point_fields(self, checked: Checked) -> dict[str, Any]:
+        # warmup: `baseline refresh` reads it back, so a refreshed baseline has exactly these
+        # samples; threshold: the test's own rule travels with the results (and the baseline it
+        # may become), so `gemmperf compare` of this run gates as this test did
+        return {"warmup": checked.warmup, "threshold": checked.rule}
+
+    def _save(self, samples: pd.DataFrame, result: PointResult, rule: float | None) -> Path:
+        # the store merges per point (BaselineStore.save(merge=True), as `baseline refresh`
+        # does): the other points' samples and metadata stay
+        point = {"results_dir": str(self.results.root), "env": result.env, "command": result.command,
+                 "backend": result.backend.name, "device": result.backend.device}
+        if rule is not None:  # the test's own threshold: `gemmperf compare` gates with it too
+            point["threshold"] = rule
+        seconds = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
+        if seconds > 0:  # what --gemmperf-shard balances the CI matrix's jobs by (shard.py)
+            point["duration_s"] = round(seconds, 3)
+        # per process: the ETA of the progress lines (progress.py) on the next run
+        point["run_durations_s"] = [round(float(r["duration_s"]), 3) for r in result.runs
+                                    if r.get("duration_s")]
+        meta = {**self.metadata(), "points": {self.point.id: point}}
+        self.store.save(BaselineRecord(test_id=self.test_id, hw_key=result.hw_key, samples=samples, meta=meta),
+                        merge=True)
+        return self.store.path_for(self.test_id, result.hw_key)
+
+    def _learn(self, result: PointResult, samples: pd.DataFrame) -> None:
+        if not self.options.learn_variance:
+            return
+        # outside the merge lock: learn() takes the record's own lock
+        run = f"{self.results.root.name}/{self.point.id}"
+        if self.store.learn(self.test_id, result.hw_key, samples, run):
+            self.reporter.record(PROP_LEARNED, run)
+            emit(f"gemmperf: {self.where}: variance of this run added to the baseline's history "
+                 f"({self.store.path_for(self.test_id, result.hw_key)})")
+
+    def _record_verdicts(self, verdicts: pd.DataFrame, hw_key: str) -> None:
+        counts = _verdict_counts(verdicts)
+        self.reporter.record(PROP_STATUS, "compared: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+        notable = verdicts[verdicts["verdict"] != "unchanged"]
+        rows = []
+        for r in notable.head(200).itertuples(index=False):
+            row = {"test": self.test_id, "point": str(r.point), "kernel": str(r.kernel),
+                   "metric": str(r.metric), "verdict": str(r.verdict), "ratio": _num(r.ratio),
+                   "ci_low": _num(r.ci_low), "ci_high": _num(r.ci_high), "q_value": _num(r.q_value),
+                   "hw_key": hw_key}
+            rows.append(row)
+            self.reporter.record(f"{PROP_PREFIX}:{r.point}:{r.metric}:{r.kernel}",
+                                 f"{r.verdict} ratio={_fmt(r.ratio)} ci=[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] "
+                                 f"q={_fmt(r.q_value, '.3g')}")
+        self.reporter.record(PROP_VERDICTS, json.dumps(rows))
+
+
+def _gate_config(threshold: float | None) -> GateConfig:
+    """The gate's configuration with the threshold in force (None: the gate's default)."""
+    return GateConfig() if threshold is None else GateConfig(threshold=threshold)
+
+
+class _merge_lock:
+    """Serializes load-modify-save of one baseline record across xdist workers. A lock file of
+    its own: the store's per-record lock is taken again inside ``save``.
+
+    Only writers need it: where the lock cannot be made (a read-only or full store) the gate
+    goes on without it, since reads take no lock, and a save it leads to fails with the store's
+    own one-line error."""
+
+    def __init__(self, store: BaselineStore, test_id: str, hw_key: str) -> None:
+        record_dir = store.path_for(test_id, hw_key)
+        self._lock_dir = Path(store.root) / ".locks"
+        self._lock = FileLock(str(self._lock_dir / f"{record_dir.parent.name}__{record_dir.name}.merge.lock"),
+                              timeout=600)
+        self._held = False
+
+    def __enter__(self):
+        try:
+            self._lock_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return self
+        ignore = self._lock_dir / ".gitignore"
+        if not ignore.exists():
+            try:
+                safe_io.write_text(ignore, "*\n")  # never through a planted link
+            except OSError:
+                pass
+        try:
+            self._lock.acquire()
+        except OSError:
+            return self
+        self._held = True
+        return self
+
+    def release(self) -> None:
+        """Let the other writers of this record go on (idempotent)."""
+        if self._held:
+            self._lock.release()
+            self._held = False
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _empty_verdicts() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in VERDICT_COLUMNS})
+
+
+def _verdict_counts(verdicts: pd.DataFrame) -> dict[str, int]:
+    vc = verdicts["verdict"].astype(str).value_counts()
+    return {str(k): int(v) for k, v in vc.sort_index().items()}
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    v = _num(x)
+    return "-" if v is None else format(v, spec)
