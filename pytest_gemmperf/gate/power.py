@@ -37,6 +37,7 @@ from scipy import stats as sps
 
 from pytest_gemmperf.gate.compare import (CV, DUR, RELATIVE_MIN_HISTORY_DF, SHARED, GateConfig,
                                           compare_stats)
+from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT
 
 #: per-process totals the plan sizes like kernels (one value per process, plain t-test)
@@ -72,6 +73,11 @@ class RowNoise:
     ci_half: float = math.nan
     #: median dispatches per process (NaN for a per-process total)
     dispatches: float = math.nan
+    #: per-process sd of the row's own variance before the prior moderates it (history
+    #: pooled, floored as the gate floors it): how much the kernel really varies (NaN: ``sd``)
+    own_sd: float = math.nan
+    #: the prior's location for this kernel, as a per-process sd (NaN: ``sd``)
+    prior_sd: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class Decision:
     #: only those with this much variance history
     size_by_relative: bool = False
     relative_min_history_df: float = RELATIVE_MIN_HISTORY_DF
+    #: the prior's df is at most this many times the comparison's own df
+    #: (``GateConfig.prior_df_cap``; None: no bound)
+    prior_df_cap: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,7 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
     df is, if anything, smaller than a real comparison's (conservative)."""
     cfg = dataclasses.replace(config or GateConfig(), multiplicity="hierarchical")
     st = compare_stats(base, base, cfg, test, history)
+    own = _own_sds(base, cfg, history, test)
     metric = st["metric"].astype(str)
     kernel = st["kernel"].astype(str)
     finite = np.isfinite(st["p_value"].to_numpy(float))
@@ -162,28 +172,54 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
             n = int(r.n_base)
             half = math.log(r.ci_high) if np.isfinite(r.ci_high) and r.ci_high > 0 else math.nan
             if m == DUR:
-                rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg))
+                rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg,
+                                          own.get((point, k), math.nan)))
             elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
                 rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half))
     return rows, int(family.sum())
 
 
 def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: float, dispatches: float,
-                  cfg: GateConfig) -> RowNoise:
+                  cfg: GateConfig, own_sd: float = math.nan) -> RowNoise:
     """A kernel row of the self-comparison: the relative test's standard error gives the
-    kernel's own per-process sd, its df the prior's share (the history's is in the row)."""
+    kernel's per-process sd as the gate moderates it, its df the prior's share (the history's
+    is in the row); with the unmoderated sd ``own_sd`` they give the prior's location."""
     df_rel = float(getattr(r, "df_rel", np.nan))
     hist = float(getattr(r, "history_df", 0.0) or 0.0)
+    sd = _relative_sd(r, n, cfg)
+    if not np.isfinite(sd):  # no relative test (too few kernels for a shared factor): the total is the row's change
+        sd, shared_sd, own_sd = float(r.unit_sd_log), 0.0, math.nan
+    f_own = 2.0 * n - 2.0 + hist
+    prior = max(df_rel - f_own, 0.0) if np.isfinite(df_rel) else math.inf
+    prior_sd = math.nan
+    if np.isfinite(own_sd) and 0 < prior < math.inf:
+        # the moderated variance is (d0 s0^2 + f s^2) / (d0 + f): solved for the prior's s0^2
+        prior_sd = math.sqrt(max(sd ** 2 * (prior + f_own) - f_own * own_sd ** 2, 0.0) / prior)
+    return RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches, own_sd, prior_sd)
+
+
+def _relative_sd(r, n: int, cfg: GateConfig) -> float:
+    """Per-process sd behind a kernel row's relative interval (NaN without one)."""
+    df_rel = float(getattr(r, "df_rel", np.nan))
     rel_hi = float(getattr(r, "rel_ci_high", np.nan))
     t_q = float(_t_two_sided(cfg.level, np.array([df_rel]))[0]) if np.isfinite(df_rel) else math.nan
     if np.isfinite(rel_hi) and rel_hi > 0 and np.isfinite(t_q) and t_q > 0:
-        se_rel = math.log(rel_hi / float(r.rel_ratio)) / t_q
-        sd = se_rel / math.sqrt(2.0 / n)
-    else:  # no relative test (too few kernels for a shared factor): the total is the row's change
-        sd, shared_sd = float(r.unit_sd_log), 0.0
-    own = 2.0 * n - 2.0
-    prior = max(df_rel - own - hist, 0.0) if np.isfinite(df_rel) else math.inf
-    return RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches)
+        return math.log(rel_hi / float(r.rel_ratio)) / t_q / math.sqrt(2.0 / n)
+    return math.nan
+
+
+def _own_sds(base: pd.DataFrame, cfg: GateConfig, history: pd.DataFrame | None, test: str
+             ) -> dict[tuple[str, str], float]:
+    """Each kernel's per-process sd before moderation: the same self-comparison with the prior
+    off (the gate's floors, history and resolution term still apply)."""
+    if not cfg.moderate:
+        return {}
+    st = compare_stats(base, base, dataclasses.replace(cfg, moderate=False), test, history)
+    out = {}
+    for r in st[(st["metric"].astype(str) == DUR) & (st["kernel"].astype(str) != SHARED)].itertuples(index=False):
+        if np.isfinite(getattr(r, "p_value", np.nan)):
+            out[(str(r.point), str(r.kernel))] = _relative_sd(r, int(r.n_base), cfg)
+    return out
 
 
 def _dispatches(samples: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -212,7 +248,8 @@ def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
     else:
         share = 0.5
     return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
-                    threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative)
+                    threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative,
+                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,10 +297,16 @@ def normal_approximation(sd: float, effect: float, rule: Decision, target: float
 
 def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
     sd = np.array([r.sd for r in noise], float)
+    own = np.array([r.own_sd for r in noise], float)
+    prior_sd = np.array([r.prior_sd for r in noise], float)
     hist = np.array([r.history_df for r in noise], float)
-    return {"sd": np.where(np.isfinite(sd) & (sd > 0), sd, np.nan),
+    ok = np.isfinite(sd) & (sd > 0)
+    sd = np.where(ok, sd, np.nan)
+    own = np.where(np.isfinite(own) & (own > 0), own, sd)
+    return {"sd": sd, "own": own,
+            "prior_var": np.where(np.isfinite(prior_sd), prior_sd, sd) ** 2,
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
-            "extra": np.array([r.prior_df for r in noise], float) + hist,
+            "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
             "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
 
 
@@ -273,29 +316,38 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     if len(a["sd"]) == 0:
         return np.zeros(0)
     scale = math.sqrt(1.0 / n_base + 1.0 / n_cand)
-    own = float(n_base + n_cand - 2)
-    sr = a["sd"] * scale                      # sd of the kernel's (relative) change
+    own_df = float(n_base + n_cand - 2)
+    f = own_df + a["hist"]                    # df of the kernel's own variance (history pooled)
+    d0 = a["prior_df"]
+    if rule.prior_df_cap is not None:         # the gate bounds the prior's df by the own df
+        d0 = np.fmin(d0, rule.prior_df_cap * f)
+    f1 = f + d0                               # df of the moderated variance: the test's
+    sx = a["own"] * scale                     # sd of the kernel's (relative) change
     ss = a["shared"] * scale                  # sd of the sides' mean shared factor
-    f1 = own + a["extra"]                     # df of the kernel's variance
     has_shared = (ss > 0) & ~a["by_rel"]      # sized by the total: the shared part counts
-    df_size = np.where(has_shared, np.fmin(f1, own), f1)
     c1 = _t_isf(rule.alpha / 2, f1)
+    k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
+    col = (slice(None), None, None, None)
+    # the moderated variance: the prior's share fixed (fitted on every kernel), the own share
+    # a chi-square draw around the kernel's own variance
+    chi = _chi_scale(f[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
+    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[col]
+    var_rel = (w * a["prior_var"][col] + (1 - w) * a["own"][col] ** 2 * chi) * scale ** 2
+    q2 = _chi_scale(np.array([own_df]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
+    z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
+    var_shift = np.where(has_shared[col], (ss[col] * q2) ** 2, 0.0)
+    se_size = np.sqrt(var_rel + var_shift)
+    # the total's df as the gate takes it: Welch-Satterthwaite, at least the smaller part's
+    df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], own_df), stats.welch_df(var_rel, f1[col], var_shift, own_df)),
+                       f1[col])
     t_lv = _t_two_sided(rule.level, df_size)
     t_th = _t_isf(1.0 - rule.threshold_level, df_size)
-    k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
-    q1 = _chi_scale(f1[:, None], _midpoints(k1)[None, :])[:, :, None, None]
-    q2 = _chi_scale(np.array([own]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
-    z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
-    col = (slice(None), None, None, None)
-    sr_hat = sr[col] * q1
-    ss_hat = np.where(has_shared[col], ss[col] * q2, 0.0)
-    se_size = np.sqrt(sr_hat ** 2 + ss_hat ** 2)
     shift = np.where(has_shared[col], ss[col] * z, 0.0)
-    need_sig = c1[col] * sr_hat
-    need_size = np.fmax(t_lv[col] * se_size, math.log1p(rule.threshold) + t_th[col] * se_size) - shift
+    need_sig = c1[col] * np.sqrt(var_rel)
+    need_size = np.fmax(t_lv * se_size, math.log1p(rule.threshold) + t_th * se_size) - shift
     with np.errstate(invalid="ignore", divide="ignore"):
-        p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
-    return np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+        p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sx[col])
+    return np.where(np.isfinite(sx), p.mean(axis=(1, 2, 3)), np.nan)
 
 
 def _midpoints(k: int) -> np.ndarray:
