@@ -5,21 +5,26 @@ regression.
 noise of each gated row comes from the gate itself: the baseline compared with itself through
 :func:`~pytest_gemmperf.gate.compare.compare_stats`, so every row carries the variance the gate
 would use (per-process summaries, shared per-process factor, moderated and floored variance,
-variance history) and its degrees of freedom, whatever model the gate has. This module turns
-those into the probability that the gate's decision rule calls a change of ``d`` a regression
-with ``n`` processes per side:
+variance history) and its degrees of freedom, whatever model the gate has; the same
+comparison with the prior off gives each kernel's own variance, and the two give the prior's
+location. This module turns those into the probability that the gate's decision rule calls a
+change of ``d`` a regression with ``n`` processes per side:
 
 * the change must reach the per-row level of Benjamini-Hochberg when it is the only change
   among the ``m`` rows it is corrected with (the conservative single-change approximation:
   BH then rejects it iff ``p <= q/m``; more real changes only make it easier), on the test
   that carries a single kernel's change (its change relative to the movement shared by all
   kernels, in the ``(1 - shared_alpha) q`` family of the hierarchical rule);
+  the change varies by the kernel's own sd, the test divides it by the moderated variance
+  the gate would have at ``n``: the prior's share, whose df the gate bounds by the
+  comparison's own (``prior_df_cap``), and the own share on ``2n - 2`` (+ history) df;
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
-  per-process factors, unless the variance history sizes it by the relative change) must
-  exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
+  per-process factors, on its Welch df, unless the variance history sizes it by the relative
+  change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
 
 Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
-(the two variance estimates and the shared movement integrated on quantile grids; the change
+(the moderated variance as one scaled chi-square on the Welch-Satterthwaite df of its two
+shares; the variance estimates and the shared movement integrated on quantile grids; the change
 itself in closed form). Model, choices and the simulation that checks it: docs/statistics.md
 ("Planning: how many processes").
 """
@@ -49,6 +54,8 @@ DEFAULT_MAX_PROCESSES = 16
 #: quantile-grid sizes of the integration: the kernel's variance estimate, the shared
 #: factor's variance estimate, the shared movement (power within 1 point of 4x finer grids)
 _GRID = (32, 16, 16)
+PRIOR_NOISE = True
+WELCH = True
 
 
 @dataclass(frozen=True)
@@ -328,18 +335,23 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     c1 = _t_isf(rule.alpha / 2, f1)
     k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
     col = (slice(None), None, None, None)
-    # the moderated variance: the prior's share fixed (fitted on every kernel), the own share
-    # a chi-square draw around the kernel's own variance
-    chi = _chi_scale(f[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
-    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[col]
-    var_rel = (w * a["prior_var"][col] + (1 - w) * a["own"][col] ** 2 * chi) * scale ** 2
+    # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the own share a chi-square draw on
+    # f df around the kernel's own variance, the prior's share one on d0 df around the prior's
+    # location (it is fitted anew in every comparison); their sum as one scaled chi-square on
+    # the Welch-Satterthwaite df
+    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))
+    part_p, part_o = w * a["prior_var"], (1 - w) * a["own"] ** 2
+    mean_var = part_p + part_o
+    nu = stats.welch_df(part_p, d0 if PRIOR_NOISE else np.full(len(d0), np.inf), part_o, f)
+    chi = _chi_scale(nu[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
+    var_rel = mean_var[col] * chi * scale ** 2
     q2 = _chi_scale(np.array([own_df]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
     z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
     var_shift = np.where(has_shared[col], (ss[col] * q2) ** 2, 0.0)
     se_size = np.sqrt(var_rel + var_shift)
     # the total's df as the gate takes it: Welch-Satterthwaite, at least the smaller part's
     df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], own_df), stats.welch_df(var_rel, f1[col], var_shift, own_df)),
-                       f1[col])
+                       f1[col]) if WELCH else np.where(has_shared[col], np.fmin(f1[col], own_df), f1[col])
     t_lv = _t_two_sided(rule.level, df_size)
     t_th = _t_isf(1.0 - rule.threshold_level, df_size)
     shift = np.where(has_shared[col], ss[col] * z, 0.0)
