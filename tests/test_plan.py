@@ -78,21 +78,20 @@ def test_power_matches_a_simulation_of_its_model():
     chi-square variance; the two conditions of the gate's rule, the total's interval on the
     Welch df."""
     rng = np.random.default_rng(1)
-    sd, own, prior_sd, so, prior, n, d = 0.01, 0.012, 0.008, 0.008, 3.0, 4, math.log1p(0.03)
+    sd, so, prior, n, d = 0.01, 0.008, 3.0, 4, math.log1p(0.03)
     rule = pw.Decision(threshold=0.01, alpha=1e-3)
     f, f2, draws = 2 * n - 2, 2 * n - 2, 400_000
-    sx, ss = own * math.sqrt(2 / n), so * math.sqrt(2 / n)
-    x = d + sx * rng.standard_normal(draws)
+    sr, ss = sd * math.sqrt(2 / n), so * math.sqrt(2 / n)
+    x = d + sr * rng.standard_normal(draws)
     s = ss * rng.standard_normal(draws)
-    var_rel = (prior * prior_sd ** 2 + f * own ** 2 * rng.chisquare(f, draws) / f) / (prior + f) * 2 / n
+    var_rel = sr ** 2 * (prior + f * rng.chisquare(f, draws) / f) / (prior + f)
     var_shift = ss ** 2 * rng.chisquare(f2, draws) / f2
     sig = x / np.sqrt(var_rel) > sps.t.isf(rule.alpha / 2, f + prior)
     se = np.sqrt(var_rel + var_shift)
     welch = np.fmax(min(f + prior, f2), (var_rel + var_shift) ** 2 / (var_rel ** 2 / (f + prior) + var_shift ** 2 / f2))
     sized = (x + s - sps.t.isf(0.025, welch) * se > 0) & (x + s - sps.t.isf(0.2, welch) * se > math.log1p(rule.threshold))
     simulated = float((sig & sized).mean())
-    row = pw.RowNoise("p", "k", "dur_ns", 4, sd, so, prior, own_sd=own, prior_sd=prior_sd)
-    predicted = float(pw.power([row], 0.03, n, n, rule)[0])
+    predicted = float(pw.power([noise(sd, prior, so)], 0.03, n, n, rule)[0])
     assert abs(predicted - simulated) < 0.01, (predicted, simulated)
 
 

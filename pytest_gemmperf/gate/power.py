@@ -5,27 +5,25 @@ regression.
 noise of each gated row comes from the gate itself: the baseline compared with itself through
 :func:`~pytest_gemmperf.gate.compare.compare_stats`, so every row carries the variance the gate
 would use (per-process summaries, shared per-process factor, moderated and floored variance,
-variance history) and its degrees of freedom, whatever model the gate has; the same
-comparison with the prior off gives each kernel's own variance, and the two give the prior's
-location. This module turns those into the probability that the gate's decision rule calls a
-change of ``d`` a regression with ``n`` processes per side:
+variance history) and its degrees of freedom, whatever model the gate has. This module turns
+those into the probability that the gate's decision rule calls a change of ``d`` a regression
+with ``n`` processes per side:
 
 * the change must reach the per-row level of Benjamini-Hochberg when it is the only change
   among the ``m`` rows it is corrected with (the conservative single-change approximation:
   BH then rejects it iff ``p <= q/m``; more real changes only make it easier), on the test
   that carries a single kernel's change (its change relative to the movement shared by all
   kernels, in the ``(1 - shared_alpha) q`` family of the hierarchical rule);
-  the change varies by the kernel's own sd, the test divides it by the moderated variance
-  the gate would have at ``n``: the prior's share, whose df the gate bounds by the
-  comparison's own (``prior_df_cap``), and the own share on ``2n - 2`` (+ history) df;
+  the test divides the change by the moderated variance the gate would have at ``n``: the
+  prior's share (whose df the gate bounds by the comparison's own, ``prior_df_cap``) and the
+  own share, a chi-square on ``2n - 2`` (+ history) df;
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
   per-process factors, on its Welch df, unless the variance history sizes it by the relative
   change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
 
 Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
-(the moderated variance as one scaled chi-square on the Welch-Satterthwaite df of its two
-shares; the variance estimates and the shared movement integrated on quantile grids; the change
-itself in closed form). Model, choices and the simulation that checks it: docs/statistics.md
+(the variance estimates and the shared movement integrated on quantile grids; the change itself
+in closed form). Model, choices and the simulation that checks it: docs/statistics.md
 ("Planning: how many processes").
 """
 
@@ -54,8 +52,6 @@ DEFAULT_MAX_PROCESSES = 16
 #: quantile-grid sizes of the integration: the kernel's variance estimate, the shared
 #: factor's variance estimate, the shared movement (power within 1 point of 4x finer grids)
 _GRID = (32, 16, 16)
-PRIOR_NOISE = True
-WELCH = True
 
 
 @dataclass(frozen=True)
@@ -80,11 +76,6 @@ class RowNoise:
     ci_half: float = math.nan
     #: median dispatches per process (NaN for a per-process total)
     dispatches: float = math.nan
-    #: per-process sd of the row's own variance before the prior moderates it (history
-    #: pooled, floored as the gate floors it): how much the kernel really varies (NaN: ``sd``)
-    own_sd: float = math.nan
-    #: the prior's location for this kernel, as a per-process sd (NaN: ``sd``)
-    prior_sd: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -161,7 +152,6 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
     df is, if anything, smaller than a real comparison's (conservative)."""
     cfg = dataclasses.replace(config or GateConfig(), multiplicity="hierarchical")
     st = compare_stats(base, base, cfg, test, history)
-    own = _own_sds(base, cfg, history, test)
     metric = st["metric"].astype(str)
     kernel = st["kernel"].astype(str)
     finite = np.isfinite(st["p_value"].to_numpy(float))
@@ -179,54 +169,28 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
             n = int(r.n_base)
             half = math.log(r.ci_high) if np.isfinite(r.ci_high) and r.ci_high > 0 else math.nan
             if m == DUR:
-                rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg,
-                                          own.get((point, k), math.nan)))
+                rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg))
             elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
                 rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half))
     return rows, int(family.sum())
 
 
 def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: float, dispatches: float,
-                  cfg: GateConfig, own_sd: float = math.nan) -> RowNoise:
+                  cfg: GateConfig) -> RowNoise:
     """A kernel row of the self-comparison: the relative test's standard error gives the
-    kernel's per-process sd as the gate moderates it, its df the prior's share (the history's
-    is in the row); with the unmoderated sd ``own_sd`` they give the prior's location."""
+    kernel's per-process sd, its df the prior's share (the history's is in the row)."""
     df_rel = float(getattr(r, "df_rel", np.nan))
     hist = float(getattr(r, "history_df", 0.0) or 0.0)
-    sd = _relative_sd(r, n, cfg)
-    if not np.isfinite(sd):  # no relative test (too few kernels for a shared factor): the total is the row's change
-        sd, shared_sd, own_sd = float(r.unit_sd_log), 0.0, math.nan
-    f_own = 2.0 * n - 2.0 + hist
-    prior = max(df_rel - f_own, 0.0) if np.isfinite(df_rel) else math.inf
-    prior_sd = math.nan
-    if np.isfinite(own_sd) and 0 < prior < math.inf:
-        # the moderated variance is (d0 s0^2 + f s^2) / (d0 + f): solved for the prior's s0^2
-        prior_sd = math.sqrt(max(sd ** 2 * (prior + f_own) - f_own * own_sd ** 2, 0.0) / prior)
-    return RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches, own_sd, prior_sd)
-
-
-def _relative_sd(r, n: int, cfg: GateConfig) -> float:
-    """Per-process sd behind a kernel row's relative interval (NaN without one)."""
-    df_rel = float(getattr(r, "df_rel", np.nan))
     rel_hi = float(getattr(r, "rel_ci_high", np.nan))
     t_q = float(_t_two_sided(cfg.level, np.array([df_rel]))[0]) if np.isfinite(df_rel) else math.nan
     if np.isfinite(rel_hi) and rel_hi > 0 and np.isfinite(t_q) and t_q > 0:
-        return math.log(rel_hi / float(r.rel_ratio)) / t_q / math.sqrt(2.0 / n)
-    return math.nan
-
-
-def _own_sds(base: pd.DataFrame, cfg: GateConfig, history: pd.DataFrame | None, test: str
-             ) -> dict[tuple[str, str], float]:
-    """Each kernel's per-process sd before moderation: the same self-comparison with the prior
-    off (the gate's floors, history and resolution term still apply)."""
-    if not cfg.moderate:
-        return {}
-    st = compare_stats(base, base, dataclasses.replace(cfg, moderate=False), test, history)
-    out = {}
-    for r in st[(st["metric"].astype(str) == DUR) & (st["kernel"].astype(str) != SHARED)].itertuples(index=False):
-        if np.isfinite(getattr(r, "p_value", np.nan)):
-            out[(str(r.point), str(r.kernel))] = _relative_sd(r, int(r.n_base), cfg)
-    return out
+        se_rel = math.log(rel_hi / float(r.rel_ratio)) / t_q
+        sd = se_rel / math.sqrt(2.0 / n)
+    else:  # no relative test (too few kernels for a shared factor): the total is the row's change
+        sd, shared_sd = float(r.unit_sd_log), 0.0
+    own = 2.0 * n - 2.0
+    prior = max(df_rel - own - hist, 0.0) if np.isfinite(df_rel) else math.inf
+    return RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches)
 
 
 def _dispatches(samples: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -304,14 +268,8 @@ def normal_approximation(sd: float, effect: float, rule: Decision, target: float
 
 def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
     sd = np.array([r.sd for r in noise], float)
-    own = np.array([r.own_sd for r in noise], float)
-    prior_sd = np.array([r.prior_sd for r in noise], float)
     hist = np.array([r.history_df for r in noise], float)
-    ok = np.isfinite(sd) & (sd > 0)
-    sd = np.where(ok, sd, np.nan)
-    own = np.where(np.isfinite(own) & (own > 0), own, sd)
-    return {"sd": sd, "own": own,
-            "prior_var": np.where(np.isfinite(prior_sd), prior_sd, sd) ** 2,
+    return {"sd": np.where(np.isfinite(sd) & (sd > 0), sd, np.nan),
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
             "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
             "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
@@ -328,38 +286,33 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     d0 = a["prior_df"]
     if rule.prior_df_cap is not None:         # the gate bounds the prior's df by the own df
         d0 = np.fmin(d0, rule.prior_df_cap * f)
-    f1 = f + d0                               # df of the moderated variance: the test's
-    sx = a["own"] * scale                     # sd of the kernel's (relative) change
+    f1 = f + d0                               # the test's df
+    sr = a["sd"] * scale                      # sd of the kernel's (relative) change
     ss = a["shared"] * scale                  # sd of the sides' mean shared factor
     has_shared = (ss > 0) & ~a["by_rel"]      # sized by the total: the shared part counts
     c1 = _t_isf(rule.alpha / 2, f1)
     k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
     col = (slice(None), None, None, None)
-    # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the own share a chi-square draw on
-    # f df around the kernel's own variance, the prior's share one on d0 df around the prior's
-    # location (it is fitted anew in every comparison); their sum as one scaled chi-square on
-    # the Welch-Satterthwaite df
-    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))
-    part_p, part_o = w * a["prior_var"], (1 - w) * a["own"] ** 2
-    mean_var = part_p + part_o
-    nu = stats.welch_df(part_p, d0 if PRIOR_NOISE else np.full(len(d0), np.inf), part_o, f)
-    chi = _chi_scale(nu[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
-    var_rel = mean_var[col] * chi * scale ** 2
+    # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the prior's share fixed (fitted on
+    # every kernel of the comparison), the own share a chi-square draw on f df
+    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[col]
+    chi = _chi_scale(f[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
+    var_rel = sr[col] ** 2 * (w + (1 - w) * chi)
     q2 = _chi_scale(np.array([own_df]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
     z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
     var_shift = np.where(has_shared[col], (ss[col] * q2) ** 2, 0.0)
     se_size = np.sqrt(var_rel + var_shift)
     # the total's df as the gate takes it: Welch-Satterthwaite, at least the smaller part's
-    df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], own_df), stats.welch_df(var_rel, f1[col], var_shift, own_df)),
-                       f1[col]) if WELCH else np.where(has_shared[col], np.fmin(f1[col], own_df), f1[col])
+    welch = stats.welch_df(var_rel, f1[col], var_shift, own_df)
+    df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], own_df), welch), f1[col])
     t_lv = _t_two_sided(rule.level, df_size)
     t_th = _t_isf(1.0 - rule.threshold_level, df_size)
     shift = np.where(has_shared[col], ss[col] * z, 0.0)
     need_sig = c1[col] * np.sqrt(var_rel)
     need_size = np.fmax(t_lv * se_size, math.log1p(rule.threshold) + t_th * se_size) - shift
     with np.errstate(invalid="ignore", divide="ignore"):
-        p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sx[col])
-    return np.where(np.isfinite(sx), p.mean(axis=(1, 2, 3)), np.nan)
+        p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
+    return np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
 
 
 def _midpoints(k: int) -> np.ndarray:
