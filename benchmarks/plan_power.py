@@ -20,9 +20,12 @@ the plugin stores them).
   variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
   plan and the gate both pool: the plan's variance then rests on ~3N more df.
 
-Prints predicted / observed per (kernel, change, count) and the largest and mean absolute
-difference. ``--quick`` runs a small grid in about a minute; the results, with the command and
-date, are in ``docs/statistics.md`` ("Planning: how many processes").
+Prints a header line with the command and date, predicted / observed (|difference|) per
+(kernel, change, count), and a last line "max |diff| X points, mean Y, cells > 10: N of M".
+``--quick`` runs a small grid (a few minutes on an idle machine); ``--cache FILE`` keeps the
+simulation (pilot records and the gate's detections, which no change of the plan alters) and
+re-runs only the prediction when the arguments match. The results, with the command and date,
+are in ``docs/statistics.md`` ("Planning: how many processes").
 """
 
 from __future__ import annotations
