@@ -20,16 +20,21 @@ the plugin stores them).
   variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
   plan and the gate both pool: the plan's variance then rests on ~3N more df.
 
-Prints predicted / observed per (kernel, change, count) and the largest and mean absolute
-difference. ``--quick`` runs a small grid in about a minute; the results, with the command and
-date, are in ``docs/statistics.md`` ("Planning: how many processes").
+Prints a header line with the command and date, predicted / observed (|difference|) per
+(kernel, change, count), and a last line "max |diff| X points, mean Y, cells > 10: N of M".
+``--quick`` runs a small grid (a few minutes on an idle machine); ``--cache FILE`` keeps the
+simulation (pilot records and the gate's detections, which no change of the plan alters) and
+re-runs only the prediction when the arguments match. The results, with the command and date,
+are in ``docs/statistics.md`` ("Planning: how many processes").
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -111,10 +116,26 @@ def pick_kernels(pool: ga.StepPool, pilots: list[list[pw.RowNoise]], sds: tuple[
     return chosen
 
 
-def run(args: argparse.Namespace) -> str:
-    if not ga.REAL.exists():
-        return f"skipped: {ga.REAL} absent"
-    pool = ga.load_real()
+@dataclass
+class Simulated:
+    """What the gate did, which no change of the plan alters: the pilot records (samples and
+    history), the kernels chosen, and per (kernel, change, count) the fraction of simulated
+    tests whose slowed kernel was a ``regression``."""
+
+    key: tuple
+    pilots: list[tuple[pd.DataFrame, pd.DataFrame | None]]
+    kernels: list[int]
+    observed: np.ndarray
+    seconds: float
+
+
+def _key(args: argparse.Namespace) -> tuple:
+    return (args.reps, args.pilots, args.threshold, args.seed, args.history_runs, tuple(args.effects),
+            tuple(args.counts), tuple(args.sds), PILOT_UNITS)
+
+
+def simulate(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
+    """The pilot records and the real gate's detections of every cell."""
     names = list(pool.names)
     cfg = GateConfig(threshold=args.threshold)
     rng = np.random.default_rng(args.seed)
@@ -124,20 +145,8 @@ def run(args: argparse.Namespace) -> str:
     # the history's own generator: the pilots and the kernels are those of a run without one
     hrng = np.random.default_rng(args.seed + 1)
     runs = history_pool(pool, hrng) if args.history_runs else []
-    pilot_noise, pilot_m = [], []
-    for base in pilots:
-        noise, m = pw.row_noise(base, cfg, pick_history(runs, hrng, args.history_runs))
-        pilot_noise.append(noise)
-        pilot_m.append(m)
-    pred = np.zeros((len(kernels), len(args.effects), len(args.counts)))
-    pred_sd = np.zeros_like(pred)
-    for ki, k in enumerate(kernels):
-        for ei, e in enumerate(args.effects):
-            for ci, n in enumerate(args.counts):
-                p = [pw.power([r for r in rows if r.kernel == names[k] and r.metric == "dur_ns"], e, n, n,
-                              pw.decision(cfg, m))[0] for rows, m in zip(pilot_noise, pilot_m)]
-                pred[ki, ei, ci], pred_sd[ki, ei, ci] = np.mean(p), np.std(p)
-    hits = np.zeros_like(pred)
+    records = [(base, pick_history(runs, hrng, args.history_runs)) for base in pilots]
+    hits = np.zeros((len(kernels), len(args.effects), len(args.counts)))
     for ci, n in enumerate(args.counts):
         for _ in range(args.reps):
             base, cand, raw = draw(pool, rng, n)
@@ -148,12 +157,58 @@ def run(args: argparse.Namespace) -> str:
                     row = v[(v["kernel"] == names[k]) & (v["metric"] == "dur_ns")]
                     hits[ki, ei, ci] += float((row["verdict"] == "regression").any())
         print(f"  {n} processes/side done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    obs = hits / args.reps
+    return Simulated(_key(args), records, kernels, hits / args.reps, time.perf_counter() - t0)
+
+
+def simulated(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
+    """:func:`simulate`, or its result kept in ``--cache`` for the same arguments (the gate's
+    detections do not depend on the plan: iterating on the plan's model re-runs only the
+    prediction). A cache is valid only for the gate that wrote it."""
+    path = Path(args.cache) if args.cache else None
+    if path is not None and path.exists():
+        with path.open("rb") as fh:
+            sim = pickle.load(fh)
+        if sim.key == _key(args):
+            return sim
+    sim = simulate(pool, args)
+    if path is not None:
+        with path.open("wb") as fh:
+            pickle.dump(sim, fh)
+    return sim
+
+
+def predict(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, list]:
+    """Per cell the mean over the pilot records of the plan's power for that kernel, change
+    and count, its sd over the pilots, and each pilot's rows."""
+    names = list(pool.names)
+    cfg = GateConfig(threshold=args.threshold)
+    pilot_noise, pilot_m = [], []
+    for base, hist in sim.pilots:
+        noise, m = pw.row_noise(base, cfg, hist)
+        pilot_noise.append(noise)
+        pilot_m.append(m)
+    pred = np.zeros((len(sim.kernels), len(args.effects), len(args.counts)))
+    pred_sd = np.zeros_like(pred)
+    for ki, k in enumerate(sim.kernels):
+        rows = [[r for r in noise if r.kernel == names[k] and r.metric == "dur_ns"] for noise in pilot_noise]
+        for ei, e in enumerate(args.effects):
+            for ci, n in enumerate(args.counts):
+                p = [pw.power(r, e, n, n, pw.decision(cfg, m))[0] for r, m in zip(rows, pilot_m)]
+                pred[ki, ei, ci], pred_sd[ki, ei, ci] = np.mean(p), np.std(p)
+    return pred, pred_sd, pilot_noise
+
+
+def run(args: argparse.Namespace) -> str:
+    if not ga.REAL.exists():
+        return f"skipped: {ga.REAL} absent"
+    pool = ga.load_real()
+    sim = simulated(pool, args)
+    pred, pred_sd, pilot_noise = predict(pool, sim, args)
+    return _table(list(pool.names), sim.kernels, pilot_noise, args, pred, sim.observed, pred_sd, sim.seconds)
+
+
+def _table(names, kernels, pilot_noise, args, pred, obs, pred_sd, seconds) -> str:
     diff = np.abs(pred - obs)
-    return _table(names, kernels, pilot_noise, args, pred, obs, pred_sd, diff, time.perf_counter() - t0)
-
-
-def _table(names, kernels, pilot_noise, args, pred, obs, pred_sd, diff, seconds) -> str:
     sd_of = {}
     for rows in pilot_noise:
         for r in rows:
@@ -165,17 +220,21 @@ def _table(names, kernels, pilot_noise, args, pred, obs, pred_sd, diff, seconds)
         label = f"{names[k][:28]} ({100 * np.mean(sd_of[names[k]]):.2f} %)"
         for ei, e in enumerate(args.effects):
             rows.append([label if ei == 0 else "", f"{100 * e:g} %"]
-                        + [f"{100 * pred[ki, ei, ci]:.0f} / {100 * obs[ki, ei, ci]:.0f}" for ci in range(len(args.counts))])
+                        + [f"{100 * pred[ki, ei, ci]:.0f} / {100 * obs[ki, ei, ci]:.0f} ({100 * diff[ki, ei, ci]:.0f})"
+                           for ci in range(len(args.counts))])
     w = [max(len(r[i]) for r in rows) for i in range(len(head))]
     fmt = lambda r: "| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |"  # noqa: E731
     hist = f", variance history of {args.history_runs} runs" if args.history_runs else ", no variance history"
-    lines = [f"plan vs gate, real-resampled, threshold {100 * args.threshold:g} %, FDR {GateConfig().fdr:g}{hist}: "
+    lines = [f"# python benchmarks/plan_power.py {' '.join(args.argv)}".rstrip() + f"  ({time.strftime('%Y-%m-%d')})",
+             f"plan vs gate, real-resampled, threshold {100 * args.threshold:g} %, FDR {GateConfig().fdr:g}{hist}: "
              f"predicted (mean over {args.pilots} pilot records of {PILOT_UNITS} processes) / observed "
-             f"(% of {args.reps} simulated tests per cell)", fmt(rows[0]),
+             f"(% of {args.reps} simulated tests per cell) (|difference|, points)", fmt(rows[0]),
              "|" + "|".join("-" * (x + 2) for x in w) + "|"] + [fmt(r) for r in rows[1:]]
-    lines.append(f"max |predicted - observed| {100 * diff.max():.1f} points, mean {100 * diff.mean():.1f} points "
-                 f"over {diff.size} cells; mean sd of one pilot's prediction {100 * pred_sd.mean():.1f} points; "
-                 f"binomial sd of an observed cell <= {100 * 0.5 / np.sqrt(args.reps):.1f} points ({seconds:.0f} s)")
+    lines.append(f"mean signed difference {100 * (pred - obs).mean():+.1f} points; mean sd of one pilot's "
+                 f"prediction {100 * pred_sd.mean():.1f} points; binomial sd of an observed cell <= "
+                 f"{100 * 0.5 / np.sqrt(args.reps):.1f} points; simulation {seconds:.0f} s")
+    lines.append(f"max |diff| {100 * diff.max():.1f} points, mean {100 * diff.mean():.1f}, "
+                 f"cells > 10: {int((diff > 0.10).sum())} of {diff.size}")
     return "\n".join(lines)
 
 
@@ -190,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
                          "earlier runs of 4 processes, as --gemmperf-learn-variance keeps (default 0)")
     ap.add_argument("--quick", action="store_true", help="changes 3, 5 %%; counts 2, 4, 8; 3 kernels; "
                                                          "30 tests per cell, 3 pilots")
+    ap.add_argument("--cache", metavar="FILE",
+                    help="keep the simulation (pilot records, the gate's detections) in FILE and reuse it "
+                         "when the arguments match: re-runs only the prediction")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     args.effects, args.counts, args.sds = EFFECTS, COUNTS, SDS
     if args.quick:
         args.effects, args.counts, args.sds = (0.03, 0.05), (2, 4, 8), (0.004, 0.01, 0.02)

@@ -14,13 +14,16 @@ with ``n`` processes per side:
   BH then rejects it iff ``p <= q/m``; more real changes only make it easier), on the test
   that carries a single kernel's change (its change relative to the movement shared by all
   kernels, in the ``(1 - shared_alpha) q`` family of the hierarchical rule);
+  the test divides the change by the moderated variance the gate would have at ``n``: the
+  prior's share (whose df the gate bounds by the comparison's own, ``prior_df_cap``) and the
+  own share, a chi-square on ``2n - 2`` (+ history) df;
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
-  per-process factors, unless the variance history sizes it by the relative change) must
-  exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
+  per-process factors, on its Welch df, unless the variance history sizes it by the relative
+  change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
 
 Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
-(the two variance estimates and the shared movement integrated on quantile grids; the change
-itself in closed form). Model, choices and the simulation that checks it: docs/statistics.md
+(the variance estimates and the shared movement integrated on quantile grids; the change itself
+in closed form). Model, choices and the simulation that checks it: docs/statistics.md
 ("Planning: how many processes").
 """
 
@@ -37,6 +40,7 @@ from scipy import stats as sps
 
 from pytest_gemmperf.gate.compare import (CV, DUR, RELATIVE_MIN_HISTORY_DF, SHARED, GateConfig,
                                           compare_stats)
+from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT
 
 #: per-process totals the plan sizes like kernels (one value per process, plain t-test)
@@ -89,6 +93,9 @@ class Decision:
     #: only those with this much variance history
     size_by_relative: bool = False
     relative_min_history_df: float = RELATIVE_MIN_HISTORY_DF
+    #: the prior's df is at most this many times the comparison's own df
+    #: (``GateConfig.prior_df_cap``; None: no bound)
+    prior_df_cap: float | None = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,7 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
 def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: float, dispatches: float,
                   cfg: GateConfig) -> RowNoise:
     """A kernel row of the self-comparison: the relative test's standard error gives the
-    kernel's own per-process sd, its df the prior's share (the history's is in the row)."""
+    kernel's per-process sd, its df the prior's share (the history's is in the row)."""
     df_rel = float(getattr(r, "df_rel", np.nan))
     hist = float(getattr(r, "history_df", 0.0) or 0.0)
     rel_hi = float(getattr(r, "rel_ci_high", np.nan))
@@ -212,7 +219,8 @@ def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
     else:
         share = 0.5
     return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
-                    threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative)
+                    threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative,
+                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +271,7 @@ def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
     hist = np.array([r.history_df for r in noise], float)
     return {"sd": np.where(np.isfinite(sd) & (sd > 0), sd, np.nan),
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
-            "extra": np.array([r.prior_df for r in noise], float) + hist,
+            "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
             "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
 
 
@@ -273,26 +281,35 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     if len(a["sd"]) == 0:
         return np.zeros(0)
     scale = math.sqrt(1.0 / n_base + 1.0 / n_cand)
-    own = float(n_base + n_cand - 2)
+    own_df = float(n_base + n_cand - 2)
+    f = own_df + a["hist"]                    # df of the kernel's own variance (history pooled)
+    d0 = a["prior_df"]
+    if rule.prior_df_cap is not None:         # the gate bounds the prior's df by the own df
+        d0 = np.fmin(d0, rule.prior_df_cap * f)
+    f1 = f + d0                               # the test's df
     sr = a["sd"] * scale                      # sd of the kernel's (relative) change
     ss = a["shared"] * scale                  # sd of the sides' mean shared factor
-    f1 = own + a["extra"]                     # df of the kernel's variance
     has_shared = (ss > 0) & ~a["by_rel"]      # sized by the total: the shared part counts
-    df_size = np.where(has_shared, np.fmin(f1, own), f1)
     c1 = _t_isf(rule.alpha / 2, f1)
+    k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
+    col = (slice(None), None, None, None)
+    # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the prior's share fixed (fitted on
+    # every kernel of the comparison), the own share a chi-square draw on f df
+    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[col]
+    chi = _chi_scale(f[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
+    var_rel = sr[col] ** 2 * (w + (1 - w) * chi)
+    q2 = _chi_scale(np.array([own_df]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
+    z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
+    var_shift = np.where(has_shared[col], (ss[col] * q2) ** 2, 0.0)
+    se_size = np.sqrt(var_rel + var_shift)
+    # the total's df as the gate takes it: Welch-Satterthwaite, at least the smaller part's
+    welch = stats.welch_df(var_rel, f1[col], var_shift, own_df)
+    df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], own_df), welch), f1[col])
     t_lv = _t_two_sided(rule.level, df_size)
     t_th = _t_isf(1.0 - rule.threshold_level, df_size)
-    k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
-    q1 = _chi_scale(f1[:, None], _midpoints(k1)[None, :])[:, :, None, None]
-    q2 = _chi_scale(np.array([own]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
-    z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
-    col = (slice(None), None, None, None)
-    sr_hat = sr[col] * q1
-    ss_hat = np.where(has_shared[col], ss[col] * q2, 0.0)
-    se_size = np.sqrt(sr_hat ** 2 + ss_hat ** 2)
     shift = np.where(has_shared[col], ss[col] * z, 0.0)
-    need_sig = c1[col] * sr_hat
-    need_size = np.fmax(t_lv[col] * se_size, math.log1p(rule.threshold) + t_th[col] * se_size) - shift
+    need_sig = c1[col] * np.sqrt(var_rel)
+    need_size = np.fmax(t_lv * se_size, math.log1p(rule.threshold) + t_th * se_size) - shift
     with np.errstate(invalid="ignore", divide="ignore"):
         p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
     return np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
