@@ -91,11 +91,11 @@ def test_cli_accepts_jobs_auto(tmp_path, capsys):
 
 
 def test_pytest_reads_jobs_auto(pytester):
-    from pytest_gemmperf import plugin
+    from pytest_gemmperf.pytest_glue.options import resolve_options
 
     pytester.makeini("[pytest]\ngemmperf_jobs = auto\n")
-    assert plugin._options(pytester.parseconfig(), pytester.path).jobs == JOBS_AUTO
-    assert plugin._options(pytester.parseconfig("--gemmperf-jobs", "auto"), pytester.path).jobs == JOBS_AUTO
+    assert resolve_options(pytester.parseconfig(), pytester.path).jobs == JOBS_AUTO
+    assert resolve_options(pytester.parseconfig("--gemmperf-jobs", "auto"), pytester.path).jobs == JOBS_AUTO
 
 
 pytest_plugins = ["pytester"]

@@ -297,13 +297,15 @@ def test_pytest_repeats_auto_runs_the_planned_count_and_says_so(gp, pytester):
     rec = BaselineStore(gp.path / "base").load_all()[0]
     base = rec.samples[rec.samples["point"] == "ch28-th256"]
     want = choose(base, rec.history_for("ch28-th256"), rec.test_id, 0.03, 0.001, 6, 3)
-    assert 1 <= want.repeats <= 6 and "detects +3% in 1/1 gated kernels" in want.note
+    # what the plan says depends on this machine's noise (detectable within 6, or not): the
+    # start line must say exactly what the plan chose
+    assert 1 <= want.repeats <= 6 and want.note.startswith(f"repeats auto: {want.repeats} (")
 
     out = gp(*auto, results="a2")
     out.assert_outcomes(passed=1)
+    note = want.note.replace("[", "[[]").replace("*", "[*]").replace("?", "[?]")
     out.stdout.fnmatch_lines([f"gemmperf ▶ test_auto[[]ch28-th256[]] start: {want.repeats} process(es) (torch)*; "
-                              f"repeats auto: {want.repeats} (detects +3% in 1/1 gated kernels at 80% power, "
-                              "2 processes per repeat*"])
+                              f"{note}*"])
     point = json.loads(next((gp.path / "a2").glob("*/ch28-th256/point.json")).read_text())
     assert point["repeats"] == want.repeats and len(point["runs"]) == want.repeats
     assert point["repeats_auto"] == want.note
