@@ -22,7 +22,7 @@ import pytest
 from pytest_gemmperf.history.pytest_side import fail_on_creep, record_point
 from pytest_gemmperf.gate.compare import compare
 from pytest_gemmperf.gate.confirm import apply_disturbance
-from pytest_gemmperf.gate.verdict import format_verdict_table
+from pytest_gemmperf.gate.headline import format_verdict_table
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.samples import gate_samples
 from pytest_gemmperf.session_benchmark import gated_property
@@ -185,7 +185,7 @@ class PointGate:
             row = {"test": self.test_id, "point": str(r.point), "kernel": str(r.kernel),
                    "metric": str(r.metric), "verdict": str(r.verdict), "ratio": _num(r.ratio),
                    "ci_low": _num(r.ci_low), "ci_high": _num(r.ci_high), "q_value": _num(r.q_value),
-                   "hw_key": hw_key}
+                   "threshold": _num(r.threshold), "note": str(r.note), "hw_key": hw_key}
             rows.append(row)
             self._record(f"{PROP_PREFIX}:{r.point}:{r.metric}:{r.kernel}",
                          f"{r.verdict} ratio={_fmt(r.ratio)} ci=[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] "

@@ -20,8 +20,8 @@ from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
     _is_results_dir, all_baseline_records, baseline_records, load_history, load_side, newest_run, pair_tests,
     resolve_hardware_key, results_hw_key, trace_hw_key)
-from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
-                                          verdicts_csv_order)
+from pytest_gemmperf.gate.headline import format_verdict_table
+from pytest_gemmperf.gate.verdict import REGRESSION, VERDICTS_CSV_COLUMNS, verdicts_csv_order
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
 from pytest_gemmperf.commands.defaults import COMPARE_OUT as DEFAULT_OUT
