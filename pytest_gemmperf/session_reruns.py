@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import pandas as pd
 import pytest
 
+from pytest_gemmperf.gate.headline import change_text
 from pytest_gemmperf.gate.compare import compare
 from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge_round, settled,
                                           suspicious)
@@ -26,7 +27,7 @@ from pytest_gemmperf.run.results import write_point_json, write_tables
 from pytest_gemmperf.run.telemetry import (TelemetrySampler, affected_processes, evidence, note_rows,
                                            slowest_process_notes, summarise, windows_from_dispatches,
                                            write_telemetry)
-from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _fmt, _verdict_counts,
+from pytest_gemmperf.session_gate import (PROP_PREFIX, _emit, _verdict_counts,
                                           write_point_json_field)
 from pytest_gemmperf.session_point import PointResult, _PointFailed, _PointSkipped
 from pytest_gemmperf.textsafe import printable, printable_lines
@@ -189,7 +190,7 @@ class PointReruns:
         if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
             return verdicts
         trigger = first[suspicious(first, ccfg)]
-        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} x{_fmt(r.ratio)}"
+        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} {change_text(r.ratio, r.ci_low, r.ci_high)}"
                         for r in trigger.head(3).itertuples(index=False))
         summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
                                    "environment": []}
