@@ -58,7 +58,7 @@ def _raw(row: dict) -> str:
 # one headline in the terminal summary, the failure message, summary.md and report.html
 
 
-def test_one_headline_everywhere_a_person_reads_a_forced_regression(gp, monkeypatch, hl):  # noqa: F811
+def test_one_headline_everywhere_a_person_reads_a_forced_regression(gp, monkeypatch, request):  # noqa: F811
     gp(results="res1").assert_outcomes(passed=2)  # records the baseline
     monkeypatch.setenv("FAKE_SCALE", "1.4")
     out = gp(results="res2")
@@ -68,8 +68,6 @@ def test_one_headline_everywhere_a_person_reads_a_forced_regression(gp, monkeypa
                     na_values=[""])
     row = v[(v["point"] == "ch28-th256") & (v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0].to_dict()
     assert row["verdict"] == "regression"
-    h = hl.headline(row)
-    assert h.change.startswith("+") and "[" in h.change and h.reason
 
     failure = _between(stdout, "gemmperf: 2 regression(s) in test_gpsweep.py::test_gpsweep[ch28-th256]",
                        "note: ")
@@ -78,6 +76,8 @@ def test_one_headline_everywhere_a_person_reads_a_forced_regression(gp, monkeypa
     page = (gp.path / "gemmperf-report" / "report.html").read_text(encoding="utf-8")
     header = _between(page, '<ul id="why">', "</ul>")
     table = _between(page, '<table id="verdict-table"', "</table>")
+    h = request.getfixturevalue("hl").headline(row)
+    assert h.change.startswith("+") and "[" in h.change and h.reason
     for where, text in (("failure message", failure), ("terminal summary", summary)):
         line = next(x for x in text.splitlines() if x.startswith("regression") and "ch28-th256" in x
                     and "aten::mm" in x)
@@ -175,7 +175,7 @@ def _dispatches() -> pd.DataFrame:
     return finalize_dispatches(df, "synthetic")
 
 
-def test_inconclusive_and_noisy_reasons_in_terminal_summary_md_and_html_header(tmp_path, hl):
+def test_inconclusive_and_noisy_reasons_in_terminal_summary_md_and_html_header(tmp_path, request):
     v = _verdicts()
     files = write_reports(tmp_path, dispatches=_dispatches(), verdicts=v, formats=["html", "md"])
     md = files["summary.md"].read_text(encoding="utf-8")
@@ -186,7 +186,7 @@ def test_inconclusive_and_noisy_reasons_in_terminal_summary_md_and_html_header(t
     assert "gemm_c" not in header  # unchanged inside the band: nothing to explain
     # the terminal summary of a pytest session: the rows its points recorded
     rows = json.loads(v[v["verdict"] != "unchanged"].to_json(orient="records"))
-    text = hl.summary_table(rows)
+    text = request.getfixturevalue("hl").summary_table(rows)
     assert NEEDS in text and NOISY in text and "-29.8% [-89.6, +373.3]" in text
 
 
@@ -205,11 +205,15 @@ def _samples(tag: str, scale: float) -> pd.DataFrame:
                          for v in 1e4 * scale * np.exp(0.01 * rng.standard_normal(20))])
 
 
-def test_footers_and_docs_describe_the_printed_numbers_alike(tmp_path, capsys, hl):
-    text = _words(hl.PRINTED_NUMBERS)
+def _docs_paragraph() -> str:
+    """The paragraph "What each printed number is" of docs/statistics.md, its words only."""
     doc = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
-    assert text in _words(doc)
-    assert "**What each printed number is.** " + hl.PRINTED_NUMBERS.split()[0] in " ".join(doc.split())
+    start = doc.index("**What each printed number is.**")
+    return _words(doc[start:doc.index("\n\n", start)].replace("**What each printed number is.**", ""))
+
+
+def test_footers_and_docs_describe_the_printed_numbers_alike(tmp_path, capsys, request):
+    text = _docs_paragraph()
 
     _samples("b", 1.0).to_parquet(tmp_path / "b.parquet")
     _samples("c", 1.0).to_parquet(tmp_path / "c.parquet")
@@ -226,6 +230,8 @@ def test_footers_and_docs_describe_the_printed_numbers_alike(tmp_path, capsys, h
     med = per_process_medians(_samples("b", 1.0))[("p", "k1", "dur_ns")]
     line = next(x for x in shown.splitlines() if " k1 " in f" {x} ")
     assert any(abs(float(w) - med) <= 1e-6 * med for w in line.split() if re.fullmatch(r"[\d.e+]+", w))
+    # and the words are one constant in the code, which the tools print
+    assert _words(request.getfixturevalue("hl").PRINTED_NUMBERS) == text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,9 +275,6 @@ def test_a_store_as_the_only_argument_and_beside_other_candidates(tmp_path, caps
     assert cli_main(["compare", str(results), str(store), str(other), "--no-report"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"did you mean: gemmperf compare {store} {results} {other} --no-report")
-
-
-def test_the_right_order_is_not_refused(tmp_path, capsys):
-    results, store = _results(tmp_path / "run"), _store(tmp_path / "baselines")
+    # the right order is not refused (these results hold no samples: another error, no hint)
     cli_main(["compare", str(store), str(results), "--out", str(tmp_path / "o")])
     assert "did you mean" not in capsys.readouterr().err
