@@ -247,7 +247,7 @@ def _results(root: Path) -> Path:
 def _store(root: Path) -> Path:
     rec = root / "hw" / "perf_tests_test_x.py__test_y"
     rec.mkdir(parents=True)
-    (rec / "meta.json").write_text("{}")
+    (rec / "meta.json").write_text(json.dumps({"test_id": "perf_tests/test_x.py::test_y", "hw_key": "hw"}))
     return root
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -133,13 +134,24 @@ def input_kind(path: str) -> str:
     try:
         if not p.is_dir():
             return OTHER
-        if (p / "meta.json").is_file() or any(p.glob("*/meta.json")) or any(p.glob("*/*/meta.json")):
+        metas = (p / "meta.json", *p.glob("*/meta.json"), *p.glob("*/*/meta.json"))
+        if any(_is_record_meta(m) for m in metas):
             return STORE
         if _is_results_dir(p) or _holds_runs(p):
             return RESULTS
     except OSError:  # unreadable: the loaders say so, naming the path
         return OTHER
     return OTHER
+
+
+def _is_record_meta(path: Path) -> bool:
+    """A baseline record's ``meta.json`` (its ids inside), not any file of that name a trace
+    directory may hold."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("test_id"), str) and isinstance(doc.get("hw_key"), str)
 
 
 def argument_order_error(base: str | None, cands: list[str], argv: list[str] | None) -> GemmperfInputError | None:
