@@ -151,9 +151,9 @@ def raw_detail(row: Mapping[str, Any]) -> RawDetail:
     lo, hi = _num(row.get("ci_low")), _num(row.get("ci_high"))
     note = ""
     if math.isfinite(raw) and math.isfinite(lo) and math.isfinite(hi) and not lo <= raw <= hi:
-        note = (f"raw x{raw:.3f} lies outside the tested CI: the medians keep each process's "
-                "factor shared by all its kernels and take the middle process, the tested change "
-                "compares geometric means with that factor removed")
+        note = ("outside the tested CI: the medians keep each process's factor shared by all its "
+                "kernels and take the middle process; the tested change compares geometric means "
+                "with that factor removed")
 
     def show(x: float) -> str:
         return M.format_value(x, metric) if math.isfinite(x) else "-"
