@@ -132,7 +132,8 @@ def headline(row: Mapping[str, Any]) -> Headline:
             reason = f"beyond the {_pct(thr)} threshold" + (f" at q {q:.2g}" if math.isfinite(q) else "")
         elif verdict == UNCHANGED and not ci_inside_band(row):
             band = f"the {_pct(thr)} threshold band" if math.isfinite(thr) else "the threshold band"
-            reason = f"not significant; the CI is not inside {band}"
+            # a row written before the gate noted why (an older verdicts.csv): say what is seen
+            reason = f"the CI is not inside {band} (no reason recorded)"
         elif verdict == NEW:
             reason = "only in the candidate"
         elif verdict == MISSING:
