@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: corrected commands keep it
     try:
         args.setting_origins = _project_settings(args)
         return int(args.func(args) or 0)

@@ -15,6 +15,7 @@ full default report.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import random
 import sys
@@ -187,14 +188,13 @@ def test_summary_md_table_rows_keep_their_columns(tmp_path, capsys):
     assert "\\x1b" in cap.out  # the hostile kernels are listed, escaped
     md = (out / "summary.md").read_text(encoding="utf-8")
     _assert_clean(md, "summary.md")
-    rows = [ln for ln in md.splitlines() if ln.startswith("|")]
-    assert rows
-    header_cells = None
-    for ln in rows:
-        cells = len(ln.replace("\\|", "").split("|"))
-        if header_cells is None or ln.startswith("|---"):
-            header_cells = header_cells or cells
-        assert cells == header_cells or ln.startswith("| point"), ln
+    # each table (consecutive "|" lines) keeps its header's number of cells in every row
+    tables = [list(g) for is_row, g in itertools.groupby(md.splitlines(), lambda ln: ln.startswith("|")) if is_row]
+    assert tables
+    for table in tables:
+        header_cells = len(table[0].replace("\\|", "").split("|"))
+        for ln in table:
+            assert len(ln.replace("\\|", "").split("|")) == header_cells, ln
     verdicts = pd.read_csv(out / "verdicts.csv", keep_default_na=False)
     assert set(HOSTILE) <= set(verdicts["kernel"])
 

@@ -25,7 +25,7 @@ from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare
 from pytest_gemmperf.gate.file_reduce import gate_inputs
 from pytest_gemmperf.gate.samples import gate_samples
-from pytest_gemmperf.gate.verdict import format_verdict_table
+from pytest_gemmperf.gate.headline import format_verdict_table, raw_detail
 from pytest_gemmperf.history.values import history_values
 from pytest_gemmperf.report import write_reports
 from pytest_gemmperf.report.excel import _column, _verdict_units
@@ -83,7 +83,7 @@ def _uses(metric: str) -> dict:
                                            "run_before": ["r1"], "run_after": ["r2"], "ratio": [0.5]}))
     units = _verdict_units(v)
     return {"verdict": v["verdict"].iloc[0], "worse": float(ratio[0]) > 1, "change": changes["direction"].iloc[0],
-            "table": format_verdict_table(v, footnote=False).splitlines()[1],
+            "table": raw_detail(v.iloc[0]).text() + " " + format_verdict_table(v, footnote=False).splitlines()[1],
             "xlsx_us": bool(np.isfinite(units["base_median_us"].iloc[0])),
             "html_time": _env().tests["time_metric"](metric),
             "history_unit": _display_scale(metric, 2e6)[1]}
@@ -96,7 +96,7 @@ def test_direction_and_unit_are_read_from_the_entry(name, monkeypatch):
     assert before["verdict"] == ("regression" if entry.higher_is_better else "improvement")
     assert before["worse"] == before["change"].startswith("regression") == entry.higher_is_better
     assert before["xlsx_us"] == before["html_time"] == entry.unit.time
-    assert (" ms " in before["table"]) == entry.unit.time
+    assert (" ms," in before["table"]) == entry.unit.time
     odd = M.Unit("widgets/s")
     monkeypatch.setitem(M.REGISTRY, name, dataclasses.replace(
         entry, higher_is_better=not entry.higher_is_better, unit=M.NS if not entry.unit.time else odd))
@@ -157,7 +157,7 @@ def test_toy_metric_flows_through_samples_compare_tables_and_reports(toy, tmp_pa
     assert row["verdict"] == "regression" and row["ratio"] < 0.7  # a fall of a higher-is-better metric
     assert v.loc[v["metric"] == M.DUR_NS, "verdict"].eq("unchanged").all()
     table = format_verdict_table(v)
-    toy_line = next(line for line in table.splitlines() if TOY in line)
+    toy_line = next(line for line in table.splitlines() if TOY in line) + " " + raw_detail(row).text()
     assert f"{row['base_median_ns']:.4g}" in toy_line and " us" not in toy_line
     files = write_reports(tmp_path, dispatches=cand_d, verdicts=v, formats=["xlsx"])
     ws = openpyxl.load_workbook(files["report.xlsx"])["verdicts"]

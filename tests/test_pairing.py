@@ -9,7 +9,7 @@ import pytest
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.gate.pairing import Swap, kernel_family, pair_swaps
 from pytest_gemmperf.gate.samples import compact_samples
-from pytest_gemmperf.gate.verdict import format_verdict_table
+from pytest_gemmperf.gate.headline import format_verdict_table
 
 T1 = ("Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x256_MI16x16x1_SN_LDSB1_AFC0_AFEM1_ASEM1_CLR1_"
       "CADS0_DTLA0_DTLB0_EPS0_GRVWA8_GRVWB8_ISA950")

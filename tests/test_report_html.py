@@ -349,9 +349,9 @@ def test_real_908_report_in_headless_chromium(tmp_path, shared_data):
         rows_js = "Array.from(document.querySelectorAll('#verdict-table tbody tr'))"
         n = browser.evaluate(f"{rows_js}.length")
         assert n > 50
-        # sort by ratio (descending after two clicks): numbers in order, regression on top
+        # sort by the change (descending after two clicks): numbers in order, regression on top
         col = browser.evaluate("Array.from(document.querySelectorAll('#verdict-table thead th'))"
-                               ".findIndex(th => th.innerText.trim().startsWith('ratio'))")
+                               ".findIndex(th => th.innerText.trim().startsWith('change'))")
         click = f"document.querySelectorAll('#verdict-table thead th')[{col}].querySelector('button').click()"
         browser.evaluate(click)
         asc = browser.evaluate(f"{rows_js}.map(r => r.cells[{col}].getAttribute('data-v'))"

@@ -92,7 +92,7 @@ _KEY_CELLS_JS = """
   const table = document.getElementById('verdict-table');
   const heads = Array.from(table.tHead.rows[0].cells).map(th => th.innerText.trim());
   const col = name => heads.findIndex(h => h.startsWith(name));
-  const idx = {verdict: col('verdict'), kernel: col('kernel'), ratio: col('ratio [95% CI]'), q: heads.indexOf('q')};
+  const idx = {verdict: col('verdict'), kernel: col('kernel'), ratio: col('change [95% CI]'), q: heads.indexOf('q')};
   const box = table.parentElement.getBoundingClientRect();
   const rows = Array.from(table.tBodies[0].rows).slice(0, 5).map(r => {
     // lines of text an element's content takes (distinct tops of its line boxes)

@@ -93,7 +93,7 @@ def test_summary_md_is_small_and_safe(outputs):
     assert md_code(XSS) in md or "alert" not in md
     assert "abc\\|def" in md  # a pipe inside a table/list cell is escaped
     table_rows = [ln for ln in md.splitlines() if ln.startswith("| regression")]
-    assert table_rows and all(ln.count(" | ") == 5 for ln in table_rows)
+    assert table_rows and all(ln.count(" | ") == 6 for ln in table_rows)  # + the reason
     # the regressed kernel reads by its short label (report.html's), not an elided middle
     kernels = {ln.split(" | ")[2] for ln in table_rows}
     assert md_code("kernel_gemm") in kernels and not any("..." in k for k in kernels), kernels

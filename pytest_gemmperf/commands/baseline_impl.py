@@ -15,21 +15,39 @@ from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.verdict import median_label
+from pytest_gemmperf.gate.headline import PRINTED_NUMBERS, footer_lines
+from pytest_gemmperf.gate.verdict import per_process_medians
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.results import refresh_from_results
 from pytest_gemmperf.store.record import META_FILE
 from pytest_gemmperf.store.results import records_from_results, resolve_results_dir
-from pytest_gemmperf.store.record import summarize
+from pytest_gemmperf.store.record import normalize_samples, summarize
 from pytest_gemmperf.store.record import legacy_keys
 from pytest_gemmperf.store.record import kept_points, merge_records
 from pytest_gemmperf.store.results import records_from_results
 
 
-#: which median ``show`` / ``diff`` print (issue 11: three tools printed three "medians")
-_MEDIAN_NOTE = (f"median: {median_label('all')}, of the stored samples (after the recorded warm-up); "
-                f"gemmperf compare prints the {median_label('per_process')}")
+def _print_footer() -> None:
+    """What each printed number is: the text ``gemmperf compare`` and docs/statistics.md carry."""
+    print("\n".join(footer_lines(PRINTED_NUMBERS)))
+
+
+def _medians(samples: pd.DataFrame | None) -> pd.Series:
+    """Per (point, kernel, metric): the median ``gemmperf compare`` and the verdicts print
+    (over processes of each process's median), so the tools' medians are one number."""
+    if samples is None or not len(samples):
+        return pd.Series(dtype=float)
+    return per_process_medians(normalize_samples(samples))
+
+
+def _with_medians(table: pd.DataFrame, column: str, samples: pd.DataFrame | None) -> pd.DataFrame:
+    """``table`` with ``column`` holding :func:`_medians` of ``samples`` on its rows' keys."""
+    keys = pd.MultiIndex.from_frame(table[["point", "kernel", "metric"]].astype(str))
+    med = _medians(samples)
+    out = table.copy()
+    out[column] = med.reindex(keys).to_numpy(float) if len(med) else float("nan")
+    return out
 
 
 def _store(args: argparse.Namespace):
@@ -133,25 +151,30 @@ def run_show(args: argparse.Namespace) -> int:
             old_dir = store.path_for(rec.test_id, rec.hw_key).parent / dict(legacy_keys(rec.test_id))[rec.migrated_from]
             print(printable(f"migrated: found under old key {rec.migrated_from!r} ({old_dir}); the next save "
                             f"writes it under {rec.test_id!r} ({store.path_for(rec.test_id, rec.hw_key)})"))
-        _print_table(summarize(rec.samples))
-        print(_MEDIAN_NOTE)
+        _print_table(_with_medians(summarize(rec.samples), "median", rec.samples))
         if rec.variance is not None and len(rec.variance):
             runs = rec.variance.groupby("point")["seq"].nunique()
             print(printable("variance history (earlier runs per point): "
                             + ", ".join(f"{p} {int(n)}" for p, n in runs.items())))
+    _print_footer()
     return 0
 
 
 def run_diff(args: argparse.Namespace) -> int:
 
     store = _store(args)
+    printed = False
     for new in records_from_results(args.results, args.test_filter, warmup=args.warmup, report=_say,
                                     jobs=getattr(args, "jobs", 0),
                                     allow_partial=getattr(args, "allow_partial", False)):
         old = store.load(new.test_id, new.hw_key)
         kept = kept_points(old, new)
         # what the refresh would store: merged per point unless --replace
-        diff = BaselineStore.diff(old, merge_records(old, new, replace=args.replace))
+        merged = merge_records(old, new, replace=args.replace)
+        diff = BaselineStore.diff(old, merged)
+        diff = _with_medians(_with_medians(diff, "old_median", None if old is None else old.samples),
+                             "new_median", merged.samples)
+        diff["ratio"] = diff["new_median"] / diff["old_median"]
         counts = diff["change"].value_counts()
         status = "new baseline" if old is None else ", ".join(
             f"{counts.get(c, 0)} {c}" for c in ("changed", "added", "removed", "unchanged"))
@@ -162,7 +185,9 @@ def run_diff(args: argparse.Namespace) -> int:
         shown = diff if args.all else diff[diff["change"] != "unchanged"]
         if not shown.empty:
             _print_table(shown)
-            print(_MEDIAN_NOTE)
+            printed = True
+    if printed:
+        _print_footer()
     return 0
 
 

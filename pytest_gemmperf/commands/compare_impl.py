@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -18,10 +20,10 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
-    _is_results_dir, all_baseline_records, baseline_records, load_history, load_side, newest_run, pair_tests,
+    _holds_runs, _is_results_dir, all_baseline_records, baseline_records, load_history, load_side, newest_run, pair_tests,
     resolve_hardware_key, results_hw_key, trace_hw_key)
-from pytest_gemmperf.gate.verdict import (REGRESSION, VERDICTS_CSV_COLUMNS, format_verdict_table,
-                                          verdicts_csv_order)
+from pytest_gemmperf.gate.headline import format_verdict_table
+from pytest_gemmperf.gate.verdict import REGRESSION, VERDICTS_CSV_COLUMNS, verdicts_csv_order
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
 from pytest_gemmperf.commands.defaults import COMPARE_OUT as DEFAULT_OUT
@@ -45,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    mistake = argument_order_error(args.base, list(args.cands), getattr(args, "argv", None))
+    if mistake is not None:
+        raise mistake
     base_arg = _base(args)
     labels = args.labels or [Path(c).name or str(c) for c in args.cands]
     if len(labels) != len(args.cands):
@@ -116,6 +121,76 @@ def _run(args: argparse.Namespace) -> int:
         print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
         return 2
     return 0
+
+
+STORE, RESULTS, OTHER = "baseline store", "results directory", "other"
+
+
+def input_kind(path: str) -> str:
+    """What an argument is, from its content: a baseline store (a root, hardware or record
+    directory: ``meta.json`` records), a results directory (``run.json``, or the parent of
+    such runs), or anything else (traces, samples files, paths that do not exist)."""
+    p = Path(path)
+    try:
+        if not p.is_dir():
+            return OTHER
+        metas = (p / "meta.json", *p.glob("*/meta.json"), *p.glob("*/*/meta.json"))
+        if any(_is_record_meta(m) for m in metas):
+            return STORE
+        if _is_results_dir(p) or _holds_runs(p):
+            return RESULTS
+    except OSError:  # unreadable: the loaders say so, naming the path
+        return OTHER
+    return OTHER
+
+
+def _is_record_meta(path: Path) -> bool:
+    """A baseline record's ``meta.json`` (its ids inside), not any file of that name a trace
+    directory may hold."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("test_id"), str) and isinstance(doc.get("hw_key"), str)
+
+
+def argument_order_error(base: str | None, cands: list[str], argv: list[str] | None) -> GemmperfInputError | None:
+    """The one-line error of a baseline store given as a candidate while the baseline is not one
+    (``gemmperf compare RESULTS STORE``: the inverted comparison would pass a regression as an
+    improvement), with the corrected command where one exists; None when the order is right.
+    Judged by content (:func:`input_kind`), never by names; two stores compare as given."""
+    stores = [c for c in cands if input_kind(c) == STORE]
+    if not stores:
+        return None
+    store = stores[0]
+    if base is None:
+        return GemmperfInputError(store, "a baseline store given as the candidate; did you mean: "
+                                         + _command(argv, [base, *cands], [store, "CAND"])
+                                         + " (CAND: a results directory, traces or a samples file)")
+    base_kind = input_kind(base)
+    if base_kind == STORE:
+        return None  # two stores: their records compared, a question of its own
+    if len(stores) > 1:
+        return GemmperfInputError(store, f"{len(stores)} baseline stores given as candidates: a candidate is "
+                                         "a run (results directory, traces or a samples file), and one store "
+                                         "is the baseline (the first argument)")
+    rest = [c for c in cands if c != store]
+    what = f"{shlex.quote(base)}, given as the baseline, is a {base_kind}" if base_kind != OTHER else \
+        f"{shlex.quote(base)} was given as the baseline"
+    return GemmperfInputError(store, f"a baseline store given as the candidate ({what}); did you mean: "
+                                     + _command(argv, [base, *cands], [store, base, *rest]))
+
+
+def _command(argv: list[str] | None, given: list[str | None], fixed: list[str]) -> str:
+    """``gemmperf compare`` with the positional arguments ``given`` replaced by ``fixed`` and
+    every option of ``argv`` kept in place, each word quoted for a POSIX shell."""
+    words = list(argv) if argv else ["compare"]
+    at = words.index("compare") + 1 if "compare" in words else 0
+    head, tail = words[:at] or ["compare"], words[at:]
+    for g in given:  # drop the positionals as given, first occurrence each
+        if g is not None and g in tail:
+            tail.remove(g)
+    return " ".join(shlex.quote(w) for w in ["gemmperf", *head, *fixed, *tail])
 
 
 def _base(args: argparse.Namespace) -> str:

@@ -22,7 +22,9 @@ adds the unit-level metrics, the multiple-testing correction and the decision ru
    ``threshold_level`` (0.8) bound of the ratio exceeds ``1 + threshold`` (and the median grew
    by more than ``abs_floor_ns``); ``improvement`` symmetrically below ``1 - threshold``; ``unchanged`` when the CI lies
    inside ``[1 - threshold, 1 + threshold]`` (with ``threshold == 0``: not significant and the
-   CI holds 1, noted so); otherwise ``inconclusive`` with the reason: a CI wholly beyond the
+   CI holds 1, noted so; a kernel sized by its change relative to the other kernels: that
+   change's CI, noted so, and never while the total CI every table prints lies wholly beyond
+   the band; the absolute floor, noted so); otherwise ``inconclusive`` with the reason: a CI wholly beyond the
    threshold that is not significant after the correction, or one that crosses the band's edge
    with the number of processes per side that would resolve a change of the threshold's size.
    ``new`` / ``missing`` when a kernel is seen on one side only.
@@ -355,6 +357,8 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
             # prior's guess (which is what failed with 3 processes per side)
             hist_df = df["history_df"].to_numpy(float) if "history_df" in df.columns else np.zeros(len(df))
             byr &= np.nan_to_num(hist_df) >= RELATIVE_MIN_HISTORY_DF
+    # the interval every table prints beside the verdict (the total change), oriented
+    shown_lo, shown_hi = low_w, high_w
     if byr.any():
         rw = np.where(byr, df["rel_ratio"].to_numpy(float), rw)
         low_w = np.where(byr, df["rel_ci_low"].to_numpy(float), low_w)
@@ -373,7 +377,12 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     inside = (low_w >= 1 - thr) & (high_w <= 1 + thr)
     beyond = (low_w > 1 + thr) | (high_w < 1 - thr)
     quiet = ~sig & (thr == 0) & ~beyond & np.isfinite(low_w) & np.isfinite(high_w)
-    unch = inside | quiet | blocked
+    # a kernel sized by its relative change is unchanged only while the change every table
+    # prints (its total) is not wholly beyond the band: all kernels moving together is then
+    # the '*' row's verdict, and this row says why it is not one of its own
+    shown_beyond = (shown_lo > 1 + thr) | (shown_hi < 1 - thr)
+    rel_beyond = byr & inside & ~blocked & shown_beyond
+    unch = (inside & ~rel_beyond) | quiet | blocked
     out = np.where(reg & ~blocked, REGRESSION, np.where(imp & ~blocked, IMPROVEMENT,
                    np.where(unch, UNCHANGED, INCONCLUSIVE)))
     out = np.where(few & ~fixed, INCONCLUSIVE, out)
@@ -387,7 +396,11 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
         need = np.ceil(2 * (z_need * sd / delta) ** 2)
     for i in np.flatnonzero(verdict == INCONCLUSIVE):
         have = int(min(nb[i], nc[i]))
-        if few[i] and have < cfg.min_units:
+        if rel_beyond[i] and not few[i]:
+            msg = (f"{_rel_text(rw[i], low_w[i], high_w[i])} relative to the other kernels, inside the "
+                   f"{100 * thr[i]:g}% threshold, while its total lies beyond it: all kernels moved "
+                   f"together (see kernel '*')")
+        elif few[i] and have < cfg.min_units:
             n_req = cfg.min_units if not np.isfinite(need[i]) else max(cfg.min_units, int(need[i]))
             msg = f"too few processes ({int(nb[i])} base, {int(nc[i])} cand): needs >= {n_req} per side"
         elif beyond[i] and np.isfinite(q[i]):
@@ -399,12 +412,18 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
                    f"per side")
         note[i] = _join(note[i], msg)
     for i in np.flatnonzero(byr & np.isin(verdict, [REGRESSION, IMPROVEMENT])):
-        note[i] = _join(note[i], f"{100 * (rw[i] - 1):+.1f}% relative to the other kernels "
-                                 f"[{100 * (low_w[i] - 1):+.1f}, {100 * (high_w[i] - 1):+.1f}]")
+        note[i] = _join(note[i], f"{_rel_text(rw[i], low_w[i], high_w[i])} relative to the other kernels")
     for i in np.flatnonzero(blocked):
         note[i] = _join(note[i], f"change below the absolute floor of {cfg.abs_floor_ns:g} ns")
-    for i in np.flatnonzero((verdict == UNCHANGED) & sig & ~blocked):
+    for i in np.flatnonzero((verdict == UNCHANGED) & sig & ~blocked & ~byr):
         note[i] = _join(note[i], f"significant {100 * (r[i] - 1):+.1f}% within the {100 * thr[i]:g}% threshold")
+    shown_inside = (shown_lo >= 1 - thr) & (shown_hi <= 1 + thr)
+    for i in np.flatnonzero((verdict == UNCHANGED) & byr & inside & ~blocked):
+        # sized by the relative interval: say so where the printed (total) CI is not in the band
+        if not shown_inside[i] or sig[i]:
+            note[i] = _join(note[i], f"judged by its change relative to the other kernels, "
+                                     f"{_rel_text(rw[i], low_w[i], high_w[i])}, inside the "
+                                     f"{100 * thr[i]:g}% threshold")
     for i in np.flatnonzero((verdict == UNCHANGED) & quiet & ~inside & ~blocked):
         note[i] = _join(note[i], f"threshold 0: no significant change (q {q[i]:.2g} > FDR {cfg.fdr:g})")
     shift = df["shared_shift"].to_numpy(float) if "shared_shift" in df.columns else np.full(len(df), np.nan)
@@ -440,6 +459,10 @@ def _bounds_at(dft: np.ndarray, cfg: GateConfig, r: np.ndarray, lo: np.ndarray, 
         lo_t = np.where(pos, r * np.exp(-t_th * se_log), r - t_th * se_lin)
         hi_t = np.where(pos, r * np.exp(t_th * se_log), r + t_th * se_lin)
     return np.where(ok, lo_t, lo), np.where(ok, hi_t, hi)
+
+
+def _rel_text(r: float, lo: float, hi: float) -> str:
+    return f"{100 * (r - 1):+.1f}% [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]"
 
 
 def _join(a: str, b: str) -> str:

@@ -1,4 +1,4 @@
-"""Verdict constants, the verdicts table layout and its compact text rendering.
+"""Verdict constants and the verdicts table layout (its text rendering: :mod:`.headline`).
 
 The table layout is the contract of ``docs/ARCHITECTURE.md`` ("Verdicts table"); the report
 modules, the plugin and ``gemmperf compare`` all read frames built by :func:`verdicts_to_frame`.
@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
-import textwrap
 
 from pytest_gemmperf.gate import metrics as M
 
@@ -100,32 +99,12 @@ def shorten_kernel(name: str, width: int = 48) -> str:
     return name[:head] + "..." + name[-tail:] if tail > 0 else name[: width - 3] + "..."
 
 
-def _fmt_change(ratio: float, lo: float, hi: float) -> str:
-    if not np.isfinite(ratio):
-        return "-"
-    s = f"{100 * (ratio - 1):+.1f}%"
-    if np.isfinite(lo) and np.isfinite(hi):
-        s += f" [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]"
-    return s
-
-
-#: What each printed "median" is. ``gemmperf compare`` / the pytest failure table print
-#: "per_process"; ``baseline show`` / ``baseline diff`` say which one they print with
-#: :func:`median_label`, so that equal labels mean equal numbers.
+#: What a printed "median" is: :func:`per_process_medians` ("per_process") is the one
+#: ``verdicts.csv``, the reports and ``baseline show`` / ``baseline diff`` print.
 MEDIAN_KINDS = {
     "all": "median of all dispatches (all processes pooled)",
     "per_process": "median over processes of each process's median dispatch",
 }
-
-#: Footnote of :func:`format_verdict_table`: what the columns are and how "change" is adjusted.
-TABLE_FOOTNOTE = (
-    "base/cand: {median}{warmup}. raw: cand/base of those medians. "
-    "change: ratio of the geometric means over processes of each process's median (the "
-    "quantity tested; each process's factor shared by all its kernels is removed within its "
-    "side, which narrows the CI and leaves the ratio as is), [95% CI]; kernel '*': the change "
-    "shared by all kernels; sums (category totals, ...): ratio of the geometric means of the "
-    "per-process values.")
-
 
 def median_label(kind: str = "per_process", warmup: int | None = None) -> str:
     """One phrase naming a printed median (:data:`MEDIAN_KINDS`), with the warm-up dropped
@@ -159,50 +138,3 @@ def per_process_medians(samples: pd.DataFrame) -> pd.Series:
     out = per_unit.groupby(level=keys, observed=True, sort=True).median()
     out.index = pd.MultiIndex.from_arrays([out.index.get_level_values(k).astype(str) for k in keys], names=keys)
     return out.rename("median_per_process")
-
-
-_ORDER = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
-
-
-def format_verdict_table(df: pd.DataFrame, max_rows: int = 20, *, kernel_width: int = 48,
-                         verdicts: tuple[str, ...] | None = None, footnote: bool = True,
-                         warmup: int | None = None) -> str:
-    """Compact fixed-width text table for a pytest failure message or a terminal.
-
-    Regressions first (largest ratio first), then the rest; at most ``max_rows`` rows with a
-    "... N more" line. Columns: verdict, point, kernel (shortened), metric, baseline and
-    candidate medians, their raw ratio, the tested change in percent with its CI, q-value;
-    then (``footnote``) what the medians are and what the change is adjusted for
-    (:data:`TABLE_FOOTNOTE`). A paired kernel swap shows as "A -> B" in the kernel column.
-    """
-    if len(df) == 0:
-        return "(no comparisons)"
-    d = df if verdicts is None else df[df["verdict"].isin(verdicts)]
-    d = d.assign(_o=d["verdict"].map(_ORDER).fillna(9), _r=-d["ratio"].fillna(0))
-    d = d.sort_values(["_o", "_r"], kind="stable")
-    shown = d.head(max_rows)
-    header = ("verdict", "point", "kernel", "metric", "base", "cand", "raw", "change [95% CI]", "q")
-    rows = [header]
-    for r in shown.itertuples(index=False):
-        metric = str(r.metric)
-        b, c = float(r.base_median_ns), float(r.cand_median_ns)
-        raw = c / b if np.isfinite(b) and np.isfinite(c) and b > 0 else math.nan
-        kern = shorten_kernel(r.kernel, kernel_width)
-        swapped = str(getattr(r, "swapped_to", "") or "")
-        if swapped and swapped != "nan":
-            half = max(8, (kernel_width - 4) // 2)
-            kern = f"{shorten_kernel(r.kernel, half)} -> {shorten_kernel(swapped, half)}"
-        rows.append((str(r.verdict), str(r.point), kern, metric, M.format_value(b, metric),
-                     M.format_value(c, metric),
-                     "-" if not np.isfinite(raw) else f"x{raw:.3f}",
-                     _fmt_change(float(r.ratio), float(r.ci_low), float(r.ci_high)),
-                     "-" if not np.isfinite(r.q_value) else f"{r.q_value:.2g}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    if len(d) > len(shown):
-        lines.append(f"... {len(d) - len(shown)} more")
-    if footnote:
-        text = TABLE_FOOTNOTE.format(median=median_label("per_process"),
-                                     warmup=f" (after {int(warmup)} warm-up dispatches)" if warmup else "")
-        lines += textwrap.wrap(text, 110, initial_indent="note: ", subsequent_indent="      ")
-    return "\n".join(lines)

@@ -30,7 +30,8 @@ from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge_round, settled, suspicious
 from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.gate.samples import gate_samples
-from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS, format_verdict_table
+from pytest_gemmperf.gate.headline import change_text, format_verdict_table
+from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
 from pytest_gemmperf.pytest_glue.benchmark_json import gated_property
 from pytest_gemmperf.pytest_glue.history import HistorySink, fail_on_creep
 from pytest_gemmperf.pytest_glue.options import Options
@@ -176,7 +177,7 @@ class GateStep:
         if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
             return verdicts, None
         trigger = first[suspicious(first, ccfg)]
-        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} x{_fmt(r.ratio)}"
+        why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} {change_text(r.ratio, r.ci_low, r.ci_high)}"
                         for r in trigger.head(3).itertuples(index=False))
         summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
                                    "environment": []}
@@ -337,7 +338,7 @@ class GateStep:
             row = {"test": self.test_id, "point": str(r.point), "kernel": str(r.kernel),
                    "metric": str(r.metric), "verdict": str(r.verdict), "ratio": _num(r.ratio),
                    "ci_low": _num(r.ci_low), "ci_high": _num(r.ci_high), "q_value": _num(r.q_value),
-                   "hw_key": hw_key}
+                   "threshold": _num(r.threshold), "note": str(r.note), "hw_key": hw_key}
             rows.append(row)
             self.reporter.record(f"{PROP_PREFIX}:{r.point}:{r.metric}:{r.kernel}",
                                  f"{r.verdict} ratio={_fmt(r.ratio)} ci=[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] "

@@ -22,6 +22,7 @@ from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, 
 from pytest_gemmperf.pytest_glue.session import GemmperfSession
 from pytest_gemmperf.report import write_results_reports
 from pytest_gemmperf.run.results import RUN_JSON, link_latest
+from pytest_gemmperf.gate.headline import summary_table
 from pytest_gemmperf.textsafe import printable, printable_lines
 
 
@@ -185,7 +186,7 @@ class SessionSummary:
         for nodeid, text in self.noisy:  # run/environment.py: contention while the point ran
             _write(tr, f"{printable(text)} while {printable(nodeid)} ran", yellow=True)
         if self.verdicts:
-            _write(tr, _format_summary_rows(self.verdicts))
+            _write(tr, summary_table(self.verdicts))
         if gp.options.warn_only and any(r["verdict"] == "regression" for r in self.verdicts):
             _write(tr, "--gemmperf-warn-only: regressions reported, not failed", yellow=True)
         if self.report:
@@ -221,24 +222,3 @@ def _format_confirmation(c: dict) -> str:
                       for x in changes[:4])
             + (f"; ... {len(changes) - 4} more" if len(changes) > 4 else "")) or "no verdict changed"
     return f"{head}: {c.get('rounds', 0)} round(s), +{c.get('extra_processes', 0)} processes: {what}"
-
-
-def _format_summary_rows(rows: list[dict], max_rows: int = 50) -> str:
-    order = {"regression": 0, "inconclusive": 1, "missing": 2, "new": 3, "improvement": 4}
-    rows = sorted(rows, key=lambda r: (order.get(r["verdict"], 9), r["test"], r["point"], -(r["ratio"] or 0)))
-
-    def f(x, spec=".3f"):
-        return "-" if x is None else format(x, spec)
-
-    table = [("verdict", "test[point]", "kernel", "metric", "ratio [CI]", "q")]
-    for r in rows[:max_rows]:
-        kernel = printable(r["kernel"])  # escaped first: a newline or ESC would break the columns
-        kernel = kernel if len(kernel) <= 48 else kernel[:45] + "..."
-        table.append((printable(r["verdict"]), f"{printable(r['test'].rsplit('::', 1)[-1])}[{printable(r['point'])}]",
-                      kernel, printable(r["metric"]),
-                      f"{f(r['ratio'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]", f(r["q_value"], ".2g")))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
-    if len(rows) > max_rows:
-        lines.append(f"... {len(rows) - max_rows} more")
-    return "\n".join(lines)

@@ -229,8 +229,10 @@ def _verdicts_sheet(book: _Book, data: ReportData) -> None:
     labels = report_kernel_labels(data)
     df.insert(df.columns.get_loc("kernel") + 1, "short_name",
               df["kernel"].astype(str).map(labels).astype(object))
-    ws, hdr, cols = book.table("verdicts", df, "gate verdicts: ratio = candidate / baseline median, "
-                               "95% CI; regression needs q <= FDR and CI above 1 + threshold",
+    ws, hdr, cols = book.table("verdicts", df, "gate verdicts: ratio = the tested change (cand/base of the "
+                               "geometric means over processes), 95% CI; base/cand: medians over processes "
+                               "(their ratio can fall outside the CI); regression needs q <= FDR and the "
+                               "change above 1 + threshold",
                                csv_hint="verdicts.csv", widths={"short_name": 50})
     n = min(len(df), book.max_rows)
     if n == 0:

@@ -21,6 +21,7 @@ from pytest_gemmperf import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.variance import parse_point_axes
 from pytest_gemmperf.gate import metrics as M
+from pytest_gemmperf.gate.headline import change_text, headline, notable, raw_detail
 from pytest_gemmperf.gate.verdict import MISSING, NEW, shorten_kernel
 from pytest_gemmperf.report import plots
 from pytest_gemmperf.report.data import (HTML_MAX_ROWS, ReportData, page_kernel_labels,  # noqa: F401 - public here too
@@ -227,10 +228,8 @@ def _change_text(row: dict[str, Any]) -> str:
         return "new: the baseline side is empty"
     if row["verdict"] == MISSING:
         return "missing: the candidate side is empty"
-    if not _ok(row["ratio"]):
-        return ""
-    ci = f" [{fmt_pct(row['ci_low'])}, {fmt_pct(row['ci_high'])}]" if _ok(row["ci_low"]) and _ok(row["ci_high"]) else ""
-    return f"{fmt_pct(row['ratio'])}{ci}"
+    text = change_text(row["ratio"], row["ci_low"], row["ci_high"])  # as every headline shows it
+    return "" if text == "-" else text
 
 
 def _before_after_context(data: ReportData, short: dict[str, str]) -> dict[str, Any]:
@@ -259,7 +258,30 @@ def _before_after_context(data: ReportData, short: dict[str, str]) -> dict[str, 
 
 
 #: optional verdict-table columns, shown only when some row has a value
-OPTIONAL_VERDICT_COLUMNS = ("test", "point", "note")
+OPTIONAL_VERDICT_COLUMNS = ("test", "point", "reason")
+#: rows listed with their reason under the banner (the verdict table has them all)
+HEADER_ROWS = 10
+
+
+def _with_headlines(rows: list[dict]) -> list[dict]:
+    """Each verdict row with its headline (``change``, ``reason``: the text every other output
+    shows, :func:`~pytest_gemmperf.gate.headline.headline`) and its ``details`` (medians, raw
+    ratio and, where that ratio lies outside the tested CI, why)."""
+    out = []
+    for r in rows:
+        h = headline(r)
+        out.append({**r, "change": h.change, "reason": h.reason, "details": raw_detail(r)})
+    return out
+
+
+def _header_rows(v: pd.DataFrame | None, short: dict[str, str]) -> tuple[list[dict], int]:
+    """The rows listed under the banner: the worst :data:`HEADER_ROWS` that are not unchanged,
+    each with its headline, and how many more there are."""
+    rows = notable(v)
+    listed = _with_headlines(_records(rows, HEADER_ROWS))
+    for r in listed:
+        r["short"] = short.get(str(r["kernel"]), shorten_kernel(r["kernel"], 60))
+    return listed, max(len(rows) - len(listed), 0)
 
 
 def _blank(x: Any) -> bool:
@@ -276,7 +298,7 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
     env = _env()
     tmpl = env.get_template(TEMPLATE)
     v = data.verdicts
-    verdict_rows = _records(v) if v is not None else []
+    verdict_rows = _with_headlines(_records(v)) if v is not None else []
     kernel_rows = _records(_kernel_overview(data))
     top_rows = _records(data.top_variance, 200)
     overlap_rows = (_records(data.overlap.sort_values("total_overlap_ns", ascending=False), 200)
@@ -288,7 +310,10 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
                                 "wave_cycles_per_wave", "median_dur_us") if c in counters.columns]
     counter_rows = _records(counters, 500)
     short = report_kernel_labels(data)
+    why, why_more = _header_rows(v, short)
     ctx = {
+        "why": why,
+        "why_more": why_more,
         "version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "status": data.status,

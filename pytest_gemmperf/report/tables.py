@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TIMESTAMP_COLUMNS
+from pytest_gemmperf.gate.headline import headline, notable
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
 from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
@@ -149,15 +150,6 @@ def md_text(text: Any) -> str:
     return s.replace("&", "&amp;")
 
 
-def _pct(r: float, lo: float, hi: float) -> str:
-    if not (isinstance(r, (int, float)) and math.isfinite(r)):
-        return "-"
-    s = f"{100 * (r - 1):+.1f}%"
-    if all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
-        s += f" [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]"
-    return s
-
-
 def summary_markdown(data: ReportData, report_name: str | None = "report.html") -> str:
     # the distinguishing labels of report.html (an elided middle made GEMMs read alike);
     # full names are in verdicts.csv and the variance CSVs
@@ -175,18 +167,19 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     lines += [f"* {f}" for f in facts] + [""]
     v = data.verdicts
     if v is not None and len(v):
-        shown = v[v["verdict"] != "unchanged"].head(MD_MAX_ROWS)
+        shown = notable(v).head(MD_MAX_ROWS)
         if len(shown):
             head = (["sweep"] if data.multi else []) + ["verdict", "point", "kernel", "metric",
-                                                        "change [95% CI]", "q"]
+                                                        "change [95% CI]", "q", "reason"]
             lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for r in shown.itertuples(index=False):
-                q = r.q_value if isinstance(r.q_value, float) and math.isfinite(r.q_value) else None
-                cells = ([md_code(r.label)] if data.multi else []) + [
-                    md_text(r.verdict), md_code(r.point or "-"),
-                    md_code(labels.get(str(r.kernel)) or shorten_kernel(r.kernel, 80)),
-                    md_text(r.metric), _pct(r.ratio, r.ci_low, r.ci_high),
-                    "-" if q is None else f"{q:.2g}"]
+            for r in shown.to_dict("records"):
+                h = headline(r)
+                q = r["q_value"] if isinstance(r["q_value"], float) and math.isfinite(r["q_value"]) else None
+                cells = ([md_code(r["label"])] if data.multi else []) + [
+                    md_text(h.verdict), md_code(r["point"] or "-"),
+                    md_code(labels.get(str(r["kernel"])) or shorten_kernel(r["kernel"], 80)),
+                    md_text(r["metric"]), h.change, "-" if q is None else f"{q:.2g}",
+                    md_text(h.reason) if h.reason else ""]
                 lines.append("| " + " | ".join(cells) + " |")
             more = int((v["verdict"] != "unchanged").sum()) - len(shown)
             if more > 0:
