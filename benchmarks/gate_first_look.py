@@ -168,8 +168,12 @@ def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str]) -> 
         for i, t in enumerate(targets(name)):
             if not only or any(o in t.label for o in only):
                 out.append((name, i, reps_aa, reps_eff))
-    first = lambda j: (targets(j[0])[j[1]].regime.kind == "aa" and targets(j[0])[j[1]].regime.cand_factor == 1.0)  # noqa: E731
-    return sorted(out, key=first)
+
+    def later(job: tuple[str, int, int, int]) -> bool:
+        r = targets(job[0])[job[1]].regime
+        return r.kind == "aa" and r.cand_factor == 1.0
+
+    return sorted(out, key=later)
 
 
 def main(argv: list[str] | None = None) -> int:
