@@ -7,6 +7,8 @@ mean, the stratified variance prior, and the same variance history for the CLI a
   ``inconclusive`` however wide it is, and at threshold 0 an ``unchanged`` row says why.
 * the variance prior is stratified (category, dispatch count, duration and sampling noise are
   covariates of its trend): a quiet stratum keeps its own level beside a noisy one.
+* a compacted group (``compact_samples``) has its dispatches' median of log durations, so a
+  run with more iterations is not a change of a kernel that covers two shapes.
 * ``gemmperf compare BASELINES RESULTS`` pools the same variance history as the pytest gate
   step that produced RESULTS, and gives the same verdict rows.
 """
