@@ -16,8 +16,16 @@ whole steps, 1 % per-process factor; synthetic "heavy" and "bimodal"), first loo
 * real trace, the top GEMM (largest total time) 5 % slower, all kernels gated, threshold 0:
   tests whose top-GEMM row is ``regression`` (>= 80 %).
 
-Run: ``python benchmarks/gate_first_look.py [--reps-aa 300 --reps-eff 120] [--scenarios ...]
-[--only LABEL,...]``; the table, its command and date are in ``docs/statistics.md`` ("First look").
+One table: scenario, row, replicates, the measure at the default rule and at threshold 0, the
+target, its 95 % interval (A/A rows: the one-sided Clopper-Pearson upper bound of the larger of
+the two rates; effect rows: the two-sided interval of the measure the target names, Clopper-Pearson
+for a fraction of tests, mean +- 1.96 standard errors for a mean fraction of rows) and whether the
+target is met. Every row draws from its own seed (scenario, row), so rows run in parallel
+(``--jobs``) and any selection gives the same numbers.
+
+Run: ``python benchmarks/gate_first_look.py [--quick] [--reps-aa 300 --reps-eff 120]
+[--scenarios ...] [--only LABEL,...] [--jobs N]``; the table, its command and date are in
+``docs/statistics.md`` ("First look").
 """
 
 from __future__ import annotations
@@ -25,10 +33,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -68,52 +80,135 @@ def targets(scenario: str) -> list[Target]:
                         False, 0.8)]
 
 
-def run(scenario: str, reps_aa: int, reps_eff: int, only: list[str]) -> str:
-    pool = gr.load_pool(scenario)
+@dataclass(frozen=True)
+class Row:
+    """One measured row of the table."""
+
+    scenario: str
+    target: Target
+    reps: int
+    value: dict[str, float]  # rule -> mean of the measure
+    interval: tuple[float, float]  # 95 %: (lower, upper) of the judged value
+
+    def met(self) -> bool:
+        judged = [self.value[DEFAULT], self.value[ZERO]] if self.target.rule is None else [self.value[self.target.rule]]
+        return all(self.target.met(x) for x in judged)
+
+    def cells(self) -> list[str]:
+        cells = {rule: f"{100 * v:.1f} %" for rule, v in self.value.items()}
+        if self.target.rule is not None:
+            cells[self.target.rule] = f"**{cells[self.target.rule]}**"
+        lo, hi = self.interval
+        ci = f"<= {100 * hi:.1f} %" if self.target.at_most else f"{100 * lo:.1f}-{100 * hi:.1f} %"
+        return [self.scenario, self.target.label, str(self.reps), cells[DEFAULT], cells[ZERO], self.target.text(),
+                ci, "yes" if self.met() else "NO"]
+
+
+HEAD = ["scenario", "row", "reps", "default (5 %)", "threshold 0", "target", "95 % interval", "met"]
+
+
+def interval(x: np.ndarray, at_most: bool) -> tuple[float, float]:
+    """95 % interval of the mean of ``x``: Clopper-Pearson for 0/1 outcomes (one-sided upper
+    bound when the target is an upper bound), else mean +- 1.96 standard errors."""
+    n, k = len(x), float(np.sum(x))
+    if np.isin(x, (0.0, 1.0)).all():
+        if at_most:
+            return 0.0, float(stats.beta.ppf(0.95, k + 1, n - k)) if k < n else 1.0
+        lo = float(stats.beta.ppf(0.025, k, n - k + 1)) if k > 0 else 0.0
+        hi = float(stats.beta.ppf(0.975, k + 1, n - k)) if k < n else 1.0
+        return lo, hi
+    m, se = float(np.mean(x)), float(np.std(x, ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+    return m - 1.96 * se, m + 1.96 * se
+
+
+_POOLS: dict[str, gr.ga.StepPool | None] = {}
+
+
+def _pool(scenario: str) -> gr.ga.StepPool | None:
+    if scenario not in _POOLS:  # once per worker process
+        _POOLS[scenario] = gr.load_pool(scenario)
+    return _POOLS[scenario]
+
+
+def measure(job: tuple[str, int, int, int]) -> Row | None:
+    """The row ``index`` of ``targets(scenario)`` over ``reps`` first looks (None: no real trace)."""
+    scenario, index, reps_aa, reps_eff = job
+    pool = _pool(scenario)
     if pool is None:
-        return f"scenario {scenario}: skipped (real trace absent)"
-    rng = np.random.default_rng(3000 + gr.ga.SCENARIO_SEEDS[scenario])
+        return None
+    t = targets(scenario)[index]
+    rng = np.random.default_rng([3000 + gr.ga.SCENARIO_SEEDS[scenario], index])
     gemm, top = gr.gemms(pool)
-    head = ["scenario", "row", "reps", "default (5 %)", "threshold 0", "target", "met"]
-    rows = [head]
-    t0 = time.perf_counter()
-    for t in targets(scenario):
-        if only and not any(o in t.label for o in only):
-            continue
-        n = reps_aa if t.regime.kind == "aa" else reps_eff
-        acc: dict[str, list[float]] = {DEFAULT: [], ZERO: []}
-        for _ in range(n):
-            out = gr.one_test(pool, rng, t.regime, gemm, top, confirm=False)
-            for rule in acc:
-                acc[rule].append(out[rule][t.measure])
-        value = {rule: float(np.mean(v)) for rule, v in acc.items()}
-        judged = [value[DEFAULT], value[ZERO]] if t.rule is None else [value[t.rule]]
-        cells = {rule: f"{100 * value[rule]:.1f} %" for rule in acc}
-        if t.rule is not None:
-            cells[t.rule] = f"**{cells[t.rule]}**"
-        row = [scenario, t.label, str(n), cells[DEFAULT], cells[ZERO], t.text(),
-               "met" if all(t.met(x) for x in judged) else "NOT MET"]
-        rows.append(row)
-        print(" | ".join(row), file=sys.stderr, flush=True)
-    w = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    n = reps_aa if t.regime.kind == "aa" else reps_eff
+    acc: dict[str, list[float]] = {DEFAULT: [], ZERO: []}
+    for _ in range(n):
+        out = gr.one_test(pool, rng, t.regime, gemm, top, confirm=False)
+        for rule in acc:
+            acc[rule].append(out[rule][t.measure])
+    value = {rule: float(np.mean(v)) for rule, v in acc.items()}
+    if t.rule is None:  # A/A: the bound of the worse rule
+        judged = np.asarray(max(acc.values(), key=np.mean))
+    else:
+        judged = np.asarray(acc[t.rule])
+    return Row(scenario, t, n, value, interval(judged, t.at_most))
+
+
+def table(rows: list[Row]) -> str:
+    cells = [HEAD] + [r.cells() for r in rows]
+    w = [max(len(r[i]) for r in cells) for i in range(len(HEAD))]
     fmt = lambda r: "| " + " | ".join(c.ljust(k) for c, k in zip(r, w)) + " |"  # noqa: E731
-    lines = [fmt(rows[0]), "|" + "|".join("-" * (k + 2) for k in w) + "|"] + [fmt(r) for r in rows[1:]]
-    lines.append(f"({scenario}: {time.perf_counter() - t0:.0f} s)")
-    return "\n".join(lines)
+    return "\n".join([fmt(cells[0]), "|" + "|".join("-" * (k + 2) for k in w) + "|"] + [fmt(r) for r in cells[1:]])
+
+
+def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str]) -> list[tuple[str, int, int, int]]:
+    """(scenario, row index, reps) of every selected row, the effect rows and the candidates
+    with other iteration counts first (the slowest rows and the ones most worth seeing early)."""
+    out = []
+    for name in scenarios:
+        for i, t in enumerate(targets(name)):
+            if not only or any(o in t.label for o in only):
+                out.append((name, i, reps_aa, reps_eff))
+
+    def later(job: tuple[str, int, int, int]) -> bool:
+        r = targets(job[0])[job[1]].regime
+        return r.kind == "aa" and r.cand_factor == 1.0
+
+    return sorted(out, key=later)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps-aa", type=int, default=300)
     ap.add_argument("--reps-eff", type=int, default=120)
+    ap.add_argument("--quick", action="store_true", help="40 A/A and 15 effect replicates")
     ap.add_argument("--scenarios", default="real-resampled,heavy,bimodal")
     ap.add_argument("--only", default="", help="comma-separated substrings of the row labels to run")
+    ap.add_argument("--jobs", type=int, default=1, help="rows measured in parallel (processes)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.reps_aa, args.reps_eff = 40, 15
     only = [o for o in args.only.split(",") if o]
-    for name in args.scenarios.split(","):
-        print()
-        print(run(name, args.reps_aa, args.reps_eff, only), flush=True)
-    return 0
+    scenarios = args.scenarios.split(",")
+    todo = jobs(scenarios, args.reps_aa, args.reps_eff, only)
+    t0 = time.perf_counter()
+    done: dict[tuple[str, int], Row | None] = {}
+    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as ex:
+        results = ex.map(measure, todo) if ex is not None else map(measure, todo)
+        for job, row in zip(todo, results):
+            done[job[:2]] = row
+            if row is not None:
+                print(" | ".join(row.cells()), file=sys.stderr, flush=True)
+    rows = [done[k] for k in sorted(done, key=lambda k: (scenarios.index(k[0]), k[1])) if done[k] is not None]
+    skipped = sorted({k[0] for k, r in done.items() if r is None})
+    print(f"python benchmarks/gate_first_look.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip()
+          + f"  ({datetime.now(timezone.utc):%Y-%m-%d}, {time.perf_counter() - t0:.0f} s, {args.jobs} job(s))")
+    print(f"first look, 4 + 4 processes, fresh baseline; A/A: any `regression` (other iteration counts: any "
+          f"kernel `regression` or `improvement`) at either rule; effect rows: the measure in bold")
+    print()
+    print(table(rows))
+    for name in skipped:
+        print(f"scenario {name}: skipped (real trace absent)")
+    return 0 if all(r.met() for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ mean, the stratified variance prior, and the same variance history for the CLI a
   ``inconclusive`` however wide it is, and at threshold 0 an ``unchanged`` row says why.
 * the variance prior is stratified (category, dispatch count, duration and sampling noise are
   covariates of its trend): a quiet stratum keeps its own level beside a noisy one.
+* a compacted group (``compact_samples``) has its dispatches' median of log durations, so a
+  run with more iterations is not a change of a kernel that covers two shapes.
 * ``gemmperf compare BASELINES RESULTS`` pools the same variance history as the pytest gate
   step that produced RESULTS, and gives the same verdict rows.
 """
@@ -19,6 +21,7 @@ import pytest
 
 from pytest_gemmperf.gate import durations
 from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare
+from pytest_gemmperf.gate.samples import compact_samples
 from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.run import environment
 
@@ -176,6 +179,51 @@ def test_a_small_change_of_a_quiet_gemm_is_found_beside_noisy_kernels() -> None:
             found[trend] += v.loc[GEMMS[3], "verdict"] == "regression"
             assert not (v.drop(index=GEMMS[3])["verdict"] == "regression").any()
     assert found == {"stratified": 3, "capped": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# a compacted group's median is the median of its dispatches
+
+
+def _two_shapes(rng: np.random.Generator, tag: str, steps: int) -> pd.DataFrame:
+    """4 processes of a kernel name that covers two GEMM shapes, one dispatch of each per step
+    (a fixed 50/50 mix, the second shape 80 % slower), plus 30 steady kernels for the shared
+    per-process factor."""
+    frames = []
+    for u in range(4):
+        shared = rng.normal(0, 0.01)
+        mix = np.tile([1e4, 1.8e4], steps) * np.exp(shared + rng.normal(0, 0.01, 2 * steps))
+        frames.append(pd.DataFrame({"point": "p", "kernel": "Cijk_two_shapes", "metric": "dur_ns",
+                                    "unit": f"{tag}/{u}", "value": mix}))
+        for i in range(30):
+            frames.append(pd.DataFrame({"point": "p", "kernel": f"k{i}", "metric": "dur_ns", "unit": f"{tag}/{u}",
+                                        "value": 1e4 * np.exp(shared + rng.normal(0, 0.01, steps))}))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize("n", [20, 21, 22, 30, 31, 200, 201])
+def test_a_compacted_group_keeps_its_median(n: int) -> None:
+    values = np.random.default_rng(n).lognormal(9, 0.5, n)
+    raw = pd.DataFrame({"point": "p", "kernel": "k", "metric": "dur_ns", "unit": "u", "value": values})
+    kept = compact_samples(raw)
+    kept = kept[kept["metric"] == "dur_ns"]["value"]
+    assert len(kept) == min(n, 21)
+    # the gate's per-process summary: the median of the log durations
+    assert np.median(np.log(kept)) == pytest.approx(np.median(np.log(values)), rel=1e-12)
+
+
+def test_a_run_with_more_iterations_is_not_a_change_of_a_two_shape_kernel() -> None:
+    # 10 steps in the baseline (20 dispatches, kept whole), 15 in the candidate (30, compacted
+    # to 21 quantiles): the same mix, so the same per-process medians. Compaction kept the
+    # upper middle value of 30, the slower shape: a 40 % "regression" on every seed before.
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        base = compact_samples(_two_shapes(rng, "b", 10))
+        cand = compact_samples(_two_shapes(rng, "c", 15))
+        for thr in (0.0, 0.05):
+            v = compare(base, cand, GateConfig(threshold=thr)).set_index("kernel")
+            assert v.loc["Cijk_two_shapes", "ratio"] == pytest.approx(1.0, abs=0.02)
+            assert not v["verdict"].isin(["regression", "improvement"]).any()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,16 +164,17 @@ GEMM_KERNEL = "category:gemm"
 ALL_KERNELS = "*"
 
 
-def dur_frame(p: Prepared, mask: np.ndarray) -> pd.DataFrame:
-    """``dur_ns`` rows of the kept dispatches in ``mask``."""
+def dur_frame(p: Prepared, mask: np.ndarray, values: np.ndarray | None = None) -> pd.DataFrame:
+    """``dur_ns`` rows of the kept dispatches in ``mask`` (``values``: theirs, when not the
+    dispatches' own, as compaction stores them)."""
     return Rows.of(DUR_NS, p.point_of[p.pu[mask]], p.kernels[p.kernel[mask]], p.unit_of[p.pu[mask]],
-                   p.value[mask]).frame
+                   p.value[mask] if values is None else values).frame
 
 
 def _dur(t: BuildInput) -> Built:
     p = t.prepared
-    mask = compact_order(p, t.gated) if t.compact else t.gated
-    return Built([Rows(DUR_NS, dur_frame(p, mask), groups=p.pu[mask])])
+    mask, values = compact_order(p, t.gated) if t.compact else (t.gated, None)
+    return Built([Rows(DUR_NS, dur_frame(p, mask, values), groups=p.pu[mask])])
 
 
 def _count(t: BuildInput) -> Built:

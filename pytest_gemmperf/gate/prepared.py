@@ -197,8 +197,9 @@ def steps_notes(source: np.ndarray) -> list[str]:
     return []
 
 
-def compact_order(p: Prepared, mask: np.ndarray, per_unit: int = 21) -> np.ndarray:
-    """Kept-row indices ``samples.compact_samples`` would keep, on codes (no text sort)."""
+def compact_order(p: Prepared, mask: np.ndarray, per_unit: int = 21) -> tuple[np.ndarray, np.ndarray]:
+    """Kept-row indices and values ``samples.compact_samples`` would keep, on codes (no text
+    sort); the values are :func:`compacted_values` of the sorted groups."""
     idx = np.flatnonzero(mask)
     idx = idx[np.lexsort((p.value[idx], p.kernel[idx], p.pu[idx]))]
     key = p.pu[idx] * len(p.kernels) + p.kernel[idx]
@@ -207,7 +208,8 @@ def compact_order(p: Prepared, mask: np.ndarray, per_unit: int = 21) -> np.ndarr
     gid = np.cumsum(new) - 1
     n = np.diff(np.r_[first, len(idx)])[gid]
     pos = np.arange(len(idx)) - first[gid]
-    return idx[kept_quantile_positions(n, pos, per_unit)]
+    keep = kept_quantile_positions(n, pos, per_unit)
+    return idx[keep], compacted_values(p.value[idx], n, pos, per_unit)[keep]
 
 
 def kept_quantile_positions(n: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
@@ -219,6 +221,28 @@ def kept_quantile_positions(n: np.ndarray, pos: np.ndarray, k: int) -> np.ndarra
     """
     j = -((n - 2 * pos * k) // (2 * n))
     return (n <= k) | ((j >= 0) & (j < k) & (((2 * j + 1) * n) // (2 * k) == pos))
+
+
+def compacted_values(values: np.ndarray, n: np.ndarray, pos: np.ndarray, k: int) -> np.ndarray:
+    """``values`` (sorted within groups of size ``n``, ``pos`` the position in the group) as a
+    compacted group stores them: every value itself, except the middle kept quantile of a group
+    of an even number n > K of values (odd K), which becomes the geometric midpoint of the two
+    middle values: the gate's per-process summary is the median of the log durations, so the
+    kept values' summary is then the group's exactly, as that of a group kept whole (n <= K)
+    is. The order statistic at floor(n / 2) alone is the upper of the two: for a kernel name
+    that covers two shapes in a fixed mix it is the slower shape where the group has more than
+    K values and the midpoint where it has fewer, so a run with more iterations read as a
+    40-60 % change of such a kernel.
+    """
+    out = np.asarray(values, float).copy()
+    if k % 2 == 0:  # no middle kept quantile: the kept median is a midpoint of two quantiles anyway
+        return out
+    mid = np.flatnonzero((n > k) & (n % 2 == 0) & (2 * pos == n))
+    lo, hi = out[mid - 1], out[mid]
+    with np.errstate(invalid="ignore"):
+        # durations are positive; any other value keeps the plain midpoint
+        out[mid] = np.where((lo > 0) & (hi > 0), np.sqrt(lo * hi), (lo + hi) / 2)
+    return out
 
 
 def points_with(p: Prepared, pu_row: np.ndarray, mask: np.ndarray) -> np.ndarray:

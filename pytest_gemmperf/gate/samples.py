@@ -31,7 +31,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.metrics import DISPATCH_COUNT
 from pytest_gemmperf.gate.prepared import (SAMPLE_COLUMNS, STEP_COLUMN, STEPS_COLUMN,  # noqa: F401 - public here
-                                           Prepared, kept_quantile_positions, point_labels, prepare,
+                                           Prepared, compacted_values, kept_quantile_positions, point_labels, prepare,
                                            steps_notes, unit_ids, unit_steps)
 
 _SEG_COLUMNS = ("metric", "key", "point", "keep_if", "start", "stop")
@@ -320,8 +320,10 @@ def compact_samples(samples: pd.DataFrame, per_unit: int = 21) -> pd.DataFrame:
     """Shrink ``dur_ns`` rows to at most ``per_unit`` quantiles per (point, kernel, unit).
 
     A baseline store keeps the order statistics at probabilities ``(i + 0.5) / K``: real
-    observed values, the same median (exactly, for odd K and odd counts), the same spread and
-    tails, so the gate can be re-run on the stored baseline. Unit-level rows pass unchanged.
+    observed values, the same spread and tails, so the gate can be re-run on the stored
+    baseline; for odd K the same median of the log values exactly (with an even count the
+    middle quantile is the geometric midpoint of the two middle values,
+    :func:`~pytest_gemmperf.gate.prepared.compacted_values`). Unit-level rows pass unchanged.
     """
     if per_unit < 1:
         raise ValueError("per_unit must be >= 1")
@@ -331,6 +333,7 @@ def compact_samples(samples: pd.DataFrame, per_unit: int = 21) -> pd.DataFrame:
     n = dur.groupby(keys, sort=False)["value"].transform("size").to_numpy()
     pos = dur.groupby(keys, sort=False).cumcount().to_numpy()
     keep = kept_quantile_positions(n, pos, per_unit)
+    dur = dur.assign(value=compacted_values(dur["value"].to_numpy(float), n, pos, per_unit))
     # how many dispatches each compacted group stood for: the gate's noise floor for a
     # per-process median depends on it, and it is never gated itself
     counts = (dur.groupby(keys, sort=False, observed=True).size().rename("value").reset_index()
