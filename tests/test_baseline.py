@@ -440,7 +440,10 @@ def test_refresh_from_results(tmp_path: Path, samples_module) -> None:
     gemm = s[(s["kernel"] == LONG_KERNEL) & (s["metric"] == "dur_ns")]
     assert gemm["unit"].nunique() == 4  # 2 ranks x 2 repeats per point: the independent processes
     disp = pd.read_parquet(results / slug_for_test(overlap.test_id) / "ch28-th256" / "dispatches.parquet")
-    assert set(gemm.loc[gemm["point"] == "ch28-th256", "value"]) <= set(disp["dur_ns"].astype(float))
+    # the stored values are compacted quantiles of this point's own dispatches (the middle one of
+    # an even count is the geometric midpoint of the two middle dispatches): inside their range
+    dur = disp["dur_ns"].astype(float)
+    assert gemm.loc[gemm["point"] == "ch28-th256", "value"].between(dur.min(), dur.max()).all()
     assert overlap.meta["run"]["rocm_version"] == "7.0.2"
     alone = store.load("perf_tests/test_gemm.py::test_alone", HW)
     assert set(alone.samples["point"]) == {"th256"}  # the failed point is not promoted
