@@ -34,10 +34,10 @@ from typing import Sequence
 import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_stats import PROCESS_KEYS, drop_warmup
-from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.categories import categorize
-from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, merge_notes, read_attached
+from pytest_gemmperf.traces.discover import (concat_with_extras, discover_all, merge_notes, no_dispatches,
+                                             read_attached)
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
 from pytest_gemmperf.traces.skipped import SkippedInput
@@ -148,14 +148,10 @@ def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str |
                         found.unique, n_jobs)
     notes = found.notes
     for part in parts:
-        # the Trace's meta notes are what merge_notes reads; a stand-in carries them
-        merge_notes(notes, _MetaNotes(part.meta_notes) if part.read else None,
-                    part.read_notes, part.attach_notes)
+        merge_notes(notes, part.meta_notes if part.read else None, part.read_notes, part.attach_notes)
     live = [p for p in parts if p.n_dispatches]
     if not live:
-        label = ", ".join(str(r) for r in found.roots)
-        raise GemmperfInputError(found.roots[0], f"no kernel dispatches found under {label}"
-                                 + (f" ({'; '.join(notes)})" if notes else ""))
+        raise no_dispatches(found)
     if warmup > 0 and _shared_process(p.units for p in live):
         return None
     agents = [p.agents for p in parts if p.agents is not None]
@@ -176,11 +172,3 @@ def _shared_process(units) -> bool:
             return True
         seen |= rows
     return False
-
-
-class _MetaNotes:
-    """Enough of a Trace for ``merge_notes``: its ``meta["notes"]``."""
-
-    def __init__(self, notes: list[str]) -> None:
-        self.meta = {"notes": notes}
-

@@ -49,11 +49,10 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_stats import drop_warmup, kernel_stats
-from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import samples as S
 from pytest_gemmperf.traces import kinds
-from pytest_gemmperf.traces.discover import (concat_with_extras, discover_all, load, merge_notes,
+from pytest_gemmperf.traces.discover import (concat_with_extras, discover_all, load, merge_notes, no_dispatches,
                                              read_attached)
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
@@ -141,7 +140,7 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
 
     t0 = time.perf_counter()
     found = discover_all(paths)
-    roots, sources, unique, notes = found.roots, found.sources, found.unique, found.notes
+    sources, unique, notes = found.sources, found.unique, found.notes
     if not all(kinds.reducible(s.kind) for s in unique):  # a source may hold part of a process
         return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
                           path=path, stats=stats)
@@ -153,15 +152,11 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     parts = map_ordered(functools.partial(reduce_source, opts=opts), unique, n_jobs)
     t2 = time.perf_counter()
     for part in parts:
-        # the Trace's meta notes are what merge_notes reads; a stand-in carries them
-        merge_notes(notes, _MetaNotes(part.meta_notes) if part.read else None,
-                    part.read_notes, part.attach_notes)
+        merge_notes(notes, part.meta_notes if part.read else None, part.read_notes, part.attach_notes)
     described = [s.describe() for s in sources]
     n = sum(p.n_dispatches for p in parts)
     if n == 0:
-        label = ", ".join(str(r) for r in roots)
-        raise GemmperfInputError(roots[0], f"no kernel dispatches found under {label}"
-                                 + (f" ({'; '.join(notes)})" if notes else ""))
+        raise no_dispatches(found)
     live = [p for p in parts if p.samples is not None]
     units = np.concatenate([p.samples.units for p in live])
     if len(np.unique(units)) != len(units):  # a process in two sources: not reducible per source
@@ -177,13 +172,6 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
                       skipped=found.skipped, sources=described, n_dispatches=n, reduced=True, timings=timings,
                       agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None)
-
-
-class _MetaNotes:
-    """Enough of a Trace for ``merge_notes``: its ``meta["notes"]``."""
-
-    def __init__(self, notes: list[str]) -> None:
-        self.meta = {"notes": notes}
 
 
 def _merge_samples(parts: list[S.Reduced], warmup: int) -> pd.DataFrame:

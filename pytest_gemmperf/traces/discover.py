@@ -48,7 +48,7 @@ from pytest_gemmperf.traces.sources import discover_inputs, discover_with_notes,
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 
 __all__ = ["Found", "SkippedInput", "Source", "concat_with_extras", "discover", "discover_all",
-           "discover_with_notes", "load", "load_counters", "merge_notes", "read_attached",
+           "discover_with_notes", "load", "load_counters", "merge_notes", "no_dispatches", "read_attached",
            "read_source", "sniff_json"]
 
 
@@ -106,12 +106,22 @@ def discover_all(paths) -> Found:
     return Found(roots, sources, unique, notes, skipped)
 
 
-def merge_notes(notes: list[str], t: Trace | None, read_notes: list[str], attach_notes: list[str]) -> None:
-    """Add one source's notes to ``notes`` in the order the serial reader wrote them."""
+def merge_notes(notes: list[str], trace_notes: list[str] | None, read_notes: list[str],
+                attach_notes: list[str]) -> None:
+    """Add one source's notes to ``notes`` in the order the serial reader wrote them;
+    ``trace_notes`` is the read Trace's ``meta["notes"]`` (None: the reader returned nothing)."""
     notes += read_notes
-    if t is not None:
-        notes.extend(n for n in t.meta.get("notes", []) if n not in notes)
+    if trace_notes is not None:
+        notes.extend(n for n in trace_notes if n not in notes)
         notes += attach_notes
+
+
+def no_dispatches(found: Found) -> GemmperfInputError:
+    """The one-line error for inputs that hold no kernel dispatch, naming what was skipped."""
+    label = ", ".join(str(r) for r in found.roots)
+    notes = found.notes
+    return GemmperfInputError(found.roots[0], f"no kernel dispatches found under {label}"
+                              + (f" ({'; '.join(notes)})" if notes else ""))
 
 
 def _load_all(paths, point: str | None, jobs: int | None = 1) -> tuple[Found, list[Trace]]:
@@ -120,7 +130,7 @@ def _load_all(paths, point: str | None, jobs: int | None = 1) -> tuple[Found, li
     traces: list[Trace] = []
     for t, read_notes, attach_notes in map_ordered(functools.partial(read_attached, point=point),
                                                    found.unique, n_jobs):
-        merge_notes(found.notes, t, read_notes, attach_notes)
+        merge_notes(found.notes, None if t is None else t.meta.get("notes", []), read_notes, attach_notes)
         if t is not None:
             traces.append(t)
     return found, traces
@@ -139,10 +149,7 @@ def load(paths: str | os.PathLike | Iterable[str | os.PathLike], *, point: str |
     """
     found, traces = _load_all(paths, point, jobs)
     if not any(len(t.dispatches) for t in traces):
-        label = ", ".join(str(r) for r in found.roots)
-        notes = found.notes
-        raise GemmperfInputError(found.roots[0], f"no kernel dispatches found under {label}"
-                                 + (f" ({'; '.join(notes)})" if notes else ""))
+        raise no_dispatches(found)
     return _combine(traces, found)
 
 
