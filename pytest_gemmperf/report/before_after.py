@@ -28,9 +28,10 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig
 from pytest_gemmperf.store.results import results_samples
+from pytest_gemmperf.gate.headline import SEVERITY
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
 from pytest_gemmperf.gate.stats import group_median_mad
-from pytest_gemmperf.gate.verdict import IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION, UNCHANGED
+from pytest_gemmperf.gate.verdict import UNCHANGED
 from pytest_gemmperf.safe_io import write_parquet
 from pytest_gemmperf.traces.fileio import read_json_object
 
@@ -46,8 +47,6 @@ CV = "cv_robust"
 #: the MAD's normal-consistency factor: cv_robust per process is 1.4826 MAD of the log
 #: durations, as gate/durations.py computes it
 MAD_TO_SD = 1.4826
-#: worst first: the order of the verdicts table (and of report/data.py's)
-SEVERITY = {REGRESSION: 0, INCONCLUSIVE: 1, MISSING: 2, NEW: 3, IMPROVEMENT: 4, UNCHANGED: 5}
 #: per-process value columns of one side of a panel
 SIDE_COLUMNS = ("unit", "value", "dispatches")
 #: verdict-row fields a panel carries

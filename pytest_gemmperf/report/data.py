@@ -27,7 +27,8 @@ from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
-from pytest_gemmperf.report.before_after import SEVERITY, BeforeAfter, ComparedSamples, before_after
+from pytest_gemmperf.gate.headline import SEVERITY
+from pytest_gemmperf.report.before_after import BeforeAfter, ComparedSamples, before_after
 from pytest_gemmperf.analysis import collectives as C
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.analysis.counters import counter_summary, join_counters
