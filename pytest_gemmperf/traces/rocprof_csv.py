@@ -14,7 +14,7 @@ parses with pyarrow using explicit column types, dictionary-encodes the string c
 become pandas categoricals for free) and builds every canonical column itself, so
 :func:`~pytest_gemmperf.traces.schema.finalize_dispatches` has nothing left to convert.
 
-Input contract (issue 10): every number is read exactly or rejected - integers beyond int64,
+Input contract: every number is read exactly or rejected - integers beyond int64,
 ``inf``/``nan``/``1e400``, fractions in integer columns, text in numeric columns and NUL
 characters are a :class:`~pytest_gemmperf.errors.GemmperfInputError` naming the file, line,
 data row and column; no value passes through float64. Unknown extra columns are ignored with a
