@@ -4,21 +4,26 @@ Every JSON parser we use (``msgspec``, ``json``) keeps the *last* value of a key
 one object, silently: ``{"dur": 9.319, "dur": 5000}`` reads as a 5 ms kernel. Profilers never
 write a key twice, so a repeated key means a corrupt or edited file, and the readers refuse it.
 
-Why a byte scan and not ``object_pairs_hook``: a hook is one Python call per object (about a
-second for a 37 MB rocprofv3 file), while the readers decode such a file in ~0.15 s. The scan
-works on the document's structural bytes with numpy, a few passes over the buffer:
+Why a byte scan and not ``object_pairs_hook``: a hook is one Python call per object, several
+times the readers' whole decode (docs/performance.md). The scan works on the document's
+structural bytes with numpy, a few passes over the buffer:
 
-1. the positions of ``"``, ``{`` and ``}`` (one ``flatnonzero``); quotes escaped by an odd run of
-   backslashes are dropped, and braces inside strings are dropped by quote parity;
-2. a string is a key when its closing quote is followed (after whitespace) by ``:``; its object
-   depth is the running count of ``{`` minus ``}`` before it;
-3. keys and ``{`` are stably sorted by depth: within one depth, the keys between two ``{`` are
-   exactly one object's keys (a deeper object in between has its keys at a deeper depth), so a
-   running count of ``{`` numbers the objects;
+1. the positions of ``"``, ``{`` and ``}``, found a cache-sized chunk at a time; quotes escaped
+   by an odd run of backslashes are dropped, and a brace after an odd number of quotes (inside a
+   string) is kept as a token that changes nothing;
+2. a string is a key when its closing quote is followed (after whitespace) by ``:``; the braces
+   before it tell which object it is in;
+3. the braces are stably sorted by the depth after each: at one depth a ``}`` follows the ``{``
+   of the object it returns into, so a running count of ``{`` in that order numbers the objects;
 4. each key gets a 64-bit value from its object number, length and first and last 8 bytes; equal
    keys of one object always get equal values, so sorting the values and comparing neighbours
    finds every repeat. Neighbours that are equal by chance are re-checked on the decoded keys,
    and keys written with escapes (``"d\\u0075r"``) are hashed from their decoded text.
+
+Arrays of records of one shape (rocprofv3's ``kernel_dispatch``: most of a trace's keys) are
+checked through one record: with the digits dropped, every record reads the same, and that one
+text has no repeated key (:func:`_uniform_records` says why that is exact); the rest of the
+document is then scanned with those arrays written as ``[]``.
 
 The scan assumes valid JSON (call it after the parser succeeded). The error path names the key,
 its byte offset and a JSON path to the object (``$.traceEvents[12].args``).
