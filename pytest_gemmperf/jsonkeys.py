@@ -405,12 +405,14 @@ def _without_uniform_arrays(data: bytes, names: tuple[str, ...]) -> bytes:
             start = at + len(needle) - 1
             # the first "]" ends the array when its records are as uniform as checked below
             end = data.find(b"]", start) + 1
-            if end and _uniform_records(data[start:end]):
+            if not end:
+                break
+            if _uniform_records(data[start:end]):
                 parts += [data[done:start], b"[]"]
                 done = end
-                at = data.find(needle, done)
-            else:
-                at = data.find(needle, at + 1)
+            # a name inside a span that failed is left to the full scan: spans never overlap,
+            # so nested arrays cost one pass, not one per level
+            at = data.find(needle, end)
     if not parts:
         return data
     parts.append(data[done:])

@@ -148,3 +148,16 @@ def test_rocprof_reader_refuses_a_repeat_in_compact_dispatch_records(tmp_path):
         read_rocprof_json(bad)
     text = str(ei.value)
     assert "'end_timestamp'" in text and "twice" in text and "kernel_dispatch[1]" in text, text
+
+
+def test_nested_named_arrays_cost_one_pass():
+    """Each try reads up to the first "]": tried at every level of a nesting, the tries would
+    cost the depth squared (minutes here); a name inside a tried span is left to the full scan."""
+    import time
+
+    depth = 50_000
+    data = ('{"kernel_dispatch":[' * depth + '{"a":1,"a":2}' + "]}" * depth).encode()
+    t0 = time.process_time()
+    hit = jsonkeys.find_repeated_key(data, ("kernel_dispatch",))
+    assert hit is not None and hit.key == "a"
+    assert time.process_time() - t0 < 10
