@@ -4,9 +4,9 @@ Every JSON parser we use (``msgspec``, ``json``) keeps the *last* value of a key
 one object, silently: ``{"dur": 9.319, "dur": 5000}`` reads as a 5 ms kernel. Profilers never
 write a key twice, so a repeated key means a corrupt or edited file, and the readers refuse it.
 
-Why a byte scan and not ``object_pairs_hook``: a hook is one Python call per object, several
-times the readers' whole decode (docs/performance.md). The scan works on the document's
-structural bytes with numpy, a few passes over the buffer:
+Why a byte scan and not ``object_pairs_hook``: the stdlib decode that calls it once per object
+costs more than the whole rocprofv3 reader (docs/performance.md). The scan works on the
+document's structural bytes with numpy, a few passes over the buffer:
 
 1. the positions of ``"``, ``{`` and ``}``, found a cache-sized chunk at a time; quotes escaped
    by an odd run of backslashes are dropped, and a brace after an odd number of quotes (inside a
