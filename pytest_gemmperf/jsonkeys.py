@@ -50,7 +50,7 @@ _WS[[0x20, 0x09, 0x0A, 0x0D]] = True
 _WS_RUN = re.compile(rb"[ \t\n\r]*")
 #: vectorized whitespace-skipping rounds before the few remaining positions go one by one
 _VECTOR_WS_ROUNDS = 8
-#: bytes per pass of the structural-byte masks (a few L2 caches' worth)
+#: bytes per pass of the structural-byte masks: small enough that they stay in the core's cache
 _CHUNK = 1 << 18
 _MIX_LEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX_TAIL = np.uint64(0xC2B2AE3D27D4EB4F)
