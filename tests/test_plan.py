@@ -224,6 +224,17 @@ def test_cli_plan_selects_tests_and_says_when_none_is_beyond_reach(tmp_path, cap
     assert "to detect +3% in every gated kernel: more than 4 processes per side (none of 12 within 4)" in out
 
 
+def test_cli_max_repeats_defaults_to_the_settings_cap_and_names_its_unit(capsys):
+    from pytest_gemmperf.config import default
+
+    args = cli.build_parser().parse_args(["plan", "--detect", "3%"])
+    assert args.max_repeats == default("max_repeats")
+    with pytest.raises(SystemExit):
+        cli.main(["plan", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "largest count considered, in processes per side" in helptext
+
+
 @pytest.mark.parametrize("args, message", [
     (["--baseline-dir", "{tmp}/nowhere"], "{tmp}/nowhere: no baseline store here"),
     (["--test", "perf_tests/test_other.py::test_x"], "no baseline for test 'perf_tests/test_other.py::test_x'"),
