@@ -23,10 +23,13 @@ Definitions (vectorized: group ids plus one sort, no loop over groups; null keys
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+
+from pytest_gemmperf.traces.schema import concat_tables
 
 #: the unit whose dispatch sequence warm-up removal restarts in (ARCHITECTURE "process unit")
 PROCESS_KEYS = ("host", "pid", "rank", "run", "point")
@@ -92,12 +95,20 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
         raise KeyError(f"kernel_stats: dispatches lack columns {missing}")
     df = drop_warmup(dispatches, warmup)
     if len(df) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=df[c].dtype) for c in by}
-                            | {c: pd.Series(dtype="float64") for c in STATS_COLUMNS})
+        return _empty_stats(df, by)
     gid = df.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
-    dur = df["dur_ns"].to_numpy(dtype=np.int64)
-    count = np.bincount(gid)
-    n_groups = len(count)
+    rep = np.unique(gid, return_index=True)[1]  # first row of each group: keys, category
+    return _stats_frame(df, rep, by, group_statistics(gid, df["dur_ns"].to_numpy(dtype=np.int64), len(rep)))
+
+
+def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:
+    """The :data:`STATS_COLUMNS` but ``category`` of the int64 durations ``dur`` per group id
+    ``gid`` (0 .. ``n_groups`` - 1, each non-empty), in group order.
+
+    Floating-point sums run over the rows in their given order (``np.bincount``), so the
+    rows' order is part of the result's last bits: callers pass them in input order.
+    """
+    count = np.bincount(gid, minlength=n_groups)
     sdur = _sort_within_groups(gid, dur, n_groups)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     last = first + count - 1
@@ -113,7 +124,7 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
     mean = total / count
     dev = dur - mean[gid]
     with np.errstate(invalid="ignore", divide="ignore"):
-        std = np.sqrt(np.bincount(gid, weights=dev * dev) / (count - 1))
+        std = np.sqrt(np.bincount(gid, weights=dev * dev, minlength=n_groups) / (count - 1))
     std[count < 2] = np.nan
     median = quantile(sdur, 0.5)
     q1, q3 = quantile(sdur, 0.25), quantile(sdur, 0.75)
@@ -121,30 +132,112 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
     # |x - median| doubled, so that a median ending in .5 keeps the deviations integral
     absdev2 = np.abs(2 * dur - np.rint(2 * median).astype(np.int64)[gid])
     mad = quantile(_sort_within_groups(gid, absdev2, n_groups), 0.5) / 2
-    n_out = np.bincount(gid, weights=dur > q3[gid] + OUTLIER_IQR_FACTOR * iqr[gid]).astype(np.int64)
-
-    rep = np.unique(gid, return_index=True)[1]  # first row of each group: keys, category
-    out = df[by].iloc[rep].reset_index(drop=True)
-    out["count"] = count.astype(np.int64)
-    out["total_ns"] = total.astype(np.int64)
-    out["mean_ns"] = mean
-    out["median_ns"] = median
-    out["std_ns"] = std
-    out["min_ns"] = sdur[first]
-    out["max_ns"] = sdur[last]
-    out["p05_ns"] = quantile(sdur, 0.05)
-    out["p95_ns"] = quantile(sdur, 0.95)
-    out["iqr_ns"] = iqr
-    out["mad_ns"] = mad
+    n_out = np.bincount(gid, weights=dur > q3[gid] + OUTLIER_IQR_FACTOR * iqr[gid],
+                        minlength=n_groups).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["cv"] = std / mean
+        cv = std / mean
+    return {"count": count.astype(np.int64), "total_ns": total.astype(np.int64), "mean_ns": mean,
+            "median_ns": median, "std_ns": std, "min_ns": sdur[first], "max_ns": sdur[last],
+            "p05_ns": quantile(sdur, 0.05), "p95_ns": quantile(sdur, 0.95), "iqr_ns": iqr, "mad_ns": mad,
+            "cv": cv, "n_outliers": n_out}
+
+
+def _empty_stats(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return (pd.DataFrame({c: pd.Series(dtype=df[c].dtype) for c in by}
+                         | {c: pd.Series(dtype="float64") for c in STATS_COLUMNS}))
+
+
+def _stats_frame(keys: pd.DataFrame, rep: np.ndarray, by: list[str], stats: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The statistics table: the ``by`` keys and ``category`` of ``keys``' rows ``rep`` (one
+    per group, in group order) beside ``stats``."""
+    out = keys[by].iloc[rep].reset_index(drop=True)
+    for c in ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns", "p05_ns",
+              "p95_ns", "iqr_ns", "mad_ns", "cv"):
+        out[c] = stats[c]
     out["range_ns"] = out["max_ns"] - out["min_ns"]
-    out["n_outliers"] = n_out
-    if "category" in df.columns:
-        out["category"] = df["category"].iloc[rep].reset_index(drop=True)
+    out["n_outliers"] = stats["n_outliers"]
+    if "category" in keys.columns:
+        out["category"] = keys["category"].iloc[rep].reset_index(drop=True)
     else:
         out["category"] = pd.Series([pd.NA] * len(out), dtype="category")
     return out[by + list(STATS_COLUMNS)] if "category" not in by else out
+
+
+# ------------------------------------------------------------- durations reduced where read
+
+@dataclass
+class DurationRows:
+    """Durations with their group keys, compact: what a worker sends back per dispatch.
+
+    ``keys`` holds each distinct key of the rows once, in the order the rows first show it;
+    ``group`` is each row's index into ``keys`` and ``dur_ns`` its duration, rows in input
+    order. A worker packs both arrays into the smallest integer type that holds them
+    (a few bytes per dispatch instead of the key columns' ~20); :func:`concat_rows` widens
+    them to int64.
+    """
+
+    keys: pd.DataFrame
+    group: np.ndarray
+    dur_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.dur_ns)
+
+
+def duration_rows(d: pd.DataFrame, keys: Sequence[str]) -> DurationRows:
+    """``d``'s ``dur_ns`` with its ``keys`` columns (those ``d`` has) as :class:`DurationRows`."""
+    cols = [c for c in keys if c in d.columns]
+    dur = d["dur_ns"].to_numpy(dtype=np.int64)
+    if len(d) == 0:
+        return DurationRows(d[cols].iloc[:0].reset_index(drop=True), np.empty(0, np.uint8), dur)
+    gid = d.groupby(cols, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+    first = np.unique(gid, return_index=True)[1]
+    order = np.argsort(first)  # groups renumbered by their first row
+    remap = np.empty(len(order), dtype=np.int64)
+    remap[order] = np.arange(len(order))
+    return DurationRows(d[cols].iloc[first[order]].reset_index(drop=True), _packed(remap[gid]), _packed(dur))
+
+
+def _packed(values: np.ndarray) -> np.ndarray:
+    """Non-negative int64 ``values`` in the narrowest unsigned type that holds them (as given
+    when some is negative)."""
+    if len(values) == 0 or values.min() < 0:
+        return values
+    top = values.max()
+    for t in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(t).max:
+            return values.astype(t)
+    return values
+
+
+def concat_rows(parts: Sequence[DurationRows], schema: dict[str, str]) -> DurationRows:
+    """Several sources' rows as one, in order: keys concatenated (``concat_tables``, so
+    categories combine as they do for the rows' own columns), ``group`` and ``dur_ns`` as
+    int64."""
+    keys = concat_tables([p.keys for p in parts], schema)
+    offsets = np.cumsum([0] + [len(p.keys) for p in parts[:-1]])
+    group = np.concatenate([np.empty(0, np.int64)] + [p.group.astype(np.int64) + off
+                                                      for p, off in zip(parts, offsets)])
+    dur = np.concatenate([np.empty(0, np.int64)] + [p.dur_ns.astype(np.int64, copy=False) for p in parts])
+    return DurationRows(keys, group, dur)
+
+
+def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", "kernel")) -> pd.DataFrame:
+    """``kernel_stats`` of the table whose row i is ``rows.keys.iloc[rows.group[i]]`` with
+    ``dur_ns`` = ``rows.dur_ns[i]``, computed on the keys (one row each) instead of per row:
+    group ids of the few keys, mapped onto the rows by one gather."""
+    by = list(by)
+    keys = rows.keys
+    missing = [c for c in by if c not in keys.columns]
+    if missing:
+        raise KeyError(f"kernel_stats: dispatches lack columns {missing}")
+    if len(rows) == 0:
+        return _empty_stats(keys, by)
+    key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    # the first key of a group holds its first row: keys are in the rows' first-occurrence order
+    rep = np.unique(key_gid, return_index=True)[1]
+    gid = key_gid[rows.group]
+    return _stats_frame(keys, rep, by, group_statistics(gid, rows.dur_ns.astype(np.int64, copy=False), len(rep)))
 
 
 #: columns of rocprofv3's kernel_stats.csv (formats doc 3.3)
