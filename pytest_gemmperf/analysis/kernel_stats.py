@@ -109,16 +109,19 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
     rows' order is part of the result's last bits: callers pass them in input order.
     """
     count = np.bincount(gid, minlength=n_groups)
-    sdur = _sort_within_groups(gid, dur, n_groups)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     last = first + count - 1
+    span = int(dur.max()) + 1
+    keyed = n_groups * span < KEYED_LIMIT and int(dur.min()) >= 0
+    if keyed:  # one sort of gid * span + dur: the groups' sorted durations and a searchable key
+        key = gid.astype(np.int64) * span + dur
+        key.sort()
+        sdur = key - np.repeat(np.arange(n_groups, dtype=np.int64) * span, count)
+    else:
+        sdur = _sort_within_groups(gid, dur, n_groups)
 
     def quantile(sorted_vals: np.ndarray, q: float) -> np.ndarray:
-        pos = first + q * (count - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.ceil(pos).astype(np.int64)
-        lo_v = sorted_vals[lo].astype("float64")
-        return lo_v + (sorted_vals[hi] - lo_v) * (pos - lo)
+        return _interpolate(sorted_vals, first + q * (count - 1))
 
     total = np.add.reduceat(sdur, first)
     mean = total / count
@@ -130,16 +133,77 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
     q1, q3 = quantile(sdur, 0.25), quantile(sdur, 0.75)
     iqr = q3 - q1
     # |x - median| doubled, so that a median ending in .5 keeps the deviations integral
-    absdev2 = np.abs(2 * dur - np.rint(2 * median).astype(np.int64)[gid])
-    mad = quantile(_sort_within_groups(gid, absdev2, n_groups), 0.5) / 2
-    n_out = np.bincount(gid, weights=dur > q3[gid] + OUTLIER_IQR_FACTOR * iqr[gid],
-                        minlength=n_groups).astype(np.int64)
+    median2 = np.rint(2 * median).astype(np.int64)
+    fence = q3 + OUTLIER_IQR_FACTOR * iqr
+    if keyed:
+        mad = _mad_from_key(key, span, first, count, median2) / 2
+        n_out = _count_above(key, span, first + count, fence)
+    else:
+        absdev2 = np.abs(2 * dur - median2[gid])
+        mad = quantile(_sort_within_groups(gid, absdev2, n_groups), 0.5) / 2
+        n_out = np.bincount(gid, weights=dur > fence[gid], minlength=n_groups).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         cv = std / mean
     return {"count": count.astype(np.int64), "total_ns": total.astype(np.int64), "mean_ns": mean,
             "median_ns": median, "std_ns": std, "min_ns": sdur[first], "max_ns": sdur[last],
             "p05_ns": quantile(sdur, 0.05), "p95_ns": quantile(sdur, 0.95), "iqr_ns": iqr, "mad_ns": mad,
             "cv": cv, "n_outliers": n_out}
+
+
+#: the sorted key ``gid * span + dur`` must stay below this (int64, and exact as float64 for
+#: the outlier fence's comparison)
+KEYED_LIMIT = 2**53
+
+
+def _interpolate(sorted_vals: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Linear interpolation ("type 7") between the order statistics at ``floor(pos)`` and
+    ``ceil(pos)`` of ``sorted_vals``."""
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.ceil(pos).astype(np.int64)
+    lo_v = sorted_vals[lo].astype("float64")
+    return lo_v + (sorted_vals[hi] - lo_v) * (pos - lo)
+
+
+def _count_within(key: np.ndarray, span: int, groups: np.ndarray, low: np.ndarray,
+                  high: np.ndarray) -> np.ndarray:
+    """Per entry i: how many durations of group ``groups[i]`` lie in [low[i], high[i]]
+    (``key``: the sorted ``gid * span + dur``)."""
+    base = groups * span
+    low = np.clip(low, 0, span)
+    high = np.clip(high, -1, span - 1)
+    n = np.searchsorted(key, base + high, side="right") - np.searchsorted(key, base + low, side="left")
+    return np.maximum(n, 0)
+
+
+def _mad_from_key(key: np.ndarray, span: int, first: np.ndarray, count: np.ndarray,
+                  median2: np.ndarray) -> np.ndarray:
+    """Per group, the median of ``|2 x - median2|`` over its durations x, interpolated as
+    :func:`_interpolate` does, without sorting the deviations: the k-th smallest deviation is
+    the least D with at least k + 1 durations in [(median2 - D) / 2, (median2 + D) / 2],
+    found by bisection on D, two ``searchsorted`` over the sorted key per step."""
+    n_groups = len(first)
+    pos = first + 0.5 * (count - 1)
+    lo_i = np.floor(pos).astype(np.int64)
+    need = np.concatenate([lo_i, np.ceil(pos).astype(np.int64)]) - np.concatenate([first, first]) + 1
+    groups = np.tile(np.arange(n_groups, dtype=np.int64), 2)
+    m2 = np.concatenate([median2, median2])
+    lo = np.zeros(2 * n_groups, dtype=np.int64)
+    hi = np.full(2 * n_groups, 2 * span, dtype=np.int64)  # above every deviation
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
+        ok = _count_within(key, span, groups, -((mid - m2) // 2), (m2 + mid) // 2) >= need
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid + 1)
+    lo_v = lo[:n_groups].astype("float64")
+    return lo_v + (lo[n_groups:] - lo_v) * (pos - lo_i)
+
+
+def _count_above(key: np.ndarray, span: int, end: np.ndarray, fence: np.ndarray) -> np.ndarray:
+    """Per group, how many durations exceed the float ``fence``: those from the least integer
+    above it on (durations are below 2**53, exact as floats), counted on the sorted key."""
+    start = np.clip(np.floor(fence) + 1, 0, span).astype(np.int64)
+    base = np.arange(len(end), dtype=np.int64) * span
+    return (end - np.searchsorted(key, base + start, side="left")).astype(np.int64)
 
 
 def _empty_stats(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -215,10 +279,15 @@ def concat_rows(parts: Sequence[DurationRows], schema: dict[str, str]) -> Durati
     categories combine as they do for the rows' own columns), ``group`` and ``dur_ns`` as
     int64."""
     keys = concat_tables([p.keys for p in parts], schema)
-    offsets = np.cumsum([0] + [len(p.keys) for p in parts[:-1]])
-    group = np.concatenate([np.empty(0, np.int64)] + [p.group.astype(np.int64) + off
-                                                      for p, off in zip(parts, offsets)])
-    dur = np.concatenate([np.empty(0, np.int64)] + [p.dur_ns.astype(np.int64, copy=False) for p in parts])
+    n = sum(len(p) for p in parts)
+    group = np.empty(n, dtype=np.int64)
+    dur = np.empty(n, dtype=np.int64)
+    row = key = 0
+    for p in parts:  # each source's key indices moved past the keys before it, in one pass
+        np.add(p.group, np.int64(key), out=group[row:row + len(p)])
+        dur[row:row + len(p)] = p.dur_ns
+        row += len(p)
+        key += len(p.keys)
     return DurationRows(keys, group, dur)
 
 
