@@ -385,31 +385,43 @@ def _string_categorical(s: pd.Series) -> pd.Categorical:
 
 def _union_categorical(columns: list[pd.Series | int]) -> pd.Categorical:
     """``union_categoricals(ignore_order=True)`` of the columns as string categoricals (an int:
-    that many missing values): the categories in the order they first appear, each column's
-    codes recoded by one lookup. A table of many small frames (one per trace file) would
-    otherwise pay pandas' per-frame union and recode steps for every column."""
+    that many missing values), each column's codes recoded by one lookup: a table of many small
+    frames (one per trace file) would otherwise pay pandas' per-frame recoding for every
+    column. The categories are the ones pandas gives: the first column's when every column has
+    the same set, else the union in order of first appearance, as ``Index.append().unique()``
+    types it."""
     index: dict[str, int] = {}
     codes: list[np.ndarray] = []
+    names: list[list[str]] = []
     for col in columns:
         if isinstance(col, int):
             codes.append(np.full(col, -1, dtype=np.int64))
+            names.append([])
             continue
         cat = col.array if isinstance(col.dtype, pd.CategoricalDtype) else _string_categorical(col)
-        lut = np.array([index.setdefault(str(v), len(index)) for v in cat.categories.tolist()], dtype=np.int64)
-        own = np.asarray(cat.codes, dtype=np.int64)
-        codes.append(np.where(own >= 0, lut[np.maximum(own, 0)], -1) if len(lut) else np.full(len(own), -1))
-    return pd.Categorical.from_codes(np.concatenate(codes) if codes else np.empty(0, np.int64),
-                                     categories=pd.Index(list(index), dtype=object))
+        own = [str(v) for v in cat.categories.tolist()]
+        lut = np.array([index.setdefault(v, len(index)) for v in own], dtype=np.int64)
+        c = np.asarray(cat.codes, dtype=np.int64)
+        codes.append(np.where(c >= 0, lut[np.maximum(c, 0)], -1) if len(lut) else np.full(len(c), -1))
+        names.append(own)
+    first = pd.Index(names[0], dtype=object)
+    if all(len(n) == len(first) and set(n) == set(names[0]) for n in names[1:]):
+        categories = first
+    else:
+        categories = first.append([pd.Index(n, dtype=object) for n in names[1:]]).unique()
+    return pd.Categorical.from_codes(np.concatenate(codes), dtype=pd.CategoricalDtype(categories, ordered=False))
 
 
 def _concat_columns(parts: list[pd.Series]) -> pd.Series:
     """``pd.concat(parts, ignore_index=True)``: a new index, the values in order; columns of
     one dtype joined as arrays, without ``pd.concat``'s per-frame steps (many small frames)."""
     first = parts[0].dtype
-    if all(p.dtype == first for p in parts[1:]):
-        arrays = [p.array for p in parts]
-        return pd.Series(type(arrays[0])._concat_same_type(arrays))
-    return pd.concat(parts, ignore_index=True)
+    if not all(p.dtype == first for p in parts[1:]):
+        return pd.concat(parts, ignore_index=True)
+    if isinstance(first, np.dtype):
+        return pd.Series(np.concatenate([p.to_numpy() for p in parts]), dtype=first)
+    arrays = [p.array for p in parts]
+    return pd.Series(type(arrays[0])._concat_same_type(arrays))
 
 
 def concat_tables(frames: Iterable[pd.DataFrame], schema: dict[str, str]) -> pd.DataFrame:
