@@ -7,7 +7,13 @@ Two views:
 * :func:`rocprof_style_stats` — the same numbers rocprofv3 ``--stats`` writes to
   ``kernel_stats.csv``, to cross-check a trace against the profiler's own summary.
 
-Definitions (vectorized: group ids plus one sort, no loop over groups; null keys such as a missing ``rank`` form their own group):
+:func:`rows_kernel_stats` gives :func:`kernel_stats`' table for dispatches that pool workers
+sent back as :class:`DurationRows` (each source's distinct keys once, per dispatch a key index
+and a duration): the group ids are found on the keys, not on millions of rows.
+
+Definitions (vectorized: group ids plus one sort of ``group id x span + duration``, no loop over
+groups; null keys such as a missing ``rank`` form their own group; the MAD and the outlier
+counts are read off that sorted key by ``searchsorted``, not by sorting the deviations again):
 
 * ``std_ns``: **sample** standard deviation (``ddof=1``), the estimator of the population spread
   from a finite set of dispatches, and the one rocprofv3 prints (so the two views agree); a

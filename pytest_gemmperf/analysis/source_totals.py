@@ -7,12 +7,16 @@ rocprofv3 files of 44k dispatches is 4.2 M rows and about 3 GB once pickled back
 workers, concatenated and grouped again. :func:`reduce_sources` reads each source (one file, or
 the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and sends back:
 
-* the slim columns the statistics read (``source, point, rank, kernel, category, dur_ns``,
-  after the warm-up is dropped): about 20 bytes per dispatch instead of the full row. Exact
-  quantiles cannot be merged from per-source summaries, and ``(point, rank, kernel)`` groups do
-  span sources (processes without a rank, repeated runs), so the statistics are computed once
-  in the parent, on these columns in input order: the rows, their order and the floating-point
-  sums are those of the full table;
+* what the statistics read (``source, point, rank, kernel, category, dur_ns``, after the
+  warm-up is dropped) as duration rows (``analysis/kernel_stats.DurationRows``): the source's
+  distinct keys once, and per dispatch its key's index and its duration, packed into the
+  narrowest integers that hold them (about 5 bytes per dispatch, against about 23 for the key
+  columns themselves, which the parent then had to unpickle and concatenate while 4.2 M rows'
+  group ids were found). Exact quantiles cannot be merged from per-source summaries, and
+  ``(point, rank, kernel)`` groups do span sources (processes without a rank, repeated runs), so
+  the statistics are computed once in the parent, the group ids found on the keys alone and
+  gathered onto the rows in input order: the rows, their order and the floating-point sums are
+  those of the full table;
 * :func:`dispatch_totals`, a few hundred rows per source: dispatches, duration sum, first start,
   last end and flag counts per ``(source, point, rank, kernel, category)``; sums, minima and
   maxima of integers merge exactly;
