@@ -120,7 +120,8 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
     span = int(dur.max()) + 1
     keyed = n_groups * span < KEYED_LIMIT and int(dur.min()) >= 0
     if keyed:  # one sort of gid * span + dur: the groups' sorted durations and a searchable key
-        key = gid.astype(np.int64) * span + dur
+        key = np.multiply(gid, span, dtype=np.int64)
+        key += dur
         key.sort()
         sdur = key - np.repeat(np.arange(n_groups, dtype=np.int64) * span, count)
     else:
