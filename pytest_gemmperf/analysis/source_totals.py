@@ -10,13 +10,11 @@ the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and
 * what the statistics read (``source, point, rank, kernel, category, dur_ns``, after the
   warm-up is dropped) as duration rows (``analysis/kernel_stats.DurationRows``): the source's
   distinct keys once, and per dispatch its key's index and its duration, packed into the
-  narrowest integers that hold them (about 5 bytes per dispatch, against about 23 for the key
-  columns themselves, which the parent then had to unpickle and concatenate while 4.2 M rows'
-  group ids were found). Exact quantiles cannot be merged from per-source summaries, and
-  ``(point, rank, kernel)`` groups do span sources (processes without a rank, repeated runs), so
-  the statistics are computed once in the parent, the group ids found on the keys alone and
-  gathered onto the rows in input order: the rows, their order and the floating-point sums are
-  those of the full table;
+  narrowest integers that hold them: a few bytes per dispatch (docs/performance.md). Exact
+  quantiles cannot be merged from per-source summaries, and ``(point, rank, kernel)`` groups do
+  span sources (processes without a rank, repeated runs), so the statistics are computed once in
+  the parent, the group ids found on the keys alone and gathered onto the rows in input order:
+  the rows, their order and the floating-point sums are those of the full table;
 * :func:`dispatch_totals`, a few hundred rows per source: dispatches, duration sum, first start,
   last end and flag counts per ``(source, point, rank, kernel, category)``; sums, minima and
   maxima of integers merge exactly;
@@ -105,7 +103,8 @@ class _Part:
 class SourceTotals:
     """What ``gemmperf analyze`` needs of the dispatches under some paths."""
 
-    rows: DurationRows            # SLIM_COLUMNS of every dispatch past the warm-up, input order
+    rows: DurationRows            # SLIM_COLUMNS of every dispatch past the warm-up, input order,
+                                  # as keys (one row each) and per-dispatch key index + duration
     totals: pd.DataFrame          # dispatch_totals of every source, concatenated in input order
     agents: pd.DataFrame          # == load(paths).agents[AGENT_COLUMNS], those it has
     notes: list[str]              # == load(paths).meta["notes"]
