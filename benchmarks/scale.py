@@ -597,7 +597,8 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False) -> 
 
     print(f"| {n_files} | {n_files * per_file:,} | {nbytes / 2**20:.0f} | {best['1']:.2f} | {best['2']:.2f} | "
           f"{best['auto']:.2f} | {speedup:.2f}x / {best['1'] / best['auto']:.2f}x | "
-          f"{'yes' if speedup >= SPEEDUP_TARGET else 'NO'} | {per_mode('tree_peak_mib')} | {per_mode('tree_pss_mib')} | "
+          f"{'yes' if speedup >= SPEEDUP_TARGET else 'NO'} | "
+          f"{per_mode('tree_peak_mib')} | {per_mode('tree_pss_mib')} | "
           f"{min(r['cpu_s'] for r in runs['1']):.1f} / {min(r['cpu_s'] for r in runs['2']):.1f} "
           f"({min(r['parent_cpu_s'] for r in runs['2']):.1f}) | "
           f"{'yes' if same else 'NO'} |")
