@@ -96,7 +96,7 @@ class _Part:
     head: SourceRead
     rows: DurationRows | None = None
     totals: pd.DataFrame | None = None
-    units: pd.DataFrame | None = None      # the processes the source holds (PROCESS_KEYS)
+    units: pd.DataFrame | None = None      # the processes the source holds (PROCESS_KEYS; with a warm-up)
 
 
 @dataclass
@@ -120,8 +120,9 @@ def reduce_source(src, opts: _Options) -> _Part:
     if d is None:
         return out
     out.totals = dispatch_totals(d)
-    keys = [c for c in PROCESS_KEYS if c in d.columns]
-    out.units = d[keys].drop_duplicates().reset_index(drop=True)
+    if opts.warmup > 0:  # only a warm-up needs each process in one source (reduce_sources)
+        keys = [c for c in PROCESS_KEYS if c in d.columns]
+        out.units = d[keys].drop_duplicates().reset_index(drop=True)
     out.rows = duration_rows(drop_warmup(d, opts.warmup), SLIM_KEYS)
     return out
 
