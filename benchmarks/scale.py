@@ -352,7 +352,7 @@ def _legacy_inputs(root: str, jobs: int):
     by = ("source", "point", "rank", "kernel") if d["source"].nunique() > 1 else ("point", "rank", "kernel")
     stats = kernel_stats(d, by=by)
     return GateInputs(samples=samples, kernel_stats=stats, stats_by=by, notes=trace.meta["notes"],
-                      sources=trace.meta["sources"], n_dispatches=len(d), reduced=False,
+                      skipped=trace.meta["skipped"], sources=trace.meta["sources"], n_dispatches=len(d), reduced=False,
                       timings={"discover_s": 0.0, "read_reduce_s": t1 - t0,
                                "merge_s": time.perf_counter() - t1, "workers": jobs})
 
