@@ -275,6 +275,33 @@ def test_a_kernel_group_spanning_two_files_has_the_full_tables_statistics(tmp_pa
     assert len(got) == d["kernel"].nunique() and got["count"].sum() == len(d)
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_duration_rows_number_keys_as_the_rows_first_show_them(wide):
+    """Each distinct key once, in first-appearance order (nulls a key of their own), and each
+    row's key index and duration back exactly; ``wide``: more key combinations than an int64
+    code holds, so the keys are grouped by ``groupby`` instead."""
+    import numpy as np
+    import pandas as pd
+
+    from pytest_gemmperf.analysis.kernel_stats import duration_rows
+
+    rng = np.random.default_rng(11)
+    n = 9000 if wide else 3000
+    d = _random_sources(5, n_sources=1)[0].sample(n, replace=True, random_state=1).reset_index(drop=True)
+    d["dur_ns"] = rng.integers(0, 2**40, n)                      # beyond 32 bits: kept as int64
+    keys = ["source", "point", "rank", "kernel", "category"]
+    if wide:  # five columns of ~8,000 distinct values: (8001 ** 5) > 2**62
+        for c in ["w0", "w1", "w2", "w3", "w4"]:
+            d[c] = pd.Series(rng.integers(0, 8000, n)).astype(object).where(rng.random(n) > 0.1, None)
+        keys += ["w0", "w1", "w2", "w3", "w4"]
+    rows = duration_rows(d, keys)
+    want = d[keys].drop_duplicates().reset_index(drop=True)
+    pd.testing.assert_frame_equal(rows.keys, want)
+    pd.testing.assert_frame_equal(rows.keys.iloc[rows.group].reset_index(drop=True), d[keys])
+    assert rows.dur_ns.dtype == np.int64 and (rows.dur_ns == d["dur_ns"]).all()
+    assert rows.group.dtype.itemsize <= 2
+
+
 def test_group_statistics_without_a_second_sort_equal_the_sorted_deviations(monkeypatch):
     """MAD and outlier counts read off the sorted key (bisection, searchsorted) equal the
     sort of the deviations they replace (the path kept for keys beyond 2**53)."""
