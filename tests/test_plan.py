@@ -176,6 +176,20 @@ def test_the_plan_takes_the_prior_the_gate_fits_on_real_degrees_of_freedom():
     assert np.mean(plan_loc) == pytest.approx(np.mean([k["prior_var"].median() for k in gates]), rel=0.1)
 
 
+def test_a_change_within_the_absolute_floor_is_never_planned_as_detectable():
+    """The gate calls no slowdown a regression that grows the median by ``abs_floor_ns`` or
+    less (3 % of the 1 us kernel is 30 ns): the plan gives it no power at any count, and
+    leaves the other kernels as they were."""
+    base = synthetic(units=6, kernels=12, seed=4)
+    (free,) = pw.plan(base, 0.03, GateConfig(threshold=0.0))
+    (floored,) = pw.plan(base, 0.03, GateConfig(threshold=0.0, abs_floor_ns=50.0))
+    short = [r.noise.kernel == "Cijk_gemm_00" for r in floored.rows]   # about 1000 ns
+    assert sum(short) == 1 and free.rows[short.index(True)].needed is not None
+    assert [r.needed for r, s in zip(floored.rows, short) if s] == [None]
+    assert [r.needed for r, s in zip(floored.rows, short) if not s] == \
+        [r.needed for r, s in zip(free.rows, short) if not s]
+
+
 def test_known_variance_gives_the_normal_approximation():
     rule = pw.Decision(threshold=0.0, alpha=1e-4)
     for sd, effect in ((0.01, 0.03), (0.02, 0.05), (0.005, 0.02)):

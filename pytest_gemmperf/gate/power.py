@@ -76,6 +76,9 @@ class RowNoise:
     ci_half: float = math.nan
     #: median dispatches per process (NaN for a per-process total)
     dispatches: float = math.nan
+    #: the baseline's median duration (ns): a regression must grow it by more than
+    #: ``abs_floor_ns`` (NaN: not a duration)
+    median_ns: float = math.nan
     #: per-process sd of the prior's location for this kernel (NaN: ``sd``)
     prior_sd: float = math.nan
     #: the kernel's own per-process sd: the record's variance shrunk towards the prior as the
@@ -105,6 +108,8 @@ class Decision:
     #: the prior's df is at most this many times the comparison's own df
     #: (``GateConfig.prior_df_cap``; None: no bound)
     prior_df_cap: float | None = None
+    #: a regression of a duration must grow its median by more than this (ns)
+    abs_floor_ns: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,8 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
             if m == DUR:
                 rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg))
             elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
-                rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half))
+                rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half,
+                                     median_ns=float(r.base_median_ns)))
     return rows, int(family.sum())
 
 
@@ -198,10 +204,11 @@ def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: fl
         se_rel = math.log(rel_hi / float(r.rel_ratio)) / t_q
         sd = se_rel / math.sqrt(2.0 / n)
     else:  # no relative test (too few kernels for a shared factor): the total is the row's change
-        return RowNoise(point, kernel, DUR, n, float(r.unit_sd_log), 0.0, math.inf, hist, half, dispatches)
+        return RowNoise(point, kernel, DUR, n, float(r.unit_sd_log), 0.0, math.inf, hist, half, dispatches,
+                        float(r.base_median_ns))
     own = 2.0 * n - 2.0
     prior = max(df_rel - own - hist, 0.0) if np.isfinite(df_rel) else math.inf
-    noise = RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches)
+    noise = RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches, float(r.base_median_ns))
     return _variance_parts(noise, r, cfg)
 
 
@@ -282,7 +289,7 @@ def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
         share = 0.5
     return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
                     threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative,
-                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None)
+                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None, abs_floor_ns=float(cfg.abs_floor_ns))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,6 +345,7 @@ def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
             "floor": np.nan_to_num(part("floor_sd")) ** 2, "res": np.nan_to_num(part("resolution_var")),
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
             "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
+            "median_ns": part("median_ns"),
             "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
 
 
@@ -382,7 +390,17 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     need_size = np.fmax(t_lv * se_size, math.log1p(rule.threshold) + t_th * se_size) - shift
     with np.errstate(invalid="ignore", divide="ignore"):
         p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
-    return np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+    p = np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+    # the gate's absolute floor: a change that grows the median by no more than it is never a
+    # regression, whatever the count (the row cannot be gated at this change)
+    return np.where(below_floor(a["median_ns"], d, rule), 0.0, p)
+
+
+def below_floor(median_ns: np.ndarray | float, d: float, rule: Decision) -> np.ndarray:
+    """Whether a slowdown of ``d`` (log) grows a median of ``median_ns`` by no more than the
+    gate's ``abs_floor_ns``."""
+    with np.errstate(invalid="ignore"):
+        return (rule.abs_floor_ns > 0) & (np.asarray(median_ns, float) * math.expm1(d) <= rule.abs_floor_ns)
 
 
 def _midpoints(k: int) -> np.ndarray:
