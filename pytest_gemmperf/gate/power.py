@@ -14,12 +14,16 @@ with ``n`` processes per side:
   BH then rejects it iff ``p <= q/m``; more real changes only make it easier), on the test
   that carries a single kernel's change (its change relative to the movement shared by all
   kernels, in the ``(1 - shared_alpha) q`` family of the hierarchical rule);
-  the test divides the change by the moderated variance the gate would have at ``n``: the
-  prior's share (whose df the gate bounds by the comparison's own, ``prior_df_cap``) and the
-  own share, a chi-square on ``2n - 2`` (+ history) df;
+  the test divides the change by the variance the gate will estimate at ``n``, rebuilt from
+  its parts on the record's kernel row: the prior's location (whose df the gate bounds by the
+  comparison's own, ``prior_df_cap``) and the kernel's own variance, a chi-square on
+  ``2n - 2`` (+ history) df, moderated, then floored by the median's sampling variance, plus
+  the timer's term, which no count averages away (the record's self-comparison counts its
+  processes twice; :func:`_variance_parts` says how that is undone);
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
   per-process factors, on its Welch df, unless the variance history sizes it by the relative
-  change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
+  change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``;
+  a change that grows the median by no more than ``abs_floor_ns`` has no power.
 
 Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
 (the variance estimates and the shared movement integrated on quantile grids; the change itself
