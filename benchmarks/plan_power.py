@@ -9,22 +9,29 @@ the plugin stores them).
   ``gemmperf plan`` plans a stored record (``power.plan``), and the predicted power of a cell is
   the mean over the pilots of the plan's power for that kernel, change and count (the spread
   over pilots is what one user's single record adds; printed as its mean sd).
-* **Observed.** For each count ``n`` per side, ``--reps`` simulated tests (baseline and
-  candidate of ``n`` processes each); in each, one kernel of the candidate is made slower by
-  the change (one kernel per comparison: the plan's single-change case) and the real gate
+* **Observed.** Rounds of simulated tests, one per count ``n`` per side each (baseline and
+  candidate of ``n`` processes); in each, one kernel of the candidate is made slower by the
+  change (one kernel per comparison: the plan's single-change case) and the real gate
   (``compare``, first look, the rule of ``--threshold``) judges it; "detected" = that kernel's
-  row is ``regression``.
+  row is ``regression``. A cell takes ``--reps`` tests (200: binomial sd <= 3.5 points), or
+  ``--min-reps`` (40) when those all agree (its exact 95 % interval then lies within 9 points
+  of 0 or 100, and more tests would not move the comparison).
 * **Kernels.** A handful of kernels of different noise: those whose per-process sd in the
   pilots is nearest to each of 0.4, 0.7, 1, 1.5 and 2 %.
 * ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
   variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
   plan and the gate both pool: the plan's variance then rests on ~3N more df.
 
-Prints a header line with the command and date, predicted / observed (|difference|) per
-(kernel, change, count), and a last line "max |diff| X points, mean Y, cells > 10: N of M".
-``--quick`` runs a small grid (a few minutes on an idle machine); ``--cache FILE`` keeps the
-simulation (pilot records and the gate's detections, which no change of the plan alters) and
-re-runs only the prediction when the arguments match. The results, with the command and date,
+Prints a header line with the command and date, predicted / observed [95 % interval]
+(|difference|) per (kernel, change, count), and a last line "max |diff| X points, mean Y,
+cells > 10: N of M; > 10 beyond the observed 95 % interval: K": a cell whose observed power
+rests on a few hundred tests misses by more than 10 points by chance alone now and then, so
+the count that says the model is off is K (the prediction outside the Clopper-Pearson interval
+by more than 10 points). ``--quick`` runs a small grid (a few minutes on an idle machine);
+``--cache FILE`` keeps the simulation (pilot records, the gate's detections and the random
+generators' states, none of which a change of the plan alters): with the same arguments only
+the prediction is re-run, and a larger ``--reps`` goes on adding tests where it stopped (the
+file is written every minute). The results, with the command and date,
 are in ``docs/statistics.md`` ("Planning: how many processes").
 """
 
