@@ -112,8 +112,12 @@ def bench_json(repeat: int) -> None:
     print(f"  ratio reader / floor (best)             {reader[0] / floor:7.2f}x   (limit 2.5x)")
     cpu_floor = gunzip[2] + min(b[2] for b in bare)
     print(f"  ratio reader / floor (best CPU)         {reader[2] / cpu_floor:7.2f}x")
+    reader_cpu = reader[2]
     reader = reader[0]
     print(f"  reader best vs 0.25 s budget            {'OK' if reader <= 0.25 else 'OVER'}")
+    # one core's work (the key-scan thread waits while msgspec holds the GIL): quiet wall = CPU
+    print(f"  reader best CPU vs 0.25 s budget        {'OK' if reader_cpu <= 0.25 else 'OVER'}"
+          f"   (the quiet wall time it predicts)")
 
     print("peak RSS in a fresh process (MiB): after imports -> after the work")
     for what in ("reader", "orjson", "msgspec") if orjson is not None else ("reader", "msgspec"):

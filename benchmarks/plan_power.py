@@ -9,22 +9,29 @@ the plugin stores them).
   ``gemmperf plan`` plans a stored record (``power.plan``), and the predicted power of a cell is
   the mean over the pilots of the plan's power for that kernel, change and count (the spread
   over pilots is what one user's single record adds; printed as its mean sd).
-* **Observed.** For each count ``n`` per side, ``--reps`` simulated tests (baseline and
-  candidate of ``n`` processes each); in each, one kernel of the candidate is made slower by
-  the change (one kernel per comparison: the plan's single-change case) and the real gate
+* **Observed.** Rounds of simulated tests, one per count ``n`` per side each (baseline and
+  candidate of ``n`` processes); in each, one kernel of the candidate is made slower by the
+  change (one kernel per comparison: the plan's single-change case) and the real gate
   (``compare``, first look, the rule of ``--threshold``) judges it; "detected" = that kernel's
-  row is ``regression``.
+  row is ``regression``. A cell takes ``--reps`` tests (200: binomial sd <= 3.5 points), or
+  ``--min-reps`` (40) when those all agree (its exact 95 % interval then lies within 9 points
+  of 0 or 100, and more tests would not move the comparison).
 * **Kernels.** A handful of kernels of different noise: those whose per-process sd in the
   pilots is nearest to each of 0.4, 0.7, 1, 1.5 and 2 %.
 * ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
   variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
   plan and the gate both pool: the plan's variance then rests on ~3N more df.
 
-Prints a header line with the command and date, predicted / observed (|difference|) per
-(kernel, change, count), and a last line "max |diff| X points, mean Y, cells > 10: N of M".
-``--quick`` runs a small grid (a few minutes on an idle machine); ``--cache FILE`` keeps the
-simulation (pilot records and the gate's detections, which no change of the plan alters) and
-re-runs only the prediction when the arguments match. The results, with the command and date,
+Prints a header line with the command and date, predicted / observed [95 % interval]
+(|difference|) per (kernel, change, count), and a last line "max |diff| X points, mean Y,
+cells > 10: N of M; > 10 beyond the observed 95 % interval: K": a cell whose observed power
+rests on a few hundred tests misses by more than 10 points by chance alone now and then, so
+the count that says the model is off is K (the prediction outside the Clopper-Pearson interval
+by more than 10 points). ``--quick`` runs a small grid (a few minutes on an idle machine);
+``--cache FILE`` keeps the simulation (pilot records, the gate's detections and the random
+generators' states, none of which a change of the plan alters): with the same arguments only
+the prediction is re-run, and a larger ``--reps`` goes on adding tests where it stopped (the
+file is written every minute). The results, with the command and date,
 are in ``docs/statistics.md`` ("Planning: how many processes").
 """
 
@@ -39,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -47,6 +55,7 @@ import gate_accuracy as ga  # noqa: E402
 import gate_regimes as gr  # noqa: E402
 from pytest_gemmperf.gate import power as pw  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, compare, variance_contribution  # noqa: E402
+from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 PILOT_UNITS = 4
 EFFECTS = (0.02, 0.03, 0.05, 0.08)
@@ -60,8 +69,32 @@ def draw(pool: ga.StepPool, rng: np.random.Generator, units: int) -> tuple[pd.Da
     """Compacted baseline and candidate samples of ``units`` processes each, and the raw
     candidate draw (kernel, unit, value) that :func:`slowed` needs."""
     kernel, unit, value = gr.simulate(pool, rng, gr.Regime("plan", units=units), range(2 * units))
-    base, cand = gr.samples(list(pool.names), pool.category, kernel, unit, value, units)
+    base, cand = samples(list(pool.names), pool.category, kernel, unit, value, units)
     return base, cand, (kernel, unit, value)
+
+
+def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np.ndarray, value: np.ndarray,
+            units: int) -> list[pd.DataFrame]:
+    """``gate_regimes.samples`` (category totals on), frame for frame, built from one table of
+    string columns: concatenating its categorical kernels with the totals' strings was two
+    thirds of a draw's time."""
+    groups = int(unit.max()) // units + 1
+    labels = np.array([f"host/{u}/0/{u}" for u in range(groups * units)], dtype=object)
+    cats = np.unique(category[kernel])
+    cc = np.searchsorted(cats, category[kernel])
+    tot = np.bincount(unit * len(cats) + cc, weights=value, minlength=groups * units * len(cats))
+    uu, ci = np.divmod(np.arange(len(tot)), len(cats))
+    keep = tot > 0
+    every = np.array(list(names) + ["category:" + c for c in cats], dtype=object)
+    code = np.concatenate([kernel, len(names) + ci[keep]])
+    metric = np.where(np.arange(len(code)) < len(kernel), "dur_ns", "category_total_ns").astype(object)
+    d = pd.DataFrame({"point": "p", "kernel": pd.array(every[code], dtype="str"),
+                      "metric": pd.array(metric, dtype="str"),
+                      "unit": pd.array(labels[np.concatenate([unit, uu[keep]])], dtype="str"),
+                      "value": np.concatenate([value, tot[keep]])})
+    df = compact_samples(d)  # per unit: splitting afterwards is exact
+    group = df["unit"].map({lab: i // units for i, lab in enumerate(labels)}).to_numpy()
+    return [df[group == g].reset_index(drop=True) for g in range(groups)]
 
 
 def slowed(pool: ga.StepPool, cand: pd.DataFrame, raw: tuple, units: int, k: int, effect: float) -> pd.DataFrame:
@@ -87,7 +120,7 @@ def history_pool(pool: ga.StepPool, rng: np.random.Generator, size: int = HISTOR
     out = []
     for _ in range(size):
         kernel, unit, value = gr.simulate(pool, rng, gr.Regime("history", units=PILOT_UNITS), range(PILOT_UNITS))
-        (one,) = gr.samples(list(pool.names), pool.category, kernel, unit, value, PILOT_UNITS)
+        (one,) = samples(list(pool.names), pool.category, kernel, unit, value, PILOT_UNITS)
         out.append(variance_contribution(one))
     return out
 
@@ -119,62 +152,106 @@ def pick_kernels(pool: ga.StepPool, pilots: list[list[pw.RowNoise]], sds: tuple[
 @dataclass
 class Simulated:
     """What the gate did, which no change of the plan alters: the pilot records (samples and
-    history), the kernels chosen, and per (kernel, change, count) the fraction of simulated
-    tests whose slowed kernel was a ``regression``."""
+    history), the kernels chosen, and per (kernel, change, count) the simulated tests run and
+    how many of them ended ``regression`` on the slowed kernel; the generators' states, so
+    that a later call with more ``--reps`` goes on where this one stopped."""
 
     key: tuple
     pilots: list[tuple[pd.DataFrame, pd.DataFrame | None]]
     kernels: list[int]
-    observed: np.ndarray
+    hits: np.ndarray
+    trials: np.ndarray
+    rounds: int
+    state: tuple
     seconds: float
+
+    @property
+    def observed(self) -> np.ndarray:
+        return self.hits / np.maximum(self.trials, 1)
 
 
 def _key(args: argparse.Namespace) -> tuple:
-    return (args.reps, args.pilots, args.threshold, args.seed, args.history_runs, tuple(args.effects),
-            tuple(args.counts), tuple(args.sds), PILOT_UNITS)
+    return (args.pilots, args.threshold, args.seed, args.history_runs, tuple(args.effects),
+            tuple(args.counts), tuple(args.sds), PILOT_UNITS, args.min_reps)
 
 
-def simulate(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
-    """The pilot records and the real gate's detections of every cell."""
-    names = list(pool.names)
+def _open(sim: Simulated, reps: int, min_reps: int) -> np.ndarray:
+    """Cells that still take tests: fewer than ``reps``, and not ``min_reps`` or more that all
+    agree (every one detected, or none: the 95 % interval is then within 8.8 points of 100 or
+    0 at 40 tests, and more tests would not move the comparison)."""
+    settled = (sim.trials >= min_reps) & ((sim.hits == 0) | (sim.hits == sim.trials))
+    return (sim.trials < reps) & ~settled
+
+
+def start(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
+    """The pilot records, the kernels and the history pool; no simulated test yet."""
     cfg = GateConfig(threshold=args.threshold)
     rng = np.random.default_rng(args.seed)
-    t0 = time.perf_counter()
     pilots = [draw(pool, rng, PILOT_UNITS)[0] for _ in range(args.pilots)]
     kernels = pick_kernels(pool, [pw.row_noise(b, cfg)[0] for b in pilots], args.sds)
     # the history's own generator: the pilots and the kernels are those of a run without one
     hrng = np.random.default_rng(args.seed + 1)
     runs = history_pool(pool, hrng) if args.history_runs else []
     records = [(base, pick_history(runs, hrng, args.history_runs)) for base in pilots]
-    hits = np.zeros((len(kernels), len(args.effects), len(args.counts)))
-    for ci, n in enumerate(args.counts):
-        for _ in range(args.reps):
+    shape = (len(kernels), len(args.effects), len(args.counts))
+    return Simulated(_key(args), records, kernels, np.zeros(shape), np.zeros(shape), 0,
+                     (rng.bit_generator.state, hrng.bit_generator.state, runs), 0.0)
+
+
+def simulate(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace, save=lambda sim: None) -> Simulated:
+    """Rounds of simulated tests (one per count each) until every cell has ``--reps`` tests or
+    is settled (:func:`_open`); a count none of whose cells is open draws nothing. ``save``
+    is called every minute and at the end (the cache: an interrupted run loses a minute)."""
+    names = list(pool.names)
+    cfg = GateConfig(threshold=args.threshold)
+    rng, hrng = np.random.default_rng(), np.random.default_rng()
+    rng.bit_generator.state, hrng.bit_generator.state, runs = sim.state
+    t0, saved = time.perf_counter() - sim.seconds, time.perf_counter()
+    while (todo := _open(sim, args.reps, args.min_reps)).any():
+        for ci, n in enumerate(args.counts):
+            if not todo[:, :, ci].any():
+                continue
             base, cand, raw = draw(pool, rng, n)
             history = pick_history(runs, hrng, args.history_runs)
-            for ki, k in enumerate(kernels):
-                for ei, e in enumerate(args.effects):
-                    v = compare(base, slowed(pool, cand, raw, n, k, e), cfg, history=history)
-                    row = v[(v["kernel"] == names[k]) & (v["metric"] == "dur_ns")]
-                    hits[ki, ei, ci] += float((row["verdict"] == "regression").any())
-        print(f"  {n} processes/side done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    return Simulated(_key(args), records, kernels, hits / args.reps, time.perf_counter() - t0)
+            for ki, ei in zip(*np.nonzero(todo[:, :, ci])):
+                k, e = sim.kernels[ki], args.effects[ei]
+                v = compare(base, slowed(pool, cand, raw, n, k, e), cfg, history=history)
+                row = v[(v["kernel"] == names[k]) & (v["metric"] == "dur_ns")]
+                sim.hits[ki, ei, ci] += float((row["verdict"] == "regression").any())
+                sim.trials[ki, ei, ci] += 1
+        sim.rounds += 1
+        sim.state = (rng.bit_generator.state, hrng.bit_generator.state, runs)
+        sim.seconds = time.perf_counter() - t0
+        if time.perf_counter() - saved > 60:
+            save(sim)
+            saved = time.perf_counter()
+            print(f"  round {sim.rounds}: {int(todo.sum())} cells open ({sim.seconds:.0f} s)",
+                  file=sys.stderr, flush=True)
+    save(sim)
+    return sim
 
 
 def simulated(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
-    """:func:`simulate`, or its result kept in ``--cache`` for the same arguments (the gate's
-    detections do not depend on the plan: iterating on the plan's model re-runs only the
-    prediction). A cache is valid only for the gate that wrote it."""
+    """:func:`simulate`, continuing the one kept in ``--cache`` for the same arguments (the
+    gate's detections do not depend on the plan: iterating on the plan's model re-runs only
+    the prediction; raising ``--reps`` adds tests to the cells still open). A cache is valid
+    only for the gate that wrote it."""
     path = Path(args.cache) if args.cache else None
+    sim = None
     if path is not None and path.exists():
         with path.open("rb") as fh:
             sim = pickle.load(fh)
-        if sim.key == _key(args):
-            return sim
-    sim = simulate(pool, args)
-    if path is not None:
-        with path.open("wb") as fh:
-            pickle.dump(sim, fh)
-    return sim
+        if getattr(sim, "key", None) != _key(args):
+            sim = None
+
+    def save(s: Simulated) -> None:
+        if path is not None:
+            tmp = path.with_name(path.name + ".tmp")
+            with tmp.open("wb") as fh:
+                pickle.dump(s, fh)
+            tmp.replace(path)
+
+    return simulate(pool, sim or start(pool, args), args, save)
 
 
 def predict(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, list]:
@@ -204,11 +281,23 @@ def run(args: argparse.Namespace) -> str:
     pool = ga.load_real()
     sim = simulated(pool, args)
     pred, pred_sd, pilot_noise = predict(pool, sim, args)
-    return _table(list(pool.names), sim.kernels, pilot_noise, args, pred, sim.observed, pred_sd, sim.seconds)
+    return _table(list(pool.names), sim, pilot_noise, args, pred, pred_sd)
 
 
-def _table(names, kernels, pilot_noise, args, pred, obs, pred_sd, seconds) -> str:
+def interval(hits: np.ndarray, trials: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson interval of each observed power (exact: it holds at 0 and 100 %)."""
+    a = (1 - level) / 2
+    with np.errstate(invalid="ignore"):
+        lo = np.where(hits > 0, sps.beta.ppf(a, hits, trials - hits + 1), 0.0)
+        hi = np.where(hits < trials, sps.beta.ppf(1 - a, hits + 1, trials - hits), 1.0)
+    return lo, hi
+
+
+def _table(names, sim: Simulated, pilot_noise, args, pred, pred_sd) -> str:
+    kernels, obs = sim.kernels, sim.observed
     diff = np.abs(pred - obs)
+    lo, hi = interval(sim.hits, sim.trials)
+    beyond = np.fmax(lo - pred, pred - hi)  # how far the prediction lies outside the interval
     sd_of = {}
     for rows in pilot_noise:
         for r in rows:
@@ -216,31 +305,41 @@ def _table(names, kernels, pilot_noise, args, pred, obs, pred_sd, seconds) -> st
                 sd_of.setdefault(r.kernel, []).append(r.sd)
     head = ["kernel (sd per process)", "change"] + [f"{n}/side" for n in args.counts]
     rows = [head]
+    pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
     for ki, k in enumerate(kernels):
         label = f"{names[k][:28]} ({100 * np.mean(sd_of[names[k]]):.2f} %)"
         for ei, e in enumerate(args.effects):
             rows.append([label if ei == 0 else "", f"{100 * e:g} %"]
-                        + [f"{100 * pred[ki, ei, ci]:.0f} / {100 * obs[ki, ei, ci]:.0f} ({100 * diff[ki, ei, ci]:.0f})"
-                           for ci in range(len(args.counts))])
+                        + [f"{pct(pred[c])} / {pct(obs[c])} [{pct(lo[c])}-{pct(hi[c])}] ({pct(diff[c])})"
+                           for c in ((ki, ei, ci) for ci in range(len(args.counts)))])
     w = [max(len(r[i]) for r in rows) for i in range(len(head))]
     fmt = lambda r: "| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |"  # noqa: E731
     hist = f", variance history of {args.history_runs} runs" if args.history_runs else ", no variance history"
     lines = [f"# python benchmarks/plan_power.py {' '.join(args.argv)}".rstrip() + f"  ({time.strftime('%Y-%m-%d')})",
              f"plan vs gate, real-resampled, threshold {100 * args.threshold:g} %, FDR {GateConfig().fdr:g}{hist}: "
              f"predicted (mean over {args.pilots} pilot records of {PILOT_UNITS} processes) / observed "
-             f"(% of {args.reps} simulated tests per cell) (|difference|, points)", fmt(rows[0]),
+             f"[95 % interval] (|difference|, points); observed over up to {args.reps} simulated tests per cell, "
+             f"{args.min_reps} where all agree", fmt(rows[0]),
              "|" + "|".join("-" * (x + 2) for x in w) + "|"] + [fmt(r) for r in rows[1:]]
+    se = np.sqrt(obs * (1 - obs) / np.maximum(sim.trials, 1))
     lines.append(f"mean signed difference {100 * (pred - obs).mean():+.1f} points; mean sd of one pilot's "
-                 f"prediction {100 * pred_sd.mean():.1f} points; binomial sd of an observed cell <= "
-                 f"{100 * 0.5 / np.sqrt(args.reps):.1f} points; simulation {seconds:.0f} s")
+                 f"prediction {100 * pred_sd.mean():.1f} points; observed cells: {int(sim.trials.min())}-"
+                 f"{int(sim.trials.max())} tests, binomial sd <= {100 * se.max():.1f} points; "
+                 f"simulation {sim.seconds:.0f} s")
     lines.append(f"max |diff| {100 * diff.max():.1f} points, mean {100 * diff.mean():.1f}, "
-                 f"cells > 10: {int((diff > 0.10).sum())} of {diff.size}")
+                 f"cells > 10: {int((diff > 0.10).sum())} of {diff.size}; "
+                 f"> 10 beyond the observed 95 % interval: {int((beyond > 0.10).sum())} "
+                 f"({int((beyond > 0.10).sum() - (pred - hi > 0.10).sum())} predicted low)")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=100, help="simulated tests per (count, kernel, change)")
+    ap.add_argument("--reps", type=int, default=200,
+                    help="simulated tests per (kernel, change, count) (default 200: binomial sd <= 3.5 points)")
+    ap.add_argument("--min-reps", type=int, default=40,
+                    help="a cell whose first N tests all agree (every one detected, or none) takes no more "
+                         "(default 40)")
     ap.add_argument("--pilots", type=int, default=10, help="pilot baseline records the prediction averages")
     ap.add_argument("--threshold", type=float, default=0.0, help="the gate's threshold (default 0)")
     ap.add_argument("--seed", type=int, default=5000)
@@ -257,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     args.effects, args.counts, args.sds = EFFECTS, COUNTS, SDS
     if args.quick:
         args.effects, args.counts, args.sds = (0.03, 0.05), (2, 4, 8), (0.004, 0.01, 0.02)
-        args.reps, args.pilots = 30, 3
+        args.reps, args.min_reps, args.pilots = 30, 30, 3
     print(run(args))
     return 0
 

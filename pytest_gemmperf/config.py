@@ -223,7 +223,7 @@ SETTINGS: tuple[Setting, ...] = (
             "with --gemmperf-repeats auto: the slowdown each point's count must detect with "
             "80%% power, e.g. 3%%", parse=parse_threshold),
     Setting("max_repeats", "string", "16", "N", "16",
-            "with --gemmperf-repeats auto: the largest count it may choose",
+            "with --gemmperf-repeats auto: the most repeats per point it may choose",
             parse=_int_at_least(2)),
     Setting("threshold", "string", None, "T", "the gate's, 5%%",
             "practical threshold of the gate, e.g. 5%% or 0.05 (default: the gate's, 5%%)",

@@ -4,21 +4,26 @@ Every JSON parser we use (``msgspec``, ``json``) keeps the *last* value of a key
 one object, silently: ``{"dur": 9.319, "dur": 5000}`` reads as a 5 ms kernel. Profilers never
 write a key twice, so a repeated key means a corrupt or edited file, and the readers refuse it.
 
-Why a byte scan and not ``object_pairs_hook``: a hook is one Python call per object (about a
-second for a 37 MB rocprofv3 file), while the readers decode such a file in ~0.15 s. The scan
-works on the document's structural bytes with numpy, a few passes over the buffer:
+Why a byte scan and not ``object_pairs_hook``: the stdlib decode that calls it once per object
+costs more than the whole rocprofv3 reader (docs/performance.md). The scan works on the
+document's structural bytes with numpy, a few passes over the buffer:
 
-1. the positions of ``"``, ``{`` and ``}`` (one ``flatnonzero``); quotes escaped by an odd run of
-   backslashes are dropped, and braces inside strings are dropped by quote parity;
-2. a string is a key when its closing quote is followed (after whitespace) by ``:``; its object
-   depth is the running count of ``{`` minus ``}`` before it;
-3. keys and ``{`` are stably sorted by depth: within one depth, the keys between two ``{`` are
-   exactly one object's keys (a deeper object in between has its keys at a deeper depth), so a
-   running count of ``{`` numbers the objects;
+1. the positions of ``"``, ``{`` and ``}``, found a cache-sized chunk at a time; quotes escaped
+   by an odd run of backslashes are dropped, and a brace after an odd number of quotes (inside a
+   string) is kept as a token that changes nothing;
+2. a string is a key when its closing quote is followed (after whitespace) by ``:``; the braces
+   before it tell which object it is in;
+3. the braces are stably sorted by the depth after each: at one depth a ``}`` follows the ``{``
+   of the object it returns into, so a running count of ``{`` in that order numbers the objects;
 4. each key gets a 64-bit value from its object number, length and first and last 8 bytes; equal
    keys of one object always get equal values, so sorting the values and comparing neighbours
    finds every repeat. Neighbours that are equal by chance are re-checked on the decoded keys,
    and keys written with escapes (``"d\\u0075r"``) are hashed from their decoded text.
+
+Arrays of records of one shape (rocprofv3's ``kernel_dispatch``: most of a trace's keys) are
+checked through one record: with the digits dropped, every record reads the same, and that one
+text has no repeated key (:func:`_uniform_records` says why that is exact); the rest of the
+document is then scanned with those arrays written as ``[]``.
 
 The scan assumes valid JSON (call it after the parser succeeded). The error path names the key,
 its byte offset and a JSON path to the object (``$.traceEvents[12].args``).
@@ -38,15 +43,21 @@ from pytest_gemmperf.errors import GemmperfInputError
 
 _QUOTE, _BACKSLASH, _COLON = 0x22, 0x5C, 0x3A
 _OPEN, _CLOSE = 0x7B, 0x7D
+_IN_STRING = 0  # a brace token inside a string: no byte of a token is 0
 _OPEN_ARRAY, _CLOSE_ARRAY, _COMMA = 0x5B, 0x5D, 0x2C
 _WS = np.zeros(256, dtype=bool)
 _WS[[0x20, 0x09, 0x0A, 0x0D]] = True
 _WS_RUN = re.compile(rb"[ \t\n\r]*")
 #: vectorized whitespace-skipping rounds before the few remaining positions go one by one
 _VECTOR_WS_ROUNDS = 8
+#: bytes per pass of the structural-byte masks: small enough that they stay in the core's cache
+_CHUNK = 1 << 18
 _MIX_LEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX_TAIL = np.uint64(0xC2B2AE3D27D4EB4F)
 _MIX_OBJ = np.uint64(0x165667B19E3779F9)
+#: [n]: the low / high n bytes of a little-endian uint64 (n = 0..8)
+_LOW_BYTES = np.array([(1 << 8 * n) - 1 for n in range(9)], dtype=np.uint64)
+_HIGH_BYTES = np.array([((1 << 8 * n) - 1) << (64 - 8 * n) for n in range(9)], dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -59,50 +70,86 @@ class RepeatedKey:
     path: str
 
 
-def find_repeated_key(data: bytes) -> RepeatedKey | None:
+def find_repeated_key(data: bytes, uniform: tuple[str, ...] = ()) -> RepeatedKey | None:
     """The first (in document order) repeated key of any object in ``data``, or None.
 
-    ``data`` must be valid JSON (UTF-8, a byte-order mark already removed)."""
+    ``data`` must be valid JSON (UTF-8, a byte-order mark already removed). ``uniform`` names
+    keys whose arrays usually hold records of one shape (rocprofv3's ``kernel_dispatch``): such an
+    array is checked through one of its records when all of them read the same without digits."""
+    rest = _without_uniform_arrays(data, uniform)
+    hit = _first_repeat(rest)
+    if hit is not None and rest is not data:
+        return _first_repeat(data)  # its offset and path in the document as written
+    return hit
+
+
+def _first_repeat(data: bytes) -> RepeatedKey | None:
     a = np.frombuffer(data, dtype=np.uint8)
     if len(a) < 2:
         return None
-    toks = _tokens(a, data)
-    if toks is None:
-        return None
-    pos, kind, depth = toks
-    keys = _keys(a, data, pos, kind)
+    keys = _keys_and_objects(a, data)
     if keys is None:
         return None
-    key_tok, key_open, key_close = keys
-    obj = _object_numbers(kind, depth, key_tok)
-    h = _key_hashes(a, data, key_open, key_close)
-    v = obj.astype(np.uint64) * _MIX_OBJ + h
-    s = np.sort(v)
-    twins = s[1:][s[1:] == s[:-1]]
+    v = _key_values(a, data, *keys)
+    v.sort()
+    twins = v[1:][v[1:] == v[:-1]]
     if not len(twins):
         return None
-    hit = _confirm(data, np.isin(v, twins), obj, key_open, key_close)
+    # a repeat or a coincidence of values (rare): which keys, compared as text
+    hit = _confirm(data, np.isin(_key_values(a, data, *keys), twins), *keys)
     if hit is None:
         return None
     key, offset = hit
     return RepeatedKey(key=key, offset=offset, path=json_path_at(data, offset))
 
 
+def _keys_and_objects(a: np.ndarray, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For every key in document order: its object's number, and its open and close quotes."""
+    pos, kind = _structural(a)
+    pos, kind = _drop_escaped_quotes(a, data, pos, kind)
+    is_quote = kind == _QUOTE
+    if not is_quote.any():
+        return None
+    is_brace = ~is_quote
+    braces = kind[is_brace]
+    # a brace after an odd number of quotes is inside a string: kept as a no-op token, so that
+    # the count of braces before a key still indexes the object numbers
+    inside = np.bitwise_xor.accumulate(is_quote.view(np.uint8))[is_brace].view(bool)
+    braces[inside] = _IN_STRING
+    quotes = pos[is_quote]
+    braces_before = np.cumsum(is_brace, dtype=_index_type(len(kind)))[is_quote][0::2]
+    is_key = _is_key(a, data, quotes[1::2])
+    if is_key is None:
+        return None
+    obj = _object_numbers(braces)[braces_before[is_key] - 1]
+    return obj, quotes[0::2][is_key], quotes[1::2][is_key]
+
+
+def _key_values(a: np.ndarray, data: bytes, obj: np.ndarray, key_open: np.ndarray,
+                key_close: np.ndarray) -> np.ndarray:
+    """A value per key, equal for equal keys of one object."""
+    v = _key_hashes(a, data, key_open, key_close)
+    by_obj = obj.astype(np.uint64)
+    by_obj *= _MIX_OBJ
+    v += by_obj
+    return v
+
+
 class KeyScan:
     """:func:`find_repeated_key` on a worker thread, started before the parser decodes the same
-    bytes: numpy releases the GIL in its passes, so on a machine with a spare core the scan
-    costs little wall time beside the decode. :meth:`result` waits for it."""
+    bytes; :meth:`result` waits for it. (A parser that holds the GIL, as ``msgspec`` does,
+    leaves it little to overlap: the scan's own cost is what keeps it cheap.)"""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, uniform: tuple[str, ...] = ()) -> None:
         self._hit: RepeatedKey | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(data,), name="gemmperf-json-keys",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(data, uniform),
+                                        name="gemmperf-json-keys", daemon=True)
         self._thread.start()
 
-    def _run(self, data: bytes) -> None:
+    def _run(self, data: bytes, uniform: tuple[str, ...]) -> None:
         try:
-            self._hit = find_repeated_key(data)
+            self._hit = find_repeated_key(data, uniform)
         except BaseException as exc:  # handed to the caller by result(), never lost
             self._error = exc
 
@@ -132,30 +179,38 @@ def check_unique_keys(data: bytes | KeyScan, path: str,
         record=record)
 
 
-def _tokens(a: np.ndarray, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Positions of string quotes and structural braces, their bytes, and the object depth at
-    each (the depth after it for a brace: a ``{`` counts itself)."""
-    mask = np.equal(a, _QUOTE)
-    other = np.equal(a, _OPEN)
-    mask |= other
-    np.equal(a, _CLOSE, out=other)
-    mask |= other
-    del other
-    pos = np.flatnonzero(mask)
-    del mask
-    kind = a[pos]
-    pos, kind = _drop_escaped_quotes(a, data, pos, kind)
-    is_quote = kind == _QUOTE
-    if not is_quote.any():
-        return None
-    # a brace after an odd number of quotes is inside a string
-    inside = (np.cumsum(is_quote, dtype=np.int64) & 1).astype(bool)
-    inside &= ~is_quote
-    if inside.any():
-        keep = ~inside
-        pos, kind = pos[keep], kind[keep]
-    step = (kind == _OPEN).view(np.int8) - (kind == _CLOSE).view(np.int8)
-    return pos, kind, np.cumsum(step, dtype=np.int64)
+def _index_type(n: int) -> type:
+    """int32 below 2**31 elements: half the memory of numpy's default int64 in every pass."""
+    return np.int32 if n < 2 ** 31 else np.int64
+
+
+def _structural(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and bytes of every ``"``, ``{`` and ``}``, in order. Made a cache-sized chunk at
+    a time, straight into the result: whole-buffer masks and pieces to join are each fresh,
+    page-faulted memory, which costs as much as the comparisons."""
+    room = len(a) // 8 + _CHUNK  # JSON text is rarely denser in these bytes; grown when it is
+    pos = np.empty(room, dtype=_index_type(len(a)))
+    kind = np.empty(room, dtype=np.uint8)
+    mask = np.empty(min(len(a), _CHUNK), dtype=bool)
+    other = np.empty_like(mask)
+    n = 0
+    for start in range(0, len(a), _CHUNK):
+        chunk = a[start:start + _CHUNK]
+        m, o = mask[:len(chunk)], other[:len(chunk)]
+        np.equal(chunk, _QUOTE, out=m)
+        np.equal(chunk, _OPEN, out=o)
+        m |= o
+        np.equal(chunk, _CLOSE, out=o)
+        m |= o
+        at = np.flatnonzero(m)
+        end = n + len(at)
+        if end > len(pos):
+            room = max(2 * len(pos), end + _CHUNK)
+            pos, kind = np.resize(pos[:n], room), np.resize(kind[:n], room)
+        np.take(chunk, at, out=kind[n:end])
+        np.add(at, start, out=pos[n:end], casting="unsafe")
+        n = end
+    return pos[:n], kind[:n]
 
 
 def _drop_escaped_quotes(a: np.ndarray, data: bytes, pos: np.ndarray,
@@ -210,31 +265,36 @@ def _next_non_ws(a: np.ndarray, data: bytes, start: np.ndarray, step: int) -> np
     return idx
 
 
-def _keys(a: np.ndarray, data: bytes, pos: np.ndarray,
-          kind: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Token index of the opening quote, and the open and close quote positions, of every key."""
-    q = np.flatnonzero(kind == _QUOTE)
-    opens, closes = pos[q[0::2]], pos[q[1::2]]
-    after = _next_non_ws(a, data, closes + 1, 1)
+def _is_key(a: np.ndarray, data: bytes, closes: np.ndarray) -> np.ndarray | None:
+    """Per string (by its closing quote): is it a key, followed (after whitespace) by ``:``?
+    None when no string is."""
     n = len(a)
-    nxt = np.where(after < n, a[np.minimum(after, n - 1)], 0)
+    nxt = np.zeros(len(closes), dtype=np.uint8)
+    inner = len(closes) - (int(closes[-1]) + 1 >= n)  # a document that is one string ends on it
+    nxt[:inner] = a[closes[:inner] + 1]
+    # after a string come , : ] } or whitespace, the only ones of them at or below 0x20
+    spaced = np.flatnonzero(nxt[:inner] <= 0x20)
+    if len(spaced):  # indented files: only the strings followed by whitespace are walked
+        far = _next_non_ws(a, data, closes[spaced] + 1, 1)
+        nxt[spaced] = np.where(far < n, a[np.minimum(far, n - 1)], 0)
     is_key = nxt == _COLON
-    if not is_key.any():
-        return None
-    return q[0::2][is_key], opens[is_key], closes[is_key]
+    return is_key if is_key.any() else None
 
 
-def _object_numbers(kind: np.ndarray, depth: np.ndarray, key_tok: np.ndarray) -> np.ndarray:
-    """For every key, a number shared exactly by the keys of the same object."""
-    mark = kind == _OPEN
-    mark[key_tok] = True
-    sel = np.flatnonzero(mark)  # "{" and keys, in document order
-    # Stably by depth: at one depth, the keys between two "{" are one object's (a nested
-    # object's keys sit deeper), so counting the "{" in that order numbers the objects.
-    by_depth = sel[np.argsort(_small(depth[sel]), kind="stable")]
-    numbers = np.zeros(len(kind), dtype=np.int64)
-    numbers[by_depth] = np.cumsum(kind[by_depth] == _OPEN)
-    return numbers[key_tok]
+def _object_numbers(braces: np.ndarray) -> np.ndarray:
+    """For each brace token in order, a number for the object the bytes after it belong to: a
+    ``{``'s own object's, else the enclosing one's (a ``}`` returns into it, a brace inside a
+    string changes nothing)."""
+    index = _index_type(len(braces))
+    opens = braces == _OPEN
+    depth = np.cumsum(opens.view(np.int8) - (braces == _CLOSE).view(np.int8), dtype=index)
+    # Stably by depth (after each brace): at one depth the braces keep document order, and a
+    # "}" that returns to depth d follows the "{" of the object it returns into, so counting
+    # the "{" in that order numbers the objects.
+    order = np.argsort(_small(depth), kind="stable")
+    numbers = np.empty(len(braces), dtype=index)
+    numbers[order] = np.cumsum(opens[order], dtype=index)
+    return numbers
 
 
 def _small(values: np.ndarray) -> np.ndarray:
@@ -244,40 +304,35 @@ def _small(values: np.ndarray) -> np.ndarray:
 
 
 def _gather8(a: np.ndarray, data: bytes, start: np.ndarray) -> np.ndarray:
-    """The 8 bytes at each start as little-endian uint64 (zero past the end of ``a``)."""
+    """The 8 bytes at each (ascending) start as a little-endian uint64; bytes before the
+    document or past its end read as zero."""
     n = len(a)
-    full = start <= n - 8
     # an unaligned uint64 view with a 1-byte stride: one gather per key
     words = np.ndarray(shape=(max(n - 7, 0),), dtype="<u8", buffer=data, strides=(1,))
-    if full.all():
+    lo = int(np.searchsorted(start, 0))
+    hi = max(int(np.searchsorted(start, n - 8, side="right")), lo)
+    if lo == 0 and hi == len(start):
         return words[start]
     out = np.zeros(len(start), dtype=np.uint64)
-    out[full] = words[start[full]]
-    for i in np.flatnonzero(~full).tolist():
+    out[lo:hi] = words[start[lo:hi]]
+    for i in [*range(lo), *range(hi, len(start))]:  # the few keys within 8 bytes of an end
         s = int(start[i])
-        out[i] = int.from_bytes(data[s:s + 8].ljust(8, b"\0"), "little")
+        window = b"\0" * max(-s, 0) + data[max(s, 0):s + 8]
+        out[i] = int.from_bytes(window.ljust(8, b"\0"), "little")
     return out
 
 
-def _mix(length: np.ndarray, head: np.ndarray, tail: np.ndarray) -> np.ndarray:
-    return head ^ (tail * _MIX_TAIL) ^ (length.astype(np.uint64) * _MIX_LEN)
-
-
-def _mask(length: np.ndarray) -> np.ndarray:
-    """Low ``8 * min(length, 8)`` bits set."""
-    bits = (np.minimum(length, 8) * 8).astype(np.uint64)
-    full = bits >= 64
-    m = (np.uint64(1) << np.where(full, 0, bits).astype(np.uint64)) - np.uint64(1)
-    m[full] = np.uint64(0xFFFFFFFFFFFFFFFF)
-    return m
-
-
 def _key_hashes(a: np.ndarray, data: bytes, key_open: np.ndarray, key_close: np.ndarray) -> np.ndarray:
-    """A value per key that depends only on its decoded text."""
-    length = key_close - key_open - 1
-    head = _gather8(a, data, key_open + 1) & _mask(length)
-    tail = np.where(length > 8, _gather8(a, data, np.maximum(key_close - 8, 0)), np.uint64(0))
-    h = _mix(length, head, tail.astype(np.uint64))
+    """A value per key that depends only on its decoded text: its length and its first and last
+    8 bytes (of a shorter key, the words masked to its bytes)."""
+    length = key_close - key_open
+    length -= 1
+    short = np.minimum(length, 8)
+    h = _gather8(a, data, key_open + 1)
+    h &= _LOW_BYTES[short]
+    tail = _gather8(a, data, key_close - 8)
+    tail &= _HIGH_BYTES[short]
+    _mix(h, tail, length)
     if data.find(b"\\") >= 0:
         bs = np.flatnonzero(a == _BACKSLASH)
         escaped = np.flatnonzero(np.searchsorted(bs, key_open) < np.searchsorted(bs, key_close))
@@ -286,13 +341,25 @@ def _key_hashes(a: np.ndarray, data: bytes, key_open: np.ndarray, key_close: np.
     return h
 
 
+def _mix(head: np.ndarray, tail: np.ndarray, length: np.ndarray) -> None:
+    """``head`` becomes the value of the three parts (in place, reusing ``tail``)."""
+    tail *= _MIX_TAIL
+    head ^= tail
+    tail[...] = length
+    tail *= _MIX_LEN
+    head ^= tail
+
+
 def hash_text(text: str) -> np.uint64:
     """The scan's value of a key from its decoded text (what unescaped keys get from raw bytes)."""
     raw = text.encode("utf-8", "surrogatepass")
-    length = np.array([len(raw)], dtype=np.int64)
+    short = min(len(raw), 8)
     head = np.array([int.from_bytes(raw[:8].ljust(8, b"\0"), "little")], dtype=np.uint64)
-    tail = np.array([int.from_bytes(raw[-8:], "little") if len(raw) > 8 else 0], dtype=np.uint64)
-    return _mix(length, head & _mask(length), tail)[0]
+    tail = np.array([int.from_bytes(raw[-8:].rjust(8, b"\0"), "little")], dtype=np.uint64)
+    head &= _LOW_BYTES[short]
+    tail &= _HIGH_BYTES[short]
+    _mix(head, tail, np.array([len(raw)], dtype=np.int64))
+    return head[0]
 
 
 def _decode_key(data: bytes, open_pos: int, close_pos: int) -> str:
@@ -315,6 +382,82 @@ def _confirm(data: bytes, flagged: np.ndarray, obj: np.ndarray, key_open: np.nda
         else:
             seen[k] = int(key_open[i])
     return best
+
+
+# ----------------------------------------------------------------------------- uniform arrays
+
+
+def _without_uniform_arrays(data: bytes, names: tuple[str, ...]) -> bytes:
+    """``data`` with every ``"<name>":[...]`` array that :func:`_uniform_records` clears written
+    as ``[]`` (the rest of the document keeps its structure), or ``data`` itself.
+
+    Found by plain byte search, which is sound only without backslashes: then every ``"`` is a
+    string's delimiter, and after a closing quote valid JSON has no letter, so ``"<name>":[``
+    is that key and the start of its array value."""
+    if not names or data.find(b"\\") >= 0:
+        return data
+    parts: list[bytes] = []
+    done = 0
+    for name in names:
+        needle = json.dumps(name).encode() + b":["
+        at = data.find(needle, done)
+        while at >= 0:
+            start = at + len(needle) - 1
+            # the first "]" ends the array when its records are as uniform as checked below
+            end = data.find(b"]", start) + 1
+            if not end:
+                break
+            if _uniform_records(data[start:end]):
+                parts += [data[done:start], b"[]"]
+                done = end
+            # a name inside a span that failed is left to the full scan: spans never overlap,
+            # so nested arrays cost one pass, not one per level
+            at = data.find(needle, end)
+    if not parts:
+        return data
+    parts.append(data[done:])
+    return b"".join(parts)
+
+
+def _uniform_records(array: bytes) -> bool:
+    """True when ``array`` (``[`` to the first ``]``) is a JSON array of objects that all read
+    the same once digits are dropped, and that one text has no repeated key.
+
+    Exact: dropping digits keeps every brace, quote, colon and comma, so each record keeps its
+    structure and its keys lose only their digits; two equal keys stay equal, so a record with a
+    repeated key would leave one in the shared text. (A text with a repeat, even one made by
+    the dropped digits, clears nothing: the whole array is then scanned.)"""
+    t = array.translate(None, b"0123456789")
+    if not t.startswith(b"[{"):
+        return False
+    period = _object_end(t, 1)  # the first record and its comma
+    if period is None:
+        return False
+    size = len(t)
+    if (size - 1) % period or (size - 1 > period and t[period] != _COMMA):
+        return False
+    # t is [ record,record,...,record ] exactly when it repeats with the record's period
+    if not t.startswith(t[1 + period:size - 1], 1):
+        return False
+    return _first_repeat(t[1:period]) is None
+
+
+def _object_end(t: bytes, start: int) -> int | None:
+    """The end (exclusive) of the object that starts at ``t[start]``, by braces outside strings
+    (valid JSON structure assumed up to there); None when ``t`` ends first."""
+    window = 1 << 12
+    while True:
+        a = np.frombuffer(t, dtype=np.uint8)[start:start + window]
+        pos, kind = _structural(a)
+        is_quote = kind == _QUOTE
+        outside = ~np.bitwise_xor.accumulate(is_quote.view(np.uint8)).view(bool) & ~is_quote
+        depth = np.cumsum(np.where(outside, np.where(kind == _OPEN, 1, -1), 0))
+        closed = np.flatnonzero(depth == 0)
+        if len(closed):
+            return start + int(pos[closed[0]]) + 1
+        if start + window >= len(t):
+            return None
+        window *= 8
 
 
 # ----------------------------------------------------------------------------- error path

@@ -171,20 +171,205 @@ def test_a_process_in_two_sources_with_a_warmup_reads_the_full_tables(tmp_path):
     root = _csv_tree(tmp_path, same_host=True, copies=2)
     assert reduce_sources([root], warmup=1) is None
     got = reduce_sources([root], warmup=0)
-    assert got is not None and len(got.slim) == got.totals["n_dispatches"].sum()
+    assert got is not None and len(got.rows) == got.totals["n_dispatches"].sum()
 
 
-def test_workers_send_back_slim_columns_and_totals(tmp_path):
-    from pytest_gemmperf.analysis.source_totals import SLIM_COLUMNS, TOTAL_KEYS, _Options, reduce_source
+def test_workers_send_back_duration_rows_and_totals(tmp_path):
+    from pytest_gemmperf.analysis.source_totals import SLIM_KEYS, TOTAL_KEYS, _Options, reduce_source
     from pytest_gemmperf.traces.discover import discover_all, load
 
     root = _csv_tree(tmp_path, copies=1)
     src = discover_all([root]).unique[0]
     part = reduce_source(src, _Options(point=None, warmup=0))
     full = load([root]).dispatches
-    assert list(part.slim.columns) == list(SLIM_COLUMNS) and len(part.slim) == len(full)
+    assert list(part.rows.keys.columns) == list(SLIM_KEYS) and len(part.rows) == len(full)
+    assert len(part.rows.keys) == full.groupby(list(SLIM_KEYS), dropna=False, observed=True).ngroups
+    assert (part.rows.dur_ns == full["dur_ns"].to_numpy()).all()
     assert len(part.totals) == full.groupby(list(TOTAL_KEYS), dropna=False, observed=True).ngroups
-    assert len(full.columns) > 5 * len(part.slim.columns)  # what travels back per dispatch
+
+
+def _long_csv_tree(root: Path, repeats: int) -> Path:
+    """One rocprofv3 process whose kernel trace is the fixture's rows ``repeats`` times."""
+    d = root / "long" / "host0"
+    d.mkdir(parents=True)
+    lines = [line + "\n" for line in (CSV_DIR / "5358_kernel_trace.csv").read_text().splitlines()]
+    (d / "5358_kernel_trace.csv").write_text(lines[0] + "".join(lines[1:] * repeats))
+    shutil.copy(CSV_DIR / "5358_agent_info.csv", d)
+    return root / "long"
+
+
+def test_a_source_travels_back_in_a_few_bytes_per_dispatch(tmp_path):
+    """Per dispatch a worker sends its key index and duration, packed (the key columns
+    themselves once per distinct key): 96 files of 44k dispatches pickled ~93 MB back to the
+    parent as slim columns (~23 bytes a dispatch), which it unpickled while the workers ran."""
+    import pickle
+
+    from pytest_gemmperf.analysis.source_totals import _Options, reduce_source
+    from pytest_gemmperf.traces.discover import discover_all, load
+
+    root = _long_csv_tree(tmp_path, 2000)
+    part = reduce_source(discover_all([root]).unique[0], _Options(point=None, warmup=0))
+    n = len(load([root]).dispatches)
+    assert n >= 20_000
+    assert len(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)) / n < 8
+
+
+def _random_sources(seed: int, n_sources: int = 5) -> list:
+    """Dispatch-like tables of several sources: groups span sources, null points and ranks,
+    each source's categoricals list their categories in its own order (and some unused)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    kernels = [f"k{i}" for i in range(7)]
+    frames = []
+    for s in range(n_sources):
+        n = int(rng.integers(0, 400))
+        order = list(rng.permutation(kernels))
+        kernel = pd.Categorical(rng.choice(kernels[:5], n), categories=order)
+        point = pd.Categorical(rng.choice(["p1", "p0", None], n), categories=["p1", "p0"][::1 - 2 * (s % 2)])
+        rank = pd.array(rng.choice([0, 1, 2, -5], n), dtype="Int64")
+        rank[rng.random(n) < 0.3] = pd.NA
+        frames.append(pd.DataFrame({
+            "source": pd.Categorical(rng.choice(["rocprof-csv", "torch"], n)),
+            "point": point, "rank": rank, "kernel": kernel,
+            "category": pd.Categorical([f"c{int(k[1:]) % 3}" for k in kernel]),
+            "dur_ns": rng.integers(0, 10 ** int(rng.integers(1, 10)), n).astype("int64"),
+        }))
+    return frames
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_statistics_of_duration_rows_equal_those_of_the_full_table(seed):
+    """kernels.csv from the sources' duration rows (``rows_kernel_table``) equals the full
+    table's (``kernel_table``): the same rows, order and bits, also for (point, rank, kernel)
+    groups that span sources."""
+    import pandas as pd
+
+    from pytest_gemmperf.analysis.kernel_stats import concat_rows, duration_rows
+    from pytest_gemmperf.analysis.source_totals import SLIM_KEYS, _SLIM_SCHEMA
+    from pytest_gemmperf.traces.schema import concat_tables
+
+    frames = _random_sources(seed)
+    full = concat_tables(frames, _SLIM_SCHEMA)
+    rows = concat_rows([duration_rows(f, SLIM_KEYS) for f in frames], _SLIM_SCHEMA)
+    for mixed in (False, True):
+        want = analyze_impl.kernel_table(full, mixed=mixed)
+        got = analyze_impl.rows_kernel_table(rows, mixed=mixed)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert want.to_csv() == got.to_csv()
+
+
+def test_a_kernel_group_spanning_two_files_has_the_full_tables_statistics(tmp_path):
+    """Two processes without a rank: every (point, rank, kernel) group spans both files."""
+    from pytest_gemmperf.analysis.source_totals import reduce_sources
+    from pytest_gemmperf.traces.discover import load
+
+    root = _csv_tree(tmp_path, copies=2)
+    reduced = reduce_sources([root], jobs=1)
+    d = load([root]).dispatches
+    assert d["rank"].isna().all() and d["pid"].nunique() == 2
+    got = analyze_impl.rows_kernel_table(reduced.rows, mixed=False)
+    assert got.to_csv() == analyze_impl.kernel_table(d).to_csv()
+    assert (d.groupby("kernel", observed=True)["pid"].nunique() == 2).all()  # each in both files
+    assert len(got) == d["kernel"].nunique() and got["count"].sum() == len(d)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_duration_rows_number_keys_as_the_rows_first_show_them(wide):
+    """Each distinct key once, in first-appearance order (nulls a key of their own), and each
+    row's key index and duration back exactly; ``wide``: more key combinations than an int64
+    code holds, so the keys are grouped by ``groupby`` instead."""
+    import numpy as np
+    import pandas as pd
+
+    from pytest_gemmperf.analysis.kernel_stats import duration_rows
+
+    rng = np.random.default_rng(11)
+    n = 9000 if wide else 3000
+    d = _random_sources(5, n_sources=1)[0].sample(n, replace=True, random_state=1).reset_index(drop=True)
+    d["dur_ns"] = rng.integers(0, 2**40, n)                      # beyond 32 bits: kept as int64
+    keys = ["source", "point", "rank", "kernel", "category"]
+    if wide:  # five columns of ~8,000 distinct values: (8001 ** 5) > 2**62
+        for c in ["w0", "w1", "w2", "w3", "w4"]:
+            d[c] = pd.Series(rng.integers(0, 8000, n)).astype(object).where(rng.random(n) > 0.1, None)
+        keys += ["w0", "w1", "w2", "w3", "w4"]
+    rows = duration_rows(d, keys)
+    want = d[keys].drop_duplicates().reset_index(drop=True)
+    pd.testing.assert_frame_equal(rows.keys, want)
+    pd.testing.assert_frame_equal(rows.keys.iloc[rows.group].reset_index(drop=True), d[keys])
+    assert rows.dur_ns.dtype == np.int64 and (rows.dur_ns == d["dur_ns"]).all()
+    assert rows.group.dtype.itemsize <= 2
+
+
+def test_group_statistics_without_a_second_sort_equal_the_sorted_deviations(monkeypatch):
+    """MAD and outlier counts read off the sorted key (bisection, searchsorted) equal the
+    sort of the deviations they replace (the path kept for keys beyond 2**53)."""
+    import numpy as np
+
+    from pytest_gemmperf.analysis import kernel_stats as ks
+
+    rng = np.random.default_rng(7)
+    for trial in range(120):
+        n_groups = int(rng.integers(1, 30))
+        n = int(rng.integers(n_groups, 2000))
+        gid = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+        rng.shuffle(gid)
+        dur = [rng.integers(0, 4, n), rng.integers(0, 10**9, n), rng.lognormal(10, 2, n).astype(np.int64),
+               np.where(rng.random(n) < 0.9, 1000, rng.integers(0, 10**6, n))][trial % 4].astype(np.int64)
+        fast = ks.group_statistics(gid, dur, n_groups)
+        with monkeypatch.context() as m:
+            m.setattr(ks, "KEYED_LIMIT", 0)
+            slow = ks.group_statistics(gid, dur, n_groups)
+        for name in fast:
+            assert fast[name].dtype == slow[name].dtype, name
+            np.testing.assert_array_equal(fast[name], slow[name], err_msg=f"{name}, trial {trial}")
+
+
+def _concat_tables_by_pandas(frames, schema):
+    """concat_tables as pandas' union_categoricals and concat write it (the reference)."""
+    import numpy as np
+    import pandas as pd
+    from pandas.api.types import union_categoricals
+
+    from pytest_gemmperf.traces.schema import INT, STR, _string_categorical
+
+    cols: list[str] = []
+    for f in frames:
+        cols.extend(c for c in f.columns if c not in cols)
+    out = {}
+    for c in cols:
+        if schema.get(c) == STR or any(c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype)
+                                       for f in frames):
+            parts = [_string_categorical(f[c]) if c in f.columns
+                     else pd.Categorical.from_codes(np.full(len(f), -1), categories=pd.Index([], dtype=object))
+                     for f in frames]
+            out[c] = pd.Series(union_categoricals(parts, ignore_order=True))
+        else:
+            dtype = schema.get(c)
+            out[c] = pd.concat([f[c].reset_index(drop=True) if c in f.columns
+                                else pd.Series([pd.NA] * len(f), dtype=dtype if dtype in (INT, None) and dtype
+                                               else "object") for f in frames], ignore_index=True)
+    return pd.DataFrame(out)
+
+
+def test_concat_tables_equals_pandas_union_of_categories():
+    import pandas as pd
+
+    from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
+
+    frames = _random_sources(3, n_sources=8)
+    frames[2] = frames[2].drop(columns=["rank", "category"])          # columns some frames lack
+    frames[3]["extra"] = pd.Series(["x"] * len(frames[3]), dtype=object)
+    frames[4]["category"] = frames[4]["category"].astype(object)       # text, not categorical
+    frames[5]["point"] = pd.Categorical([None] * len(frames[5]))       # no categories at all
+    frames[6]["source"] = pd.Categorical([1] * len(frames[6]))         # numeric categories
+    schema = {c: DISPATCH_SCHEMA[c] for c in ("source", "point", "rank", "kernel", "category", "dur_ns")}
+    got, want = concat_tables(frames, schema), _concat_tables_by_pandas(frames, schema)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    for c in want.columns:
+        if isinstance(want[c].dtype, pd.CategoricalDtype):
+            assert list(got[c].cat.categories) == list(want[c].cat.categories), c
 
 
 def test_prestart_starts_the_fork_server_only_where_the_pool_is_likely(cores8, tmp_path):

@@ -17,7 +17,7 @@ from pytest_gemmperf import cli
 from pytest_gemmperf.gate import power as pw
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import BaselineRecord
-from pytest_gemmperf.gate.compare import GateConfig, compare
+from pytest_gemmperf.gate.compare import GateConfig, compare, compare_stats
 from pytest_gemmperf.gate.samples import compact_samples
 from pytest_gemmperf.pytest_glue.plan import choose, processes_per_run
 
@@ -143,6 +143,53 @@ def test_predicted_power_matches_the_gate_on_simulated_tests(monkeypatch):
     assert np.abs(no_shared - observed).max() > 0.2 and np.abs(normal - observed).max() > 0.2, (no_shared, normal)
 
 
+def _spread_draw(rng: np.random.Generator, sds: np.ndarray, units: int, first: int = 0) -> pd.DataFrame:
+    """Samples of ``units`` processes whose kernel ``k`` varies by ``sds[k]`` between them."""
+    names = [f"Cijk_k{k:02d}" for k in range(len(sds))]
+    level = np.log(1000.0 * (1 + np.arange(len(sds))))
+    logs = (level[None, :, None] + rng.normal(0, 1, (units, len(sds)))[:, :, None] * sds[None, :, None]
+            + rng.normal(0, 0.002, (units, len(sds), 30)))
+    unit = np.repeat([f"h/{first + i}/0/{first + i}" for i in range(units)], len(sds) * 30)
+    return pd.DataFrame({"point": "p", "kernel": np.tile(np.repeat(names, 30), units), "metric": "dur_ns",
+                         "unit": unit, "value": np.exp(logs).ravel()})
+
+
+def test_the_plan_takes_the_prior_the_gate_fits_on_real_degrees_of_freedom():
+    """A 4-process record compared with itself holds each process twice: its variances sit on
+    6 df where they have 3. The prior fitted to them reads the spread that 3 df explain as the
+    prior's own (df too small) and matches their median to the wrong distribution (location
+    too small). The plan undoes both: at 4 processes per side its prior df (after the gate's
+    bound) and location are those the gate fits in real 4-vs-4 comparisons, where the
+    record's own fit gives about 3.6 df against the gate's 5.5."""
+    rng = np.random.default_rng(3)
+    sds = 0.01 * np.sqrt(10.0 / rng.chisquare(10.0, 60))   # kernel variances from a prior of 10 df
+    cfg = GateConfig(threshold=0.0)
+    plans, gates = [], []
+    for _ in range(8):
+        plans.append(pw.row_noise(_spread_draw(rng, sds, 4), cfg)[0])
+        st = compare_stats(_spread_draw(rng, sds, 4), _spread_draw(rng, sds, 4, first=100), cfg)
+        gates.append(st[(st["metric"] == "dur_ns") & (st["kernel"] != "*")])
+    plan_df = [np.median([min(r.prior_df, cfg.prior_df_cap * 6) for r in rows]) for rows in plans]
+    gate_df = [k["prior_df"].median() for k in gates]
+    assert abs(np.mean(plan_df) - np.mean(gate_df)) < 1.0, (plan_df, gate_df)
+    plan_loc = [np.median([r.prior_sd ** 2 for r in rows]) for rows in plans]
+    assert np.mean(plan_loc) == pytest.approx(np.mean([k["prior_var"].median() for k in gates]), rel=0.1)
+
+
+def test_a_change_within_the_absolute_floor_is_never_planned_as_detectable():
+    """The gate calls no slowdown a regression that grows the median by ``abs_floor_ns`` or
+    less (3 % of the 1 us kernel is 30 ns): the plan gives it no power at any count, and
+    leaves the other kernels as they were."""
+    base = synthetic(units=6, kernels=12, seed=4)
+    (free,) = pw.plan(base, 0.03, GateConfig(threshold=0.0))
+    (floored,) = pw.plan(base, 0.03, GateConfig(threshold=0.0, abs_floor_ns=50.0))
+    short = [r.noise.kernel == "Cijk_gemm_00" for r in floored.rows]   # about 1000 ns
+    assert sum(short) == 1 and free.rows[short.index(True)].needed is not None
+    assert [r.needed for r, s in zip(floored.rows, short) if s] == [None]
+    assert [r.needed for r, s in zip(floored.rows, short) if not s] == \
+        [r.needed for r, s in zip(free.rows, short) if not s]
+
+
 def test_known_variance_gives_the_normal_approximation():
     rule = pw.Decision(threshold=0.0, alpha=1e-4)
     for sd, effect in ((0.01, 0.03), (0.02, 0.05), (0.005, 0.02)):
@@ -222,6 +269,17 @@ def test_cli_plan_selects_tests_and_says_when_none_is_beyond_reach(tmp_path, cap
     assert rc == 0
     # at the default 5 % threshold a 3 % slowdown is never a regression
     assert "to detect +3% in every gated kernel: more than 4 processes per side (none of 12 within 4)" in out
+
+
+def test_cli_max_repeats_defaults_to_the_settings_cap_and_names_its_unit(capsys):
+    from pytest_gemmperf.config import default
+
+    args = cli.build_parser().parse_args(["plan", "--detect", "3%"])
+    assert args.max_repeats == default("max_repeats")
+    with pytest.raises(SystemExit):
+        cli.main(["plan", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "largest count considered, in processes per side" in helptext
 
 
 @pytest.mark.parametrize("args, message", [

@@ -260,3 +260,23 @@ def test_panels_render_in_headless_chromium(tmp_path, slow_pair):
         assert browser.errors() == []
     finally:
         browser.close()
+
+
+def test_panels_follow_the_headline_tables_order():
+    """Within a verdict the tables list the largest ratio first; the panels once ordered by
+    |log ratio|, so a 0.5x improvement came before the 0.9x one the table lists first."""
+    from pytest_gemmperf.gate.headline import format_verdict_table, notable
+    from pytest_gemmperf.report.before_after import notable_rows
+
+    rows = [("k_reg_small", "regression", 1.1), ("k_imp_half", "improvement", 0.5),
+            ("k_imp_slight", "improvement", 0.9), ("k_reg_big", "regression", 1.6),
+            ("k_new", "new", float("nan")), ("k_same", "unchanged", 1.0),
+            ("k_inconclusive", "inconclusive", 0.95)]
+    v = pd.DataFrame({"test": "t", "point": "p", "kernel": [r[0] for r in rows], "metric": "dur_ns",
+                      "verdict": [r[1] for r in rows], "ratio": [r[2] for r in rows],
+                      "ci_low": [r[2] * 0.98 for r in rows], "ci_high": [r[2] * 1.02 for r in rows]})
+    panels = [r["kernel"] for r in notable_rows(v)]
+    assert panels == notable(v)["kernel"].tolist()
+    table = format_verdict_table(v, verdicts=tuple(v["verdict"].unique()), footnote=False)
+    assert sorted(panels, key=table.index) == panels
+    assert panels.index("k_imp_slight") < panels.index("k_imp_half")

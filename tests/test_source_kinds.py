@@ -172,15 +172,16 @@ def test_skipped_inputs_are_typed_records(tmp_path):
 
 # ---- one vocabulary: the source column names the kind that read the row ----------------------
 
-def test_the_source_column_is_the_name_of_the_kind_that_read_it(own_files, tmp_path):
+def test_the_source_column_and_format_are_the_name_of_the_kind_that_read_it(own_files, tmp_path):
     from test_rocpd import T0, UUID_A, _db  # here, not at module level: its tests stay its own
 
     files = {**own_files, "rocpd": _db(tmp_path, [(UUID_A, 1234, 3, T0, {})])}
     for kind in kinds.KINDS:
         if kind.name == "tables":  # keeps what the first reader wrote: below
             continue
-        d = load(files[kind.name], jobs=1).dispatches
-        assert set(d["source"].astype(str)) == {kind.name}, kind.name
+        t = load(files[kind.name], jobs=1)
+        assert set(t.dispatches["source"].astype(str)) == {kind.name}, kind.name
+        assert {m.get("format") for m in t.meta["files"].values()} == {kind.name}, kind.name
 
 
 def test_stored_tables_with_the_old_spellings_read_under_the_kinds_names(tmp_path):

@@ -7,7 +7,13 @@ Two views:
 * :func:`rocprof_style_stats` — the same numbers rocprofv3 ``--stats`` writes to
   ``kernel_stats.csv``, to cross-check a trace against the profiler's own summary.
 
-Definitions (vectorized: group ids plus one sort, no loop over groups; null keys such as a missing ``rank`` form their own group):
+:func:`rows_kernel_stats` gives :func:`kernel_stats`' table for dispatches that pool workers
+sent back as :class:`DurationRows` (each source's distinct keys once, per dispatch a key index
+and a duration): the group ids are found on the keys, not on millions of rows.
+
+Definitions (vectorized: group ids plus one sort of ``group id x span + duration``, no loop over
+groups; null keys such as a missing ``rank`` form their own group; the MAD and the outlier
+counts are read off that sorted key by ``searchsorted``, not by sorting the deviations again):
 
 * ``std_ns``: **sample** standard deviation (``ddof=1``), the estimator of the population spread
   from a finite set of dispatches, and the one rocprofv3 prints (so the two views agree); a
@@ -23,10 +29,13 @@ Definitions (vectorized: group ids plus one sort, no loop over groups; null keys
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+
+from pytest_gemmperf.traces.schema import concat_tables
 
 #: the unit whose dispatch sequence warm-up removal restarts in (ARCHITECTURE "process unit")
 PROCESS_KEYS = ("host", "pid", "rank", "run", "point")
@@ -92,59 +101,241 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
         raise KeyError(f"kernel_stats: dispatches lack columns {missing}")
     df = drop_warmup(dispatches, warmup)
     if len(df) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=df[c].dtype) for c in by}
-                            | {c: pd.Series(dtype="float64") for c in STATS_COLUMNS})
+        return _empty_stats(df, by)
     gid = df.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
-    dur = df["dur_ns"].to_numpy(dtype=np.int64)
-    count = np.bincount(gid)
-    n_groups = len(count)
-    sdur = _sort_within_groups(gid, dur, n_groups)
+    rep = np.unique(gid, return_index=True)[1]  # first row of each group: keys, category
+    return _stats_frame(df, rep, by, group_statistics(gid, df["dur_ns"].to_numpy(dtype=np.int64), len(rep)))
+
+
+def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:
+    """The :data:`STATS_COLUMNS` but ``category`` of the int64 durations ``dur`` per group id
+    ``gid`` (0 .. ``n_groups`` - 1, each non-empty), in group order.
+
+    Floating-point sums run over the rows in their given order (``np.bincount``), so the
+    rows' order is part of the result's last bits: callers pass them in input order.
+    """
+    count = np.bincount(gid, minlength=n_groups)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     last = first + count - 1
+    span = int(dur.max()) + 1
+    keyed = n_groups * span < KEYED_LIMIT and int(dur.min()) >= 0
+    if keyed:  # one sort of gid * span + dur: the groups' sorted durations and a searchable key
+        key = np.multiply(gid, span, dtype=np.int64)
+        key += dur
+        key.sort()
+        sdur = key - np.repeat(np.arange(n_groups, dtype=np.int64) * span, count)
+    else:
+        sdur = _sort_within_groups(gid, dur, n_groups)
 
     def quantile(sorted_vals: np.ndarray, q: float) -> np.ndarray:
-        pos = first + q * (count - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.ceil(pos).astype(np.int64)
-        lo_v = sorted_vals[lo].astype("float64")
-        return lo_v + (sorted_vals[hi] - lo_v) * (pos - lo)
+        return _interpolate(sorted_vals, first + q * (count - 1))
 
     total = np.add.reduceat(sdur, first)
     mean = total / count
     dev = dur - mean[gid]
     with np.errstate(invalid="ignore", divide="ignore"):
-        std = np.sqrt(np.bincount(gid, weights=dev * dev) / (count - 1))
+        std = np.sqrt(np.bincount(gid, weights=dev * dev, minlength=n_groups) / (count - 1))
     std[count < 2] = np.nan
     median = quantile(sdur, 0.5)
     q1, q3 = quantile(sdur, 0.25), quantile(sdur, 0.75)
     iqr = q3 - q1
     # |x - median| doubled, so that a median ending in .5 keeps the deviations integral
-    absdev2 = np.abs(2 * dur - np.rint(2 * median).astype(np.int64)[gid])
-    mad = quantile(_sort_within_groups(gid, absdev2, n_groups), 0.5) / 2
-    n_out = np.bincount(gid, weights=dur > q3[gid] + OUTLIER_IQR_FACTOR * iqr[gid]).astype(np.int64)
-
-    rep = np.unique(gid, return_index=True)[1]  # first row of each group: keys, category
-    out = df[by].iloc[rep].reset_index(drop=True)
-    out["count"] = count.astype(np.int64)
-    out["total_ns"] = total.astype(np.int64)
-    out["mean_ns"] = mean
-    out["median_ns"] = median
-    out["std_ns"] = std
-    out["min_ns"] = sdur[first]
-    out["max_ns"] = sdur[last]
-    out["p05_ns"] = quantile(sdur, 0.05)
-    out["p95_ns"] = quantile(sdur, 0.95)
-    out["iqr_ns"] = iqr
-    out["mad_ns"] = mad
+    median2 = np.rint(2 * median).astype(np.int64)
+    fence = q3 + OUTLIER_IQR_FACTOR * iqr
+    if keyed:
+        mad = _mad_from_key(key, span, first, count, median2) / 2
+        n_out = _count_above(key, span, first + count, fence)
+    else:
+        absdev2 = np.abs(2 * dur - median2[gid])
+        mad = quantile(_sort_within_groups(gid, absdev2, n_groups), 0.5) / 2
+        n_out = np.bincount(gid, weights=dur > fence[gid], minlength=n_groups).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["cv"] = std / mean
+        cv = std / mean
+    return {"count": count.astype(np.int64), "total_ns": total.astype(np.int64), "mean_ns": mean,
+            "median_ns": median, "std_ns": std, "min_ns": sdur[first], "max_ns": sdur[last],
+            "p05_ns": quantile(sdur, 0.05), "p95_ns": quantile(sdur, 0.95), "iqr_ns": iqr, "mad_ns": mad,
+            "cv": cv, "n_outliers": n_out}
+
+
+#: the sorted key ``gid * span + dur`` must stay below this (int64, and exact as float64 for
+#: the outlier fence's comparison)
+KEYED_LIMIT = 2**53
+
+
+def _interpolate(sorted_vals: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Linear interpolation ("type 7") between the order statistics at ``floor(pos)`` and
+    ``ceil(pos)`` of ``sorted_vals``."""
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.ceil(pos).astype(np.int64)
+    lo_v = sorted_vals[lo].astype("float64")
+    return lo_v + (sorted_vals[hi] - lo_v) * (pos - lo)
+
+
+def _count_within(key: np.ndarray, span: int, groups: np.ndarray, low: np.ndarray,
+                  high: np.ndarray) -> np.ndarray:
+    """Per entry i: how many durations of group ``groups[i]`` lie in [low[i], high[i]]
+    (``key``: the sorted ``gid * span + dur``)."""
+    base = groups * span
+    low = np.clip(low, 0, span)
+    high = np.clip(high, -1, span - 1)
+    n = np.searchsorted(key, base + high, side="right") - np.searchsorted(key, base + low, side="left")
+    return np.maximum(n, 0)
+
+
+def _mad_from_key(key: np.ndarray, span: int, first: np.ndarray, count: np.ndarray,
+                  median2: np.ndarray) -> np.ndarray:
+    """Per group, the median of ``|2 x - median2|`` over its durations x, interpolated as
+    :func:`_interpolate` does, without sorting the deviations: the k-th smallest deviation is
+    the least D with at least k + 1 durations in [(median2 - D) / 2, (median2 + D) / 2],
+    found by bisection on D, two ``searchsorted`` over the sorted key per step."""
+    n_groups = len(first)
+    pos = first + 0.5 * (count - 1)
+    lo_i = np.floor(pos).astype(np.int64)
+    need = np.concatenate([lo_i, np.ceil(pos).astype(np.int64)]) - np.concatenate([first, first]) + 1
+    groups = np.tile(np.arange(n_groups, dtype=np.int64), 2)
+    m2 = np.concatenate([median2, median2])
+    lo = np.zeros(2 * n_groups, dtype=np.int64)
+    hi = np.full(2 * n_groups, 2 * span, dtype=np.int64)  # above every deviation
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
+        ok = _count_within(key, span, groups, -((mid - m2) // 2), (m2 + mid) // 2) >= need
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid + 1)
+    lo_v = lo[:n_groups].astype("float64")
+    return lo_v + (lo[n_groups:] - lo_v) * (pos - lo_i)
+
+
+def _count_above(key: np.ndarray, span: int, end: np.ndarray, fence: np.ndarray) -> np.ndarray:
+    """Per group, how many durations exceed the float ``fence``: those from the least integer
+    above it on (durations are below 2**53, exact as floats), counted on the sorted key."""
+    start = np.clip(np.floor(fence) + 1, 0, span).astype(np.int64)
+    base = np.arange(len(end), dtype=np.int64) * span
+    return (end - np.searchsorted(key, base + start, side="left")).astype(np.int64)
+
+
+def _empty_stats(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return (pd.DataFrame({c: pd.Series(dtype=df[c].dtype) for c in by}
+                         | {c: pd.Series(dtype="float64") for c in STATS_COLUMNS}))
+
+
+def _stats_frame(keys: pd.DataFrame, rep: np.ndarray, by: list[str], stats: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The statistics table: the ``by`` keys and ``category`` of ``keys``' rows ``rep`` (one
+    per group, in group order) beside ``stats``."""
+    out = keys[by].iloc[rep].reset_index(drop=True)
+    for c in ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns", "p05_ns",
+              "p95_ns", "iqr_ns", "mad_ns", "cv"):
+        out[c] = stats[c]
     out["range_ns"] = out["max_ns"] - out["min_ns"]
-    out["n_outliers"] = n_out
-    if "category" in df.columns:
-        out["category"] = df["category"].iloc[rep].reset_index(drop=True)
+    out["n_outliers"] = stats["n_outliers"]
+    if "category" in keys.columns:
+        out["category"] = keys["category"].iloc[rep].reset_index(drop=True)
     else:
         out["category"] = pd.Series([pd.NA] * len(out), dtype="category")
     return out[by + list(STATS_COLUMNS)] if "category" not in by else out
+
+
+# ------------------------------------------------------------- durations reduced where read
+
+@dataclass
+class DurationRows:
+    """Durations with their group keys, compact: what a worker sends back per dispatch.
+
+    ``keys`` holds each distinct key of the rows once, in the order the rows first show it;
+    ``group`` is each row's index into ``keys`` and ``dur_ns`` its duration, rows in input
+    order. A worker packs both arrays into the smallest integer type that holds them
+    (a few bytes per dispatch instead of the key columns' ~20); :func:`concat_rows` widens
+    them to int64.
+    """
+
+    keys: pd.DataFrame
+    group: np.ndarray
+    dur_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.dur_ns)
+
+
+def duration_rows(d: pd.DataFrame, keys: Sequence[str]) -> DurationRows:
+    """``d``'s ``dur_ns`` with its ``keys`` columns (those ``d`` has) as :class:`DurationRows`."""
+    cols = [c for c in keys if c in d.columns]
+    dur = d["dur_ns"].to_numpy(dtype=np.int64)
+    if len(d) == 0:
+        return DurationRows(d[cols].iloc[:0].reset_index(drop=True), np.empty(0, np.uint8), dur)
+    group = _first_seen_codes(d, cols)
+    # a key's first row is where its code first appears: codes are numbered as they appear
+    seen = np.maximum.accumulate(np.concatenate(([-1], group[:-1])))
+    first = np.flatnonzero(group > seen)
+    return DurationRows(d[cols].iloc[first].reset_index(drop=True), _packed(group), _packed(dur))
+
+
+def _first_seen_codes(d: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    """One int64 code per row for its ``cols`` values (nulls a value of their own), numbered
+    0, 1, ... in the order the rows first show them. Combines the columns' own integer codes
+    (a categorical's codes, ``pd.factorize`` otherwise) into one number per row, which a
+    groupby over several columns would build with far more overhead; ``groupby.ngroup`` where
+    the combined number would not fit."""
+    combined = np.zeros(len(d), dtype=np.int64)
+    size = 1
+    for c in cols:
+        col = d[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
+        else:
+            codes, uniques = pd.factorize(col, use_na_sentinel=True)
+            codes, n = codes.astype(np.int64), len(uniques)
+        size *= n + 1
+        if size >= 2**62:
+            gid = d.groupby(cols, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+            return pd.factorize(gid)[0].astype(np.int64)
+        combined = combined * (n + 1) + (codes + 1)  # null (-1) becomes 0
+    return pd.factorize(combined)[0].astype(np.int64)
+
+
+def _packed(values: np.ndarray) -> np.ndarray:
+    """Non-negative int64 ``values`` in the narrowest unsigned type that holds them (as given
+    when some is negative)."""
+    if len(values) == 0 or values.min() < 0:
+        return values
+    top = values.max()
+    for t in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(t).max:
+            return values.astype(t)
+    return values
+
+
+def concat_rows(parts: Sequence[DurationRows], schema: dict[str, str]) -> DurationRows:
+    """Several sources' rows as one, in order: keys concatenated (``concat_tables``, so
+    categories combine as they do for the rows' own columns), ``group`` and ``dur_ns`` as
+    int64."""
+    keys = concat_tables([p.keys for p in parts], schema)
+    n = sum(len(p) for p in parts)
+    group = np.empty(n, dtype=np.int64)
+    dur = np.empty(n, dtype=np.int64)
+    row = key = 0
+    for p in parts:  # each source's key indices moved past the keys before it, in one pass
+        np.add(p.group, np.int64(key), out=group[row:row + len(p)])
+        dur[row:row + len(p)] = p.dur_ns
+        row += len(p)
+        key += len(p.keys)
+    return DurationRows(keys, group, dur)
+
+
+def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", "kernel")) -> pd.DataFrame:
+    """``kernel_stats`` of the table whose row i is ``rows.keys.iloc[rows.group[i]]`` with
+    ``dur_ns`` = ``rows.dur_ns[i]``, computed on the keys (one row each) instead of per row:
+    group ids of the few keys, mapped onto the rows by one gather."""
+    by = list(by)
+    keys = rows.keys
+    missing = [c for c in by if c not in keys.columns]
+    if missing:
+        raise KeyError(f"kernel_stats: dispatches lack columns {missing}")
+    if len(rows) == 0:
+        return _empty_stats(keys, by)
+    key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    # the first key of a group holds its first row: keys are in the rows' first-occurrence order
+    rep = np.unique(key_gid, return_index=True)[1]
+    gid = key_gid[rows.group]
+    return _stats_frame(keys, rep, by, group_statistics(gid, rows.dur_ns.astype(np.int64, copy=False), len(rep)))
 
 
 #: columns of rocprofv3's kernel_stats.csv (formats doc 3.3)

@@ -7,12 +7,14 @@ rocprofv3 files of 44k dispatches is 4.2 M rows and about 3 GB once pickled back
 workers, concatenated and grouped again. :func:`reduce_sources` reads each source (one file, or
 the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and sends back:
 
-* the slim columns the statistics read (``source, point, rank, kernel, category, dur_ns``,
-  after the warm-up is dropped): about 20 bytes per dispatch instead of the full row. Exact
+* what the statistics read (``source, point, rank, kernel, category, dur_ns``, after the
+  warm-up is dropped) as duration rows (``analysis/kernel_stats.DurationRows``): the source's
+  distinct keys once, and per dispatch its key's index and its duration, packed into the
+  narrowest integers that hold them: a few bytes per dispatch (docs/performance.md). Exact
   quantiles cannot be merged from per-source summaries, and ``(point, rank, kernel)`` groups do
-  span sources (processes without a rank, repeated runs), so the statistics are computed once
-  in the parent, on these columns in input order: the rows, their order and the floating-point
-  sums are those of the full table;
+  span sources (processes without a rank, repeated runs), so the statistics are computed once in
+  the parent, the group ids found on the keys alone and gathered onto the rows in input order:
+  the rows, their order and the floating-point sums are those of the full table;
 * :func:`dispatch_totals`, a few hundred rows per source: dispatches, duration sum, first start,
   last end and flag counts per ``(source, point, rank, kernel, category)``; sums, minima and
   maxima of integers merge exactly;
@@ -28,22 +30,25 @@ caller reads the full tables instead.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import pandas as pd
 
-from pytest_gemmperf.analysis.kernel_stats import PROCESS_KEYS, drop_warmup
+from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, DurationRows, concat_rows, drop_warmup,
+                                                   duration_rows)
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.categories import categorize
-from pytest_gemmperf.traces.discover import (concat_with_extras, discover_all, merge_notes, no_dispatches,
-                                             read_attached)
+from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, no_dispatches
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
+from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
 from pytest_gemmperf.traces.skipped import SkippedInput
 
 #: what kernel statistics read of a dispatch
 SLIM_COLUMNS = ("source", "point", "rank", "kernel", "category", "dur_ns")
+#: the keys among them (``kernels.csv`` groups by some, ``category`` is reported)
+SLIM_KEYS = SLIM_COLUMNS[:-1]
 #: the groups of :func:`dispatch_totals`
 TOTAL_KEYS = ("source", "point", "rank", "kernel", "category")
 #: its integer columns: summed, except the first start (min) and last end (max)
@@ -86,24 +91,20 @@ class _Options:
 
 @dataclass
 class _Part:
-    """One source's reduction (picklable; its size is the slim columns')."""
+    """One source's reduction (picklable; its size is the duration rows')."""
 
-    read_notes: list[str]
-    attach_notes: list[str]
-    read: bool = False                     # the reader returned a Trace (not None)
-    meta_notes: list[str] = field(default_factory=list)
-    n_dispatches: int = 0
-    slim: pd.DataFrame | None = None
+    head: SourceRead
+    rows: DurationRows | None = None
     totals: pd.DataFrame | None = None
-    units: pd.DataFrame | None = None      # the processes the source holds (PROCESS_KEYS)
-    agents: pd.DataFrame | None = None
+    units: pd.DataFrame | None = None      # the processes the source holds (PROCESS_KEYS; with a warm-up)
 
 
 @dataclass
 class SourceTotals:
     """What ``gemmperf analyze`` needs of the dispatches under some paths."""
 
-    slim: pd.DataFrame            # SLIM_COLUMNS of every dispatch past the warm-up, input order
+    rows: DurationRows            # SLIM_COLUMNS of every dispatch past the warm-up, input order,
+                                  # as keys (one row each) and per-dispatch key index + duration
     totals: pd.DataFrame          # dispatch_totals of every source, concatenated in input order
     agents: pd.DataFrame          # == load(paths).agents[AGENT_COLUMNS], those it has
     notes: list[str]              # == load(paths).meta["notes"]
@@ -114,24 +115,15 @@ class SourceTotals:
 
 def reduce_source(src, opts: _Options) -> _Part:
     """Read one source and reduce it (runs in a worker process)."""
-    t, read_notes, attach_notes = read_attached(src, opts.point)
-    out = _Part(read_notes=read_notes, attach_notes=attach_notes)
-    if t is None:
+    head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS)
+    out = _Part(head)
+    if d is None:
         return out
-    out.read = True
-    out.meta_notes = list(t.meta.get("notes", []))
-    out.n_dispatches = len(t.dispatches)
-    if t.agents is not None and len(t.agents):
-        out.agents = t.agents[[c for c in AGENT_COLUMNS if c in t.agents.columns]]
-    if len(t.dispatches) == 0:
-        return out
-    d = t.dispatches.reset_index(drop=True)
-    del t  # the full table is this worker's peak; drop the Trace's other references to it
     out.totals = dispatch_totals(d)
-    keys = [c for c in PROCESS_KEYS if c in d.columns]
-    out.units = d[keys].drop_duplicates().reset_index(drop=True)
-    slim = drop_warmup(d, opts.warmup)
-    out.slim = slim[[c for c in SLIM_COLUMNS if c in slim.columns]].reset_index(drop=True)
+    if opts.warmup > 0:  # only a warm-up needs each process in one source (reduce_sources)
+        keys = [c for c in PROCESS_KEYS if c in d.columns]
+        out.units = d[keys].drop_duplicates().reset_index(drop=True)
+    out.rows = duration_rows(drop_warmup(d, opts.warmup), SLIM_KEYS)
     return out
 
 
@@ -148,16 +140,17 @@ def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str |
                         found.unique, n_jobs)
     notes = found.notes
     for part in parts:
-        merge_notes(notes, part.meta_notes if part.read else None, part.read_notes, part.attach_notes)
-    live = [p for p in parts if p.n_dispatches]
+        part.head.merge_notes(notes)
+    live = [p for p in parts if p.head.n_dispatches]
     if not live:
         raise no_dispatches(found)
     if warmup > 0 and _shared_process(p.units for p in live):
         return None
-    agents = [p.agents for p in parts if p.agents is not None]
+    rows = concat_rows([p.rows for p in live], _SLIM_SCHEMA)
+    rows.keys = recategorize(rows.keys, rules)
+    agents = [p.head.agents for p in parts if p.head.agents is not None]
     return SourceTotals(
-        slim=recategorize(concat_tables([p.slim for p in live], _SLIM_SCHEMA), rules),
-        totals=recategorize(concat_tables([p.totals for p in live], _TOTAL_SCHEMA), rules),
+        rows=rows, totals=recategorize(concat_tables([p.totals for p in live], _TOTAL_SCHEMA), rules),
         agents=concat_with_extras(agents, AGENT_SCHEMA), notes=notes, skipped=found.skipped,
         sources=[s.describe() for s in found.sources], workers=n_jobs)
 

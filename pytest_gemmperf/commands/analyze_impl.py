@@ -27,7 +27,7 @@ from pytest_gemmperf.traces.discover import load
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
 from pytest_gemmperf.traces.categories import load_rules
-from pytest_gemmperf.analysis.kernel_stats import kernel_stats
+from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources
 
 
@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
                         sources=reduced.sources)
         # the warm-up was dropped where each source was read; the totals count every dispatch
-        kernels = kernel_table(reduced.slim, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
+        kernels = rows_kernel_table(reduced.rows, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
     summary = build_summary(args, inputs, kernels)
 
     out = Path(args.out) if args.out else None
@@ -143,7 +143,20 @@ def kernel_table(d: pd.DataFrame, *, warmup: int = 0, mixed: bool | None = None)
     by = KEYS
     if d["source"].nunique(dropna=True) > 1 if mixed is None else mixed:
         by = ("source",) + KEYS
-    stats = _restore_keys(kernel_stats(_fill_keys(d), by=by, warmup=warmup))
+    return _ordered(_restore_keys(kernel_stats(_fill_keys(d), by=by, warmup=warmup)), by, d)
+
+
+def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
+    """``kernel_table`` of the table ``rows`` stands for (``analysis/kernel_stats.DurationRows``),
+    warm-up already dropped: the keys' nulls filled on the keys alone."""
+    by = ("source",) + KEYS if mixed else KEYS
+    filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns)
+    return _ordered(_restore_keys(rows_kernel_stats(filled, by=by)), by, rows.keys)
+
+
+def _ordered(stats: pd.DataFrame, by: tuple[str, ...], d: pd.DataFrame) -> pd.DataFrame:
+    """kernels.csv's columns and row order: by ``by`` but the kernel, then total time, largest
+    first."""
     if "category" not in stats.columns:
         cat = d.drop_duplicates("kernel")[["kernel", "category"]]
         stats = stats.merge(cat, on="kernel", how="left")

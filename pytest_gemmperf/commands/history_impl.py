@@ -30,8 +30,7 @@ from pytest_gemmperf.history.values import history_values
 import uuid
 from pytest_gemmperf.store.compare_inputs import load_side
 from pytest_gemmperf.history.changepoints import CHANGE_COLUMNS, detect_changes, recent_regressions
-from pytest_gemmperf.history.changepoints import write_changes_csv
-from pytest_gemmperf.pytest_glue.history import format_changes
+from pytest_gemmperf.history.changepoints import format_changes, write_changes_csv
 from pytest_gemmperf.report.history_page import write_history_reports
 
 

@@ -16,9 +16,10 @@ import argparse
 
 from pytest_gemmperf.commands.argtypes import int_at_least
 from pytest_gemmperf.commands.helpfmt import command_description
-from pytest_gemmperf.config import add_cli_option, parse_threshold
+from pytest_gemmperf.config import add_cli_option, default, parse_threshold
 
-DEFAULT_MAX = 16
+#: the cap pytest's --gemmperf-max-repeats starts from (config.SETTINGS), here in processes
+DEFAULT_MAX = default("max_repeats")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -37,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--power", type=_fraction, default=0.8, metavar="P",
                    help="probability of a regression verdict asked for (default 0.8)")
     p.add_argument("--max-repeats", type=int_at_least(2), default=DEFAULT_MAX, metavar="N",
-                   help=f"largest count considered, processes per side (default {DEFAULT_MAX})")
+                   help="largest count considered, in processes per side (a process: one rank of "
+                        "one repeat; pytest's --gemmperf-max-repeats counts repeats per point)")
     p.set_defaults(func=run)
     return p
 

@@ -92,7 +92,7 @@ def _render(test_id: str, hw_key: str, p) -> str:
             cats[cat].append(r)
         order = (cat, n.metric != "dur_ns", r.needed if r.needed is not None else math.inf, label)
         rows.append((order, (label, cat, _num(n.dispatches, "{:.0f}"), _num(100 * n.sd, "{:.2f}"),
-                             _df(n), _num(100 * math.expm1(n.ci_half), "{:.2f}"), _need(r.needed, p))))
+                             _df(n, p), _num(100 * math.expm1(n.ci_half), "{:.2f}"), _need(r.needed, p))))
     table = [HEADER] + [cells for _, cells in sorted(rows, key=lambda x: x[0])]
     table = [tuple(printable(c) for c in row) for row in table]
     width = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
@@ -123,11 +123,14 @@ def _num(x: float, spec: str) -> str:
     return spec.format(x) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
 
 
-def _df(n) -> str:
+def _df(n, p) -> str:
+    """The df the prior and the history add at the recorded count: the prior's as the gate
+    bounds it there (``prior_df_cap`` times the processes' own df)."""
     if n.metric != "dur_ns":
         return "-"
-    prior = "inf" if not math.isfinite(n.prior_df) else f"{n.prior_df:.1f}"
-    return f"{prior}+{n.history_df:.0f}"
+    cap = p.decision.prior_df_cap
+    prior = n.prior_df if cap is None else min(n.prior_df, cap * (2 * n.processes - 2 + n.history_df))
+    return f"{'inf' if not math.isfinite(prior) else f'{prior:.1f}'}+{n.history_df:.0f}"
 
 
 def _need(needed: int | None, p) -> str:

@@ -101,14 +101,17 @@ def _pooled_var(zb: np.ndarray, zc: np.ndarray) -> tuple[np.ndarray, np.ndarray,
 
 
 def _moderated(diff, s2, df, nb, nc, covariate, moderate: bool, level: float, floor=None,
-               prior: str = "robust", max_d0: float | None = None):
+               prior: str = "robust", max_d0: float | None = None, prior_out: dict | None = None):
     """Moderated t per kernel; returns (se, total df, p, prior df summary, moderated variance).
 
-    ``max_d0``: an upper bound on the robust prior's df (``GateConfig.prior_df_cap``)."""
+    ``max_d0``: an upper bound on the robust prior's df (``GateConfig.prior_df_cap``);
+    ``prior_out``: receives the prior's location per kernel (``s0_2``)."""
     if not moderate:
         d0, d0_k, s0_2 = 0.0, np.zeros(len(s2)), np.full(len(s2), np.nan)
     else:
         d0, d0_k, s0_2 = _variance_prior(s2, df, covariate, prior, max_d0)
+    if prior_out is not None:
+        prior_out["s0_2"] = np.broadcast_to(np.asarray(s0_2, float), np.shape(s2))
     s2m = stats.moderate_variance(s2, df, d0_k, s0_2)
     if floor is not None:
         s2m = np.where(np.isfinite(floor), np.fmax(s2m, floor), s2m)
@@ -318,9 +321,10 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
                            kernels=kernels, log_dur=_nanmedian_rows(y))
     s2_fit = np.where(testable, s2, np.nan)
     rel = diff - shift
+    prior_out: dict = {}
     se_rel, df_rel, p_rel, d0, s2m = _moderated(rel, s2_fit, np.where(testable, df, 0.0), nb, nc,
                                                 cov, cfg.moderate, cfg.level, floor=floor, prior=cfg.prior,
-                                                max_d0=_prior_df_cap(df, testable, cfg))
+                                                max_d0=_prior_df_cap(df, testable, cfg), prior_out=prior_out)
     var_q = _resolution_var(b, c, kernels)
     if np.any(var_q > 0):
         se_rel = np.sqrt(se_rel ** 2 + var_q)
@@ -373,6 +377,11 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
             # by_rel): assign_verdicts sizes it against the threshold with this interval
             row.update(by_rel=bool(by_rel[i]), rel_ratio=math.exp(rel[i]), rel_ci_low=math.exp(rel[i] - half_rel[i]),
                        rel_ci_high=math.exp(rel[i] + half_rel[i]), df_rel=float(df_rel[i]))
+            # the parts of that interval's variance, for gate/power.py to redo it at another
+            # count: the kernel's own between-process variance (on df, history pooled), the
+            # prior's location, the sampling floor (NaN: none) and the timer's term
+            row.update(own_var=float(s2[i]), prior_var=float(prior_out["s0_2"][i]), floor_var=float(floor[i]),
+                       resolution_var=float(var_q[i]))
         rows.append(row)
     if n_shared:
         t_q = stats.t_quantile(cfg.level, np.array([df_o], float))[0]

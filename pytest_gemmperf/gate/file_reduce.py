@@ -27,9 +27,10 @@ the parent from small per-source facts:
 
 Kernel statistics: per (point, rank, kernel) groups do span sources (ranks without a rank
 number, repeated runs), and exact quantiles cannot be merged from per-source summaries; workers
-drop the warm-up (per process, so per source) and return the slim columns the statistics need
-(keys, ``kernel``, ``category``, ``dur_ns``: ~30 bytes per dispatch instead of the full table),
-and the parent computes the statistics once over them, in input order.
+drop the warm-up (per process, so per source) and return what the statistics need as duration
+rows (``analysis/kernel_stats.DurationRows``: each distinct key once, and per dispatch its key's
+index and its duration, packed: a few bytes instead of the full table's row), and the parent
+computes the statistics once over them, in input order.
 
 Check, not assumption: when some unit appears in two sources (e.g. a rocprofv3 output dir
 copied twice), the reduction would not be the serial one, so the full tables are loaded
@@ -48,18 +49,20 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.analysis.kernel_stats import drop_warmup, kernel_stats
+from pytest_gemmperf.analysis.kernel_stats import (DurationRows, concat_rows, drop_warmup, duration_rows,
+                                                   kernel_stats, rows_kernel_stats)
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import samples as S
 from pytest_gemmperf.traces import kinds
-from pytest_gemmperf.traces.discover import (concat_with_extras, discover_all, load, merge_notes, no_dispatches,
-                                             read_attached)
+from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, load, no_dispatches
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
-from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
+from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA
 from pytest_gemmperf.traces.skipped import SkippedInput
 
 STAT_KEYS = ("source", "point", "rank", "kernel")
 _SLIM = (*STAT_KEYS, "category", "dur_ns")
+_SLIM_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in _SLIM}
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,9 @@ class _Options:
 class _Partial:
     """One source's reduction (picklable; a few KB to a few MB)."""
 
-    read_notes: list[str]
-    attach_notes: list[str]
-    read: bool = False                      # the reader returned a Trace (not None)
-    meta_notes: list[str] = field(default_factory=list)
-    n_dispatches: int = 0
+    head: SourceRead
     samples: S.Reduced | None = None        # the gate's rows of this source (None: no dispatches)
-    slim: pd.DataFrame | None = None
-    agents: pd.DataFrame | None = None     # the source's agents table (a few rows)
+    rows: DurationRows | None = None        # the statistics' keys and durations past the warm-up
 
 
 @dataclass
@@ -107,21 +105,12 @@ class GateInputs:
 def reduce_source(src, opts: _Options) -> _Partial:
     """Read one source and reduce it (runs in a worker process)."""
 
-    t, read_notes, attach_notes = read_attached(src, opts.point)
-    out = _Partial(read_notes=read_notes, attach_notes=attach_notes)
-    if t is None:
+    head, d = read_for_reduction(src, opts.point)
+    out = _Partial(head)
+    if d is None:
         return out
-    out.read = True
-    out.meta_notes = list(t.meta.get("notes", []))
-    out.n_dispatches = len(t.dispatches)
-    out.agents = t.agents if t.agents is not None and len(t.agents) else None
-    if len(t.dispatches) == 0:
-        return out
-    d = t.dispatches.reset_index(drop=True)
-    del t  # the full table is this worker's peak; drop the Trace's other references to it
     if opts.stats:
-        slim = drop_warmup(d, opts.warmup)
-        out.slim = slim[[c for c in _SLIM if c in slim.columns]]
+        out.rows = duration_rows(drop_warmup(d, opts.warmup), _SLIM[:-1])
     out.samples = S.reduce_table(S.gate_table(d), kernels=opts.kernels, warmup=opts.warmup,
                                  compact=opts.compact, path=opts.path, gather=True)
     return out
@@ -152,9 +141,9 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     parts = map_ordered(functools.partial(reduce_source, opts=opts), unique, n_jobs)
     t2 = time.perf_counter()
     for part in parts:
-        merge_notes(notes, part.meta_notes if part.read else None, part.read_notes, part.attach_notes)
+        part.head.merge_notes(notes)
     described = [s.describe() for s in sources]
-    n = sum(p.n_dispatches for p in parts)
+    n = sum(p.head.n_dispatches for p in parts)
     if n == 0:
         raise no_dispatches(found)
     live = [p for p in parts if p.samples is not None]
@@ -168,7 +157,7 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
                "workers": n_jobs}
 
-    agents = [p.agents for p in parts if p.agents is not None]
+    agents = [p.head.agents for p in parts if p.head.agents is not None]
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
                       skipped=found.skipped, sources=described, n_dispatches=n, reduced=True, timings=timings,
                       agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None)
@@ -194,9 +183,9 @@ def _stats_by(slim: pd.DataFrame) -> tuple[str, ...]:
 
 def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, ...]]:
 
-    slim = concat_tables([p.slim for p in live], {c: DISPATCH_SCHEMA[c] for c in _SLIM if c in DISPATCH_SCHEMA})
-    by = _stats_by(slim)
-    return kernel_stats(slim, by=by, warmup=0), by
+    rows = concat_rows([p.rows for p in live], _SLIM_SCHEMA)
+    by = _stats_by(rows.keys)  # the keys hold each value the rows do
+    return rows_kernel_stats(rows, by=by), by
 
 
 def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats) -> GateInputs:

@@ -14,12 +14,16 @@ with ``n`` processes per side:
   BH then rejects it iff ``p <= q/m``; more real changes only make it easier), on the test
   that carries a single kernel's change (its change relative to the movement shared by all
   kernels, in the ``(1 - shared_alpha) q`` family of the hierarchical rule);
-  the test divides the change by the moderated variance the gate would have at ``n``: the
-  prior's share (whose df the gate bounds by the comparison's own, ``prior_df_cap``) and the
-  own share, a chi-square on ``2n - 2`` (+ history) df;
+  the test divides the change by the variance the gate will estimate at ``n``, rebuilt from
+  its parts on the record's kernel row: the prior's location (whose df the gate bounds by the
+  comparison's own, ``prior_df_cap``) and the kernel's own variance, a chi-square on
+  ``2n - 2`` (+ history) df, moderated, then floored by the median's sampling variance, plus
+  the timer's term, which no count averages away (the record's self-comparison counts its
+  processes twice; :func:`_variance_parts` says how that is undone);
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
   per-process factors, on its Welch df, unless the variance history sizes it by the relative
-  change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``.
+  change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``;
+  a change that grows the median by no more than ``abs_floor_ns`` has no power.
 
 Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
 (the variance estimates and the shared movement integrated on quantile grids; the change itself
@@ -76,6 +80,18 @@ class RowNoise:
     ci_half: float = math.nan
     #: median dispatches per process (NaN for a per-process total)
     dispatches: float = math.nan
+    #: the baseline's median duration (ns): a regression must grow it by more than
+    #: ``abs_floor_ns`` (NaN: not a duration)
+    median_ns: float = math.nan
+    #: per-process sd of the prior's location for this kernel (NaN: ``sd``)
+    prior_sd: float = math.nan
+    #: the kernel's own per-process sd: the record's variance shrunk towards the prior as the
+    #: gate would shrink it on the record's real df (NaN: ``sd``)
+    own_sd: float = math.nan
+    #: per-process sd the gate never goes below: the median's sampling floor (NaN: none)
+    floor_sd: float = math.nan
+    #: variance (log scale) the timer's resolution adds to the change at any count
+    resolution_var: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,8 @@ class Decision:
     #: the prior's df is at most this many times the comparison's own df
     #: (``GateConfig.prior_df_cap``; None: no bound)
     prior_df_cap: float | None = None
+    #: a regression of a duration must grow its median by more than this (ns)
+    abs_floor_ns: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -171,14 +189,17 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
             if m == DUR:
                 rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg))
             elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
-                rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half))
+                rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half,
+                                     median_ns=float(r.base_median_ns)))
     return rows, int(family.sum())
 
 
 def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: float, dispatches: float,
                   cfg: GateConfig) -> RowNoise:
     """A kernel row of the self-comparison: the relative test's standard error gives the
-    kernel's per-process sd, its df the prior's share (the history's is in the row)."""
+    kernel's per-process sd as the gate reads it, its df the prior's share (the history's is in
+    the row), and the parts of its variance (:func:`_variance_parts`) the variance the gate
+    will use at another count."""
     df_rel = float(getattr(r, "df_rel", np.nan))
     hist = float(getattr(r, "history_df", 0.0) or 0.0)
     rel_hi = float(getattr(r, "rel_ci_high", np.nan))
@@ -187,10 +208,62 @@ def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: fl
         se_rel = math.log(rel_hi / float(r.rel_ratio)) / t_q
         sd = se_rel / math.sqrt(2.0 / n)
     else:  # no relative test (too few kernels for a shared factor): the total is the row's change
-        sd, shared_sd = float(r.unit_sd_log), 0.0
+        return RowNoise(point, kernel, DUR, n, float(r.unit_sd_log), 0.0, math.inf, hist, half, dispatches,
+                        float(r.base_median_ns))
     own = 2.0 * n - 2.0
     prior = max(df_rel - own - hist, 0.0) if np.isfinite(df_rel) else math.inf
-    return RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches)
+    noise = RowNoise(point, kernel, DUR, n, sd, shared_sd, prior, hist, half, dispatches, float(r.base_median_ns))
+    return _variance_parts(noise, r, cfg)
+
+
+def _variance_parts(noise: RowNoise, r, cfg: GateConfig) -> RowNoise:
+    """``noise`` with the parts of the gate's variance, as they will be at any count.
+
+    The self-comparison counts each of the record's ``n`` processes twice: its variances sit
+    on ``2n - 2`` df (+ history) where they have ``n - 1``. The prior fitted to them is the
+    one of the wrong df: the spread of the kernels' variances that the real df's chi-square
+    explains is read as the prior's own (its df too small), and their median is matched to
+    the wrong distribution (its location too small). Both are undone here by the same
+    quantile matching the fit uses (:func:`_undoubled`); the kernel's own variance is then
+    shrunk towards that prior on the real df, with the gate's bound on the prior's df."""
+    own_var = float(getattr(r, "own_var", np.nan))
+    prior_var = float(getattr(r, "prior_var", np.nan))
+    fit_df = float(getattr(r, "prior_df", np.nan))
+    if not (np.isfinite(own_var) and np.isfinite(prior_var) and prior_var > 0 and np.isfinite(noise.prior_df)
+            and fit_df > 0):
+        return noise
+    n, hist = noise.processes, noise.history_df
+    df_rec, df_real = 2.0 * n - 2.0 + hist, n - 1.0 + hist
+    cap = cfg.prior_df_cap if cfg.moderate else None
+    if cap is not None and fit_df >= 0.999 * cap * df_rec:
+        # the record's prior df was at the gate's bound: the fit's own lies above it
+        d0, factor = math.inf, _undoubled(fit_df, df_rec, df_real)[1]
+    else:
+        d0, factor = _undoubled(fit_df, df_rec, df_real)
+    # a kernel the robust prior treats as an outlier keeps its share of the prior's df
+    share = min(noise.prior_df / fit_df, 1.0) if np.isfinite(fit_df) else 1.0
+    d0_k = d0 if share >= 1.0 else (d0 * share if np.isfinite(d0) else 50.0 * share)
+    s0_2 = prior_var * factor
+    d0_post = min(d0_k, cap * df_real) if cap is not None else d0_k
+    own = s0_2 if math.isinf(d0_post) else (d0_post * s0_2 + df_real * own_var) / (d0_post + df_real)
+    floor = float(getattr(r, "floor_var", np.nan))
+    res = float(getattr(r, "resolution_var", 0.0))
+    return dataclasses.replace(noise, prior_df=d0_k, prior_sd=math.sqrt(s0_2), own_sd=math.sqrt(own),
+                               floor_sd=math.sqrt(floor) if np.isfinite(floor) and floor > 0 else math.nan,
+                               resolution_var=res if np.isfinite(res) and res > 0 else 0.0)
+
+
+def _undoubled(d0: float, df_rec: float, df_real: float) -> tuple[float, float]:
+    """(prior df, factor on the prior's location) of the prior that the fit of
+    ``stats.fit_f_dist_robust`` gives to variances on ``df_real`` df when it took them to have
+    ``df_rec``: the df whose ``log F(df_real, d0)`` has the interquartile range the fit matched
+    to ``log F(df_rec, d0_rec)``, the location moved by the two distributions' medians."""
+    if not d0 > 0 or df_rec == df_real:
+        return d0, 1.0
+    lo, mid, hi = stats._log_f_quantiles(np.array([0.25, 0.5, 0.75]), df_rec, d0)
+    d_real = stats._d0_from_iqr(float(hi - lo), df_real)
+    (mid_real,) = stats._log_f_quantiles(np.array([0.5]), df_real, d_real)
+    return d_real, math.exp(float(mid - mid_real))
 
 
 def _dispatches(samples: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -220,7 +293,7 @@ def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
         share = 0.5
     return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
                     threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative,
-                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None)
+                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None, abs_floor_ns=float(cfg.abs_floor_ns))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,10 +341,15 @@ def normal_approximation(sd: float, effect: float, rule: Decision, target: float
 
 def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
     sd = np.array([r.sd for r in noise], float)
+    sd = np.where(np.isfinite(sd) & (sd > 0), sd, np.nan)
     hist = np.array([r.history_df for r in noise], float)
-    return {"sd": np.where(np.isfinite(sd) & (sd > 0), sd, np.nan),
+    part = lambda name: np.array([getattr(r, name) for r in noise], float)  # noqa: E731
+    return {"sd": sd, "prior_sd": np.where(np.isfinite(part("prior_sd")), part("prior_sd"), sd),
+            "own_sd": np.where(np.isfinite(part("own_sd")), part("own_sd"), sd),
+            "floor": np.nan_to_num(part("floor_sd")) ** 2, "res": np.nan_to_num(part("resolution_var")),
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
             "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
+            "median_ns": part("median_ns"),
             "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
 
 
@@ -287,17 +365,21 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     if rule.prior_df_cap is not None:         # the gate bounds the prior's df by the own df
         d0 = np.fmin(d0, rule.prior_df_cap * f)
     f1 = f + d0                               # the test's df
-    sr = a["sd"] * scale                      # sd of the kernel's (relative) change
+    # the kernel's true per-process variance: its own, never below the median's sampling floor
+    true_var = np.fmax(a["own_sd"] ** 2, a["floor"])
+    sr = np.sqrt(true_var) * scale           # sd of the kernel's (relative) change
     ss = a["shared"] * scale                  # sd of the sides' mean shared factor
     has_shared = (ss > 0) & ~a["by_rel"]      # sized by the total: the shared part counts
     c1 = _t_isf(rule.alpha / 2, f1)
     k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
     col = (slice(None), None, None, None)
-    # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the prior's share fixed (fitted on
-    # every kernel of the comparison), the own share a chi-square draw on f df
+    # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the prior's location fixed (fitted
+    # on every kernel of the comparison), the own share a chi-square draw on f df around the
+    # kernel's variance; then the gate's floor and the timer's term (which no count averages)
     w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[col]
     chi = _chi_scale(f[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
-    var_rel = sr[col] ** 2 * (w + (1 - w) * chi)
+    moderated = w * a["prior_sd"][col] ** 2 + (1 - w) * a["own_sd"][col] ** 2 * chi
+    var_rel = np.fmax(moderated, a["floor"][col]) * scale ** 2 + a["res"][col]
     q2 = _chi_scale(np.array([own_df]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
     z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
     var_shift = np.where(has_shared[col], (ss[col] * q2) ** 2, 0.0)
@@ -312,7 +394,17 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     need_size = np.fmax(t_lv * se_size, math.log1p(rule.threshold) + t_th * se_size) - shift
     with np.errstate(invalid="ignore", divide="ignore"):
         p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
-    return np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+    p = np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+    # the gate's absolute floor: a change that grows the median by no more than it is never a
+    # regression, whatever the count (the row cannot be gated at this change)
+    return np.where(below_floor(a["median_ns"], d, rule), 0.0, p)
+
+
+def below_floor(median_ns: np.ndarray | float, d: float, rule: Decision) -> np.ndarray:
+    """Whether a slowdown of ``d`` (log) grows a median of ``median_ns`` by no more than the
+    gate's ``abs_floor_ns``."""
+    with np.errstate(invalid="ignore"):
+        return (rule.abs_floor_ns > 0) & (np.asarray(median_ns, float) * math.expm1(d) <= rule.abs_floor_ns)
 
 
 def _midpoints(k: int) -> np.ndarray:

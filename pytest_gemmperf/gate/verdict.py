@@ -99,29 +99,11 @@ def shorten_kernel(name: str, width: int = 48) -> str:
     return name[:head] + "..." + name[-tail:] if tail > 0 else name[: width - 3] + "..."
 
 
-#: What a printed "median" is: :func:`per_process_medians` ("per_process") is the one
-#: ``verdicts.csv``, the reports and ``baseline show`` / ``baseline diff`` print.
-MEDIAN_KINDS = {
-    "all": "median of all dispatches (all processes pooled)",
-    "per_process": "median over processes of each process's median dispatch",
-}
-
-def median_label(kind: str = "per_process", warmup: int | None = None) -> str:
-    """One phrase naming a printed median (:data:`MEDIAN_KINDS`), with the warm-up dropped
-    before it ("after the first N dispatches of each kernel and process") when known."""
-    if kind not in MEDIAN_KINDS:
-        raise ValueError(f"median kind must be one of {', '.join(MEDIAN_KINDS)}, not {kind!r}")
-    text = MEDIAN_KINDS[kind]
-    if warmup:
-        text += f", after the first {int(warmup)} dispatch(es) of each kernel and process (warm-up)"
-    return text
-
-
 def per_process_medians(samples: pd.DataFrame) -> pd.Series:
     """The median ``gemmperf compare`` and the verdict tables print (``base_median_ns`` /
-    ``cand_median_ns``, :data:`MEDIAN_KINDS` "per_process"): per (point, kernel, metric) the
-    median over units of each unit's median value. ``baseline show`` / ``diff`` use it where
-    they mean the same number. Index (point, kernel, metric), as strings."""
+    ``cand_median_ns``): per (point, kernel, metric) the median over units of each unit's
+    median value. ``baseline show`` / ``diff`` use it where they mean the same number. Index
+    (point, kernel, metric), as strings."""
     keys = ["point", "kernel", "metric"]
     d = samples[keys + ["unit", "value"]]
     dur = M.per_dispatch(d["metric"].astype(str))

@@ -43,6 +43,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.stats import bh_qvalues, t_pvalue, t_quantile
 from pytest_gemmperf.safe_io import write_csv
+from pytest_gemmperf.textsafe import printable
 
 CHANGE_COLUMNS = ("test", "point", "kernel", "metric", "run_before", "run_after", "time_after",
                   "commit_after", "ratio", "ci_low", "ci_high", "q_value", "direction")
@@ -437,3 +439,27 @@ def write_changes_csv(changes: pd.DataFrame, path: str | os.PathLike) -> Path:
         out["time_after"] = pd.to_datetime(out["time_after"], utc=True).dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     cols = [c for c in CHANGE_COLUMNS + EXTRA_COLUMNS if c in out.columns]
     return write_csv(out[cols + [c for c in out.columns if c not in cols]], path)
+
+
+def format_changes(rows: pd.DataFrame, max_rows: int = 30) -> str:
+    """One line per change point: where, how much (after/before, CI, q), between which runs
+    and at which commit."""
+    lines = []
+    for r in rows.head(max_rows).itertuples(index=False):
+        commit = f" commit {str(r.commit_after)[:12]}" if isinstance(r.commit_after, str) and r.commit_after else ""
+        kernel = printable(r.kernel)  # trace text: escaped before it is cut to the column
+        kernel = kernel if len(kernel) <= 60 else kernel[:57] + "..."
+        lines.append(f"  {printable(r.test)}[{printable(r.point)}] {kernel} {printable(r.metric)}: x{_fmt(r.ratio)} "
+                     f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] q={_fmt(r.q_value)} "
+                     f"between runs {r.run_before} -> {r.run_after}{commit}")
+    if len(rows) > max_rows:
+        lines.append(f"  ... {len(rows) - max_rows} more")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    return f"{x:.4g}" if x == x and abs(x) != float("inf") else "-"

@@ -24,7 +24,7 @@ import pandas as pd
 
 from pytest_gemmperf.config import HISTORY_OFF
 from pytest_gemmperf.errors import GemmperfInputError, output_error
-from pytest_gemmperf.textsafe import printable, printable_lines
+from pytest_gemmperf.textsafe import printable_lines
 from pytest_gemmperf.workdir import make_tool_dir
 from pytest_gemmperf.history.store import HistoryStore, RunInfo
 from pytest_gemmperf.history.values import history_values
@@ -135,7 +135,7 @@ def creep_text(store, test: str, point: str, hw_key: str, window: int) -> str:
     among the last ``window`` runs, as a failure message naming the runs; empty when none."""
     try:
         # lazy: only --gemmperf-history-check needs change detection (scipy); a missing one is a one-line failure
-        from pytest_gemmperf.history.changepoints import detect_changes, recent_regressions
+        from pytest_gemmperf.history.changepoints import detect_changes, format_changes, recent_regressions
     except ImportError:
         raise _fail("gemmperf: --gemmperf-history-check: change detection unavailable "
                     "(pytest_gemmperf.history.changepoints is not installed)") from None
@@ -160,30 +160,6 @@ def fail_on_creep(text: str, *, warn_only: bool) -> None:
         print(printable_lines(text + " [--gemmperf-warn-only: not failing]"), file=sys.stderr)
         return
     raise _fail(text)
-
-
-def format_changes(rows: pd.DataFrame, max_rows: int = 30) -> str:
-    """One line per change point: where, how much (after/before, CI, q), between which runs
-    and at which commit."""
-    lines = []
-    for r in rows.head(max_rows).itertuples(index=False):
-        commit = f" commit {str(r.commit_after)[:12]}" if isinstance(r.commit_after, str) and r.commit_after else ""
-        kernel = printable(r.kernel)  # trace text: escaped before it is cut to the column
-        kernel = kernel if len(kernel) <= 60 else kernel[:57] + "..."
-        lines.append(f"  {printable(r.test)}[{printable(r.point)}] {kernel} {printable(r.metric)}: x{_fmt(r.ratio)} "
-                     f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] q={_fmt(r.q_value)} "
-                     f"between runs {r.run_before} -> {r.run_after}{commit}")
-    if len(rows) > max_rows:
-        lines.append(f"  ... {len(rows) - max_rows} more")
-    return "\n".join(lines)
-
-
-def _fmt(v: Any) -> str:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return "-"
-    return f"{x:.4g}" if x == x and abs(x) != float("inf") else "-"
 
 
 def _fail(message: str):

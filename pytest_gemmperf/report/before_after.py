@@ -28,10 +28,9 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig
 from pytest_gemmperf.store.results import results_samples
-from pytest_gemmperf.gate.headline import SEVERITY
+from pytest_gemmperf.gate.headline import notable
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
 from pytest_gemmperf.gate.stats import group_median_mad
-from pytest_gemmperf.gate.verdict import UNCHANGED
 from pytest_gemmperf.safe_io import write_parquet
 from pytest_gemmperf.traces.fileio import read_json_object
 
@@ -102,33 +101,18 @@ def _text(x: Any) -> str:
     return str(x)
 
 
-def _distance(ratio: Any) -> float:
-    """How far a row moved, for ordering within a verdict; no ratio sorts last."""
-    try:
-        r = float(ratio)
-    except (TypeError, ValueError):
-        return -1.0
-    if math.isnan(r):
-        return -1.0
-    if r <= 0 or math.isinf(r):
-        return math.inf
-    return abs(math.log(r))
-
-
 def notable_rows(verdicts: pd.DataFrame | None) -> list[dict[str, Any]]:
-    """Every row that is not ``unchanged``: by verdict severity, then by how far it moved."""
+    """Every row that is not ``unchanged``, in the order the headline tables list them
+    (:func:`~pytest_gemmperf.gate.headline.notable`), so a panel follows its table row."""
     if verdicts is None or len(verdicts) == 0:
         return []
-    v = verdicts[verdicts["verdict"].astype(str) != UNCHANGED]
     rows = []
-    for rec in v.to_dict("records"):
+    for rec in notable(verdicts).to_dict("records"):
         row = {k: rec.get(k) for k in ROW_FIELDS}
         for k in ("label", "test", "point", "kernel", "metric", "verdict", "swapped_to", "note"):
             row[k] = _text(row[k])
         rows.append(row)
-    order = sorted(range(len(rows)), key=lambda i: (SEVERITY.get(rows[i]["verdict"], 9),
-                                                    -_distance(rows[i]["ratio"]), i))
-    return [rows[i] for i in order]
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------

@@ -128,7 +128,7 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
     host, pid = host_pid_from_path(path, kind.version)
     dispatches = _finish_dispatches(cols, n, path, host, pid)
 
-    meta: dict[str, Any] = {"format": "rocprofv3-csv", "csv_kind": kind.kind,
+    meta: dict[str, Any] = {"format": SOURCE, "csv_kind": kind.kind,
                             "csv_version": kind.version, "n_cols": kind.n_cols,
                             "truncated_marker": src.truncated_marker, **agent_meta}
     if src.truncated_marker:
@@ -169,7 +169,7 @@ def _read_v1_kernel(path: str, kind: CsvKind) -> Trace:
             cols[canon] = _int_col(col)
     _reject_negative(src, cols["start_ns"], cols["end_ns"], cols.get("dispatch_id"))
     dispatches = _finish_dispatches(cols, n, path, None, None)
-    meta = {"format": "rocprof-v1-csv", "legacy": "rocprof-v1", "csv_kind": kind.kind,
+    meta = {"format": SOURCE, "legacy": "rocprof-v1", "csv_kind": kind.kind,
             "csv_version": kind.version, "n_cols": kind.n_cols,
             "truncated_marker": src.truncated_marker, "agent_numbering": "gpu-id (rocprof v1)"}
     return Trace(dispatches=dispatches, files=[path], meta=meta)

@@ -41,7 +41,7 @@ import os
 import pandas as pd
 import pyarrow as pa
 
-from pytest_gemmperf.traces.csv_columns import host_pid_from_path, parse_agent_label
+from pytest_gemmperf.traces.csv_columns import SOURCE, host_pid_from_path, parse_agent_label
 from pytest_gemmperf.traces.csv_kernel_trace import read_kernel_trace_csv
 from pytest_gemmperf.traces.csv_layouts import CsvKind, detect_csv
 from pytest_gemmperf.traces.csv_parse import _prepare_source, _read_typed
@@ -93,7 +93,7 @@ def read_rocprof_csv(path: str | os.PathLike) -> Trace:
     """
     path = os.fspath(path)
     kind = detect_csv(path)
-    base = {"format": "rocprofv3-csv", "csv_kind": kind.kind, "csv_version": kind.version,
+    base = {"format": SOURCE, "csv_kind": kind.kind, "csv_version": kind.version,
             "n_cols": kind.n_cols}
     if kind.extra:
         base["notes"] = kind.notes(path)

@@ -23,7 +23,6 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categorical import map_categories  # noqa: F401 - re-exported
 from pytest_gemmperf.traces.categories import categorize
-from pandas.api.types import union_categoricals
 
 
 class NoDispatches(GemmperfInputError):
@@ -372,8 +371,8 @@ def validate_dispatches(df: pd.DataFrame, path: str | None = None) -> None:
 
 
 def _string_categorical(s: pd.Series) -> pd.Categorical:
-    """A categorical with string categories (all-null or numeric categories would make
-    ``union_categoricals`` refuse to combine)."""
+    """A categorical with string categories (numeric categories become their text), so that
+    every frame's column combines with the others'."""
     if not isinstance(s.dtype, pd.CategoricalDtype):
         s = s.astype("object").where(s.notna(), None).astype(STR)
     cats = s.cat.categories
@@ -382,6 +381,47 @@ def _string_categorical(s: pd.Series) -> pd.Categorical:
             return pd.Categorical.from_codes(np.full(len(s), -1), categories=pd.Index([], dtype=object))
         return pd.Categorical.from_codes(s.cat.codes.to_numpy(), categories=pd.Index(cats.astype(str), dtype=object))
     return pd.Categorical.from_codes(s.cat.codes.to_numpy(), categories=pd.Index([str(c) for c in cats], dtype=object))
+
+
+def _union_categorical(columns: list[pd.Series | int]) -> pd.Categorical:
+    """``union_categoricals(ignore_order=True)`` of the columns as string categoricals (an int:
+    that many missing values), each column's codes recoded by one lookup: a table of many small
+    frames (one per trace file) would otherwise pay pandas' per-frame recoding for every
+    column. The categories are the ones pandas gives: the first column's when every column has
+    the same set, else the union in order of first appearance, as ``Index.append().unique()``
+    types it."""
+    index: dict[str, int] = {}
+    codes: list[np.ndarray] = []
+    names: list[list[str]] = []
+    for col in columns:
+        if isinstance(col, int):
+            codes.append(np.full(col, -1, dtype=np.int64))
+            names.append([])
+            continue
+        cat = col.array if isinstance(col.dtype, pd.CategoricalDtype) else _string_categorical(col)
+        own = [str(v) for v in cat.categories.tolist()]
+        lut = np.array([index.setdefault(v, len(index)) for v in own], dtype=np.int64)
+        c = np.asarray(cat.codes, dtype=np.int64)
+        codes.append(np.where(c >= 0, lut[np.maximum(c, 0)], -1) if len(lut) else np.full(len(c), -1))
+        names.append(own)
+    first = pd.Index(names[0], dtype=object)
+    if all(len(n) == len(first) and set(n) == set(names[0]) for n in names[1:]):
+        categories = first
+    else:
+        categories = first.append([pd.Index(n, dtype=object) for n in names[1:]]).unique()
+    return pd.Categorical.from_codes(np.concatenate(codes), dtype=pd.CategoricalDtype(categories, ordered=False))
+
+
+def _concat_columns(parts: list[pd.Series]) -> pd.Series:
+    """``pd.concat(parts, ignore_index=True)``: a new index, the values in order; columns of
+    one dtype joined as arrays, without ``pd.concat``'s per-frame steps (many small frames)."""
+    first = parts[0].dtype
+    if not all(p.dtype == first for p in parts[1:]):
+        return pd.concat(parts, ignore_index=True)
+    if isinstance(first, np.dtype):
+        return pd.Series(np.concatenate([p.to_numpy() for p in parts]), dtype=first)
+    arrays = [p.array for p in parts]
+    return pd.Series(type(arrays[0])._concat_same_type(arrays))
 
 
 def concat_tables(frames: Iterable[pd.DataFrame], schema: dict[str, str]) -> pd.DataFrame:
@@ -400,19 +440,17 @@ def concat_tables(frames: Iterable[pd.DataFrame], schema: dict[str, str]) -> pd.
         cols.extend(c for c in f.columns if c not in cols)
     out: dict[str, Any] = {}
     for c in cols:
+        present = [f[c] if c in f.columns else None for f in frames]
         is_cat = schema.get(c) == STR or any(
-            c in f.columns and isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)
+            s is not None and isinstance(s.dtype, pd.CategoricalDtype) for s in present)
         if is_cat:
-            parts = [_string_categorical(f[c]) if c in f.columns
-                     else pd.Categorical.from_codes(np.full(len(f), -1), categories=pd.Index([], dtype=object))
-                     for f in frames]
-            out[c] = pd.Series(union_categoricals(parts, ignore_order=True))
+            out[c] = pd.Series(_union_categorical([len(f) if s is None else s for f, s in zip(frames, present)]))
         else:
             dtype = schema.get(c)
-            parts = [f[c].reset_index(drop=True) if c in f.columns
+            parts = [s if s is not None
                      else pd.Series([pd.NA] * len(f), dtype=dtype if dtype in (INT, None) and dtype else "object")
-                     for f in frames]
-            out[c] = pd.concat(parts, ignore_index=True)
+                     for f, s in zip(frames, present)]
+            out[c] = _concat_columns(parts)
     return pd.DataFrame(out)
 
 

@@ -152,7 +152,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     out = _order_extra_columns(out)
 
     meta: dict[str, Any] = {
-        "format": "kineto",
+        "format": "torch",  # its kind's name (traces/kinds.py)
         "flavor": flavor,
         "versions": {k: getattr(doc, k) for k in _VERSION_KEYS if getattr(doc, k) is not None},
         "base_time_ns": base_time(doc, path),
@@ -232,7 +232,7 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     out = finalize_dispatches(df, path)
     out["queue_overlap"] = False
     meta: dict[str, Any] = {
-        "format": "kineto", "flavor": "cpu", "cpu_op_dispatches": True, "op_time": "self",
+        "format": "torch", "flavor": "cpu", "cpu_op_dispatches": True, "op_time": "self",
         "distributed": doc.distributedInfo, "rank": rank, "host": host, "pid": pid,
         "base_time_ns": base_time(doc, path), "n_events": len(events),
         "subns_rounded": src.rounded, "notes": src.notes(),
