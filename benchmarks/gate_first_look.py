@@ -24,7 +24,9 @@ target is met. Every row draws from its own seed (scenario, row), so rows run in
 (``--jobs``) and any selection gives the same numbers.
 
 Run: ``python benchmarks/gate_first_look.py [--quick] [--reps-aa 300 --reps-eff 120]
-[--scenarios ...] [--only LABEL,...] [--jobs N]``; the table, its command and date are in
+[--scenarios ...] [--only LABEL,...] [--jobs N] [--shared-alpha A] [--seed-offset K]``
+(``--shared-alpha``: another level for the ``*`` rows; ``--seed-offset``: another set of
+replicates, to check that a choice is not tuned to one); the table, its command and date are in
 ``docs/statistics.md`` ("First look").
 """
 
@@ -130,19 +132,32 @@ def _pool(scenario: str) -> gr.ga.StepPool | None:
     return _POOLS[scenario]
 
 
-def measure(job: tuple[str, int, int, int]) -> Row | None:
-    """The row ``index`` of ``targets(scenario)`` over ``reps`` first looks (None: no real trace)."""
-    scenario, index, reps_aa, reps_eff = job
-    pool = _pool(scenario)
+@dataclass(frozen=True)
+class Job:
+    """One row to measure: the row ``index`` of ``targets(scenario)``, its replicate counts,
+    the gate's ``shared_alpha`` (None: the default) and an offset of the row's seed."""
+
+    scenario: str
+    index: int
+    reps_aa: int
+    reps_eff: int
+    shared_alpha: float | None = None
+    seed_offset: int = 0
+
+
+def measure(job: Job) -> Row | None:
+    """The job's row over its replicates of first looks (None: no real trace)."""
+    pool = _pool(job.scenario)
     if pool is None:
         return None
-    t = targets(scenario)[index]
-    rng = np.random.default_rng([3000 + gr.ga.SCENARIO_SEEDS[scenario], index])
+    t = targets(job.scenario)[job.index]
+    rng = np.random.default_rng([3000 + gr.ga.SCENARIO_SEEDS[job.scenario] + job.seed_offset, job.index])
+    rules = gr.rules_at() if job.shared_alpha is None else gr.rules_at(shared_alpha=job.shared_alpha)
     gemm, top = gr.gemms(pool)
-    n = reps_aa if t.regime.kind == "aa" else reps_eff
+    n = job.reps_aa if t.regime.kind == "aa" else job.reps_eff
     acc: dict[str, list[float]] = {DEFAULT: [], ZERO: []}
     for _ in range(n):
-        out = gr.one_test(pool, rng, t.regime, gemm, top, confirm=False)
+        out = gr.one_test(pool, rng, t.regime, gemm, top, confirm=False, rules=rules)
         for rule in acc:
             acc[rule].append(out[rule][t.measure])
     value = {rule: float(np.mean(v)) for rule, v in acc.items()}
@@ -150,7 +165,7 @@ def measure(job: tuple[str, int, int, int]) -> Row | None:
         judged = np.asarray(max(acc.values(), key=np.mean))
     else:
         judged = np.asarray(acc[t.rule])
-    return Row(scenario, t, n, value, interval(judged, t.at_most))
+    return Row(job.scenario, t, n, value, interval(judged, t.at_most))
 
 
 def table(rows: list[Row]) -> str:
@@ -160,17 +175,18 @@ def table(rows: list[Row]) -> str:
     return "\n".join([fmt(cells[0]), "|" + "|".join("-" * (k + 2) for k in w) + "|"] + [fmt(r) for r in cells[1:]])
 
 
-def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str]) -> list[tuple[str, int, int, int]]:
-    """(scenario, row index, reps) of every selected row, the effect rows and the candidates
-    with other iteration counts first (the slowest rows and the ones most worth seeing early)."""
+def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str], shared_alpha: float | None = None,
+         seed_offset: int = 0) -> list[Job]:
+    """Every selected row, the effect rows and the candidates with other iteration counts
+    first (the slowest rows and the ones most worth seeing early)."""
     out = []
     for name in scenarios:
         for i, t in enumerate(targets(name)):
             if not only or any(o in t.label for o in only):
-                out.append((name, i, reps_aa, reps_eff))
+                out.append(Job(name, i, reps_aa, reps_eff, shared_alpha, seed_offset))
 
-    def later(job: tuple[str, int, int, int]) -> bool:
-        r = targets(job[0])[job[1]].regime
+    def later(job: Job) -> bool:
+        r = targets(job.scenario)[job.index].regime
         return r.kind == "aa" and r.cand_factor == 1.0
 
     return sorted(out, key=later)
@@ -184,18 +200,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default="real-resampled,heavy,bimodal")
     ap.add_argument("--only", default="", help="comma-separated substrings of the row labels to run")
     ap.add_argument("--jobs", type=int, default=1, help="rows measured in parallel (processes)")
+    ap.add_argument("--shared-alpha", type=float, default=None,
+                    help="GateConfig.shared_alpha of both rules (default: the gate's)")
+    ap.add_argument("--seed-offset", type=int, default=0,
+                    help="added to every row's seed: another set of replicates (0: the documented table)")
     args = ap.parse_args(argv)
     if args.quick:
         args.reps_aa, args.reps_eff = 40, 15
     only = [o for o in args.only.split(",") if o]
     scenarios = args.scenarios.split(",")
-    todo = jobs(scenarios, args.reps_aa, args.reps_eff, only)
+    todo = jobs(scenarios, args.reps_aa, args.reps_eff, only, args.shared_alpha, args.seed_offset)
     t0 = time.perf_counter()
     done: dict[tuple[str, int], Row | None] = {}
     with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as ex:
         results = ex.map(measure, todo) if ex is not None else map(measure, todo)
         for job, row in zip(todo, results):
-            done[job[:2]] = row
+            done[job.scenario, job.index] = row
             if row is not None:
                 print(" | ".join(row.cells()), file=sys.stderr, flush=True)
     rows = [done[k] for k in sorted(done, key=lambda k: (scenarios.index(k[0]), k[1])) if done[k] is not None]
