@@ -171,9 +171,11 @@ def swapped_name(name: str) -> str:
 
 
 def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.ndarray, top: int,
-             confirm: bool = True, rules: dict[str, GateConfig] | None = None) -> dict:
+             confirm: bool = True, rules: dict[str, GateConfig] | None = None,
+             stats_out: list[pd.DataFrame] | None = None) -> dict:
     """One simulated test: its measures per rule (``confirm=False``: the first look only;
-    ``rules``: :func:`rules_at` of other knobs, default :data:`RULES`)."""
+    ``rules``: :func:`rules_at` of other knobs, default :data:`RULES`; ``stats_out``: gets the
+    first look's ``compare_stats`` frame appended)."""
     rules = rules or RULES
     names = list(pool.names)
     if r.kind == "swap":
@@ -207,6 +209,8 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
 
     b, c = groups(0, 2)
     st = compare_stats(b, c, rules["default"])
+    if stats_out is not None:
+        stats_out.append(st)
     verdicts = {rule: assign_verdicts(st, cfg) for rule, cfg in rules.items()}
     extra = {}
     reruns: list[pd.DataFrame] = []  # drawn once, shared by both confirmation columns
