@@ -24,9 +24,10 @@ target is met. Every row draws from its own seed (scenario, row), so rows run in
 (``--jobs``) and any selection gives the same numbers.
 
 Run: ``python benchmarks/gate_first_look.py [--quick] [--reps-aa 300 --reps-eff 120]
-[--scenarios ...] [--only LABEL,...] [--jobs N] [--shared-alpha A] [--seed-offset K]``
+[--scenarios ...] [--only LABEL,...] [--jobs N] [--shared-alpha A] [--seed-offset K] [--oracle]``
 (``--shared-alpha``: another level for the ``*`` rows; ``--seed-offset``: another set of
-replicates, to check that a choice is not tuned to one); the table, its command and date are in
+replicates, to check that a choice is not tuned to one; ``--oracle``: the family rows with the
+simulation's true standard errors plugged in, what any valid test could reach); the table, its command and date are in
 ``docs/statistics.md`` ("First look").
 """
 
