@@ -24,7 +24,10 @@ target is met. Every row draws from its own seed (scenario, row), so rows run in
 (``--jobs``) and any selection gives the same numbers.
 
 Run: ``python benchmarks/gate_first_look.py [--quick] [--reps-aa 300 --reps-eff 120]
-[--scenarios ...] [--only LABEL,...] [--jobs N]``; the table, its command and date are in
+[--scenarios ...] [--only LABEL,...] [--jobs N] [--shared-alpha A] [--seed-offset K] [--oracle]``
+(``--shared-alpha``: another level for the ``*`` rows; ``--seed-offset``: another set of
+replicates, to check that a choice is not tuned to one; ``--oracle``: the family rows with the
+simulation's true standard errors plugged in, what any valid test could reach); the table, its command and date are in
 ``docs/statistics.md`` ("First look").
 """
 
@@ -47,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gate_regimes as gr  # noqa: E402
 
 DEFAULT, ZERO = "default", "threshold 0"
+DUR = "dur_ns"  # the duration rows of a compare_stats frame
 
 
 @dataclass(frozen=True)
@@ -130,19 +134,32 @@ def _pool(scenario: str) -> gr.ga.StepPool | None:
     return _POOLS[scenario]
 
 
-def measure(job: tuple[str, int, int, int]) -> Row | None:
-    """The row ``index`` of ``targets(scenario)`` over ``reps`` first looks (None: no real trace)."""
-    scenario, index, reps_aa, reps_eff = job
-    pool = _pool(scenario)
+@dataclass(frozen=True)
+class Job:
+    """One row to measure: the row ``index`` of ``targets(scenario)``, its replicate counts,
+    the gate's ``shared_alpha`` (None: the default) and an offset of the row's seed."""
+
+    scenario: str
+    index: int
+    reps_aa: int
+    reps_eff: int
+    shared_alpha: float | None = None
+    seed_offset: int = 0
+
+
+def measure(job: Job) -> Row | None:
+    """The job's row over its replicates of first looks (None: no real trace)."""
+    pool = _pool(job.scenario)
     if pool is None:
         return None
-    t = targets(scenario)[index]
-    rng = np.random.default_rng([3000 + gr.ga.SCENARIO_SEEDS[scenario], index])
+    t = targets(job.scenario)[job.index]
+    rng = np.random.default_rng([3000 + gr.ga.SCENARIO_SEEDS[job.scenario] + job.seed_offset, job.index])
+    rules = gr.rules_at() if job.shared_alpha is None else gr.rules_at(shared_alpha=job.shared_alpha)
     gemm, top = gr.gemms(pool)
-    n = reps_aa if t.regime.kind == "aa" else reps_eff
+    n = job.reps_aa if t.regime.kind == "aa" else job.reps_eff
     acc: dict[str, list[float]] = {DEFAULT: [], ZERO: []}
     for _ in range(n):
-        out = gr.one_test(pool, rng, t.regime, gemm, top, confirm=False)
+        out = gr.one_test(pool, rng, t.regime, gemm, top, confirm=False, rules=rules)
         for rule in acc:
             acc[rule].append(out[rule][t.measure])
     value = {rule: float(np.mean(v)) for rule, v in acc.items()}
@@ -150,7 +167,76 @@ def measure(job: tuple[str, int, int, int]) -> Row | None:
         judged = np.asarray(max(acc.values(), key=np.mean))
     else:
         judged = np.asarray(acc[t.rule])
-    return Row(scenario, t, n, value, interval(judged, t.at_most))
+    return Row(job.scenario, t, n, value, interval(judged, t.at_most))
+
+
+def _log_se(d, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Log ratio and standard error (from the two-sided ``level`` t interval) of rows ``d``."""
+    t = stats.t.ppf(0.5 + level / 2, d["df_t"].to_numpy(float))
+    lo, hi = np.log(d["ci_low"].to_numpy(float)), np.log(d["ci_high"].to_numpy(float))
+    return np.log(d["ratio"].to_numpy(float)), (hi - lo) / (2 * t)
+
+
+def oracle(job: Job) -> str | None:
+    """A family row's replicates with the simulation's truth plugged in where the gate must
+    estimate it: what any valid test could reach (``--oracle``). The true standard error of an
+    estimate is its spread over the replicates (every GEMM is slowed alike, so each kernel's
+    estimates share one mean). For the ``*`` row: its rejection rate at three levels by the
+    gate's t, by a z test with the true SE, and the power of a t on the same df with the true
+    SE (noncentral t: the best a test that estimates the variance can do); for the GEMM rows:
+    the fraction whose 80 % one-sided bound clears the threshold with the true SE (normal and t
+    on 6 df quantiles) and with the gate's own SE and df (significance aside)."""
+    pool = _pool(job.scenario)
+    t = targets(job.scenario)[job.index]
+    if pool is None or t.regime.kind != "family":
+        return None
+    rng = np.random.default_rng([3000 + gr.ga.SCENARIO_SEEDS[job.scenario] + job.seed_offset, job.index])
+    rules = gr.rules_at() if job.shared_alpha is None else gr.rules_at(shared_alpha=job.shared_alpha)
+    cfg = rules[DEFAULT]
+    gemm, top = gr.gemms(pool)
+    frames: list = []
+    gate = [gr.one_test(pool, rng, t.regime, gemm, top, confirm=False, rules=rules, stats_out=frames)[t.rule][t.measure]
+            for _ in range(job.reps_eff)]
+    star, kern = [], []
+    for i, st in enumerate(frames):
+        d = st[st["metric"] == DUR]
+        s = d[d["kernel"] == "*"]
+        star.append((*[x[0] for x in _log_se(s, cfg.level)], float(s["df_t"].iloc[0]), float(s["p_value"].iloc[0])))
+        k = d[(d["kernel"] != "*") & d["ratio"].notna()]
+        est, se = _log_se(k, cfg.level)
+        kern += list(zip([i] * len(k), k["kernel"].astype(str), est, se, k["df_t"].to_numpy(float)))
+    sh = np.array(star, float)
+    sd_star, df_star = float(np.std(sh[:, 0], ddof=1)), float(np.median(sh[:, 2]))
+    effect = np.log1p(t.regime.effect)
+    lines = [f"{job.scenario} | {t.label} | {job.reps_eff} replicates (seed offset {job.seed_offset}) | "
+             f"gate: {100 * np.mean(gate):.1f} %",
+             f"  '*' row: true SE {100 * sd_star:.3f} %, the gate's (median) {100 * np.median(sh[:, 1]):.3f} % "
+             f"on {df_star:g} df"]
+    for share in (0.5, 0.75, 1.0):
+        a = share * cfg.fdr
+        z = np.mean(np.abs(sh[:, 0]) / sd_star > stats.norm.ppf(1 - a / 2))
+        nct = stats.nct.sf(stats.t.ppf(1 - a / 2, df_star), df_star, effect / sd_star)
+        lines.append(f"    level {a:g}: gate's t {100 * np.mean(sh[:, 3] <= a):.1f} %; t with the true SE "
+                     f"(noncentral t) {100 * nct:.1f} %; z with the true SE {100 * z:.1f} %")
+    rep = np.array([k[0] for k in kern])
+    name = np.array([k[1] for k in kern])
+    est = np.array([k[2] for k in kern])
+    se = np.array([k[3] for k in kern])
+    true_se = np.empty(len(est))
+    for n in np.unique(name):
+        true_se[name == n] = np.std(est[name == n], ddof=1) if (name == n).sum() > 1 else np.nan
+    thr = np.log1p(cfg.threshold)
+    gate_df = np.array([k[4] for k in kern])
+
+    def rows_clear(bound: np.ndarray) -> float:  # mean over replicates of the fraction of rows
+        return float(np.mean([np.mean(bound[rep == i] > thr) for i in np.unique(rep)]))
+
+    lines.append(f"  GEMM rows, 80 % bound > {100 * cfg.threshold:g} %: true SE, normal "
+                 f"{100 * rows_clear(est - stats.norm.ppf(0.8) * true_se):.1f} %, t on 6 df "
+                 f"{100 * rows_clear(est - stats.t.ppf(0.8, 6) * true_se):.1f} %; the gate's SE and df "
+                 f"{100 * rows_clear(est - stats.t.ppf(0.8, gate_df) * se):.1f} %; true SE (median) "
+                 f"{100 * np.nanmedian(true_se):.3f} %, the gate's {100 * np.median(se):.3f} %")
+    return "\n".join(lines)
 
 
 def table(rows: list[Row]) -> str:
@@ -160,17 +246,18 @@ def table(rows: list[Row]) -> str:
     return "\n".join([fmt(cells[0]), "|" + "|".join("-" * (k + 2) for k in w) + "|"] + [fmt(r) for r in cells[1:]])
 
 
-def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str]) -> list[tuple[str, int, int, int]]:
-    """(scenario, row index, reps) of every selected row, the effect rows and the candidates
-    with other iteration counts first (the slowest rows and the ones most worth seeing early)."""
+def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str], shared_alpha: float | None = None,
+         seed_offset: int = 0) -> list[Job]:
+    """Every selected row, the effect rows and the candidates with other iteration counts
+    first (the slowest rows and the ones most worth seeing early)."""
     out = []
     for name in scenarios:
         for i, t in enumerate(targets(name)):
             if not only or any(o in t.label for o in only):
-                out.append((name, i, reps_aa, reps_eff))
+                out.append(Job(name, i, reps_aa, reps_eff, shared_alpha, seed_offset))
 
-    def later(job: tuple[str, int, int, int]) -> bool:
-        r = targets(job[0])[job[1]].regime
+    def later(job: Job) -> bool:
+        r = targets(job.scenario)[job.index].regime
         return r.kind == "aa" and r.cand_factor == 1.0
 
     return sorted(out, key=later)
@@ -184,18 +271,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default="real-resampled,heavy,bimodal")
     ap.add_argument("--only", default="", help="comma-separated substrings of the row labels to run")
     ap.add_argument("--jobs", type=int, default=1, help="rows measured in parallel (processes)")
+    ap.add_argument("--shared-alpha", type=float, default=None,
+                    help="GateConfig.shared_alpha of both rules (default: the gate's)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="family rows only: the same replicates with the true standard errors plugged in")
+    ap.add_argument("--seed-offset", type=int, default=0,
+                    help="added to every row's seed: another set of replicates (0: the documented table)")
     args = ap.parse_args(argv)
     if args.quick:
         args.reps_aa, args.reps_eff = 40, 15
     only = [o for o in args.only.split(",") if o]
     scenarios = args.scenarios.split(",")
-    todo = jobs(scenarios, args.reps_aa, args.reps_eff, only)
+    todo = jobs(scenarios, args.reps_aa, args.reps_eff, only, args.shared_alpha, args.seed_offset)
+    if args.oracle:
+        for job in todo:
+            text = oracle(job)
+            if text:
+                print(text, flush=True)
+        return 0
     t0 = time.perf_counter()
     done: dict[tuple[str, int], Row | None] = {}
     with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as ex:
         results = ex.map(measure, todo) if ex is not None else map(measure, todo)
         for job, row in zip(todo, results):
-            done[job[:2]] = row
+            done[job.scenario, job.index] = row
             if row is not None:
                 print(" | ".join(row.cells()), file=sys.stderr, flush=True)
     rows = [done[k] for k in sorted(done, key=lambda k: (scenarios.index(k[0]), k[1])) if done[k] is not None]

@@ -56,7 +56,15 @@ from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, settled, su
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 SIGMA_PROCESS = 0.01
-RULES = {"default": GateConfig(), "threshold 0": GateConfig(threshold=0.0)}
+
+
+def rules_at(**knobs) -> dict[str, GateConfig]:
+    """The two first-look rules (default threshold, threshold 0) with other gate knobs set
+    alike (``gate_first_look.py --shared-alpha``)."""
+    return {"default": GateConfig(**knobs), "threshold 0": GateConfig(threshold=0.0, **knobs)}
+
+
+RULES = rules_at()
 #: confirmation columns (the plugin's default ``--gemmperf-confirm`` rounds): name -> the
 #: first-look rule it confirms (the plugin default is the second)
 CONFIRM_RULES = {f"threshold 0 + confirm {ConfirmConfig().rounds}": "threshold 0",
@@ -163,8 +171,12 @@ def swapped_name(name: str) -> str:
 
 
 def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.ndarray, top: int,
-             confirm: bool = True) -> dict:
-    """One simulated test: its measures per rule (``confirm=False``: the first look only)."""
+             confirm: bool = True, rules: dict[str, GateConfig] | None = None,
+             stats_out: list[pd.DataFrame] | None = None) -> dict:
+    """One simulated test: its measures per rule (``confirm=False``: the first look only;
+    ``rules``: :func:`rules_at` of other knobs, default :data:`RULES`; ``stats_out``: gets the
+    first look's ``compare_stats`` frame appended)."""
+    rules = rules or RULES
     names = list(pool.names)
     if r.kind == "swap":
         names = names + [swapped_name(names[top])]
@@ -196,8 +208,10 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
         return out[first:first + count]
 
     b, c = groups(0, 2)
-    st = compare_stats(b, c, GateConfig())
-    verdicts = {rule: assign_verdicts(st, cfg) for rule, cfg in RULES.items()}
+    st = compare_stats(b, c, rules["default"])
+    if stats_out is not None:
+        stats_out.append(st)
+    verdicts = {rule: assign_verdicts(st, cfg) for rule, cfg in rules.items()}
     extra = {}
     reruns: list[pd.DataFrame] = []  # drawn once, shared by both confirmation columns
 
@@ -207,7 +221,7 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
         return reruns[n - 1]
 
     for name, first_rule in (CONFIRM_RULES.items() if confirm else ()):
-        verdicts[name], extra[name] = confirmed(b, c, rerun, RULES[first_rule], r.units)
+        verdicts[name], extra[name] = confirmed(b, c, rerun, rules[first_rule], r.units)
     out = {}
     for rule, v in verdicts.items():
         reg = v["verdict"] == "regression"

@@ -51,7 +51,9 @@ class GateConfig:
     #: Simes combination of its total and relative tests)
     multiplicity: str = "hierarchical"
     #: the fraction of ``fdr`` that the family-wide shift (``*`` rows, then the kernels'
-    #: totals they open) gets under ``multiplicity="hierarchical"``
+    #: totals they open) gets under ``multiplicity="hierarchical"``. A larger share lifts a
+    #: family-wide shift's first look and costs one kernel's relative test about as much, so
+    #: 0.6-0.75 trade one first-look target for the other (docs/statistics.md, "First look")
     shared_alpha: float = 0.5
     ci_method: str = "moderated"  # or "bootstrap"
     n_boot: int = 2000
