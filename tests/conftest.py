@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import pytest_gemmperf
+from pytest_gemmperf.pytest_glue import summary
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -77,6 +78,15 @@ def help_of_pytest() -> str:  # not named pytest_*: pytest takes such conftest n
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+@pytest.fixture
+def without_session_reports(monkeypatch):
+    """In-process pytest sessions end without writing report.html / report.xlsx: the session's
+    end reads the whole results directory again for them, about a third of a small session's
+    CPU time. For modules whose tests never read the reports (sessions in a subprocess still
+    write them; the tests of the reports read them)."""
+    monkeypatch.setattr(summary, "write_results_reports", lambda *args, **kwargs: None)
 
 
 # Fixtures whose tests are end-to-end by construction: a whole inner pytest session, a real

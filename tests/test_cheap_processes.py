@@ -100,6 +100,7 @@ def test_one_rank_worker_sees_torchruns_variables_and_no_elastic_ones(tmp_path, 
     assert "-u TORCHELASTIC_RUN_ID -u TORCHELASTIC_USE_AGENT_STORE" in " ".join(argv)
 
 
+@pytest.mark.slow  # a real process that imports torch and starts a gloo group
 def test_world_of_one_needs_no_port(tmp_path, no_elastic_env):
     """MASTER_PORT=0: rank 0 of an ``env://`` group binds whatever port the kernel gives it."""
     pytest.importorskip("torch")

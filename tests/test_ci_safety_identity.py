@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 
 pytest_plugins = ["pytester"]
+# no test here reads report.html / report.xlsx (conftest.py: without_session_reports)
+pytestmark = pytest.mark.usefixtures("without_session_reports")
 
 from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, REPO, gp  # noqa: E402,F401 - gp: fixture
 

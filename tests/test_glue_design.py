@@ -24,6 +24,8 @@ except ImportError:  # the layout before the glue package: the tests below fail 
     gate_step = None
 
 pytest_plugins = ["pytester"]
+# no test here reads report.html / report.xlsx (conftest.py: without_session_reports)
+pytestmark = pytest.mark.usefixtures("without_session_reports")
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / "pytest_gemmperf"

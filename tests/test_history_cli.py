@@ -33,6 +33,8 @@ from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.run import environment
 
 pytest_plugins = ["pytester"]
+# no test here reads report.html / report.xlsx (conftest.py: without_session_reports)
+pytestmark = pytest.mark.usefixtures("without_session_reports")
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TRACE = REPO / "tests" / "fixtures" / "rocprof_json" / "v62_results.json"

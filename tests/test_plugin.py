@@ -16,6 +16,8 @@ from pytest_gemmperf.run import backend as be
 from pytest_gemmperf.run import environment
 
 pytest_plugins = ["pytester"]
+# no test here reads report.html / report.xlsx (conftest.py: without_session_reports)
+pytestmark = pytest.mark.usefixtures("without_session_reports")
 
 # the modules the inner sessions use are imported once there (pytester drops them afterwards)
 from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, REPO  # noqa: E402,F401 - FAKE: imported by other tests

@@ -14,6 +14,8 @@ from gemmperf_pytester_support import gp  # noqa: F401 - the fixture
 from pytest_gemmperf.pytest_glue import progress as pg
 
 pytest_plugins = ["pytester"]
+# no test here reads report.html / report.xlsx (conftest.py: without_session_reports)
+pytestmark = pytest.mark.usefixtures("without_session_reports")
 
 LINE = re.compile(r"(\[gw\d+\] )?gemmperf [▶■ ] ")
 

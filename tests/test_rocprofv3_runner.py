@@ -39,6 +39,18 @@ VERSIONS = list(realfront.RELEASES)
 V = {"6.2.0": RocprofVersion(6, 2, 0), "6.3": RocprofVersion(6, 3, 0),
      "6.4": RocprofVersion(6, 4, 0), "7.0": RocprofVersion(7, 0, 0),
      "develop-2025-08": RocprofVersion(7, 1, 0)}
+#: the release whose real front-end runs stay in the inner loop (`pytest -m "not slow"`)
+INNER_LOOP_RELEASE = "7.0"
+
+
+def releases(versions=VERSIONS, inner: str = INNER_LOOP_RELEASE) -> list:
+    """``versions`` as parameters of an end-to-end test: each runs AMD's front end and the
+    workload as real processes, so one release (``inner``, else the first listed) runs in the
+    inner loop and the others are marked ``slow``; ``pytest tests`` runs them all."""
+    keep = inner if inner in versions else versions[0]
+    return [v if v == keep else pytest.param(v, marks=pytest.mark.slow) for v in versions]
+
+
 #: header table of each release (develop writes 7.0's)
 H = {"6.2.0": "6.2", "6.3": "6.3", "6.4": "6.4", "7.0": "7.0", "develop-2025-08": "7.0"}
 
@@ -184,7 +196,7 @@ def test_counter_groups_with_and_without_pmc_check(tmp_path, trees):
 
 # --- end to end -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", releases())
 def test_profile_point_success(tmp_path, trees, version):
     """torchrun-style workers (RANK exported): timing repeats and one counter pass, per release."""
     env = _env(trees, version, ROCPROF_OUTPUT_FORMAT="rocpd", ROCPROF_KERNEL_FILTER_INCLUDE_REGEX="x")
@@ -240,7 +252,7 @@ def test_profile_point_success(tmp_path, trees, version):
     assert {e.get("RANK") for e in timing} == {None, "0", "1"}
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", releases())
 def test_multi_pass_counters(tmp_path, trees, version):
     env = _env(trees, version)
     groups = [["SQ_WAVES", "SQ_INSTS_VALU"], ["GRBM_COUNT", "GRBM_GUI_ACTIVE"], ["TCC_HIT_sum"]]
@@ -260,7 +272,7 @@ def test_multi_pass_counters(tmp_path, trees, version):
 TEMPLATED = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float>>(float*)"
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", releases())
 def test_counters_for_exact_kernel_names(tmp_path, trees, version):
     """Mismatches 3 and 6: exact names become ``--kernel-names`` (6.2, truncated) or an escaped,
     anchored regex (>= 6.3); either way only that kernel is counted, including a templated name
@@ -275,7 +287,7 @@ def test_counters_for_exact_kernel_names(tmp_path, trees, version):
     assert all("reduce_kernel" in r for r in rows)
 
 
-@pytest.mark.parametrize("version", ["6.4", "7.0", "develop-2025-08"])
+@pytest.mark.parametrize("version", releases(["6.4", "7.0", "develop-2025-08"]))
 def test_unsupported_counter_warns_exits_0_and_fails_clearly(tmp_path, trees, version):
     env = _env(trees, version)
     out = tmp_path / "c"
@@ -296,7 +308,7 @@ def test_unsupported_counter_warns_exits_0_and_fails_clearly(tmp_path, trees, ve
                       avail_exe="no-such-avail")
 
 
-@pytest.mark.parametrize("version", ["6.2.0", "6.3"])
+@pytest.mark.parametrize("version", releases(["6.2.0", "6.3"]))
 def test_unknown_counter_aborts_before_64(tmp_path, trees, version):
     """6.2 and 6.3 abort (glog FATAL); 6.4 only warns (test above): one of 6.3's differences."""
     assert V[version].unknown_counter_aborts and not V["6.4"].unknown_counter_aborts
@@ -362,7 +374,7 @@ def test_timing_output_check_rejects_missing_files(tmp_path):
         check_timing_output(tmp_path / "raw", formats=("csv",))
 
 
-@pytest.mark.parametrize("version", ["6.2.0", "7.0"])
+@pytest.mark.parametrize("version", releases(["6.2.0", "7.0"]))
 def test_workload_crash_is_an_error_with_log_tail(tmp_path, trees, version):
     with pytest.raises(WorkloadError) as err:
         profile_point({}, [*APP, "--crash"], tmp_path / "pt", timeout_s=60,
@@ -404,7 +416,7 @@ def _running(pid: int) -> bool:
 LAUNCHERS = ("srun", "openmpi", "mpich")   # fake_srun.py --style
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", releases())
 @pytest.mark.parametrize("style", LAUNCHERS)
 def test_rocprofv3_goes_inside_the_launcher_with_per_rank_names(tmp_path, trees, version, style):
     """srun / Open MPI / MPICH mpirun prefix: one rocprofv3 per rank (cli §1), files named by the

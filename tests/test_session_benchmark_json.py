@@ -18,6 +18,8 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.pytest_glue.benchmark_json import write_session_benchmark_json
 
 pytest_plugins = ["pytester"]
+# no test here reads report.html / report.xlsx (conftest.py: without_session_reports)
+pytestmark = pytest.mark.usefixtures("without_session_reports")
 
 SLUG = "test_gpsweep.py__test_gpsweep"
 FULLNAMES = ["test_gpsweep.py::test_gpsweep::aten::mm[ch28-th256]",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -201,23 +204,36 @@ def test_x(gemmperf_point):
 '''
 
 
-def _run_pytest(tmp_path, *args, ini: str | None = None, xdist: bool = False):
-    import subprocess
-    import sys
-    from importlib.metadata import entry_points
+PLUGIN_ARGS = [] if any(ep.value == "pytest_gemmperf.plugin" for ep in entry_points(group="pytest11")) \
+    else ["-p", "pytest_gemmperf.plugin"]
 
+
+def _run_pytest(tmp_path, *args, ini: str | None = None, xdist: bool = False):
     (tmp_path / "test_x.py").write_text(SWEEP_TEST)
     if ini:
         (tmp_path / "pytest.ini").write_text(f"[pytest]\n{ini}\n")
-    plugin = [] if any(ep.value == "pytest_gemmperf.plugin" for ep in entry_points(group="pytest11")) \
-        else ["-p", "pytest_gemmperf.plugin"]
-    return subprocess.run([sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider",
+    return subprocess.run([sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider",
                            *(["-n", "2"] if xdist else ["-p", "no:xdist"]), "-q",
                            "--gemmperf-results-dir=res", "test_x.py", *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.slow  # a real pytest process per case: the error must reach a user's terminal
+def _run_inprocess(pytester, *args, ini: str | None = None) -> subprocess.CompletedProcess:
+    """The session of :func:`_run_pytest` in this process (pytester), as the same result."""
+    pytester.makepyfile(test_x=SWEEP_TEST)
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    # the outer session imported the plugin before the repository was on sys.path: an inner
+    # session that finds it there would warn that it cannot assertion-rewrite it
+    r = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
+                                     "-W", "ignore::pytest.PytestAssertRewriteWarning",
+                                     "--gemmperf-results-dir=res", "test_x.py", *args)
+    return subprocess.CompletedProcess(list(args), int(r.ret), "\n".join(r.outlines), "\n".join(r.errlines))
+
+
+# the first case runs in a real pytest process (what reaches a user's terminal); the others
+# refuse other values on the same path and run in this process
+@pytest.mark.slow  # real and in-process pytest sessions
 @pytest.mark.parametrize("args, ini, message", [
     (["--gemmperf-threads", "abc"], None,
      "--gemmperf-threads: sweep axis 'threads': 'abc' is not a positive integer"),
@@ -231,14 +247,17 @@ def _run_pytest(tmp_path, *args, ini: str | None = None, xdist: bool = False):
      "gemmperf axis override: test_x.py::test_x: sweep axis 'size': 3 is not a power of two"),
     (["--gemmperf-axis", "size=abc"], None, "sweep axis 'size': 'abc' is not a power of two"),
 ])
-def test_bad_values_are_one_usage_error_line(tmp_path, args, ini, message):
-    r = _run_pytest(tmp_path, *args, ini=ini)
+def test_bad_values_are_one_usage_error_line(tmp_path, pytester, args, ini, message):
+    if args == ["--gemmperf-threads", "abc"]:
+        r, where = _run_pytest(tmp_path, *args, ini=ini), tmp_path
+    else:
+        r, where = _run_inprocess(pytester, *args, ini=ini), pytester.path
     assert r.returncode == 4, r.stdout + r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("ERROR: ") and message in lines[0], lines[0]
     assert "Traceback" not in r.stdout + r.stderr
-    assert not (tmp_path / "ran.txt").exists() and not (tmp_path / "res").exists()
+    assert not (where / "ran.txt").exists() and not (where / "res").exists()
 
 
 @pytest.mark.slow  # a real pytest process
