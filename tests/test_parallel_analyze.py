@@ -175,15 +175,16 @@ def test_a_process_in_two_sources_with_a_warmup_reads_the_full_tables(tmp_path):
 
 
 def test_workers_send_back_duration_rows_and_totals(tmp_path):
-    from pytest_gemmperf.analysis.source_totals import SLIM_KEYS, TOTAL_KEYS, _Options, reduce_source
+    from pytest_gemmperf.analysis.kernel_stats import ROW_KEYS
+    from pytest_gemmperf.analysis.source_totals import TOTAL_KEYS, _Options, reduce_source
     from pytest_gemmperf.traces.discover import discover_all, load
 
     root = _csv_tree(tmp_path, copies=1)
     src = discover_all([root]).unique[0]
     part = reduce_source(src, _Options(point=None, warmup=0))
     full = load([root]).dispatches
-    assert list(part.rows.keys.columns) == list(SLIM_KEYS) and len(part.rows) == len(full)
-    assert len(part.rows.keys) == full.groupby(list(SLIM_KEYS), dropna=False, observed=True).ngroups
+    assert list(part.rows.keys.columns) == list(ROW_KEYS) and len(part.rows) == len(full)
+    assert len(part.rows.keys) == full.groupby(list(ROW_KEYS), dropna=False, observed=True).ngroups
     assert (part.rows.dur_ns == full["dur_ns"].to_numpy()).all()
     assert len(part.totals) == full.groupby(list(TOTAL_KEYS), dropna=False, observed=True).ngroups
 
@@ -246,13 +247,12 @@ def test_statistics_of_duration_rows_equal_those_of_the_full_table(seed):
     groups that span sources."""
     import pandas as pd
 
-    from pytest_gemmperf.analysis.kernel_stats import concat_rows, duration_rows
-    from pytest_gemmperf.analysis.source_totals import SLIM_KEYS, _SLIM_SCHEMA
-    from pytest_gemmperf.traces.schema import concat_tables
+    from pytest_gemmperf.analysis.kernel_stats import ROW_KEYS, ROW_SCHEMA, concat_rows, duration_rows
+    from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
 
     frames = _random_sources(seed)
-    full = concat_tables(frames, _SLIM_SCHEMA)
-    rows = concat_rows([duration_rows(f, SLIM_KEYS) for f in frames], _SLIM_SCHEMA)
+    full = concat_tables(frames, {**ROW_SCHEMA, "dur_ns": DISPATCH_SCHEMA["dur_ns"]})
+    rows = concat_rows([duration_rows(f, ROW_KEYS) for f in frames])
     for mixed in (False, True):
         want = analyze_impl.kernel_table(full, mixed=mixed)
         got = analyze_impl.rows_kernel_table(rows, mixed=mixed)

@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.traces.schema import concat_tables
+from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
 
 #: the unit whose dispatch sequence warm-up removal restarts in (ARCHITECTURE "process unit")
 PROCESS_KEYS = ("host", "pid", "rank", "run", "point")
@@ -236,6 +236,12 @@ def _stats_frame(keys: pd.DataFrame, rep: np.ndarray, by: list[str], stats: dict
 
 # ------------------------------------------------------------- durations reduced where read
 
+#: the key columns of a worker's duration rows: every statistics table (``kernels.csv``, the
+#: gate's) groups by some of them and reports ``category``
+ROW_KEYS = ("source", "point", "rank", "kernel", "category")
+#: their canonical dtypes, for :func:`concat_rows`
+ROW_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in ROW_KEYS}
+
 @dataclass
 class DurationRows:
     """Durations with their group keys, compact: what a worker sends back per dispatch.
@@ -303,11 +309,11 @@ def _packed(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def concat_rows(parts: Sequence[DurationRows], schema: dict[str, str]) -> DurationRows:
+def concat_rows(parts: Sequence[DurationRows]) -> DurationRows:
     """Several sources' rows as one, in order: keys concatenated (``concat_tables``, so
     categories combine as they do for the rows' own columns), ``group`` and ``dur_ns`` as
     int64."""
-    keys = concat_tables([p.keys for p in parts], schema)
+    keys = concat_tables([p.keys for p in parts], ROW_SCHEMA)
     n = sum(len(p) for p in parts)
     group = np.empty(n, dtype=np.int64)
     dur = np.empty(n, dtype=np.int64)

@@ -35,8 +35,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, DurationRows, concat_rows, drop_warmup,
-                                                   duration_rows)
+from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, ROW_KEYS, DurationRows, concat_rows,
+                                                   drop_warmup, duration_rows)
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, no_dispatches
@@ -45,10 +45,6 @@ from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
 from pytest_gemmperf.traces.skipped import SkippedInput
 
-#: what kernel statistics read of a dispatch
-SLIM_COLUMNS = ("source", "point", "rank", "kernel", "category", "dur_ns")
-#: the keys among them (``kernels.csv`` groups by some, ``category`` is reported)
-SLIM_KEYS = SLIM_COLUMNS[:-1]
 #: the groups of :func:`dispatch_totals`
 TOTAL_KEYS = ("source", "point", "rank", "kernel", "category")
 #: its integer columns: summed, except the first start (min) and last end (max)
@@ -57,7 +53,6 @@ TOTAL_COLUMNS = ("n_dispatches", "total_ns", "first_start_ns", "last_end_ns", "z
 AGENT_COLUMNS = ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type", "gpu_arch",
                  "product", "cu_count", "wave_size")
 _TOTAL_SCHEMA = {**{c: DISPATCH_SCHEMA[c] for c in TOTAL_KEYS}, **{c: "int64" for c in TOTAL_COLUMNS}}
-_SLIM_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in SLIM_COLUMNS}
 
 
 def dispatch_totals(d: pd.DataFrame) -> pd.DataFrame:
@@ -103,7 +98,7 @@ class _Part:
 class SourceTotals:
     """What ``gemmperf analyze`` needs of the dispatches under some paths."""
 
-    rows: DurationRows            # SLIM_COLUMNS of every dispatch past the warm-up, input order,
+    rows: DurationRows            # ROW_KEYS and dur_ns of every dispatch past the warm-up, input order,
                                   # as keys (one row each) and per-dispatch key index + duration
     totals: pd.DataFrame          # dispatch_totals of every source, concatenated in input order
     agents: pd.DataFrame          # == load(paths).agents[AGENT_COLUMNS], those it has
@@ -123,7 +118,7 @@ def reduce_source(src, opts: _Options) -> _Part:
     if opts.warmup > 0:  # only a warm-up needs each process in one source (reduce_sources)
         keys = [c for c in PROCESS_KEYS if c in d.columns]
         out.units = d[keys].drop_duplicates().reset_index(drop=True)
-    out.rows = duration_rows(drop_warmup(d, opts.warmup), SLIM_KEYS)
+    out.rows = duration_rows(drop_warmup(d, opts.warmup), ROW_KEYS)
     return out
 
 
@@ -146,7 +141,7 @@ def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str |
         raise no_dispatches(found)
     if warmup > 0 and _shared_process(p.units for p in live):
         return None
-    rows = concat_rows([p.rows for p in live], _SLIM_SCHEMA)
+    rows = concat_rows([p.rows for p in live])
     rows.keys = recategorize(rows.keys, rules)
     agents = [p.head.agents for p in parts if p.head.agents is not None]
     return SourceTotals(

@@ -49,8 +49,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.analysis.kernel_stats import (DurationRows, concat_rows, drop_warmup, duration_rows,
-                                                   kernel_stats, rows_kernel_stats)
+from pytest_gemmperf.analysis.kernel_stats import (ROW_KEYS, DurationRows, concat_rows, drop_warmup,
+                                                   duration_rows, kernel_stats, rows_kernel_stats)
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import samples as S
 from pytest_gemmperf.traces import kinds
@@ -61,8 +61,6 @@ from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA
 from pytest_gemmperf.traces.skipped import SkippedInput
 
 STAT_KEYS = ("source", "point", "rank", "kernel")
-_SLIM = (*STAT_KEYS, "category", "dur_ns")
-_SLIM_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in _SLIM}
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ def reduce_source(src, opts: _Options) -> _Partial:
     if d is None:
         return out
     if opts.stats:
-        out.rows = duration_rows(drop_warmup(d, opts.warmup), _SLIM[:-1])
+        out.rows = duration_rows(drop_warmup(d, opts.warmup), ROW_KEYS)
     out.samples = S.reduce_table(S.gate_table(d), kernels=opts.kernels, warmup=opts.warmup,
                                  compact=opts.compact, path=opts.path, gather=True)
     return out
@@ -183,7 +181,7 @@ def _stats_by(slim: pd.DataFrame) -> tuple[str, ...]:
 
 def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, ...]]:
 
-    rows = concat_rows([p.rows for p in live], _SLIM_SCHEMA)
+    rows = concat_rows([p.rows for p in live])
     by = _stats_by(rows.keys)  # the keys hold each value the rows do
     return rows_kernel_stats(rows, by=by), by
 
