@@ -209,7 +209,7 @@ SETTINGS: tuple[Setting, ...] = (
             "results directory of this run (default .gemmperf/results/<timestamp>)", path=True),
     Setting("baseline_dir", "string", "baselines", "DIR", "baselines", "baseline store", path=True,
             cli="--baseline-dir"),
-    Setting("report_dir", "string", "gemmperf-report", "DIR", "gemmperf-report", "report output directory",
+    Setting("report_dir", "string", ".gemmperf/report", "DIR", ".gemmperf/report", "report output directory",
             path=True),
     Setting("backend", "string", "auto", "NAME", "auto", "auto | rocprofv3 | torch | replay",
             parse=_one_of("auto", "rocprofv3", "torch", "replay")),

@@ -227,7 +227,11 @@ def test_a_fresh_project_using_the_plugin_gets_dot_gemmperf_ignored(project):
         pytest.skip("git is not installed")
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=project.root,
                             capture_output=True, text=True, check=True).stdout
-    assert "test_gpsweep.py" in status and ".gemmperf" not in status, status
+    # untracked: the user's own files and the baselines they commit; results, history and the
+    # report are all ignored
+    untracked = [line[3:] for line in status.splitlines()]
+    assert {"pytest.ini", "test_gpsweep.py"} <= set(untracked), status
+    assert all(p in ("pytest.ini", "test_gpsweep.py") or p.startswith("base/") for p in untracked), status
 
 
 def test_a_session_that_profiles_nothing_leaves_no_dot_gemmperf(pytester):
@@ -315,7 +319,7 @@ def test_host_only_line_counts_points_whose_processes_were_shorter_than_the_inte
 
 @pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_cpu_session_summary_says_host_only(project):
-    md = (project.root / "gemmperf-report" / "summary.md").read_text(encoding="utf-8")
+    md = (project.root / ".gemmperf" / "report" / "summary.md").read_text(encoding="utf-8")
     # both points were sampled, whether or not a sample fell inside one of their processes
     assert "Telemetry: host only (no GPU seen) in 2 point(s)." in md, md
     assert "GPU throttling" not in md
@@ -407,7 +411,7 @@ def test_a_single_unnamed_run_shows_no_sweep_row():
 
 @pytest.mark.slow  # the module fixture runs two real pytest sessions
 def test_plugin_reports_show_no_sweep_run_row(project):
-    rep = project.root / "gemmperf-report"
+    rep = project.root / ".gemmperf" / "report"
     html = (rep / "report.html").read_text(encoding="utf-8")
     md = (rep / "summary.md").read_text(encoding="utf-8")
     assert "<th>sweep</th>" not in html and "<th>sweeps</th>" not in html

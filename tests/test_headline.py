@@ -72,8 +72,8 @@ def test_one_headline_everywhere_a_person_reads_a_forced_regression(gp, monkeypa
     failure = _between(stdout, "gemmperf: 2 regression(s) in test_gpsweep.py::test_gpsweep[ch28-th256]",
                        "note: ")
     summary = _between(stdout, "= gemmperf =")
-    md = (gp.path / "gemmperf-report" / "summary.md").read_text(encoding="utf-8")
-    page = (gp.path / "gemmperf-report" / "report.html").read_text(encoding="utf-8")
+    md = (gp.path / ".gemmperf" / "report" / "summary.md").read_text(encoding="utf-8")
+    page = (gp.path / ".gemmperf" / "report" / "report.html").read_text(encoding="utf-8")
     header = _between(page, '<ul id="why">', "</ul>")
     table = _between(page, '<table id="verdict-table"', "</table>")
     h = request.getfixturevalue("hl").headline(row)

@@ -24,6 +24,7 @@ from pytest_gemmperf.report import write_results_reports
 from pytest_gemmperf.run.results import RUN_JSON, link_latest
 from pytest_gemmperf.gate.headline import summary_table
 from pytest_gemmperf.textsafe import printable, printable_lines
+from pytest_gemmperf.workdir import make_tool_dir, remove_unused_tool_dir
 
 
 def profiled(gp: GemmperfSession | None) -> bool:
@@ -145,7 +146,10 @@ class SessionSummary:
         self.benchmark_json = f"{out} ({n} benchmark(s))"
 
     def _write_reports(self, gp: GemmperfSession) -> None:
+        made = None
         try:
+            # the default .gemmperf/report: a .gemmperf/ made here git-ignores itself
+            made = make_tool_dir(gp.options.report_dir)
             path = write_results_reports(gp.results.root, gp.options.report_dir)
         except OSError as exc:  # a full or read-only report directory: a warning, not a failure
             self.report_error = str(output_error(exc, gp.options.report_dir))
@@ -153,6 +157,8 @@ class SessionSummary:
         except Exception as exc:  # a broken report must not hide the gate's verdicts
             self.report_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return
+        finally:
+            remove_unused_tool_dir(made)
         if path is not None:
             self.report = str(path)
 
