@@ -68,6 +68,8 @@ def test_columns_follow_the_contract_and_aa_is_quiet():
     assert len(d) == N_KERNELS and (d["n_base"] == 4).all() and (d["n_cand"] == 4).all()
     assert set(d["verdict"]) == {"unchanged"}
     assert {"cv_robust", "category_total_ns"} <= set(v["metric"])
+    # the plan's variance parts stay inside the statistics: no verdicts file carries them
+    assert not {"own_var", "prior_var", "floor_var", "resolution_var"} & set(v.columns)
 
 
 def test_ten_percent_slowdown_of_one_kernel_is_a_regression_with_a_covering_ci():

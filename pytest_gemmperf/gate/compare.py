@@ -42,7 +42,7 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.durations import (  # noqa: F401 - re-exported: tests and benchmarks use them
-    COUNT, CV, DUR, HISTORY_OUTLIER_P, SAMPLE_COLUMNS, SHARED, _as_category, _codes,
+    COUNT, CV, DUR, HISTORY_OUTLIER_P, SAMPLE_COLUMNS, SHARED, VARIANCE_PARTS, _as_category, _codes,
     _duration_rows, _matrix, _moderated, _nanmean_rows, _nanmedian_rows, _pooled_var, _prior_covariate,
     _shared_offsets, _with_history, check_samples, variance_contribution)
 from pytest_gemmperf.gate.gate_config import RELATIVE_MIN_HISTORY_DF, GateConfig  # noqa: F401 - re-exported
@@ -474,7 +474,7 @@ def compare(base_samples: pd.DataFrame, cand_samples: pd.DataFrame, config: Gate
     """Verdicts table (ARCHITECTURE.md columns, then diagnostics) for one test."""
     cfg = config or GateConfig()
     df = assign_verdicts(compare_stats(base_samples, cand_samples, cfg, test, history), cfg)
-    return verdicts_to_frame(df)
+    return verdicts_to_frame(df.drop(columns=list(VARIANCE_PARTS), errors="ignore"))
 
 
 def has_regression(verdicts: pd.DataFrame) -> bool:

@@ -39,6 +39,9 @@ SHARED = "*"
 _MAD_TO_SD = 1.4826
 #: a kernel whose variance now is this improbable under its history's F distribution ignores it
 HISTORY_OUTLIER_P = 1e-3
+#: log-scale variance parts of a tested row's interval, for gate/power.py to redo it at another
+#: process count; internal to the statistics, so never in the verdicts a user reads
+VARIANCE_PARTS = ("own_var", "prior_var", "floor_var", "resolution_var")
 
 # ---------------------------------------------------------------------------------------------
 # input checks
