@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from pytest_gemmperf.config import default
 from pytest_gemmperf.gate.compare import (CV, DUR, RELATIVE_MIN_HISTORY_DF, SHARED, GateConfig,
                                           compare_stats)
 from pytest_gemmperf.gate import stats
@@ -51,8 +52,8 @@ from pytest_gemmperf.gate.samples import DISPATCH_COUNT
 TOTAL_PREFIX = "category_total_ns"
 #: power asked for unless told otherwise
 DEFAULT_POWER = 0.8
-#: largest count searched unless told otherwise (processes per side)
-DEFAULT_MAX_PROCESSES = 16
+#: largest count searched unless told otherwise (processes per side): the max_repeats setting's
+DEFAULT_MAX_PROCESSES = default("max_repeats")
 #: quantile-grid sizes of the integration: the kernel's variance estimate, the shared
 #: factor's variance estimate, the shared movement (power within 1 point of 4x finer grids)
 _GRID = (32, 16, 16)
