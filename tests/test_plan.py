@@ -108,6 +108,7 @@ def _gate_draw(rng: np.random.Generator, units: int, first: int = 0, kernels: in
                          "unit": unit, "value": np.exp(logs).ravel()})
 
 
+@pytest.mark.slow  # 192 comparisons of the real gate, about 3.5 s
 def test_predicted_power_matches_the_gate_on_simulated_tests(monkeypatch):
     """The plan of a 48-process record against the real gate: for 2 changes x 2 counts, the
     predicted power of one slowed kernel and the fraction of 64 simulated tests (fresh
