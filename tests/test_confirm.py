@@ -22,14 +22,14 @@ def side(units: range, seed: int, slow: dict[str, float] | None = None, n: int =
     """dur_ns samples of ``units`` processes: 10 kernels, 1 % per-process and 2 % per-dispatch
     noise; ``slow`` multiplies a kernel's durations."""
     rng = np.random.default_rng(seed)
-    frames = []
-    for u in units:
+    values = []  # one frame at the end, not one per kernel and process
+    for _ in units:
         proc = rng.lognormal(0, 0.01)
         for i, k in enumerate(KERNELS):
-            v = (10_000 + 1_000 * i) * proc * rng.lognormal(0, 0.02, n) * (slow or {}).get(k, 1.0)
-            frames.append(pd.DataFrame({"point": "p", "kernel": k, "metric": "dur_ns",
-                                        "unit": f"h/{u}/0/{u}", "value": v}))
-    return pd.concat(frames, ignore_index=True)
+            values.append((10_000 + 1_000 * i) * proc * rng.lognormal(0, 0.02, n) * (slow or {}).get(k, 1.0))
+    return pd.DataFrame({"point": "p", "kernel": np.tile(np.repeat(KERNELS, n), len(units)), "metric": "dur_ns",
+                         "unit": np.repeat([f"h/{u}/0/{u}" for u in units], len(KERNELS) * n),
+                         "value": np.concatenate(values)})
 
 
 def row(v: pd.DataFrame, kernel: str) -> pd.Series:
