@@ -279,7 +279,7 @@ class DevTools:
                 if method == "Target.createTarget":
                     self._targets.append(result["targetId"])
                 return result
-            if "id" not in reply:  # a reply to an earlier page's call that timed out is dropped
+            if "id" not in reply:  # an event; a late reply to an earlier page's call is dropped
                 self._keep(reply)
 
     def wait_event(self, method: str, timeout_s: float = 30.0) -> dict:
