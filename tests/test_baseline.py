@@ -363,7 +363,7 @@ def test_collect_metadata(tmp_path: Path, monkeypatch) -> None:
 
     hang = bin_dir / "rocprofv3"
     hang.write_text("#!/bin/sh\nsleep 30\n")
-    monkeypatch.setattr(hwmod, "PROBE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(hwmod, "PROBE_TIMEOUT_S", 0.2)
     assert collect_metadata(cwd=outside)["rocprofv3_version"] is None
 
 

@@ -192,7 +192,7 @@ def test_reader_waits_for_writer_cleaning_up(tmp_path: Path) -> None:
 
     t = threading.Thread(target=read)
     t.start()
-    time.sleep(0.5)
+    time.sleep(0.2)
     assert t.is_alive() and not result  # waiting on the lock, not failing
     store._commit([plan])  # the writer finishes: v2 switched in, v1 gone
     lock.release()

@@ -406,7 +406,7 @@ def test_readers_never_see_half_of_a_live_multi_record_refresh(template: Path, t
         result: dict = {}
         reader = threading.Thread(target=lambda: result.setdefault("all", snapshot(root)))
         reader.start()
-        reader.join(0.5)
+        reader.join(0.2)
         assert reader.is_alive()  # waiting for the writer's lock
         go.set()
         writer.join(30)

@@ -4,6 +4,8 @@ a verdict inconclusive."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,20 +22,38 @@ def side(units: range, seed: int, slow: dict[str, float] | None = None, n: int =
     """dur_ns samples of ``units`` processes: 10 kernels, 1 % per-process and 2 % per-dispatch
     noise; ``slow`` multiplies a kernel's durations."""
     rng = np.random.default_rng(seed)
-    frames = []
-    for u in units:
+    values = []  # one frame at the end, not one per kernel and process
+    for _ in units:
         proc = rng.lognormal(0, 0.01)
         for i, k in enumerate(KERNELS):
-            v = (10_000 + 1_000 * i) * proc * rng.lognormal(0, 0.02, n) * (slow or {}).get(k, 1.0)
-            frames.append(pd.DataFrame({"point": "p", "kernel": k, "metric": "dur_ns",
-                                        "unit": f"h/{u}/0/{u}", "value": v}))
-    return pd.concat(frames, ignore_index=True)
+            values.append((10_000 + 1_000 * i) * proc * rng.lognormal(0, 0.02, n) * (slow or {}).get(k, 1.0))
+    return pd.DataFrame({"point": "p", "kernel": np.tile(np.repeat(KERNELS, n), len(units)), "metric": "dur_ns",
+                         "unit": np.repeat([f"h/{u}/0/{u}" for u in units], len(KERNELS) * n),
+                         "value": np.concatenate(values)})
 
 
 def row(v: pd.DataFrame, kernel: str) -> pd.Series:
     r = v[(v["kernel"] == kernel) & (v["metric"] == "dur_ns")]
     assert len(r) == 1
     return r.iloc[0]
+
+
+def slowdown_with_q_between(q_of: Callable[[float], float], low: float = 0.001, high: float = 0.01) -> float:
+    """The smallest slowdown (percent, on a grid of 0.05 from 0.2 to 2.95) whose q lies in
+    ``(low, high]``, found by bisection: the slowed kernel's q falls as its slowdown grows, so
+    the first grid point with q <= high is the only candidate. Fails the test when its q is not
+    above ``low`` (a finer step is needed) or no slowdown reaches ``high``."""
+    grid = np.arange(0.2, 3.0, 0.05)
+    lo, hi = 0, len(grid)  # the answer's index lies in [lo, hi]; hi: none
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if q_of(grid[mid]) <= high:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo == len(grid) or not q_of(grid[lo]) > low:
+        pytest.fail(f"no slowdown with a combined q between {low} and {high}")
+    return float(grid[lo])
 
 
 def confirm_round(base, cand, rerun, cfg=GateConfig()):
@@ -150,14 +170,16 @@ def test_an_early_round_is_judged_at_its_share_only():
     # whole: round 1 of 1 (the whole budget) confirms it, round 1 of 3 (a tenth) does not stop early
     cfg = GateConfig(threshold=0.0)
     base = side(range(0, 4), 1)
-    for pct in np.arange(0.2, 3.0, 0.05):
+
+    def combined_at(pct: float) -> pd.DataFrame:
         slow = {"kernel_03": 1 + pct / 100}
-        combined = pd.concat([side(range(4, 8), 2, slow), side(range(8, 12), 3, slow)], ignore_index=True)
-        full = row(compare(base, combined, ConfirmConfig(rounds=1).gate_config(cfg, 1)), "kernel_03")
-        if 0.001 < full["q_value"] <= 0.01:
-            break
-    else:
-        pytest.fail("no slowdown with a combined q between 0.001 and 0.01")
+        return pd.concat([side(range(4, 8), 2, slow), side(range(8, 12), 3, slow)], ignore_index=True)
+
+    def full_row(combined: pd.DataFrame) -> pd.Series:
+        return row(compare(base, combined, ConfirmConfig(rounds=1).gate_config(cfg, 1)), "kernel_03")
+
+    combined = combined_at(slowdown_with_q_between(lambda pct: full_row(combined_at(pct))["q_value"]))
+    full = full_row(combined)
     assert full["verdict"] == "regression"
     early = row(compare(base, combined, ConfirmConfig(rounds=3).gate_config(cfg, 1)), "kernel_03")
     assert early["q_value"] == pytest.approx(full["q_value"])
@@ -177,14 +199,11 @@ def test_a_failing_round_labels_its_rows_at_the_whole_budget():
     def compare_with(cand, gate_cfg):
         return compare(base, cand, gate_cfg)
 
-    for pct in np.arange(0.2, 3.0, 0.05):
-        slow = {"kernel_05": 1 + pct / 100}
-        cand, rerun, combined = sides(slow)
-        q = row(compare(base, combined, cfg), "kernel_05")["q_value"]
-        if 0.001 < q <= 0.01:
-            break
-    else:
-        pytest.fail("no slowdown with a combined q between 0.001 and 0.01")
+    def combined_q(pct: float) -> float:
+        return row(compare(base, sides({"kernel_05": 1 + pct / 100})[2], cfg), "kernel_05")["q_value"]
+
+    slow = {"kernel_05": 1 + slowdown_with_q_between(combined_q) / 100}
+    cand, rerun, combined = sides(slow)
     first = compare(base, cand, cfg)
     alone_only, _ = judge_round(first, compare_with, combined, rerun, cfg, ccfg, 1)
     assert row(alone_only, "kernel_05")["verdict"] != "regression"  # a tenth of the budget: no stop

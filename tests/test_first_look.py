@@ -135,15 +135,16 @@ ELEMENTWISE = [f"void at::native::vectorized_elementwise_kernel<{i}>" for i in r
 def _side(rng: np.random.Generator, tag: str, slow: dict[str, float] | None = None) -> pd.DataFrame:
     """4 processes: 24 quiet GEMMs and 40 elementwise kernels 15x noisier between processes,
     alike in everything else (40 dispatches per process, 1 % dispatch noise, same duration)."""
-    frames = []
-    for u in range(4):
+    names, values = GEMMS + ELEMENTWISE, []  # one frame at the end, not one per kernel and process
+    for _ in range(4):
         shared = rng.normal(0, 0.002)
-        for name in GEMMS + ELEMENTWISE:
+        for name in names:
             sd = QUIET if name in GEMMS else NOISY
             level = 1e4 * np.exp(shared + rng.normal(0, sd)) * (1 + (slow or {}).get(name, 0.0))
-            frames.append(pd.DataFrame({"point": "p", "kernel": name, "metric": "dur_ns", "unit": f"{tag}/{u}",
-                                        "value": level * np.exp(rng.normal(0, 0.01, 40))}))
-    return pd.concat(frames, ignore_index=True)
+            values.append(level * np.exp(rng.normal(0, 0.01, 40)))
+    return pd.DataFrame({"point": "p", "kernel": np.tile(np.repeat(names, 40), 4), "metric": "dur_ns",
+                         "unit": np.repeat([f"{tag}/{u}" for u in range(4)], len(names) * 40),
+                         "value": np.concatenate(values)})
 
 
 def test_a_quiet_stratum_keeps_its_own_prior_beside_a_noisy_one() -> None:

@@ -17,15 +17,16 @@ def side(tag: str, seed: int, *, n_kernels: int = 10, units: int = 4, n: int = 4
     """GEMM-only test: ``n_kernels`` kernels, a per-process factor shared by all of them,
     ``scale`` applied to every kernel (or to ``only``)."""
     rng = np.random.default_rng(seed)
-    frames = []
+    values = []  # one frame at the end, not one per kernel and process
     for u in range(units):
         a = rng.normal(0, sigma_process)
         for i in range(n_kernels):
             s = scale if only is None or i in only else 0.0
-            v = 2e4 * (i + 1) * (1 + s) * np.exp(a + rng.normal(0, 0.003) + 0.02 * rng.standard_normal(n))
-            frames.append(pd.DataFrame({"point": "p", "kernel": f"Cijk_k{i:02d}", "metric": "dur_ns",
-                                        "unit": f"{tag}/{u}", "value": v}))
-    return compact_samples(pd.concat(frames, ignore_index=True))
+            values.append(2e4 * (i + 1) * (1 + s) * np.exp(a + rng.normal(0, 0.003) + 0.02 * rng.standard_normal(n)))
+    names = [f"Cijk_k{i:02d}" for i in range(n_kernels)]
+    return compact_samples(pd.DataFrame({"point": "p", "kernel": np.tile(np.repeat(names, n), units), "metric": "dur_ns",
+                                         "unit": np.repeat([f"{tag}/{u}" for u in range(units)], n_kernels * n),
+                                         "value": np.concatenate(values)}))
 
 
 def kernel_rows(v: pd.DataFrame) -> pd.DataFrame:

@@ -33,16 +33,17 @@ def run_samples(rng: np.random.Generator, *, units: int = 4, kernels: int = 16, 
     """One run: ``units`` processes, each with a shared factor (sd 1 %) and per-kernel factors
     (``kernel_sd``), ``per_unit`` dispatches per kernel and process (1 % dispatch noise)."""
     sd = np.full(kernels, 0.004) if kernel_sd is None else kernel_sd
-    frames = []
+    values = []  # one frame at the end, not one per kernel and process
     for u in range(units):
         shared = rng.normal(0, shared_sd)
         own = rng.normal(0, sd)
         for k in range(kernels):
             factor = (1 + (slow or {}).get(k, 0.0)) * np.exp(shared + own[k])
-            v = 1e4 * (k + 1) * factor * np.exp(rng.normal(0, 0.01, per_unit))
-            frames.append(pd.DataFrame({"point": POINT, "kernel": f"k{k:02d}", "metric": "dur_ns",
-                                        "unit": f"{unit_prefix}/{u}", "value": v}))
-    return pd.concat(frames, ignore_index=True)
+            values.append(1e4 * (k + 1) * factor * np.exp(rng.normal(0, 0.01, per_unit)))
+    names = [f"k{k:02d}" for k in range(kernels)]
+    return pd.DataFrame({"point": POINT, "kernel": np.tile(np.repeat(names, per_unit), units), "metric": "dur_ns",
+                         "unit": np.repeat([f"{unit_prefix}/{u}" for u in range(units)], kernels * per_unit),
+                         "value": np.concatenate(values)})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -173,6 +173,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two real writer processes, about 1.3 s
 def test_two_ci_machines_appending_concurrently_lose_nothing(tmp_path):
     """Two real processes append 20 runs each into one directory, at the same time, into the
     same partition directories: all 40 runs and all 80 values come back."""

@@ -10,6 +10,7 @@ tree.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +82,15 @@ def _known(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per session: the graph's three checks read the same
+    tree of every module."""
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
 def imports_of(source: str, path: Path, modules: dict[str, Path]) -> list[Import]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = _tree(path)
     is_package = path.name == "__init__.py"
     found: list[Import] = []
 
@@ -108,22 +116,24 @@ def imports_of(source: str, path: Path, modules: dict[str, Path]) -> list[Import
 
 def _is_type_checking(path: Path) -> set[int]:
     """Lines inside ``if TYPE_CHECKING:`` blocks (annotations only; not run, not an edge)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     lines: set[int] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.body:
                 lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
     return lines
 
 
-def all_imports() -> list[Import]:
+@functools.cache
+def all_imports() -> tuple[Import, ...]:
+    """Every import of the package, read once per session (the tree does not change while
+    the tests run)."""
     modules = package_modules()
     out: list[Import] = []
     for name, path in modules.items():
         skip = _is_type_checking(path)
         out.extend(i for i in imports_of(name, path, modules) if i.line not in skip)
-    return out
+    return tuple(out)
 
 
 def package_edges(parents: bool = True) -> dict[str, set[str]]:

@@ -108,19 +108,22 @@ def _gate_draw(rng: np.random.Generator, units: int, first: int = 0, kernels: in
                          "unit": unit, "value": np.exp(logs).ravel()})
 
 
+@pytest.mark.slow  # 192 comparisons of the real gate, about 3.5 s
 def test_predicted_power_matches_the_gate_on_simulated_tests(monkeypatch):
     """The plan of a 48-process record against the real gate: for 2 changes x 2 counts, the
     predicted power of one slowed kernel and the fraction of 64 simulated tests (fresh
-    baseline and candidate each) whose row for it is ``regression`` (0.31, 0.61 / 0.92, 1.0;
+    baseline and candidate each) whose row for it is ``regression`` (0.31, 0.61 / 0.92;
     predicted within 0.1). The cells lie where the two conditions bind: significance at 3
     processes per side (a t on ~8 df, far from the normal), the total's interval, which
     carries the sides' shared factor (twice the kernel's own noise), at 6. A model with normal
-    quantiles misses by 0.25, one without the shared factor's term by 0.36."""
+    quantiles misses by 0.25, one without the shared factor's term by 0.36. The fourth cell,
+    the larger change at 6, is not simulated: every model and the gate give it power 1."""
     cfg = GateConfig(threshold=0.02)
     rng = np.random.default_rng(7)
     (p,) = pw.plan(_gate_draw(rng, 48, own=0.006, shared=0.012), 0.03, cfg)
     row = next(r.noise for r in p.kernels if r.noise.kernel == "Cijk_k00")
     effects, counts, reps = (0.03, 0.05), (3, 6), 64
+    cells = [(0, 0), (0, 1), (1, 0)]  # (effect, count) indices
     observed = np.zeros((2, 2))
     for ci, n in enumerate(counts):
         for _ in range(reps):
@@ -128,19 +131,22 @@ def test_predicted_power_matches_the_gate_on_simulated_tests(monkeypatch):
             cand = _gate_draw(rng, n, first=100, own=0.006, shared=0.012)
             slow = (cand["kernel"] == "Cijk_k00").to_numpy()
             for ei, e in enumerate(effects):
+                if (ei, ci) not in cells:
+                    continue
                 v = compare(base, cand.assign(value=np.where(slow, cand["value"] * (1 + e), cand["value"])), cfg)
                 observed[ei, ci] += bool((v[(v["kernel"] == "Cijk_k00") & (v["metric"] == "dur_ns")]["verdict"]
                                           == "regression").any()) / reps
 
     def predicted(r: pw.RowNoise) -> np.ndarray:
-        return np.array([[pw.power([r], e, n, n, p.decision)[0] for n in counts] for e in effects])
+        return np.array([pw.power([r], effects[ei], counts[ci], counts[ci], p.decision)[0] for ei, ci in cells])
 
+    seen = np.array([observed[c] for c in cells])
     good = predicted(row)
-    assert np.abs(good - observed).max() <= 0.12, (good, observed)
+    assert np.abs(good - seen).max() <= 0.12, (good, seen)
     no_shared = predicted(dataclasses.replace(row, shared_sd=0.0))
     monkeypatch.setattr(pw, "_t_isf", lambda q, df: np.broadcast_to(sps.norm.isf(q), np.shape(df)).astype(float))
     normal = predicted(row)
-    assert np.abs(no_shared - observed).max() > 0.2 and np.abs(normal - observed).max() > 0.2, (no_shared, normal)
+    assert np.abs(no_shared - seen).max() > 0.2 and np.abs(normal - seen).max() > 0.2, (no_shared, normal)
 
 
 def _spread_draw(rng: np.random.Generator, sds: np.ndarray, units: int, first: int = 0) -> pd.DataFrame:

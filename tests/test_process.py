@@ -121,20 +121,20 @@ def test_no_shell_interpretation(tmp_path):
 def test_timeout_kills_group_and_escaped_descendants(tmp_path):
     pid_file = tmp_path / "pids"
     start = time.monotonic()
-    res = run_process([PY, str(_script(tmp_path, TREE)), str(pid_file), "hang"], timeout_s=1.5,
+    res = run_process([PY, str(_script(tmp_path, TREE)), str(pid_file), "hang"], timeout_s=0.8,
                       log_path=tmp_path / "l.log", grace_s=1.0)
     assert res.timed_out and "timed out" in res.describe()
     assert time.monotonic() - start < 10
     grand, escaped = map(int, pid_file.read_text().split())
     assert not _running(grand) and not _running(escaped)
     assert live_processes(res.pid) == set()
-    assert "timed out after 1.5 s" in res.tail(3)
+    assert "timed out after 0.8 s" in res.tail(3)
 
 
 def test_sigterm_ignoring_workload_gets_sigkill(tmp_path):
     body = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" \
            "print('ready', flush=True)\ntime.sleep(300)\n"
-    res = run_process([PY, "-c", body], timeout_s=1.0, grace_s=0.5, log_path=tmp_path / "l.log")
+    res = run_process([PY, "-c", body], timeout_s=0.8, grace_s=0.3, log_path=tmp_path / "l.log")
     assert res.timed_out and res.returncode == -signal.SIGKILL
 
 
@@ -243,14 +243,14 @@ def test_setsid_daemon_is_killed_when_the_workload_ends(tmp_path):
 def test_setsid_daemon_is_killed_on_timeout(tmp_path):
     pid_file = tmp_path / "daemon.pid"
     start = time.monotonic()
-    res = run_process([PY, str(_script(tmp_path, DAEMON)), str(pid_file), "hang"], timeout_s=2.0,
+    res = run_process([PY, str(_script(tmp_path, DAEMON)), str(pid_file), "hang"], timeout_s=1.0,
                       log_path=tmp_path / "l.log", grace_s=1.0)
     assert res.timed_out and time.monotonic() - start < 10
     daemon = _daemon_pid(pid_file)
     assert _wait_dead(daemon, 0.1)
     log = res.log_path.read_text()
     assert f"{daemon} (sleep 301)" in log and "[gemmperf] killed" in log
-    assert "timed out after 2.0 s" in res.tail(3)
+    assert "timed out after 1.0 s" in res.tail(3)
 
 
 def test_environment_marker_net_without_the_subreaper(tmp_path, monkeypatch):

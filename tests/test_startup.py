@@ -1,14 +1,18 @@
 """``gemmperf --help`` starts fast: no command's help imports pandas, scipy, pyarrow, numpy,
 torch or pytest.
 
-Every (sub)command's ``--help``, and ``--version``, runs in a fresh interpreter, which reports
-the heavy packages then in ``sys.modules``. The paths come from walking the parser, so a new
-subcommand is checked without editing this file. Timing is left to ``benchmarks/startup.py``.
+Every (sub)command's ``--help``, and ``--version``, runs in a fresh process, which reports the
+heavy packages then in ``sys.modules``: one fresh interpreter imports the package and the CLI
+module (what every command's start-up imports first) and forks a child per call, so each call
+starts from that state alone, as in an interpreter of its own. The paths come from walking the
+parser, so a new subcommand is checked without editing this file. Timing is left to
+``benchmarks/startup.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -24,18 +28,44 @@ ROOT = Path(__file__).resolve().parent.parent
 #: benchmark's yardstick, and a parser that needs it would start no faster than pytest itself
 HEAVY = ("pandas", "scipy", "pyarrow", "numpy", "torch", "pytest")
 
-#: run in a fresh interpreter: argv[1] the heavy names, argv[2] the gemmperf arguments as JSON
-#: (null: only import the package and the CLI module); prints the heavy packages then loaded
+#: run in a fresh interpreter: argv[1] the heavy names, argv[2] a JSON list of gemmperf argument
+#: lists; prints a JSON object: "null" -> the heavy packages loaded after importing the package
+#: and the CLI module only, each argument list (as JSON) -> those loaded after ``gemmperf ARGV``
+#: in a child forked from that state (or {"error": traceback})
 CHILD = r"""
-import contextlib, io, json, sys
-argv = json.loads(sys.argv[2])
-if argv is None:
-    import pytest_gemmperf, pytest_gemmperf.cli
-else:
-    from pytest_gemmperf.cli import main
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-        main(argv)
-print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))))
+import contextlib, io, json, os, sys, traceback
+heavy = set(sys.argv[1].split(","))
+import pytest_gemmperf, pytest_gemmperf.cli
+from pytest_gemmperf.cli import main
+
+def loaded():
+    return sorted({m.split(".")[0] for m in sys.modules} & heavy)
+
+out = {"null": loaded()}
+for argv in json.loads(sys.argv[2]):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                    main(argv)
+                result = loaded()
+            except BaseException:
+                result = {"error": traceback.format_exc()}
+            with os.fdopen(w, "w") as fh:
+                fh.write(json.dumps(result))
+        finally:
+            os._exit(0)  # never back into the parent's loop
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    out[json.dumps(argv)] = json.loads(data)
+print(json.dumps(out))
 """
 
 
@@ -51,15 +81,23 @@ def _help_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -
 CALLS = [["--version"]] + [[*path, "--help"] for path in _help_paths(build_parser())]
 
 
-def heavy_after(argv: list[str] | None) -> list[str]:
-    """The heavy packages a fresh interpreter running this checkout's code has loaded after
-    ``gemmperf ARGV`` (``None``: after importing the package and the CLI module only)."""
+@functools.cache
+def _heavy_after_all() -> dict[str, object]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run([sys.executable, "-c", CHILD, ",".join(HEAVY), json.dumps(argv)], env=env,
+    proc = subprocess.run([sys.executable, "-c", CHILD, ",".join(HEAVY), json.dumps(CALLS)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def heavy_after(argv: list[str] | None) -> list[str]:
+    """The heavy packages a fresh process running this checkout's code has loaded after
+    ``gemmperf ARGV`` (``None``: after importing the package and the CLI module only); one
+    interpreter answers for every call in ``CALLS``."""
+    found = _heavy_after_all()[json.dumps(argv)]
+    assert not isinstance(found, dict), found.get("error") if isinstance(found, dict) else found
+    return found
 
 
 def test_every_subcommand_is_checked():

@@ -167,6 +167,7 @@ def test_results_names_and_verdict_merge(tmp_path):
     assert merged[["point", "verdict"]].values.tolist() == [["ch28", "improvement"], ["ch56", "regression"]]
 
 
+@pytest.mark.slow  # a real torch process and profiler, about 0.9 s
 def test_gemm_comm_workload_runs_for_real_on_cpu(tmp_path):
     """The bundled workload, one process (no torchrun): real GEMMs, real profiler trace."""
     pytest.importorskip("torch")
