@@ -90,12 +90,27 @@ def without_session_reports(monkeypatch):
 
 
 # Fixtures whose tests are end-to-end by construction: a whole inner pytest session, a real
-# `pytest --help` process, or the 43,915-dispatch real trace. They are marked ``slow`` so
+# `pytest --help` process, the 43,915-dispatch real trace, or the shared `pytest -n 2` session. They are marked ``slow`` so
 # `pytest -m "not slow" tests` is the inner loop; `pytest tests` still runs them.
-_SLOW_FIXTURES = frozenset({"pytester", "pytest_help", "trace_908"})
+_SLOW_FIXTURES = frozenset({"pytester", "pytest_help", "trace_908", "xdist_sweep"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+# ---------------------------------------------------------------------- shared slow sessions
+# Sessions several slow tests read, each run once per test session.
+
+from gemmperf_pytester_support import run_xdist_sweep  # noqa: E402 - this block's own import
+
+
+@pytest.fixture(scope="session")
+def xdist_sweep(tmp_path_factory):
+    """The stand-in sweep run once under ``pytest -n 2`` (gemmperf_pytester_support.py:
+    run_xdist_sweep), read by the xdist tests of the plugin, the progress lines, the benchmark
+    JSON and the history; a test that writes there works on a copy."""
+    pytest.importorskip("xdist")
+    return run_xdist_sweep(tmp_path_factory.mktemp("xdist_sweep"))
