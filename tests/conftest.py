@@ -104,7 +104,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # ---------------------------------------------------------------------- shared slow sessions
 # Sessions several slow tests read, each run once per test session.
 
-from gemmperf_pytester_support import run_xdist_sweep  # noqa: E402 - this block's own import
+import os  # noqa: E402 - this block's own imports
+
+from gemmperf_pytester_support import run_xdist_sweep  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_fsync():
+    """``fsync(2)`` is a no-op in this process (sessions in a subprocess still call it). It
+    orders writes against power loss only, which no test can simulate; what a killed or
+    failing writer leaves is the page cache's content either way, and every fsync the product
+    announces (store.fs steps, the fault injectors' wrappers) is still visited. Waiting on the
+    disk for each of the thousands of fsyncs the suite's writes make was a large share of the
+    slow tests' wall time."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", lambda fd: None)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -91,17 +91,6 @@ def write_legacy(root: Path, rec: BaselineRecord, variance: pd.DataFrame | None)
     (d / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_fsync():
-    """``fsync(2)`` is a no-op in this process: a killed writer loses nothing the page cache
-    holds, so what a kill at step k leaves on disk is the same without it (power loss, which
-    fsync guards against, is not simulated here), and the store still announces every fsync
-    step, so each one is still a kill point. Waiting on the disk was a quarter of the run."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(os, "fsync", lambda fd: None)
-        yield
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
     """A store with A (with history), B, the old-layout L (with history); C does not exist."""
