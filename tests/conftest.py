@@ -90,8 +90,9 @@ def without_session_reports(monkeypatch):
 
 
 # Fixtures whose tests are end-to-end by construction: a whole inner pytest session, a real
-# `pytest --help` process, the 43,915-dispatch real trace, or the shared `pytest -n 2` session. They are marked ``slow`` so
-# `pytest -m "not slow" tests` is the inner loop; `pytest tests` still runs them.
+# `pytest --help` process, the 43,915-dispatch real trace, or the shared `pytest -n 2` session.
+# They are marked ``slow`` so `pytest -m "not slow" tests` is the inner loop; `pytest tests`
+# still runs them.
 _SLOW_FIXTURES = frozenset({"pytester", "pytest_help", "trace_908", "xdist_sweep"})
 
 
@@ -101,8 +102,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-# ---------------------------------------------------------------------- shared slow sessions
-# Sessions several slow tests read, each run once per test session.
+# ------------------------------------------------------------- set-up shared by the slow tests
 
 import os  # noqa: E402 - this block's own imports
 

@@ -50,7 +50,7 @@ from pytest_gemmperf import sweep
 def test_shsweep(gemmperf, gemmperf_point):
     slow = os.environ.get("SLOW_POINTS", "").split(",")
     scale = "1.3" if gemmperf_point.id in slow else "1.0"
-    result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "30"], repeats=3,
+    result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "30"], repeats=2,
                               env={{"FAKE_SCALE": scale}})
     gemmperf.assert_no_regression(result)
 
