@@ -80,6 +80,19 @@ def gp(pytester, monkeypatch):
     return run
 
 
+#: conftest.py of a session in a subprocess whose readers look at neither its report.html /
+#: report.xlsx nor at what fsync(2) adds to the page cache (power-loss ordering): the session
+#: skips both, as the sessions in this process do (conftest.py: without_session_reports, no_fsync)
+SUBPROCESS_CONFTEST = """
+import os
+
+from pytest_gemmperf.pytest_glue import summary
+
+os.fsync = lambda fd: None
+summary.write_results_reports = lambda *args, **kwargs: None
+"""
+
+
 @dataclass(frozen=True)
 class XdistSweep:
     """One real ``pytest -n 2`` session of the sweep above (``run_xdist_sweep``): its
@@ -95,8 +108,10 @@ def run_xdist_sweep(path: Path) -> XdistSweep:
     read switched on at once: each worker gates one point, records the baseline and appends the
     history, and the controller writes the benchmark JSON. Three interpreters that import the
     plugin are most of the cost of such a session, so one session serves the xdist tests of the
-    plugin, the progress lines, the benchmark JSON and the history (tests/conftest.py)."""
+    plugin, the progress lines, the benchmark JSON and the history (tests/conftest.py); none of
+    them reads its reports."""
     (path / "test_gpsweep.py").write_text(TEST_FILE)
+    (path / "conftest.py").write_text(SUBPROCESS_CONFTEST)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST_", "FAKE_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
     # the workers are fresh interpreters: they import the package from the checkout

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmperf_pytester_support import FAKE, PLUGIN_ARGS
+from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, SUBPROCESS_CONFTEST
 from pytest_gemmperf.cli import main
 
 SLUG = "test_st.py__test_st"
@@ -56,14 +56,6 @@ def test_st(gemmperf):
     if mode == "error":
         raise RuntimeError("the test's own check failed")
 '''
-
-# no test here reads a session's report.html / report.xlsx: the sessions skip writing them, as
-# in-process sessions do (conftest.py: without_session_reports)
-NO_REPORTS = """
-from pytest_gemmperf.pytest_glue import summary
-
-summary.write_results_reports = lambda *args, **kwargs: None
-"""
 
 # (environment, extra pytest args, signal to send once the hanging workload runs) per scenario;
 # each leaves ch28 complete and ch64 never run
@@ -148,7 +140,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (project / "wrap.py").write_text(WRAP)
     (project / "test_st.py").write_text(TEST_FILE)
     (project / "pytest.ini").write_text("[pytest]\n")
-    (project / "conftest.py").write_text(NO_REPORTS)
+    (project / "conftest.py").write_text(SUBPROCESS_CONFTEST)  # no test here reads the reports
     parent = project / ".gemmperf" / "results"
     rc = _sessions(project, {"complete": (None, {"ST_RAISE_64": "error"}, [], None)})["complete"]
     assert rc == 1, rc
