@@ -407,8 +407,9 @@ def test_real_sigkill_of_a_subprocess_writer(template: Path, tmp_path: Path) -> 
     # thread, OpenBLAS's pool): a fork copies no other thread, nor any lock one of them held
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "ARROW_DEFAULT_MEMORY_POOL": "system", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", SIGKILL_WORKER, json.dumps([[str(r), k] for r, (k, _) in cases.items()]),
-                           str(Path(__file__).parent)], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    work = json.dumps([[str(root), k] for root, (k, _expect) in cases.items()])
+    proc = subprocess.run([sys.executable, "-c", SIGKILL_WORKER, work, str(Path(__file__).parent)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     status = json.loads(proc.stdout)
     for root, (k, expect) in cases.items():
