@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import pytest_gemmperf
+from gemmperf_pytester_support import run_xdist_sweep
 from pytest_gemmperf.pytest_glue import summary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,9 +94,10 @@ def without_session_reports(monkeypatch):
 
 
 # Fixtures whose tests are end-to-end by construction: a whole inner pytest session, a real
-# `pytest --help` process, or the 43,915-dispatch real trace. They are marked ``slow`` so
-# `pytest -m "not slow" tests` is the inner loop; `pytest tests` still runs them.
-_SLOW_FIXTURES = frozenset({"pytester", "pytest_help", "trace_908"})
+# `pytest --help` process, the 43,915-dispatch real trace, or the shared `pytest -n 2` session.
+# They are marked ``slow`` so `pytest -m "not slow" tests` is the inner loop; `pytest tests`
+# still runs them.
+_SLOW_FIXTURES = frozenset({"pytester", "pytest_help", "trace_908", "xdist_sweep"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -142,3 +144,28 @@ def _temp_root_in_memory() -> None:
 
 
 _temp_root_in_memory()
+
+
+# ------------------------------------------------------------- set-up shared by the slow tests
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_fsync():
+    """``fsync(2)`` is a no-op in this process (sessions in a subprocess still call it). It
+    orders writes against power loss only, which no test can simulate; what a killed or
+    failing writer leaves is the page cache's content either way, and every fsync the product
+    announces (store.fs steps, the fault injectors' wrappers) is still visited. Waiting on the
+    disk for each of the thousands of fsyncs the suite's writes make was a large share of the
+    slow tests' wall time."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", lambda fd: None)
+        yield
+
+
+@pytest.fixture(scope="session")
+def xdist_sweep(tmp_path_factory):
+    """The stand-in sweep run once under ``pytest -n 2`` (gemmperf_pytester_support.py:
+    run_xdist_sweep), read by the xdist tests of the plugin, the progress lines, the benchmark
+    JSON and the history; a test that writes there works on a copy."""
+    pytest.importorskip("xdist")
+    return run_xdist_sweep(tmp_path_factory.mktemp("xdist_sweep"))

@@ -6,7 +6,11 @@ pytester directory, and this machine's load kept out of the verdicts."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -74,3 +78,51 @@ def gp(pytester, monkeypatch):
     run.path = pytester.path
     run.python = sys.executable
     return run
+
+
+#: conftest.py of a session in a subprocess whose readers look at neither its report.html /
+#: report.xlsx nor at what fsync(2) adds to the page cache (power-loss ordering): the session
+#: skips both, as the sessions in this process do (conftest.py: without_session_reports, no_fsync)
+SUBPROCESS_CONFTEST = """
+import os
+
+from pytest_gemmperf.pytest_glue import summary
+
+os.fsync = lambda fd: None
+summary.write_results_reports = lambda *args, **kwargs: None
+"""
+
+
+@dataclass(frozen=True)
+class XdistSweep:
+    """One real ``pytest -n 2`` session of the sweep above (``run_xdist_sweep``): its
+    directory (results under ``resx``, baselines under ``base``, history under ``hx``,
+    pytest-benchmark JSON ``bx.json``) and its output, as pytester's ``runpytest`` returns it."""
+
+    path: Path
+    out: pytest.RunResult
+
+
+def run_xdist_sweep(path: Path) -> XdistSweep:
+    """Run the sweep under ``pytest -n 2`` in a fresh process, with every output the xdist tests
+    read switched on at once: each worker gates one point, records the baseline and appends the
+    history, and the controller writes the benchmark JSON. Three interpreters that import the
+    plugin are most of the cost of such a session, so one session serves the xdist tests of the
+    plugin, the progress lines, the benchmark JSON and the history (tests/conftest.py); none of
+    them reads its reports."""
+    (path / "test_gpsweep.py").write_text(TEST_FILE)
+    (path / "conftest.py").write_text(SUBPROCESS_CONFTEST)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST_", "FAKE_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
+    # the workers are fresh interpreters: they import the package from the checkout
+    env.update(PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), PY_COLORS="0",
+               HOME=str(path))
+    cmd = [sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark",
+           f"--basetemp={path / 'basetemp'}", "-n", "2", "--gemmperf-backend", "torch",
+           "--gemmperf-telemetry", "off", "--gemmperf-results-dir=resx", "--gemmperf-baseline-dir=base",
+           "--gemmperf-history=hx", "--gemmperf-benchmark-json=bx.json"]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=600)
+    out = pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(),
+                           time.monotonic() - start)
+    return XdistSweep(path, out)

@@ -158,6 +158,7 @@ def test_breakdown_refuses_what_is_not_a_results_folder(tmp_path):
 
 # --- end to end on the CPU -------------------------------------------------------------------
 
+@pytest.mark.usefixtures("without_session_reports")  # no session report is read here
 def test_one_rank_point_runs_without_torchrun_and_two_ranks_with_it(pytester, monkeypatch):
     """Two torch points of the example workload through the plugin: one rank (no agent: the
     recorded command is the worker itself) and two ranks (torchrun, as before); both gated

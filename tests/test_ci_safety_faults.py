@@ -492,6 +492,7 @@ def test_pytest_results_dir_fault_errors_the_item_with_one_line(gp, monkeypatch)
         assert temp_files(res) == [] if res.exists() else True
 
 
+@pytest.mark.usefixtures("without_session_reports")  # no session report is read here
 def test_pytest_gates_against_a_readonly_store(gp, make_readonly):
     """Plain gating reads the store only: a read-only store passes, nothing is written there;
     recording into it errors the items with one line naming the store."""

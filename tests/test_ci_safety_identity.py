@@ -19,7 +19,7 @@ pytest_plugins = ["pytester"]
 # no test here reads report.html / report.xlsx (conftest.py: without_session_reports)
 pytestmark = pytest.mark.usefixtures("without_session_reports")
 
-from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, REPO, gp  # noqa: E402,F401 - gp: fixture
+from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, REPO, SUBPROCESS_CONFTEST, gp  # noqa: E402,F401 - gp: fixture
 
 import pytest_gemmperf.run.results as res  # noqa: E402
 from pytest_gemmperf.store.baselines import BaselineStore  # noqa: E402
@@ -73,7 +73,8 @@ def test_one(gemmperf):
 
 
 def test_two_concurrent_sessions_in_the_same_second_keep_all_their_processes(pytester):
-    pytester.makepyfile(conftest=_FROZEN_CLOCK, test_one=_ONE_POINT)
+    # both sessions run in a subprocess, and nothing here reads their reports
+    pytester.makepyfile(conftest=_FROZEN_CLOCK + SUBPROCESS_CONFTEST, test_one=_ONE_POINT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)

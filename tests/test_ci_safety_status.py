@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmperf_pytester_support import FAKE, PLUGIN_ARGS
+from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, SUBPROCESS_CONFTEST
 from pytest_gemmperf.cli import main
 
 SLUG = "test_st.py__test_st"
@@ -75,8 +75,7 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _session(project: Path, results: Path | None, env: dict, args: list[str], sig) -> int:
-    marker = project / "hang.pid"
+def _start(project: Path, results: Path | None, env: dict, args: list[str], marker: Path) -> subprocess.Popen:
     marker.unlink(missing_ok=True)
     full_env = {**os.environ, "ST_MARKER": str(marker), **env}
     for k in ("FAKE_SCALE", "FAKE_FAIL", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS"):
@@ -87,25 +86,45 @@ def _session(project: Path, results: Path | None, env: dict, args: list[str], si
            *args, "test_st.py"]
     # a runner started in the background (`cmd &`, nohup) ignores SIGINT, and a child inherits
     # that: Python then installs no KeyboardInterrupt handler and the SIGINT below would be lost
-    proc = subprocess.Popen(cmd, cwd=project, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    return subprocess.Popen(cmd, cwd=project, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=_sigint_default)
+
+
+def _signal_when_hanging(proc: subprocess.Popen, marker: Path, sig) -> None:
+    deadline = time.monotonic() + 120
+    while not (marker.is_file() and marker.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the session never reached ch56"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+
+
+def _reap(proc: subprocess.Popen, marker: Path) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if marker.is_file() and marker.read_text():  # kill -9 leaves the workload behind
+        try:
+            os.kill(int(marker.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _sessions(project: Path, runs: dict[str, tuple[Path | None, dict, list[str], signal.Signals | None]]
+              ) -> dict[str, int]:
+    """Run one session per entry at once (each its own results directory and hang marker);
+    each signalled once its workload hangs at ch56. Returns each session's exit status."""
+    started: dict[str, tuple[subprocess.Popen, Path]] = {}
     try:
-        if sig is not None:
-            deadline = time.monotonic() + 120
-            while not (marker.is_file() and marker.read_text()):
-                assert proc.poll() is None and time.monotonic() < deadline, "the session never reached ch56"
-                time.sleep(0.05)
-            proc.send_signal(sig)
-        return proc.wait(timeout=180)
+        for name, (results, env, args, _sig) in runs.items():
+            marker = project / f"hang-{name}.pid"
+            started[name] = (_start(project, results, env, args, marker), marker)
+        for name, (proc, marker) in started.items():
+            if runs[name][3] is not None:
+                _signal_when_hanging(proc, marker, runs[name][3])
+        return {name: proc.wait(timeout=180) for name, (proc, _marker) in started.items()}
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if marker.is_file() and marker.read_text():  # kill -9 leaves the workload behind
-            try:
-                os.kill(int(marker.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for proc, marker in started.values():
+            _reap(proc, marker)
 
 
 # every test reads the module fixture, which runs six real pytest sessions
@@ -115,20 +134,23 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """One complete session (it records the baselines; one point's test raises an ordinary
-    error, which is still a finished point), then each interrupted session; all four
+    error, which is still a finished point), then the interrupted sessions; all the
     interrupted runs are newer than the complete one under ``.gemmperf/results``."""
     project = tmp_path_factory.mktemp("status")
     (project / "wrap.py").write_text(WRAP)
     (project / "test_st.py").write_text(TEST_FILE)
     (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "conftest.py").write_text(SUBPROCESS_CONFTEST)  # no test here reads the reports
     parent = project / ".gemmperf" / "results"
-    rc = _session(project, None, {"ST_RAISE_64": "error"}, [], None)
+    rc = _sessions(project, {"complete": (None, {"ST_RAISE_64": "error"}, [], None)})["complete"]
     assert rc == 1, rc
     out = {"complete": next(c for c in parent.iterdir() if not c.is_symlink())}
-    for n, (name, (env, args, sig)) in enumerate(SCENARIOS.items()):
-        # newer names than the complete run's timestamp: each is "the newest run" by name
+    # newer names than the complete run's timestamp: each is "the newest run" by name
+    for n, name in enumerate(SCENARIOS):
         out[name] = parent / f"9999-12-31T00-00-0{n}"
-        _session(project, out[name], env, args, sig)
+    # the interrupted sessions run at the same time: each has its own results directory and
+    # what they share (the baselines they gate against, the history) is safe to share
+    _sessions(project, {name: (out[name], *SCENARIOS[name]) for name in SCENARIOS})
     out["parent"] = parent
     out["base"] = project / "base"
     return out

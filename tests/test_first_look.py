@@ -259,6 +259,7 @@ def one_point(pytester, monkeypatch):
     return run
 
 
+@pytest.mark.usefixtures("without_session_reports")  # no session report is read here
 def test_compare_pools_the_same_history_as_the_pytest_gate_step(one_point, pytester, monkeypatch) -> None:
     from pytest_gemmperf.cli import main
 

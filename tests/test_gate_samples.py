@@ -341,6 +341,7 @@ def test_coll(gemmperf):
 """
 
 
+@pytest.mark.usefixtures("without_session_reports")  # no session report is read here
 def test_plugin_gate_fails_on_slower_allreduce_and_refresh_gives_the_pytest_samples(coll_sides, pytester, monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile(test_coll=TEST_FILE)

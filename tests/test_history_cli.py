@@ -289,20 +289,19 @@ def test_history_check_with_history_off_is_a_usage_error(gp):
     assert out.ret == pytest.ExitCode.USAGE_ERROR
 
 
-def test_xdist_workers_append_one_run_concurrently(gp, monkeypatch):
+def test_xdist_workers_append_one_run_concurrently(xdist_sweep):
     """Two xdist workers gate one point each and append at the same time: one run (the
     controller's id), one file per point, each written by its own worker."""
-    pytest.importorskip("xdist")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    out = gp("-n", "2", "--gemmperf-backend", "torch", "--gemmperf-history=hx", results="resx", inprocess=False)
+    out = xdist_sweep.out
     if "GEMMPERF_DEVICE" in out.stdout.str():  # pragma: no cover - only on GPU machines
         pytest.skip("GPU machine: the stand-in workload writes CPU traces")
     out.assert_outcomes(passed=2)
-    runs = HistoryStore(gp.path / "hx").runs()
+    hx = xdist_sweep.path / "hx"
+    runs = HistoryStore(hx).runs()
     assert len(runs) == 1 and runs["run_id"].iloc[0].startswith("resx-") and runs["files"].iloc[0] == 2
-    h = HistoryStore(gp.path / "hx").read()
+    h = HistoryStore(hx).read()
     assert set(h["point"]) == {"ch28-th256", "ch56-th256"}
-    files = sorted((gp.path / "hx").rglob("*.parquet"))
+    files = sorted(hx.rglob("*.parquet"))
     workers = {pd.read_parquet(f, columns=["run_meta"])["run_meta"].iloc[0] for f in files}
     assert {__import__("json").loads(w)["xdist_worker"] for w in workers} <= {"gw0", "gw1"}
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_batch import CliRun, run_cli_batch
 from conftest import FIXTURES
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.discover import load
@@ -537,20 +538,33 @@ CLI_SUBSET = ["kt7-start-2^63", "kt7-start-inf", "kt7-nul-in-name", "kt7-missing
               "dir-fifo-direct"]
 
 
-@pytest.mark.slow  # a real gemmperf process per case
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> dict[str, tuple[Path, Path, CliRun]]:
+    """``gemmperf analyze`` of each case of CLI_SUBSET in a real process (one for them all)."""
+    tmp = tmp_path_factory.mktemp("cli")
+    built, commands = {}, {}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for case_id in CLI_SUBSET:
+            builder = next(c[1] for c in REJECT if c[0] == case_id)
+            case_dir = tmp / case_id.replace("^", "")
+            case_dir.mkdir()
+            given, named = _build(builder, case_dir, monkeypatch)
+            built[case_id] = (given, named, case_dir)
+            commands[case_id] = ["analyze", os.fspath(given), "--out", os.fspath(case_dir / "out"), "--no-report"]
+    runs = run_cli_batch(commands, tmp / "stderr", cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "always"},
+                         timeout_s=50 * len(commands))
+    return {c: (built[c][1], built[c][2], runs[c]) for c in CLI_SUBSET}
+
+
+@pytest.mark.slow  # a real gemmperf process
 @pytest.mark.parametrize("case_id", CLI_SUBSET)
-def test_cli_analyze_exits_2_with_one_stderr_line(case_id, tmp_path, monkeypatch):
-    builder = next(c[1] for c in REJECT if c[0] == case_id)
-    given, named = _build(builder, tmp_path, monkeypatch)
-    proc = subprocess.run([sys.executable, "-m", "pytest_gemmperf.cli", "analyze", os.fspath(given),
-                           "--out", os.fspath(tmp_path / "out"), "--no-report"],
-                          capture_output=True, text=True, timeout=50, cwd=REPO,
-                          env={**os.environ, "PYTHONWARNINGS": "always"})
-    lines = proc.stderr.splitlines()
-    assert proc.returncode == 2, proc.stderr
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr and os.fspath(named) in lines[0]
-    assert not (tmp_path / "out" / "kernels.csv").exists()
+def test_cli_analyze_exits_2_with_one_stderr_line(cli_runs, case_id):
+    named, case_dir, r = cli_runs[case_id]
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2, r.stderr
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr and os.fspath(named) in lines[0]
+    assert not (case_dir / "out" / "kernels.csv").exists()
 
 
 # --------------------------------------------------------------------- skipped parts: a note each

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_batch import CliRun, run_cli_batch
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import ENV_MAX_DECOMPRESSED, read_maybe_gzip
 from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
@@ -369,16 +370,25 @@ CLI_SUBSET = ["k-ts-true", "k-ts-1e400", "k-dur-negative", "k-pid-2p64", "k-deep
               "r-deep-top", "r-counter-value-1e400"]
 
 
-@pytest.mark.slow  # a real gemmperf process per case
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> dict[str, tuple[Path, CliRun]]:
+    """``gemmperf analyze`` of each case of CLI_SUBSET in a real process (one for them all)."""
+    tmp = tmp_path_factory.mktemp("cli")
+    given, commands = {}, {}
+    for case in CLI_SUBSET:
+        kind, _, make, _pattern = next(c for c in CASES if c[1] == case)
+        (tmp / case).mkdir()
+        given[case] = _file(tmp / case, kind, case, make())
+        commands[case] = ["analyze", str(given[case]), "--out", str(tmp / case / "out"), "--no-report"]
+    env = {**os.environ, ENV_MAX_DECOMPRESSED: "1000000", "PYTHONWARNINGS": "always"}
+    runs = run_cli_batch(commands, tmp / "stderr", cwd=tmp, env=env)
+    return {case: (given[case], runs[case]) for case in CLI_SUBSET}
+
+
+@pytest.mark.slow  # a real gemmperf process
 @pytest.mark.parametrize("case", CLI_SUBSET)
-def test_cli_exit_2_one_line(tmp_path, case):
-    kind, _, make, pattern = next(c for c in CASES if c[1] == case)
-    p = _file(tmp_path, kind, case, make())
-    env = {**os.environ, "PYTHONPATH": str(REPO), ENV_MAX_DECOMPRESSED: "1000000",
-           "PYTHONWARNINGS": "always"}
-    r = subprocess.run([sys.executable, "-m", "pytest_gemmperf.cli", "analyze", str(p),
-                        "--out", str(tmp_path / "out"), "--no-report"],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+def test_cli_exit_2_one_line(cli_runs, case):
+    p, r = cli_runs[case]
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert r.stderr.count("\n") == 1 and str(p) in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "Warning" not in r.stderr

@@ -122,6 +122,7 @@ def test_same_rank_from_two_nodes_is_an_error(tmp_path):
                         device="cpu", timeout_s=60, world_size=2)
 
 
+@pytest.mark.usefixtures("without_session_reports")  # no session report is read here
 def test_plugin_point_with_two_node_agents(pytester, monkeypatch):
     """``gemmperf.profile(..., launcher="torchrun", nnodes=2)`` end to end: one point, both
     nodes' ranks in its tables and point.json."""

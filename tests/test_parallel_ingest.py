@@ -270,11 +270,11 @@ def test_results_dir_points_read_in_parallel(tmp_path):
     from pytest_gemmperf.store.results import records_from_results, results_samples
 
     root = tmp_path / "res"
+    disp = load([CSV_DIR]).dispatches
     for test, pid in (("t_a", 1), ("t_b", 2)):
         for point in ("ch28-th256", "ch56-th256"):
             d = root / test / point
             d.mkdir(parents=True)
-            disp = load([CSV_DIR]).dispatches
             disp.to_parquet(d / "dispatches.parquet")
             (d / "point.json").write_text(json.dumps({"test_id": f"x.py::{test}", "point": point,
                                                       "status": "passed", "warmup": 1}))

@@ -349,6 +349,7 @@ def test_auto(gemmperf):
 """
 
 
+@pytest.mark.usefixtures("without_session_reports")  # no session report is read here
 def test_pytest_repeats_auto_runs_the_planned_count_and_says_so(gp, pytester):
     pytester.makepyfile(test_auto=AUTO_TEST.format(fake=str(FAKE)))
     auto = ["test_auto.py", "--gemmperf-repeats", "auto", "--gemmperf-detect", "3%",

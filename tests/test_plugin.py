@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -255,26 +256,26 @@ def test_bad():
     assert "needs the gemmperf (or gemmperf_point) fixture" in out.stdout.str() + out.stderr.str()
 
 
-def test_xdist_workers_share_one_results_dir_and_one_baseline_record(gp, monkeypatch):
-    pytest.importorskip("xdist")
+def test_xdist_workers_share_one_results_dir_and_one_baseline_record(xdist_sweep, gp, monkeypatch):
     # workers are fresh interpreters: they import the package from the checkout and must not
     # pick a GPU backend on a GPU machine
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    out = gp("-n", "2", "--gemmperf-backend", "torch", results="resx", inprocess=False)
+    out = xdist_sweep.out
     if "GEMMPERF_DEVICE" in out.stdout.str():  # pragma: no cover - only on GPU machines
         pytest.skip("GPU machine: the stand-in workload writes CPU traces")
     out.assert_outcomes(passed=2)
-    root = gp.path / "resx"
+    root = xdist_sweep.path / "resx"
     assert sorted(p.name for p in (root / SLUG).iterdir() if p.is_dir()) == ["ch28-th256", "ch56-th256"]
     assert [p.name for p in root.iterdir() if p.name == "run.json"] == ["run.json"]
     workers = {_point_json(root, p)["xdist_worker"] for p in ("ch28-th256", "ch56-th256")}
     assert workers <= {"gw0", "gw1"} and None not in workers
     from pytest_gemmperf.store.baselines import BaselineStore
 
-    records = BaselineStore(gp.path / "base").load_all()
+    records = BaselineStore(xdist_sweep.path / "base").load_all()
     assert len(records) == 1
     assert set(records[0].samples["point"].astype(str)) == {"ch28-th256", "ch56-th256"}
     # the next run gates and learns on both workers at once: both points reach the history
+    shutil.copytree(xdist_sweep.path / "base", gp.path / "base")
     out = gp("-n", "2", "--gemmperf-backend", "torch", "--gemmperf-learn-variance", results="resy",
              inprocess=False)
     out.assert_outcomes(passed=2)

@@ -87,9 +87,8 @@ def test_bad_progress_value_is_a_usage_error(gp):
     out.stderr.fnmatch_lines(["*--gemmperf-progress: 'loud' is not on or off*"])
 
 
-def test_xdist_workers_write_whole_prefixed_lines(gp):
-    pytest.importorskip("xdist")
-    out = gp("-n", "2", results="x1", inprocess=False)
+def test_xdist_workers_write_whole_prefixed_lines(xdist_sweep):
+    out = xdist_sweep.out
     out.assert_outcomes(passed=2)
     lines = _progress_lines(out.stdout.str() + "\n" + out.stderr.str())
     workers = {m.group(1) for ln in lines if (m := re.search(r"\[(gw\d)\]", ln))}

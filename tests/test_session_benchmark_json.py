@@ -76,13 +76,12 @@ def test_session_writes_pytest_benchmark_json_of_the_gated_points(gp):
         ("aten::mm[ch56-th256]", "bench", "160"), ("aten::mm[ch56-th256]", "bench2", "140")], proc.stdout
 
 
-def test_xdist_workers_contribute_their_points(gp):
-    pytest.importorskip("xdist")
-    out = gp("-n", "2", "--gemmperf-benchmark-json=bx.json", results="rx", inprocess=False)
+def test_xdist_workers_contribute_their_points(xdist_sweep):
+    out = xdist_sweep.out
     out.assert_outcomes(passed=2)
-    doc = json.loads((gp.path / "bx.json").read_text())
+    doc = json.loads((xdist_sweep.path / "bx.json").read_text())
     assert [b["fullname"] for b in doc["benchmarks"]] == FULLNAMES
-    workers = {json.loads((gp.path / "rx" / SLUG / p / "point.json").read_text())["xdist_worker"]
+    workers = {json.loads((xdist_sweep.path / "resx" / SLUG / p / "point.json").read_text())["xdist_worker"]
                for p in ("ch28-th256", "ch56-th256")}
     assert workers == {"gw0", "gw1"}                          # both workers' points are in
 

@@ -284,8 +284,10 @@ def test_python_api_threshold_values():
 
 
 def test_bad_threshold_option_exits_4_with_one_line(pytester):
+    # in this process: a usage error's one line in a real pytest process is test_sweep.py's
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gemmperf-threshold", "5")
+    out = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
+                                       "--gemmperf-threshold", "5")
     assert out.ret == 4
     errors = [ln for ln in out.stderr.lines if ln.strip()]
     assert errors == ["ERROR: --gemmperf-threshold: threshold '5' is ambiguous: write 5% (or 0.05)"], errors

@@ -50,7 +50,7 @@ from pytest_gemmperf import sweep
 def test_shsweep(gemmperf, gemmperf_point):
     slow = os.environ.get("SLOW_POINTS", "").split(",")
     scale = "1.3" if gemmperf_point.id in slow else "1.0"
-    result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "30"], repeats=3,
+    result = gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "30"], repeats=2,
                               env={{"FAKE_SCALE": scale}})
     gemmperf.assert_no_regression(result)
 
@@ -139,9 +139,10 @@ def test_baseline_durations_reads_meta_pointers(tmp_path):
 # ------------------------------------------------------------------------------ the plugin
 
 @pytest.fixture
-def gp(pytester, monkeypatch):
+def gp(pytester, monkeypatch, without_session_reports):
     """pytester with the plugin on the CPU torch backend; results and baselines under the test
-    directory; this host's load never decides a verdict."""
+    directory; this host's load never decides a verdict; no session writes its reports (no
+    test here reads them: the merge's own report is written by ``gemmperf merge``)."""
     monkeypatch.setattr(be, "rocm_gpu_present", lambda *a: False)
     monkeypatch.setattr(be, "cuda_gpu_present", lambda: False)
     monkeypatch.setattr(environment, "read_proc_stat", lambda *a, **k: None)

@@ -260,12 +260,11 @@ def test_bad_values_are_one_usage_error_line(tmp_path, pytester, args, ini, mess
     assert not (where / "ran.txt").exists() and not (where / "res").exists()
 
 
-@pytest.mark.slow  # a real pytest process
-def test_good_overrides_run(tmp_path):
-    r = _run_pytest(tmp_path, "--gemmperf-threads", "64,128", "--gemmperf-axis", "size=4")
+def test_good_overrides_run(pytester):  # in this process: the overrides need no process boundary
+    r = _run_inprocess(pytester, "--gemmperf-threads", "64,128", "--gemmperf-axis", "size=4")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted((tmp_path / "ran.txt").read_text().split()) == ["ch28-th128-size4",
-                                                                 "ch28-th64-size4"]
+    assert sorted((pytester.path / "ran.txt").read_text().split()) == ["ch28-th128-size4",
+                                                                      "ch28-th64-size4"]
 
 
 # --- a point run with a malformed environment never becomes a baseline -----------------------
