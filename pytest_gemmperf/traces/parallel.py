@@ -45,6 +45,7 @@ Contract:
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -290,7 +291,10 @@ def worker_threads(workers: int) -> int:
 def _init_worker(threads: int) -> None:
     """Share the cores between the workers: pyarrow's CSV reader (``use_threads=True``) would
     otherwise start a thread per core in every worker, and n workers x all cores threads
-    oversubscribe the machine."""
+    oversubscribe the machine. Freeze what the worker inherited from the fork server (the
+    imported modules) out of the cyclic garbage collector: a full collection would otherwise
+    walk, and write to, every inherited object, copying each of their pages from the server."""
+    gc.freeze()
     try:
         # lazy: only the processes that read traces set pyarrow's thread pools
         import pyarrow
