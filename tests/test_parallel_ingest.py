@@ -206,6 +206,31 @@ def test_map_ordered_keeps_input_order_and_first_error():
         parallel.map_ordered(_fail_on_even, [1, 3, 2, 4], jobs=2)
 
 
+def test_workers_take_the_largest_inputs_first(tmp_path):
+    sizes = {"a.csv": 10, "b.csv": 300, "c.json.gz": 20, "d.csv": 300, "e.csv": 0}  # .gz: 10x its text
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    paths = [str(tmp_path / name) for name in sizes]
+    # b and d tie: input order; c's 20 bytes of gzip stand for about 200 of text
+    assert parallel.submission_order(paths) == [1, 3, 2, 0, 4]
+
+    class Src:  # a discovery Source: its size is its files'
+        def __init__(self, *names):
+            self.files = [tmp_path / n for n in names]
+
+    assert parallel.submission_order([Src("a.csv"), Src("a.csv", "b.csv"), tmp_path / "missing"]) == [1, 0, 2]
+    assert parallel.submission_order([3, 1, 2]) == [0, 1, 2]  # no files: input order
+
+
+@pytest.mark.slow  # a process pool
+def test_largest_first_still_returns_input_order(tmp_path):
+    paths = []
+    for i, size in enumerate([1, 5000, 10, 2000]):
+        paths.append(str(tmp_path / f"{i}.csv"))
+        Path(paths[-1]).write_bytes(b"x" * size)
+    assert parallel.map_ordered(os.path.basename, paths, jobs=2) == ["0.csv", "1.csv", "2.csv", "3.csv"]
+
+
 def test_killed_worker_is_one_line(tmp_path):
     f = tmp_path / "trace.json"
     f.write_text("{}")

@@ -210,7 +210,9 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
     threads = worker_threads(n)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
                              initargs=(threads,)) as pool:
-        futures = [pool.submit(call, x) for x in items]
+        futures: list[Any] = [None] * len(items)
+        for i in submission_order(items):
+            futures[i] = pool.submit(call, items[i])
         out: list[R] = []
         try:
             for i, fut in enumerate(futures):  # input order, not completion order
@@ -229,6 +231,15 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
                 fut.cancel()
             raise
     return out
+
+
+def submission_order(items: Sequence[Any]) -> list[int]:
+    """The indices of ``items`` as :func:`map_ordered` hands them to its workers: largest input
+    first (:func:`input_bytes` of the files an item stands for, 0 where unknown), ties in input
+    order. A pool that takes a large file last leaves it to one worker while the others idle;
+    taken first, the small ones fill in around it. Results still come back in input order."""
+    sizes = [input_bytes(_files(x)) or 0 for x in items]
+    return sorted(range(len(items)), key=lambda i: -sizes[i])
 
 
 def prestart(jobs: int | None, paths: Iterable[os.PathLike | str]) -> bool:
@@ -304,9 +315,15 @@ def _init_worker(threads: int) -> None:
     pyarrow.set_io_thread_count(max(2, threads))
 
 
-def _label(item: Any) -> str | None:
-    """The file an item stands for, for an error line: a discovery Source's first file."""
+def _files(item: Any) -> list[os.PathLike | str]:
+    """The files an item stands for: a discovery Source's files, or the item when it is a path."""
     files = getattr(item, "files", None)
     if files:
-        return os.fspath(files[0])
-    return os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
+        return list(files)
+    return [item] if isinstance(item, (str, os.PathLike)) else []
+
+
+def _label(item: Any) -> str | None:
+    """The file an item stands for, for an error line: a discovery Source's first file."""
+    files = _files(item)
+    return os.fspath(files[0]) if files else None
