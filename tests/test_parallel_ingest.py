@@ -231,6 +231,30 @@ def test_largest_first_still_returns_input_order(tmp_path):
     assert parallel.map_ordered(os.path.basename, paths, jobs=2) == ["0.csv", "1.csv", "2.csv", "3.csv"]
 
 
+@pytest.mark.slow  # a process pool
+def test_results_larger_than_the_result_pipe_arrive_whole():
+    sizes = [3 * parallel.RESULT_PIPE_BYTES + 7, 10, parallel.RESULT_PIPE_BYTES]
+    assert [len(b) for b in parallel.map_ordered(_bytes_of, sizes, jobs=2)] == sizes
+
+
+def test_the_result_pipe_holds_a_sources_reductions():
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("no pipe sizes on this platform")
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parallel._widen_result_pipe(pool)
+        size = fcntl.fcntl(pool._result_queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text()) if Path("/proc/sys/fs/pipe-max-size").exists() else 0
+    assert size == parallel.RESULT_PIPE_BYTES or limit < parallel.RESULT_PIPE_BYTES
+
+
+def _bytes_of(n: int) -> bytes:
+    return bytes(n)
+
+
 def test_killed_worker_is_one_line(tmp_path):
     f = tmp_path / "trace.json"
     f.write_text("{}")

@@ -56,6 +56,11 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from pytest_gemmperf.errors import GemmperfInputError
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: the result pipe keeps its default size
+    fcntl = None  # type: ignore[assignment]
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -76,6 +81,10 @@ PRESTART_MAX_ENTRIES = 20_000
 PRELOAD = ("pytest_gemmperf.traces.discover",)
 #: the start method: never "fork" (see the module docstring)
 START_METHOD = "forkserver"
+#: bytes the pipe carrying the workers' results holds (Linux ``F_SETPIPE_SZ``; 64 KiB by default):
+#: one source's reductions (about 0.26 MB for a 44k-dispatch file) then leave its worker in one
+#: write instead of waiting for the parent to drain the pipe 64 KiB at a time
+RESULT_PIPE_BYTES = 1 << 20
 #: set by pytest-xdist in each worker: how many workers the session started
 XDIST_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
 
@@ -210,6 +219,7 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
     threads = worker_threads(n)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
                              initargs=(threads,)) as pool:
+        _widen_result_pipe(pool)
         futures: list[Any] = [None] * len(items)
         for i in submission_order(items):
             futures[i] = pool.submit(call, items[i])
@@ -297,6 +307,20 @@ def worker_threads(workers: int) -> int:
     """pyarrow threads for each of ``workers`` pool processes: this process's share of the
     cores (:func:`default_jobs`) split between them, at least 1."""
     return max(1, default_jobs() // max(1, int(workers)))
+
+
+def _widen_result_pipe(pool: ProcessPoolExecutor) -> None:
+    """Give the pipe the workers send their results through :data:`RESULT_PIPE_BYTES`, where the
+    platform allows it (the system's ``pipe-max-size`` may refuse): a worker whose result
+    does not fit waits, off the CPU, for the parent's result thread to be scheduled and read."""
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setsize is None:
+        return
+    try:
+        # CPython's executor sends every result through one SimpleQueue, i.e. one pipe
+        fcntl.fcntl(pool._result_queue._reader.fileno(), setsize, RESULT_PIPE_BYTES)
+    except (AttributeError, OSError, ValueError):
+        pass  # the default pipe: slower, never wrong
 
 
 def _init_worker(threads: int) -> None:
