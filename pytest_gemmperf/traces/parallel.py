@@ -5,8 +5,10 @@ Method: :func:`map_ordered` runs one picklable function over a list of items in 
 copy a parent whose pyarrow / BLAS threads may hold locks; ``forkserver`` forks workers from a
 clean server that never runs a reader instead), ``max_workers = min(jobs, len(items))``, and returns the
 results in the order of ``items`` - never in completion order - so every table built from them
-equals the serial path's row for row. ``jobs == 1`` (or a single item) runs the same function
-in this process, without a pool: the serial path.
+equals the serial path's row for row. The workers take the items largest input first
+(:func:`submission_order`), so that the pool does not end on one large file while the other
+workers idle. ``jobs == 1`` (or a single item) runs the same function in this process, without
+a pool: the serial path.
 
 Contract:
 
@@ -40,7 +42,10 @@ Contract:
   start (OpenBLAS's pool, jemalloc's background thread) hold no locks when it forks.
   :func:`prestart` starts it before a command imports its own work, so that the two imports run
   at once on two cores instead of one after the other, when a bounded look at the inputs
-  (:data:`PRESTART_MAX_ENTRIES` directory entries) says the pool will be used.
+  (:data:`PRESTART_MAX_ENTRIES` directory entries) says the pool will be used. A worker freezes
+  what it inherited out of the cyclic garbage collector when it starts (a full collection
+  would walk every inherited object and write to it, copying the server's pages), and sends
+  its results through a pipe that holds one source's reductions (:data:`RESULT_PIPE_BYTES`).
 """
 
 from __future__ import annotations
