@@ -251,6 +251,17 @@ def test_the_result_pipe_holds_a_sources_reductions():
     assert size == parallel.RESULT_PIPE_BYTES or limit < parallel.RESULT_PIPE_BYTES
 
 
+@pytest.mark.slow  # a process pool
+def test_a_worker_keeps_what_it_inherited_out_of_full_collections():
+    assert all(n > 0 for n in parallel.map_ordered(_frozen_objects, [1, 2], jobs=2))
+
+
+def _frozen_objects(_: int) -> int:
+    import gc
+
+    return gc.get_freeze_count()
+
+
 def _bytes_of(n: int) -> bytes:
     return bytes(n)
 
