@@ -247,7 +247,8 @@ def test_the_result_pipe_holds_a_sources_reductions():
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         parallel._widen_result_pipe(pool)
         size = fcntl.fcntl(pool._result_queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
-    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text()) if Path("/proc/sys/fs/pipe-max-size").exists() else 0
+    max_size = Path("/proc/sys/fs/pipe-max-size")
+    limit = int(max_size.read_text()) if max_size.exists() else 0
     assert size == parallel.RESULT_PIPE_BYTES or limit < parallel.RESULT_PIPE_BYTES
 
 

@@ -64,10 +64,10 @@ def dispatch_totals(d: pd.DataFrame) -> pd.DataFrame:
 
     The groups are numbered as :func:`~pytest_gemmperf.analysis.kernel_stats.duration_rows`
     numbers its keys, and each column is reduced by one unbuffered ufunc pass (``np.add.at``,
-    ``np.minimum.at``, ...) rather than by a pandas ``groupby().agg``, whose fixed costs per column
-    and group outweigh the arithmetic at one source's size (docs/performance.md). The table equals that
-    groupby's (``sort=False``, ``dropna=False``, ``observed=True``): integer sums, minima and
-    maxima are exact."""
+    ``np.minimum.at``, ...) rather than by a pandas ``groupby().agg``, whose fixed costs per
+    column and group outweigh the arithmetic at one source's size (docs/performance.md). The
+    table equals that groupby's (``sort=False``, ``dropna=False``, ``observed=True``): integer
+    sums, minima and maxima are exact."""
     return _totals(duration_rows(d, TOTAL_KEYS), d)
 
 
