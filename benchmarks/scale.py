@@ -265,12 +265,15 @@ class TreeRss(threading.Thread):
     """Sampled every ``interval`` s: the peak of the summed VmRSS of this process and all its
     descendants (pool workers are children of the forkserver, i.e. grandchildren, which
     ``RUSAGE_CHILDREN`` never sees while the forkserver lives), the largest VmHWM of any
-    descendant, and the CPU time of the descendants (last value seen per pid)."""
+    descendant, and the CPU time of the descendants (last value seen per pid); with ``root``,
+    the summed PSS every ``pss_every`` samples (``smaps_rollup`` walks each process's page
+    tables: read every 20 ms it kept a fifth of a core busy beside the command measured)."""
 
-    def __init__(self, interval: float = 0.02, root: int | None = None) -> None:
+    def __init__(self, interval: float = 0.02, root: int | None = None, pss_every: int = 10) -> None:
         super().__init__(daemon=True)
         self.interval = interval
         self.root = root
+        self.pss_every = pss_every
         self.peak_kib = 0
         self.peak_pss_kib = 0
         self.max_child_hwm_kib = 0
@@ -280,16 +283,19 @@ class TreeRss(threading.Thread):
 
     def run(self) -> None:
         me = self.root or os.getpid()
+        tick = 0
         while not self._halt.is_set():
             kids = _children(me)
             self.max_children = max(self.max_children, len(kids))
             total = _status_kib(me, "VmRSS:")
-            pss = _pss_kib(me) if self.root else 0
+            with_pss = bool(self.root) and tick % self.pss_every == 0
+            tick += 1
+            pss = _pss_kib(me) if with_pss else 0
             if self.root:
                 self.child_ticks[me] = max(self.child_ticks.get(me, 0), _cpu_ticks(me))
             for k in kids:
                 total += _status_kib(k, "VmRSS:")
-                pss += _pss_kib(k) if self.root else 0
+                pss += _pss_kib(k) if with_pss else 0
                 self.max_child_hwm_kib = max(self.max_child_hwm_kib, _status_kib(k, "VmHWM:"))
                 self.child_ticks[k] = max(self.child_ticks.get(k, 0), _cpu_ticks(k))
             self.peak_kib = max(self.peak_kib, total)
@@ -544,6 +550,7 @@ def _analyze(root: Path, jobs: str, out: Path) -> dict:
            "--jobs", str(jobs), "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     busy0 = _machine_busy_s()
+    own0 = time.process_time()  # this process's monitor thread, not the command
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=str(out.parent), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     mon = TreeRss(root=proc.pid)
@@ -551,13 +558,14 @@ def _analyze(root: Path, jobs: str, out: Path) -> dict:
     text = proc.communicate()[0].decode(errors="replace")
     wall = time.perf_counter() - t0
     busy = _machine_busy_s() - busy0
+    own = time.process_time() - own0
     mon.stop()
     if proc.returncode != 0:
         raise SystemExit(f"gemmperf analyze --jobs {jobs} failed ({proc.returncode}): {text.strip()[-500:]}")
     return {"wall_s": wall, "tree_peak_mib": mon.peak_kib / 1024, "tree_pss_mib": mon.peak_pss_kib / 1024,
             "cpu_s": mon.child_cpu_s(), "parent_cpu_s": mon.child_ticks.get(proc.pid, 0) / os.sysconf("SC_CLK_TCK"),
             "workers_seen": mon.max_children, "load_1m": os.getloadavg()[0],
-            "other_cores": max(0.0, busy - mon.child_cpu_s()) / wall}
+            "other_cores": max(0.0, busy - mon.child_cpu_s() - own) / wall, "monitor_cores": own / wall}
 
 
 def _same_outputs(a: Path, b: Path) -> bool:
@@ -590,7 +598,8 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False) -> 
                 print(f"# run {rep + 1}/{repeats} --jobs {mode}: {runs[mode][-1]['wall_s']:.2f} s, "
                       f"tree peak {runs[mode][-1]['tree_peak_mib']:.0f} MiB, "
                       f"workers {runs[mode][-1]['workers_seen']}, "
-                      f"other load {runs[mode][-1]['other_cores']:.2f} cores", file=sys.stderr, flush=True)
+                      f"other load {runs[mode][-1]['other_cores']:.2f} cores, this monitor "
+                      f"{runs[mode][-1]['monitor_cores']:.2f}", file=sys.stderr, flush=True)
         same = all(_same_outputs(tmp / "out-j1-0", tmp / f"out-j{m}-{r}") for m in CSV_MODES for r in range(repeats))
         load1 = os.getloadavg()
     finally:
