@@ -34,7 +34,9 @@ written in the CSV layout rocprofv3 7.x documents: 4.2 M dispatches, 1.8 GB. Eac
 times, interleaved, in a fresh ``gemmperf`` process; it prints the best wall time of each, the
 speed-up of ``--jobs 2`` and ``auto`` over ``--jobs 1`` (target: at least 1.6x), the peak RSS
 of the whole process tree (the command, its fork server and pool workers: summed VmRSS sampled
-every 20 ms) and whether every run's ``kernels.csv`` and ``summary.json`` are byte-identical.
+every 20 ms), the cores other processes kept busy during each run (``/proc/stat``'s CPU time
+less the tree's: a speed-up is the command's own only where that is close to 0) and whether
+every run's ``kernels.csv`` and ``summary.json`` are byte-identical.
 
 Usage: python benchmarks/scale.py [--sizes 256x20000,1024x5000] [--formats csv,json,kineto]
        [--jobs N] [--quick] [--keep]
@@ -263,12 +265,15 @@ class TreeRss(threading.Thread):
     """Sampled every ``interval`` s: the peak of the summed VmRSS of this process and all its
     descendants (pool workers are children of the forkserver, i.e. grandchildren, which
     ``RUSAGE_CHILDREN`` never sees while the forkserver lives), the largest VmHWM of any
-    descendant, and the CPU time of the descendants (last value seen per pid)."""
+    descendant, and the CPU time of the descendants (last value seen per pid); with ``root``,
+    the summed PSS every ``pss_every`` samples (``smaps_rollup`` walks each process's page
+    tables: read every 20 ms it kept a fifth of a core busy beside the command measured)."""
 
-    def __init__(self, interval: float = 0.02, root: int | None = None) -> None:
+    def __init__(self, interval: float = 0.02, root: int | None = None, pss_every: int = 10) -> None:
         super().__init__(daemon=True)
         self.interval = interval
         self.root = root
+        self.pss_every = pss_every
         self.peak_kib = 0
         self.peak_pss_kib = 0
         self.max_child_hwm_kib = 0
@@ -278,16 +283,19 @@ class TreeRss(threading.Thread):
 
     def run(self) -> None:
         me = self.root or os.getpid()
+        tick = 0
         while not self._halt.is_set():
             kids = _children(me)
             self.max_children = max(self.max_children, len(kids))
             total = _status_kib(me, "VmRSS:")
-            pss = _pss_kib(me) if self.root else 0
+            with_pss = bool(self.root) and tick % self.pss_every == 0
+            tick += 1
+            pss = _pss_kib(me) if with_pss else 0
             if self.root:
                 self.child_ticks[me] = max(self.child_ticks.get(me, 0), _cpu_ticks(me))
             for k in kids:
                 total += _status_kib(k, "VmRSS:")
-                pss += _pss_kib(k) if self.root else 0
+                pss += _pss_kib(k) if with_pss else 0
                 self.max_child_hwm_kib = max(self.max_child_hwm_kib, _status_kib(k, "VmHWM:"))
                 self.child_ticks[k] = max(self.child_ticks.get(k, 0), _cpu_ticks(k))
             self.peak_kib = max(self.peak_kib, total)
@@ -525,24 +533,39 @@ def write_csv_dirs(root: Path, body: bytes, n_files: int) -> int:
     return n_files * (len(body) + len(agent))
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds every process on the machine has used since boot: /proc/stat's first line,
+    all but idle and iowait (steal included: the host ran something else on our cores)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _analyze(root: Path, jobs: str, out: Path) -> dict:
     """One ``gemmperf analyze ROOT --no-report --jobs N`` in a fresh process: wall seconds,
-    peak RSS of its process tree (MiB), CPU seconds of the tree (sampled: a lower bound)."""
+    peak RSS of its process tree (MiB), CPU seconds of the tree (sampled: a lower bound), and
+    the cores other processes kept busy meanwhile (the machine's CPU time less the tree's,
+    over the wall time: a run to trust has close to 0)."""
     cmd = [sys.executable, "-m", "pytest_gemmperf.cli", "analyze", str(root), "--no-report",
            "--jobs", str(jobs), "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    busy0 = _machine_busy_s()
+    own0 = time.process_time()  # this process's monitor thread, not the command
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=str(out.parent), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     mon = TreeRss(root=proc.pid)
     mon.start()
     text = proc.communicate()[0].decode(errors="replace")
     wall = time.perf_counter() - t0
+    busy = _machine_busy_s() - busy0
+    own = time.process_time() - own0
     mon.stop()
     if proc.returncode != 0:
         raise SystemExit(f"gemmperf analyze --jobs {jobs} failed ({proc.returncode}): {text.strip()[-500:]}")
     return {"wall_s": wall, "tree_peak_mib": mon.peak_kib / 1024, "tree_pss_mib": mon.peak_pss_kib / 1024,
             "cpu_s": mon.child_cpu_s(), "parent_cpu_s": mon.child_ticks.get(proc.pid, 0) / os.sysconf("SC_CLK_TCK"),
-            "workers_seen": mon.max_children, "load_1m": os.getloadavg()[0]}
+            "workers_seen": mon.max_children, "load_1m": os.getloadavg()[0],
+            "other_cores": max(0.0, busy - mon.child_cpu_s() - own) / wall, "monitor_cores": own / wall}
 
 
 def _same_outputs(a: Path, b: Path) -> bool:
@@ -574,7 +597,9 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False) -> 
                 runs[mode].append(_analyze(root, mode, out))
                 print(f"# run {rep + 1}/{repeats} --jobs {mode}: {runs[mode][-1]['wall_s']:.2f} s, "
                       f"tree peak {runs[mode][-1]['tree_peak_mib']:.0f} MiB, "
-                      f"workers {runs[mode][-1]['workers_seen']}", file=sys.stderr, flush=True)
+                      f"workers {runs[mode][-1]['workers_seen']}, "
+                      f"other load {runs[mode][-1]['other_cores']:.2f} cores, this monitor "
+                      f"{runs[mode][-1]['monitor_cores']:.2f}", file=sys.stderr, flush=True)
         same = all(_same_outputs(tmp / "out-j1-0", tmp / f"out-j{m}-{r}") for m in CSV_MODES for r in range(repeats))
         load1 = os.getloadavg()
     finally:
@@ -582,15 +607,19 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False) -> 
             print(f"files kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    best = {m: min(r["wall_s"] for r in runs[m]) for m in CSV_MODES}
+    best_run = {m: min(runs[m], key=lambda r: r["wall_s"]) for m in CSV_MODES}
+    best = {m: best_run[m]["wall_s"] for m in CSV_MODES}
     speedup = best["1"] / best["2"]
     print(f"\ngemmperf analyze DIR --no-report, rocprofv3 CSV, one process per file "
           f"(usable cores: {len(os.sched_getaffinity(0))}; load average 1/5/15 min before "
           f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, after {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f})\n")
     print("| files | dispatches | MiB | jobs 1 s (best of %d) | jobs 2 s | jobs auto s | speed-up 2 / auto "
           "| target %.1fx met | tree peak RSS MiB jobs 1 / 2 / auto | tree peak PSS MiB jobs 1 / 2 / auto "
-          "| CPU s jobs 1 / 2 (parent) | identical output |" % (repeats, SPEEDUP_TARGET))
-    print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+          "| CPU s jobs 1 / 2 (parent) | other load, cores, best runs 1 / 2 / auto | identical output |"
+          % (repeats, SPEEDUP_TARGET))
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|")
+
+    other = " / ".join(f"{best_run[m]['other_cores']:.2f}" for m in CSV_MODES)
 
     def per_mode(key: str) -> str:
         return " / ".join(f"{max(r[key] for r in runs[m]):.0f}" for m in CSV_MODES)
@@ -601,13 +630,15 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False) -> 
           f"{per_mode('tree_peak_mib')} | {per_mode('tree_pss_mib')} | "
           f"{min(r['cpu_s'] for r in runs['1']):.1f} / {min(r['cpu_s'] for r in runs['2']):.1f} "
           f"({min(r['parent_cpu_s'] for r in runs['2']):.1f}) | "
+          f"{other} | "
           f"{'yes' if same else 'NO'} |")
     print("\nRSS sums each process's resident pages (a page shared by the fork server and its "
           "workers counts in each); PSS counts it once. CPU: user+sys of the tree, sampled. "
           "The speed-up needs both cores free: on a machine shared with other work it measures "
-          "the load as much as the command (see the load averages).")
-    print("\nall runs (wall s): " + "; ".join(f"jobs {m} " + ", ".join(f"{r['wall_s']:.2f}" for r in runs[m])
-                                            for m in CSV_MODES))
+          "the load as much as the command. Other load: the machine's CPU time (/proc/stat) "
+          "less the tree's, over the wall time; trust a speed-up whose runs show close to 0.")
+    print("\nall runs (wall s, other load in cores): " + "; ".join(
+        f"jobs {m} " + ", ".join(f"{r['wall_s']:.2f} ({r['other_cores']:.2f})" for r in runs[m]) for m in CSV_MODES))
     return 0 if same else 1
 
 

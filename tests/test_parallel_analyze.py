@@ -90,6 +90,20 @@ def test_cli_accepts_jobs_auto(tmp_path, capsys):
     assert "--jobs" in capsys.readouterr().err
 
 
+def test_analyze_leaves_the_collector_as_it_found_it(tmp_path):
+    """The command keeps what exists before its work out of full collections while it runs;
+    an in-process caller gets every object back into them afterwards, even after an error."""
+    import gc
+
+    from pytest_gemmperf.cli import main
+
+    before = gc.get_freeze_count()
+    assert main(["analyze", str(_csv_tree(tmp_path)), "--no-report", "--out", str(tmp_path / "out")]) == 0
+    assert gc.get_freeze_count() == before
+    assert main(["analyze", str(tmp_path / "missing"), "--no-report", "--out", str(tmp_path / "o2")]) == 2
+    assert gc.get_freeze_count() == before
+
+
 def test_pytest_reads_jobs_auto(pytester):
     from pytest_gemmperf.pytest_glue.options import resolve_options
 

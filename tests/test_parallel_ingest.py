@@ -206,6 +206,67 @@ def test_map_ordered_keeps_input_order_and_first_error():
         parallel.map_ordered(_fail_on_even, [1, 3, 2, 4], jobs=2)
 
 
+def test_workers_take_the_largest_inputs_first(tmp_path):
+    sizes = {"a.csv": 10, "b.csv": 300, "c.json.gz": 20, "d.csv": 300, "e.csv": 0}  # .gz: 10x its text
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    paths = [str(tmp_path / name) for name in sizes]
+    # b and d tie: input order; c's 20 bytes of gzip stand for about 200 of text
+    assert parallel.submission_order(paths) == [1, 3, 2, 0, 4]
+
+    class Src:  # a discovery Source: its size is its files'
+        def __init__(self, *names):
+            self.files = [tmp_path / n for n in names]
+
+    assert parallel.submission_order([Src("a.csv"), Src("a.csv", "b.csv"), tmp_path / "missing"]) == [1, 0, 2]
+    assert parallel.submission_order([3, 1, 2]) == [0, 1, 2]  # no files: input order
+
+
+@pytest.mark.slow  # a process pool
+def test_largest_first_still_returns_input_order(tmp_path):
+    paths = []
+    for i, size in enumerate([1, 5000, 10, 2000]):
+        paths.append(str(tmp_path / f"{i}.csv"))
+        Path(paths[-1]).write_bytes(b"x" * size)
+    assert parallel.map_ordered(os.path.basename, paths, jobs=2) == ["0.csv", "1.csv", "2.csv", "3.csv"]
+
+
+@pytest.mark.slow  # a process pool
+def test_results_larger_than_the_result_pipe_arrive_whole():
+    sizes = [3 * parallel.RESULT_PIPE_BYTES + 7, 10, parallel.RESULT_PIPE_BYTES]
+    assert [len(b) for b in parallel.map_ordered(_bytes_of, sizes, jobs=2)] == sizes
+
+
+def test_the_result_pipe_holds_a_sources_reductions():
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("no pipe sizes on this platform")
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parallel._widen_result_pipe(pool)
+        size = fcntl.fcntl(pool._result_queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+    max_size = Path("/proc/sys/fs/pipe-max-size")
+    limit = int(max_size.read_text()) if max_size.exists() else 0
+    assert size == parallel.RESULT_PIPE_BYTES or limit < parallel.RESULT_PIPE_BYTES
+
+
+@pytest.mark.slow  # a process pool
+def test_a_worker_keeps_what_it_inherited_out_of_full_collections():
+    assert all(n > 0 for n in parallel.map_ordered(_frozen_objects, [1, 2], jobs=2))
+
+
+def _frozen_objects(_: int) -> int:
+    import gc
+
+    return gc.get_freeze_count()
+
+
+def _bytes_of(n: int) -> bytes:
+    return bytes(n)
+
+
 def test_killed_worker_is_one_line(tmp_path):
     f = tmp_path / "trace.json"
     f.write_text("{}")

@@ -33,6 +33,7 @@ import functools
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, ROW_KEYS, DurationRows, concat_rows,
@@ -45,8 +46,9 @@ from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
 from pytest_gemmperf.traces.skipped import SkippedInput
 
-#: the groups of :func:`dispatch_totals`
-TOTAL_KEYS = ("source", "point", "rank", "kernel", "category")
+#: the groups of :func:`dispatch_totals`: the duration rows' keys, so that a worker numbers a
+#: source's keys once for both
+TOTAL_KEYS = ROW_KEYS
 #: its integer columns: summed, except the first start (min) and last end (max)
 TOTAL_COLUMNS = ("n_dispatches", "total_ns", "first_start_ns", "last_end_ns", "zero_dur", "queue_overlap")
 #: the agents' columns summary.json lists (each source's agents table has some 60)
@@ -56,15 +58,36 @@ _TOTAL_SCHEMA = {**{c: DISPATCH_SCHEMA[c] for c in TOTAL_KEYS}, **{c: "int64" fo
 
 
 def dispatch_totals(d: pd.DataFrame) -> pd.DataFrame:
-    """Per ``(source, point, rank, kernel, category)`` of ``d`` (null keys kept): dispatches,
-    ``dur_ns`` sum, first ``start_ns``, last ``end_ns``, zero-duration and queue-overlap
-    counts, as int64."""
-    g = d.groupby(list(TOTAL_KEYS), dropna=False, observed=True, sort=False)
-    out = g.agg(n_dispatches=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
-                first_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max"),
-                zero_dur=("zero_dur", "sum"), queue_overlap=("queue_overlap", "sum")).reset_index()
-    for c in TOTAL_COLUMNS:
-        out[c] = out[c].astype("int64")
+    """Per ``(source, point, rank, kernel, category)`` of ``d`` (null keys kept), groups in the
+    order the rows first show them: dispatches, ``dur_ns`` sum, first ``start_ns``, last
+    ``end_ns``, zero-duration and queue-overlap counts, as int64.
+
+    The groups are numbered as :func:`~pytest_gemmperf.analysis.kernel_stats.duration_rows`
+    numbers its keys, and each column is reduced by one unbuffered ufunc pass (``np.add.at``,
+    ``np.minimum.at``, ...) rather than by a pandas ``groupby().agg``, whose fixed costs per
+    column and group outweigh the arithmetic at one source's size (docs/performance.md). The
+    table equals that groupby's (``sort=False``, ``dropna=False``, ``observed=True``): integer
+    sums, minima and maxima are exact."""
+    return _totals(duration_rows(d, TOTAL_KEYS), d)
+
+
+def _totals(coded: DurationRows, d: pd.DataFrame) -> pd.DataFrame:
+    """:func:`dispatch_totals` of ``d`` from ``coded``, its duration rows under TOTAL_KEYS."""
+    out = coded.keys.copy()
+    group = coded.group.astype(np.intp, copy=False)
+    n = len(out)
+
+    def reduce(ufunc: np.ufunc, column: str, start: int) -> np.ndarray:
+        acc = np.full(n, start, dtype=np.int64)
+        ufunc.at(acc, group, d[column].to_numpy(dtype=np.int64))
+        return acc
+
+    out["n_dispatches"] = np.bincount(group, minlength=n).astype(np.int64)
+    out["total_ns"] = reduce(np.add, "dur_ns", 0)
+    out["first_start_ns"] = reduce(np.minimum, "start_ns", np.iinfo(np.int64).max)
+    out["last_end_ns"] = reduce(np.maximum, "end_ns", np.iinfo(np.int64).min)
+    out["zero_dur"] = reduce(np.add, "zero_dur", 0)
+    out["queue_overlap"] = reduce(np.add, "queue_overlap", 0)
     return out
 
 
@@ -114,11 +137,13 @@ def reduce_source(src, opts: _Options) -> _Part:
     out = _Part(head)
     if d is None:
         return out
-    out.totals = dispatch_totals(d)
+    coded = duration_rows(d, ROW_KEYS)
+    out.totals = _totals(coded, d)
+    out.rows = coded
     if opts.warmup > 0:  # only a warm-up needs each process in one source (reduce_sources)
         keys = [c for c in PROCESS_KEYS if c in d.columns]
         out.units = d[keys].drop_duplicates().reset_index(drop=True)
-    out.rows = duration_rows(drop_warmup(d, opts.warmup), ROW_KEYS)
+        out.rows = duration_rows(drop_warmup(d, opts.warmup), ROW_KEYS)
     return out
 
 

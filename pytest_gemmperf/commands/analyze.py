@@ -14,6 +14,7 @@ results directories) and writes:
 from __future__ import annotations
 
 import argparse
+import gc
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.commands.helpfmt import command_description
@@ -58,4 +59,12 @@ def run(args: argparse.Namespace) -> int:
         from pytest_gemmperf.traces.parallel import prestart
 
         prestart(getattr(args, "jobs", 0), args.paths)
-    return _impl().run(args)
+    impl = _impl()
+    # what exists now (pandas, pyarrow, the parser) outlives the command: kept out of the
+    # cyclic collector's full passes while it runs, which would otherwise walk it all again
+    # every few hundred thousand allocations; given back to them afterwards (in-process callers)
+    gc.freeze()
+    try:
+        return impl.run(args)
+    finally:
+        gc.unfreeze()

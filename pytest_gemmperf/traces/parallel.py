@@ -5,8 +5,10 @@ Method: :func:`map_ordered` runs one picklable function over a list of items in 
 copy a parent whose pyarrow / BLAS threads may hold locks; ``forkserver`` forks workers from a
 clean server that never runs a reader instead), ``max_workers = min(jobs, len(items))``, and returns the
 results in the order of ``items`` - never in completion order - so every table built from them
-equals the serial path's row for row. ``jobs == 1`` (or a single item) runs the same function
-in this process, without a pool: the serial path.
+equals the serial path's row for row. The workers take the items largest input first
+(:func:`submission_order`), so that the pool does not end on one large file while the other
+workers idle. ``jobs == 1`` (or a single item) runs the same function in this process, without
+a pool: the serial path.
 
 Contract:
 
@@ -40,11 +42,15 @@ Contract:
   start (OpenBLAS's pool, jemalloc's background thread) hold no locks when it forks.
   :func:`prestart` starts it before a command imports its own work, so that the two imports run
   at once on two cores instead of one after the other, when a bounded look at the inputs
-  (:data:`PRESTART_MAX_ENTRIES` directory entries) says the pool will be used.
+  (:data:`PRESTART_MAX_ENTRIES` directory entries) says the pool will be used. A worker freezes
+  what it inherited out of the cyclic garbage collector when it starts (a full collection
+  would walk every inherited object and write to it, copying the server's pages), and sends
+  its results through a pipe that holds one source's reductions (:data:`RESULT_PIPE_BYTES`).
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -54,6 +60,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from pytest_gemmperf.errors import GemmperfInputError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: the result pipe keeps its default size
+    fcntl = None  # type: ignore[assignment]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -75,6 +86,10 @@ PRESTART_MAX_ENTRIES = 20_000
 PRELOAD = ("pytest_gemmperf.traces.discover",)
 #: the start method: never "fork" (see the module docstring)
 START_METHOD = "forkserver"
+#: bytes the pipe carrying the workers' results holds (Linux ``F_SETPIPE_SZ``; 64 KiB by default):
+#: one source's reductions (about 0.26 MB for a 44k-dispatch file) then leave its worker in one
+#: write instead of waiting for the parent to drain the pipe 64 KiB at a time
+RESULT_PIPE_BYTES = 1 << 20
 #: set by pytest-xdist in each worker: how many workers the session started
 XDIST_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
 
@@ -209,7 +224,10 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
     threads = worker_threads(n)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
                              initargs=(threads,)) as pool:
-        futures = [pool.submit(call, x) for x in items]
+        _widen_result_pipe(pool)
+        futures: list[Any] = [None] * len(items)
+        for i in submission_order(items):
+            futures[i] = pool.submit(call, items[i])
         out: list[R] = []
         try:
             for i, fut in enumerate(futures):  # input order, not completion order
@@ -228,6 +246,15 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
                 fut.cancel()
             raise
     return out
+
+
+def submission_order(items: Sequence[Any]) -> list[int]:
+    """The indices of ``items`` as :func:`map_ordered` hands them to its workers: largest input
+    first (:func:`input_bytes` of the files an item stands for, 0 where unknown), ties in input
+    order. A pool that takes a large file last leaves it to one worker while the others idle;
+    taken first, the small ones fill in around it. Results still come back in input order."""
+    sizes = [input_bytes(_files(x)) or 0 for x in items]
+    return sorted(range(len(items)), key=lambda i: -sizes[i])
 
 
 def prestart(jobs: int | None, paths: Iterable[os.PathLike | str]) -> bool:
@@ -287,10 +314,27 @@ def worker_threads(workers: int) -> int:
     return max(1, default_jobs() // max(1, int(workers)))
 
 
+def _widen_result_pipe(pool: ProcessPoolExecutor) -> None:
+    """Give the pipe the workers send their results through :data:`RESULT_PIPE_BYTES`, where the
+    platform allows it (the system's ``pipe-max-size`` may refuse): a worker whose result
+    does not fit waits, off the CPU, for the parent's result thread to be scheduled and read."""
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setsize is None:
+        return
+    try:
+        # CPython's executor sends every result through one SimpleQueue, i.e. one pipe
+        fcntl.fcntl(pool._result_queue._reader.fileno(), setsize, RESULT_PIPE_BYTES)
+    except (AttributeError, OSError, ValueError):
+        pass  # the default pipe: slower, never wrong
+
+
 def _init_worker(threads: int) -> None:
     """Share the cores between the workers: pyarrow's CSV reader (``use_threads=True``) would
     otherwise start a thread per core in every worker, and n workers x all cores threads
-    oversubscribe the machine."""
+    oversubscribe the machine. Freeze what the worker inherited from the fork server (the
+    imported modules) out of the cyclic garbage collector: a full collection would otherwise
+    walk, and write to, every inherited object, copying each of their pages from the server."""
+    gc.freeze()
     try:
         # lazy: only the processes that read traces set pyarrow's thread pools
         import pyarrow
@@ -300,9 +344,15 @@ def _init_worker(threads: int) -> None:
     pyarrow.set_io_thread_count(max(2, threads))
 
 
-def _label(item: Any) -> str | None:
-    """The file an item stands for, for an error line: a discovery Source's first file."""
+def _files(item: Any) -> list[os.PathLike | str]:
+    """The files an item stands for: a discovery Source's files, or the item when it is a path."""
     files = getattr(item, "files", None)
     if files:
-        return os.fspath(files[0])
-    return os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
+        return list(files)
+    return [item] if isinstance(item, (str, os.PathLike)) else []
+
+
+def _label(item: Any) -> str | None:
+    """The file an item stands for, for an error line: a discovery Source's first file."""
+    files = _files(item)
+    return os.fspath(files[0]) if files else None
