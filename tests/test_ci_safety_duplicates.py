@@ -182,7 +182,9 @@ def _history_runs(store: BaselineStore, test: str) -> pd.DataFrame:
 
 # AABBAABB, once here, added no path: its same-again refreshes are ABBA's BB and AA, its
 # re-added run ABABAB's
-@pytest.mark.parametrize("pattern", ["AA", "ABABAB", "ABBA", "ABCABC"])
+# ABABAB and ABCABC (a re-added run among others) run in `pytest tests`; AA and ABBA in the inner loop
+@pytest.mark.parametrize("pattern", ["AA", pytest.param("ABABAB", marks=pytest.mark.slow), "ABBA",
+                                     pytest.param("ABCABC", marks=pytest.mark.slow)])
 def test_refresh_of_the_same_runs_again_adds_each_run_once(tmp_path, capsys, pattern):
     """Refreshing from results directories in any order adds each distinct run's data to the
     variance history at most once: alternating two directories six times gives two history

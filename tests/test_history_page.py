@@ -279,6 +279,7 @@ def _open_with_network_log(browser: DevTools, url: str, width: int = 1400) -> No
 
 @pytest.mark.skipif(_chromium() is None, reason="Chromium not installed (Debian package 'chromium'; "
                                                 "installed by .ci/run)")
+@pytest.mark.slow  # a real browser: in `pytest tests`, not the inner loop
 def test_history_page_in_headless_chromium(tmp_path):
     kernels = [NASTY, XSS, FORMULA] + [f"Cijk_Ailk_Bljk_HHS_BH_MT{64 * (i + 1)}x128x64_MI32x32x8" for i in range(9)]
     shifts = {(NASTY, "dur_ns", "ch28-th256"): (14, 1.3), (kernels[5], "dur_ns", "ch56-th256"): (8, 0.75),

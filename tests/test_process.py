@@ -131,6 +131,7 @@ def test_timeout_kills_group_and_escaped_descendants(tmp_path):
     assert "timed out after 0.8 s" in res.tail(3)
 
 
+@pytest.mark.slow  # waits out a real timeout and grace period; the inner loop keeps the group kill
 def test_sigterm_ignoring_workload_gets_sigkill(tmp_path):
     body = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" \
            "print('ready', flush=True)\ntime.sleep(300)\n"
@@ -240,6 +241,7 @@ def test_setsid_daemon_is_killed_when_the_workload_ends(tmp_path):
     assert "daemon up" in log
 
 
+@pytest.mark.slow  # waits out a real timeout; the inner loop keeps the group kill
 def test_setsid_daemon_is_killed_on_timeout(tmp_path):
     pid_file = tmp_path / "daemon.pid"
     start = time.monotonic()
