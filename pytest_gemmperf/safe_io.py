@@ -30,9 +30,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, TYPE_CHECKING, Any, Iterator
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: first characters that make a spreadsheet evaluate a cell (OWASP CSV injection)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -153,6 +154,9 @@ def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
 
 
 def _has_cr(df: pd.DataFrame) -> bool:
+    # lazy: keeps every pytest session fast (the plugin loads this module; only tables need pandas)
+    import pandas as pd
+
     if any(isinstance(c, str) and "\r" in c for c in df.columns):
         return True
     for c in _text_columns(df):
@@ -204,6 +208,9 @@ def unneutralise_cell(value: Any) -> Any:
 
 
 def _text_columns(df: pd.DataFrame) -> list:
+    # lazy: keeps every pytest session fast (the plugin loads this module; only tables need pandas)
+    import pandas as pd
+
     return [c for c, dt in df.dtypes.items()
             if dt == object or isinstance(dt, (pd.CategoricalDtype, pd.StringDtype))]
 
@@ -211,6 +218,9 @@ def _text_columns(df: pd.DataFrame) -> list:
 def _map_strings(df: pd.DataFrame, pattern: re.Pattern, fix, fix_name) -> pd.DataFrame:
     """Apply ``fix`` to the string cells matching ``pattern`` (vectorised per column: the
     ``.str`` accessor yields NaN for the non-string cells of a mixed object column)."""
+    # lazy: keeps every pytest session fast (the plugin loads this module; only tables need pandas)
+    import pandas as pd
+
     out = None
     for c in _text_columns(df):
         s = df[c]

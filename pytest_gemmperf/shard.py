@@ -19,21 +19,25 @@ baseline store, which only the refresh job writes (see :func:`baseline_durations
 
 :func:`plan_digest` fingerprints an assignment; each shard writes it to ``run.json`` and
 ``gemmperf merge`` refuses shards whose plans differ (they would miss or repeat points).
+
+The plugin reads ``--gemmperf-shard`` (:func:`parse_shard`) in every pytest session, so numpy
+and the baseline store are imported only by the functions that plan or read baselines.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-import numpy as np
-from pytest_gemmperf.store.record import slug_for_test
+if TYPE_CHECKING:
+    import numpy as np
 
 #: environment variable holding ``I/N`` (between the command line and the ini file)
 SHARD_ENV = "GEMMPERF_SHARD"
@@ -73,6 +77,9 @@ def assign(ids: Sequence[str], durations: Mapping[str, float] | None, count: int
 
     ``durations`` maps an id to its expected seconds; missing, non-finite or non-positive
     values count as unknown. Duplicate ids are an error (the plan would be ambiguous)."""
+    # lazy: keeps every pytest session fast (the plugin loads this module; only a plan needs numpy)
+    import numpy as np
+
     if count < 1:
         raise ValueError(f"shard count must be >= 1, got {count}")
     ids = [str(i) for i in ids]
@@ -115,6 +122,9 @@ def plan_digest(ids: Sequence[str], durations: Mapping[str, float] | None, count
 
 def shard_loads(ids: Sequence[str], durations: Mapping[str, float] | None, count: int) -> list[float]:
     """Expected seconds per shard under the assignment (unknown items at the fill value)."""
+    # lazy: keeps every pytest session fast (the plugin loads this module; only a plan needs numpy)
+    import numpy as np
+
     a = assign(ids, durations, count)
     durations = durations or {}
     dur = np.array([_as_seconds(durations.get(str(i))) for i in ids], dtype=float)
@@ -137,6 +147,9 @@ def baseline_durations(baseline_dir: str | os.PathLike, test_ids: Iterable[str])
     point the longest time is used (a conservative estimate, and the same in every shard).
     Unreadable or malformed files are skipped: durations only balance the shards, they never
     decide a verdict."""
+    # lazy: keeps every pytest session fast (the plugin loads this module; the store loads pandas)
+    from pytest_gemmperf.store.record import slug_for_test
+
     root = Path(baseline_dir)
     out: dict[str, float] = {}
     if not root.is_dir():
@@ -157,7 +170,7 @@ def baseline_durations(baseline_dir: str | os.PathLike, test_ids: Iterable[str])
                 continue
             for point, info in points.items():
                 d = _as_seconds(info.get("duration_s") if isinstance(info, dict) else None)
-                if np.isfinite(d):
+                if math.isfinite(d):
                     key = item_id(test_id, str(point))
                     out[key] = max(out.get(key, 0.0), d)
     return out
@@ -168,7 +181,7 @@ def _as_seconds(value) -> float:
         v = float(value)
     except (TypeError, ValueError):
         return float("nan")
-    return v if np.isfinite(v) and v > 0 else float("nan")
+    return v if math.isfinite(v) and v > 0 else float("nan")
 
 
 __all__ = ["SHARD_ENV", "Shard", "assign", "baseline_durations", "item_id", "parse_shard",

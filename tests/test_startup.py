@@ -1,5 +1,6 @@
 """``gemmperf --help`` starts fast: no command's help imports pandas, scipy, pyarrow, numpy,
-torch or pytest.
+torch or pytest. Neither does loading the pytest plugin, which every pytest process of an
+environment with gemmperf installed does, nor a session that runs no gemmperf test.
 
 Every (sub)command's ``--help``, and ``--version``, runs in a fresh process, which reports the
 heavy packages then in ``sys.modules``: one fresh interpreter imports the package and the CLI
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -121,3 +123,51 @@ def test_help_fdr_default_is_the_gates():
     from pytest_gemmperf.gate.compare import GateConfig
 
     assert DEFAULT_FDR == GateConfig().fdr
+
+
+# --- the pytest plugin: every pytest process where gemmperf is installed loads it -----------------
+
+#: what the plugin must not load before a session needs it (pytest it runs inside of)
+PLUGIN_HEAVY = tuple(name for name in HEAVY if name != "pytest")
+
+#: run in a fresh interpreter: argv[1] the heavy names; argv[2:] empty: import the plugin module
+#: only, else pytest's arguments for ``pytest.main``; prints the heavy packages then loaded and
+#: whether the plugin was
+PROBE = r"""
+import json, sys
+heavy = set(sys.argv[1].split(","))
+if len(sys.argv) == 2:
+    import pytest_gemmperf.plugin
+else:
+    import pytest
+    pytest.main(sys.argv[2:])
+print(json.dumps({"heavy": sorted({m.split(".")[0] for m in sys.modules} & heavy),
+                  "plugin": "pytest_gemmperf.plugin" in sys.modules}))
+"""
+
+
+def _probe(*pytest_args: str, cwd: Path | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", PROBE, ",".join(PLUGIN_HEAVY), *pytest_args], env=env,
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_plugin_module_imports_nothing_heavy():
+    found = _probe()
+    assert found["plugin"] and found["heavy"] == []
+
+
+def test_a_session_without_gemmperf_tests_imports_nothing_heavy(tmp_path):
+    """A session of ordinary tests loads no more of the data stack with the plugin than
+    without it (another installed plugin may load some: that is not the plugin's cost)."""
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    installed = any(ep.value == "pytest_gemmperf.plugin"
+                    for ep in importlib.metadata.entry_points(group="pytest11"))
+    args = ("-q", "-p", "no:cacheprovider", "test_a.py")
+    with_plugin = _probe(*args, *(() if installed else ("-p", "pytest_gemmperf.plugin")), cwd=tmp_path)
+    without = _probe(*args, *(("-p", "no:gemmperf") if installed else ()), cwd=tmp_path)
+    assert with_plugin["plugin"] and not without["plugin"]
+    assert set(with_plugin["heavy"]) <= set(without["heavy"]), with_plugin["heavy"]

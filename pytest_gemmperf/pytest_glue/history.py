@@ -18,19 +18,19 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_gemmperf.config import HISTORY_OFF
 from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.textsafe import printable_lines
 from pytest_gemmperf.workdir import make_tool_dir
-from pytest_gemmperf.history.store import HistoryStore, RunInfo
-from pytest_gemmperf.history.values import history_values
 from pytest_gemmperf.pytest_glue.reporting import PROP_WARNING
-from pytest_gemmperf.pytest_glue.result import PointResult
 import pytest
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pytest_gemmperf.pytest_glue.result import PointResult
 
 #: values of --gemmperf-history that turn the history off (the settings table's)
 OFF_VALUES = HISTORY_OFF
@@ -98,6 +98,11 @@ class HistorySink:
         """Append the values this point's gate used; with ``--gemmperf-history-check`` return the
         slow-creep failure text (empty when none). A history that cannot be written is reported
         and does not fail the test unless the check was asked for (it needs the history)."""
+        # the plugin loads this module in every pytest session; only a gated point writes history
+        # lazy: keeps every session fast (the history store and its values need pandas, pyarrow)
+        from pytest_gemmperf.history.store import HistoryStore, RunInfo
+        from pytest_gemmperf.history.values import history_values  # lazy: likewise
+
         hs = self.settings
         where = f"{test_id}[{point_id}]"
         meta_all = self.metadata()

@@ -4,6 +4,10 @@ work (``options.py``, ``session.py``, ``point.py``, ``summary.py``, ``progress.p
 
 Per-session state lives in objects kept in ``config.stash`` and handed on explicitly; nothing
 is attached to pytest's own objects.
+
+Every pytest process of an environment with gemmperf installed loads these hooks, so what only a
+gemmperf test needs (the runner, the gate, the store: pandas, scipy, pyarrow) is imported by the
+``gemmperf`` fixture, when a test first asks for it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,12 +25,14 @@ from pytest_gemmperf.errors import FAULT_ERRNOS, OutputError, output_error
 from pytest_gemmperf.pytest_glue.options import (WORKERINPUT_ARGV, WORKERINPUT_DIR, WORKERINPUT_HISTORY,
                                                  add_options, axis_overrides, history_settings, is_worker,
                                                  resolve_options, setting_value)
-from pytest_gemmperf.pytest_glue.point import PointRunner
 from pytest_gemmperf.pytest_glue.progress import ProgressReporter
 from pytest_gemmperf.pytest_glue.reporting import PROP_FAULT
 from pytest_gemmperf.pytest_glue.session import GemmperfSession, create_results_dir
 from pytest_gemmperf.pytest_glue.shard_hooks import PLUGIN_NAME, ShardHooks, shard_option
 from pytest_gemmperf.pytest_glue.summary import SessionSummary
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.pytest_glue.point import PointRunner
 
 # the package exports the ``sweep`` decorator under the module's name
 sweep_mod = importlib.import_module("pytest_gemmperf.sweep")
@@ -161,6 +167,9 @@ def gemmperf(request: pytest.FixtureRequest, gemmperf_session: GemmperfSession,
     to report to the controller). Not through ``record_property``: that warns under the default
     ``junit_family=xunit2`` although pytest writes the properties all the same."""
     node = request.node
+
+    # lazy: keeps sessions without gemmperf tests fast (the runner loads the gate and the store)
+    from pytest_gemmperf.pytest_glue.point import PointRunner
 
     def record(name: str, value: str) -> None:
         node.user_properties.append((name, value))

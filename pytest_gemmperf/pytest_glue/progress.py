@@ -55,8 +55,6 @@ from typing import Any, Callable
 import pytest
 
 from pytest_gemmperf.textsafe import printable
-from pytest_gemmperf.store.hardware import sanitize
-from pytest_gemmperf.store.record import legacy_keys, slug_for_test
 from pytest_gemmperf.run.results import RUN_JSON, item_test_id, split_nodeid
 from pytest_gemmperf.pytest_glue.reporting import PROP_PROGRESS, PROP_STATUS
 
@@ -85,6 +83,9 @@ def baseline_durations(baseline_dir: Path, test_slug: str, point_id: str,
     ``duration_s``), either possibly empty/None. Under ``hw_key`` when known, else from the
     only hardware key holding that test (several: none, they would mislead). Reads
     ``meta.json`` only; anything missing or unreadable gives ``([], None)``."""
+    # lazy: keeps sessions without gemmperf tests fast (the store's modules load pandas)
+    from pytest_gemmperf.store.hardware import sanitize
+
     try:
         if hw_key:
             metas = [Path(baseline_dir) / sanitize(hw_key) / test_slug / "meta.json"]
@@ -181,6 +182,9 @@ class ProgressReporter:
             hw_key = json.loads((session.results.root / RUN_JSON).read_text(encoding="utf-8")).get("hardware_key")
         except (OSError, ValueError, AttributeError):
             pass
+        # lazy: keeps sessions without gemmperf tests fast (the store's modules load pandas)
+        from pytest_gemmperf.store.record import legacy_keys, slug_for_test
+
         test_id = item_test_id(nodeid, point_id)
         runs, total = [], None
         # a record still under an old key of the test (store/baselines.py reads it there) times it too

@@ -1,12 +1,15 @@
 """The per-session object: options, backend, metadata and the results directory of one pytest
 session (each xdist worker has its own object; all share the controller's directory).
+
+Made in every pytest session, including those that run no gemmperf test, so what only a
+profiled point needs (the baseline store, the run metadata) is imported on first use.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pytest
 
@@ -16,9 +19,10 @@ from pytest_gemmperf.redact import redact_argv
 from pytest_gemmperf.run import results as run_results
 from pytest_gemmperf.run.backend import BackendChoice, select_backend
 from pytest_gemmperf.run.results import ResultsDir, missing_ancestor, remove_unused
-from pytest_gemmperf.store.baselines import BaselineStore
-from pytest_gemmperf.store.hardware import collect_metadata
 from pytest_gemmperf.workdir import TOOL_DIR, make_tool_dir, remove_unused_tool_dir
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.store.baselines import BaselineStore
 
 
 class GemmperfSession:
@@ -48,6 +52,9 @@ class GemmperfSession:
 
     def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
+            # lazy: keeps sessions without gemmperf tests fast (pandas); a profiled point asks first
+            from pytest_gemmperf.store.hardware import collect_metadata
+
             self._metadata = collect_metadata(self.rootdir)
         return self._metadata
 
@@ -75,6 +82,9 @@ class GemmperfSession:
         return self.results
 
     def baseline_store(self) -> BaselineStore:
+        # lazy: keeps sessions without gemmperf tests fast (pandas); a profiled point asks first
+        from pytest_gemmperf.store.baselines import BaselineStore
+
         return BaselineStore(self.options.baseline_dir)
 
 

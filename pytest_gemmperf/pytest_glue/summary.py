@@ -4,27 +4,36 @@ summary.
 
 Test reports are the only channel from xdist workers to the controller, so everything the
 summary shows arrives as the properties named in ``reporting.py``.
+
+Registered in every pytest session, so the reports, the benchmark JSON and the verdict table
+(pandas, pyarrow, the statistics) are imported only by a session that profiled something.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_gemmperf.errors import GemmperfInputError, output_error
-from pytest_gemmperf.pytest_glue.benchmark_json import write_session_benchmark_json
 from pytest_gemmperf.pytest_glue.options import is_worker, path_setting
 from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_ENVIRONMENT, PROP_FAULT,
                                                    PROP_GATED, PROP_LEARNED, PROP_STATUS, PROP_VERDICTS,
                                                    PROP_WARNING)
 from pytest_gemmperf.pytest_glue.session import GemmperfSession
-from pytest_gemmperf.report import write_results_reports
 from pytest_gemmperf.run.results import RUN_JSON, link_latest
-from pytest_gemmperf.gate.headline import summary_table
 from pytest_gemmperf.textsafe import printable, printable_lines
 from pytest_gemmperf.workdir import make_tool_dir, remove_unused_tool_dir
+
+
+def write_results_reports(results_root: Path, report_dir: Path) -> Path | None:
+    """``report.write_results_reports``, loaded by the first session that writes reports."""
+    # lazy: keeps sessions without gemmperf tests fast (the reports load pandas, pyarrow, jinja2)
+    from pytest_gemmperf.report import write_results_reports as write
+
+    return write(results_root, report_dir)
 
 
 def profiled(gp: GemmperfSession | None) -> bool:
@@ -134,6 +143,8 @@ class SessionSummary:
         path = path_setting(self.config, "gemmperf_benchmark_json")
         if path is None:
             return
+        # lazy: keeps sessions without gemmperf tests fast (it reads the gated tables: pandas)
+        from pytest_gemmperf.pytest_glue.benchmark_json import write_session_benchmark_json
 
         commit = gp.metadata().get("git_commit")
         try:
@@ -192,6 +203,9 @@ class SessionSummary:
         for nodeid, text in self.noisy:  # run/environment.py: contention while the point ran
             _write(tr, f"{printable(text)} while {printable(nodeid)} ran", yellow=True)
         if self.verdicts:
+            # lazy: keeps sessions without gemmperf tests fast (the verdict table needs pandas)
+            from pytest_gemmperf.gate.headline import summary_table
+
             _write(tr, summary_table(self.verdicts))
         if gp.options.warn_only and any(r["verdict"] == "regression" for r in self.verdicts):
             _write(tr, "--gemmperf-warn-only: regressions reported, not failed", yellow=True)

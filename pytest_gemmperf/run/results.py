@@ -33,16 +33,17 @@ import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import pandas as pd
 from filelock import FileLock
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.jsonkeys import check_unique_keys
 from pytest_gemmperf.paths import contained
 from pytest_gemmperf.redact import redact_record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RUN_JSON = "run.json"
 POINT_JSON = "point.json"
@@ -360,6 +361,9 @@ def read_json_doc(path: Path) -> dict[str, Any]:
         raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise GemmperfInputError(path, "expected a JSON object")
+    # lazy: keeps every pytest session fast (the plugin loads this module; the key scan needs numpy)
+    from pytest_gemmperf.jsonkeys import check_unique_keys
+
     check_unique_keys(_utf8(raw), os.fspath(path))
     return doc
 
@@ -506,6 +510,9 @@ def write_tables(point_dir: Path, tables: Mapping[str, pd.DataFrame]) -> dict[st
 
 
 def read_tables(point_dir: Path) -> dict[str, pd.DataFrame]:
+    # lazy: keeps every pytest session fast (the plugin loads this module; only tables need pandas)
+    import pandas as pd
+
     return {name: pd.read_parquet(point_dir / fname)
             for name, fname in TABLE_FILES.items() if (point_dir / fname).exists()}
 
