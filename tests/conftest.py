@@ -120,14 +120,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-# --- the inner loop's cost: temporary directories in memory -----------------------------------
+# --- the suite's cost: fsync and temporary directories in memory ------------------------------
 # The store, the run history and the output writers fsync every file and directory they write,
 # so that a record survives a power cut whole; on the CI machine's ext4 disk one fsync costs
-# 2-6 ms and the inner loop makes thousands of them, plus as many unlinks when pytest prunes old
-# temporary trees. The tests prove what a killed writer or a refused call leaves behind, which
-# does not depend on the file system, so pytest's temporary directories (tmp_path) go to the RAM
-# file system /dev/shm where it exists with room to spare. A PYTEST_DEBUG_TEMPROOT or --basetemp
-# of the user's own wins.
+# 2-6 ms and the suite makes thousands. The tests prove what a killed writer or a refused call
+# leaves behind, which is the page cache's content whatever reached the disk, so fsync is a
+# no-op in this process (``no_fsync``). The processes the tests start (CLI calls, writer
+# processes, pytest sessions) still fsync for real, and every test creates and pytest later
+# prunes many small trees: pytest's temporary directories (tmp_path) go to the RAM file system
+# /dev/shm where it exists with room to spare. A PYTEST_DEBUG_TEMPROOT or --basetemp of the
+# user's own wins.
 _MEMORY_FS = Path("/dev/shm")
 _MEMORY_FS_MIN_FREE = 2 << 30  # a whole session's trees, three sessions kept, with margin
 
@@ -146,20 +148,17 @@ def _temp_root_in_memory() -> None:
 _temp_root_in_memory()
 
 
-# ------------------------------------------------------------- set-up shared by the slow tests
-
-
 @pytest.fixture(scope="session", autouse=True)
 def no_fsync():
     """``fsync(2)`` is a no-op in this process (sessions in a subprocess still call it). It
-    orders writes against power loss only, which no test can simulate; what a killed or
-    failing writer leaves is the page cache's content either way, and every fsync the product
-    announces (store.fs steps, the fault injectors' wrappers) is still visited. Waiting on the
-    disk for each of the thousands of fsyncs the suite's writes make was a large share of the
-    slow tests' wall time."""
+    orders writes against power loss only, which no test can simulate; every fsync the product
+    announces (store.fs steps, the fault injectors' wrappers) is still visited."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "fsync", lambda fd: None)
         yield
+
+
+# ------------------------------------------------------------- set-up shared by the slow tests
 
 
 @pytest.fixture(scope="session")
