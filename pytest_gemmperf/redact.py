@@ -9,15 +9,23 @@ the name) is recorded as :data:`REDACTED`; in command lines and free text the va
 variables are also replaced wherever they appear (a token passed as a bare argument). Only what
 is recorded is redacted: the workload still receives the real values.
 
+One set of *known values* serves every text: the secret-named variables of this process's
+environment, plus every value the run has met since (:func:`remember`: a launch's ``env=`` and
+the values of secret-named options in its command line). Whatever a workload prints goes
+through :class:`StreamRedactor` on its way to the log, and every record, report, failure
+message and JUnit property through :func:`scrub` / :func:`redact_record`, so a token printed
+by the workload is hidden wherever its text is shown again.
+
 Stdlib only: ``run/_reaper.py`` loads this file by path in an isolated interpreter.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 REDACTED = "<redacted>"
 
@@ -26,22 +34,29 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOK
                          re.IGNORECASE)
 
 #: Secret values shorter than this are not searched for inside other text: replacing every "1"
-#: or "true" would mangle the record while such values protect nothing.
-MIN_SCRUB_LEN = 8
+#: or "on" would mangle every record while such values protect nothing; a four-character PIN
+#: or password is a secret.
+MIN_SCRUB_LEN = 4
+
+#: values of secret-named variables that say how, not what (``TOKENIZERS_PARALLELISM=false``,
+#: ``PIP_KEYRING_PROVIDER=auto``): never searched for, or every "false" in a log would go
+NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "auto", "disabled", "enabled",
+                               "import", "subprocess", REDACTED})
 
 #: record fields (at any depth) holding an environment mapping, a command line, or free text
 #: that may quote one (an error message with the failed command)
 ENV_FIELDS = frozenset({"env", "env_set"})
 COMMAND_FIELDS = frozenset({"command", "resolved_command", "node_commands", "argv", "launcher",
                             "launcher_args"})
-TEXT_FIELDS = frozenset({"error"})
+TEXT_FIELDS = frozenset({"error", "message"})
 
 # an environment variable's name as a dict key: upper case, so "hw_key" is not one
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 _OPTION = re.compile(r"(-{1,2}[^=\s]+)=(.*)", re.DOTALL)
 _FLAG = re.compile(r"-{1,2}[^=\s]+")
 _ASSIGNMENT = re.compile(r"([A-Za-z_][\w.-]*)=(.*)", re.DOTALL)
-_QUOTED = r"""'[^']*'|"[^"]*"|(?!--)[^\s'"]+"""
+# a quoted value runs to its closing quote, or to the end of an unbalanced text
+_QUOTED = r"""'[^']*(?:'|$)|"[^"]*(?:"|$)|(?!--)[^\s'"]+"""
 _TEXT_ASSIGNMENT = re.compile(r"(?<![\w-])(-{0,2}[A-Za-z_][\w.-]*)=(" + _QUOTED + ")")
 _TEXT_OPTION = re.compile(r"(?<![\w-])(-{1,2}[A-Za-z_][\w.-]*)(\s+)(" + _QUOTED + ")")
 
@@ -51,24 +66,178 @@ def is_secret_name(name: Any) -> bool:
     return bool(SECRET_NAME.search(str(name)))
 
 
+def is_searchable(value: Any) -> bool:
+    """Whether a secret value is searched for in other text (:data:`MIN_SCRUB_LEN`,
+    :data:`NOT_SECRET_VALUES`)."""
+    v = str(value)
+    return len(v) >= MIN_SCRUB_LEN and v.strip().lower() not in NOT_SECRET_VALUES
+
+
+def _ordered(values: Iterable[str]) -> tuple[str, ...]:
+    # longest first: a value containing another is replaced whole
+    return tuple(sorted(set(values), key=lambda v: (-len(v), v)))
+
+
 def secret_values(env: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """Values of ``env``'s secret-named variables (``os.environ`` when None) long enough to
     search for, longest first (a value containing another is replaced whole)."""
     env = os.environ if env is None else env
-    found = {str(v) for k, v in env.items() if is_secret_name(k) and len(str(v)) >= MIN_SCRUB_LEN}
-    return tuple(sorted(found, key=lambda v: (-len(v), v)))
+    return _ordered(str(v) for k, v in env.items() if is_secret_name(k) and is_searchable(v))
+
+
+def _args(argv: Iterable[Any]) -> list[str]:
+    return [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in argv]
+
+
+def _named_values(args: Sequence[str]) -> list[tuple[str, str | None]]:
+    """Each argument as ``(what is kept, the secret value it gives or None)``: ``--token V``
+    gives ``("", V)`` for ``V``, ``--api-key=V`` and ``HF_TOKEN=V`` give ``("--api-key=", V)``."""
+    out: list[tuple[str, str | None]] = []
+    hide_next = False
+    for arg in args:
+        if hide_next and not arg.startswith("--"):
+            out.append(("", arg))
+            hide_next = False
+            continue
+        opt, assign = _OPTION.fullmatch(arg), _ASSIGNMENT.fullmatch(arg)
+        named = opt if opt and is_secret_name(opt.group(1)) else \
+            assign if assign and is_secret_name(assign.group(1)) else None
+        # a secret-named flag's value is the next argument, unless that is another long
+        # option (a switch such as --no-auth takes none)
+        hide_next = named is None and bool(_FLAG.fullmatch(arg)) and is_secret_name(arg)
+        out.append((named.group(1) + "=", named.group(2)) if named else (arg, None))
+    return out
+
+
+def argv_secret_values(argv: Any) -> tuple[str, ...]:
+    """Values a command line gives to secret-named options and assignments (``--token V``,
+    ``--api-key=V``, ``HF_TOKEN=V``, also inside a ``sh -c`` script): the values
+    :func:`redact_argv` hides by name, to be searched for in what the workload prints."""
+    if argv is None:
+        return ()
+    if isinstance(argv, str):
+        try:
+            argv = shlex.split(argv)
+        except ValueError:
+            return text_secret_values(argv)
+    found: list[str] = []
+    for kept, value in _named_values(_args(argv)):
+        if value is not None:
+            found.append(value)
+        elif any(c.isspace() for c in kept):
+            found.extend(text_secret_values(kept))
+    return _ordered(v for v in found if is_searchable(v))
+
+
+def text_secret_values(text: str) -> tuple[str, ...]:
+    """Values of secret-named ``NAME=VALUE`` / ``--name VALUE`` in free text, unquoted."""
+    found = [m.group(m.lastindex) for pattern in (_TEXT_ASSIGNMENT, _TEXT_OPTION)
+             for m in pattern.finditer(str(text)) if is_secret_name(m.group(1))]
+    return _ordered(v for v in (_unquote(f) for f in found) if is_searchable(v))
+
+
+def _unquote(value: str) -> str:
+    quote = value[:1]
+    if quote in ("'", '"'):
+        inner = value[1:]
+        return inner[:-1] if inner.endswith(quote) else inner
+    return value
+
+
+#: values the run has met that the environment does not hold (:func:`remember`)
+_KNOWN: set[str] = set()
+
+
+def remember(values: Iterable[Any]) -> None:
+    """Add secret values the run has met (a launch's ``env=``, its command line's secret
+    options) to those searched for in every text written or shown from now on."""
+    _KNOWN.update(str(v) for v in values if is_searchable(v))
+
+
+def known_values(extra: Iterable[Any] = ()) -> tuple[str, ...]:
+    """Every secret value known to the run: the environment's, those :func:`remember` holds
+    and ``extra``, longest first."""
+    return _Known(_ordered([*secret_values(), *_KNOWN, *(str(v) for v in extra if is_searchable(v))]))
+
+
+class _Known(tuple):
+    """Values already joined with the environment's and the remembered ones."""
 
 
 def _values(values: Iterable[str] | None) -> tuple[str, ...]:
-    return secret_values() if values is None else tuple(values)
+    if isinstance(values, _Known):
+        return values
+    return known_values(() if values is None else values)
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(map(re.escape, values))) if values else None
+
+
+@functools.lru_cache(maxsize=64)
+def _bytes_pattern(values: tuple[str, ...]) -> re.Pattern[bytes] | None:
+    encoded = _ordered(v.encode("utf-8", "surrogateescape") for v in values)  # type: ignore[arg-type]
+    return re.compile(b"|".join(map(re.escape, encoded))) if encoded else None
+
+
+#: passes of :func:`scrub`: a replacement next to other text can form a value again
+_PASSES = 4
+
+
+def _sub(pattern: re.Pattern, text: Any, marker: Any) -> Any:
+    for _ in range(_PASSES):
+        if pattern.search(text) is None:
+            break
+        text = pattern.sub(marker, text)
+    return text
 
 
 def scrub(text: str, values: Iterable[str] | None = None) -> str:
-    """``text`` with every occurrence of a known secret value replaced."""
-    for v in _values(values):
-        if v and v in text:
-            text = text.replace(v, REDACTED)
-    return text
+    """``text`` with every occurrence of a known secret value (:func:`known_values`, plus
+    ``values``) replaced, in one pass over the text."""
+    pattern = _pattern(tuple(_values(values)))
+    return text if pattern is None else _sub(pattern, text, REDACTED)
+
+
+class StreamRedactor:
+    """Scrubs a byte stream that arrives in chunks (a workload's output on its way to the log)
+    before handing it to ``write``.
+
+    Complete lines are written at once; the end of a line still arriving is held back as far
+    as the longest known value reaches, so a secret split between two chunks is still found
+    whole. :meth:`close` writes what is held."""
+
+    def __init__(self, write: Callable[[bytes], Any], values: Iterable[str] | None = None) -> None:
+        vals = tuple(_values(values))
+        self._write = write
+        self._pattern = _bytes_pattern(vals)
+        self._hold = max((len(v.encode("utf-8", "surrogateescape")) for v in vals), default=1) - 1
+        self._lines_safe = not any("\n" in v for v in vals)
+        self._held = b""
+
+    def feed(self, data: bytes) -> None:
+        if self._pattern is None:
+            self._write(data)
+            return
+        buf = self._held + data
+        cut = max(0, len(buf) - self._hold)
+        if self._lines_safe:  # no value spans a line end: a complete line is safe to write
+            cut = max(cut, buf.rfind(b"\n") + 1)
+        for m in self._pattern.finditer(buf):
+            if m.start() >= cut:
+                break
+            if m.end() > cut:  # a value across the cut is written whole, later
+                cut = m.start()
+                break
+        self._held = buf[cut:]
+        if cut:
+            self._write(_sub(self._pattern, buf[:cut], REDACTED.encode()))
+
+    def close(self) -> None:
+        held, self._held = self._held, b""
+        if held:
+            self._write(held if self._pattern is None else _sub(self._pattern, held, REDACTED.encode()))
 
 
 def redact_env(env: Mapping[str, Any]) -> dict[str, str]:
@@ -87,26 +256,12 @@ def redact_argv(argv: Sequence[Any], values: Iterable[str] | None = None) -> lis
     wrapper's or a ``KEY=VALUE`` argument) and known secret values lose their values."""
     vals = _values(values)
     out: list[str] = []
-    hide_next = False
-    for raw in argv:
-        arg = os.fspath(raw) if isinstance(raw, os.PathLike) else str(raw)
-        if hide_next and not arg.startswith("--"):
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        hide_next = False
-        opt, assign = _OPTION.fullmatch(arg), _ASSIGNMENT.fullmatch(arg)
-        if opt and is_secret_name(opt.group(1)):
-            arg = f"{opt.group(1)}={REDACTED}"
-        elif assign and is_secret_name(assign.group(1)):
-            arg = f"{assign.group(1)}={REDACTED}"
-        elif _FLAG.fullmatch(arg) and is_secret_name(arg):
-            # the value is the next argument, unless that is another long option (a switch
-            # such as --no-auth takes none)
-            hide_next = True
-        elif any(c.isspace() for c in arg):  # a script for a shell: sh -c "... --token X"
-            arg = redact_text(arg, vals)
-        out.append(scrub(arg, vals))
+    for kept, value in _named_values(_args(argv)):
+        if value is not None:
+            kept += REDACTED
+        elif any(c.isspace() for c in kept):  # a script for a shell: sh -c "... --token X"
+            kept = redact_text(kept, vals)
+        out.append(scrub(kept, vals))
     return out
 
 
@@ -170,6 +325,7 @@ def redact_record(obj: Any, values: Iterable[str] | None = None) -> Any:
     return obj
 
 
-__all__ = ["COMMAND_FIELDS", "ENV_FIELDS", "MIN_SCRUB_LEN", "REDACTED", "SECRET_NAME", "TEXT_FIELDS",
-           "comparable_env", "is_secret_name", "redact_argv", "redact_command", "redact_env",
-           "redact_record", "redact_text", "scrub", "secret_values"]
+__all__ = ["COMMAND_FIELDS", "ENV_FIELDS", "MIN_SCRUB_LEN", "NOT_SECRET_VALUES", "REDACTED", "SECRET_NAME",
+           "StreamRedactor", "TEXT_FIELDS", "argv_secret_values", "comparable_env", "is_searchable",
+           "is_secret_name", "known_values", "redact_argv", "redact_command", "redact_env", "redact_record",
+           "redact_text", "remember", "scrub", "secret_values", "text_secret_values"]

@@ -16,7 +16,9 @@ import gzip
 import hashlib
 import io
 import json
+import random
 import secrets
+import string
 import sys
 import zipfile
 from pathlib import Path
@@ -261,3 +263,138 @@ def test_redaction_does_not_make_environments_differ(name):
     other_secret = {**old, name: _secret()}
     assert comparable_env(old) == comparable_env(new) == comparable_env(other_secret)
     assert comparable_env(old) != comparable_env({**old, "NCCL_ALGO": "Tree"})  # real changes still count
+
+
+# ------------------------------------------------------------------ secrets the workload prints
+
+#: the words that make a name a secret's (redact.SECRET_NAME)
+SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE")
+#: characters of the random values: none is changed by JSON, XML, HTML, CSV or shell quoting, so
+#: a value written anywhere is found by a plain search
+VALUE_CHARS = string.ascii_letters + string.digits + "-_.~+@:"
+
+
+def random_secret_name(rng: random.Random) -> str:
+    word = rng.choice(SECRET_WORDS)
+    word = "".join(c.lower() if rng.random() < 0.3 else c for c in word)
+    head = "GP" + "".join(rng.choices(string.ascii_uppercase + string.digits, k=rng.randint(0, 5)))
+    tail = "".join(rng.choices(string.ascii_uppercase + "_", k=rng.randint(0, 4)))
+    return f"{head}_{word}{tail}"
+
+
+def random_secret_value(rng: random.Random, length: int) -> str:
+    """A value of ``length`` characters. One shorter than 8 holds a ``~``, which nothing the
+    product writes does, so that a hit is a leak and not a four-letter word of a report."""
+    chars = rng.choices(VALUE_CHARS, k=length)
+    if length < 8:
+        chars[rng.randrange(length)] = "~"
+    return "".join(chars)
+
+
+PRINTING_WORKLOAD = '''
+"""Prints every secret it was given (environment, arguments) on stdout and stderr, then fails
+with them in its message (a FAIL file) or runs the stand-in workload."""
+import json, os, runpy, sys
+
+spec = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec.json")))
+values = [os.environ[n] for n in spec["env_names"]] + sys.argv[1:]
+print("stdout:", *values, flush=True)
+print("stderr:", *values, file=sys.stderr, flush=True)
+for n in spec["env_names"]:
+    del os.environ[n]  # the stand-in records some prefixes it sees: the workload's own file
+if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "FAIL")):
+    raise RuntimeError("cannot log in with " + " ".join(values))
+sys.argv = [FAKE, "--dispatches", "20"]
+runpy.run_path(FAKE, run_name="__main__")
+'''
+
+PRINTING_TEST = '''
+import json
+import sys
+from pathlib import Path
+from pytest_gemmperf import sweep
+
+SPEC = json.loads((Path(__file__).parent / "spec.json").read_text())
+
+@sweep(threads=[1], kernels=[r"^aten::mm$"])
+def test_prints(gemmperf):
+    command = [sys.executable, str(Path(__file__).parent / "printing_workload.py"), *SPEC["argv"]]
+    gemmperf.assert_no_regression(gemmperf.profile(command, repeats=2, env=SPEC["profile_env"]))
+'''
+
+
+def _fresh_process(monkeypatch) -> None:
+    """Each pytest or gemmperf run is a process of its own: forget the values an earlier run in
+    this process has met (redact.remember), so each run is checked on what it knows itself."""
+    from pytest_gemmperf import redact
+
+    monkeypatch.setattr(redact, "_KNOWN", set(), raising=False)
+
+
+def test_secrets_printed_by_the_workload_are_never_written_or_shown(gp, pytester, monkeypatch, capsys):  # noqa: F811
+    """Random secret names and values (4 to 64 characters) in the inherited environment, in
+    ``profile(env=)`` and in the command line (``--opt V``, ``--opt=V``, ``NAME=V``), printed by
+    the workload on stdout and stderr and, when it fails, in its error: no file a recording, a
+    gating and a failing session, a refresh, a history record, an analysis and a comparison
+    write, no JUnit XML and no terminal line holds one."""
+    seed = secrets.randbits(32)
+    rng = random.Random(seed)
+    lengths = iter(rng.sample([4, 5, 6, 7, 8, 9], 6) + [rng.randint(4, 64) for _ in range(6)])
+    names = set()
+    while len(names) < 8:
+        names.add(random_secret_name(rng))
+    names = sorted(names)
+    inherited = {n: random_secret_value(rng, next(lengths)) for n in names[:4]}
+    profile_env = {n: random_secret_value(rng, next(lengths)) for n in names[4:]}
+    opt = [f"--{random_secret_name(rng).lower().replace('_', '-')}" for _ in range(2)]
+    arg_values = [random_secret_value(rng, next(lengths)) for _ in range(4)]
+    argv = ["--n", "3", opt[0], arg_values[0], f"{opt[1]}={arg_values[1]}",
+            f"{random_secret_name(rng)}={arg_values[2]}", "--steps", "10", f"--{rng.choice(SECRET_WORDS).lower()}",
+            arg_values[3]]
+    planted = {**inherited, **profile_env, **{f"argv{i}": v for i, v in enumerate(arg_values)}}
+    for name, v in inherited.items():
+        monkeypatch.setenv(name, v)
+    root = pytester.path
+    (root / "printing_workload.py").write_text(f"FAKE = {str(FAKE)!r}\n" + PRINTING_WORKLOAD)
+    (root / "spec.json").write_text(json.dumps({"env_names": names, "argv": argv, "profile_env": profile_env}))
+    (root / "test_gpsweep.py").unlink()
+    pytester.makepyfile(test_prints=PRINTING_TEST)
+
+    shown: list[str] = []
+    args = ["--gemmperf-history=hist", "--gemmperf-confirm=0", "-rA"]
+    for results, extra, outcome in (("res1", [], "passed"), ("res", ["--gemmperf-report-dir=report"], "passed"),
+                                     ("res3", [], "failed")):
+        if outcome == "failed":
+            (root / "FAIL").write_text("")
+        _fresh_process(monkeypatch)
+        run = gp(*args, *extra, f"--junitxml={results}.xml", "--gemmperf-threshold=50%", results=results)
+        run.assert_outcomes(**{outcome: 1})
+        shown += run.outlines + run.errlines
+    assert any("cannot log in with" in line for line in shown)  # the failure was shown, hidden
+
+    for cli_args in (["baseline", "refresh", "--from", str(root / "res"), "--baseline-dir", str(root / "base"),
+                      "--jobs", "1"],
+                     ["history", "record", "--history", str(root / "hist"), "--run-id", "ci-7", str(root / "res")],
+                     ["analyze", "--out", str(root / "analysis"), "--jobs", "1", str(root / "res")],
+                     ["compare", "--out", str(root / "compared"), "--jobs", "1", "--threshold", "50%",
+                      "--history", str(root / "hist"), "--run-id", "ci-8", str(root / "base"), str(root / "res")]):
+        _fresh_process(monkeypatch)
+        assert cli_main(cli_args) in (0, 1, 2), cli_args
+        out = capsys.readouterr()
+        shown += (out.out + out.err).splitlines()
+
+    written = [root / d for d in ("res1", "res", "res3", "base", "hist", "report", "analysis", "compared")]
+    assert all(d.is_dir() for d in written), [d for d in written if not d.is_dir()]
+    logs = sorted(root.glob("res*/**/workload.log"))
+    assert len(logs) >= 5 and all("stdout:" in p.read_text() for p in logs)
+    junit = [root / f"{r}.xml" for r in ("res1", "res", "res3")]
+    found = _leaks(written, planted) + [f"{n} in {p}" for p in junit for n, v in planted.items()
+                                        if v in p.read_text()]
+    found += [f"{n} in terminal: {line}" for line in shown for n, v in planted.items() if v in line]
+    assert found == [], f"seed {seed}: {found}"
+    # what is not secret survives: the workload's other arguments, the failure's own words
+    point = json.loads(next((root / "res3").rglob("point.json")).read_text())
+    assert point["command"][2:4] == ["--n", "3"] and "--steps" in point["command"]
+    assert point["command"][point["command"].index("--steps") + 1] == "10"
+    assert "cannot log in with" in point["error"] and point["error"].count(REDACTED) >= len(planted)
+    assert "stdout: " in logs[0].read_text() and REDACTED in logs[0].read_text()

@@ -30,6 +30,7 @@ from pytest_gemmperf.pytest_glue.reporting import PROP_FAULT
 from pytest_gemmperf.pytest_glue.session import GemmperfSession, create_results_dir
 from pytest_gemmperf.pytest_glue.shard_hooks import PLUGIN_NAME, ShardHooks, shard_option
 from pytest_gemmperf.pytest_glue.summary import SessionSummary
+from pytest_gemmperf.redact import known_values, scrub
 
 if TYPE_CHECKING:
     from pytest_gemmperf.pytest_glue.point import PointRunner
@@ -209,7 +210,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if line is not None and report.failed:
         report.longrepr = f"gemmperf: {line}"
         report.user_properties.append((PROP_FAULT, line))
+    redact_report(report)
     return report
+
+
+def redact_report(report: pytest.TestReport) -> None:
+    """Hide every secret value known to the run (redact.py) in what pytest shows and writes of
+    an item: its failure text (terminal, JUnit XML), captured output and properties. Run on
+    each xdist worker before the report travels to the controller."""
+    values = known_values()
+    if not values:
+        return
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, reason)
+        report.longrepr = (longrepr[0], longrepr[1], scrub(str(longrepr[2]), values))
+    elif longrepr is not None:
+        text = str(longrepr)
+        hidden = scrub(text, values)
+        if hidden != text:  # the structured form is kept where it holds no secret
+            report.longrepr = hidden
+    report.sections = [(title, scrub(content, values)) for title, content in report.sections]
+    report.user_properties = [(name, scrub(value, values) if isinstance(value, str) else value)
+                              for name, value in report.user_properties]
 
 
 def pytest_report_teststatus(report, config: pytest.Config):

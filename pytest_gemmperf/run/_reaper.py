@@ -1,4 +1,4 @@
-"""A tiny launcher that outlives nothing it started: ``python _reaper.py GRACE PARENT -- argv...``.
+"""A tiny launcher that outlives nothing it started: ``python _reaper.py GRACE PARENT LOG_FD -- argv...``.
 
 ``run_process`` starts this script (stdlib only, run as a file with ``-I -S`` so it starts in a
 few tens of milliseconds and imports nothing of the project) in the workload's new session.
@@ -15,8 +15,9 @@ Contract:
 
 * runs ``argv`` (``execvp`` in a forked child; exit 127 with one line when it cannot start);
 * when the workload's main process exits, every remaining descendant is sent SIGTERM, then
-  SIGKILL after ``GRACE`` seconds, and reaped; each killed process is named on stderr (the
-  point's log) with its pid and command line;
+  SIGKILL after ``GRACE`` seconds, and reaped; each killed process is named with its pid and
+  command line on ``LOG_FD`` (the point's log, written directly: the workload's own output
+  goes through the runner, which may be gone by then; ``-`` for stderr);
 * on SIGTERM/SIGINT/SIGHUP (the runner's timeout or Ctrl-C), and when ``PARENT`` (the runner)
   dies (``PR_SET_PDEATHSIG``), the same cleanup runs at once;
 * exits like the workload: its exit status, or the signal that killed it re-raised on itself
@@ -176,9 +177,13 @@ class _Reaper:
             time.sleep(0.02)
 
 
+#: where this launcher's own lines go (``LOG_FD``)
+_log_fd = 2
+
+
 def _say(text: str) -> None:
     try:
-        os.write(2, f"[gemmperf] {text}\n".encode("utf-8", "replace"))
+        os.write(_log_fd, f"[gemmperf] {text}\n".encode("utf-8", "replace"))
     except OSError:
         pass
 
@@ -215,10 +220,14 @@ def _exit_like(status: int | None, signum: int | None) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 5 or argv[3] != "--":
-        _say("usage: _reaper.py GRACE_S PARENT_PID -- COMMAND...")
+    global _log_fd
+    if len(argv) < 6 or argv[4] != "--":
+        _say("usage: _reaper.py GRACE_S PARENT_PID LOG_FD -- COMMAND...")
         os._exit(2)
-    grace_s, parent, cmd = float(argv[1]), int(argv[2]), argv[4:]
+    grace_s, parent, cmd = float(argv[1]), int(argv[2]), argv[5:]
+    if argv[3] != "-":
+        _log_fd = int(argv[3])
+        os.set_inheritable(_log_fd, False)  # the workload writes to its stdout, not here
 
     def on_signal(signum, frame):
         raise _Stop(signum)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -37,7 +38,8 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from pytest_gemmperf import safe_io
-from pytest_gemmperf.redact import redact_argv, redact_text, secret_values
+from pytest_gemmperf.redact import (StreamRedactor, argv_secret_values, known_values, redact_argv, redact_text,
+                                    remember, secret_values)
 from pytest_gemmperf.run._reaper import describe, proc_table as _proc_table
 from datetime import timedelta
 
@@ -495,6 +497,11 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     opened with ``O_NOFOLLOW``: a symbolic link at its name is refused, not written through.
     ``cancel`` (set from another thread) stops the tree the same way (``result.cancelled``):
     the node agents of one multi-node run stop together when one of them fails.
+
+    The log is a CI artifact: the workload's output reaches it through a pipe and
+    :class:`~pytest_gemmperf.redact.StreamRedactor`, which hides every secret value known to
+    the run (the environment's, ``env``'s secret-named variables, the values of the command
+    line's secret-named options), remembered from now on for every other text.
     """
     argv = tuple(os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in argv)
     if not argv:
@@ -504,23 +511,33 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     marker = secrets.token_hex(12)
     child_env = dict(os.environ if env is None else env)
     child_env[MARKER_VAR] = marker
-    # the log is a CI artifact: what it quotes of the command is redacted (redact.py)
-    secrets_of_env = secret_values(child_env)
-    launched = list(argv)
+    remember([*secret_values(child_env), *argv_secret_values(argv)])
+    secrets_of_run = known_values(secret_values(child_env))
     if USE_REAPER:
         # the launcher execs the command itself: fail here, as Popen would, when it cannot
         _require_executable(argv[0], child_env, cwd)
-        launched = [sys.executable, "-I", "-S", str(_REAPER), repr(max(0.0, 0.8 * grace_s)),
-                    str(os.getpid()), "--", *argv]
     timed_out = interrupted = cancelled = False
     killed: dict[int, str] = {}
     with safe_io.open_append(log_path) as log:
-        log.write(f"$ {shlex.join(redact_argv(argv, secrets_of_env))}\n".encode())
+        log.write(f"$ {shlex.join(redact_argv(argv, secrets_of_run))}\n".encode())
         log.flush()
-        start = time.monotonic()
-        proc = subprocess.Popen(launched, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=child_env,
-                                cwd=cwd, start_new_session=True, close_fds=True)
+        launched, keep_fds = list(argv), ()
+        if USE_REAPER:  # it names what it kills in the log itself: it may outlive this process
+            launched = [sys.executable, "-I", "-S", str(_REAPER), repr(max(0.0, 0.8 * grace_s)),
+                        str(os.getpid()), str(log.fileno()), "--", *argv]
+            keep_fds = (log.fileno(),)
+        read_fd, write_fd = os.pipe()
+        try:
+            start = time.monotonic()
+            proc = subprocess.Popen(launched, stdin=subprocess.DEVNULL, stdout=write_fd,
+                                    stderr=subprocess.STDOUT, env=child_env, cwd=cwd,
+                                    start_new_session=True, close_fds=True, pass_fds=keep_fds)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        pump = _LogPump(read_fd, log, secrets_of_run)
         try:
             cancelled = _wait(proc, timeout_s, cancel)
             if cancelled:
@@ -539,17 +556,75 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             # the second net: whatever still carries this run's marker
             killed.update(kill_marked(marker, min(grace_s, 2.0)))
             killed.pop(proc.pid, None) if USE_REAPER else None  # the launcher itself
+            pump.finish()
             why = ("on timeout" if timed_out else "on interrupt" if interrupted
                    else "as another node agent failed" if cancelled else "after the workload exited")
             for pid in sorted(killed):
-                named = redact_text(killed[pid], secrets_of_env)
+                named = redact_text(killed[pid], secrets_of_run)
                 log.write(f"[gemmperf] killed process {named} {why}\n".encode("utf-8", "replace"))
             if timed_out:
                 log.write(f"\n[gemmperf] timed out after {timeout_s} s; process group killed\n"
                           .encode())
+        pump.raise_failure()
     return ProcessResult(argv=argv, returncode=proc.returncode, duration_s=duration_s,
                          timed_out=timed_out, interrupted=interrupted, log_path=log_path,
-                         pid=proc.pid, cancelled=cancelled, redact_values=secrets_of_env)
+                         pid=proc.pid, cancelled=cancelled, redact_values=secrets_of_run)
+
+
+class _LogPump:
+    """Copies a workload's output from its pipe to the log through a
+    :class:`~pytest_gemmperf.redact.StreamRedactor`, in a thread, flushing as it goes (the
+    log can be followed while the workload runs)."""
+
+    #: after the workload's end, how long output still arriving is copied: a process that
+    #: escaped every kill and keeps the pipe open must not hold the runner
+    DRAIN_S = 2.0
+
+    def __init__(self, read_fd: int, log, values: tuple[str, ...]) -> None:
+        self._fd = read_fd
+        self._log = log
+        self._redactor = StreamRedactor(self._write, values)
+        self._stop_at: float | None = None
+        self._failure: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="gemmperf-log", daemon=True)
+        self._thread.start()
+
+    def _write(self, data: bytes) -> None:
+        if self._failure is not None:
+            return  # the log cannot be written (full disk): keep the pipe drained, report it after
+        try:
+            self._log.write(data)
+            self._log.flush()
+        except OSError as exc:
+            self._failure = exc
+
+    def _run(self) -> None:
+        try:
+            while True:
+                stopping = self._stop_at is not None
+                if stopping and time.monotonic() > self._stop_at:
+                    break
+                ready, _, _ = select.select([self._fd], [], [], 0.1)
+                if not ready:
+                    if stopping:
+                        break
+                    continue
+                data = os.read(self._fd, 65536)
+                if not data:
+                    break
+                self._redactor.feed(data)
+        finally:
+            self._redactor.close()
+
+    def finish(self) -> None:
+        """Copy what is left (until the pipe closes, or :attr:`DRAIN_S`), then close it."""
+        self._stop_at = time.monotonic() + self.DRAIN_S
+        self._thread.join(self.DRAIN_S + 1.0)
+        os.close(self._fd)
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float | None, cancel: threading.Event | None) -> bool:
