@@ -14,9 +14,10 @@ from __future__ import annotations
 from pytest_gemmperf.pytest_glue.hooks import (gemmperf, gemmperf_point, gemmperf_results,
                                                gemmperf_session, pytest_addoption,
                                                pytest_collection_modifyitems, pytest_configure,
+                                               pytest_load_initial_conftests,
                                                pytest_generate_tests, pytest_report_header,
                                                pytest_report_teststatus, pytest_runtest_makereport)
 
 __all__ = ["gemmperf", "gemmperf_point", "gemmperf_results", "gemmperf_session", "pytest_addoption",
-           "pytest_collection_modifyitems", "pytest_configure", "pytest_generate_tests",
+           "pytest_collection_modifyitems", "pytest_configure", "pytest_generate_tests", "pytest_load_initial_conftests",
            "pytest_report_header", "pytest_report_teststatus", "pytest_runtest_makereport"]

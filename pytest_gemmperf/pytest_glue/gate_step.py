@@ -40,7 +40,7 @@ from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, 
 from pytest_gemmperf.pytest_glue.reruns import Reruns
 from pytest_gemmperf.pytest_glue.result import PointResult
 from pytest_gemmperf.report.before_after import write_point_baseline
-from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, write_point_json
+from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, moved_test_ids, write_point_json
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import BaselineRecord
 from pytest_gemmperf.store.verdicts_file import merge_verdicts
@@ -113,6 +113,8 @@ class GateStep:
             base_pt = (base.samples[base.samples["point"].astype(str) == self.point.id]
                        if base is not None else None)
             recording = self.options.update_baselines or base_pt is None or base_pt.empty
+            if base is None and not self.options.update_baselines:
+                self._refuse_moved_identity(result.hw_key)
             confirmation = None
             if recording:
                 verdicts = _empty_verdicts()
@@ -300,6 +302,18 @@ class GateStep:
         # samples; threshold: the test's own rule travels with the results (and the baseline it
         # may become), so `gemmperf compare` of this run gates as this test did
         return {"warmup": checked.warmup, "threshold": checked.rule}
+
+    def _refuse_moved_identity(self, hw_key: str) -> None:
+        """No record under this test's id, but one under the same test seen from another
+        rootdir: the session is spelled differently, the test is not new. One line, and no
+        second baseline that would make this test pass unchecked from now on."""
+        known = self.store.list(hw_key).get("test_id", []) if self.store.root.is_dir() else []
+        moved = moved_test_ids(self.test_id, known)
+        if moved:
+            raise fail_now(f"gemmperf: {self.where}: no baseline under this id, but {self.store.root} holds "
+                           f"this test as {moved[0]!r} (a session started elsewhere, or with another "
+                           "rootdir); not recording a second one: run from the project's directory, "
+                           "or record anew with --gemmperf-update-baselines")
 
     def _save(self, samples: pd.DataFrame, result: PointResult, rule: float | None) -> Path:
         # the store merges per point (BaselineStore.save(merge=True), as `baseline refresh`

@@ -27,7 +27,7 @@ from pytest_gemmperf.pytest_glue.options import (WORKERINPUT_ARGV, WORKERINPUT_D
                                                  resolve_options, setting_value)
 from pytest_gemmperf.pytest_glue.progress import ProgressReporter
 from pytest_gemmperf.pytest_glue.reporting import PROP_FAULT
-from pytest_gemmperf.pytest_glue.session import GemmperfSession, create_results_dir
+from pytest_gemmperf.pytest_glue.session import GemmperfSession, anchor_to_project, create_results_dir
 from pytest_gemmperf.pytest_glue.shard_hooks import PLUGIN_NAME, ShardHooks, shard_option
 from pytest_gemmperf.pytest_glue.summary import SessionSummary
 from pytest_gemmperf.redact import known_values, scrub
@@ -47,6 +47,12 @@ _SHARD_KEY = pytest.StashKey[Any]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Test ids and default outputs follow the project, however a path option is spelled."""
+    anchor_to_project(early_config, parser, args)
 
 
 @pytest.hookimpl(trylast=True)

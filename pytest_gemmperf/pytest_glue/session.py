@@ -7,7 +7,11 @@ profiled point needs (the baseline store, the run metadata) is imported on first
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
+import inspect
+import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -115,3 +119,49 @@ def create_results_dir(config: pytest.Config) -> Path:
 
     config.add_cleanup(cleanup)
     return path
+
+
+def anchor_to_project(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> bool:
+    """Put pytest's rootdir and configuration file back where the project is, when the value
+    of a gemmperf option given in its space form (``--gemmperf-baseline-dir /shared/base``)
+    moved them; True when it did.
+
+    pytest finds its rootdir and configuration file before any plugin's options are known, so
+    it takes such a value for a test path: the rootdir becomes the common ancestor of the
+    project and the value, every test id gains a prefix (``w/proj/perf/t.py::test``), a store
+    recorded under the other spelling is not found, and the default outputs land outside the
+    project. Redone here with the options known (the hook runs before conftests are loaded
+    and tests collected), the result is what ``--opt=V`` gives.
+
+    A configuration file found only now contributes its ``addopts`` as well; plugins named
+    there with ``-p`` cannot be loaded this late."""
+    # lazy: pytest's own search, needed only at start-up
+    from _pytest.config.findpaths import determine_setup
+
+    given = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *map(str, config.invocation_params.args)]
+    ns = parser.parse_known_args(given, namespace=copy.copy(config.option))
+    wanted = {"inifile": ns.inifilename, "override_ini": getattr(ns, "override_ini", None),
+              "args": ns.file_or_dir, "rootdir_cmd_arg": ns.rootdir or None,
+              "invocation_dir": config.invocation_params.dir}
+    accepted = inspect.signature(determine_setup).parameters
+    try:
+        found = determine_setup(**{k: v for k, v in wanted.items() if k in accepted})
+    except Exception:  # noqa: BLE001 - pytest already searched once; keep its answer
+        return False
+    rootpath, inipath, inicfg = found[0], found[1], found[2]
+    if rootpath == config.rootpath and inipath == config.inipath:
+        return False
+    old_anchor = str(config.inipath.parent if config.inipath else config.rootpath)
+    old_addopts = list(config.getini("addopts"))
+    config._rootpath = rootpath  # noqa: SLF001 - pytest has no setter: its own first answer
+    config._inipath = inipath  # noqa: SLF001
+    setattr(config, "_inicfg" if hasattr(config, "_inicfg") else "inicfg", inicfg)
+    config._inicache.clear()  # noqa: SLF001
+    parser.extra_info.update(rootdir=str(rootpath), inifile=str(inipath))
+    addopts = list(config.getini("addopts"))
+    if addopts != old_addopts:
+        args[:] = [*addopts, *args]
+    config.known_args_namespace = parser.parse_known_args(args, namespace=copy.copy(config.option))
+    if config.known_args_namespace.confcutdir in (None, old_anchor):
+        config.known_args_namespace.confcutdir = str(inipath.parent if inipath else rootpath)
+    return True

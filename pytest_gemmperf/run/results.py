@@ -33,7 +33,7 @@ import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from filelock import FileLock
 
@@ -98,6 +98,15 @@ def item_test_id(nodeid: str, point_id: str) -> str:
     if rest is None:
         return nodeid
     return f"{head}[{'-'.join(rest)}]" if rest else head
+
+
+def moved_test_ids(test_id: str, known: Iterable[str]) -> list[str]:
+    """Ids in ``known`` that name the test ``test_id`` names, seen from another rootdir: one is
+    the other behind more leading directories (``w/proj/perf/t.py::test_f`` and
+    ``perf/t.py::test_f``). A store holding one of them for a test that finds no record of its
+    own was recorded under another spelling of the session, not for a new test."""
+    return sorted({k for k in known if isinstance(k, str) and k != test_id
+                   and (k.endswith("/" + test_id) or test_id.endswith("/" + k))})
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str | None]:
