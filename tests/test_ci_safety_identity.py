@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -294,3 +295,157 @@ def test_tests_whose_readable_names_coincide_never_share_a_results_folder(tmp_pa
     assert results.test_dir(first) == d1 and results.test_dir(second) == d2
     assert results.claim_test_dir(first) == d1  # a claim is stable
     assert results.point_dir(second, "th1").parent == d2
+
+
+# ------------------------------------------------------------- any spelling of a path option
+
+#: the path options of a session: (flag, ini key, what the session reports it as)
+PATH_OPTIONS = (("--gemmperf-baseline-dir", "gemmperf_baseline_dir", "baselines"),
+                ("--gemmperf-results-dir", "gemmperf_results_dir", "results"),
+                ("--gemmperf-history", "gemmperf_history", "history"),
+                ("--gemmperf-report-dir", "gemmperf_report_dir", "report"))
+
+_WHERE_CONFTEST = """
+import json, os
+from pathlib import Path
+
+def pytest_collection_finish(session):
+    from pytest_gemmperf.pytest_glue.hooks import _SESSION_KEY
+    gp = session.config.stash[_SESSION_KEY]
+    where = {"rootdir": str(session.config.rootpath), "ids": [i.nodeid for i in session.items],
+             "baselines": str(gp.options.baseline_dir), "results": str(gp.options.results_dir),
+             "report": str(gp.options.report_dir), "history": gp.history.url if gp.history else None}
+    Path(os.environ["GEMMPERF_WHERE"]).write_text(json.dumps(where))
+"""
+
+_PERF_TEST = f"""
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(threads=[1], kernels=[r"^aten::mm$"])
+def test_f(gemmperf):
+    gemmperf.assert_no_regression(gemmperf.profile([sys.executable, {str(FAKE)!r}, "--dispatches", "20"], repeats=2))
+"""
+
+
+def _project(base: Path) -> tuple[Path, Path, Path]:
+    """``base/w/proj`` (an ini file, ``perf/test_f.py``), ``base/shared`` outside it, and
+    ``base/link`` -> the project."""
+    proj, shared = base / "w" / "proj", base / "shared"
+    (proj / "perf").mkdir(parents=True)
+    shared.mkdir()
+    (proj / "perf" / "test_f.py").write_text(_PERF_TEST)
+    (proj / "perf" / "conftest.py").write_text(_WHERE_CONFTEST)
+    (proj / "pytest.ini").write_text("[pytest]\n")
+    (base / "link").symlink_to(proj, target_is_directory=True)
+    return proj, shared, base / "link"
+
+
+FORMS = ("=", " ", "ini")
+KINDS = ("relative", "absolute", "outside", "via-link")
+
+
+def _spelled(pairs: list[tuple[str, str]], proj: Path, shared: Path, link: Path
+             ) -> tuple[list[str], dict[str, str], dict[str, Path]]:
+    """The path options spelled one (form, kind) each: command-line arguments, ini lines, and
+    where each must resolve to."""
+    args, ini, expect = [], {}, {}
+    for (flag, key, name), (form, kind) in zip(PATH_OPTIONS, pairs):
+        target = (shared if kind == "outside" else proj) / f"{name}-dir"
+        target.mkdir(exist_ok=True)  # pytest takes only an existing path for a test path
+        value = {"relative": os.path.relpath(target, proj), "absolute": str(target),
+                 "outside": str(target), "via-link": str(link / f"{name}-dir")}[kind]
+        if form == "ini":
+            ini[key] = value
+        else:
+            args += [f"{flag}={value}"] if form == "=" else [flag, value]
+        expect[name] = target.resolve()
+    return args, ini, expect
+
+
+def _collect(pytester, cwd: Path, args: list[str], ini: dict[str, str]) -> dict:
+    (cwd / "pytest.ini").write_text("[pytest]\n" + "".join(f"{k} = {v}\n" for k, v in ini.items()))
+    out = cwd.parent / "where.json"
+    os.environ["GEMMPERF_WHERE"] = str(out)  # restored by the caller's monkeypatch
+    os.chdir(cwd)
+    res = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:xdist",
+                                       "--co", "-q", "--gemmperf-backend", "torch", *args)
+    assert res.ret == 0, res.outlines
+    return json.loads(out.read_text())
+
+
+def test_every_spelling_of_every_path_option_keeps_test_ids_and_outputs(pytester, monkeypatch):
+    """``--opt=V``, ``--opt V`` and the ini file, with relative, absolute, outside-the-project
+    and symlinked values, from the project directory and through a link to it: the same test
+    ids, the rootdir is the project, each option lands where it says and nothing else moves.
+    The twelve (spelling, value) pairs are dealt at random to the four options of three
+    sessions, so each session mixes spellings and every pair is tried; a fourth gives every
+    option after a space with a value outside the project."""
+    proj, shared, link = _project(pytester.path)
+    monkeypatch.setenv("GEMMPERF_WHERE", "")
+    pairs = [(form, kind) for form in FORMS for kind in KINDS]
+    seed = random.randrange(2**32)
+    random.Random(seed).shuffle(pairs)
+    # and the case pytest misreads alone: every value outside the project after a space
+    pairs += [(" ", "outside")] * 4
+    for n, cwd in enumerate((proj, link, proj, link)):
+        dealt = pairs[4 * n:4 * n + 4]
+        args, ini, expect = _spelled(dealt, proj, shared, link)
+        where = _collect(pytester, cwd, args, ini)
+        context = (seed, dealt, str(cwd), where)
+        assert where["ids"] == ["perf/test_f.py::test_f[th1]"], context
+        assert Path(where["rootdir"]).resolve() == proj.resolve(), context
+        for name in ("baselines", "results", "report", "history"):
+            assert Path(where[name]).resolve() == expect[name], (name, context)
+    # nothing was made at the common ancestor of the project and an outside value
+    assert not (pytester.path / "w" / ".gemmperf").exists() and not (pytester.path / ".gemmperf").exists()
+
+
+def test_default_outputs_stay_in_the_project_whatever_an_option_moves(pytester, monkeypatch):
+    proj, shared, _ = _project(pytester.path)
+    monkeypatch.setenv("GEMMPERF_WHERE", "")
+    (shared / "base").mkdir()
+    where = _collect(pytester, proj, ["--gemmperf-baseline-dir", str(shared / "base")], {})
+    assert where["ids"] == ["perf/test_f.py::test_f[th1]"]
+    assert Path(where["report"]).resolve() == (proj / ".gemmperf" / "report").resolve()
+    assert Path(where["results"]).resolve().parent == (proj / ".gemmperf" / "results").resolve()
+    assert Path(where["history"]).resolve() == (proj / ".gemmperf" / "history").resolve()
+
+
+def test_a_store_holding_the_test_under_another_id_is_named_not_recorded_again():
+    assert res.moved_test_ids("perf/t.py::test_f", ["w/proj/perf/t.py::test_f", "perf/t.py::test_g",
+                                                     "xperf/t.py::test_f", "perf/t.py::test_f"]) \
+        == ["w/proj/perf/t.py::test_f"]
+    assert res.moved_test_ids("w/proj/perf/t.py::test_f[fp16]", ["perf/t.py::test_f[fp16]", "perf/t.py::test_f"]) \
+        == ["perf/t.py::test_f[fp16]"]
+    assert res.moved_test_ids("t.py::test_f", ["t.py::test_f"]) == []
+
+
+@pytest.mark.slow  # two profiled sessions
+def test_a_store_recorded_with_one_spelling_is_compared_with_another(gp, pytester, monkeypatch):
+    """Recorded with the store named in the ini file, gated with it given as ``--opt V`` from a
+    path outside the project: the second run compares. From another rootdir the test's id
+    moves; that run is refused with one line and leaves the store as it was."""
+    proj, shared, link = _project(pytester.path)
+    (proj / "perf" / "conftest.py").unlink()
+    base_args = [*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:xdist",
+                 "-W", "ignore::pytest.PytestAssertRewriteWarning",
+                 "--gemmperf-backend", "torch", "--gemmperf-telemetry", "off", "--gemmperf-confirm=0",
+                 "--gemmperf-threshold=50%"]
+    (proj / "pytest.ini").write_text(f"[pytest]\ngemmperf_baseline_dir = {os.path.relpath(shared / 'base', proj)}\n")
+    os.chdir(proj)
+    first = pytester.runpytest_inprocess(*base_args)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*no baseline for perf/test_f.py::test_f*recorded one*"])
+    (proj / "pytest.ini").write_text("[pytest]\n")
+    os.chdir(link)
+    second = pytester.runpytest_inprocess(*base_args, "--gemmperf-baseline-dir", str(shared / "base"))
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines(["compared 1 point(s) with their baselines*"])
+    records = sorted(p.parent.name for p in (shared / "base").glob("*/*/meta.json"))
+    os.chdir(pytester.path / "w")
+    moved = pytester.runpytest_inprocess(*base_args, f"--rootdir={pytester.path / 'w'}", "proj/perf",
+                                         "--gemmperf-baseline-dir", str(shared / "base"))
+    moved.assert_outcomes(failed=1)
+    moved.stdout.fnmatch_lines(["*holds this test as 'perf/test_f.py::test_f'*not recording a second one*"])
+    assert sorted(p.parent.name for p in (shared / "base").glob("*/*/meta.json")) == records
