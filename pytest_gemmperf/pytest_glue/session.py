@@ -146,7 +146,7 @@ def anchor_to_project(config: pytest.Config, parser: pytest.Parser, args: list[s
     accepted = inspect.signature(determine_setup).parameters
     try:
         found = determine_setup(**{k: v for k, v in wanted.items() if k in accepted})
-    except Exception:  # noqa: BLE001 - pytest already searched once; keep its answer
+    except (pytest.UsageError, OSError, TypeError, ValueError):  # pytest's first answer stands
         return False
     rootpath, inipath, inicfg = found[0], found[1], found[2]
     if rootpath == config.rootpath and inipath == config.inipath:
