@@ -421,6 +421,23 @@ def test_a_store_holding_the_test_under_another_id_is_named_not_recorded_again()
     assert res.moved_test_ids("t.py::test_f", ["t.py::test_f"]) == []
 
 
+def test_another_test_of_the_project_is_not_taken_for_a_moved_one(tmp_path):
+    """A monorepo's ``a/perf/t.py`` beside ``perf/t.py``: the other id's file exists under the
+    rootdir, so it is another test, and the new one records its own baseline."""
+    (tmp_path / "a" / "perf").mkdir(parents=True)
+    (tmp_path / "a" / "perf" / "t.py").write_text("")
+    (tmp_path / "perf").mkdir()
+    (tmp_path / "perf" / "t.py").write_text("")
+    assert res.moved_test_ids("perf/t.py::test_f", ["a/perf/t.py::test_f"], tmp_path) == []
+    assert res.moved_test_ids("a/perf/t.py::test_f", ["perf/t.py::test_f"], tmp_path) == []
+    assert res.moved_test_ids("perf/t.py::test_f", ["w/proj/perf/t.py::test_f"], tmp_path) \
+        == ["w/proj/perf/t.py::test_f"]
+    results = res.ResultsDir(tmp_path / "run")
+    assert results.rootdir() is None
+    results.ensure({"rootdir": str(tmp_path)})
+    assert results.rootdir() == tmp_path
+
+
 @pytest.mark.slow  # two profiled sessions
 def test_a_store_recorded_with_one_spelling_is_compared_with_another(gp, pytester, monkeypatch):
     """Recorded with the store named in the ini file, gated with it given as ``--opt V`` from a

@@ -308,7 +308,7 @@ class GateStep:
         rootdir: the session is spelled differently, the test is not new. One line, and no
         second baseline that would make this test pass unchecked from now on."""
         known = self.store.list(hw_key).get("test_id", []) if self.store.root.is_dir() else []
-        moved = moved_test_ids(self.test_id, known)
+        moved = moved_test_ids(self.test_id, known, self.results.rootdir())
         if moved:
             raise fail_now(f"gemmperf: {self.where}: no baseline under this id, but {self.store.root} holds "
                            f"this test as {moved[0]!r} (a session started elsewhere, or with another "

@@ -100,13 +100,18 @@ def item_test_id(nodeid: str, point_id: str) -> str:
     return f"{head}[{'-'.join(rest)}]" if rest else head
 
 
-def moved_test_ids(test_id: str, known: Iterable[str]) -> list[str]:
+def moved_test_ids(test_id: str, known: Iterable[str], rootdir: Path | None = None) -> list[str]:
     """Ids in ``known`` that name the test ``test_id`` names, seen from another rootdir: one is
     the other behind more leading directories (``w/proj/perf/t.py::test_f`` and
     ``perf/t.py::test_f``). A store holding one of them for a test that finds no record of its
-    own was recorded under another spelling of the session, not for a new test."""
-    return sorted({k for k in known if isinstance(k, str) and k != test_id
-                   and (k.endswith("/" + test_id) or test_id.endswith("/" + k))})
+    own was recorded under another spelling of the session, not for a new test. An id whose
+    file exists under ``rootdir`` is another test of this project (``a/perf/t.py`` beside
+    ``perf/t.py``), not a moved one."""
+    found = {k for k in known if isinstance(k, str) and k != test_id
+             and (k.endswith("/" + test_id) or test_id.endswith("/" + k))}
+    if rootdir is not None:
+        found = {k for k in found if not (rootdir / k.split("::", 1)[0]).exists()}
+    return sorted(found)
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str | None]:
@@ -295,6 +300,14 @@ class ResultsDir:
                              points_total=state.points_total, points_complete=len(state.complete),
                              points_failed=len(state.failed), complete_points=list(state.complete))
         return run_state(self.root)
+
+    def rootdir(self) -> Path | None:
+        """The pytest rootdir of the session that made this run (``run.json``), if known."""
+        try:
+            value = json.loads((self.root / RUN_JSON).read_text(encoding="utf-8")).get("rootdir")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return Path(value) if isinstance(value, str) and value else None
 
     def update_run_json(self, **fields: Any) -> None:
         """Add fields to ``run.json`` (e.g. the hardware key once a point has run)."""
