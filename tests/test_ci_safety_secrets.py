@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from gemmperf_pytester_support import FAKE, gp  # noqa: F401  (fixture)
+from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, gp  # noqa: F401  (fixture)
 from pytest_gemmperf.cli import main as cli_main
 from pytest_gemmperf.history.store import HistoryStore, RunInfo
 from pytest_gemmperf.run.process import WorkloadError, require_success, run_process
@@ -331,6 +331,37 @@ def _fresh_process(monkeypatch) -> None:
     monkeypatch.setattr(redact, "_KNOWN", set(), raising=False)
 
 
+_SHOWS_SECRETS = """
+import os, sys
+
+def test_shows(record_property):
+    values = [os.environ[n] for n in sorted(os.environ) if n.startswith("GPX_")]
+    print("stdout:", *values)
+    print("stderr:", *values, file=sys.stderr)
+    record_property("seen", " ".join(values))
+    assert not values, "login failed for " + " ".join(values)
+"""
+
+
+def test_pytest_shows_no_known_secret_in_failures_captured_output_or_junit(pytester, monkeypatch):
+    """What pytest itself shows of an item (its failure text, captured stdout and stderr, its
+    properties) in the terminal and in JUnit XML passes through the same redaction."""
+    rng = random.Random(secrets.randbits(32))
+    values = {f"GPX_{i}_{rng.choice(SECRET_WORDS)}": random_secret_value(rng, length) for i, length in
+              enumerate((4, 7, rng.randint(8, 64)))}
+    for name, v in values.items():
+        monkeypatch.setenv(name, v)
+    pytester.makepyfile(test_shows=_SHOWS_SECRETS)
+    result = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-rA", "--junitxml=j.xml",
+                                          "-o", "junit_logging=all", "--tb=long")
+    result.assert_outcomes(failed=1)
+    shown = "\n".join(result.outlines + result.errlines)
+    junit = (pytester.path / "j.xml").read_text()
+    assert "login failed for" in shown and "stdout:" in junit
+    assert [n for n, v in values.items() if v in shown or v in junit] == [], values
+
+
+@pytest.mark.slow  # three profiled sessions and four commands
 def test_secrets_printed_by_the_workload_are_never_written_or_shown(gp, pytester, monkeypatch, capsys):  # noqa: F811
     """Random secret names and values (4 to 64 characters) in the inherited environment, in
     ``profile(env=)`` and in the command line (``--opt V``, ``--opt=V``, ``NAME=V``), printed by
