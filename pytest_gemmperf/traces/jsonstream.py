@@ -310,17 +310,19 @@ def _rewrite(exc: BaseException, base: int, first: int, path: JsonPath) -> str:
 
 
 def _guess(buf: bytes) -> int | None:
-    """Offset of the comma of the last ``}`` ``,`` ``{`` in ``buf`` (the fast path's cut)."""
+    """Offset of the comma of the last ``}`` ``,`` ``{`` in ``buf`` (the fast path's cut),
+    looked for from the last few ``{`` (an element has one or two: itself and its args)."""
     end = len(buf)
     for _ in range(_GUESSES):
-        comma = buf.rfind(b",", 0, end)
-        if comma < 0:
+        brace = buf.rfind(b"{", 0, end)
+        if brace <= 0:
             return None
-        before = len(buf[:comma].rstrip(_WS))
-        after = comma + 1 + (len(buf) - comma - 1 - len(buf[comma + 1:].lstrip(_WS)))
-        if before and buf[before - 1] == 0x7D and after < len(buf) and buf[after] == 0x7B:
-            return comma
-        end = comma
+        comma = len(buf[max(brace - 64, 0):brace].rstrip(_WS)) + max(brace - 64, 0) - 1
+        if comma > 0 and buf[comma] == _COMMA:
+            before = len(buf[max(comma - 64, 0):comma].rstrip(_WS)) + max(comma - 64, 0) - 1
+            if before >= 0 and buf[before] == 0x7D:
+                return comma
+        end = brace
     return None
 
 

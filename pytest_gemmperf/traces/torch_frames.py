@@ -21,6 +21,7 @@ import re
 from itertools import chain, compress, repeat
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -73,6 +74,24 @@ class _Src:
         name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
         where = "event" if idx is None else f"traceEvents[{self.first + idx}]"
         return GemmperfInputError(self.path, message, record=f"{where}, {ev.cat} {name!r}")
+
+    def shapes(self, values: list) -> list:
+        """Operator shapes/types (``Input Dims``: ``[[64, 4096], [4096, 64]]``) as their text
+        (:func:`_shape_str`), None when absent. A trace repeats a few shapes millions of times:
+        the text is made once per distinct value, found by the value's JSON encoding (which
+        costs a tenth of ``str`` of nested lists)."""
+        table = self.strings
+        out: list = []
+        for v in values:
+            if v is None or type(v) is str:
+                out.append(v if v is None else table.setdefault(v, v))
+                continue
+            key = _ENCODE(v)
+            text = table.get(key)
+            if text is None:
+                text = table[key] = table.setdefault(_shape_str(v), _shape_str(v))
+            out.append(text)
+        return out
 
     def shared(self, texts: list) -> list:
         """``texts`` with each string replaced by the file's one object of that text."""
@@ -240,10 +259,8 @@ def _cpu_ops_frame(cpu: list[_Event], src: _Src) -> pd.DataFrame:
         "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
         "ts_ns": pd.array(start, dtype=INT),
         "dur_ns": pd.array(end - start, dtype=INT),
-        "input_dims": pd.Series(src.shared([None if a.input_dims is None else
-                                            _shape_str(a.input_dims) for a in args]), dtype=object),
-        "input_types": pd.Series(src.shared([None if a.input_type is None else
-                                             _shape_str(a.input_type) for a in args]), dtype=object),
+        "input_dims": pd.Series(src.shapes([a.input_dims for a in args]), dtype=object),
+        "input_types": pd.Series(src.shapes([a.input_type for a in args]), dtype=object),
         "external_id": _idcol(src, cpu, [a.external_id for a in args], "args.External id"),
         "correlation": _idcol(src, cpu, [a.correlation for a in args], "args.correlation"),
     })
@@ -273,6 +290,9 @@ def _coll_ints(values: list) -> pd.Series:
 
 def _shape_str(v: Any) -> str:
     return v if isinstance(v, str) else str(v)
+
+
+_ENCODE = msgspec.json.Encoder().encode
 
 
 def _plain(v: Any) -> Any:

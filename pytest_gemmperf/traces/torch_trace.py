@@ -56,8 +56,8 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.jsonnum import INT64_MAX
 from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
-from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _complete_events_by_cat, _Event,
-                                                 _pick, decode_stream)
+from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
+                                                 decode_stream)
 from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, _coll_ints,
                                                  _cpu_ops_frame, _gpu_frame, _idcol, _runtime_frame,
                                                  _Src, _steps_frame, grid_overflow,
@@ -113,9 +113,8 @@ class _Reading:
         self.held = False  # an error was raised in a run: the rest is only counted
 
     def take(self, first: int, events: list[_Event]) -> None:
-        self.activity.update(e.cat for e in events
-                             if e.ph not in _NOT_ACTIVITY and e.cat not in HOST_CATS)
-        by_cat = _complete_events_by_cat(events)
+        by_cat, activity = bucket_events(events, HOST_CATS, _NOT_ACTIVITY)
+        self.activity.update(activity)
         gpu, gpu_rank = _ranked(by_cat, GPU_CATS)
         cpu, cpu_rank = _ranked(by_cat, CPU_OP_CATS)
         self.n_gpu += len(gpu)
