@@ -30,8 +30,10 @@ one in an array, as a whole-document decode would report it.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +77,20 @@ class StreamDecodeError(Exception):
         super().__init__(message)
         self.exc = exc
         self.message = message
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block. A decode makes millions of small tracked
+    objects (events, their args, lists) and no cycles: each allocation burst would trigger
+    collections that walk every live object, about three quarters of a Kineto decode's time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class JsonSplitter:

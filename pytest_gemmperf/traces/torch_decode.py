@@ -10,11 +10,9 @@ JSON, not UTF-8, nested too deeply, a rocprofv3 JSON or has no ``traceEvents`` i
 
 from __future__ import annotations
 
-import gc
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -23,7 +21,8 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import KeyScan, find_repeated_key
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
-from pytest_gemmperf.traces.jsonstream import JsonPath, JsonSplitter, StreamDecodeError
+from pytest_gemmperf.traces.jsonstream import (JsonPath, JsonSplitter, StreamDecodeError,
+                                                gc_paused)
 
 TOOL_KEY = "rocprofiler-sdk-tool"
 
@@ -117,20 +116,6 @@ def decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tu
     raised (held until the file was read to its end)."""
     with gc_paused():
         return _decode_stream(path, consume)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block. A decode makes millions of small tracked
-    objects (events, their args, lists) and no cycles: each allocation burst would trigger
-    collections that walk every live object, about three quarters of the decode's time."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tuple[_Doc, int]:
