@@ -133,16 +133,17 @@ def read_maybe_gzip(path: str, max_bytes: int | None = None) -> bytes:
 
 #: bytes per block of :func:`iter_maybe_gzip`: large enough that per-block work is amortised,
 #: small enough that a block and what is decoded from it stay a small part of memory
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 4 << 20
 
 
 def iter_maybe_gzip(path: str, max_bytes: int | None = None,
-                    block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+                    block_bytes: int | None = None) -> Iterator[bytes]:
     """:func:`read_maybe_gzip` as a stream of blocks of at most ``block_bytes`` (the last may be
     shorter): the same checks, limit and one-line errors, in memory bounded by the block size
     whatever the file's size. A gzip error (bad CRC, truncation, garbage after the stream) is
     raised when the stream reaches it, before the block holding the damaged data is given out."""
     limit = max_decompressed_bytes(max_bytes, path)
+    block_bytes = block_bytes or BLOCK_BYTES
     fd = _open_regular_file(path)
     try:
         with os.fdopen(fd, "rb", closefd=True) as fh:
@@ -156,7 +157,7 @@ def iter_maybe_gzip(path: str, max_bytes: int | None = None,
 
 
 def _plain_blocks(fh: BinaryIO, head: bytes, block_bytes: int) -> Iterator[bytes]:
-    block = head + fh.read(block_bytes - len(head))
+    block = head + fh.read(max(block_bytes - len(head), 0))
     while block:
         yield block
         block = fh.read(block_bytes)

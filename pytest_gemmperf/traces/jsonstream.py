@@ -222,13 +222,15 @@ class JsonSplitter:
                 continue
             cut = _guess(self._buf)
             if cut is not None:
-                items = _try(decode, self._buf[:cut])
+                data = _wrap(self._buf, cut)
+                items = _try(decode, data)
                 if items is not None:
-                    yield Piece(path, index, items, b"[" + self._buf[:cut] + b"]", self._buf_off)
+                    self._drop(cut + 1)  # before the piece is used: one copy of the text less
+                    yield Piece(path, index, items, data, self._buf_off - cut - 1)
                     index += len(items)
-                    self._drop(cut + 1)
                     want = len(self._buf) + 1
                     continue
+                del data
             close, comma = _boundary(self._buf, depth)
             end = close if close is not None else comma
             if end is None:
@@ -238,12 +240,13 @@ class JsonSplitter:
                     raise AssertionError("unreachable: an open array decoded")
                 want = 2 * len(self._buf) + 1  # one large element: read on, rescan once
                 continue
-            text = self._buf[:end]
-            if close is None or text.strip(_WS):
-                items = self._decode_or_raise(decode, b"[" + text + b"]", index, path)
+            if close is None or self._buf[:end].strip(_WS):
+                data = _wrap(self._buf, end)
+                items = self._decode_or_raise(decode, data, index, path)
                 if items:
-                    yield Piece(path, index, items, b"[" + text + b"]", self._buf_off)
+                    yield Piece(path, index, items, data, self._buf_off)
                 index += len(items)
+                del data
             if close is not None:
                 return close
             self._drop(end + 1)
@@ -295,11 +298,16 @@ class JsonSplitter:
         return self._rewrite_skeleton(str(exc))
 
 
-def _try(decode: Callable[[bytes], list], text: bytes) -> list | None:
+def _wrap(buf: bytes, end: int) -> bytes:
+    """``[`` + ``buf[:end]`` + ``]``, copied once."""
+    return b"".join((b"[", memoryview(buf)[:end], b"]"))
+
+
+def _try(decode: Callable[[bytes], list], data: bytes) -> list | None:
     """The fast path's decode: None when it fails for any reason (the guess may be wrong; the
     structural scan then decides, and a real error is raised from there)."""
     try:
-        return decode(b"[" + text + b"]")
+        return decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
         return None
 
