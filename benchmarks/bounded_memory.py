@@ -236,10 +236,11 @@ def main() -> None:
             print(f"\n{size / 1e6:,.0f} MB{' gzip' if args.gzip else ''}: {n_events:,} events, "
                   f"{n:,} dispatches (generated in {gen_s:.0f} s)")
             print(f"  typed decode (ph, cat, name, ts, dur): {dec['wall_s']:6.2f} s wall, "
-                  f"peak RSS {dec['rss'] / 2**20:7,.0f} MiB")
+                  f"peak RSS {dec['rss'] / 2**20:7,.0f} MiB, {dec['cpu_s']:.1f} CPU-s")
             print(f"  gemmperf analyze --no-report:          {ana['wall_s']:6.2f} s wall, "
                   f"peak RSS {ana['rss'] / 2**20:7,.0f} MiB, {ana['cpu_s']:.1f} CPU-s; "
-                  f"wall / decode = {ana['wall_s'] / dec['wall_s']:.2f}")
+                  f"wall / decode = {ana['wall_s'] / dec['wall_s']:.2f}, "
+                  f"CPU / decode = {ana['cpu_s'] / dec['cpu_s']:.2f}")
             if args.compare:
                 b = Path(d) / f"b{suffix}"
                 write_trace(b, n, seed=1, gz=args.gzip)
@@ -247,7 +248,7 @@ def main() -> None:
                                         "--out", str(Path(d) / "cmp")))
                 row["compare"] = cmp_
                 print(f"  gemmperf compare A B --no-report:      {cmp_['wall_s']:6.2f} s wall, "
-                      f"peak RSS {cmp_['rss'] / 2**20:7,.0f} MiB")
+                      f"peak RSS {cmp_['rss'] / 2**20:7,.0f} MiB, {cmp_['cpu_s']:.1f} CPU-s")
             rows.append(row)
     if len(rows) > 1:
         lo, hi = rows[0], rows[-1]

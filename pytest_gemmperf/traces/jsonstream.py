@@ -40,7 +40,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from pytest_gemmperf.jsonkeys import drop_escaped_quotes
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.jsonkeys import drop_escaped_quotes, find_repeated_key
 
 _QUOTE = 0x22
 _OPENS = (0x5B, 0x7B)  # [ {
@@ -386,3 +387,39 @@ def _boundary(buf: bytes, depth: int) -> tuple[int | None, int | None]:
         return int(pos[end]), (int(pos[commas[-1]]) if len(commas) else None)
     commas = np.flatnonzero((kind == _COMMA) & (after == depth))
     return None, (int(pos[commas[-1]]) if len(commas) else None)
+
+
+#: a key written twice: its document byte offset, the key, the record it is in
+Repeat = tuple[int, str, str]
+
+
+def refuse_repeated_key(path: str, splitter: JsonSplitter, in_pieces: Repeat | None,
+                        record_of: Callable[[str], str | None]) -> None:
+    """One line for the first key written twice in the document (in the skeleton, by
+    ``record_of`` its JSON path, or ``in_pieces``, the first found in the streamed arrays):
+    every JSON reader keeps only the last value, silently."""
+    hit = find_repeated_key(splitter.skeleton)
+    if hit is not None and (in_pieces is None
+                            or splitter.skeleton_offset(hit.offset) < in_pieces[0]):
+        in_pieces = (splitter.skeleton_offset(hit.offset), hit.key,
+                     record_of(hit.path) or hit.path)
+    if in_pieces is not None:
+        offset, key, record = in_pieces
+        raise GemmperfInputError(
+            path, f"key {key!r} appears twice in one JSON object (byte {offset:,}); JSON "
+                  "readers keep only the last value, so the file is corrupt or was edited",
+            record=record)
+
+
+def decode_error(path: str, exc: BaseException, message: str, *, syntax: str,
+                 nesting: str) -> GemmperfInputError:
+    """One line for a decoder's error that is not about types (``message``: its text in
+    document terms): bad syntax (after the reader's ``syntax`` words), nesting too deep (``nesting``
+    says what the format writes), a string that is not UTF-8."""
+    if isinstance(exc, RecursionError):
+        return GemmperfInputError(path, f"JSON nested too deeply to read ({nesting}; corrupt or "
+                                        "hostile file?)")
+    if isinstance(exc, UnicodeDecodeError):  # msgspec checks string contents lazily, as UTF-8
+        return GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
+                                        f"at byte {exc.start} of the string)")
+    return GemmperfInputError(path, f"{syntax}: {message}")

@@ -32,7 +32,8 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import find_repeated_key
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
-from pytest_gemmperf.traces.jsonstream import JsonSplitter, Piece, StreamDecodeError, gc_paused
+from pytest_gemmperf.traces.jsonstream import (JsonSplitter, Piece, Repeat, StreamDecodeError,
+                                                decode_error, gc_paused, refuse_repeated_key)
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     _MISSING,
@@ -118,7 +119,7 @@ def decode_stream(path: str) -> tuple[list[_Process], dict[int, list[np.ndarray]
     a missing or empty tool key, then a key written twice."""
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=4)
     rows: dict[int, list[np.ndarray]] = {}
-    repeat: tuple[int, str, str | None] | None = None  # document offset, key, record
+    repeat: Repeat | None = None  # the first in the dispatch records
     try:
         with gc_paused():
             for piece in splitter.pieces():
@@ -144,21 +145,12 @@ def decode_stream(path: str) -> tuple[list[_Process], dict[int, list[np.ndarray]
         raise GemmperfInputError(path, _not_rocprof_message(data))
     if not root.tool:
         raise GemmperfInputError(path, f"'{TOOL_KEY}' holds no process")
-    hit = find_repeated_key(data)
-    if hit is not None and (repeat is None or splitter.skeleton_offset(hit.offset) < repeat[0]):
-        repeat = (splitter.skeleton_offset(hit.offset), hit.key,
-                  _record_of_path(hit.path) or hit.path)
-    if repeat is not None:
-        # the decoder kept the last of a repeated key silently (a second end_timestamp): refuse it
-        offset, key, record = repeat
-        raise GemmperfInputError(
-            path, f"key {key!r} appears twice in one JSON object (byte {offset:,}); JSON "
-                  "readers keep only the last value, so the file is corrupt or was edited",
-            record=record)
+    # the decoder kept the last of a repeated key silently (a second end_timestamp): refuse it
+    refuse_repeated_key(path, splitter, repeat, _record_of_path)
     return root.tool, rows
 
 
-def _piece_repeat(piece: Piece) -> tuple[int, str, str | None] | None:
+def _piece_repeat(piece: Piece) -> Repeat | None:
     """A key written twice in a run of records: its document offset, the key and the record.
     The run is scanned as ``{"<array name>": [...]}`` so that dispatch records, all of one
     shape, are checked through one of them (:func:`~pytest_gemmperf.jsonkeys.find_repeated_key`)."""
@@ -180,13 +172,8 @@ def _decode_error(path: str, exc: BaseException, message: str, data: bytes) -> G
     """One line for a decoder's error (``message``: its text in document terms)."""
     if isinstance(exc, msgspec.ValidationError):
         return _validation_error(path, message, data)
-    if isinstance(exc, RecursionError):
-        return GemmperfInputError(path, "JSON nested too deeply to read (rocprofv3 writes at most a "
-                                        "few levels; corrupt or hostile file?)")
-    if isinstance(exc, UnicodeDecodeError):  # msgspec checks string contents lazily, as UTF-8
-        return GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
-                                        f"at byte {exc.start} of the string)")
-    return GemmperfInputError(path, f"not valid JSON (truncated or corrupt file?): {message}")
+    return decode_error(path, exc, message, syntax="not valid JSON (truncated or corrupt file?)",
+                        nesting="rocprofv3 writes at most a few levels")
 
 
 def _record_of_path(json_path: str) -> str | None:

@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.jsonkeys import KeyScan, find_repeated_key
+from pytest_gemmperf.jsonkeys import KeyScan
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
-from pytest_gemmperf.traces.jsonstream import (JsonPath, JsonSplitter, StreamDecodeError,
-                                                gc_paused)
+from pytest_gemmperf.traces.jsonstream import (JsonPath, JsonSplitter, Repeat, StreamDecodeError,
+                                                decode_error, gc_paused, refuse_repeated_key)
 
 TOOL_KEY = "rocprofiler-sdk-tool"
 
@@ -121,7 +121,7 @@ def decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tu
 def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tuple[_Doc, int]:
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=1)
     held: GemmperfInputError | None = None
-    repeat: tuple[int, str, str] | None = None  # document offset, key, record
+    repeat: Repeat | None = None  # the first in the events
     n = 0
     try:
         for piece in splitter.pieces():
@@ -142,16 +142,8 @@ def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> t
     except StreamDecodeError as exc:
         raise _decode_error(path, exc.exc, exc.message) from None
     doc = _decode_skeleton(path, splitter, n)
-    first = find_repeated_key(splitter.skeleton)
-    if first is not None and (repeat is None or splitter.skeleton_offset(first.offset) < repeat[0]):
-        repeat = (splitter.skeleton_offset(first.offset), first.key, first.path)
-    if repeat is not None:
-        offset, key, record = repeat
-        # the decoder kept the last of a repeated key silently ("dur" twice): refuse the file
-        raise GemmperfInputError(
-            path, f"key {key!r} appears twice in one JSON object (byte {offset:,}); JSON "
-                  "readers keep only the last value, so the file is corrupt or was edited",
-            record=record)
+    # the decoder kept the last of a repeated key silently ("dur" twice): refuse the file
+    refuse_repeated_key(path, splitter, repeat, lambda where: None)
     if held is not None:
         raise held
     return doc, n
@@ -183,13 +175,8 @@ def _decode_error(path: str, exc: BaseException, message: str) -> GemmperfInputE
     """One line for a decoder's error (``message``: its text in document terms)."""
     if isinstance(exc, msgspec.ValidationError):
         return GemmperfInputError(path, f"not a PyTorch profiler trace: {message}")
-    if isinstance(exc, RecursionError):
-        return GemmperfInputError(path, "JSON nested too deeply to read (no profiler writes such "
-                                        "nesting; corrupt or hostile file?)")
-    if isinstance(exc, UnicodeDecodeError):  # msgspec checks string contents lazily, as UTF-8
-        return GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
-                                        f"at byte {exc.start} of the string)")
-    return GemmperfInputError(path, f"not valid JSON: {message}")
+    return decode_error(path, exc, message, syntax="not valid JSON",
+                        nesting="no profiler writes such nesting")
 
 
 _EVENT_PATH = re.compile(r"^\$\[(\d+)\](.*)$")

@@ -167,13 +167,23 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
         df[f"_block_{ax}"] = block[i]
     # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
-    _check_coll_ints(src, [gpu[i] for i in carrying], [args[i] for i in carrying])
-    for col in COLL_COLUMNS:
-        values = np.full(len(gpu), None, dtype=object)
-        if carrying:
-            values[carrying] = [_plain(getattr(args[i], col)) for i in carrying]
+    for col, values in _coll_values(src, gpu, args, carrying).items():
         df[col] = values
     return df
+
+
+def _coll_values(src: _Src, events: list[_Event], args: list[_Args],
+                 rows: list[int]) -> dict[str, np.ndarray]:
+    """COLL_COLUMNS of the ``rows`` that carry collective metadata (None elsewhere), the
+    integer ones checked."""
+    _check_coll_ints(src, [events[i] for i in rows], [args[i] for i in rows])
+    out = {}
+    for col in COLL_COLUMNS:
+        values = np.full(len(events), None, dtype=object)
+        if rows:
+            values[rows] = [_plain(getattr(args[i], col)) for i in rows]
+        out[col] = values
+    return out
 
 
 def grid_overflow(df: pd.DataFrame) -> np.ndarray:
@@ -266,11 +276,7 @@ def _cpu_ops_frame(cpu: list[_Event], src: _Src) -> pd.DataFrame:
     })
     # collective metadata lives on record_param_comms ops only
     comms = [i for i, n in enumerate(names) if n == PARAM_COMMS_OP]
-    _check_coll_ints(src, [cpu[i] for i in comms], [args[i] for i in comms])
-    for col in COLL_COLUMNS:
-        values = np.full(len(cpu), None, dtype=object)
-        if comms:
-            values[comms] = [_plain(getattr(args[i], col)) for i in comms]
+    for col, values in _coll_values(src, cpu, args, comms).items():
         ops[col] = values
     return ops
 
