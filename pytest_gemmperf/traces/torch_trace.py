@@ -53,7 +53,6 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.jsonnum import INT64_MAX
 from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
