@@ -106,7 +106,7 @@ def _first_repeat(data: bytes) -> RepeatedKey | None:
 def _keys_and_objects(a: np.ndarray, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """For every key in document order: its object's number, and its open and close quotes."""
     pos, kind = _structural(a)
-    pos, kind = _drop_escaped_quotes(a, data, pos, kind)
+    pos, kind = drop_escaped_quotes(a, data, pos, kind)
     is_quote = kind == _QUOTE
     if not is_quote.any():
         return None
@@ -213,8 +213,9 @@ def _structural(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pos[:n], kind[:n]
 
 
-def _drop_escaped_quotes(a: np.ndarray, data: bytes, pos: np.ndarray,
-                         kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def drop_escaped_quotes(a: np.ndarray, data: bytes, pos: np.ndarray,
+                        kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pos``/``kind`` (structural bytes in order) without the quotes escaped inside strings."""
     if data.find(b"\\", 0, int(pos[-1]) + 1 if len(pos) else 0) < 0:
         return pos, kind
     qi = np.flatnonzero(kind == _QUOTE)
@@ -470,7 +471,7 @@ def json_path_at(data: bytes, offset: int) -> str:
     lut = np.zeros(256, dtype=bool)
     lut[[_QUOTE, _OPEN, _CLOSE, _OPEN_ARRAY, _CLOSE_ARRAY, _COMMA]] = True
     pos = np.flatnonzero(lut[a])
-    pos, kind = _drop_escaped_quotes(a, data[:offset], pos, a[pos])
+    pos, kind = drop_escaped_quotes(a, data[:offset], pos, a[pos])
     is_quote = kind == _QUOTE
     outside = ((np.cumsum(is_quote) & 1) == 0) & ~is_quote
     quotes = pos[is_quote]

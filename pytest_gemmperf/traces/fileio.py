@@ -25,6 +25,8 @@ import json
 import os
 import stat
 import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import check_unique_keys
@@ -55,7 +57,8 @@ def max_decompressed_bytes(override: int | None = None, path: str | None = None)
     return value
 
 
-def _read_regular_file(path: str) -> bytes:
+def _open_regular_file(path: str) -> int:
+    """A read-only descriptor of ``path``, refused unless it is a regular file."""
     # O_NONBLOCK: opening a FIFO without a writer would otherwise block forever
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -63,19 +66,25 @@ def _read_regular_file(path: str) -> bytes:
         raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "a device" if
-                    stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
-            raise GemmperfInputError(path, f"cannot read file: it is {kind}, not a regular file")
+    except OSError as exc:
+        os.close(fd)
+        raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a device" if
+                stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise GemmperfInputError(path, f"cannot read file: it is {kind}, not a regular file")
+    return fd
+
+
+def _read_regular_file(path: str) -> bytes:
+    fd = _open_regular_file(path)
+    try:
         with os.fdopen(fd, "rb", closefd=True) as fh:
-            fd = -1  # owned by fh now
             return fh.read()
     except OSError as exc:
         raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def gunzip_bounded(raw: bytes, path: str, limit: int) -> bytes:
@@ -120,6 +129,85 @@ def read_maybe_gzip(path: str, max_bytes: int | None = None) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         raw = gunzip_bounded(raw, path, limit)
     return raw
+
+
+#: bytes per block of :func:`iter_maybe_gzip`: large enough that per-block work is amortised,
+#: small enough that a block and what is decoded from it stay a small part of memory
+BLOCK_BYTES = 4 << 20
+
+
+def iter_maybe_gzip(path: str, max_bytes: int | None = None,
+                    block_bytes: int | None = None) -> Iterator[bytes]:
+    """:func:`read_maybe_gzip` as a stream of blocks of at most ``block_bytes`` (the last may be
+    shorter): the same checks, limit and one-line errors, in memory bounded by the block size
+    whatever the file's size. A gzip error (bad CRC, truncation, garbage after the stream) is
+    raised when the stream reaches it, before the block holding the damaged data is given out."""
+    limit = max_decompressed_bytes(max_bytes, path)
+    block_bytes = block_bytes or BLOCK_BYTES
+    fd = _open_regular_file(path)
+    try:
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            head = fh.read(2)
+            if head != b"\x1f\x8b":
+                yield from _plain_blocks(fh, head, block_bytes)
+            else:
+                yield from _gunzip_blocks(fh, head, path, limit, block_bytes)
+    except OSError as exc:
+        raise GemmperfInputError(path, f"cannot read file: {exc.strerror or exc}") from None
+
+
+def _plain_blocks(fh: BinaryIO, head: bytes, block_bytes: int) -> Iterator[bytes]:
+    block = head + fh.read(max(block_bytes - len(head), 0))
+    while block:
+        yield block
+        block = fh.read(block_bytes)
+
+
+def _gunzip_blocks(fh: BinaryIO, head: bytes, path: str, limit: int,
+                   block_bytes: int) -> Iterator[bytes]:
+    """Every gzip member of the file, decompressed a block at a time (gzip wrapper mode: each
+    member's CRC-32 and length are checked). Same rules as :func:`gunzip_bounded`."""
+    total = 0
+    data = head + fh.read(_GZ_INPUT_BYTES)
+    try:
+        while True:
+            if data[:2] != b"\x1f\x8b":
+                rest = data + fh.read()  # the member boundary: what follows is short or garbage
+                if not rest.strip(b"\0"):
+                    return
+                raise GemmperfInputError(path, "corrupt gzip data: garbage after the compressed "
+                                               f"stream ({len(rest):,} bytes)")
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            pending = b""
+            while not d.eof:
+                if not data:
+                    data = fh.read(_GZ_INPUT_BYTES)
+                    if not data:
+                        raise GemmperfInputError(path, "corrupt or truncated gzip data: the "
+                                                       "compressed stream ends early")
+                out = d.decompress(data, block_bytes)
+                data = d.unconsumed_tail
+                total += len(out)
+                if total > limit:
+                    raise GemmperfInputError(
+                        path, f"gzip data expands beyond the {limit:,}-byte limit "
+                              f"({ENV_MAX_DECOMPRESSED} raises it)")
+                # a block is given out only once the next one decompressed cleanly, so a
+                # damaged tail (CRC, truncation) is reported before its data is used
+                if pending:
+                    yield pending
+                pending = out
+            if pending:
+                yield pending
+            data = d.unused_data or fh.read(_GZ_INPUT_BYTES)
+            if not data:
+                return
+    except zlib.error as exc:
+        raise GemmperfInputError(path, f"corrupt or truncated gzip data: {exc}") from None
+
+
+#: compressed bytes read per step of :func:`_gunzip_blocks`
+_GZ_INPUT_BYTES = 1 << 20
 
 
 def read_json_object(path: str | os.PathLike) -> dict:

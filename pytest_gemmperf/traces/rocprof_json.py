@@ -30,8 +30,10 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.fileio import read_maybe_gzip
-from pytest_gemmperf.jsonkeys import KeyScan, check_unique_keys
+from pytest_gemmperf.jsonkeys import find_repeated_key
+from pytest_gemmperf.traces.fileio import iter_maybe_gzip
+from pytest_gemmperf.traces.jsonstream import (JsonSplitter, Piece, Repeat, StreamDecodeError,
+                                                decode_error, gc_paused, refuse_repeated_key)
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     _MISSING,
@@ -82,47 +84,96 @@ def read_rocprof_json(path: str | os.PathLike) -> Trace:
     Dispatches keep the file's record order (rocprofv3 does not sort them).
     """
     path_s = os.fspath(path)
-    # the decoded bytes are dropped before the tables are built: they are the largest object
-    processes = decode(read_bytes(path_s), path_s)
-    return build_trace(processes, path_s)
+    processes, dispatches = decode_stream(path_s)
+    return build_trace(processes, path_s, dispatches)
 
 
-def read_bytes(path: str) -> bytes:
-    """File contents (gunzipped by content); an empty file is an error here."""
-    raw = read_maybe_gzip(path)
-    if not raw.strip():
+#: the arrays under a process's ``buffer_records`` / ``callback_records`` that are read a run of
+#: records at a time: the dispatches into int64 rows, the others (API calls, copies, markers:
+#: often most of a file) only checked as JSON and dropped
+_DISPATCHES = msgspec.json.Decoder(list[_Dispatch])
+_SKIPPED = msgspec.json.Decoder(list[msgspec.Raw])
+_UNIFORM = "kernel_dispatch"
+
+
+def _stream_at(path: tuple) -> Any:
+    if len(path) == 4 and path[0] == TOOL_KEY and isinstance(path[1], int):
+        if path[2] == "buffer_records":
+            return _DISPATCHES.decode if path[3] == "kernel_dispatch" else _SKIPPED.decode
+        if path[2] == "callback_records" and path[3] != "counter_collection":
+            return _SKIPPED.decode
+    if path == ("traceEvents",):  # a Kineto trace: refused before its events are read
+        raise _KinetoGiven()
+    return None
+
+
+class _KinetoGiven(Exception):
+    pass
+
+
+def decode_stream(path: str) -> tuple[list[_Process], dict[int, list[np.ndarray]]]:
+    """Typed decode a run of records at a time (:class:`~.jsonstream.JsonSplitter`): the
+    processes without their dispatch records, and per process index the dispatch rows
+    (:data:`_DISPATCH_FIELDS` columns), in file order. Every failure is one GemmperfInputError
+    line, with the precedence of a whole-document decode: the file's syntax and types,
+    a missing or empty tool key, then a key written twice."""
+    splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=4)
+    rows: dict[int, list[np.ndarray]] = {}
+    repeat: Repeat | None = None  # the first in the dispatch records
+    try:
+        with gc_paused():
+            for piece in splitter.pieces():
+                p_idx, kind = piece.path[1], piece.path[3]
+                if piece.path[2] == "buffer_records" and kind == "kernel_dispatch":
+                    m = _dispatch_matrix(piece.items, path, p_idx)
+                    if m is not None:
+                        rows.setdefault(p_idx, []).append(m)
+                if repeat is None:
+                    repeat = _piece_repeat(piece)
+    except _KinetoGiven:
+        raise GemmperfInputError(path, _not_rocprof_message(b'"traceEvents"')) from None
+    except StreamDecodeError as exc:
+        raise _decode_error(path, exc.exc, exc.message, splitter.skeleton) from None
+    data = splitter.skeleton
+    if not data.strip():  # a streamed array leaves its brackets: nothing was streamed
         raise GemmperfInputError(path, "empty file, expected rocprofv3 JSON output")
-    return raw
-
-
-def decode(data: bytes, path: str) -> list[_Process]:
-    """Typed decode; every failure becomes a one-line GemmperfInputError."""
-    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark: JSON parsers reject it
-        data = data[3:]
-    # repeated keys, looked for while the decoder runs; the dispatch records (most of the
-    # file's keys) all have one shape, so the scan checks that shape once
-    keys = KeyScan(data, uniform=("kernel_dispatch",))
     try:
         root = _DECODER.decode(data)
-    except msgspec.ValidationError as exc:
-        raise _validation_error(path, str(exc), data) from None
-    except msgspec.DecodeError as exc:
-        raise GemmperfInputError(path, f"not valid JSON (truncated or corrupt file?): {exc}") from None
-    except RecursionError:
-        raise GemmperfInputError(path, "JSON nested too deeply to read (rocprofv3 writes at most a "
-                                       "few levels; corrupt or hostile file?)") from None
-    except UnicodeDecodeError as exc:  # msgspec checks string contents lazily, as UTF-8
-        raise GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
-                                       f"at byte {exc.start} of the string)") from None
-    finally:
-        keys.wait()  # never leave the scan running past this call
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError) as exc:
+        raise _decode_error(path, exc, splitter.skeleton_error(exc), data) from None
     if root.tool is None:
         raise GemmperfInputError(path, _not_rocprof_message(data))
     if not root.tool:
         raise GemmperfInputError(path, f"'{TOOL_KEY}' holds no process")
     # the decoder kept the last of a repeated key silently (a second end_timestamp): refuse it
-    check_unique_keys(keys, path, _record_of_path)
-    return root.tool
+    refuse_repeated_key(path, splitter, repeat, _record_of_path)
+    return root.tool, rows
+
+
+def _piece_repeat(piece: Piece) -> Repeat | None:
+    """A key written twice in a run of records: its document offset, the key and the record.
+    The run is scanned as ``{"<array name>": [...]}`` so that dispatch records, all of one
+    shape, are checked through one of them (:func:`~pytest_gemmperf.jsonkeys.find_repeated_key`)."""
+    name = piece.path[3]
+    head = msgspec.json.encode(name) + b":"
+    wrapped = b"{" + head + piece.data + b"}"
+    hit = find_repeated_key(wrapped, (_UNIFORM,) if name == _UNIFORM else ())
+    if hit is None:
+        return None
+    offset = piece.offset - 1 + hit.offset - 1 - len(head)
+    inner = hit.path[len("$") + len(name) + 1:] if hit.path.startswith(f"$.{name}") else ""
+    m = re.match(r"^\[(\d+)\](.*)$", inner)
+    where = (f'$["{TOOL_KEY}"][{piece.path[1]}].{piece.path[2]}.{name}'
+             + (f"[{piece.first + int(m.group(1))}]{m.group(2)}" if m else ""))
+    return offset, hit.key, _record_of_path(where) or where
+
+
+def _decode_error(path: str, exc: BaseException, message: str, data: bytes) -> GemmperfInputError:
+    """One line for a decoder's error (``message``: its text in document terms)."""
+    if isinstance(exc, msgspec.ValidationError):
+        return _validation_error(path, message, data)
+    return decode_error(path, exc, message, syntax="not valid JSON (truncated or corrupt file?)",
+                        nesting="rocprofv3 writes at most a few levels")
 
 
 def _record_of_path(json_path: str) -> str | None:
@@ -135,7 +186,8 @@ def _record_of_path(json_path: str) -> str | None:
     return f"{record}, {field}" if field else record
 
 
-def build_trace(processes: list[_Process], path: str) -> Trace:
+def build_trace(processes: list[_Process], path: str,
+                dispatch_rows: dict[int, list[np.ndarray]]) -> Trace:
     names = _NameTable()
     parts: list[dict[str, np.ndarray]] = []
     counter_parts: list[pd.DataFrame] = []
@@ -146,7 +198,9 @@ def build_trace(processes: list[_Process], path: str) -> Trace:
         md = proc.metadata
         host = md.node.hostname if md.node is not None else None
         agents = _agent_table(proc.agents, path, p_idx)
-        dispatch_mat = _dispatch_matrix(proc.buffer_records.kernel_dispatch, path, p_idx)
+        runs = dispatch_rows.get(p_idx, [])
+        dispatch_mat = (None if not runs else runs[0] if len(runs) == 1 else np.concatenate(runs))
+        dispatch_rows.pop(p_idx, None)
         counter_mat = _counter_matrix(proc.callback_records.counter_collection, path, p_idx)
         used = np.unique(np.concatenate([m[:, _KERNEL_ID_COL]
                                          for m in (dispatch_mat, counter_mat) if m is not None]
@@ -172,7 +226,7 @@ def build_trace(processes: list[_Process], path: str) -> Trace:
         meta_procs.append({"pid": md.pid, "host": host, "init_time_ns": md.init_time,
                            "fini_time_ns": md.fini_time, "command": md.command,
                            "config": md.config, "layout": layout,
-                           "n_dispatches": len(proc.buffer_records.kernel_dispatch),
+                           "n_dispatches": 0 if dispatch_mat is None else len(dispatch_mat),
                            "n_counter_records": len(proc.callback_records.counter_collection)})
 
     counters_df = (finalize_counters(pd.concat(counter_parts, ignore_index=True), path)

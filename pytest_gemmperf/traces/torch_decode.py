@@ -11,13 +11,20 @@ JSON, not UTF-8, nested too deeply, a rocprofv3 JSON or has no ``traceEvents`` i
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.jsonkeys import KeyScan, check_unique_keys
+from pytest_gemmperf.jsonkeys import KeyScan
+from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
+from pytest_gemmperf.traces.jsonstream import (JsonPath, JsonSplitter, Repeat, StreamDecodeError,
+                                                decode_error, gc_paused, refuse_repeated_key)
+
+TOOL_KEY = "rocprofiler-sdk-tool"
 
 
 class _Args(msgspec.Struct):
@@ -78,62 +85,121 @@ class _Doc(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])
-_BOM = b"\xef\xbb\xbf"
+_EVENTS = msgspec.json.Decoder(list[_Event])
 #: the runtime/profiler version keys copied into ``meta["versions"]``
 _VERSION_KEYS = ("schemaVersion", "roctracer_version", "rocprofiler_sdk_version",
                  "hip_runtime_version", "hip_driver_version", "cuda_runtime_version",
                  "cuda_driver_version", "cupti_version")
 
 
-def _decode(path: str, raw: bytes) -> _Doc:
-    if raw.startswith(_BOM):  # editors on Windows add one; JSON parsers reject it
-        raw = raw[len(_BOM):]
-    if not raw.strip():
+def _stream_at(path: JsonPath) -> Callable[[bytes], list] | None:
+    """The arrays read a run of events at a time: ``traceEvents``, or a bare top-level array."""
+    if path == ("traceEvents",) or path == ():
+        return _EVENTS.decode
+    if path == (TOOL_KEY,):  # refused before its (large) process records are read
+        raise _NotKineto()
+    return None
+
+
+class _NotKineto(Exception):
+    pass
+
+
+def decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tuple[_Doc, int]:
+    """Decode the Kineto trace at ``path`` a run of events at a time, calling
+    ``consume(first, events)`` for each (``events[0]`` is ``traceEvents[first]``); returns the
+    metadata (its ``traceEvents`` empty) and the number of events.
+
+    Every check of a whole-document decode is kept, in its order of precedence: the file's
+    syntax and types first (wherever in the file), a rocprofv3 JSON or a missing
+    ``traceEvents``, a key written twice anywhere, and only then the first error ``consume``
+    raised (held until the file was read to its end)."""
+    with gc_paused():
+        return _decode_stream(path, consume)
+
+
+def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tuple[_Doc, int]:
+    splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=1)
+    held: GemmperfInputError | None = None
+    repeat: Repeat | None = None  # the first in the events
+    n = 0
+    try:
+        for piece in splitter.pieces():
+            keys = KeyScan(piece.data)  # repeated keys, looked for while the events are used
+            try:
+                if held is None and repeat is None:
+                    consume(n, piece.items)
+            except GemmperfInputError as exc:
+                held = exc
+            finally:
+                hit = keys.result()
+            if hit is not None and repeat is None:
+                record = _event_record(piece.items, n, hit.path) or hit.path
+                repeat = (piece.offset - 1 + hit.offset, hit.key, record)
+            n += len(piece.items)
+    except _NotKineto:
+        raise GemmperfInputError(path, _ROCPROF_GIVEN) from None
+    except StreamDecodeError as exc:
+        raise _decode_error(path, exc.exc, exc.message) from None
+    doc = _decode_skeleton(path, splitter, n)
+    # the decoder kept the last of a repeated key silently ("dur" twice): refuse the file
+    refuse_repeated_key(path, splitter, repeat, lambda where: None)
+    if held is not None:
+        raise held
+    return doc, n
+
+
+_ROCPROF_GIVEN = ("this is a rocprofv3 JSON (rocprofiler-sdk-tool), not a PyTorch profiler "
+                  "trace")
+
+
+def _decode_skeleton(path: str, splitter: JsonSplitter, n_events: int) -> _Doc:
+    """The document without its events: metadata keys, ``traceEvents`` as ``[]``."""
+    raw = splitter.skeleton
+    if not raw.strip() and not n_events:
         raise GemmperfInputError(path, "empty file")
-    keys = KeyScan(raw)  # repeated keys, looked for while the decoder runs
     try:
         doc = _DECODER.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise GemmperfInputError(path, f"not a PyTorch profiler trace: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise GemmperfInputError(path, f"not valid JSON: {exc}") from None
-    except RecursionError:
-        raise GemmperfInputError(path, "JSON nested too deeply to read (no profiler writes such "
-                                       "nesting; corrupt or hostile file?)") from None
-    except UnicodeDecodeError as exc:  # msgspec checks string contents lazily, as UTF-8
-        raise GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
-                                       f"at byte {exc.start} of the string)") from None
-    finally:
-        keys.wait()  # never leave the scan running past this call
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError) as exc:
+        raise _decode_error(path, exc, splitter.skeleton_error(exc)) from None
     if isinstance(doc, list):  # bare Chrome-trace array
         doc = _Doc(traceEvents=doc)
     if doc.rocprofiler_sdk_tool is not None:
-        raise GemmperfInputError(path, "this is a rocprofv3 JSON (rocprofiler-sdk-tool), not a "
-                                       "PyTorch profiler trace")
+        raise GemmperfInputError(path, _ROCPROF_GIVEN)
     if doc.traceEvents is None:
         raise GemmperfInputError(path, "not a PyTorch profiler trace: no 'traceEvents'")
-    # the decoder kept the last of a repeated key silently ("dur" twice): refuse the file
-    check_unique_keys(keys, path, lambda where: _event_record(doc.traceEvents, where))
     return doc
 
 
-_EVENT_PATH = re.compile(r"^\$(?:\.traceEvents)?\[(\d+)\](.*)$")
+def _decode_error(path: str, exc: BaseException, message: str) -> GemmperfInputError:
+    """One line for a decoder's error (``message``: its text in document terms)."""
+    if isinstance(exc, msgspec.ValidationError):
+        return GemmperfInputError(path, f"not a PyTorch profiler trace: {message}")
+    return decode_error(path, exc, message, syntax="not valid JSON",
+                        nesting="no profiler writes such nesting")
 
 
-def _event_record(events: list[_Event], json_path: str) -> str | None:
-    """``$.traceEvents[12].args`` -> ``traceEvents[12], kernel 'gemm', args`` (the event's
-    category and name, as the readers' other messages name events)."""
+_EVENT_PATH = re.compile(r"^\$\[(\d+)\](.*)$")
+
+
+def _event_record(events: list[_Event], first: int, json_path: str) -> str | None:
+    """``$[12].args`` in a run of events starting at ``traceEvents[first]`` ->
+    ``traceEvents[first + 12], kernel 'gemm', args`` (the event's category and name, as the
+    readers' other messages name events)."""
     m = _EVENT_PATH.match(json_path)
     if m is None or int(m.group(1)) >= len(events):
         return None
     ev = events[int(m.group(1))]
     name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
     inner = m.group(2).lstrip(".")
-    return f"traceEvents[{m.group(1)}], {ev.cat} {name!r}" + (f", {inner}" if inner else "")
+    return (f"traceEvents[{first + int(m.group(1))}], {ev.cat} {name!r}"
+            + (f", {inner}" if inner else ""))
 
 
-def _complete_events_by_cat(events: list[_Event]) -> dict[str, list[_Event]]:
-    """One pass over all events: complete ("X") events bucketed by category."""
+def bucket_events(events: list[_Event], uncounted: frozenset[str],
+                  quiet_phases: frozenset[str]) -> tuple[dict[str, list[_Event]], Counter]:
+    """Complete ("X") events bucketed by category (each in event order), and the number of
+    events per category outside ``uncounted`` whose phase is not in ``quiet_phases``."""
     buckets: dict[str, list[_Event]] = {}
     for e in events:
         if e.ph == "X":
@@ -142,7 +208,8 @@ def _complete_events_by_cat(events: list[_Event]) -> dict[str, list[_Event]]:
                 buckets[e.cat] = [e]
             else:
                 b.append(e)
-    return buckets
+    return buckets, Counter(e.cat for e in events
+                            if e.ph not in quiet_phases and e.cat not in uncounted)
 
 
 def _pick(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> list[_Event]:

@@ -21,6 +21,7 @@ import re
 from itertools import chain, compress, repeat
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -44,14 +45,20 @@ _COLL_JSON = dict(zip(_Args.__struct_fields__, _Args.__struct_encode_fields__))
 
 
 class _Src:
-    """The file being read: its path, and all its events so a bad one can be named by index."""
+    """The file being read: its path, and the run of its events in hand (``events``, the first
+    being ``traceEvents[first]``) so that a bad one can be named by its index in the file."""
 
-    __slots__ = ("path", "events", "rounded")
+    __slots__ = ("path", "events", "first", "rounded", "strings")
 
-    def __init__(self, path: str, events: list[_Event]) -> None:
+    def __init__(self, path: str, events: list[_Event], first: int = 0,
+                 strings: dict[str, str] | None = None) -> None:
         self.path = path
         self.events = events
+        self.first = first
         self.rounded = 0  # ts/dur values with digits below 1 ns, rounded once (jsonnum)
+        # one object per distinct name/shape text across the file: a few hundred names stand
+        # for millions of events, so the columns hold references, not copies
+        self.strings = {} if strings is None else strings
 
     def notes(self) -> list[str]:
         """What was read other than exactly as written (for reports): never silent."""
@@ -65,8 +72,31 @@ class _Src:
         # error path only: a linear identity search is fine here
         idx = next((i for i, e in enumerate(self.events) if e is ev), None)
         name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
-        where = "event" if idx is None else f"traceEvents[{idx}]"
+        where = "event" if idx is None else f"traceEvents[{self.first + idx}]"
         return GemmperfInputError(self.path, message, record=f"{where}, {ev.cat} {name!r}")
+
+    def shapes(self, values: list) -> list:
+        """Operator shapes/types (``Input Dims``: ``[[64, 4096], [4096, 64]]``) as their text
+        (:func:`_shape_str`), None when absent. A trace repeats a few shapes millions of times:
+        the text is made once per distinct value, found by the value's JSON encoding (which
+        costs a tenth of ``str`` of nested lists)."""
+        table = self.strings
+        out: list = []
+        for v in values:
+            if v is None or type(v) is str:
+                out.append(v if v is None else table.setdefault(v, v))
+                continue
+            key = _ENCODE(v)
+            text = table.get(key)
+            if text is None:
+                text = table[key] = table.setdefault(_shape_str(v), _shape_str(v))
+            out.append(text)
+        return out
+
+    def shared(self, texts: list) -> list:
+        """``texts`` with each string replaced by the file's one object of that text."""
+        table = self.strings
+        return [t if type(t) is not str else table.setdefault(t, t) for t in texts]
 
 
 def _us_field(src: _Src, events: list[_Event], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -114,7 +144,7 @@ def _idcol(src: _Src, events: list[_Event], values: list, field: str,
 def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
     args = [e.args or _NO_ARGS for e in gpu]
     start, end = _times(src, gpu)
-    names = [e.name or e.cat for e in gpu]
+    names = src.shared([e.name or e.cat for e in gpu])
     dev = _idcol(src, gpu, [a.device for a in args], "args.device")
     # GPU events carry the device in pid and the stream in tid when args lack them
     dev = dev.fillna(_idcol(src, gpu, [e.pid for e in gpu], "pid", labels_ok=True))
@@ -124,19 +154,47 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
         "agent": dev,
         "stream": stream,
         "correlation_id": _idcol(src, gpu, [a.correlation for a in args], "args.correlation"),
-        "kernel": names,
+        "kernel": pd.Series(names, dtype=object),
         "start_ns": start,
         "end_ns": end,
         "_ext": _idcol(src, gpu, [a.external_id for a in args], "args.External id"),
         "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
     })
-    df["_args"] = args
     grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
     block = _dim3(src, gpu, [a.block for a in args], "args.block")
     for i, ax in enumerate("xyz"):
         df[f"_grid_{ax}"] = grid[i]
         df[f"_block_{ax}"] = block[i]
+    # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
+    carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
+    for col, values in _coll_values(src, gpu, args, carrying).items():
+        df[col] = values
     return df
+
+
+def _coll_values(src: _Src, events: list[_Event], args: list[_Args],
+                 rows: list[int]) -> dict[str, np.ndarray]:
+    """COLL_COLUMNS of the ``rows`` that carry collective metadata (None elsewhere), the
+    integer ones checked."""
+    _check_coll_ints(src, [events[i] for i in rows], [args[i] for i in rows])
+    out = {}
+    for col in COLL_COLUMNS:
+        values = np.full(len(events), None, dtype=object)
+        if rows:
+            values[rows] = [_plain(getattr(args[i], col)) for i in rows]
+        out[col] = values
+    return out
+
+
+def grid_overflow(df: pd.DataFrame) -> np.ndarray:
+    """Rows whose ``args.grid * args.block`` leaves int64 in some axis (each factor is below
+    2**32, so the uint64 product is exact; the Int64 product would wrap silently)."""
+    over = np.zeros(len(df), dtype=bool)
+    for a in "xyz":
+        prod = (df[f"_grid_{a}"].to_numpy(np.uint64, na_value=0)
+                * df[f"_block_{a}"].to_numpy(np.uint64, na_value=0))
+        over |= prod > np.uint64(INT64_MAX)
+    return over
 
 
 _DIM_MAX = 2 ** 32 - 1  # launch APIs and AQL packets hold each dimension in 32 bits
@@ -176,9 +234,11 @@ def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.
 
 
 def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
+    """Runtime calls in event order (:func:`runtime_by_correlation` keeps one per correlation
+    id once every run of events is in)."""
     args = [e.args or _NO_ARGS for e in runtime]
     rt = pd.DataFrame({
-        "name": pd.Series([e.name for e in runtime], dtype=object),
+        "name": pd.Series(src.shared([e.name for e in runtime]), dtype=object),
         "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
         "tid": _idcol(src, runtime, [e.tid for e in runtime], "tid", labels_ok=True),
         "ts_ns": _us_field(src, runtime, "ts")[0],
@@ -186,9 +246,14 @@ def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
         "external_id": _idcol(src, runtime, [a.external_id for a in args], "args.External id"),
         "has_grid": [a.grid is not None for a in args],
     })
+    return rt
+
+
+def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
+    """One runtime call per correlation id. ROCm Kineto can emit two records per id (e.g. a
+    spurious hipArray3DCreate beside hipMemsetAsync); the one carrying launch dimensions wins.
+    Calls without a correlation id link nothing and are dropped."""
     rt = rt[rt["correlation"].notna()]
-    # ROCm Kineto can emit two runtime records per correlation id (e.g. a spurious
-    # hipArray3DCreate beside hipMemsetAsync); prefer the one carrying launch dimensions.
     rt = rt.sort_values("has_grid", ascending=False, kind="stable")
     rt = rt.drop_duplicates("correlation", keep="first")
     return rt.reset_index(drop=True)
@@ -197,27 +262,21 @@ def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
 def _cpu_ops_frame(cpu: list[_Event], src: _Src) -> pd.DataFrame:
     args = [e.args or _NO_ARGS for e in cpu]
     start, end = _times(src, cpu)
-    names = [e.name for e in cpu]
+    names = src.shared([e.name for e in cpu])
     ops = pd.DataFrame({
         "name": pd.Series(names, dtype=object),
         "pid": _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
         "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
         "ts_ns": pd.array(start, dtype=INT),
         "dur_ns": pd.array(end - start, dtype=INT),
-        "input_dims": pd.Series([None if a.input_dims is None else _shape_str(a.input_dims)
-                                 for a in args], dtype=object),
-        "input_types": pd.Series([None if a.input_type is None else _shape_str(a.input_type)
-                                  for a in args], dtype=object),
+        "input_dims": pd.Series(src.shapes([a.input_dims for a in args]), dtype=object),
+        "input_types": pd.Series(src.shapes([a.input_type for a in args]), dtype=object),
         "external_id": _idcol(src, cpu, [a.external_id for a in args], "args.External id"),
         "correlation": _idcol(src, cpu, [a.correlation for a in args], "args.correlation"),
     })
     # collective metadata lives on record_param_comms ops only
     comms = [i for i, n in enumerate(names) if n == PARAM_COMMS_OP]
-    _check_coll_ints(src, [cpu[i] for i in comms], [args[i] for i in comms])
-    for col in COLL_COLUMNS:
-        values = np.full(len(cpu), None, dtype=object)
-        if comms:
-            values[comms] = [_plain(getattr(args[i], col)) for i in comms]
+    for col, values in _coll_values(src, cpu, args, comms).items():
         ops[col] = values
     return ops
 
@@ -239,22 +298,33 @@ def _shape_str(v: Any) -> str:
     return v if isinstance(v, str) else str(v)
 
 
+_ENCODE = msgspec.json.Encoder().encode
+
+
 def _plain(v: Any) -> Any:
     """Collective metadata: scalars stay, lists (ranks, split sizes) become their string."""
     return str(v) if isinstance(v, (list, tuple, dict)) else v
 
 
-def _steps_frame(annotations: list[_Event], cpu_ops: pd.DataFrame, src: _Src) -> pd.DataFrame:
-    """``ProfilerStep#N`` ranges (user annotations; some older traces record them as cpu_op)."""
+def step_ranges(annotations: list[_Event], src: _Src) -> pd.DataFrame:
+    """``ProfilerStep#N`` user annotations: name, start_ns, end_ns."""
     steps = [e for e in annotations if STEP_RE.match(e.name)]
     start, end = _times(src, steps)
+    return pd.DataFrame({"name": pd.Series([e.name for e in steps], dtype=object),
+                         "start_ns": start, "end_ns": end})
+
+
+def _steps_frame(annotated: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """Profiler steps: the annotated ranges (:func:`step_ranges`), then those some older traces
+    record as cpu_op, ordered by start."""
     old = cpu_ops[cpu_ops["name"].astype(str).str.match(STEP_RE.pattern)]
     old_start = old["ts_ns"].to_numpy(dtype=np.int64)
-    names = [e.name for e in steps] + list(old["name"])
+    names = list(annotated["name"]) + list(old["name"])
     df = pd.DataFrame({
         "name": pd.Series(names, dtype=object),
         "step": pd.Series([int(STEP_RE.match(n).group(1)) for n in names], dtype="int64"),
-        "start_ns": np.concatenate([start, old_start]),
-        "end_ns": np.concatenate([end, old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
+        "start_ns": np.concatenate([annotated["start_ns"].to_numpy(dtype=np.int64), old_start]),
+        "end_ns": np.concatenate([annotated["end_ns"].to_numpy(dtype=np.int64),
+                                  old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
     })
     return df.sort_values("start_ns", kind="stable").reset_index(drop=True)

@@ -59,7 +59,9 @@ def rank_of(info: Any) -> int | None:
     return None
 
 
-def flavor_of(doc: Any, runtime: list) -> str:
+def flavor_of(doc: Any, runtime_names: list[str]) -> str:
+    """The runtime under the trace, from its version keys, else from the names of its first
+    runtime calls (``runtime_names``: up to 200)."""
     if doc.rocprofiler_sdk_version is not None:
         return "rocprofiler-sdk"
     if doc.roctracer_version is not None or doc.hip_runtime_version is not None:
@@ -67,7 +69,7 @@ def flavor_of(doc: Any, runtime: list) -> str:
     if doc.cuda_runtime_version is not None or doc.cuda_driver_version is not None \
             or doc.cupti_version is not None:
         return "cupti"
-    names = {e.name[:3] for e in runtime[:200] if isinstance(e.name, str)}
+    names = {n[:3] for n in runtime_names[:200] if isinstance(n, str)}
     if "hip" in names:
         return "roctracer"
     if "cud" in names:

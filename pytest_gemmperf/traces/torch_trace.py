@@ -53,15 +53,14 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.fileio import read_maybe_gzip
-from pytest_gemmperf.traces.jsonnum import INT64_MAX
 from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
-from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _complete_events_by_cat, _decode,
-                                                 _Event, _pick)
-from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, _check_coll_ints,
-                                                 _coll_ints, _cpu_ops_frame, _gpu_frame, _idcol,
-                                                 _plain, _runtime_frame, _Src, _steps_frame)
+from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
+                                                 decode_stream)
+from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, _coll_ints,
+                                                 _cpu_ops_frame, _gpu_frame, _idcol, _runtime_frame,
+                                                 _Src, _steps_frame, grid_overflow,
+                                                 runtime_by_correlation, step_ranges)
 from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
                                                take, enclosing_ops, group_codes, self_times)
 from pytest_gemmperf.traces.torch_meta import (agents_table, base_time, flavor_of, host_name,
@@ -93,31 +92,137 @@ CPU_OP_COLUMNS = ("name", "pid", "tid", "ts_ns", "dur_ns", "input_dims", "input_
                   "external_id", "correlation")
 
 
+class _Reading:
+    """What a reader keeps of each run of events (:func:`decode_stream`): column frames of the
+    events it uses, counts and the first runtime names. Nothing proportional to the file's text
+    or to events it does not use stays in memory."""
+
+    def __init__(self, path: str, gpu: bool) -> None:
+        self.path = path
+        self.gpu = gpu          # the GPU reader (else the CPU-only one)
+        self.strings: dict[str, str] = {}
+        self.rounded = 0
+        self.n_gpu = 0
+        self.n_cpu = 0
+        self.activity: Counter = Counter()  # device categories (see _refuse_device_activity)
+        self.parts: dict[str, list[pd.DataFrame]] = {"gpu": [], "rt": [], "cpu": [], "ann_pid": [],
+                                                     "steps": []}
+        self.runtime_names: dict[str, list[str]] = {}  # first names per category (flavor_of)
+        self.grid_errors: dict[int, GemmperfInputError] = {}  # by event index
+        self.held = False  # an error was raised in a run: the rest is only counted
+
+    def take(self, first: int, events: list[_Event]) -> None:
+        by_cat, activity = bucket_events(events, HOST_CATS, _NOT_ACTIVITY)
+        self.activity.update(activity)
+        gpu, gpu_rank = _ranked(by_cat, GPU_CATS)
+        cpu, cpu_rank = _ranked(by_cat, CPU_OP_CATS)
+        self.n_gpu += len(gpu)
+        self.n_cpu += len(cpu)
+        if self.held:
+            return
+        src = _Src(self.path, events, first, self.strings)
+        try:
+            self._frames(src, by_cat, gpu, gpu_rank, cpu, cpu_rank)
+        except GemmperfInputError:
+            self.held = True
+            raise
+        finally:
+            self.rounded += src.rounded
+
+    def _frames(self, src: _Src, by_cat: dict[str, list[_Event]], gpu: list[_Event],
+                gpu_rank: np.ndarray, cpu: list[_Event], cpu_rank: np.ndarray) -> None:
+        # the order of a whole-file read: operators, runtime calls, annotations, GPU events
+        if cpu:
+            self.parts["cpu"].append(_cpu_ops_frame(cpu, src).assign(_rank=cpu_rank))
+        if not self.gpu:
+            return
+        runtime, rt_rank = _ranked(by_cat, RUNTIME_CATS)
+        if runtime:
+            self.parts["rt"].append(_runtime_frame(runtime, src).assign(_rank=rt_rank))
+            for cat, events in by_cat.items():
+                if cat in RUNTIME_CATS:
+                    names = self.runtime_names.setdefault(cat, [])
+                    names += [e.name for e in events[:_FLAVOR_EVENTS - len(names)]]
+        annotations = _pick(by_cat, ANNOTATION_CATS)
+        if annotations:
+            self.parts["ann_pid"].append(pd.DataFrame({"pid": _idcol(
+                src, annotations, [e.pid for e in annotations], "pid", labels_ok=True)}))
+        if gpu:
+            df = _gpu_frame(gpu, src)
+            df["_rank"] = gpu_rank
+            over = np.flatnonzero(grid_overflow(df))
+            if len(over):
+                index = {id(e): i for i, e in enumerate(src.events)}
+                ev = np.array([src.first + index[id(gpu[i])] for i in range(len(gpu))])
+                df["_ev"] = ev
+                for i in over.tolist():
+                    self.grid_errors[int(ev[i])] = src.error(
+                        gpu[i], "args.grid * args.block is outside int64")
+            self.parts["gpu"].append(df)
+        if annotations:
+            self.parts["steps"].append(step_ranges(annotations, src))
+
+    def frame(self, kind: str, empty: pd.DataFrame | None = None) -> pd.DataFrame:
+        """The runs' frames of one kind as one frame, in a whole-file read's row order."""
+        parts = self.parts[kind]
+        if not parts:
+            return empty if empty is not None else pd.DataFrame()
+        df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        self.parts[kind] = []
+        if "_rank" in df.columns:
+            rank = df.pop("_rank").to_numpy()
+            if len(rank) and rank.min() != rank.max():
+                # a whole-file read takes the events category by category (sorted), each in
+                # file order
+                df = df.iloc[np.argsort(rank, kind="stable")]
+        return df.reset_index(drop=True)
+
+    def src(self) -> _Src:
+        src = _Src(self.path, [])
+        src.rounded = self.rounded
+        return src
+
+
+#: runtime calls whose names tell the flavour when the metadata does not (flavor_of)
+_FLAVOR_EVENTS = 200
+
+
+def _ranked(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> tuple[list[_Event], np.ndarray]:
+    """:func:`_pick` and, per event, the rank of its category among ``cats`` (sorted)."""
+    found = [(r, by_cat[c]) for r, c in enumerate(sorted(cats)) if c in by_cat]
+    if not found:
+        return [], np.zeros(0, dtype=np.int64)
+    events = found[0][1] if len(found) == 1 else [e for _, part in found for e in part]
+    return events, np.concatenate([np.full(len(part), r, dtype=np.int64) for r, part in found])
+
+
+def _read(path: str, gpu: bool) -> tuple[_Reading, Any, int]:
+    reading = _Reading(path, gpu)
+    doc, n_events = decode_stream(path, reading.take)
+    return reading, doc, n_events
+
+
 def read_torch_trace(path: str | os.PathLike) -> Trace:
     """Read one Kineto trace (``.json`` or gzip-compressed, detected by content)."""
     path = os.fspath(path)
-    doc = _decode(path, read_maybe_gzip(path))
-    events = doc.traceEvents or []
-    src = _Src(path, events)
-    by_cat = _complete_events_by_cat(events)
-    gpu = _pick(by_cat, GPU_CATS)
-    if not gpu:
-        _refuse_device_activity(path, events)
-        raise NoGpuEvents(path, f"no GPU kernel/memcpy/memset events among {len(events)} "
+    reading, doc, n_events = _read(path, gpu=True)
+    if not reading.n_gpu:
+        _refuse_device_activity(path, reading.activity)
+        raise NoGpuEvents(path, f"no GPU kernel/memcpy/memset events among {n_events} "
                                        "trace events (CPU-only trace, or GPU activity not recorded)")
-    runtime = _pick(by_cat, RUNTIME_CATS)
-    cpu_events = _pick(by_cat, CPU_OP_CATS)
-    annotations = _pick(by_cat, ANNOTATION_CATS)
-    cpu_ops = _cpu_ops_frame(cpu_events, src)
-    rt = _runtime_frame(runtime, src)
+    empty_src = _Src(path, [])
+    cpu_ops = reading.frame("cpu", _cpu_ops_frame([], empty_src))
+    rt = runtime_by_correlation(reading.frame("rt", _runtime_frame([], empty_src)))
+    ann_pid = reading.frame("ann_pid", pd.DataFrame({"pid": pd.array([], dtype=INT)}))["pid"]
 
-    pid = process_pid(rt["pid"], cpu_ops["pid"],
-                       _idcol(src, annotations, [e.pid for e in annotations], "pid", labels_ok=True))
+    pid = process_pid(rt["pid"], cpu_ops["pid"], ann_pid)
     host = host_name(doc, path, pid)
     rank = rank_of(doc.distributedInfo)
-    flavor = flavor_of(doc, runtime)
+    runtime_names = [n for cat in sorted(reading.runtime_names)
+                     for n in reading.runtime_names[cat]][:_FLAVOR_EVENTS]
+    flavor = flavor_of(doc, runtime_names)
     agents = agents_table(doc.deviceProperties, path, host, pid)
-    df = _gpu_frame(gpu, src)
+    df = reading.frame("gpu")
     df["pid"] = pid
     df["host"] = host
     df["rank"] = rank
@@ -127,7 +232,7 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     rt_row = lookup(df["correlation_id"], rt["correlation"])
     rt_ext = take(rt["external_id"], rt_row)
     df["thread_id"] = take(rt["tid"], rt_row)
-    grid_rule = _apply_grid_semantics(df, flavor, take(rt["name"], rt_row), src, gpu)
+    grid_rule = _apply_grid_semantics(df, flavor, take(rt["name"], rt_row), reading.grid_errors)
 
     op_row = link_ops(df, cpu_ops, rt, rt_row, rt_ext)
     df["op_name"] = take(cpu_ops["name"], op_row)
@@ -139,18 +244,19 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole
     short = shorten_names(df["kernel"]).astype(object)
     df["kernel_short"] = short.where(df.pop("_is_kernel").to_numpy(), df["kernel"].astype(object))
-    _fill_collectives(df, cpu_ops, rt, rt_row, op_row, src, gpu)
+    _fill_collectives(df, cpu_ops, rt, rt_row, op_row)
 
     if len(agents):
         arch = dict(zip(agents["gpu_index"].dropna().astype(int), agents["gpu_arch"]))
         df["gpu_arch"] = df["agent"].map(arch).astype(object)
-    out = finalize_dispatches(df.drop(columns=["_args"]), path)
+    out = finalize_dispatches(df, path)
     # Kineto has no queue column; a stream runs in order like a queue, and dispatches on
     # different streams overlap legitimately, so the in-order check is per stream.
     out["queue_overlap"] = flag_queue_overlap(out[["file", "pid", "agent", "stream", "start_ns", "end_ns"]]
                                               .rename(columns={"stream": "queue"}))
     out = _order_extra_columns(out)
 
+    src = reading.src()
     meta: dict[str, Any] = {
         "format": "torch",  # its kind's name (traces/kinds.py)
         "flavor": flavor,
@@ -165,19 +271,19 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
         "grid_semantics": grid_rule,
         "agent_numbering": "torch device index (among the process's visible devices)",
         "cpu_ops": cpu_ops[list(CPU_OP_COLUMNS)],
-        "steps": _steps_frame(annotations, cpu_ops, src),
-        "n_events": len(events),
+        "steps": _steps_frame(reading.frame("steps", step_ranges([], empty_src)), cpu_ops),
+        "n_events": n_events,
         "subns_rounded": src.rounded,
         "notes": src.notes(),
     }
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
 
 
-def _refuse_device_activity(path: str, events: list[_Event]) -> None:
-    """A trace without kernels but with device work in other categories is a GPU run whose
+def _refuse_device_activity(path: str, found: Counter) -> None:
+    """A trace without kernels but with device work in other categories (``found``: events per
+    category outside :data:`HOST_CATS`, flows and metadata left out) is a GPU run whose
     kernels were not recorded (or a device this reader does not know): reading its CPU
     operators instead would gate the wrong thing and pass. One line naming what was found."""
-    found = Counter(e.cat for e in events if e.ph not in _NOT_ACTIVITY and e.cat not in HOST_CATS)
     if not found:
         return
     shown = ", ".join(f"{n} {cat!r}" for cat, n in found.most_common(5))
@@ -204,16 +310,14 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     is refused (:func:`_refuse_device_activity`).
     """
     path = os.fspath(path)
-    doc = _decode(path, read_maybe_gzip(path))
-    events = doc.traceEvents or []
-    cpu_events = _pick(_complete_events_by_cat(events), CPU_OP_CATS)
-    if not cpu_events:
-        _refuse_device_activity(path, events)
-        raise GemmperfInputError(path, f"no cpu_op events among {len(events)} trace events")
+    reading, doc, n_events = _read(path, gpu=False)
+    if not reading.n_cpu:
+        _refuse_device_activity(path, reading.activity)
+        raise GemmperfInputError(path, f"no cpu_op events among {n_events} trace events")
     # every cpu_op's ts/dur is checked (and exact) in _cpu_ops_frame: no missing times remain
-    src = _Src(path, events)
-    ops = _cpu_ops_frame(cpu_events, src)
-    _refuse_device_activity(path, events)
+    ops = reading.frame("cpu")
+    _refuse_device_activity(path, reading.activity)
+    src = reading.src()
     pid = process_pid(ops["pid"])
     host = host_name(doc, path, pid)
     rank = rank_of(doc.distributedInfo)
@@ -234,7 +338,7 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
     meta: dict[str, Any] = {
         "format": "torch", "flavor": "cpu", "cpu_op_dispatches": True, "op_time": "self",
         "distributed": doc.distributedInfo, "rank": rank, "host": host, "pid": pid,
-        "base_time_ns": base_time(doc, path), "n_events": len(events),
+        "base_time_ns": base_time(doc, path), "n_events": n_events,
         "subns_rounded": src.rounded, "notes": src.notes(),
     }
     return Trace(dispatches=_order_extra_columns(out), files=[path], meta=meta)
@@ -243,16 +347,9 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
 # --------------------------------------------------------------------------- collectives
 
 def _fill_collectives(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
-                      op_row: np.ndarray, src: _Src, gpu: list[_Event]) -> None:
-    """Collective metadata from kernel args, else from the enclosing ``record_param_comms``."""
-    args = df["_args"].tolist()
-    carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
-    _check_coll_ints(src, [gpu[i] for i in carrying], [args[i] for i in carrying])
-    for col in COLL_COLUMNS:
-        values = np.full(len(df), None, dtype=object)
-        if carrying:
-            values[carrying] = [_plain(getattr(args[i], col)) for i in carrying]
-        df[col] = pd.Series(values, index=df.index, dtype=object)
+                      op_row: np.ndarray) -> None:
+    """Collective metadata from kernel args (already in ``df``), else from the enclosing
+    ``record_param_comms``."""
     is_coll = (df["category"].astype(object) == "collective").to_numpy()
     need = is_coll & df["coll_name"].isna().to_numpy()
     if need.any() and len(ops):
@@ -271,18 +368,16 @@ def _fill_collectives(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_
             df[col] = df[col].astype(object).where(df[col].notna(), None).astype(STR)
 
 
-def _apply_grid_semantics(df: pd.DataFrame, flavor: str, launch_api: pd.Series, src: _Src,
-                          gpu: list[_Event]) -> str:
+def _apply_grid_semantics(df: pd.DataFrame, flavor: str, launch_api: pd.Series,
+                          grid_errors: dict[int, GemmperfInputError]) -> str:
+    if flavor != "rocprofiler-sdk" and grid_errors:
+        # blocks * block beyond int64 would wrap silently in the Int64 product below
+        over = np.flatnonzero(grid_overflow(df))
+        raise grid_errors[int(df["_ev"].iloc[int(over[0])])]
+    if "_ev" in df.columns:
+        del df["_ev"]
     g = [df.pop(f"_grid_{a}") for a in "xyz"]
     b = [df.pop(f"_block_{a}") for a in "xyz"]
-    if flavor != "rocprofiler-sdk":
-        # blocks * block: each factor is below 2**32, so the uint64 product is exact; a result
-        # beyond int64 would wrap silently in the Int64 product below
-        for i in range(3):
-            prod = g[i].to_numpy(np.uint64, na_value=0) * b[i].to_numpy(np.uint64, na_value=0)
-            over = np.flatnonzero(prod > np.uint64(INT64_MAX))
-            if len(over):
-                raise src.error(gpu[int(over[0])], "args.grid * args.block is outside int64")
     if flavor == "rocprofiler-sdk":
         for i, a in enumerate("xyz"):
             df[f"grid_{a}"], df[f"wg_{a}"] = b[i], g[i]

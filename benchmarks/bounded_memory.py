@@ -1,0 +1,262 @@
+"""Peak memory and wall time of ``gemmperf analyze`` on a generated Kineto trace of a given size,
+against a typed msgspec decode of the fields any reader needs, measured in the same run.
+
+The trace is written (streamed, never held) into a temporary directory and deleted afterwards:
+per dispatch a ``cpu_op`` with shapes, a ``python_function``, the runtime launch, the kernel
+(or a memcpy/memset) with grid/block/stream/correlation/External id, and the launch->kernel
+flow pair (``ph`` s/f), plus ``ProfilerStep#N`` annotations every 1,000 dispatches; ~120
+kernel names (long templated C++ names, as real traces have), epoch-scale timestamps in µs with
+3 fractional digits. About 2 KB of JSON per dispatch: ~600k dispatches at 1.2 GB.
+
+For each size it prints the file size, events and dispatches, and
+
+* ``analyze``: ``gemmperf analyze FILE --no-report --jobs 1`` in a child process: its wall time
+  and peak RSS (``getrusage(RUSAGE_CHILDREN)`` of a fresh wrapper process, so the figure is
+  the analyze process's own maximum resident set);
+* ``decode``: a child process that reads the file and decodes ``traceEvents`` into a typed
+  ``msgspec.Struct`` of (ph, cat, name, ts, dur): its wall time and peak RSS;
+* ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
+  that size (the second a re-generation with other timings), wall and peak RSS.
+
+Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200] [--gzip] [--compare] [--dir DIR]
+
+Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
+system temporary directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+#: JSON bytes per dispatch group (measured from the generator's output)
+BYTES_PER_DISPATCH = 1730
+EPOCH_US = 1_700_000_000_000_000  # µs since the epoch, like Kineto's absolute timestamps
+
+_OPS = ["aten::mm", "aten::addmm", "aten::bmm", "aten::add", "aten::mul", "aten::copy_",
+        "aten::native_layer_norm", "aten::_softmax", "aten::gelu", "aten::fill_",
+        "c10d::allreduce_", "aten::index_select"]
+
+
+def kernel_names(n: int = 120) -> list[str]:
+    """``n`` distinct kernel names of the shapes real traces carry (Tensile GEMMs, templated
+    elementwise kernels, NCCL, a few short ones)."""
+    names = []
+    for i in range(n):
+        k = i % 4
+        if k == 0:
+            names.append(f"Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT{64 + i}x32x256_MI16x16x1_"
+                         f"SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_CADS0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_"
+                         f"GRVWA8_GRVWB8_GSUAMB_GLS0_ISA950_IU1_K1_LBSPPA2048_LBSPPB2048_LBSPPM0_"
+                         f"LPA16_LPB16_LPM0_LRVW8_LWPMn1_MIAV1_MIWT1_1_MO40_NTn1_NTA0_NTB0_NTC0_"
+                         f"NTD0_NTM0_NEPBS16_NLCA1_NLCB1_ONLL1_PGR2_PLR1_PKA1_SIA3_SS1_SPO0_SRVW0_"
+                         f"SSO0_SVW8_SK0_SKXCCM0_TLDS1_ULSGRO0_USL1_UIOFGRO0_USFGROn1_VSn1_VWA1_"
+                         f"VWB1_WSGRA0_WSGRB0_WS64_WG32_8_1_WGM{i}")
+        elif k == 1:
+            names.append(f"void at::native::vectorized_elementwise_kernel<{4 + i % 5}, "
+                         f"at::native::BinaryFunctor<float, float, float, "
+                         f"at::native::binary_internal::MulFunctor<float> >, "
+                         f"std::array<char*, {3 + i}ul> >(int, at::native::BinaryFunctor<float, "
+                         f"float, float, at::native::binary_internal::MulFunctor<float> >, "
+                         f"std::array<char*, {3 + i}ul>)")
+        elif k == 2:
+            names.append(f"ncclDevKernel_Generic_{i}(ncclDevKernelArgsStorage<4096ul>)")
+        else:
+            names.append(f"void at::native::reduce_kernel<{256 + i}, 1, at::native::ReduceOp<float, "
+                         f"at::native::func_wrapper_t<float, at::native::sum_functor<float, "
+                         f"float, float>::operator()(at::TensorIterator&)::{{lambda(float, "
+                         f"float)#1}}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, "
+                         f"at::native::func_wrapper_t<float, at::native::sum_functor<float, float, "
+                         f"float>::operator()(at::TensorIterator&)::{{lambda(float, float)#1}}>, "
+                         f"unsigned int, float, 4, 4>)")
+    return names
+
+
+def _us(ns: int) -> str:
+    """Kineto's µs text with 3 fractional digits, from integer ns."""
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def write_trace(path: Path, n_dispatch: int, seed: int = 0, gz: bool = False) -> int:
+    """Write a Kineto trace with ``n_dispatch`` GPU events; returns the number of events."""
+    import random
+
+    rng = random.Random(seed)
+    names = [json.dumps(n) for n in kernel_names()]
+    pid, tid = 4242, 4243
+    opener = gzip.open if gz else open
+    n_events = 0
+    t = EPOCH_US * 1000 + 123_456_789  # ns
+    with opener(path, "wt") as fh:
+        fh.write('{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    {"id": 0, "name": '
+                 '"AMD Instinct MI350X", "totalGlobalMem": 309220868096, "computeMajor": 9, '
+                 '"computeMinor": 5, "warpSize": 64, "numSms": 256, "gcnArchName": '
+                 '"gfx950:sramecc+:xnack-"}\n  ],\n  "distributedInfo": {"backend": "nccl", '
+                 '"rank": 0, "world_size": 8},\n  "hip_runtime_version": 60443483,\n'
+                 '  "traceEvents": [\n')
+        fh.write(f'  {{"ph": "M", "pid": {pid}, "tid": 0, "name": "process_name", "args": '
+                 f'{{"name": "python"}}}}')
+        n_events += 1
+        out: list[str] = []
+        for i in range(n_dispatch):
+            if i % 1000 == 0:
+                out.append(f',\n  {{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{i // 1000}", '
+                           f'"pid": {pid}, "tid": {tid}, "ts": {_us(t)}, "dur": {_us(rng.randrange(10**8, 2 * 10**8))}, '
+                           f'"args": {{"External id": {3 * i + 1}, "Record function id": 0, "Ev Idx": {i}}}}}')
+                n_events += 1
+            ext, corr = 3 * i + 2, i + 1
+            op = _OPS[i % len(_OPS)]
+            op_dur = rng.randrange(20_000, 80_000)
+            m = 64 * (1 + i % 32)
+            out.append(
+                f',\n  {{"ph": "X", "cat": "cpu_op", "name": "{op}", "pid": {pid}, "tid": {tid}, '
+                f'"ts": {_us(t)}, "dur": {_us(op_dur)}, "args": {{"External id": {ext}, '
+                f'"Record function id": 0, "Sequence number": {i}, "Fwd thread id": 0, '
+                f'"Ev Idx": {i}, "Input Dims": [[{m}, 4096], [4096, {m}]], '
+                f'"Input type": ["c10::BFloat16", "c10::BFloat16"], '
+                f'"Input Strides": [[4096, 1], [{m}, 1]], "Concrete Inputs": ["", ""]}}}}')
+            out.append(
+                f',\n  {{"ph": "X", "cat": "python_function", "name": "torch/nn/modules/linear.py(125): forward", '
+                f'"pid": {pid}, "tid": {tid}, "ts": {_us(t + 100)}, "dur": {_us(op_dur - 200)}, '
+                f'"args": {{"Python parent id": {i}, "Python id": {i + 1}, "Python thread": 0}}}}')
+            launch = t + 5_000
+            kind = i % 50
+            if kind == 48:
+                cat, name, rt = "gpu_memcpy", '"Memcpy HtoD (Host -> Device)"', "hipMemcpyWithStream"
+            elif kind == 49:
+                cat, name, rt = "gpu_memset", '"Memset (Device)"', "hipMemsetAsync"
+            else:
+                cat, name, rt = "kernel", names[rng.randrange(len(names))], "hipLaunchKernel"
+            out.append(
+                f',\n  {{"ph": "X", "cat": "cuda_runtime", "name": "{rt}", "pid": {pid}, "tid": {tid}, '
+                f'"ts": {_us(launch)}, "dur": {_us(rng.randrange(3_000, 9_000))}, '
+                f'"args": {{"External id": {ext}, "cbid": 1, "correlation": {corr}}}}}')
+            start = launch + rng.randrange(10_000, 50_000)
+            dur = rng.randrange(2_000, 400_000)
+            grid = f'"grid": [{rng.randrange(1, 4096)}, 1, 1], "block": [256, 1, 1], ' if cat == "kernel" else ""
+            out.append(
+                f',\n  {{"ph": "X", "cat": "{cat}", "name": {name}, "pid": 0, "tid": {1 + i % 3}, '
+                f'"ts": {_us(start)}, "dur": {_us(dur)}, "args": {{"External id": {ext}, '
+                f'"queued": 0, "device": 0, "context": 1, "stream": {1 + i % 3}, '
+                f'"correlation": {corr}, "registers per thread": 128, "shared memory": 65536, '
+                f'{grid}"blocks per SM": 1.5, "warps per SM": 4.0, '
+                f'"est. achieved occupancy %": 25}}}}')
+            out.append(f',\n  {{"ph": "s", "id": {corr}, "pid": {pid}, "tid": {tid}, '
+                       f'"ts": {_us(launch)}, "cat": "ac2g", "name": "ac2g"}}')
+            out.append(f',\n  {{"ph": "f", "id": {corr}, "pid": 0, "tid": {1 + i % 3}, '
+                       f'"ts": {_us(start)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            n_events += 6
+            t += op_dur + rng.randrange(1_000, 5_000)
+            if len(out) > 60_000:
+                fh.write("".join(out))
+                out.clear()
+        fh.write("".join(out))
+        fh.write('\n  ],\n  "traceName": "gen.pt.trace.json",\n  "displayTimeUnit": "ms",\n'
+                 f'  "baseTimeNanoseconds": {EPOCH_US * 1000}\n}}\n')
+    return n_events
+
+
+_DECODE = """
+import sys, time, msgspec
+class Ev(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+class Doc(msgspec.Struct):
+    traceEvents: list[Ev] = []
+t0 = time.perf_counter()
+with open(sys.argv[1], "rb") as fh:
+    raw = fh.read()
+if raw[:2] == b"\\x1f\\x8b":
+    import gzip
+    raw = gzip.decompress(raw)
+doc = msgspec.json.decode(raw, type=Doc)
+print(len(doc.traceEvents), time.perf_counter() - t0)
+"""
+
+_MEASURE = """
+import resource, subprocess, sys, time
+t0 = time.perf_counter()
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
+wall = time.perf_counter() - t0
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(rc, wall, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime)
+"""
+
+
+def measure(cmd: list[str]) -> dict[str, float]:
+    """Wall, peak RSS (bytes) and CPU seconds of ``cmd`` run in a fresh wrapper process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True,
+                         env=env, check=True).stdout.split()
+    rc, wall, rss, cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
+    if rc not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} failed with exit code {rc}")
+    return {"wall_s": wall, "rss": rss, "cpu_s": cpu}
+
+
+def gemmperf(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest_gemmperf.cli", *args]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, nargs="+", default=[50.0, 200.0],
+                    help="trace sizes to generate, in MB of JSON (default: 50 200)")
+    ap.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed")
+    ap.add_argument("--compare", action="store_true", help="also time gemmperf compare A B")
+    ap.add_argument("--dir", default=None, help="where the traces are written (deleted after)")
+    args = ap.parse_args()
+    print(f"load: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores")
+    rows = []
+    for mb in args.mb:
+        with tempfile.TemporaryDirectory(dir=args.dir, prefix="gemmperf-bounded-") as d:
+            n = int(mb * 1e6 / BYTES_PER_DISPATCH)
+            suffix = ".pt.trace.json" + (".gz" if args.gzip else "")
+            a = Path(d) / f"a{suffix}"
+            t0 = time.perf_counter()
+            n_events = write_trace(a, n, gz=args.gzip)
+            gen_s = time.perf_counter() - t0
+            size = a.stat().st_size
+            dec = measure([sys.executable, "-c", _DECODE, str(a)])
+            ana = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
+                                   "--out", str(Path(d) / "out")))
+            row = {"mb": size / 1e6, "events": n_events, "dispatches": n, "analyze": ana,
+                   "decode": dec}
+            print(f"\n{size / 1e6:,.0f} MB{' gzip' if args.gzip else ''}: {n_events:,} events, "
+                  f"{n:,} dispatches (generated in {gen_s:.0f} s)")
+            print(f"  typed decode (ph, cat, name, ts, dur): {dec['wall_s']:6.2f} s wall, "
+                  f"peak RSS {dec['rss'] / 2**20:7,.0f} MiB, {dec['cpu_s']:.1f} CPU-s")
+            print(f"  gemmperf analyze --no-report:          {ana['wall_s']:6.2f} s wall, "
+                  f"peak RSS {ana['rss'] / 2**20:7,.0f} MiB, {ana['cpu_s']:.1f} CPU-s; "
+                  f"wall / decode = {ana['wall_s'] / dec['wall_s']:.2f}, "
+                  f"CPU / decode = {ana['cpu_s'] / dec['cpu_s']:.2f}")
+            if args.compare:
+                b = Path(d) / f"b{suffix}"
+                write_trace(b, n, seed=1, gz=args.gzip)
+                cmp_ = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1",
+                                        "--out", str(Path(d) / "cmp")))
+                row["compare"] = cmp_
+                print(f"  gemmperf compare A B --no-report:      {cmp_['wall_s']:6.2f} s wall, "
+                      f"peak RSS {cmp_['rss'] / 2**20:7,.0f} MiB, {cmp_['cpu_s']:.1f} CPU-s")
+            rows.append(row)
+    if len(rows) > 1:
+        lo, hi = rows[0], rows[-1]
+        growth = hi["analyze"]["rss"] / lo["analyze"]["rss"] - 1
+        print(f"\npeak RSS growth of analyze from {lo['mb']:,.0f} MB to {hi['mb']:,.0f} MB: "
+              f"{growth:+.1%}")
+    print(f"load after: {os.getloadavg()[0]:.2f} (1-min)")
+
+
+if __name__ == "__main__":
+    main()
