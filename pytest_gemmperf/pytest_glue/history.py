@@ -3,7 +3,9 @@
 ``options.py`` resolves the options into :class:`HistorySettings` (one run id and time per
 session, made by the controller and handed to xdist workers), kept by the session object; each
 point's gate step is handed a :class:`HistorySink` and records its values after its verdicts
-(``gate_step.py``), then fails on slow creep with :func:`fail_on_creep`. Every point appends
+(``gate_step.py``), then fails on slow creep with :func:`fail_on_creep`; a run far outside its
+series (``history/suspects.py``) is named at once as a suspect in the terminal summary (a
+warning: one run is not a change point yet). Every point appends
 its own immutable file (``HistoryStore.append``: one file per call, a fresh uuid in its name),
 so concurrent workers never read-modify-write anything.
 """
