@@ -71,11 +71,11 @@ def test_seven_flat_runs_are_not_flagged(seed):
 
 
 def test_flat_series_are_flagged_rarely_even_without_a_threshold():
-    """Threshold 0 leaves the spread condition alone: k(m) is the 99.9 % bound, so 600 flat
-    series of 7 runs with normal run noise give a handful of flags at most (expected 0.6)."""
+    """Threshold 0 leaves the spread condition alone: k(m) is a 99.9 % bound even for
+    heavy-tailed noise, so 600 flat series of 7 runs give a handful of flags at most."""
     h = history(7, seed=3, kernels=[f"k{i}" for i in range(600)], sd_run=0.05)
     found = S.newest_run_suspects(h, 0.0, confirm=False)
-    assert found.attrs["series"] == 600 and len(found) <= 4
+    assert found.attrs["series"] == 600 and len(found) <= 3
 
 
 def test_the_threshold_and_the_spread_must_both_be_exceeded():
@@ -139,13 +139,15 @@ def test_confirmation_count_grows_with_the_noise_and_says_when_it_is_out_of_reac
                                     "as a change point")
 
 
-@pytest.mark.parametrize("m", [6, 10])
+@pytest.mark.parametrize("m", [8, 20])
 def test_the_critical_values_are_the_quantiles_they_claim(m):
     rng = np.random.default_rng(7)
-    x, y = rng.standard_normal((200_000, m)), rng.standard_normal(200_000)
+    x, y = rng.standard_t(3, (200_000, m)), rng.standard_t(3, 200_000)
     c = np.median(x, axis=1)
     stat = (y - c) / (1.4826 * np.median(np.abs(x - c[:, None]), axis=1))
     assert np.quantile(stat, 0.999) == pytest.approx(S.critical_value(m), rel=0.12)
+    ks = [S.critical_value(i) for i in range(S.MIN_PAST, S.PAST_RUNS + 1)]
+    assert ks == sorted(ks, reverse=True)  # more earlier runs never widen the bound
     assert S.critical_value(40) == S.CRITICAL[S.PAST_RUNS]
     with pytest.raises(ValueError):
         S.critical_value(3)
