@@ -19,6 +19,16 @@ alone: the rows of the run's ``verdicts.csv`` (any ``regression`` -> *failed*; e
 passed, none failed or skipped). Prints one line per run and a table per case, with the load
 average before and after.
 
+Measured 2026-11-29 on 2 cores shared with ~7 other jobs (load 10-17; ``nice -n 10 ... --runs 2``
+plus one ``--runs 1``): A/A 3 of 3 runs undecided (``inconclusive`` rows, CIs across the 25 %
+threshold), 0 failed; the edit 3 of 3 undecided (``aten::mm`` +47 % to +491 %, confirmed by re-runs
+but within the x4-x8 the measured contention explains), 0 plain ``passed`` verdicts; pytest
+reported all six as passed (the code measured predates the ``undecided`` setting). One earlier
+manual run of the edit at load 0.8-3.9: failed (``aten::mm +151.7% [+64.1, +286.2]``). A quiet
+machine was not available: the quiet-machine figures (A/A passes 10 of 10? the edit fails >= 9
+of 10?) are still to be measured with ``--runs 10``; ``--busy`` was not run (the shared machine
+was already loaded).
+
 Run: ``nice -n 10 python benchmarks/example_gate.py --runs 10 [--busy] [--cases aa,heavy]``
 (about 40 s per A/A run on a quiet 2-core machine, up to ~3 min for a run whose points re-run
 to confirm). ``--keep DIR`` keeps the copy (its results and reports) in DIR.
