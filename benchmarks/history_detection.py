@@ -57,6 +57,16 @@ alarmed, against 0 % here.
 Run: ``python benchmarks/history_detection.py [--reps-flat 200 --reps-step 60 --reps-creep 30]
 [--quick]``; prints a markdown table and the timing of ``detect_changes`` on an 80-kernel x
 40-run x 4-metric history.
+
+``--suspects [--suspect-series 2000 --suspect-tests 5 --real PATH]`` measures only the newest-run
+suspect rule (``history/suspects.py``): per flat series the rate of false suspects with its 95 %
+Wilson interval, and the fraction of series whose 3x newest run is flagged at once, at 7, 10 and
+20 runs and thresholds 0 and 5 %, in four synthetic regimes (normal run noise 2 % and 10 %, t
+with 3 df at 5 %, one process per run; 2000 flat and 200 slowed series each) and on flat
+histories resampled from the 908 trace (83 series per test). Measured 2026-11-29, seed 12, load
+12-15 (294 s): flat false suspects 0-0.20 % per cell (every upper bound <= 0.51 %; 908 trace
+0/415 per length); 3x flagged 100 % at 2 % noise, 90-100 % for t3 5 %, 67-100 % with one
+process, 19.5 / 36.5 / 53.5 % at 10 % noise (7 / 10 / 20 runs). Table: docs/history.md.
 """
 
 from __future__ import annotations
@@ -225,7 +235,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="40 flat, 15 step, 8 creep, 2 gate-pair histories")
     ap.add_argument("--otava", type=Path, default=OTAVA_PY, help="python of a venv with apache-otava")
     ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--suspects", action="store_true",
+                    help="only the newest-run suspect rule (history/suspects.py): false alarms on flat "
+                         "series and detection of a 3x newest run")
+    ap.add_argument("--suspect-series", type=int, default=2000, help="synthetic flat series per regime")
+    ap.add_argument("--suspect-tests", type=int, default=5, help="908-trace flat tests (83 series each)")
+    ap.add_argument("--real", type=Path, default=None, help="908_results.json.gz (default: ../shared/data/...)")
     args = ap.parse_args(argv)
+    if args.real is not None:
+        ga.REAL = args.real
+    if args.suspects:
+        return suspects_benchmark(args.suspect_series, args.suspect_tests, args.seed)
     if args.quick:
         args.reps_flat, args.reps_step, args.reps_creep, args.creep_gate_reps = 40, 15, 8, 2
     if not ga.REAL.exists():
@@ -357,6 +377,91 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(timing(pool, rng))
     print(f"(total {time.perf_counter() - t_all:.0f} s on a shared 2-core machine)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# newest-run suspects
+
+
+#: synthetic regimes: (name, run-to-run noise sd (log), its distribution, processes per run)
+SUSPECT_REGIMES = (("normal 2 %, 4 processes", 0.02, "normal", 4),
+                   ("normal 10 %, 4 processes", 0.10, "normal", 4),
+                   ("t3 5 %, 4 processes (heavy tails)", 0.05, "t3", 4),
+                   ("normal 5 %, 1 process", 0.05, "normal", 1))
+
+
+def synthetic_history(rng: np.random.Generator, n_series: int, n_runs: int, sd_run: float, dist: str,
+                      units: int, newest: float = 1.0) -> pd.DataFrame:
+    """``n_series`` flat series of ``n_runs`` runs (run factor sd ``sd_run``: normal, or t with 3 df
+    scaled to that sd; process factor sd 1 %); the newest run of every series x ``newest``."""
+    if dist == "t3":
+        run_f = rng.standard_t(3, (n_series, n_runs)) * sd_run / np.sqrt(3.0)
+    else:
+        run_f = rng.normal(0, sd_run, (n_series, n_runs))
+    unit_f = rng.normal(0, 0.01, (n_series, n_runs, units))
+    v = 1e5 * np.exp(run_f[:, :, None] + unit_f)
+    v[:, -1, :] *= newest
+    s_i, r_i, u_i = (a.ravel() for a in np.indices(v.shape))
+    return pd.DataFrame({
+        "run_id": np.char.add("r", np.char.zfill(r_i.astype(str), 3)).astype(object),
+        "time": T0 + pd.to_timedelta(r_i, "h"), "commit": None, "hw_key": "hw", "test": "t", "point": "p",
+        "kernel": np.char.add("k", s_i.astype(str)).astype(object), "metric": "dur_ns",
+        "unit": np.char.add("u", u_i.astype(str)).astype(object), "value": v.ravel()})
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of a proportion k / n."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def _rate(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{100 * k / n:.2f} % ({k}/{n}; 95 % CI {100 * lo:.2f}-{100 * hi:.2f} %)"
+
+
+def suspects_benchmark(n_series: int, n_tests: int, seed: int) -> int:
+    """False alarms of the newest-run rule on flat series (per series) and its detection of a 3x
+    newest run, at 7, 10 and 20 runs, thresholds 0 (the spread condition alone) and 5 %."""
+    from pytest_gemmperf.history.suspects import newest_run_suspects
+
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    print("| series | runs | threshold | flat: false alarms per series | 3x newest run flagged |")
+    print("|---|---|---|---|---|")
+    for name, sd_run, dist, units in SUSPECT_REGIMES:
+        for n_runs in (7, 10, 20):
+            flat = synthetic_history(rng, n_series, n_runs, sd_run, dist, units)
+            slow = synthetic_history(rng, max(n_series // 10, 50), n_runs, sd_run, dist, units, newest=3.0)
+            for thr in (0.0, 0.05):
+                fa = len(newest_run_suspects(flat, thr, confirm=False))
+                hit = len(newest_run_suspects(slow, thr, confirm=False))
+                n_slow = slow["kernel"].nunique()
+                print(f"| {name} | {n_runs} | {100 * thr:g} % | {_rate(fa, n_series)} | {_rate(hit, n_slow)} |",
+                      flush=True)
+    if ga.REAL.exists() and n_tests > 0:
+        pool = ga.load_real()
+        n_k = len(pool.names)
+        for n_runs in (7, 10, 20):
+            counts = {0.0: [0, 0], 0.05: [0, 0]}
+            for _ in range(n_tests):
+                h = truncated(simulate(pool, rng, np.ones((N_RUNS, n_k))).frame, n_runs)
+                for thr, c in counts.items():
+                    found = newest_run_suspects(h, thr, confirm=False)
+                    c[0] += len(found)
+                    c[1] += found.attrs["series"]
+            for thr, (k, n) in counts.items():
+                print(f"| 908 trace resampled (1 % process, 0.3 % run), {n_tests} tests | {n_runs} | "
+                      f"{100 * thr:g} % | {_rate(k, n)} | |", flush=True)
+    else:
+        print(f"(908 trace not found at {ga.REAL}: its rows skipped; --real PATH)")
+    print(f"\n{time.perf_counter() - t0:.0f} s; seed {seed}")
     return 0
 
 

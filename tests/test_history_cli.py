@@ -19,6 +19,7 @@ import pyarrow.parquet  # noqa: F401
 
 import pytest_gemmperf.gate.compare  # noqa: F401
 import pytest_gemmperf.history.changepoints  # noqa: F401
+import pytest_gemmperf.history.suspects  # noqa: F401
 import pytest_gemmperf.pytest_glue.history  # noqa: F401
 import pytest_gemmperf.run.process  # noqa: F401
 import pytest_gemmperf.run.torch_backend  # noqa: F401
@@ -280,6 +281,36 @@ def test_pytest_sessions_append_and_history_check_fails_slow_creep(gp, monkeypat
              "--gemmperf-warn-only", "-s", results="r6")
     out.assert_outcomes(passed=2)
     assert "slow creep" in out.stdout.str() + out.stderr.str()
+
+
+def test_history_check_names_a_suspect_newest_run_in_the_summary_without_failing(gp):
+    """Six earlier runs at a third of today's level: this run is 3x its series at once. One run
+    is not a change point (no creep failure; the gate against the baseline passes), but the
+    terminal summary says "suspect" and how many more runs would confirm it."""
+    root = gp.path
+    gp(results="r1").assert_outcomes(passed=2)
+    h = HistoryStore(root / ".gemmperf" / "history").read(test=TEST_ID)
+    hw = h["hw_key"].iloc[0]
+    other = HistoryStore(root / "hist3")
+    rng = np.random.default_rng(11)
+    for i in range(6):
+        other.append(h.assign(value=h["value"] / 3 * np.exp(rng.normal(0, 0.02, len(h)))),
+                     RunInfo(f"old-{i}", time=pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(days=i), hw_key=hw))
+    out = gp(f"--gemmperf-history={other.url}", "--gemmperf-history-check", results="r2")
+    out.assert_outcomes(passed=2)
+    text = out.stdout.str()
+    assert "slow creep" not in text
+    out.stdout.fnmatch_lines([f"*warning: suspect: {TEST_ID}[[]ch28-th256[]] aten::mm dur_ns: x[23].* at run r2-* vs "
+                              f"the median of its 6 earlier runs*: * more run* at this level would confirm it as a "
+                              f"change point (history, {hw})"])
+    # a flat history (runs that vary by 5 %, as a shared runner's do): the same check stays quiet
+    flat = HistoryStore(root / "hist4")
+    for i in range(6):
+        flat.append(h.assign(value=h["value"] * np.exp(rng.normal(0, 0.05, len(h)))),
+                    RunInfo(f"flat-{i}", time=pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(days=i), hw_key=hw))
+    out = gp(f"--gemmperf-history={flat.url}", "--gemmperf-history-check", results="r3")
+    out.assert_outcomes(passed=2)
+    assert "warning: suspect" not in out.stdout.str()
 
 
 def test_history_check_with_history_off_is_a_usage_error(gp):

@@ -19,7 +19,7 @@ from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.record import BaselineRecord
 from pytest_gemmperf.gate.compare import GateConfig, compare, compare_stats
 from pytest_gemmperf.gate.samples import compact_samples
-from pytest_gemmperf.pytest_glue.plan import choose, processes_per_run
+from pytest_gemmperf.pytest_glue.plan import choose, processes_per_run, recorded_rule
 
 pytest_plugins = ["pytester"]
 
@@ -288,6 +288,61 @@ def test_cli_max_repeats_defaults_to_the_settings_cap_and_names_its_unit(capsys)
     assert "largest count considered, in processes per side" in helptext
 
 
+def _ruled_store(tmp_path, rules: dict[str, float | None]):
+    """A record of two points (``p``, ``q``) whose metadata holds the test's rule per point, as
+    pytest records ``assert_no_regression(threshold=...)`` with a baseline."""
+    store = BaselineStore(tmp_path / "baselines")
+    one = compact_samples(synthetic(units=6, kernels=4, seed=4))
+    samples = pd.concat([one, one.assign(point="q")], ignore_index=True)
+    meta = {"points": {pt: {"threshold": rule} for pt, rule in rules.items()}}
+    store.save(BaselineRecord(TEST, HW, samples, meta=meta))
+    return store
+
+
+def test_cli_plan_gates_each_point_at_the_rule_its_test_recorded(tmp_path, capsys):
+    store = _ruled_store(tmp_path, {"p": 0.25, "q": None})
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--detect", "10%"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.splitlines()[0] == (f"threshold: 25% (per-test rule recorded with the baseline of {TEST}[p]); "
+                                   "5% (default) for the rest")
+    p_table, q_table = out.split(f"{TEST}  [{HW}]  point ")[1:3]
+    assert "detect +10% at threshold 25%," in p_table and "detect +10% at threshold 5%," in q_table
+    assert "+10% lies within the 25% threshold: no count makes it a regression" in p_table
+    assert "lies within" not in q_table
+    # the plan at 25 % is the power model's at 25 %: nothing within 16 processes detects +10 %
+    assert "to detect +10% in every gated kernel: more than 16 processes per side" in p_table
+
+
+def test_cli_plan_threshold_flag_overrides_every_recorded_rule(tmp_path, capsys):
+    store = _ruled_store(tmp_path, {"p": 0.25, "q": 0.25})
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--detect", "10%", "--threshold", "2%"])
+    out, _ = capsys.readouterr()
+    assert rc == 0
+    assert out.splitlines()[0] == "threshold: 2% (--threshold)"
+    assert out.count("detect +10% at threshold 2%,") == 2 and "25%" not in out
+
+
+def test_cli_plan_takes_the_rule_of_the_newest_results_run_first(tmp_path, capsys):
+    store = _ruled_store(tmp_path, {"p": 0.25, "q": 0.25})
+    run = tmp_path / "results" / "2026-01-01T00-00-00-abcdef"
+    for point, rule in (("p", 0.4), ("q", None)):
+        d = run / "t" / point
+        d.mkdir(parents=True)
+        (d / "point.json").write_text(json.dumps({"test_id": TEST, "point": point, "threshold": rule}))
+    (run / "run.json").write_text(json.dumps({"complete": True}))
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--detect", "10%", "--results", str(run)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    # the run's rules win, its "no rule" included (q: the fallback), as in `gemmperf compare`
+    assert out.splitlines()[0] == (f"threshold: 40% (per-test rule recorded with the candidate run of {TEST}[p]); "
+                                   "5% (default) for the rest")
+    assert "detect +10% at threshold 40%," in out and "detect +10% at threshold 5%," in out
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--detect", "10%", "--results", str(tmp_path)])
+    _, err = capsys.readouterr()
+    assert rc == 2 and err.count("\n") == 1 and "--results: not a gemmperf results directory" in err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--baseline-dir", "{tmp}/nowhere"], "{tmp}/nowhere: no baseline store here"),
     (["--test", "perf_tests/test_other.py::test_x"], "no baseline for test 'perf_tests/test_other.py::test_x'"),
@@ -338,6 +393,16 @@ def test_auto_count_is_the_plans_in_repeats_and_capped():
     assert inside.repeats == 3 and "within the 5% threshold: no count detects it" in inside.note
 
 
+@pytest.mark.parametrize("meta, want", [
+    ({"points": {"p": {"threshold": 0.25}}}, 0.25), ({"points": {"p": {"threshold": 0}}}, 0.0),
+    ({"points": {"p": {"threshold": None}}}, None), ({"points": {"q": {"threshold": 0.25}}}, None),
+    ({"points": {"p": {"threshold": "25%"}}}, None), ({"points": {"p": {"threshold": True}}}, None),
+    ({"points": {"p": {"threshold": -1}}}, None), ({"points": []}, None), ({}, None),
+])
+def test_recorded_rule_reads_the_points_threshold_and_nothing_else(meta, want):
+    assert recorded_rule(meta, "p") == want
+
+
 AUTO_TEST = """
 import sys
 from pytest_gemmperf import sweep
@@ -374,6 +439,21 @@ def test_pytest_repeats_auto_runs_the_planned_count_and_says_so(gp, pytester):
     point = json.loads(next((gp.path / "a2").glob("*/ch28-th256/point.json")).read_text())
     assert point["repeats"] == want.repeats and len(point["runs"]) == want.repeats
     assert point["repeats_auto"] == want.note
+
+
+@pytest.mark.usefixtures("without_session_reports")  # no session report is read here
+def test_pytest_repeats_auto_plans_at_the_tests_own_rule(gp, pytester):
+    pytester.makepyfile(test_auto=AUTO_TEST.format(fake=str(FAKE)).replace(
+        "assert_no_regression(result)", 'assert_no_regression(result, threshold="40%")'))
+    auto = ["test_auto.py", "--gemmperf-repeats", "auto", "--gemmperf-detect", "10%",
+            "--gemmperf-max-repeats", "6", "--gemmperf-confirm", "0", "-q"]
+    gp(*auto, results="a1").assert_outcomes(passed=1)
+    out = gp(*auto, results="a2")
+    out.assert_outcomes(passed=1)
+    # +10 % lies within the test's 40 %, not within the session's 5 %: the plan says so
+    out.stdout.fnmatch_lines(["gemmperf ▶ test_auto[[]ch28-th256[]] start: 3 process(es) (torch)*; repeats auto: 3 "
+                              "(+10% is within the 40% threshold (the test's rule recorded with its baseline): "
+                              "no count detects it; the default count)*"])
 
 
 def test_pytest_repeats_auto_needs_the_change_to_detect(gp):

@@ -7,11 +7,15 @@
 * ``show``: per (test, point, kernel, metric) the last N run medians, the trend over them and
   the latest change point.
 * ``check``: change-point detection over every series; writes ``changes.csv`` and exits 1 when
-  a regression change point lies within the last K runs of its series.
+  a regression change point lies within the last K runs of its series. A series whose newest
+  run lies far outside it (beyond the threshold and beyond the series' own spread,
+  ``history/suspects.py``) is flagged at once as a *suspect*, naming how many more runs would
+  confirm it as a change point (``suspects.csv``); with no recent regression it exits 4.
 * ``prune``: retention (``--keep-last N`` runs per hardware key, ``--older-than DAYS``); lists
   what it would delete unless ``--yes``.
 
-Exit status: 0 ok, 1 a recent regression change point (``check``), 2 usage or input error.
+Exit status: 0 ok, 1 a recent regression change point (``check``), 2 usage or input error,
+4 a suspected regression in the newest run and no recent regression change point (``check``).
 """
 
 from __future__ import annotations
@@ -65,15 +69,21 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     filters(s)
     s.add_argument("--last", type=positive, default=DEFAULT_LAST, metavar="N", help="runs shown (default 5)")
     s.add_argument("--max-rows", type=positive, default=40, metavar="N", help="series printed (default 40)")
+    add_cli_option(s, "threshold", help="latest_change says \"suspect\" for a newest run worse than its series' "
+                                        "level by more than this and its spread (default: the project's "
+                                        "gemmperf_threshold, else 5%%)")
     s.set_defaults(func=run_show)
 
-    c = hsub.add_parser("check", help="change points; exit 1 on a regression within the last K runs")
+    c = hsub.add_parser("check", help="change points; exit 1 on a regression within the last K runs, "
+                                      "4 on a suspect newest run")
     store(c)
     filters(c)
     c.add_argument("--out", metavar="DIR",
                    help=f"where changes.csv is written (default: a new .gemmperf/{CHECK_OUT}/<time>-<random>)")
     add_cli_option(c, "history_window",
                    help="a regression counts when its first worse run is among the last K runs")
+    add_cli_option(c, "threshold", help="a newest run is a suspect only when worse than its series' level by "
+                                        "more than this (default: the project's gemmperf_threshold, else 5%%)")
     c.add_argument("--no-report", dest="report", action="store_false",
                    help="write changes.csv only (no history.html / history.xlsx)")
     c.set_defaults(func=run_check)

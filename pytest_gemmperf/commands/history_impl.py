@@ -32,6 +32,14 @@ from pytest_gemmperf.store.compare_inputs import load_side
 from pytest_gemmperf.history.changepoints import CHANGE_COLUMNS, detect_changes, recent_regressions
 from pytest_gemmperf.history.changepoints import format_changes, write_changes_csv
 from pytest_gemmperf.report.history_page import write_history_reports
+from pytest_gemmperf.history.suspects import SUSPECT_COLUMNS, confirm_text, format_suspects, newest_run_suspects
+from pytest_gemmperf.gate.gate_config import GateConfig
+from pytest_gemmperf.safe_io import write_csv
+from pytest_gemmperf.config import format_threshold
+
+#: exit status of ``history check`` with a suspect newest run and no recent regression change
+#: point: neither passed nor a confirmed regression (the gate's "undecided" status)
+EXIT_SUSPECT = 4
 
 
 SERIES = ["hw_key", "test", "point", "kernel", "metric"]
@@ -224,6 +232,7 @@ def run_show(args: argparse.Namespace) -> int:
     else:
         changes = detect(h, det[0], args.history)
         t["latest_change"] = _latest_change(t, changes)
+        t["latest_change"] = _with_suspects(t, newest_run_suspects(h, check_threshold(args)[0], changes=changes))
     cols = ["test", "point", "kernel", "metric", "runs", "last_values", "trend_pct", "slope_pct_per_run",
             "latest_change"]
     if t["hw_key"].nunique() > 1:
@@ -255,6 +264,23 @@ def _latest_change(t: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     return [lut.get(tuple(k), "none") for k in t[SERIES].astype(str).to_numpy()]
 
 
+def _with_suspects(t: pd.DataFrame, suspects: pd.DataFrame) -> list[str]:
+    """``latest_change``, with "suspect" where the newest run is one."""
+    lut = {tuple(map(str, k)): f"suspect x{r:.3f} at {rid} ({confirm_text(n)})"
+           for k, r, rid, n in zip(suspects[SERIES].to_numpy(), suspects["ratio"].astype(float),
+                                   suspects["run_id"], suspects["confirm_runs"])}
+    return [lut.get(tuple(k), old) for k, old in zip(t[SERIES].astype(str).to_numpy(), t["latest_change"])]
+
+
+def check_threshold(args: argparse.Namespace) -> tuple[float, str]:
+    """The threshold a suspect must exceed and where it came from (flag, project file, default)."""
+    value = getattr(args, "threshold", None)
+    origin = getattr(args, "setting_origins", {}).get("threshold")
+    if value is None:
+        return GateConfig().threshold, "the gate's default"
+    return float(value), origin.text if origin is not None else "--threshold"
+
+
 def run_check(args: argparse.Namespace) -> int:
     det = _detector()
     if det is None:
@@ -272,22 +298,35 @@ def run_check(args: argparse.Namespace) -> int:
     n_series = h.groupby(SERIES, observed=True).ngroups
     print(printable(f"history {args.history}: {h['run_id'].nunique()} run(s), {n_series} series, "
                     f"{len(changes)} change point(s) -> {out / 'changes.csv'}"))
+    threshold, origin = check_threshold(args)
+    suspects = newest_run_suspects(h, threshold, changes=changes)
+    write_csv(suspects[list(SUSPECT_COLUMNS)], out / "suspects.csv")
     if getattr(args, "report", True):
-        _write_reports(h, changes, out, args.history_window)
+        _write_reports(h, changes, out, args.history_window, suspects)
+    if len(suspects):
+        print(printable(f"{len(suspects)} suspect newest run(s): far outside their series (beyond the "
+                        f"{format_threshold(threshold)} threshold ({origin}) and the series' own spread) "
+                        f"-> {out / 'suspects.csv'}"))
+        print(format_suspects(suspects))
     if len(recent_df):
         print(printable(f"regression change point(s) within the last {args.history_window} run(s):"))
         print(format_changes(recent_df))
         print(printable(f"gemmperf: {len(recent_df)} recent regression change point(s)"), file=sys.stderr)
         return 1
     print(printable(f"no regression change point within the last {args.history_window} run(s)"))
+    if len(suspects):
+        print(printable(f"gemmperf: {len(suspects)} suspected regression(s) in the newest run, not yet a "
+                        f"change point (exit {EXIT_SUSPECT})"), file=sys.stderr)
+        return EXIT_SUSPECT
     return 0
 
 
-def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, window: int) -> None:
+def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, window: int,
+                   suspects: pd.DataFrame | None = None) -> None:
     """history.html + history.xlsx (report/history_page.py) beside changes.csv. A report
     failure is reported and never changes the check's exit status."""
     try:
-        files = write_history_reports(history, changes, out, recent_window=window)
+        files = write_history_reports(history, changes, out, recent_window=window, suspects=suspects)
     except Exception as exc:  # noqa: BLE001 - changes.csv is written; say why the page is not
         print(printable(f"gemmperf: history report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return

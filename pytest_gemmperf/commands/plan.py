@@ -1,7 +1,8 @@
 """``gemmperf plan --detect 3%``: how many processes per side the gate needs to catch a change.
 
 From each stored baseline record (its between-process variance, as the gate estimates it, and
-its variance history), per point: for every gated kernel and per-category total, the processes
+its variance history), per point, at the test's own threshold (resolved as ``gemmperf compare``
+resolves it, and named on the first line): for every gated kernel and per-category total, the processes
 per side with which the gate calls a slowdown of the given size a ``regression`` with the
 given power (default 80 %) at the gate's FDR and threshold, and the half-width of the gate's
 95 % interval at the count the baseline recorded; then per category and per point the count
@@ -32,7 +33,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--hw", metavar="KEY", help="only this hardware key (default: all)")
     p.add_argument("--detect", type=_change, required=True, metavar="CHANGE",
                    help="slowdown to detect, e.g. 3%% or 0.03")
-    add_cli_option(p, "threshold")
+    add_cli_option(p, "threshold", help="the threshold for every test, overriding the rules the tests "
+                                         "recorded (default: each test's rule as recorded with --results' newest "
+                                         "run, else with its baseline, else the project's gemmperf_threshold, "
+                                         "else 5%%)")
+    p.add_argument("--results", metavar="DIR", default=None,
+                   help="a results directory (or one run of it) whose newest complete run's per-test "
+                        "rules win over the baselines', as in `gemmperf compare` (default: none)")
     p.add_argument("--fdr", type=_fraction, default=None, metavar="Q",
                    help="the gate's Benjamini-Hochberg FDR (default: the gate's, 0.01)")
     p.add_argument("--power", type=_fraction, default=0.8, metavar="P",

@@ -4,12 +4,16 @@ record with :mod:`pytest_gemmperf.gate.power`, print one table per point."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import textwrap
 from pathlib import Path
 
 from pytest_gemmperf.analysis.kernel_names import short_names
+from pytest_gemmperf.commands.compare_impl import (RESULTS, Rules, input_kind, point_rules, recorded_rules,
+                                                   threshold_line)
+from pytest_gemmperf.config import Origin
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.gate.power import plan
@@ -39,16 +43,47 @@ def run(args: argparse.Namespace) -> int:
     base = GateConfig()
     cfg = GateConfig(threshold=base.threshold if args.threshold is None else args.threshold,
                      fdr=base.fdr if args.fdr is None else args.fdr)
+    origin = getattr(args, "setting_origins", {}).get("threshold") or Origin("default", "default")
+    explicit = origin.kind == "flag"  # --threshold given: every test, whatever it recorded
+    # the rule each test gates at, resolved as `gemmperf compare` resolves it: the newest run of
+    # --results (the candidate) recorded it, else the baseline record, else the fallback
+    if args.results is not None and input_kind(args.results) != RESULTS:
+        raise GemmperfInputError(args.results, "--results: not a gemmperf results directory (run.json or "
+                                               "<test>/<point>/point.json)")
+    cand_rules: Rules = {} if explicit or not args.results else recorded_rules(args.results)
+    used: dict[str, dict[str, tuple[float | None, str]]] = {}
+    tables = []
     for rec in sorted(recs, key=lambda r: (r.test_id, r.hw_key)):
-        for point in plan(rec.samples, args.detect, cfg, rec.variance, rec.test_id, args.power, args.max_repeats):
-            print(_render(rec.test_id, rec.hw_key, point))
-            print()
+        base_rules = {} if explicit else recorded_rules("", [rec])
+        points = sorted({str(x) for x in rec.samples["point"].unique()})
+        rules = point_rules(rec.test_id, points, base_rules, cand_rules)
+        used.setdefault(rec.test_id, {}).update(rules)
+        for point in _plan_record(rec, args, cfg, rules):
+            tables.append(_render(rec.test_id, rec.hw_key, point))
+    print(printable(threshold_line(used, cfg.threshold, origin.text)))
+    print()
+    for table in tables:
+        print(table)
+        print()
     for line in textwrap.wrap(LEGEND.format(power=100 * args.power), 100):
         print(printable(line))
     if damaged:
         print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not planned"), file=sys.stderr)
         return 2
     return 0
+
+
+def _plan_record(rec, args: argparse.Namespace, cfg: GateConfig,
+                 rules: dict[str, tuple[float | None, str]]) -> list:
+    """The plan of each point of ``rec`` at its own rule (None: ``cfg``'s threshold)."""
+    out = []
+    points = rec.samples["point"].astype(str)
+    for point in sorted(rules):
+        rule = rules[point][0]
+        point_cfg = cfg if rule is None else dataclasses.replace(cfg, threshold=rule)
+        out += plan(rec.samples[points == point], args.detect, point_cfg, rec.variance, rec.test_id,
+                    args.power, args.max_repeats)
+    return out
 
 
 def _selected(recs: list, args: argparse.Namespace, root: Path, damaged: list) -> list:
@@ -97,6 +132,9 @@ def _render(test_id: str, hw_key: str, p) -> str:
     table = [tuple(printable(c) for c in row) for row in table]
     width = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, width)).rstrip() for row in table]
+    if p.effect <= rule.threshold:
+        lines.append(f"  +{_pct(p.effect)} lies within the {_pct(rule.threshold)} threshold: no count makes it a "
+                     "regression (plan a larger change, or pass --threshold)")
     for cat in sorted(c for c, ks in cats.items() if ks):
         lines.append("  " + _summary(p, cats[cat], f"every {cat} kernel"))
     if p.kernels:

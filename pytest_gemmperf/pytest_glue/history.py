@@ -3,7 +3,9 @@
 ``options.py`` resolves the options into :class:`HistorySettings` (one run id and time per
 session, made by the controller and handed to xdist workers), kept by the session object; each
 point's gate step is handed a :class:`HistorySink` and records its values after its verdicts
-(``gate_step.py``), then fails on slow creep with :func:`fail_on_creep`. Every point appends
+(``gate_step.py``), then fails on slow creep with :func:`fail_on_creep`; a run far outside its
+series (``history/suspects.py``) is named at once as a suspect in the terminal summary (a
+warning: one run is not a change point yet). Every point appends
 its own immutable file (``HistoryStore.append``: one file per call, a fresh uuid in its name),
 so concurrent workers never read-modify-write anything.
 """
@@ -11,6 +13,7 @@ so concurrent workers never read-modify-write anything.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import shutil
 import subprocess
@@ -132,22 +135,61 @@ class HistorySink:
             return ""
         if not hs.check:
             return ""
-        return creep_text(store, test_id, point_id, result.hw_key, hs.window)
+        h = _point_history(store, test_id, point_id, result.hw_key)
+        for line in suspect_lines(h, result.hw_key, gate_threshold(result.dir, self.results_root)):
+            # not a failure: one run is not a change point yet; the terminal summary lists it
+            print(printable_lines(f"gemmperf: {line}"), file=sys.stderr)
+            self._record(PROP_WARNING, line)
+        return creep_text(store, test_id, point_id, result.hw_key, hs.window, history=h)
 
 
-def creep_text(store, test: str, point: str, hw_key: str, window: int) -> str:
+def _point_history(store, test: str, point: str, hw_key: str) -> pd.DataFrame:
+    """This (test, point)'s series on ``hw_key``; an unreadable history fails the test in one line."""
+    try:
+        return store.read(test=test, hw_key=hw_key, point=point)
+    except GemmperfInputError as exc:
+        raise _fail(f"gemmperf: {test}[{point}]: history check: {exc}") from None
+
+
+def gate_threshold(point_dir: Path, results_root: Path) -> float:
+    """The threshold this point was gated at, as the run recorded it: the test's own rule
+    (``point.json``), else the session's (``run.json``), else the gate's default."""
+    # lazy: the gate's configuration loads numpy; only the history check asks
+    from pytest_gemmperf.gate.gate_config import GateConfig
+
+    for path in (Path(point_dir) / "point.json", Path(results_root) / "run.json"):
+        try:
+            value = json.loads(path.read_text(encoding="utf-8")).get("threshold")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
+            return float(value)
+    return GateConfig().threshold
+
+
+def suspect_lines(history: pd.DataFrame, hw_key: str, threshold: float) -> list[str]:
+    """One line per series of ``history`` whose newest run is a suspected regression
+    (``history/suspects.py``), naming how many more runs would confirm it; none: []."""
+    # lazy: like the change detection, only --gemmperf-history-check needs it
+    from pytest_gemmperf.history.suspects import format_suspects, newest_run_suspects
+
+    if history.empty:
+        return []
+    found = newest_run_suspects(history, threshold)
+    return [f"{line.strip()} (history, {hw_key})" for line in format_suspects(found, len(found)).splitlines()]
+
+
+def creep_text(store, test: str, point: str, hw_key: str, window: int, history: pd.DataFrame | None = None) -> str:
     """Regression change points of this (test, point) on ``hw_key`` whose first worse run is
-    among the last ``window`` runs, as a failure message naming the runs; empty when none."""
+    among the last ``window`` runs, as a failure message naming the runs; empty when none.
+    ``history``: the series already read (else read here)."""
     try:
         # lazy: only --gemmperf-history-check needs change detection (scipy); a missing one is a one-line failure
         from pytest_gemmperf.history.changepoints import detect_changes, format_changes, recent_regressions
     except ImportError:
         raise _fail("gemmperf: --gemmperf-history-check: change detection unavailable "
                     "(pytest_gemmperf.history.changepoints is not installed)") from None
-    try:
-        h = store.read(test=test, hw_key=hw_key, point=point)
-    except GemmperfInputError as exc:
-        raise _fail(f"gemmperf: {test}[{point}]: history check: {exc}") from None
+    h = _point_history(store, test, point, hw_key) if history is None else history
     if h.empty:
         return ""
     recent = recent_regressions(detect_changes(h, source=store.url), h, window)

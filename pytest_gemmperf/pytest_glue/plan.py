@@ -3,7 +3,8 @@
 Before a point runs, its stored baseline (this test, this point, the hardware key this session
 found, else this machine's CPU key on the CPU backend, else the only key holding the test) is
 planned as ``gemmperf plan`` plans it (:mod:`pytest_gemmperf.gate.power`): the smallest count
-per side with which the gate, at the session's threshold and the gate's FDR, calls a slowdown
+per side with which the gate, at the test's own threshold as its baseline recorded it (else the
+session's, as the gate gates it) and the gate's FDR, calls a slowdown
 of ``--gemmperf-detect`` a regression with 80 % power in every gated kernel that any count up
 to ``--gemmperf-max-repeats`` can catch (that largest count when none can; the default count
 when the change lies within the threshold, where no count can). A repeat is one run of the
@@ -51,16 +52,32 @@ def planned_repeats(session: GemmperfSession, test_id: str, point_id: str, devic
     if base.empty:
         return AutoRepeats(o.repeats, f"{default.note} (no baseline of this point yet)")
     try:
-        return choose(base, rec.history_for(point_id), test_id, o.detect, o.threshold,
-                      o.max_repeats, o.repeats)
+        rule = recorded_rule(rec.meta, point_id)
+        return choose(base, rec.history_for(point_id), test_id, o.detect,
+                      o.threshold if rule is None else rule, o.max_repeats, o.repeats,
+                      rule_note="" if rule is None else "the test's rule recorded with its baseline")
     except (GemmperfInputError, ValueError) as exc:  # choosing a count never fails the point
         return AutoRepeats(o.repeats, f"{default.note} (no plan from the baseline: {exc})")
 
 
+def recorded_rule(meta: dict, point_id: str) -> float | None:
+    """The threshold the test passed to ``assert_no_regression`` when its baseline of
+    ``point_id`` was recorded (the record's point metadata); None: no rule of its own, or none
+    that reads as one (the session's threshold then holds, as the gate's would)."""
+    points = meta.get("points") if isinstance(meta, dict) else None
+    doc = points.get(point_id) if isinstance(points, dict) else None
+    value = doc.get("threshold") if isinstance(doc, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        return None
+    return float(value)
+
+
 def choose(base: pd.DataFrame, history: pd.DataFrame | None, test_id: str, detect: float,
-           threshold: float | None, max_repeats: int, default: int) -> AutoRepeats:
-    """The count for one point's baseline samples ``base`` (pure: the tests call it too)."""
+           threshold: float | None, max_repeats: int, default: int, rule_note: str = "") -> AutoRepeats:
+    """The count for one point's baseline samples ``base`` at ``threshold`` (None: the gate's
+    default; ``rule_note`` says where a test's own came from). Pure: the tests call it too."""
     cfg = GateConfig() if threshold is None else GateConfig(threshold=threshold)
+    rule = f"; threshold {100 * cfg.threshold:.3g}%, {rule_note}" if rule_note else ""
     per_run = processes_per_run(base)
     points = plan(base, detect, cfg, history, test_id, DEFAULT_POWER, max_repeats * per_run)
     if not points or not points[0].kernels:
@@ -70,18 +87,19 @@ def choose(base: pd.DataFrame, history: pd.DataFrame | None, test_id: str, detec
     what = f"+{100 * detect:.3g}%"
     if need is None and detect <= cfg.threshold:
         n = min(default, max_repeats)
-        return AutoRepeats(n, f"repeats auto: {n} ({what} is within the {100 * cfg.threshold:.3g}% threshold: "
-                              "no count detects it; the default count)")
+        whose = f" ({rule_note})" if rule_note else ""
+        return AutoRepeats(n, f"repeats auto: {n} ({what} is within the {100 * cfg.threshold:.3g}% threshold"
+                              f"{whose}: no count detects it; the default count)")
     if need is None:
         return AutoRepeats(max_repeats, f"repeats auto: {max_repeats} (the largest: {what} needs more in "
-                                        f"every one of {len(p.kernels)} gated kernels)")
+                                        f"every one of {len(p.kernels)} gated kernels{rule})")
     repeats = min(max(math.ceil(need / per_run), 1), max_repeats)
     each = f", {per_run} processes per repeat" if per_run > 1 else ""
     note = (f"repeats auto: {repeats} (detects {what} in {reach}/{len(p.kernels)} gated kernels at "
             f"{100 * DEFAULT_POWER:g}% power{each}")
     if p.processes < need:
         note += f"; the baseline has {p.processes} processes per side: refresh it from this run for that power"
-    return AutoRepeats(repeats, note + ")")
+    return AutoRepeats(repeats, note + rule + ")")
 
 
 def processes_per_run(samples: pd.DataFrame) -> int:

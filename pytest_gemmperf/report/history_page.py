@@ -40,6 +40,7 @@ from pytest_gemmperf.report.html import _env
 from pytest_gemmperf.safe_io import write_text
 from pytest_gemmperf.report.excel import _Book
 from pytest_gemmperf.safe_io import atomic_open
+from pytest_gemmperf.history.suspects import confirm_text
 
 TEMPLATE = "history.html.j2"
 SERIES_KEYS = ["hw_key", "test", "point", "kernel", "metric"]
@@ -361,9 +362,11 @@ def _change_rows(changes: pd.DataFrame, order: pd.DataFrame, shorts: dict[str, s
 def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
                         title: str = "gemmperf run history", max_charts: int = DEFAULT_MAX_CHARTS,
                         max_change_rows: int = DEFAULT_MAX_CHANGE_ROWS, report_href: str | None = None,
-                        recent_window: int = RECENT_RUNS) -> str:
+                        recent_window: int = RECENT_RUNS, suspects: pd.DataFrame | None = None) -> str:
     """The HTML text of ``history.html`` (see the module docstring). ``recent_window``: a
-    regression whose first run after is among the series' last that many runs is "recent"."""
+    regression whose first run after is among the series' last that many runs is "recent".
+    ``suspects``: newest runs flagged by ``history.suspects.newest_run_suspects``, named in the
+    banner with how many more runs would confirm each."""
     h = _check_history(history)
     ch, t = _attach_changes(_trend(h), _check_changes(changes))
     order = _series_order(t, ch)
@@ -397,20 +400,38 @@ def render_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, *,
         "charts": charts, "rest": rest,
         "changes": _change_rows(ch, order, shorts, set(charted["sid"]), max_change_rows),
         "max_change_rows": max_change_rows,
+        "suspects": _suspect_rows(suspects, shorts),
+        "n_suspects": 0 if suspects is None else len(suspects),
     }
     return _env().get_template(TEMPLATE).render(**ctx)
 
 
+def _suspect_rows(suspects: pd.DataFrame | None, shorts: dict[str, str], limit: int = 20) -> list[dict]:
+    """The banner's suspect lines (the largest first, at most ``limit``; the count says the rest)."""
+    if suspects is None or suspects.empty:
+        return []
+    rows = []
+    for r in suspects.head(limit).itertuples(index=False):
+        rows.append({"where": f"{r.test}[{r.point}]", "kernel": str(r.kernel),
+                     "short": shorts.get(str(r.kernel), str(r.kernel)), "metric": str(r.metric),
+                     "ratio": f"x{float(r.ratio):.3g}", "run": str(r.run_id), "runs_before": int(r.runs_before),
+                     "spread": f"±{100 * float(r.spread):.3g}%", "threshold": f"{100 * float(r.threshold):g}%",
+                     "confirm": confirm_text(r.confirm_runs)})
+    return rows
+
+
 def write_history_page(history: pd.DataFrame, changes: pd.DataFrame | None, out: Path, *,
                        title: str = "gemmperf run history", max_charts: int = DEFAULT_MAX_CHARTS,
-                       report_href: str | None = None, recent_window: int = RECENT_RUNS) -> Path:
+                       report_href: str | None = None, recent_window: int = RECENT_RUNS,
+                       suspects: pd.DataFrame | None = None) -> Path:
     """Write ``history.html`` atomically. ``out`` is the file (``*.html``) or its directory.
     ``report_href`` adds a link back to report.html (pass it only when that file exists)."""
     out = Path(out)
     path = out if out.suffix.lower() in (".html", ".htm") else out / "history.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_text(path, render_history_page(history, changes, title=title, max_charts=max_charts,
-                                                report_href=report_href, recent_window=recent_window))
+                                                report_href=report_href, recent_window=recent_window,
+                                                suspects=suspects))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,7 +474,8 @@ def write_history_xlsx(history: pd.DataFrame, changes: pd.DataFrame | None, path
 
 def write_history_reports(history: pd.DataFrame, changes: pd.DataFrame | None, out_dir: Path, *,
                           title: str = "gemmperf run history", max_charts: int = DEFAULT_MAX_CHARTS,
-                          recent_window: int = RECENT_RUNS) -> dict[str, Path]:
+                          recent_window: int = RECENT_RUNS, suspects: pd.DataFrame | None = None
+                          ) -> dict[str, Path]:
     """Write ``history.html`` and ``history.xlsx`` into ``out_dir``; returns name -> path.
     The page links to a ``report.html`` already in ``out_dir``."""
     out_dir = Path(out_dir)
@@ -461,7 +483,7 @@ def write_history_reports(history: pd.DataFrame, changes: pd.DataFrame | None, o
     href = "report.html" if (out_dir / "report.html").is_file() else None
     return {"history.html": write_history_page(history, changes, out_dir / "history.html", title=title,
                                                max_charts=max_charts, report_href=href,
-                                               recent_window=recent_window),
+                                               recent_window=recent_window, suspects=suspects),
             "history.xlsx": write_history_xlsx(history, changes, out_dir / "history.xlsx")}
 
 

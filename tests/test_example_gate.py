@@ -1,0 +1,54 @@
+"""benchmarks/example_gate.py: how it classifies a gated run, and the README's one edit it makes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("example_gate", REPO / "benchmarks" / "example_gate.py")
+eg = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("example_gate", eg)  # its dataclasses look their module up
+_spec.loader.exec_module(eg)
+
+
+@pytest.mark.parametrize("rc, verdicts, tests, outcome, plain", [
+    (1, {"regression": 1, "inconclusive": 3}, {"failed": 1, "passed": 1}, "failed", False),
+    (0, {"inconclusive": 8, "unchanged": 2}, {"passed": 2}, "undecided", True),  # the gate could not tell
+    (0, {"inconclusive": 2, "unchanged": 2}, {"skipped": 1, "passed": 1}, "undecided", False),
+    (0, {"unchanged": 10}, {"passed": 2}, "passed", True),
+    (0, {}, {"passed": 2}, "error", True),  # no rows: nothing was gated
+    (2, {"unchanged": 10}, {"passed": 2}, "error", False),
+])
+def test_a_run_is_classified_by_the_gates_rows_and_pytests_status(rc, verdicts, tests, outcome, plain):
+    r = eg.RunResult("aa", rc, 1.0, Counter(verdicts), Counter(tests))
+    assert r.outcome == outcome and r.plain_pass is plain
+
+
+def test_the_counts_come_from_verdicts_csv_and_junit(tmp_path):
+    d = tmp_path / "run" / "t"
+    d.mkdir(parents=True)
+    (d / "verdicts.csv").write_text("test,verdict,kernel\nt,regression,a\nt,unchanged,b\nt,unchanged,c\n")
+    assert eg.verdict_counts(tmp_path / "run") == Counter({"unchanged": 2, "regression": 1})
+    (tmp_path / "j.xml").write_text('<testsuites><testsuite><testcase name="a"/><testcase name="b"><failure/>'
+                                    '</testcase><testcase name="c"><skipped/></testcase></testsuite></testsuites>')
+    assert eg.junit_counts(tmp_path / "j.xml") == Counter({"passed": 1, "failed": 1, "skipped": 1})
+    assert eg.junit_counts(tmp_path / "none.xml") == Counter()
+
+
+def test_the_edit_is_the_readmes_and_is_undone(tmp_path):
+    eg.copy_suite(tmp_path)
+    test_file = tmp_path / eg.TEST_FILE
+    before = test_file.read_text()
+    assert eg.SHAPE_BEFORE in before  # the suite still holds the shape the README names
+    readme = (REPO / "README.md").read_text()
+    assert f"`{eg.SHAPE_BEFORE}` to `{eg.SHAPE_AFTER}`" in readme
+    eg.set_heavy(tmp_path, True)
+    after = test_file.read_text()
+    assert eg.SHAPE_AFTER in after and after.count(eg.SHAPE_AFTER) == 1
+    eg.set_heavy(tmp_path, False)
+    assert test_file.read_text() == before
