@@ -205,12 +205,14 @@ def _hierarchical_q(df: pd.DataFrame, cfg: GateConfig) -> tuple[np.ndarray, np.n
     probability <= ``shared_alpha * fdr``, and R with probability <= the rest: the per-test
     false-alarm rate stays <= ``fdr`` (each BH is valid under the positive dependence of
     these tests). The ``*`` row itself is a rejection: the gate reports a family-wide shift.
-    ``shared_alpha`` is 0.5: the ``*`` row is a t-test on the sides' 2n - 2 processes' df,
-    and a 4 % GEMM-family slowdown with 1 % process noise needs about twice the level that 0.25
-    gave it (docs/statistics.md, "First look"); the kernels' relative tests keep enough power
-    with the stratified variance prior. The cost: the ``*`` row's q (``p / shared_alpha``)
-    passes the confirmation screen (q <= 0.5, gate/confirm.py) in about 1 A/A test in 8 at
-    threshold 0 instead of 1 in 16 (a re-run of a clean point)."""
+    ``shared_alpha`` is 0.25: where the point has within-process controls, the kernels'
+    totals measured against them join the first pass (they no longer carry the sides' mean
+    per-process factor, so a GEMM-only family shift is found by them, not by the ``*`` row's
+    t on 2n - 2 df), and the larger rest lifts one kernel's relative test (the top GEMM 5 %
+    slower at threshold 0: ~92 % instead of ~82 % at 0.5). Without controls a family-wide
+    shift's first look rests on the ``*`` row at this level (docs/statistics.md, "First
+    look"); the ``*`` row's variance history lifts its df.
+    """
     a_t = min(max(cfg.shared_alpha, 1e-6), 1 - 1e-6)
     pv = df["p_value"].to_numpy(float)
     p_tot = df["p_total"].to_numpy(float) if "p_total" in df.columns else np.full(len(df), np.nan)

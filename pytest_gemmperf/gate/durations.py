@@ -259,13 +259,14 @@ def variance_contribution(samples: pd.DataFrame, config: GateConfig | None = Non
             mean = np.nansum(z, axis=1) / np.maximum(n, 1)
         ss = np.nansum((z - mean[:, None]) ** 2, axis=1)
         keep = n >= 2
-        frames.append(pd.DataFrame({"point": str(point), "kernel": kernels[keep], "metric": DUR,
-                                    "df": (n[keep] - 1).astype(float), "ss": ss[keep]}))
         if n_shared and len(offsets) >= 2:
-            # the shared factor's own spread (kernel '*'): the offsets are centred, so their sum
-            # of squares is the run's, on processes - 1 df; it gives the '*' row its history
+            # the shared factor's own spread (kernel '*', first: it sorts first in the store):
+            # the offsets are centred, so their sum of squares is the run's, on processes - 1
+            # df; it gives the '*' row its history
             frames.append(pd.DataFrame({"point": [str(point)], "kernel": [SHARED], "metric": [DUR],
                                         "df": [float(len(offsets) - 1)], "ss": [float((offsets ** 2).sum())]}))
+        frames.append(pd.DataFrame({"point": str(point), "kernel": kernels[keep], "metric": DUR,
+                                    "df": (n[keep] - 1).astype(float), "ss": ss[keep]}))
     cols = ["point", "kernel", "metric", "df", "ss"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
