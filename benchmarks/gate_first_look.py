@@ -125,7 +125,7 @@ def interval(x: np.ndarray, at_most: bool) -> tuple[float, float]:
         hi = float(stats.beta.ppf(0.975, k + 1, n - k)) if k < n else 1.0
         return lo, hi
     m, se = float(np.mean(x)), float(np.std(x, ddof=1) / np.sqrt(n)) if n > 1 else 0.0
-    return m - 1.96 * se, m + 1.96 * se
+    return max(m - 1.96 * se, 0.0), min(m + 1.96 * se, 1.0)
 
 
 _POOLS: dict[str, gr.ga.StepPool | None] = {}

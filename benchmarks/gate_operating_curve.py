@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gate_first_look as fl  # noqa: E402
 import gate_regimes as gr  # noqa: E402
-from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts  # noqa: E402
+from pytest_gemmperf.gate.compare import CV, GateConfig, _hierarchical_q, assign_verdicts  # noqa: E402
 from pytest_gemmperf.gate.metrics import CONTROL_NS  # noqa: E402
 
 MULTIPLES = (0.0, 0.5, 0.8, 1.0, 1.4, 2.0)
@@ -74,8 +74,13 @@ def frames(k: float, reps: int, controls: bool, cache: dict, save) -> list[pd.Da
 
 def measures(st: pd.DataFrame, level: float) -> tuple[float, float]:
     """(test fails, fraction of GEMM rows ``regression``) of one replicate at the default
-    threshold with the bound's level ``level``."""
-    v = assign_verdicts(st, GateConfig(threshold_level=level))
+    threshold with the bound's level ``level`` (the q-values again under the gate's current
+    multiplicity rule: a cached frame may predate it)."""
+    cfg = GateConfig(threshold_level=level)
+    st = st.copy()
+    main = (st["metric"] != CV).to_numpy()
+    st.loc[main, "q_value"] = _hierarchical_q(st[main], cfg)[0]
+    v = assign_verdicts(st, cfg)
     reg = v["verdict"] == "regression"
     dur = v[(v["metric"] == "dur_ns") & (v["kernel"].astype(str) != "*")]
     return float(reg.any()), float((dur["verdict"] == "regression").mean())

@@ -181,3 +181,19 @@ def test_control_fit_by_hand() -> None:
     assert fit.var == pytest.approx(0.0, abs=1e-12)
     assert fit.df == 5 and fit.n == 2
     assert durations._control_fit(off[:4], x[:, :4], 2, 2) is None  # 1 df: too few processes
+
+
+def test_the_plan_sizes_a_kernel_with_what_the_controls_leave_of_the_shared_factor() -> None:
+    from pytest_gemmperf.gate import power as pw
+
+    rng = np.random.default_rng(6)
+    record = side(rng, rng.normal(0, 0.015, 6), steps=6)
+    with_ctl = pw.row_noise(record)[0]
+    alone = pw.row_noise(without_controls(record))[0]
+    k = lambda rows: [r for r in rows if r.metric == "dur_ns"]  # noqa: E731
+    assert all(r.shared_params == 3 for r in k(with_ctl)) and all(r.shared_params == 2 for r in k(alone))
+    assert np.median([r.shared_sd for r in k(with_ctl)]) < 0.5 * np.median([r.shared_sd for r in k(alone)])
+    rule = pw.decision(GateConfig(), 20)
+    p_ctl = pw.power(k(with_ctl), 0.08, 6, 6, rule)
+    p_alone = pw.power(k(alone), 0.08, 6, 6, rule)
+    assert np.median(p_ctl) > np.median(p_alone)
