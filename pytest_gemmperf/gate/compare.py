@@ -19,7 +19,8 @@ adds the unit-level metrics, the multiple-testing correction and the decision ru
    fraction q of the tests, so q is the per-test false-alarm budget of the statistics alone
    (threshold 0): 0.01 meets the <= 1 % target there and costs the default 5 % rule nothing.
    Two-part rule: ``regression`` iff ``q <= fdr`` (the CI then lies above 1) and the one-sided
-   ``threshold_level`` (0.8) bound of the ratio exceeds ``1 + threshold`` (and the median grew
+   ``threshold_level`` (0.7) bound of the ratio exceeds ``1 + threshold``, corrected by
+   Benjamini-Hochberg at ``1 - threshold_level`` over the significant rows (and the median grew
    by more than ``abs_floor_ns``); ``improvement`` symmetrically below ``1 - threshold``; ``unchanged`` when the CI lies
    inside ``[1 - threshold, 1 + threshold]`` (with ``threshold == 0``: not significant and the
    CI holds 1, noted so; a kernel sized by its change relative to the other kernels: that
@@ -350,9 +351,10 @@ def assign_verdicts(df: pd.DataFrame, config: GateConfig | None = None) -> pd.Da
     fixed = np.isin(verdict, [NEW, MISSING])
     few = (nb < cfg.min_units) | (nc < cfg.min_units) | ~np.isfinite(q)
     # significant (q <= fdr: the change is real) and beyond the threshold with one-sided
-    # confidence ``threshold_level`` (default 0.8): a 95 % bound asks for the threshold plus
-    # ~2.4 standard errors with 6 df and misses real family-wide shifts, the estimate alone
-    # flags changes inside the band half the time (docs/statistics.md)
+    # confidence ``threshold_level`` (default 0.7), corrected over the significant rows
+    # (_beyond): a 95 % bound asks for the threshold plus ~2.4 standard errors with 6 df and
+    # misses real family-wide shifts, the estimate alone flags changes inside the band half
+    # the time (docs/statistics.md, "The operating curve")
     # a kernel whose evidence is its change relative to the other kernels of its processes
     # (one kernel moved, the rest did not) is sized by that change's interval: the total's
     # carries the sides' mean per-process factors, noise that says nothing about this kernel
