@@ -146,7 +146,7 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
             swaps = _find_swaps(bd, cd, bn, cn, roles) if cfg.pair_swaps and len(bd) and len(cd) else []
             if swaps:  # the candidate's kernel takes the baseline name: one row per role
                 cd, cn = _renamed(cd, swaps), _renamed(cn, swaps)
-            ctl = tuple(s[s["metric"].isin([M.CONTROL_NS, M.CATEGORY_TOTAL_NS])] for s in (b, c))
+            ctl = tuple(s[(s["metric"] == M.CONTROL_NS) | (s["metric"] == M.CATEGORY_TOTAL_NS)] for s in (b, c))
             drows = _duration_rows(point, bd, cd, cfg, (bn, cn), hist.get(point), ctl)
             rows += _mark_swaps(drows, swaps)
         # every other gated metric (the registry's; dispatch counts are context) is per unit

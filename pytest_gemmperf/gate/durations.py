@@ -486,14 +486,13 @@ def _control_matrix(controls: tuple[pd.DataFrame, pd.DataFrame] | None, b: pd.Da
     of the series seen in every unit of both sides: the ``control_ns`` kernels that are not
     gated here, and the category totals of categories that hold no gated kernel. None when a
     side has no ``control_ns`` rows (a record stored before controls: today's rule)."""
-    if controls is None or not len(b) or not len(c):
+    if controls is None or not len(b) or not len(c) \
+            or not all(d is not None and (d["metric"] == CONTROL_NS).any() for d in controls):
         return None
     sides = []
     gated_names = {str(k) for k in gated}
     gated_cats = {f"category:{category_of(k, _RULES)}" for k in gated_names}
     for d, dur in zip(controls, (b, c)):
-        if d is None or not (d["metric"] == CONTROL_NS).any():
-            return None
         units = pd.Index([str(x) for x in pd.unique(dur["unit"])])
         kern = d["kernel"].astype(str)
         is_ctl = (d["metric"] == CONTROL_NS).to_numpy() & ~kern.isin(gated_names).to_numpy()
