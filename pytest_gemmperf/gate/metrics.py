@@ -35,7 +35,6 @@ from pytest_gemmperf.analysis import collectives as coll
 from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.prepared import Prepared, compact_order, point_labels, points_with, unit_ids
 
 # ---------------------------------------------------------------------------------------------
@@ -201,8 +200,11 @@ def _control(t: BuildInput) -> Built:
         return Built([])
     n_k = len(p.kernels)
     key = p.pu[other].astype(np.int64) * n_k + p.kernel[other]
-    uniq, gid = np.unique(key, return_inverse=True)
-    med, _, _ = stats.group_median_mad(np.log(p.value[other]), gid.reshape(-1), len(uniq))
+    logv = np.log(p.value[other])
+    order = np.lexsort((logv, key))
+    uniq, start, count = np.unique(key[order], return_index=True, return_counts=True)
+    v = logv[order]
+    med = (v[start + (count - 1) // 2] + v[start + count // 2]) / 2
     pu, kern = uniq // n_k, uniq % n_k
     return Built([Rows.of(CONTROL_NS, p.point_of[pu], p.kernels[kern], p.unit_of[pu], np.exp(med))])
 
