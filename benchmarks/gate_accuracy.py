@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -92,7 +93,9 @@ from pytest_gemmperf.gate.compare import (GateConfig, assign_verdicts, compare_s
                                           variance_contribution)
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
-REAL = REPO.parent / "shared" / "data" / "tracelens" / "908_results.json.gz"
+#: the real 908 trace; GEMMPERF_SHARED_DATA names another shared data folder (a worktree's
+#: parent has none)
+REAL = Path(os.environ.get("GEMMPERF_SHARED_DATA", REPO.parent / "shared" / "data")) / "tracelens" / "908_results.json.gz"
 UNITS_PER_SIDE = 4
 STEPS_PER_PROCESS = 10
 RESAMPLED_STEPS = 20  # real-resampled: recorded steps drawn per process

@@ -53,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gate_accuracy as ga  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare, compare_stats  # noqa: E402
 from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, settled, suspicious  # noqa: E402
+from pytest_gemmperf.gate import stats as gstats  # noqa: E402
+from pytest_gemmperf.gate.metrics import CONTROL_NS  # noqa: E402
 from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 SIGMA_PROCESS = 0.01
@@ -79,6 +81,16 @@ class Regime:
     iters: int | None = None  # per process; None: the scenario's default
     cand_factor: float = 1.0  # candidate iterations / baseline iterations
     effect: float = 0.0  # family slowdown or swap ratio - 1
+    #: the test gates the GEMMs only (the rest are the samples' within-process controls);
+    #: "family" regimes always do
+    gemm_only: bool = False
+    #: the other kernels' per-process factor: None, the GEMMs' (one factor per process); a
+    #: number: a factor of their own of that sd, independent of the GEMMs'
+    other_factor: float | None = None
+    #: a GEMM-heavy trace: only this many other kernels (drawn per test), each with an extra
+    #: per-process noise of ``few_others_noise`` (0: every kernel of the trace)
+    few_others: int = 0
+    few_others_noise: float = 0.03
 
 
 def regimes() -> list[Regime]:
@@ -86,6 +98,11 @@ def regimes() -> list[Regime]:
     out += [Regime(f"A/A {n} iterations/process", iters=n) for n in (8, 16, 23, 32, 64)]
     out += [Regime("A/A candidate 30 % fewer iterations", cand_factor=0.7),
             Regime("A/A candidate 50 % more iterations", cand_factor=1.5)]
+    out += [Regime("A/A GEMM-only test (other kernels as controls)", gemm_only=True),
+            Regime("A/A GEMM-only, other kernels with their own 1 % factor", gemm_only=True,
+                   other_factor=SIGMA_PROCESS),
+            Regime("A/A GEMM-only, GEMM-heavy trace (4 other kernels, 3 % noise each)", gemm_only=True,
+                   few_others=4)]
     out += [Regime(f"family {int(100 * e)} % (GEMM-only test)", kind="family", effect=e) for e in (0.04, 0.07, 0.10)]
     out += [Regime("family 7 %, 2 processes/side", kind="family", effect=0.07, units=2),
             Regime("family 7 %, 8 processes/side", kind="family", effect=0.07, units=8)]
@@ -119,17 +136,24 @@ def draw(pool: ga.StepPool, rng: np.random.Generator, iters: int) -> tuple[np.nd
         ga.STEPS_PER_PROCESS = old
 
 
-def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, units: range) -> tuple[np.ndarray, ...]:
+def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, units: range,
+             others: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """(kernel, unit, value) of processes ``units`` of one comparison: units ``0..r.units-1`` are
     the baseline, the rest candidate processes (the first look's, then each confirmation
-    round's ``r.units``; same distribution)."""
+    round's ``r.units``; same distribution). ``others``: per kernel, whether it is one of the
+    regime's other (non-GEMM) kernels, which get their own factor where the regime says so."""
     n_k = len(pool.names)
     it = r.iters or default_iters(pool)
     ks, us, vs = [], [], []
     for u in units:
         n = it if u < r.units else max(2, int(round(it * r.cand_factor)))
         k, v = draw(pool, rng, n)
-        factor = rng.normal(0, SIGMA_PROCESS) + rng.normal(0, 1, n_k) * pool.sigma_kernel
+        shared = rng.normal(0, SIGMA_PROCESS)
+        if others is not None and r.other_factor is not None:
+            shared = np.where(others, rng.normal(0, r.other_factor), shared)
+        factor = shared + rng.normal(0, 1, n_k) * pool.sigma_kernel
+        if others is not None and r.few_others:
+            factor = factor + np.where(others, rng.normal(0, r.few_others_noise, n_k), 0.0)
         ks.append(k)
         us.append(np.full(len(k), u))
         vs.append(v * np.exp(factor[k]))
@@ -137,14 +161,25 @@ def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, units: rang
 
 
 def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np.ndarray, value: np.ndarray,
-            units: int, totals: bool = True) -> list[pd.DataFrame]:
+            units: int, totals: bool = True, gated: np.ndarray | None = None) -> list[pd.DataFrame]:
     """Compacted samples of each group of ``units`` processes (baseline, candidate[, re-run]),
-    category totals per unit unless off."""
+    category totals per unit (over every kernel) unless off. ``gated``: per kernel code, whether
+    the test gates it (None: all); the others' rows are ``control_ns`` (per process, the
+    median of each kernel's dispatches), as ``gate_samples`` writes them for a test whose
+    regexes select a subset."""
     groups = int(unit.max()) // units + 1 if len(unit) else 2
     labels = np.array([f"host/{u}/0/{u}" for u in range(groups * units)])
-    d = pd.DataFrame({"point": "p", "kernel": pd.Categorical.from_codes(kernel, categories=names),
-                      "metric": "dur_ns", "unit": labels[unit], "value": value})
+    is_gated = np.ones(len(kernel), bool) if gated is None else gated[kernel]
+    d = pd.DataFrame({"point": "p", "kernel": pd.Categorical.from_codes(kernel[is_gated], categories=names),
+                      "metric": "dur_ns", "unit": labels[unit[is_gated]], "value": value[is_gated]})
     frames = [d]
+    if not is_gated.all():
+        key = unit[~is_gated].astype(np.int64) * len(names) + kernel[~is_gated]
+        uniq, gid = np.unique(key, return_inverse=True)
+        med, _, _ = gstats.group_median_mad(np.log(value[~is_gated]), gid.reshape(-1), len(uniq))
+        uu, kk = np.divmod(uniq, len(names))
+        frames.append(pd.DataFrame({"point": "p", "kernel": np.asarray(names, dtype=object)[kk],
+                                    "metric": CONTROL_NS, "unit": labels[uu], "value": np.exp(med)}))
     if totals:
         cats = np.unique(category[kernel])
         cc = np.searchsorted(cats, category[kernel])
@@ -182,16 +217,21 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
         names = names + [swapped_name(names[top])]
     category = np.append(pool.category, pool.category[top]) if r.kind == "swap" else pool.category
     slowed: list[int] = []
+    gemm_only = r.gemm_only or r.kind == "family"
+    others = ~np.isin(np.arange(len(names)), gemm)
+    few = rng.choice(np.flatnonzero(others), size=min(r.few_others, int(others.sum())), replace=False) \
+        if r.few_others else np.zeros(0, int)
 
     def groups(first: int, count: int) -> list[pd.DataFrame]:
         """Compacted samples of groups ``first .. first + count - 1`` (0: baseline, 1: the
         candidate's first look, 2...: confirmation rounds), the regime's effect applied."""
-        kernel, unit, value = simulate(pool, rng, r, range(first * r.units, (first + count) * r.units))
+        kernel, unit, value = simulate(pool, rng, r, range(first * r.units, (first + count) * r.units), others)
         cand = unit >= r.units
-        if r.kind == "family":
-            keep = np.isin(kernel, gemm)
+        if r.few_others:  # a GEMM-heavy trace: the GEMMs and a few other kernels only
+            keep = ~others[kernel] | np.isin(kernel, few)
             kernel, unit, value, cand = kernel[keep], unit[keep], value[keep], cand[keep]
-            value = value * np.where(cand, 1 + r.effect, 1.0)
+        if r.kind == "family":
+            value = value * np.where(cand & np.isin(kernel, gemm), 1 + r.effect, 1.0)
         if r.kind == "single":
             if not slowed:  # one kernel with >= 50 dispatches in every process of the first look
                 n_k, n_u = len(names), (first + count) * r.units
@@ -204,7 +244,8 @@ def one_test(pool: ga.StepPool, rng: np.random.Generator, r: Regime, gemm: np.nd
             hit = cand & (kernel == top)
             kernel = np.where(hit, len(names) - 1, kernel)
             value = value * np.where(hit, 1 + r.effect, 1.0)
-        out = samples(names, category, kernel, unit, value, r.units, totals=r.cand_factor == 1.0)
+        out = samples(names, category, kernel, unit, value, r.units, totals=r.cand_factor == 1.0,
+                      gated=~others if gemm_only else None)
         return out[first:first + count]
 
     b, c = groups(0, 2)

@@ -170,7 +170,8 @@ def test_a_quiet_stratum_keeps_its_own_prior_beside_a_noisy_one() -> None:
 
 def test_a_small_change_of_a_quiet_gemm_is_found_beside_noisy_kernels() -> None:
     # 1.5 % in one GEMM, threshold 0: the stratified prior (the default) finds it in every
-    # seed; one trend for all kernels ("capped", the default before) in none
+    # seed; one trend for all kernels ("capped", the default before) in at most one (none at
+    # the relative tests' level of shared_alpha 0.5)
     found = {"stratified": 0, "capped": 0}
     for seed in range(3):
         rng = np.random.default_rng(seed)
@@ -179,7 +180,7 @@ def test_a_small_change_of_a_quiet_gemm_is_found_beside_noisy_kernels() -> None:
             v = compare(base, cand, GateConfig(threshold=0.0, prior_trend=trend)).set_index("kernel")
             found[trend] += v.loc[GEMMS[3], "verdict"] == "regression"
             assert not (v.drop(index=GEMMS[3])["verdict"] == "regression").any()
-    assert found == {"stratified": 3, "capped": 0}
+    assert found["stratified"] == 3 and found["capped"] <= 1
 
 
 # ---------------------------------------------------------------------------------------------

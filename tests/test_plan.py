@@ -263,8 +263,27 @@ def test_cli_plan_prints_each_kernel_and_the_counts(tmp_path, capsys):
     assert reach == 12
     assert f"to detect +5% in every gated kernel: {n} processes per side" in out
     assert "to detect +5% in every gemm kernel:" in out and "to detect +5% in every elementwise kernel:" in out
-    table = [ln for ln in out.splitlines() if ln.startswith("  ") and "MT" in ln]
+    table = [ln for ln in out.splitlines() if ln.startswith("  ") and "MT" in ln and "%" not in ln]
     assert len(table) == 11 and all(ln.split()[1] == "gemm" for ln in table)
+
+
+def test_cli_plan_prints_each_rows_operating_curve(tmp_path, capsys):
+    names = [f"Cijk_Ailk_Bljk_MT{16 * (k + 1)}x64x32" for k in range(11)]
+    store, _ = _store(tmp_path, names)
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--detect", "5%", "--threshold", "4%"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "operating curve with 6 processes per side" in out and "multiple of the threshold" in out
+    head = next(ln for ln in out.splitlines() if ln.strip().startswith("kernel") and "1.4x (5.6%)" in ln)
+    assert "0x (0%)" in head and "0.8x (3.2%)" in head and "2x (8%)" in head
+    rows = [ln.split()[1:] for ln in out.splitlines() if ln.startswith("  ") and "MT" in ln and "%" in ln]
+    assert len(rows) == 11
+    (p,) = pw.plan(store.load(TEST, HW).samples, 0.05, GateConfig(threshold=0.04))
+    for r in p.kernels:
+        c = np.array(r.curve)
+        assert len(c) == len(pw.CURVE_MULTIPLES) and c[0] < 0.01
+        assert np.all(np.diff(c) >= -1e-9)  # a larger change is never less likely to fail
+        assert c[2] < 0.5 < c[-1]  # below the threshold it mostly passes, at twice it mostly fails
 
 
 def test_cli_plan_selects_tests_and_says_when_none_is_beyond_reach(tmp_path, capsys):

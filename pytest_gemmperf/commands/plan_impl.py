@@ -16,7 +16,7 @@ from pytest_gemmperf.commands.compare_impl import (RESULTS, Rules, input_kind, p
 from pytest_gemmperf.config import Origin
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.gate_config import GateConfig
-from pytest_gemmperf.gate.power import plan
+from pytest_gemmperf.gate.power import CURVE_MULTIPLES, plan
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.categories import category_of
@@ -139,7 +139,29 @@ def _render(test_id: str, hw_key: str, p) -> str:
         lines.append("  " + _summary(p, cats[cat], f"every {cat} kernel"))
     if p.kernels:
         lines.append("  " + _summary(p, p.kernels, "every gated kernel"))
+    lines += _curve_lines(p, labels)
     return "\n".join(printable(line) for line in lines)
+
+
+def _curve_lines(p, labels: dict) -> list[str]:
+    """The operating curve of every row: the chance it fails at the recorded count when it
+    alone changes by each multiple of the threshold (``power.operating_curve``)."""
+    rows = [r for r in p.rows if r.curve]
+    if not rows:
+        return []
+    unit = p.curve_unit
+    what = "the threshold" if p.decision.threshold > 0 else "the change to detect"
+    head = ("kernel",) + tuple(f"{k:g}x ({_pct(k * unit)})" for k in CURVE_MULTIPLES)
+    table = [head]
+    for r in rows:
+        n = r.noise
+        label = labels.get(n.kernel, n.kernel) if n.metric == "dur_ns" else n.kernel
+        table.append((label,) + tuple(f"{100 * x:.0f}%" if math.isfinite(x) else "-" for x in r.curve))
+    table = [tuple(printable(c) for c in row) for row in table]
+    width = [max(len(row[i]) for row in table) for i in range(len(head))]
+    out = [f"  operating curve with {max(p.processes, 2)} processes per side: the chance a row fails when it "
+           f"alone changes by a multiple of {what}"]
+    return out + ["  " + "  ".join(c.ljust(w) for c, w in zip(row, width)).rstrip() for row in table]
 
 
 def _summary(p, rows, what: str) -> str:

@@ -14,6 +14,7 @@ what it was measured against, is in ``docs/statistics.md`` ("The method in detai
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.gate.arrays import _as_category, _codes, _nanmean_rows, _nanmedian_rows  # noqa: F401 - re-exported
 from pytest_gemmperf.gate.noise_floors import _central_quantile_var, _resolution_var, _sampling_floor
 from pytest_gemmperf.gate import stats
-from pytest_gemmperf.gate.metrics import CV_ROBUST, DISPATCH_COUNT, DUR_NS
+from pytest_gemmperf.gate.metrics import CATEGORY_TOTAL_NS, CONTROL_NS, CV_ROBUST, DISPATCH_COUNT, DUR_NS
 from pytest_gemmperf.gate.verdict import MISSING, NEW
 
 
@@ -42,6 +43,14 @@ HISTORY_OUTLIER_P = 1e-3
 #: log-scale variance parts of a tested row's interval, for gate/power.py to redo it at another
 #: process count; internal to the statistics, so never in the verdicts a user reads
 VARIANCE_PARTS = ("own_var", "prior_var", "floor_var", "resolution_var")
+#: the controls are not used where their own shift between the sides is this improbable under
+#: "they did not change" (a t-test on their within-side spread): the code change moved them,
+#: and a kernel's change measured against them would carry theirs. The check costs no
+#: calibration: either way the '*' row is tested as it is, and the kernels' totals either on
+#: their own (controls used; ANCOVA is exact given the controls) or only after the '*' row
+#: (not used). Under no change it drops the controls in 5 % of tests, which then have the
+#: gated-kernel test's power (docs/statistics.md, "Within-process controls")
+CONTROLS_MOVED_P = 0.05
 
 # ---------------------------------------------------------------------------------------------
 # input checks
@@ -243,13 +252,19 @@ def variance_contribution(samples: pd.DataFrame, config: GateConfig | None = Non
         kernels = pd.Index(sorted({str(x) for x in pd.unique(g["kernel"])}))
         y, _, cnt, *_ = _matrix(g, kernels)
         y = np.where(cnt > 0, y, np.nan)
-        offsets, _ = _shared_offsets(y, cnt, cfg)
+        offsets, n_shared = _shared_offsets(y, cnt, cfg)
         z = y - offsets[None, :]
         n = np.isfinite(z).sum(axis=1)
         with np.errstate(invalid="ignore"):
             mean = np.nansum(z, axis=1) / np.maximum(n, 1)
         ss = np.nansum((z - mean[:, None]) ** 2, axis=1)
         keep = n >= 2
+        if n_shared and len(offsets) >= 2:
+            # the shared factor's own spread (kernel '*', first: it sorts first in the store):
+            # the offsets are centred, so their sum of squares is the run's, on processes - 1
+            # df; it gives the '*' row its history
+            frames.append(pd.DataFrame({"point": [str(point)], "kernel": [SHARED], "metric": [DUR],
+                                        "df": [float(len(offsets) - 1)], "ss": [float((offsets ** 2).sum())]}))
         frames.append(pd.DataFrame({"point": str(point), "kernel": kernels[keep], "metric": DUR,
                                     "df": (n[keep] - 1).astype(float), "ss": ss[keep]}))
     cols = ["point", "kernel", "metric", "df", "ss"]
@@ -258,7 +273,8 @@ def variance_contribution(samples: pd.DataFrame, config: GateConfig | None = Non
 
 def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig,
                    side_counts: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-                   history: pd.DataFrame | None = None) -> list[dict]:
+                   history: pd.DataFrame | None = None,
+                   controls: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> list[dict]:
     kernels = pd.Index(sorted({str(x) for x in pd.unique(b["kernel"])} | {str(x) for x in pd.unique(c["kernel"])}))
     # unit names may repeat across the sides (same hosts and ranks): counts stay per side
     cb, cc = side_counts if side_counts is not None else (None, None)
@@ -284,11 +300,23 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     # sigma_f^2 estimated by the within-side spread of the offsets (ub + uc - 2 df). It enters
     # every kernel's variance (t and CI); the kernels' tests are then positively correlated,
     # under which Benjamini-Hochberg keeps its level (Benjamini & Yekutieli 2001, PRDS).
+    ctl: ControlFit | None = None
+    moved: ControlFit | None = None
     if n_shared:
         ob, oc = offsets[:ub], offsets[ub:]
         df_o = ub + uc - 2
         s2_o = (((ob - ob.mean()) ** 2).sum() + ((oc - oc.mean()) ** 2).sum()) / df_o if df_o > 0 else np.nan
+        # the shared factor's variance history (kernel '*' of the history): more df for the
+        # '*' row, as a kernel's history gives its own row
+        s2_o, df_o = _shared_with_history(s2_o, df_o, history)
         var_shift = s2_o * (1 / ub + 1 / uc) if df_o > 0 else np.nan
+        # within-process controls (the point's ungated kernels): the sides' mean factor of the
+        # gated kernels, predicted from the controls' and taken out of every kernel's total
+        fit = _control_fit(offsets, _control_matrix(controls, b, c, kernels), ub, uc)
+        if fit is not None and fit.p_moved >= CONTROLS_MOVED_P:
+            ctl = fit
+        elif fit is not None:
+            moved = fit
         # the summary of the common movement (kernel '*'): median over the kernels behind the
         # offsets of their between-side difference (robust to a few kernels that changed alone)
         shared = _shared_kernels(y, cnt, cfg) & np.isfinite(diff)
@@ -333,15 +361,20 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
         se_rel = np.sqrt(se_rel ** 2 + var_q)
         with np.errstate(invalid="ignore", divide="ignore"):
             p_rel = stats.t_pvalue(rel / se_rel, df_rel)
-    total = diff
-    var_tot = se_rel ** 2 + var_shift
+    # with controls, a kernel's total is its change net of the controls' predicted share of the
+    # sides' mean factor (slope x the controls' shift), and the shared part of its variance is
+    # the regression's residual one; without, the whole of the sides' mean factor
+    adj = ctl.slope * ctl.shift if ctl is not None else 0.0
+    var_part, df_part = (ctl.var, ctl.df) if ctl is not None else (var_shift, df_o)
+    total = diff - adj
+    var_tot = se_rel ** 2 + var_part
     # df of the total: Welch-Satterthwaite over the kernel's part and the shared part, at least
-    # the smaller of the two. The total is tested only once the '*' row is rejected
-    # (hierarchical multiplicity), so a Welch df that is too large when s_o^2 is small by
-    # chance adds no A/A alarm; it sizes a family-wide shift (docs/statistics.md, "First look")
-    df_tot = np.where(var_shift > 0, np.fmin(df_rel, df_o), df_rel).astype(float)
-    if var_shift > 0:
-        df_tot = np.fmax(df_tot, stats.welch_df(se_rel ** 2, df_rel, var_shift, df_o))
+    # the smaller of the two. Without controls the total is tested only once the '*' row is
+    # rejected (hierarchical multiplicity), so a Welch df that is too large when s_o^2 is small
+    # by chance adds no A/A alarm; it sizes a family-wide shift (docs/statistics.md, "First look")
+    df_tot = np.where(var_part > 0, np.fmin(df_rel, df_part), df_rel).astype(float)
+    if var_part > 0:
+        df_tot = np.fmax(df_tot, stats.welch_df(se_rel ** 2, df_rel, var_part, df_part))
     with np.errstate(invalid="ignore", divide="ignore"):
         p_tot = stats.t_pvalue(total / np.sqrt(var_tot), df_tot)
     p_k, by_rel = _kernel_pvalue(p_tot, p_rel, rel, total)
@@ -350,7 +383,7 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
     half = stats.t_quantile(cfg.level, df_tot) * np.sqrt(var_tot)
     lo, hi = total - half, total + half
     if cfg.ci_method == "bootstrap":
-        lo, hi = _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, 0.0, testable, lo, hi, cfg)
+        lo, hi = _bootstrap_ci(kernels, logb, gidb, ub, logc, gidc, uc, offsets, -adj, testable, lo, hi, cfg)
     _, rank_p = stats.mannwhitney_matrix(zc, zb) if len(kernels) else (None, np.zeros(0))
     with np.errstate(invalid="ignore", divide="ignore"):
         unit_sd = np.sqrt(var_tot / (1.0 / nb + 1.0 / nc))
@@ -375,6 +408,10 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
             # the two tests behind p_value, for the hierarchical multiplicity rule of
             # compare_stats (p_relative: 1 where the relative change runs against the total)
             row.update(p_total=float(p_tot[i]), p_relative=float(p_rel_dir[i]))
+            # the shared part of the total's variance, per process, and its df (the plan redoes
+            # it at another count); controls: how many series the total was measured against
+            row.update(shared_sd_log=math.sqrt(var_part / (1 / ub + 1 / uc)) if var_part > 0 else 0.0,
+                       shared_df=float(df_part), controls=ctl.n if ctl is not None else 0)
         if testable[i] and (by_rel[i] or cfg.multiplicity == "hierarchical"):
             # decided by the change relative to the other kernels (compare_stats may set
             # by_rel): assign_verdicts sizes it against the threshold with this interval
@@ -395,11 +432,106 @@ def _duration_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig
                          ci_high=math.exp(shift + t_q * se_s) if np.isfinite(se_s) else np.nan,
                          p_value=p_s, shared_shift=math.exp(shift),
                          unit_sd_log=math.sqrt(s2_o) if np.isfinite(s2_o) else np.nan,
-                         note=f"movement shared by all kernels (median over {n_shared} kernels; "
-                              f"included in each kernel's change)"))
+                         note=_shared_note(n_shared, ctl, moved)))
     if cfg.gate_dispersion:
         rows += _dispersion_rows(point, kernels, madb, nb_disp, madc, nc_disp, cfg)
     return rows
+
+
+def _shared_note(n_shared: int, ctl: ControlFit | None, moved: ControlFit | None) -> str:
+    text = f"movement shared by all kernels (median over {n_shared} kernels; "
+    if ctl is not None:
+        return text + (f"each kernel's change is measured against {ctl.n} within-process controls, "
+                       f"which moved {100 * math.expm1(ctl.shift):+.1f}%, slope {ctl.slope:.2f})")
+    if moved is not None:
+        return text + (f"included in each kernel's change; the {moved.n} within-process controls moved "
+                       f"{100 * math.expm1(moved.shift):+.1f}% themselves, so they are not used)")
+    return text + "included in each kernel's change)"
+
+
+def _shared_with_history(s2_o: float, df_o: float, history: pd.DataFrame | None) -> tuple[float, float]:
+    """The shared factor's within-side variance pooled with its history (the ``*`` rows of
+    :func:`variance_contribution`), unless it is an upper outlier of that history's F
+    distribution, as for a kernel (:func:`_with_history`)."""
+    if history is None or not len(history) or not (df_o > 0) or not np.isfinite(s2_o):
+        return s2_o, df_o
+    pooled, df, _ = _with_history(np.array([s2_o]), np.array([float(df_o)]), pd.Index([SHARED]), history)
+    return float(pooled[0]), float(df[0])
+
+
+@dataclass(frozen=True)
+class ControlFit:
+    """The gated kernels' per-process factor regressed on the controls' (within each side,
+    through the origin: both are centred per side). ``slope``: the regression's; ``shift``:
+    the controls' own shift between the sides (log, median over the series as the ``*`` row
+    takes it); ``var``: the variance of the sides' mean gated factor left after the controls
+    predicted it (``s_r^2 (1/n_b + 1/n_c + shift^2 / S_cc)``, ANCOVA), on ``df`` = processes
+    - 3; ``p_moved``: the two-sided p of "the controls did not change"; ``n``: control series."""
+
+    slope: float
+    shift: float
+    var: float
+    df: float
+    p_moved: float
+    n: int
+
+
+#: the least df of the residual variance with which the controls are used (3 + 3 processes)
+MIN_CONTROL_DF = 3
+
+
+def _control_matrix(controls: tuple[pd.DataFrame, pd.DataFrame] | None, b: pd.DataFrame, c: pd.DataFrame,
+                    gated: pd.Index) -> np.ndarray | None:
+    """Log values (control series x the units of ``b`` then ``c``, in :func:`_matrix`'s order)
+    of the series seen in every unit of both sides: the ``control_ns`` kernels that are not
+    gated here, and the category totals of categories that hold no gated kernel. None when a
+    side has no ``control_ns`` rows (a record stored before controls: today's rule)."""
+    if controls is None or not len(b) or not len(c) \
+            or not all(d is not None and (d["metric"] == CONTROL_NS).any() for d in controls):
+        return None
+    sides = []
+    gated_names = {str(k) for k in gated}
+    gated_cats = {f"category:{category_of(k, _RULES)}" for k in gated_names}
+    for d, dur in zip(controls, (b, c)):
+        units = pd.Index([str(x) for x in pd.unique(dur["unit"])])
+        kern = d["kernel"].astype(str)
+        is_ctl = (d["metric"] == CONTROL_NS).to_numpy() & ~kern.isin(gated_names).to_numpy()
+        is_tot = (d["metric"] == CATEGORY_TOTAL_NS).to_numpy() & ~kern.isin(gated_cats).to_numpy()
+        keep = (is_ctl | is_tot) & (d["value"].to_numpy(float) > 0)
+        t = pd.DataFrame({"key": (d["metric"].astype(str) + "\x1f" + kern).to_numpy(object)[keep],
+                          "unit": d["unit"].astype(str).to_numpy(object)[keep],
+                          "v": np.log(d["value"].to_numpy(float)[keep])})
+        sides.append(t.groupby(["key", "unit"], sort=False)["v"].median().unstack("unit").reindex(columns=units))
+    keys = sides[0].index.intersection(sides[1].index)
+    x = np.hstack([sides[0].loc[keys].to_numpy(float), sides[1].loc[keys].to_numpy(float)]) if len(keys) else None
+    if x is None:
+        return None
+    x = x[np.isfinite(x).all(axis=1)]
+    return x if len(x) else None
+
+
+def _control_fit(offsets: np.ndarray, x: np.ndarray | None, ub: int, uc: int) -> ControlFit | None:
+    """ANCOVA of the gated kernels' within-side offsets on the controls' (``x``: the control
+    series' log values, :func:`_control_matrix`); None without controls, with too few
+    processes (:data:`MIN_CONTROL_DF`) or with controls that do not vary."""
+    df = ub + uc - 3
+    if x is None or df < MIN_CONTROL_DF or ub < 2 or uc < 2:
+        return None
+    ctl = np.zeros(ub + uc)
+    for g in (slice(0, ub), slice(ub, ub + uc)):
+        part = x[:, g]
+        off = np.median(part - part.mean(axis=1, keepdims=True), axis=0)
+        ctl[g] = off - off.mean()
+    s_cc = float((ctl ** 2).sum())
+    if not s_cc > 0:
+        return None
+    shift = float(np.median(x[:, ub:].mean(axis=1) - x[:, :ub].mean(axis=1)))
+    se_moved = math.sqrt(s_cc / (ub + uc - 2) * (1 / ub + 1 / uc))
+    p_moved = float(stats.t_pvalue(np.array([shift / se_moved]), np.array([ub + uc - 2.0]))[0])
+    slope = float((offsets * ctl).sum() / s_cc)
+    s2_r = float(((offsets - slope * ctl) ** 2).sum() / df)
+    var = s2_r * (1 / ub + 1 / uc + shift ** 2 / s_cc)
+    return ControlFit(slope, shift, var, float(df), p_moved, int(len(x)))
 
 
 def _prior_df_cap(df: np.ndarray, testable: np.ndarray, cfg: GateConfig) -> float | None:

@@ -188,6 +188,27 @@ def _count(t: BuildInput) -> Built:
     return Built([Rows.of(DISPATCH_COUNT, p.point_of[pu], p.kernels[kern], p.unit_of[pu], n.astype(float))])
 
 
+def _control(t: BuildInput) -> Built:
+    """``control_ns`` rows: per (point, unit) the median dispatch duration of every kernel the
+    regexes do not select, after warm-up (its log median: the geometric midpoint of the two
+    middle dispatches of an even count). One row per kernel and process, never gated: the
+    within-process controls from which the gate estimates each process's shared factor
+    (``gate/durations.py``). None when every kernel is gated."""
+    p = t.prepared
+    other = ~t.gated & (p.value > 0)
+    if not other.any():
+        return Built([])
+    n_k = len(p.kernels)
+    key = p.pu[other].astype(np.int64) * n_k + p.kernel[other]
+    logv = np.log(p.value[other])
+    order = np.lexsort((logv, key))
+    uniq, start, count = np.unique(key[order], return_index=True, return_counts=True)
+    v = logv[order]
+    med = (v[start + (count - 1) // 2] + v[start + count // 2]) / 2
+    pu, kern = uniq // n_k, uniq % n_k
+    return Built([Rows.of(CONTROL_NS, p.point_of[pu], p.kernels[kern], p.unit_of[pu], np.exp(med))])
+
+
 def category_frame(p: Prepared) -> pd.DataFrame:
     """``category_total_ns`` per (point, unit, category): GPU time of the unit (not yet per step).
 
@@ -339,6 +360,7 @@ COLLECTIVES = RunBuilder(gather=_collective_input, build=_collective_frames)
 
 DUR_NS = "dur_ns"
 DISPATCH_COUNT = "dispatch_count"
+CONTROL_NS = "control_ns"
 CATEGORY_TOTAL_NS = "category_total_ns"
 OVERLAP_FRACTION = "overlap_fraction"
 INTERFERENCE_SLOWDOWN = "interference_slowdown"
@@ -356,6 +378,9 @@ REGISTRY: dict[str, Metric] = {m.name: m for m in (
     Metric(DISPATCH_COUNT, COUNT, "dispatches per kernel and unit before compaction to quantiles "
            "(the noise floor of a per-process median depends on it); context, never gated", _count,
            gated=False),
+    Metric(CONTROL_NS, NS, "median dispatch duration per process of every kernel the point's regexes do "
+           "not select: the within-process controls of the shared per-process factor; context, never "
+           "gated", _control, gated=False),
     Metric(CATEGORY_TOTAL_NS, NS, "GPU time per step of every kernel category over ALL dispatches, "
            "so a kernel swapped for a slower one shows up; kernel: category:<category>", _category,
            per_step=True),

@@ -54,6 +54,8 @@ TOTAL_PREFIX = "category_total_ns"
 DEFAULT_POWER = 0.8
 #: largest count searched unless told otherwise (processes per side): the max_repeats setting's
 DEFAULT_MAX_PROCESSES = default("max_repeats")
+#: true changes of the operating curve, in multiples of the threshold
+CURVE_MULTIPLES = (0.0, 0.5, 0.8, 1.0, 1.4, 2.0)
 #: quantile-grid sizes of the integration: the kernel's variance estimate, the shared
 #: factor's variance estimate, the shared movement (power within 1 point of 4x finer grids)
 _GRID = (32, 16, 16)
@@ -93,6 +95,9 @@ class RowNoise:
     floor_sd: float = math.nan
     #: variance (log scale) the timer's resolution adds to the change at any count
     resolution_var: float = 0.0
+    #: parameters the shared part's variance is estimated after: 2 (the sides' means), 3 with
+    #: within-process controls (and the regression's slope); its df is processes - this
+    shared_params: int = 2
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,9 @@ class RowPlan:
     needed: int | None
     #: power at the recorded count per side
     power_now: float
+    #: the operating curve: the chance the row ends ``regression`` at the recorded count per
+    #: side when it alone changes by each of :data:`CURVE_MULTIPLES` x ``PointPlan.curve_unit``
+    curve: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,9 @@ class PointPlan:
     target: float
     max_processes: int
     rows: tuple[RowPlan, ...]
+    #: the change the operating curve's multiples are of: the threshold (the change to detect
+    #: at threshold 0)
+    curve_unit: float = math.nan
 
     @property
     def kernels(self) -> tuple[RowPlan, ...]:
@@ -188,11 +199,27 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
             n = int(r.n_base)
             half = math.log(r.ci_high) if np.isfinite(r.ci_high) and r.ci_high > 0 else math.nan
             if m == DUR:
-                rows.append(_kernel_noise(point, k, r, n, shared_sd, half, counts.get((point, k), math.nan), cfg))
+                noise = _kernel_noise(point, k, r, n, _shared_sd(r, n, shared_sd), half,
+                                      counts.get((point, k), math.nan), cfg)
+                if (getattr(r, "controls", 0) or 0) > 0:
+                    noise = dataclasses.replace(noise, shared_params=3)
+                rows.append(noise)
             elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
                 rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half,
                                      median_ns=float(r.base_median_ns)))
     return rows, int(family.sum())
+
+
+def _shared_sd(r, n: int, star_sd: float) -> float:
+    """Per-process sd of the shared part of a kernel's total: with within-process controls the
+    regression's residual one (the self-comparison fits it on each process twice, ``2n - 3``
+    df where the residuals have ``2n - 4``: undone here), else the ``*`` row's."""
+    if not (getattr(r, "controls", 0) or 0) > 0:
+        return star_sd
+    sd = float(getattr(r, "shared_sd_log", np.nan))
+    if not np.isfinite(sd) or n < 3:
+        return star_sd
+    return sd * math.sqrt((2.0 * n - 3.0) / (2.0 * n - 4.0))
 
 
 def _kernel_noise(point: str, kernel: str, r, n: int, shared_sd: float, half: float, dispatches: float,
@@ -307,6 +334,16 @@ def power(noise: Sequence[RowNoise], effect: float, n_base: int, n_cand: int, ru
     return _power(_arrays(noise, rule), math.log1p(effect), n_base, n_cand, rule)
 
 
+def operating_curve(noise: Sequence[RowNoise], unit: float, n: int, rule: Decision,
+                    multiples: Sequence[float] = CURVE_MULTIPLES) -> np.ndarray:
+    """(rows x multiples): the chance each row ends ``regression`` with ``n`` processes per
+    side when it alone changes by ``multiple x unit`` (a multiple of 0: the row's false-alarm
+    chance at the level it is tested at)."""
+    arr = _arrays(noise, rule)
+    cols = [_power(arr, math.log1p(k * unit), n, n, rule) for k in multiples]
+    return np.column_stack(cols) if cols and len(noise) else np.zeros((len(noise), len(multiples)))
+
+
 def processes_needed(noise: Sequence[RowNoise], effect: float, rule: Decision, target: float = DEFAULT_POWER,
                      max_processes: int = DEFAULT_MAX_PROCESSES) -> list[int | None]:
     """Per row, the smallest processes per side (2 .. ``max_processes``) whose power for a
@@ -350,7 +387,7 @@ def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
             "floor": np.nan_to_num(part("floor_sd")) ** 2, "res": np.nan_to_num(part("resolution_var")),
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
             "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
-            "median_ns": part("median_ns"),
+            "median_ns": part("median_ns"), "shared_params": part("shared_params"),
             "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
 
 
@@ -381,13 +418,15 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     chi = _chi_scale(f[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
     moderated = w * a["prior_sd"][col] ** 2 + (1 - w) * a["own_sd"][col] ** 2 * chi
     var_rel = np.fmax(moderated, a["floor"][col]) * scale ** 2 + a["res"][col]
-    q2 = _chi_scale(np.array([own_df]), _midpoints(k2))[None, None, :, None] if k2 > 1 else np.ones((1, 1, 1, 1))
+    # the shared part's variance: on the processes' df less its parameters (2 without controls)
+    sh_df = np.fmax(float(n_base + n_cand) - a["shared_params"], 1.0)[col]
+    q2 = _chi_scale(sh_df, _midpoints(k2)[None, None, :, None]) if k2 > 1 else np.ones((1, 1, 1, 1))
     z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
     var_shift = np.where(has_shared[col], (ss[col] * q2) ** 2, 0.0)
     se_size = np.sqrt(var_rel + var_shift)
     # the total's df as the gate takes it: Welch-Satterthwaite, at least the smaller part's
-    welch = stats.welch_df(var_rel, f1[col], var_shift, own_df)
-    df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], own_df), welch), f1[col])
+    welch = stats.welch_df(var_rel, f1[col], var_shift, sh_df)
+    df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], sh_df), welch), f1[col])
     t_lv = _t_two_sided(rule.level, df_size)
     t_th = _t_isf(1.0 - rule.threshold_level, df_size)
     shift = np.where(has_shared[col], ss[col] * z, 0.0)
@@ -459,6 +498,8 @@ def plan(base: pd.DataFrame, effect: float, config: GateConfig | None = None,
         need = processes_needed(noise, effect, rule, target, max_processes)
         procs = max((r.processes for r in noise), default=0)
         now = power(noise, effect, max(procs, 2), max(procs, 2), rule) if noise else np.zeros(0)
-        rows = tuple(RowPlan(r, n, float(p)) for r, n, p in zip(noise, need, now))
-        out.append(PointPlan(point, procs, m, rule, float(effect), float(target), int(max_processes), rows))
+        unit = cfg.threshold if cfg.threshold > 0 else float(effect)
+        curve = operating_curve(noise, unit, max(procs, 2), rule)
+        rows = tuple(RowPlan(r, n, float(p), tuple(float(x) for x in c)) for r, n, p, c in zip(noise, need, now, curve))
+        out.append(PointPlan(point, procs, m, rule, float(effect), float(target), int(max_processes), rows, unit))
     return out
