@@ -17,7 +17,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from pytest_gemmperf import __version__
+from pytest_gemmperf.version import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.variance import parse_point_axes
 from pytest_gemmperf.gate import metrics as M
@@ -337,7 +337,7 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
         "timeline_rows": _records(data.timeline_by_point),
         "overlap_svg": plots.overlap_scatter(data.overlap),
         "overlap_rows": overlap_rows,
-        "category_svg": plots.hbar(cat_series, "GPU kernel time by category (ms)", "ms"),
+        "category_svg": plots.hbar(cat_series, "kernel time by category (ms)", "ms"),
         "counters": counter_rows,
         "counter_cols": counter_cols,
         "top": top_rows,

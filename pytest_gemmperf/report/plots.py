@@ -324,7 +324,7 @@ def stacked_timeline(tp: pd.DataFrame, *, multi: bool, width: int = 900) -> Mark
     left, right, top, row_h = 170, 30, 30, 24
     height = top + row_h * len(rows) + 50
     total = float(rows["total_time_ms"].max()) or 1.0
-    svg = _Svg(width, height, "GPU time per point (mean over ranks, ms)")
+    svg = _Svg(width, height, "kernel time per point (mean over ranks, ms)")
     x0, x1 = left, width - right
     lx = x0
     for _, name, colour in parts:  # legend

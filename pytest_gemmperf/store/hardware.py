@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pytest_gemmperf import __version__
+from pytest_gemmperf.version import __version__
 
 #: Seconds allowed for each external probe (rocprofv3 --version, git rev-parse).
 PROBE_TIMEOUT_S = 10.0
