@@ -122,7 +122,8 @@ def _meta_rows(data: ReportData) -> list[tuple[str, str]]:
         rows.append((sweeps[0], ", ".join(sweeps[1]) + (" (first = baseline)" if data.multi else "")))
     for key, title in (("hardware", "hardware"), ("rocm_version", "ROCm"),
                        ("rocprofv3_version", "rocprofv3"), ("torch_version", "PyTorch"),
-                       ("commit", "commit"), ("host", "host"), ("created", "run started"),
+                       ("commit", "commit"), ("working_tree", "working tree"), ("host", "host"),
+                       ("created", "run started"),
                        ("baseline", "baseline"), ("inputs", "inputs"), ("command", "command")):
         v = m.get(key)
         if v not in (None, "", [], {}):
