@@ -1,7 +1,8 @@
 """The suite stops on the first Ctrl-C or SIGTERM, also while a test runs ``gemmperf`` in-process
 (cli.main turns Ctrl-C into exit status 130, which would only fail that one test): a small inner
 session with this directory's conftest.py, signalled while its first test is inside cli.main,
-ends within 10 s with pytest's interrupted status (2) and never starts its second test."""
+ends within 10 s (on a quiet machine) with pytest's interrupted status (2) and never starts its
+second test."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import pytest
 from conftest import REPO
 
 TESTS = REPO / "tests"
+
+pytestmark = pytest.mark.slow  # a whole inner pytest session per signal
 
 INNER = '''
 import os, time
@@ -70,6 +73,9 @@ def test_a_signal_ends_the_session_as_interrupted(tmp_path: Path, sig: signal.Si
             proc.kill()
             proc.wait()
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
-    assert took < 10, (took, out)
+    # 10 s on a quiet machine; on a shared runner the inner session's teardown gets only its share
+    # of the cores, so the budget grows with the load (per core) measured when it ended
+    busy = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    assert took < 10 * busy, (took, busy, out)
     assert not second.exists(), out  # the session did not go on
     assert "KeyboardInterrupt" in out and "test_a_command_is_interrupted" in out, out
