@@ -27,6 +27,21 @@ def tidy_float(x: float) -> float:
     return float(f"{x:.{SIGNIFICANT}g}")
 
 
+def tidy_json(doc: Any) -> Any:
+    """A JSON-bound document (dicts, lists, tuples, scalars) with every float tidied
+    (:func:`tidy_float`); everything else as it is. Pure Python: the results layout's writers
+    use it without loading numpy."""
+    if isinstance(doc, bool):
+        return doc
+    if isinstance(doc, float):
+        return tidy_float(doc)
+    if isinstance(doc, dict):
+        return {k: tidy_json(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [tidy_json(v) for v in doc]
+    return doc
+
+
 def significant_digits(x: float) -> int:
     """Significant digits of the shortest text that reads back as ``x`` (``repr``): 9436.8469 has
     8, 9436.846899999999 has 16; 0 for zero and non-finite values."""

@@ -86,6 +86,15 @@ def test_tidy_frame_types_ns_bools_and_floats() -> None:
     assert json.dumps(clean({"a": 0.1 + 0.2, "b": [99.99999999999999]})) == '{"a": 0.3, "b": [100.0]}'
 
 
+def test_the_results_layouts_json_is_tidy(tmp_path: Path) -> None:
+    from pytest_gemmperf.run.results import write_json
+
+    write_json(tmp_path / "point.json", {"environment": {"load1_end": 10.44091796875, "frac": 0.1 + 0.2,
+                                                         "ok": True, "n": 3, "path": tmp_path}})
+    doc = json.loads((tmp_path / "point.json").read_text())
+    assert doc["environment"] == {"load1_end": 10.4409179688, "frac": 0.3, "ok": True, "n": 3, "path": str(tmp_path)}
+
+
 # ------------------------------------------------------------------------- the property, end to end
 
 
