@@ -23,7 +23,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from pytest_gemmperf import __version__
+from pytest_gemmperf.version import __version__
 from pytest_gemmperf.commands.helpfmt import GemmperfParser
 from pytest_gemmperf.config import (Origin, SettingError, bound_settings, find_project, resolve_cli,
                                     settings_line)

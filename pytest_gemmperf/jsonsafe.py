@@ -13,9 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.numbers import tidy_float
+
 
 def clean(v: Any) -> Any:
-    """JSON-safe copy: numpy/pandas scalars to Python, NaN/NA to null."""
+    """JSON-safe copy: numpy/pandas scalars to Python, NaN/NA to null, floats without binary
+    noise (:func:`~pytest_gemmperf.numbers.tidy_float`)."""
     if isinstance(v, dict):
         return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -27,7 +30,7 @@ def clean(v: Any) -> Any:
     if isinstance(v, (int, np.integer)):
         return int(v)
     if isinstance(v, (float, np.floating)):
-        return None if not math.isfinite(float(v)) else float(v)
+        return None if not math.isfinite(float(v)) else tidy_float(float(v))
     if isinstance(v, str):
         return v
     if isinstance(v, pd.DataFrame):

@@ -32,6 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Iterator
 
+from pytest_gemmperf.numbers import tidy_frame
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -145,9 +147,10 @@ def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
     pandas quotes a cell holding ``\\n`` but not one holding a bare CR, and most readers end
     the row at that CR, so the rest of the cell would start a new row (and could be a formula).
     A table with a CR in any text cell is therefore written with CRLF row ends (RFC 4180),
-    which makes the writer quote such cells; other tables keep ``\\n``."""
+    which makes the writer quote such cells; other tables keep ``\\n``. Numbers as
+    :func:`~pytest_gemmperf.numbers.tidy_frame` writes them (no float noise, ns as integers)."""
     kwargs.setdefault("index", False)
-    safe = neutralise_frame(df)
+    safe = neutralise_frame(tidy_frame(df))
     if "lineterminator" not in kwargs and _has_cr(safe):
         kwargs["lineterminator"] = "\r\n"
     return safe.to_csv(**kwargs)

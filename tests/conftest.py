@@ -7,7 +7,9 @@ import importlib
 import os
 import pkgutil
 import shutil
+import signal
 import subprocess
+import threading
 import sys
 from pathlib import Path
 
@@ -168,3 +170,39 @@ def xdist_sweep(tmp_path_factory):
     JSON and the history; a test that writes there works on a copy."""
     pytest.importorskip("xdist")
     return run_xdist_sweep(tmp_path_factory.mktemp("xdist_sweep"))
+
+
+# --- the first Ctrl-C or SIGTERM ends the suite ------------------------------------------------
+# Tests call `gemmperf` in-process (cli.main), and cli.main turns Ctrl-C into exit status 130, as
+# a command must. A signal that lands while such a call runs would then only fail that test
+# (`assert 130 == 0`) and the suite would go on. So this session notes every SIGINT / SIGTERM it
+# receives (then raises KeyboardInterrupt where it landed, as Python does), and a test during
+# which one arrived ends the session as interrupted (pytest's exit status 2) instead of being
+# reported. A test that installs its own handler (to check the product's Ctrl-C handling) is
+# not affected: its signals never reach this one.
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []
+
+
+def _note_and_interrupt(signum: int, frame: object) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _SIGNALS:
+        previous = signal.getsignal(sig)
+        if previous is signal.SIG_IGN and sig == signal.SIGINT:
+            continue  # started with Ctrl-C ignored (a background job): keep it so
+        signal.signal(sig, _note_and_interrupt)
+        config.add_cleanup(lambda sig=sig, previous=previous: signal.signal(sig, previous))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    if _received:
+        names = ", ".join(signal.Signals(s).name for s in _received)
+        raise KeyboardInterrupt(f"{names} received while {item.nodeid} ran")
+    return (yield)

@@ -543,13 +543,19 @@ def test_cli(tmp_path: Path, samples_module, capsys) -> None:
     r2 = make_results(tmp_path / "r2", seed=100)
     assert main(["baseline", "diff", "--from", str(r2), "--baseline-dir", bdir, "-k", "overlap"]) == 0
     out = capsys.readouterr().out
-    assert "changed" in out and "ratio" in out
+    assert "changed" in out and "change [95% CI]" in out and " µs " in out
     assert BaselineStore(bdir).load("perf_tests/test_gemm.py::test_overlap", HW).generation == 1  # diff wrote nothing
 
-    assert main(["baseline", "prune", "--baseline-dir", bdir, "--older-than", "0", "--dry-run"]) == 0
-    assert "would remove" in capsys.readouterr().out
+    # prune lists by default (--dry-run still accepted) and removes only with --yes
+    for flags in ([], ["--dry-run"]):
+        assert main(["baseline", "prune", "--baseline-dir", bdir, "--older-than", "0", *flags]) == 0
+        out = capsys.readouterr().out
+        assert "would remove" in out and "run again with --yes" in out
+        assert len(BaselineStore(bdir).load_all()) == 1
+    assert main(["baseline", "prune", "--baseline-dir", bdir, "--older-than", "0", "--yes", "--dry-run"]) == 2
     assert len(BaselineStore(bdir).load_all()) == 1
-    assert main(["baseline", "prune", "--baseline-dir", bdir, "--older-than", "0"]) == 0
+    assert main(["baseline", "prune", "--baseline-dir", bdir, "--older-than", "0", "--yes"]) == 0
+    assert "1 record(s) removed" in capsys.readouterr().out
     assert BaselineStore(bdir).load_all() == []
 
     assert main(["baseline", "refresh", "--from", str(tmp_path / "nope"), "--baseline-dir", bdir]) == 2

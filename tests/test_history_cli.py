@@ -89,7 +89,7 @@ def test_record_check_show_find_a_recent_step(tmp_path, capsys):
 
     assert main(["history", "show", "--history", str(hist), "-k", "gemm", "--last", "4"]) == 0
     out = capsys.readouterr().out
-    assert "12 run(s)" in out and "regression x1.15" in out and "nightly-09" in out
+    assert "12 run(s)" in out and "regression +15." in out and "nightly-09" in out
     line = next(ln for ln in out.splitlines() if "Cijk_gemm" in ln)
     assert "+15." in line  # trend over the last 4 run medians: 1000 -> 1150
     assert "exposed_comm_ns" not in out  # -k filters kernels

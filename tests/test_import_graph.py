@@ -25,7 +25,7 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # Layers, lowest first; a module may import its own layer and the layers below it.
 # Kept equal to the "Layers" section of docs/ARCHITECTURE.md (test_layer_order_documented).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "paths", "safe_io", "jsonsafe", "redact", "textsafe", "config", "workdir",
+    ("foundation", ("version", "numbers", "errors", "paths", "safe_io", "jsonsafe", "redact", "textsafe", "config", "workdir",
                     "jsonkeys", "run.results")),
     ("sweep", ("sweep",)),
     ("traces", ("traces",)),
@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("history", ("history",)),
     ("report", ("report",)),
     ("pytest glue", ("plugin", "pytest_glue", "shard")),
-    ("cli", ("cli", "commands")),
+    ("cli", ("cli", "commands", "api")),
 )
 
 LAZY_COMMENT = re.compile(r"#\s*lazy\b")

@@ -6,12 +6,13 @@ nor scipy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -24,6 +25,7 @@ from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.workdir import TOOL_DIR, default_output_dir
 from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
 from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.traces.schema import Trace
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
 from pytest_gemmperf.traces.categories import load_rules
@@ -42,54 +44,81 @@ STR_DTYPE = "category"
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with input_errors():
         return _run(args)
+
+
+@contextlib.contextmanager
+def input_errors() -> Iterator[None]:
+    """What the OS raises while reading, as one line naming the file: the readers convert what
+    they know; anything else the OS raises still gets one line."""
+    try:
+        yield
     except (OSError, UnicodeError) as exc:
-        # readers convert what they know; anything else the OS raises still gets one line
         where = getattr(exc, "filename", None)
         reason = getattr(exc, "strerror", None) or exc
         raise GemmperfInputError(where, f"{type(exc).__name__}: {reason}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
+    result = analyze(args, full=getattr(args, "report", True))
+    write_outputs(args, result, Path(args.out) if args.out else None, report=getattr(args, "report", True))
+    for note in result.inputs.notes:
+        print(printable(f"note: {note}"), file=sys.stderr)
+    return 0
 
+
+@dataclass(frozen=True)
+class Analyzed:
+    """What ``gemmperf analyze`` computed before writing anything: kernels.csv's rows, summary.json's
+    content and, when read in full (``full``), the trace and its recategorized dispatches."""
+
+    kernels: pd.DataFrame
+    summary: dict
+    inputs: "Inputs"
+    trace: Trace | None = None
+    dispatches: pd.DataFrame | None = None
+
+
+def analyze(args: argparse.Namespace, *, full: bool) -> Analyzed:
+    """The command's tables from its arguments (``paths``, ``warmup``, ``categories``, ``jobs``,
+    ``allow_partial``). ``full``: hold every dispatch (what the reports read); else each source is
+    reduced in a worker (kernels.csv and summary.json alike, bounded memory)."""
     args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
     extra_rules = _rules(args.categories)
     paths = _complete_parts(args.paths, getattr(args, "allow_partial", False))
     jobs = getattr(args, "jobs", 0)
-    report = getattr(args, "report", True)
-    # kernels.csv and summary.json need per-source reductions only; the reports read every
-    # dispatch (timelines, overlap), so only they make the parent hold the full table
-    reduced = None if report else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
-    if reduced is None:
+    if full:
         trace = load(paths, jobs=jobs)
         d = recategorize(trace.dispatches, extra_rules)
         inputs = Inputs(totals=dispatch_totals(d), agents=trace.agents, notes=trace.meta.get("notes", []),
                         sources=trace.meta.get("sources", []))
         kernels = kernel_table(d, warmup=args.warmup)
-    else:
-        inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
-                        sources=reduced.sources)
-        # the warm-up was dropped where each source was read; the totals count every dispatch
-        kernels = rows_kernel_table(reduced.rows, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
-    summary = build_summary(args, inputs, kernels)
+        return Analyzed(kernels, build_summary(args, inputs, kernels), inputs, trace, d)
+    reduced = reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
+    inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
+                    sources=reduced.sources)
+    # the warm-up was dropped where each source was read; the totals count every dispatch
+    kernels = rows_kernel_table(reduced.rows, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
+    return Analyzed(kernels, build_summary(args, inputs, kernels), inputs)
 
-    out = Path(args.out) if args.out else None
+
+def write_outputs(args: argparse.Namespace, result: Analyzed, out: Path | None, *, report: bool) -> Path:
+    """kernels.csv and summary.json into ``out`` (None: a new default output directory), then, when
+    ``report`` and the dispatches were read in full, the reports; returns the directory."""
     try:
         out = out or default_output_dir(DEFAULT_OUT)
         out.mkdir(parents=True, exist_ok=True)
 
-        write_csv(kernels, out / "kernels.csv")  # formulas neutralised, no link followed
-        write_text(out / "summary.json", json.dumps(clean(summary), indent=2, allow_nan=False) + "\n")
+        write_csv(result.kernels, out / "kernels.csv")  # formulas neutralised, no link followed
+        write_text(out / "summary.json", json.dumps(clean(result.summary), indent=2, allow_nan=False) + "\n")
     except OSError as exc:
         raise GemmperfInputError(out or TOOL_DIR, f"cannot write output: {exc.strerror or exc}") from None
-    print(printable(f"gemmperf analyze: {summary['n_dispatches']} dispatches, {len(kernels)} kernel rows -> "
-                    f"{out / 'kernels.csv'}, {out / 'summary.json'}"))
-    if reduced is None and report:
-        _write_reports(args, trace, d, out)
-    for note in inputs.notes:
-        print(printable(f"note: {note}"), file=sys.stderr)
-    return 0
+    print(printable(f"gemmperf analyze: {result.summary['n_dispatches']} dispatches, {len(result.kernels)} "
+                    f"kernel rows -> {out / 'kernels.csv'}, {out / 'summary.json'}"))
+    if report and result.trace is not None and result.dispatches is not None:
+        _write_reports(args, result.trace, result.dispatches, out)
+    return out
 
 
 @dataclass(frozen=True)

@@ -65,13 +65,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="diff against a whole-record replace (what `refresh --replace` writes)")
     d.set_defaults(func=run_diff)
 
-    pr = bsub.add_parser("prune", help="remove old baselines",
-                         description="Remove baseline records not updated for DAYS days.")
+    pr = bsub.add_parser("prune", help="remove old baselines (lists them unless --yes)",
+                         description="List the baseline records not updated for DAYS days; "
+                                     "remove them with --yes.")
     common(pr)
     pr.add_argument("--older-than", type=float, metavar="DAYS",
                     help="records not updated for DAYS days (required to select anything)")
     pr.add_argument("--hw", metavar="KEY", help="only this hardware key (default: all)")
-    pr.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    pr.add_argument("--yes", action="store_true", help="remove (default: list what would be removed)")
+    pr.add_argument("--dry-run", action="store_true",
+                    help="list what would be removed (the default; kept for scripts that pass it)")
     pr.set_defaults(func=run_prune)
 
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

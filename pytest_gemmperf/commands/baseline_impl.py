@@ -9,13 +9,16 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
-from pytest_gemmperf.config import add_cli_option
+from pytest_gemmperf.config import SettingError, add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.headline import PRINTED_NUMBERS, footer_lines
+from pytest_gemmperf.gate.compare import GateConfig, compare
+from pytest_gemmperf.gate.headline import PRINTED_NUMBERS, change_text, footer_lines
+from pytest_gemmperf.commands.termtable import NO_VALUE, value_text
 from pytest_gemmperf.gate.verdict import per_process_medians
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.store.baselines import BaselineStore
@@ -62,7 +65,6 @@ def _say(msg: str) -> None:
 MAX_TEXT = 70  # kernel names run to hundreds of characters; the files keep them whole
 
 
-NO_VALUE = "—"
 
 
 def _print_table(df: pd.DataFrame) -> None:
@@ -174,15 +176,15 @@ def run_diff(args: argparse.Namespace) -> int:
         diff = BaselineStore.diff(old, merged)
         diff = _with_medians(_with_medians(diff, "old_median", None if old is None else old.samples),
                              "new_median", merged.samples)
-        diff["ratio"] = diff["new_median"] / diff["old_median"]
-        counts = diff["change"].value_counts()
+        diff = diff_table(diff, None if old is None else _tested_changes(old.samples, new.samples, new.test_id))
+        counts = diff["diff"].value_counts()
         status = "new baseline" if old is None else ", ".join(
-            f"{counts.get(c, 0)} {c}" for c in ("changed", "added", "removed", "unchanged"))
+            f"{counts.get(c, 0)} {c}" for c in DIFF_STATES if c != SAME_MEDIAN or counts.get(c, 0))
         print(printable(f"{new.test_id}  [{new.hw_key}]: {status}"))
         if kept:
             print(printable(f"  point(s) not in the run: {', '.join(kept)} -- "
                             + ("REMOVED by --replace" if args.replace else "kept (refresh --replace would remove them)")))
-        shown = diff if args.all else diff[diff["change"] != "unchanged"]
+        shown = diff if args.all else diff[diff["diff"] != "unchanged"]
         if not shown.empty:
             _print_table(shown)
             printed = True
@@ -191,13 +193,65 @@ def run_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+#: a row whose printed median is the same on both sides while the samples behind it differ
+#: (more processes, a merged run): never called ``changed``
+SAME_MEDIAN = "same median"
+DIFF_STATES = ("changed", SAME_MEDIAN, "added", "removed", "unchanged")
+
+
+def diff_table(diff: pd.DataFrame, tested: pd.DataFrame | None) -> pd.DataFrame:
+    """What ``baseline diff`` prints per (point, kernel, metric): both medians in the metric's
+    unit, the tested change with its CI as ``gemmperf compare`` prints it (the run against the
+    stored record; ``tested``: compare's rows), the processes on each side, and ``diff``: a row
+    whose median is the same value on both sides is never ``changed`` (``same median`` when
+    only the processes behind it differ)."""
+    old_text = [value_text(x, m) for x, m in zip(diff["old_median"], diff["metric"])]
+    new_text = [value_text(x, m) for x, m in zip(diff["new_median"], diff["metric"])]
+    state = diff["change"].astype(str).to_numpy(dtype=object).copy()
+    a, b = diff["old_median"].to_numpy(float), diff["new_median"].to_numpy(float)
+    # the store calls a row changed when its processes differ too; equal values are not a change
+    same_value = np.isclose(a, b, rtol=1e-12, atol=0)
+    for i in np.flatnonzero((state == "changed") & same_value):
+        same_units = _count(diff["old_n_units"].iloc[i]) == _count(diff["new_n_units"].iloc[i])
+        state[i] = "unchanged" if same_units else SAME_MEDIAN
+    change = pd.Series("-", index=diff.index, dtype=object)
+    if tested is not None and len(tested):
+        keys = pd.MultiIndex.from_frame(diff[["point", "kernel", "metric"]].astype(str))
+        change = tested.reindex(keys)["change"].fillna("-").set_axis(diff.index)
+    units = [f"{_count(a)} -> {_count(b)}" for a, b in zip(diff["old_n_units"], diff["new_n_units"])]
+    return pd.DataFrame({"point": diff["point"], "kernel": diff["kernel"], "metric": diff["metric"],
+                         "old": old_text, "new": new_text, "change [95% CI]": change.to_numpy(),
+                         "processes": units, "diff": state}, index=diff.index)
+
+
+def _count(n: object) -> str:
+    return NO_VALUE if n is None or n is pd.NA or (isinstance(n, float) and n != n) else str(int(n))
+
+
+def _tested_changes(old: pd.DataFrame, new: pd.DataFrame, test: str) -> pd.DataFrame:
+    """Per (point, kernel, metric) as strings: the change of the run against the stored
+    record with its 95 % CI, the text ``gemmperf compare`` prints
+    (:func:`~pytest_gemmperf.gate.headline.change_text` of the gate's own comparison)."""
+    v = compare(old, new, GateConfig(), test=test)
+    if not len(v):
+        return pd.DataFrame(columns=["change"])
+    text = [change_text(r, lo, hi) for r, lo, hi in zip(v["ratio"], v["ci_low"], v["ci_high"])]
+    keys = pd.MultiIndex.from_frame(v[["point", "kernel", "metric"]].astype(str))
+    out = pd.DataFrame({"change": text}, index=keys)
+    return out[~out.index.duplicated()]
+
+
 def run_prune(args: argparse.Namespace) -> int:
-    removed = _store(args).prune(older_than=args.older_than, dry_run=args.dry_run, hw_key=args.hw, report=_say)
-    verb = "would remove" if args.dry_run else "removed"
+    """Lists what ``--older-than`` selects; removes it only with ``--yes`` (as ``history prune``)."""
+    if args.yes and args.dry_run:
+        raise SettingError("--yes removes and --dry-run only lists: give one of them")
+    dry = not args.yes
+    removed = _store(args).prune(older_than=args.older_than, dry_run=dry, hw_key=args.hw, report=_say)
+    verb = "would remove" if dry else "removed"
     for r in removed:
         print(printable(f"{verb} {r['hw_key']} {r['test_id']} (updated {r['updated']}; {r['reason']})"))
     if args.older_than is None:
         _say("nothing selected: pass --older-than DAYS")
-    print(printable(f"{len(removed)} record(s) {'to remove' if args.dry_run else 'removed'}"))
+    print(printable(f"{len(removed)} record(s) " + ("to remove" + ("; run again with --yes to remove them"
+                                                                    if removed else "") if dry else "removed")))
     return 0
-

@@ -6,11 +6,13 @@ nor scipy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
@@ -40,13 +42,66 @@ CSV_COLUMNS = VERDICTS_CSV_COLUMNS
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with input_errors():
         return _run(args)
+
+
+@contextlib.contextmanager
+def input_errors() -> Iterator[None]:
+    """What the OS raises while reading or writing, as one line naming the file."""
+    try:
+        yield
     except (OSError, UnicodeError) as exc:
         raise GemmperfInputError(getattr(exc, "filename", None), str(exc)) from None
 
 
 def _run(args: argparse.Namespace) -> int:
+    g = gate(args)
+    out = write_outputs(args, g, Path(args.out) if args.out else None, report=getattr(args, "report", True))
+    counts = g.verdicts["verdict"].value_counts()
+    print(printable(threshold_line(g.used, g.threshold, g.origin.text)))
+    print(format_verdict_table(printable_frame(g.verdicts), args.max_rows, warmup=args.warmup))
+    print(printable("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}"))
+    status = exit_status(g.verdicts, len(g.damaged))
+    if status == 1:
+        print(printable(f"gemmperf: {int(counts.get(REGRESSION, 0))} regression(s)"), file=sys.stderr)
+    elif g.damaged:
+        print(printable(f"gemmperf: {len(g.damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
+    return status
+
+
+def exit_status(verdicts: pd.DataFrame, n_damaged: int) -> int:
+    """The command's exit status for its verdicts: 1 when any is a regression (what CI reads as
+    "the code got slower"), 2 when damaged baseline records were not compared, else 0."""
+    if (verdicts["verdict"] == REGRESSION).any():
+        return 1
+    if n_damaged:
+        return 2
+    return 0
+
+
+@dataclasses.dataclass
+class Gated:
+    """What ``gemmperf compare`` decided before writing anything."""
+
+    verdicts: pd.DataFrame
+    labels: list[str]
+    threshold: float
+    origin: Origin
+    #: per test and point: (the test's own rule or None, where it was recorded)
+    used: dict[str, dict[str, tuple[float | None, str]]]
+    damaged: list
+    base: dict[str, pd.DataFrame]
+    cand_samples: list[tuple[str, dict]]
+    #: input path -> its trace (only when the reports were asked for)
+    traces: dict
+    compared: list
+
+
+def gate(args: argparse.Namespace) -> Gated:
+    """The verdicts of the command's candidates against its baseline (settings already resolved
+    on ``args``); appends to ``--history`` as it goes. Tables for the reports are kept when
+    ``args.report``."""
     mistake = argument_order_error(args.base, list(args.cands), getattr(args, "argv", None))
     if mistake is not None:
         raise mistake
@@ -80,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     frames = []
     cand_samples = []
     compared: list = []  # what each compare() call received: the report draws it per process
-    used: dict[str, dict[str, tuple[float, str]]] = {}
+    used: dict[str, dict[str, tuple[float | None, str]]] = {}
     for label, cpath in zip(labels, args.cands):
         agents: dict = {}  # a trace candidate's agents: its hardware key in --history
         cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents, allow_partial=partial)
@@ -100,27 +155,21 @@ def _run(args: argparse.Namespace) -> int:
                 v.insert(0, "label", label)
             frames.append(v)
     verdicts = pd.concat(frames, ignore_index=True)
-    out = Path(args.out) if args.out else default_output_dir(DEFAULT_OUT)
+    return Gated(verdicts, labels, threshold, origin, used, damaged, base, cand_samples, traces, compared)
+
+
+def write_outputs(args: argparse.Namespace, g: Gated, out: Path | None, *, report: bool) -> Path:
+    """verdicts.csv (and ``--benchmark-json``, and with ``report`` the reports) into ``out``
+    (None: a new default output directory); returns the directory."""
+    out = out or default_output_dir(DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
 
-    write_csv(verdicts_csv_order(verdicts), out / "verdicts.csv")  # formulas neutralised, no link followed
+    write_csv(verdicts_csv_order(g.verdicts), out / "verdicts.csv")  # formulas neutralised, no link followed
     if args.benchmark_json:
-        _export(args.benchmark_json, base, cand_samples)
-    if getattr(args, "report", True):
-        _write_reports(args, labels, verdicts, traces, out, compared)
-
-    counts = verdicts["verdict"].value_counts()
-    print(printable(threshold_line(used, threshold, origin.text)))
-    print(format_verdict_table(printable_frame(verdicts), args.max_rows, warmup=args.warmup))
-    print(printable("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}"))
-    n_reg = int(counts.get(REGRESSION, 0))
-    if n_reg:
-        print(printable(f"gemmperf: {n_reg} regression(s)"), file=sys.stderr)
-        return 1
-    if damaged:
-        print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
-        return 2
-    return 0
+        _export(args.benchmark_json, g.base, g.cand_samples)
+    if report:
+        _write_reports(args, g.labels, g.verdicts, g.traces, out, g.compared)
+    return out
 
 
 STORE, RESULTS, OTHER = "baseline store", "results directory", "other"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import pandas as pd
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.config import SettingError, add_cli_option
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.textsafe import printable, printable_frame
+from pytest_gemmperf.commands.termtable import fit_table, values_text
+from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.workdir import default_output_dir
 from pytest_gemmperf.commands.defaults import HISTORY_CHECK_OUT as CHECK_OUT
 from pytest_gemmperf.commands.defaults import HISTORY_LAST as DEFAULT_LAST
@@ -201,6 +203,7 @@ def trend_table(history: pd.DataFrame, last: int = DEFAULT_LAST) -> pd.DataFrame
     out["runs"] = g["_all"].first().astype(int)
     out["last_runs"] = g["run_id"].agg(lambda s: " ".join(map(str, s)))
     out["last_values"] = g["value"].agg(lambda s: " ".join(_fmt(v) for v in s))
+    out["last_value_list"] = g["value"].agg(list)
     out["latest"] = lastv
     out["trend_pct"] = trend.where(n > 1)
     out["slope_pct_per_run"] = ((np.exp(b) - 1.0) * 100.0).where(n > 1)
@@ -219,6 +222,10 @@ def detect(history: pd.DataFrame, detect_changes, source: str) -> pd.DataFrame:
     return ch if "hw_key" in ch.columns else ch.assign(hw_key=pd.Series(dtype=object))
 
 
+#: the width ``history show`` fits when the terminal does not say (a pipe, CI logs)
+SHOW_WIDTH = 160
+
+
 def run_show(args: argparse.Namespace) -> int:
     if store_missing(_require_store(args)):
         return 2
@@ -233,20 +240,25 @@ def run_show(args: argparse.Namespace) -> int:
         changes = detect(h, det[0], args.history)
         t["latest_change"] = _latest_change(t, changes)
         t["latest_change"] = _with_suspects(t, newest_run_suspects(h, check_threshold(args)[0], changes=changes))
-    cols = ["test", "point", "kernel", "metric", "runs", "last_values", "trend_pct", "slope_pct_per_run",
-            "latest_change"]
+    shown = t.head(args.max_rows)
+    header = ["test", "point", "kernel", "metric", "runs", f"last {args.last} run medians", "trend", "slope/run",
+              "latest change"]
+    rows = [[printable(str(r["test"])), printable(str(r["point"])), printable(str(r["kernel"])), str(r["metric"]),
+             str(r["runs"]), values_text(r["last_value_list"], str(r["metric"])), _pct(r["trend_pct"]),
+             _pct(r["slope_pct_per_run"]), printable(str(r["latest_change"]))]
+            for r in shown.to_dict("records")]
     if t["hw_key"].nunique() > 1:
-        cols.insert(0, "hw_key")
-    shown = t[cols].head(args.max_rows).copy()
-    shown["kernel"] = [k if len(k) <= 48 else k[:45] + "..." for k in shown["kernel"].astype(str)]
-    shown["trend_pct"] = [_pct(v) for v in shown["trend_pct"]]
-    shown["slope_pct_per_run"] = [_pct(v) for v in shown["slope_pct_per_run"]]
-    shown = shown.rename(columns={"last_values": f"last {args.last} run medians", "trend_pct": "trend",
-                                  "slope_pct_per_run": "slope/run"})
+        header.insert(0, "hw")
+        for row, hw in zip(rows, shown["hw_key"].astype(str)):
+            row.insert(0, printable(hw))
     n_runs = h["run_id"].nunique()
     print(printable(f"history {args.history}: {n_runs} run(s), {len(t)} series "
                     f"({h['time'].min():%Y-%m-%d %H:%M} .. {h['time'].max():%Y-%m-%d %H:%M} UTC)"))
-    print(printable_frame(shown).to_string(index=False))
+    # as wide as the terminal (COLUMNS), else 160: long test ids and kernel names are
+    # shortened in the middle, never wrapped
+    width = shutil.get_terminal_size((SHOW_WIDTH, 24)).columns
+    print("\n".join(fit_table(header, rows, width, shrink=("kernel", "test", "latest change", "hw"),
+                               right=("runs", "trend", "slope/run"))))
     if len(t) > args.max_rows:
         print(printable(f"... {len(t) - args.max_rows} more series (narrow with -k / --test)"))
     if note:
@@ -258,7 +270,8 @@ def _latest_change(t: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     if changes is None or changes.empty:
         return ["none"] * len(t)
     c = changes.sort_values("time_after", kind="stable").groupby(SERIES, sort=False, observed=True).tail(1)
-    text = [f"{d} x{r:.3f} at {ra}" + (f" ({str(cm)[:10]})" if isinstance(cm, str) and cm else "")
+    # the change as compare prints it (a percentage), the run it appeared in and its commit
+    text = [f"{d} {100 * (r - 1):+.1f}% at {ra}" + (f" ({str(cm)[:10]})" if isinstance(cm, str) and cm else "")
             for d, r, ra, cm in zip(c["direction"], c["ratio"].astype(float), c["run_after"], c["commit_after"])]
     lut = dict(zip(map(tuple, c[SERIES].astype(str).to_numpy()), text))
     return [lut.get(tuple(k), "none") for k in t[SERIES].astype(str).to_numpy()]

@@ -28,6 +28,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.gate.samples import samples_from_dispatches
+from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.safe_io import write_text
 
 #: pytest-benchmark version whose layout is written (``version`` field).
@@ -141,4 +142,4 @@ def write_pytest_benchmark_json(path: str | os.PathLike, data: pd.DataFrame, **k
 
     # private temp file + rename: a link planted at the path (or at a fixed temp name) is
     # never written through
-    return write_text(p, json.dumps(doc, indent=2, ensure_ascii=True))
+    return write_text(p, json.dumps(clean(doc), indent=2, ensure_ascii=True))

@@ -28,6 +28,7 @@ from pytest_gemmperf.gate.benchmark_export import to_pytest_benchmark_json
 from pytest_gemmperf.gate.samples import samples_from_dispatches
 from pytest_gemmperf.pytest_glue.reporting import PROP_GATED
 from pytest_gemmperf.run.results import ResultsDir
+from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.safe_io import write_text
 
 
@@ -69,4 +70,4 @@ def write_session_benchmark_json(path: Path, results_root: Path, gated: Iterable
     doc["benchmarks"] = benches
     path.parent.mkdir(parents=True, exist_ok=True)
     # private temp file + rename: never written through a planted link
-    return write_text(path, json.dumps(doc, indent=2, ensure_ascii=True)), len(benches)
+    return write_text(path, json.dumps(clean(doc), indent=2, ensure_ascii=True)), len(benches)

@@ -152,8 +152,31 @@ def _session_meta(run: Mapping[str, Any]) -> dict[str, Any]:
             if v not in (None, "", {}):
                 meta[key] = v if not isinstance(v, Mapping) else json.dumps(v, sort_keys=True)
                 break
+    tree = working_tree_text({**versions, **run})
+    if tree:
+        meta["working_tree"] = tree
     meta["run"] = dict(run)
     return meta
+
+
+def working_tree_text(facts: Mapping[str, Any]) -> str | None:
+    """What the report says of the working tree a run was made from (``store/hardware.py``'s
+    ``git_state``): ``clean`` or ``uncommitted changes (diff sha256 1a2b3c4d5e6f)``, with the
+    ``git describe`` name and the untracked files; None where it was not recorded."""
+    dirty = facts.get("git_dirty")
+    if not isinstance(dirty, bool):
+        return None
+    text = "clean"
+    if dirty:
+        digest = facts.get("git_diff_sha256")
+        text = "uncommitted changes" + (f" (diff sha256 {str(digest)[:12]})" if digest else "")
+    describe = facts.get("git_describe")
+    if isinstance(describe, str) and describe:
+        text += f"; {describe}"
+    untracked = facts.get("git_untracked")
+    if isinstance(untracked, int) and not isinstance(untracked, bool) and untracked:
+        text += f"; {untracked} untracked file(s)"
+    return text
 
 
 def read_verdict_files(root: Path) -> pd.DataFrame | None:
@@ -197,5 +220,5 @@ def write_results_reports(results_dir: str | os.PathLike, out_dir: str | os.Path
     return Path(out_dir)
 
 
-__all__ = ["FORMATS", "ComparedSamples", "ReportData", "build_report_data", "hardware_from_agents",
+__all__ = ["FORMATS", "ComparedSamples", "working_tree_text", "ReportData", "build_report_data", "hardware_from_agents",
            "read_verdict_files", "write_reports", "write_results_reports"]

@@ -24,6 +24,7 @@ from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_sheet
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
+from pytest_gemmperf.numbers import tidy_float
 from pytest_gemmperf.safe_io import atomic_open
 from pytest_gemmperf.report.data import report_kernel_labels
 from pytest_gemmperf.analysis.variance import parse_point_axes
@@ -137,14 +138,19 @@ class _Book:
         if spec.kind in ("text", "bool"):
             values = s.astype(object).where(s.notna(), None).tolist()
             for i, v in enumerate(values):
-                if v is not None:
+                if isinstance(v, (bool, np.bool_)):  # a boolean cell, not the text 'False'
+                    ws.write_boolean(row0 + i, col, bool(v), fmt)
+                elif isinstance(v, float):  # a number among text: without its binary noise
+                    ws.write_number(row0 + i, col, tidy_float(v), fmt)
+                elif v is not None:
                     ws.write_string(row0 + i, col, str(v), fmt)
             return
         arr = pd.to_numeric(s, errors="coerce").astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
         if spec.scale != 1.0:
             arr = arr * spec.scale
         for i in np.flatnonzero(np.isfinite(arr)):
-            ws.write_number(row0 + int(i), col, float(arr[i]), fmt)
+            # ns shown in µs: 9436846.9 ns * 1e-3 must read 9436.8469, not 9436.846899999999
+            ws.write_number(row0 + int(i), col, tidy_float(float(arr[i])), fmt)
 
     def close(self) -> None:
         self.wb.close()
@@ -181,7 +187,7 @@ def _summary_sheet(book: _Book, data: ReportData) -> None:
     for k, v in facts:
         ws.write_string(row, 0, k, f["header"])
         if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
-            ws.write_number(row, 1, float(v), f["int"] if float(v).is_integer() else f["float"])
+            ws.write_number(row, 1, tidy_float(float(v)), f["int"] if float(v).is_integer() else f["float"])
         else:
             ws.write_string(row, 1, str(v))
         row += 1
@@ -198,14 +204,14 @@ def _summary_sheet(book: _Book, data: ReportData) -> None:
         wide = wide[[lab for lab in data.labels if lab in wide.columns]]
         wide = wide.sort_values(wide.columns[0], ascending=False)
         r0 = row + 2
-        ws.write_string(r0 - 1, 0, "GPU kernel time by category, all points and ranks (ms)", f["note"])
+        ws.write_string(r0 - 1, 0, "kernel time by category, all points and ranks (ms)", f["note"])
         ws.write_string(r0, 0, "category", f["header"])
         for j, lab in enumerate(wide.columns):
             ws.write_string(r0, 1 + j, f"{lab} time (ms)", f["header"])
         for i, (catname, vals) in enumerate(wide.iterrows()):
             ws.write_string(r0 + 1 + i, 0, str(catname))
             for j, v in enumerate(vals):
-                ws.write_number(r0 + 1 + i, 1 + j, float(v), f["ms"])
+                ws.write_number(r0 + 1 + i, 1 + j, tidy_float(float(v)), f["ms"])
         chart = book.wb.add_chart({"type": "bar"})
         n = len(wide)
         for j, lab in enumerate(wide.columns):
@@ -360,7 +366,7 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
                               "categories": ["Summary_By_Config", hdr + 1, 0, hdr + n, 0],
                               "values": ["Summary_By_Config", hdr + 1, j, hdr + n, j],
                               "fill": {"color": colour}})
-        chart.set_title({"name": "GPU time per config"})
+        chart.set_title({"name": "kernel time per config"})
         chart.set_y_axis({"name": "time (ms)"})
         ws.insert_chart(hdr + n + 3, 0, chart, {"x_scale": 1.5, "y_scale": 1.2})
 
@@ -435,7 +441,7 @@ def _fill(book: "_Book", data: ReportData) -> None:
                    "TraceLens kernel_summary per kernel name, in true µs/ms (TraceLens's rocprof mode "
                    "prints ns under µs labels); cumulative share computed after sorting")
         book.table("by_category", public(data.by_category, data),
-                   "GPU kernel time per point, rank and category (all dispatches)")
+                   "kernel time per point, rank and category (all dispatches)")
         _short_kernels_sheet(book, data)
         book.table("kernel_details", public(data.kernel_details, data),
                    "the 100 longest dispatches (TraceLens kernel_details)")

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf import __version__
+from pytest_gemmperf.version import __version__
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.history_svg import ChangeMark, SeriesChart, trend_chart

@@ -17,7 +17,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from pytest_gemmperf import __version__
+from pytest_gemmperf.version import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.variance import parse_point_axes
 from pytest_gemmperf.gate import metrics as M
@@ -122,7 +122,8 @@ def _meta_rows(data: ReportData) -> list[tuple[str, str]]:
         rows.append((sweeps[0], ", ".join(sweeps[1]) + (" (first = baseline)" if data.multi else "")))
     for key, title in (("hardware", "hardware"), ("rocm_version", "ROCm"),
                        ("rocprofv3_version", "rocprofv3"), ("torch_version", "PyTorch"),
-                       ("commit", "commit"), ("host", "host"), ("created", "run started"),
+                       ("commit", "commit"), ("working_tree", "working tree"), ("host", "host"),
+                       ("created", "run started"),
                        ("baseline", "baseline"), ("inputs", "inputs"), ("command", "command")):
         v = m.get(key)
         if v not in (None, "", [], {}):
@@ -337,7 +338,7 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
         "timeline_rows": _records(data.timeline_by_point),
         "overlap_svg": plots.overlap_scatter(data.overlap),
         "overlap_rows": overlap_rows,
-        "category_svg": plots.hbar(cat_series, "GPU kernel time by category (ms)", "ms"),
+        "category_svg": plots.hbar(cat_series, "kernel time by category (ms)", "ms"),
         "counters": counter_rows,
         "counter_cols": counter_cols,
         "top": top_rows,

@@ -187,7 +187,8 @@ def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
 
 def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900,
                 short: dict[str, str] | None = None) -> Markup:
-    """Ratio candidate/baseline with its CI per kernel; threshold band around 1.
+    """The tested change (the gate's ratio, candidate / baseline) with its CI per kernel;
+    threshold band around 1.
 
     Rows are labelled by ``short`` (full kernel name -> page label) when given; the full
     name is in each label's tooltip.
@@ -204,7 +205,7 @@ def forest_plot(verdicts: pd.DataFrame, *, max_rows: int = 30, width: int = 900,
     thr = float(np.nanmax(v["threshold"].astype(float))) if v["threshold"].notna().any() else 0.05
     lo = min(float(lows.min()), 1 - thr) * 0.98
     hi = max(float(highs.max()), 1 + thr) * 1.02
-    svg = _Svg(width, height, "candidate / baseline median duration with 95% CI")
+    svg = _Svg(width, height, "tested change of each kernel's duration, candidate vs baseline, with its 95% CI")
     x0, x1 = left, width - right
 
     def X(r: float) -> float:
@@ -324,7 +325,7 @@ def stacked_timeline(tp: pd.DataFrame, *, multi: bool, width: int = 900) -> Mark
     left, right, top, row_h = 170, 30, 30, 24
     height = top + row_h * len(rows) + 50
     total = float(rows["total_time_ms"].max()) or 1.0
-    svg = _Svg(width, height, "GPU time per point (mean over ranks, ms)")
+    svg = _Svg(width, height, "kernel time per point (mean over ranks, ms)")
     x0, x1 = left, width - right
     lx = x0
     for _, name, colour in parts:  # legend
@@ -357,6 +358,14 @@ def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 34
     g = g[np.isfinite(g["dur"]) & (g["dur"] > 0)]
     if len(g) == 0:
         return empty_note("no GEMM durations")
+    if len(g) == 1:  # one point is no chart: said in words
+        r = g.iloc[0]
+        frac = float(r["frac"]) if math.isfinite(r["frac"]) else 0.0
+        who = f"{r['label']}: " if g["label"].nunique() > 1 or r["label"] != "run" else ""
+        return Markup('<p class="note">') + escape(
+            f"One GEMM kernel ({who}{r['kernel']}): median {r['dur']:.3g} µs over {int(r['count'])} dispatch(es), "
+            + ("never overlapping a collective." if frac == 0 else
+               f"on average {100 * frac:.0f} % of each dispatch overlapping a collective.")) + Markup("</p>")
     left, right, top, bottom = 60, 20, 20, 50
     lo, hi = math.log10(g["dur"].min()) - 0.1, math.log10(g["dur"].max()) + 0.1
     svg = _Svg(width, height, "GEMM overlap with collectives vs duration")

@@ -161,7 +161,7 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
         f"dispatches: {sum(data.n_dispatches.values()):,}"]
     if counts:
         facts.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    for key in ("hardware", "rocm_version", "rocprofv3_version", "commit"):
+    for key in ("hardware", "rocm_version", "rocprofv3_version", "commit", "working_tree"):
         if data.meta.get(key):
             facts.append(f"{key.replace('_', ' ')}: {md_code(data.meta[key])}")
     lines += [f"* {f}" for f in facts] + [""]

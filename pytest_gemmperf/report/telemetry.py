@@ -134,7 +134,10 @@ def telemetry_panel(samples: pd.DataFrame, processes: dict[str, list[int]] | Non
         return empty_note(f"{title}: no clock, power or temperature samples")
     t0 = int(samples["time_ns"].min())
     t_end = (int(samples["time_ns"].max()) - t0) / 1e9
-    left, right, strip_h, gap, top = 70, 20, 90, 26, 30
+    devices = sorted(samples["device"].astype(str).unique())
+    # each line is named in a margin right of the plot, never on top of a line
+    right = 12 + 7 * max(len(d) for d in devices)
+    left, strip_h, gap, top = 70, 90, 26, 30
     height = top + len(strips) * (strip_h + gap) + 30
     svg = _Svg(width, height, f"telemetry of {title}")
     svg.text(left, 16, f"telemetry: {title}", weight="bold")
@@ -157,7 +160,6 @@ def telemetry_panel(samples: pd.DataFrame, processes: dict[str, list[int]] | Non
         for a, b in _intervals(t, g["value"].to_numpy() > 0, interval_s):
             svg.rect(X(a), y_all0, max(X(b) - X(a), 1.0), y_all1 - y_all0, "#d62728", opacity=0.25,
                      tip=f"{dev} throttled {b - a:.2f} s")
-    devices = sorted(samples["device"].astype(str).unique())
     for k, (name, unit, df) in enumerate(strips):
         y0 = top + k * (strip_h + gap)
         y1 = y0 + strip_h
@@ -177,12 +179,15 @@ def telemetry_panel(samples: pd.DataFrame, processes: dict[str, list[int]] | Non
                 svg.line(left - 4, Y(tv), left, Y(tv))
                 svg.text(left - 6, Y(tv) + 4, _num(tv), anchor="end")
         svg.text(left + 4, y0 + 10, f"{name} ({unit})")
+        ends: list[tuple[float, str, str]] = []
         for dev, g in df.groupby("device", sort=True):
             g = g.sort_values("time_ns")
             t, v = _bucket((g["time_ns"].to_numpy() - t0) / 1e9, g["value"].to_numpy(float))
             color = COLORS[devices.index(str(dev)) % len(COLORS)] if str(dev) in devices else COLORS[0]
             svg.polyline(((X(a), Y(b)) for a, b in zip(t, v)), color)
-            svg.text(x1 - 2, Y(float(v[-1])) - 3, str(dev), anchor="end", fill=color)
+            ends.append((Y(float(v[-1])), str(dev), color))
+        for y, dev, color in label_rows(ends, y0, y1):
+            svg.text(x1 + 4, y + 4, dev, anchor="start", fill=color)
     yb = top + len(strips) * (strip_h + gap) - gap
     for tv in _ticks(0.0, span):
         svg.line(X(tv), yb, X(tv), yb + 4)
@@ -190,6 +195,22 @@ def telemetry_panel(samples: pd.DataFrame, processes: dict[str, list[int]] | Non
     svg.text((left + x1) / 2, yb + 28, "seconds since the point started (shaded red: throttled)",
              anchor="middle")
     return svg.markup()
+
+
+def label_rows(ends: list[tuple[float, str, str]], top: float, bottom: float,
+               line_h: float = 11.0) -> list[tuple[float, str, str]]:
+    """Labels ``(y of the line's last value, text, colour)`` moved apart vertically to at least
+    ``line_h`` from each other, as near their lines as that allows, kept within
+    ``[top, bottom]`` where they fit."""
+    out = sorted(ends)
+    ys = [y for y, _, _ in out]
+    for i in range(1, len(ys)):
+        ys[i] = max(ys[i], ys[i - 1] + line_h)
+    shift = ys[-1] - bottom if ys and ys[-1] > bottom else 0.0
+    ys = [max(top, y - shift) for y in ys] if shift else ys
+    for i in range(1, len(ys)):
+        ys[i] = max(ys[i], ys[i - 1] + line_h)
+    return [(y, text, colour) for y, (_, text, colour) in zip(ys, out)]
 
 
 def telemetry_context(samples: pd.DataFrame, summary: pd.DataFrame, meta: dict[str, dict]) -> list[dict[str, Any]]:

@@ -99,7 +99,7 @@ def _own_cpu_s() -> float:
 
 def _load1() -> float | None:
     try:
-        return float(os.getloadavg()[0])
+        return round(float(os.getloadavg()[0]), 2)  # as /proc/loadavg shows it
     except (AttributeError, OSError):
         return None
 

@@ -39,6 +39,7 @@ from filelock import FileLock
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.numbers import tidy_json
 from pytest_gemmperf.paths import contained
 from pytest_gemmperf.redact import redact_record
 
@@ -221,7 +222,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+    """``data`` as JSON, its floats without binary noise (``numbers.tidy_json``), written atomically."""
+    atomic_write_text(path, json.dumps(tidy_json(data), indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
 def _json_default(obj: Any) -> Any:

@@ -8,6 +8,7 @@ driver upgrade is exactly what the gate must compare across.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pytest_gemmperf import __version__
+from pytest_gemmperf.version import __version__
 
 #: Seconds allowed for each external probe (rocprofv3 --version, git rev-parse).
 PROBE_TIMEOUT_S = 10.0
@@ -181,6 +182,47 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     return out.strip() or None if out else None
 
 
+def _run_bytes(argv: list[str], cwd: str | os.PathLike | None = None) -> bytes | None:
+    """stdout of a probe command as bytes (a diff is not text), or None when it fails."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, cwd=cwd, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def git_state(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Whether the working tree the run was made from had uncommitted changes, so that a
+    regression caused by an uncommitted edit is not pinned on a clean commit:
+
+    * ``git_describe``: ``git describe --always --dirty`` (``v1.2-3-gabc123-dirty``);
+    * ``git_dirty``: tracked files differ from the commit (staged or not);
+    * ``git_diff_sha256``: SHA-256 of ``git diff HEAD --binary`` (None when clean): two runs
+      with the same commit and the same hash ran the same code;
+    * ``git_untracked``: how many untracked, not ignored files the tree holds (not hashed).
+
+    Every value is None where git is absent, the directory is no repository, or a probe fails
+    or hangs; never an error."""
+    none: dict[str, Any] = {"git_describe": None, "git_dirty": None, "git_diff_sha256": None,
+                            "git_untracked": None}
+    if not shutil.which("git"):
+        return none
+    describe = _run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=cwd)
+    if describe is None:
+        return none
+    diff = _run_bytes(["git", "-c", "core.quotePath=false", "diff", "HEAD", "--binary", "--no-color",
+                       "--no-ext-diff"], cwd=cwd)
+    untracked = _run_bytes(["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=cwd)
+    dirty = None if diff is None else bool(diff)
+    return {
+        "git_describe": describe.strip() or None,
+        "git_dirty": dirty,
+        "git_diff_sha256": hashlib.sha256(diff).hexdigest() if diff else None,
+        "git_untracked": None if untracked is None else len([p for p in untracked.split(b"\0") if p]),
+    }
+
+
 def collect_metadata(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
     """Software/host facts recorded beside a baseline (never part of its key).
 
@@ -196,6 +238,7 @@ def collect_metadata(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
         "driver_version": gpu_driver_version(),
         "host": socket.gethostname(),
         "git_commit": git_commit(cwd),
+        **git_state(cwd),
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "tool_version": __version__,
         "python_version": platform.python_version(),
