@@ -279,10 +279,15 @@ def _latest_change(t: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
 
 def _with_suspects(t: pd.DataFrame, suspects: pd.DataFrame) -> list[str]:
     """``latest_change``, with "suspect" where the newest run is one."""
-    lut = {tuple(map(str, k)): f"suspect x{r:.3f} at {rid} ({confirm_text(n)})"
+    # short: the table fits the terminal; `history check` prints the whole sentence
+    lut = {tuple(map(str, k)): f"suspect x{r:.3g} at {rid} ({_confirm_short(n)})"
            for k, r, rid, n in zip(suspects[SERIES].to_numpy(), suspects["ratio"].astype(float),
                                    suspects["run_id"], suspects["confirm_runs"])}
     return [lut.get(tuple(k), old) for k, old in zip(t[SERIES].astype(str).to_numpy(), t["latest_change"])]
+
+
+def _confirm_short(n: int | None) -> str:
+    return "confirm: ?" if n is None else f"confirm: {n} more run{'s' if n != 1 else ''}"
 
 
 def check_threshold(args: argparse.Namespace) -> tuple[float, str]:
