@@ -248,6 +248,20 @@ SETTINGS: tuple[Setting, ...] = (
             "re-run a suspicious point up to N rounds before blocking (its repeats each; "
             "0: off); the new processes join the candidate and the point is judged again",
             parse=_number(int, 0, 10, unit="rounds")),
+    Setting("undecided", "string", "skip", "fail|skip|pass", "skip",
+            "what a point the gate could not decide (an inconclusive gated row, no regression) "
+            "does: fail (the test fails with the reason), skip (reported skipped with the "
+            "reason) or pass (accepted); gemmperf compare: exit 1, 4 or 0",
+            parse=_one_of("fail", "skip", "pass"), cli="--undecided"),
+    Setting("quiet_wait", "string", "120", "SECONDS", "120",
+            "before each confirmation re-run of a disturbed point, wait up to this long for the "
+            "machine to become quiet (measured load; 0: re-run at once)",
+            parse=_number(float, 0, 86400, unit="seconds")),
+    Setting("decide_budget", "string", "600", "SECONDS", "600",
+            "an undecided point whose CI crosses the threshold is re-run with the processes "
+            "the power model says it needs (up to --gemmperf-max-repeats per side) while its "
+            "re-runs fit in this many seconds (0: off)",
+            parse=_number(float, 0, 86400, unit="seconds")),
     Setting("learn_variance", "bool", False, "", "off",
             "add each compared run's between-process variance to its baseline's "
             "history (sharper gate over time; writes baselines/)"),

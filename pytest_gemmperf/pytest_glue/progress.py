@@ -64,6 +64,7 @@ RUN_START = "run_start"        # run (0-based within this call), total, round
 RUN_END = "run_end"            # run, total, duration_s, ok, round
 PASSES_START = "passes_start"  # groups
 PASSES_END = "passes_end"      # groups, duration_s, ok
+QUIET_WAIT = "quiet_wait"      # round, waited_s, budget_s, reason (the host's disturbance), done
 
 
 
@@ -353,6 +354,15 @@ class PointProgress:
             self.groups = int(f.get("groups", 0))
             self.reporter.write(f"gemmperf   {self.label} counter passes 1-{self.groups}/{self.groups} "
                                 f"started (one rocprofv3 call; elapsed {_fmt_s(self.elapsed())}{self.eta()})")
+        elif event == QUIET_WAIT:
+            waited, budget = _fmt_s(f.get("waited_s")), _fmt_s(f.get("budget_s"))
+            if not f.get("done"):
+                line = f"waiting for a quiet machine ({printable(f.get('reason') or '')}), {waited} of {budget}"
+            elif f.get("reason"):
+                line = f"still disturbed after {waited} ({printable(f['reason'])}): re-running anyway"
+            else:
+                line = f"machine quiet after {waited}: re-running"
+            self.reporter.write(f"gemmperf   {self.label}{tag} {line}", level=0)
         elif event == PASSES_END:
             self.groups = 0
             state = "done" if f.get("ok", True) else "FAILED"

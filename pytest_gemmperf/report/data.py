@@ -24,6 +24,7 @@ from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
 from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
+from pytest_gemmperf.gate.outcome import outcome_counts, overall, point_outcomes
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
@@ -116,15 +117,19 @@ def sweep_fact(data: ReportData) -> tuple[str, list[str]] | None:
 
 
 def overall_status(verdicts: pd.DataFrame | None) -> str:
-    """``regression`` > ``inconclusive`` > ``pass``; ``analysis`` when nothing was compared."""
+    """The run's outcome over its points (``gate/outcome.py``): ``failed`` > ``error`` >
+    ``undecided`` > ``passed``; ``analysis`` when nothing was compared."""
     if verdicts is None or len(verdicts) == 0:
         return "analysis"
-    v = set(verdicts["verdict"].astype(str))
-    if REGRESSION in v:
-        return "regression"
-    if INCONCLUSIVE in v:
-        return "inconclusive"
-    return "pass"
+    return overall(point_outcome_counts(verdicts))
+
+
+def point_outcome_counts(verdicts: pd.DataFrame | None) -> dict[str, int]:
+    """``{outcome: points}`` of a verdicts table (each (sweep,) test and point judged by
+    ``gate.outcome.point_outcome``, as pytest and ``gemmperf compare`` judge it)."""
+    if verdicts is None or len(verdicts) == 0:
+        return {}
+    return outcome_counts(o for _, o in point_outcomes(verdicts))
 
 
 def verdict_counts(verdicts: pd.DataFrame | None) -> dict[str, int]:
@@ -613,5 +618,6 @@ def report_kernel_labels(data: ReportData) -> dict[str, str]:
 
 __all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",
            "build_report_data", "finite", "normalize_verdicts", "overall_status", "page_kernel_labels",
+           "point_outcome_counts",
            "report_kernel_labels", "sweep_fact",
            "verdict_counts"]

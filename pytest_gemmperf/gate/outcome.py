@@ -1,0 +1,152 @@
+"""A gated point's outcome: the one reading of its verdict rows that every output shares.
+
+Every gated point ends as exactly one of four outcomes:
+
+* ``failed``: a row is a ``regression``;
+* ``undecided``: no regression, and a row of a *gated* metric (``metrics.is_gated``; context
+  rows never decide a point) is ``inconclusive``: the gate could not tell whether the code got
+  slower (a disturbed environment, a CI across the threshold, too few processes, a slowdown the
+  re-run did not reproduce). Its reason names the rows and what would decide them;
+* ``passed``: every gated row was decided and none is a regression (``unchanged``,
+  ``improvement``; ``new`` / ``missing`` kernels are reported as such and do not hold it);
+* ``error``: the point could not be run or read, so there are no rows to judge.
+
+pytest, ``gemmperf compare``, the reports, the benchmark JSON and the JUnit properties all call
+:func:`point_outcome` / :func:`point_outcomes`, so they cannot disagree. What an ``undecided``
+point does to a test or to the command's exit status is the ``undecided`` setting
+(:data:`POLICIES`): ``fail``, ``skip`` (the default) or ``pass``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.gate import metrics as M
+from pytest_gemmperf.gate.headline import change_text
+from pytest_gemmperf.gate.verdict import INCONCLUSIVE, REGRESSION
+
+PASSED, FAILED, UNDECIDED, ERROR = "passed", "failed", "undecided", "error"
+OUTCOMES = (PASSED, FAILED, UNDECIDED, ERROR)
+#: what an undecided point does (the ``undecided`` setting): fail the test, skip it, accept it
+POLICIES = ("fail", "skip", "pass")
+
+_NEEDS = re.compile(r"needs >= (\d+) (?:processes )?per side")
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """One point's outcome, why, and (undecided) what would decide it."""
+
+    outcome: str
+    #: one line: the rows that made the outcome and their reasons
+    reason: str = ""
+    #: undecided: what would decide it (a quiet machine, N processes per side, another run)
+    decide: str = ""
+    #: rows that made the outcome (regressions of a failed point, undecided rows of an undecided one)
+    rows: int = 0
+
+    @property
+    def text(self) -> str:
+        """``undecided: <reason>; to decide: <what>``, the line every output shows."""
+        s = f"{self.outcome}: {self.reason}" if self.reason else self.outcome
+        return f"{s}; to decide: {self.decide}" if self.decide else s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "reason": self.reason, "decide": self.decide, "rows": self.rows}
+
+
+def undecided_rows(verdicts: pd.DataFrame) -> np.ndarray:
+    """Rows that leave their point undecided: ``inconclusive`` rows of gated metrics."""
+    if verdicts.empty:
+        return np.zeros(0, bool)
+    inconclusive = verdicts["verdict"].astype(str).to_numpy() == INCONCLUSIVE
+    return inconclusive & M.is_gated(verdicts["metric"].astype(str))
+
+
+def point_outcome(verdicts: pd.DataFrame) -> PointOutcome:
+    """The outcome of one point from its verdict rows (module text). No rows: ``error``."""
+    if verdicts is None or verdicts.empty:
+        return PointOutcome(ERROR, "no verdict rows: nothing was compared")
+    verdict = verdicts["verdict"].astype(str).to_numpy()
+    reg = verdict == REGRESSION
+    if reg.any():
+        return PointOutcome(FAILED, f"{int(reg.sum())} regression(s), e.g. {_row_text(verdicts[reg])}",
+                            rows=int(reg.sum()))
+    und = undecided_rows(verdicts)
+    if und.any():
+        rows = verdicts[und]
+        return PointOutcome(UNDECIDED, f"{len(rows)} gated row(s) inconclusive, e.g. {_row_text(rows)}",
+                            decide=what_decides(rows["note"]), rows=len(rows))
+    return PointOutcome(PASSED)
+
+
+def point_outcomes(verdicts: pd.DataFrame, keys: Iterable[str] = ("test", "point")
+                   ) -> list[tuple[tuple[str, ...], PointOutcome]]:
+    """:func:`point_outcome` of each point of a verdicts table (grouped by ``keys`` present in
+    it; ``label`` joins them when the table has one), in the table's order."""
+    cols = [k for k in ("label", *keys) if k in verdicts.columns]
+    if verdicts.empty:
+        return []
+    if not cols:
+        return [((), point_outcome(verdicts))]
+    key = verdicts[cols].astype(str)
+    out = []
+    for k, rows in verdicts.groupby([key[c] for c in cols], sort=False):
+        out.append((tuple(k) if isinstance(k, tuple) else (k,), point_outcome(rows)))
+    return out
+
+
+def outcome_counts(outcomes: Iterable[str | PointOutcome]) -> dict[str, int]:
+    """``{outcome: count}`` in :data:`OUTCOMES` order, outcomes that occur only."""
+    names = [o.outcome if isinstance(o, PointOutcome) else str(o) for o in outcomes]
+    return {o: names.count(o) for o in OUTCOMES if o in names}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``1 failed, 2 undecided, 3 passed`` (worst first; ``no gated point`` when empty)."""
+    order = (FAILED, ERROR, UNDECIDED, PASSED)
+    parts = [f"{counts[o]} {o}" for o in order if counts.get(o)]
+    return ", ".join(parts) or "no gated point"
+
+
+def overall(counts: dict[str, int]) -> str:
+    """The whole run's outcome: failed > error > undecided > passed (``passed`` when empty)."""
+    for o in (FAILED, ERROR, UNDECIDED):
+        if counts.get(o):
+            return o
+    return PASSED
+
+
+def what_decides(notes: Iterable[Any]) -> str:
+    """What would decide undecided rows, from the reasons their notes give."""
+    text = [str(n) for n in notes if isinstance(n, str)]
+    hints: list[str] = []
+    if any("noisy environment" in n for n in text):
+        hints.append("a re-run on a quiet machine")
+    needs = [int(m) for n in text for m in _NEEDS.findall(n)]
+    if needs:
+        n = max(needs)
+        hints.append(f"{n} processes per side (--gemmperf-repeats {n})")
+    if any("not reproduced by the re-run" in n for n in text):
+        hints.append("another run (the re-run did not reproduce the first look)")
+    if not hints:
+        hints.append("more processes per side")
+    return " or ".join(hints)
+
+
+def _row_text(rows: pd.DataFrame) -> str:
+    """The worst row (largest change either way) as ``kernel metric +12.3% [..]: note``."""
+    r = pd.to_numeric(rows["ratio"], errors="coerce").to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        size = np.abs(np.log(np.where(r > 0, r, np.nan)))
+    i = int(np.nanargmax(size)) if np.isfinite(size).any() else 0
+    row = rows.iloc[i]
+    note = row.get("note")
+    note = note if isinstance(note, str) else ""
+    head = f"{row['kernel']} {row['metric']} {change_text(row['ratio'], row['ci_low'], row['ci_high'])}"
+    return f"{head}: {note}" if note else head

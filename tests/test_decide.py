@@ -1,0 +1,204 @@
+"""Decide or say so: every gated point ends passed / failed / undecided / error, the same in
+pytest, ``gemmperf compare`` and the reports; compare takes pytest's decision again from what
+the gate recorded (row by row: verdict, change, CI, q, reason)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.gemmperf_pytester_support import gp  # noqa: F401 - the pytester fixture
+from pytest_gemmperf import cli
+from pytest_gemmperf.gate.outcome import ERROR, FAILED, PASSED, UNDECIDED, point_outcome, point_outcomes
+from pytest_gemmperf.run import environment
+
+pytest_plugins = ["pytester"]
+
+SLUG = "test_gpsweep.py__test_gpsweep"
+ROW = ["point", "kernel", "metric"]
+SAME = ["verdict", "ratio", "ci_low", "ci_high", "q_value", "note"]
+_REAL_PROC_STAT = environment.read_proc_stat
+
+
+def _rows(**cols) -> pd.DataFrame:
+    n = len(next(iter(cols.values())))
+    base = {"test": ["t"] * n, "point": ["p"] * n, "ratio": [1.0] * n, "ci_low": [0.9] * n,
+            "ci_high": [1.1] * n, "note": [""] * n}
+    base.update(cols)
+    return pd.DataFrame(base)
+
+
+def test_point_outcome_reads_the_rows():
+    assert point_outcome(_rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"])).outcome == PASSED
+    failed = point_outcome(_rows(kernel=["a", "b"], metric=["dur_ns"] * 2, verdict=["regression", "inconclusive"]))
+    assert failed.outcome == FAILED and failed.rows == 1 and "1 regression(s)" in failed.reason
+    und = point_outcome(_rows(kernel=["a", "b"], metric=["dur_ns"] * 2, verdict=["unchanged", "inconclusive"],
+                              note=["", "CI crosses the 25% threshold: needs >= 113 processes per side"]))
+    assert und.outcome == UNDECIDED and und.rows == 1
+    assert "b dur_ns" in und.reason and und.decide == "113 processes per side (--gemmperf-repeats 113)"
+    noisy = point_outcome(_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"],
+                                note=["noisy environment: 8.0 runnable threads on 2 cores (was regression)"]))
+    assert noisy.outcome == UNDECIDED and noisy.decide == "a re-run on a quiet machine"
+    # a context row (never gated) decides nothing
+    ctx = point_outcome(_rows(kernel=["a", "a"], metric=["dur_ns", "dispatch_count"],
+                              verdict=["unchanged", "inconclusive"]))
+    assert ctx.outcome == PASSED
+    assert point_outcome(_rows(kernel=[], metric=[], verdict=[])).outcome == ERROR
+    # one outcome per point of a table
+    two = pd.concat([_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"]),
+                     _rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"], point=["q"])])
+    assert [(k, o.outcome) for k, o in point_outcomes(two)] == [(("t", "p"), UNDECIDED), (("t", "q"), PASSED)]
+
+
+def _busy_host(monkeypatch) -> None:
+    """A busy host as /proc/stat would show it: 8 runnable threads besides the sampler and
+    other processes' CPU time (the contention double of tests/test_plugin.py)."""
+    clock = {"busy": 0.0}
+
+    def busy(*a, **k):
+        clock["busy"] += 50.0
+        return {"busy": clock["busy"], "steal": 0.0, "total": clock["busy"] * 2, "procs_running": 9.0}
+
+    monkeypatch.setattr(environment, "read_proc_stat", busy)
+
+
+def _compare(path: Path, results: str, *extra: str, out: str) -> tuple[int, pd.DataFrame]:
+    cwd = os.getcwd()
+    os.chdir(path)
+    try:
+        rc = cli.main(["compare", "base", results, "--out", out, "--no-report", *extra])
+    finally:
+        os.chdir(cwd)
+    return rc, pd.read_csv(path / out / "verdicts.csv")
+
+
+def _same_rows(path: Path, results: str, compared: pd.DataFrame) -> None:
+    """compare's verdicts equal pytest's on every row: verdict, change, CI, q and reason."""
+    gated = pd.read_csv(path / results / SLUG / "verdicts.csv")
+    a = gated.set_index(ROW).sort_index()[SAME]
+    b = compared.set_index(ROW).sort_index()[SAME]
+    assert list(a.index) == list(b.index)
+    for col in SAME:
+        x, y = a[col], b[col]
+        if col == "note" or col == "verdict":
+            diff = x.fillna("").astype(str) != y.fillna("").astype(str)
+        else:
+            diff = ~((x == y) | (x.isna() & y.isna()))
+        assert not diff.any(), f"{col} differs:\n{pd.concat([x[diff], y[diff]], axis=1)}"
+
+
+def test_disturbed_point_is_undecided_everywhere_and_compare_agrees(gp, monkeypatch):  # noqa: F811
+    gp("-k", "ch28", results="rec").assert_outcomes(passed=1, deselected=1)
+    _busy_host(monkeypatch)
+    monkeypatch.setenv("FAKE_SCALE", "1.4")
+    common = ("-k", "ch28", "--gemmperf-confirm", "1", "--gemmperf-quiet-wait", "0.2")
+    out = gp(*common, "-ra", "--junitxml=j.xml", results="busy")
+    # skip (the default): reported skipped with the reason and what would decide it; exit 0
+    out.assert_outcomes(skipped=1, deselected=1)
+    assert out.ret == 0
+    text = out.stdout.str()
+    assert "SKIPPED" in text and "gemmperf: undecided: " in text and "to decide: a re-run on a quiet machine" in text
+    out.stdout.fnmatch_lines(["points: 1 undecided", "undecided: *test_gpsweep[[]ch28-th256[]]: *(test skipped)"])
+    pj = json.loads((gp.path / "busy" / SLUG / "ch28-th256" / "point.json").read_text())
+    assert pj["outcome"]["outcome"] == UNDECIDED and pj["gate"]["first"]["disturbance"]["disturbed"]
+    # the disturbed point's confirmation round waited for a quiet machine, within its budget
+    assert pj["gate"]["rounds"][0]["kind"] == "confirm" and 0.1 <= pj["gate"]["rounds"][0]["waited_s"] < 5
+    assert "still disturbed after" in text
+    junit = (gp.path / "j.xml").read_text()
+    assert 'name="gemmperf_outcome"' in junit and "undecided" in junit
+    # compare judges the run as the gate did, row by row, and exits 4 (undecided, skip)
+    monkeypatch.setattr(environment, "read_proc_stat", lambda *a, **k: None)
+    rc, v = _compare(gp.path, "busy", out="c1")
+    assert rc == 4
+    _same_rows(gp.path, "busy", v)
+    assert _compare(gp.path, "busy", "--undecided", "fail", out="c2")[0] == 1
+    assert _compare(gp.path, "busy", "--undecided", "pass", out="c3")[0] == 0
+    # fail: the test fails with the reason (exit 1); pass: accepted (exit 0)
+    _busy_host(monkeypatch)
+    out = gp(*common, "--gemmperf-undecided", "fail", results="busy_fail")
+    out.assert_outcomes(failed=1, deselected=1)
+    assert out.ret == 1
+    out.stdout.fnmatch_lines(["*undecided*noisy environment*[[]--gemmperf-undecided fail[]]*"])
+    out = gp(*common, "--gemmperf-undecided", "pass", results="busy_pass")
+    out.assert_outcomes(passed=1, deselected=1)
+    assert out.ret == 0
+    out.stdout.fnmatch_lines(["undecided: *(accepted: --gemmperf-undecided pass)"])
+
+
+def test_confirmation_rounds_and_compare_agree_on_every_row(gp):  # noqa: F811
+    gp("-k", "ch28", results="rec").assert_outcomes(passed=1, deselected=1)
+    os.environ["FAKE_SCALE"] = "1.4"  # a real slowdown of every process: confirmed by a re-run
+    try:
+        out = gp("-k", "ch28", "--gemmperf-confirm", "2", results="slow")
+    finally:
+        del os.environ["FAKE_SCALE"]
+    out.assert_outcomes(failed=1, deselected=1)
+    pj = json.loads((gp.path / "slow" / SLUG / "ch28-th256" / "point.json").read_text())
+    assert pj["outcome"]["outcome"] == FAILED and len(pj["gate"]["rounds"]) >= 1
+    assert pj["gate"]["rounds"][0]["runs"] == [2, 3] and pj["gate"]["first"]["runs"] == [0, 1]
+    rc, v = _compare(gp.path, "slow", out="c")
+    assert rc == 1
+    _same_rows(gp.path, "slow", v)
+    # the same run compared as one look (what compare did before: no rounds) differs
+    doc = dict(pj)
+    doc.pop("gate")
+    (gp.path / "slow" / SLUG / "ch28-th256" / "point.json").write_text(json.dumps(doc))
+    rc, one_look = _compare(gp.path, "slow", out="c_old")
+    gated = pd.read_csv(gp.path / "slow" / SLUG / "verdicts.csv").set_index(ROW).sort_index()
+    assert not gated["note"].equals(one_look.set_index(ROW).sort_index()["note"])
+
+
+BURNER = "import time\nend = time.time() + 120\nwhile time.time() < end:\n    pass\n"
+
+
+@pytest.fixture
+def burners():
+    """3 CPU-bound processes per core, started on demand; always stopped."""
+    procs: list[subprocess.Popen] = []
+
+    def start() -> None:
+        for _ in range(3 * max(1, len(os.sched_getaffinity(0)))):
+            procs.append(subprocess.Popen([sys.executable, "-c", BURNER]))
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_a_3x_slower_workload_on_a_busy_machine_is_never_a_plain_pass(gp, monkeypatch, burners):  # noqa: F811
+    """Measured contention (real burner processes, /proc/stat read for real) and a workload
+    whose timings do not depend on the host's load: 3x slower is failed or undecided; the
+    unchanged workload never gets a regression verdict."""
+    gp("-k", "ch28", results="rec").assert_outcomes(passed=1, deselected=1)
+    burners()
+    monkeypatch.setattr(environment, "read_proc_stat", _REAL_PROC_STAT)
+    args = ("-k", "ch28", "--gemmperf-confirm", "1", "--gemmperf-quiet-wait", "0.5")
+    monkeypatch.setenv("FAKE_SCALE", "3")
+    got = gp(*args, results="slow").parseoutcomes()
+    assert got.get("passed", 0) == 0 and got.get("failed", 0) + got.get("skipped", 0) == 1
+    pj = json.loads((gp.path / "slow" / SLUG / "ch28-th256" / "point.json").read_text())
+    assert pj["environment"]["samples"] >= 1  # measured, not a double
+    assert pj["outcome"]["outcome"] in (FAILED, UNDECIDED)
+    monkeypatch.delenv("FAKE_SCALE")
+    got = gp(*args, results="same").parseoutcomes()
+    assert got.get("failed", 0) == 0
+    v = pd.read_csv(gp.path / "same" / SLUG / "verdicts.csv")
+    assert not (v["verdict"] == "regression").any()
+
+
+def test_report_banner_and_summary_state_the_outcome(tmp_path):
+    from pytest_gemmperf.report.data import overall_status, point_outcome_counts
+    from pytest_gemmperf.report.tables import STATUS_TEXT
+
+    v = pd.concat([_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"], q_value=[np.nan]),
+                   _rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"], point=["q"], q_value=[0.5])])
+    assert overall_status(v) == UNDECIDED and STATUS_TEXT[UNDECIDED] == "UNDECIDED"
+    assert point_outcome_counts(v) == {PASSED: 1, UNDECIDED: 1}
