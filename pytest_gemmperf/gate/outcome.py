@@ -139,6 +139,32 @@ def what_decides(notes: Iterable[Any]) -> str:
     return " or ".join(hints)
 
 
+def processes_needed(verdicts: pd.DataFrame) -> tuple[int, int] | None:
+    """(processes per side the undecided rows' CIs need, the baseline's processes), when what
+    leaves the point undecided is only CIs across the threshold ("needs >= N processes per
+    side"); None when anything else does (a disturbed environment, a transient, a CI beyond
+    the threshold): more processes of the same kind would not decide those."""
+    und = verdicts[undecided_rows(verdicts)] if not verdicts.empty else verdicts
+    if und.empty:
+        return None
+    notes = [n if isinstance(n, str) else "" for n in und["note"]]
+    needs = [[int(m) for m in _NEEDS.findall(n)] for n in notes]
+    if not all(needs) or any("noisy environment" in n or "not reproduced" in n for n in notes):
+        return None
+    n_base = int(pd.to_numeric(und["n_base"], errors="coerce").min())
+    return max(max(n) for n in needs), n_base
+
+
+def candidate_processes_for(need: int, n_base: int) -> int | None:
+    """Candidate processes that give a comparison with ``n_base`` baseline processes the
+    precision of ``need`` per side (1/n_base + 1/n_cand = 2/need); None when no number can
+    (the baseline alone is too small: it must be recorded with more processes)."""
+    room = 2.0 / need - 1.0 / max(1, n_base)
+    if room <= 0:
+        return None
+    return int(np.ceil(1.0 / room - 1e-9))
+
+
 def _row_text(rows: pd.DataFrame) -> str:
     """The worst row (largest change either way) as ``kernel metric +12.3% [..]: note``."""
     r = pd.to_numeric(rows["ratio"], errors="coerce").to_numpy(float)

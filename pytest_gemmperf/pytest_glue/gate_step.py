@@ -16,6 +16,7 @@ read to the save.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,8 +29,9 @@ from pytest_gemmperf import safe_io
 from pytest_gemmperf.config import parse_threshold
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare
-from pytest_gemmperf.gate.confirm import CONFIRM, ConfirmConfig, PointJudge
-from pytest_gemmperf.gate.outcome import UNDECIDED, PointOutcome, point_outcome
+from pytest_gemmperf.gate.confirm import CONFIRM, DECIDE, ConfirmConfig, PointJudge
+from pytest_gemmperf.gate.outcome import (UNDECIDED, PointOutcome, candidate_processes_for, point_outcome,
+                                          processes_needed)
 from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.gate.samples import gate_samples
 from pytest_gemmperf.gate.headline import change_text, format_verdict_table
@@ -135,6 +137,7 @@ class GateStep:
                     samples, cfg, ConfirmConfig(rounds=evidence["confirm_rounds"]),
                     Disturbance.from_dict(evidence["first"]["disturbance"]))
                 confirmation = self.confirm(result, judge, checked, evidence)
+                self.decide(result, judge, checked, evidence)
                 verdicts = self.verdicts(result, base_pt, judge.verdicts)
                 outcome = point_outcome(verdicts)
                 evidence["outcome"] = outcome.as_dict()
@@ -223,6 +226,63 @@ class GateStep:
                 f"processes; triggered by {printable(why)}): {changed}")
         emit(f"gemmperf: {self.where}: {text}")
         return Confirmation(summary=summary, text=text)
+
+    def decide(self, result: PointResult, judge: PointJudge, checked: Checked, evidence: dict[str, Any]) -> None:
+        """Try to decide before giving up: a point left undecided only by CIs across the
+        threshold is re-run (rounds of its repeats) until it has the candidate processes the
+        CIs need ("needs >= N processes per side", with the baseline's own count), at most
+        ``--gemmperf-max-repeats`` runs in all, while the rounds fit in
+        ``--gemmperf-decide-budget`` seconds. Each round is judged on the combined sample; a
+        regression must be reproduced by the re-runs alone. What happened goes into
+        ``evidence["decide"]`` and a line."""
+        budget = float(self.options.decide_budget_s or 0.0)
+        if budget <= 0 or point_outcome(judge.verdicts).outcome != UNDECIDED or not self.reruns.can_rerun():
+            return
+        needed = processes_needed(judge.verdicts)
+        if needed is None:
+            return
+        need, n_base = needed
+        target = candidate_processes_for(need, n_base)
+        runs_done = len(evidence["first"]["runs"]) + sum(len(r["runs"]) for r in evidence["rounds"])
+        units = judge.combined.loc[judge.combined["metric"] == DUR_NS, "unit"].nunique()
+        per_run = max(1.0, units / max(1, runs_done))
+        info: dict[str, Any] = {"need_per_side": need, "baseline_processes": n_base, "rounds": 0}
+        evidence["decide"] = info
+        if target is None:
+            info["stopped"] = (f"the baseline has {n_base} processes: no candidate count reaches {need} per "
+                               f"side; re-record the baseline with --gemmperf-repeats {need}")
+        elif runs_done + -(-max(0, target - units) // per_run) > self.options.max_repeats:
+            info["stopped"] = (f"{target} candidate processes needed, more than --gemmperf-max-repeats "
+                               f"{self.options.max_repeats} runs allow")
+        else:
+            info["target_processes"] = target
+            start = time.monotonic()
+            round_s = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
+            while units < target:
+                if time.monotonic() - start + round_s > budget:
+                    info["stopped"] = f"the next round would pass --gemmperf-decide-budget {budget:g} s"
+                    break
+                t0 = time.monotonic()
+                emit(f"gemmperf: {self.where}: undecided with {units} processes; re-running toward "
+                     f"{target} (the CIs need {need} per side)")
+                got = self.reruns.rerun(result, len(evidence["rounds"]) + 1, self._point_fields(checked))
+                if got is None:
+                    break
+                extra, env = got
+                extra_samples = self.samples(extra, checked.warmup)
+                evidence["rounds"].append(round_record(DECIDE, extra.dispatches, self.reruns.assess(env),
+                                                       env.get("quiet_wait_s", 0.0)))
+                judge.add_round(extra_samples, Disturbance.from_dict(evidence["rounds"][-1]["disturbance"]),
+                                kind=DECIDE)
+                round_s = time.monotonic() - t0
+                info["rounds"] += 1
+                units = judge.combined.loc[judge.combined["metric"] == DUR_NS, "unit"].nunique()
+                if point_outcome(judge.verdicts).outcome != UNDECIDED:
+                    break
+        info["processes"] = int(units)
+        text = (f"decide: {info['rounds']} round(s), {int(units)} candidate processes (the CIs need {need} per side)"
+                + (f"; stopped: {info['stopped']}" if info.get("stopped") else ""))
+        emit(f"gemmperf: {self.where}: {text}")
 
     def verdicts(self, result: PointResult, base_pt: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
         """The final verdicts: telemetry notes added, merged into the test's ``verdicts.csv``,
