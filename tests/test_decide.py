@@ -202,3 +202,17 @@ def test_report_banner_and_summary_state_the_outcome(tmp_path):
                    _rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"], point=["q"], q_value=[0.5])])
     assert overall_status(v) == UNDECIDED and STATUS_TEXT[UNDECIDED] == "UNDECIDED"
     assert point_outcome_counts(v) == {PASSED: 1, UNDECIDED: 1}
+
+
+def test_exit_status_table_is_the_one_the_command_uses():
+    """docs/reference.md's "Exit status" table states compare's undecided exit per setting as
+    compare_impl returns it."""
+    from pytest_gemmperf.commands.compare_impl import EXIT_UNDECIDED
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    section = doc.split("## Exit status", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in section.splitlines() if line.startswith("| undecided"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert f"exit **{EXIT_UNDECIDED['skip']}**" in cells[4]
+    assert cells[5] == f"exit {EXIT_UNDECIDED['fail']}" and cells[6] == f"exit {EXIT_UNDECIDED['pass']}"
+    assert "skipped" in cells[1] and "exit 1" in cells[2] and "exit 0" in cells[3]
