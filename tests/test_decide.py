@@ -30,7 +30,8 @@ _REAL_PROC_STAT = environment.read_proc_stat
 def _rows(**cols) -> pd.DataFrame:
     n = len(next(iter(cols.values())))
     base = {"test": ["t"] * n, "point": ["p"] * n, "ratio": [1.0] * n, "ci_low": [0.9] * n,
-            "ci_high": [1.1] * n, "note": [""] * n}
+            "ci_high": [1.1] * n, "q_value": [0.5] * n, "threshold": [0.05] * n, "note": [""] * n,
+            "n_base": [4] * n, "n_cand": [4] * n}
     base.update(cols)
     return pd.DataFrame(base)
 
@@ -39,10 +40,25 @@ def test_point_outcome_reads_the_rows():
     assert point_outcome(_rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"])).outcome == PASSED
     failed = point_outcome(_rows(kernel=["a", "b"], metric=["dur_ns"] * 2, verdict=["regression", "inconclusive"]))
     assert failed.outcome == FAILED and failed.rows == 1 and "1 regression(s)" in failed.reason
-    und = point_outcome(_rows(kernel=["a", "b"], metric=["dur_ns"] * 2, verdict=["unchanged", "inconclusive"],
-                              note=["", "CI crosses the 25% threshold: needs >= 113 processes per side"]))
+    crosses = dict(kernel=["a", "b"], metric=["dur_ns"] * 2, verdict=["unchanged", "inconclusive"],
+                   note=["", "CI crosses the 25% threshold: needs >= 113 processes per side"],
+                   ratio=[1.0, 1.634], ci_low=[0.9, 1.106], ci_high=[1.1, 2.416], q_value=[0.5, 0.002],
+                   threshold=[0.25, 0.25])
+    und = point_outcome(_rows(**crosses))
     assert und.outcome == UNDECIDED and und.rows == 1
-    assert "b dur_ns" in und.reason and und.decide == "113 processes per side (--gemmperf-repeats 113)"
+    assert "b dur_ns +63.4% [+10.6, +141.6]" in und.reason
+    assert und.decide == "113 processes per side (--gemmperf-repeats 113)"
+    # an estimate inside the threshold whose CI crosses it (a noisy kernel, every clean run of
+    # hundreds of kernels has some) does not hold the point; nor does a slower-looking row the
+    # screen finds unremarkable (q > 0.5), nor a faster one
+    inside = dict(crosses, ratio=[1.0, 1.10], ci_low=[0.9, 0.8], ci_high=[1.1, 1.4])
+    assert point_outcome(_rows(**inside)).outcome == PASSED
+    assert point_outcome(_rows(**dict(crosses, q_value=[0.5, 0.9]))).outcome == PASSED
+    faster = dict(crosses, ratio=[1.0, 0.6], ci_low=[0.9, 0.4], ci_high=[1.1, 0.9])
+    assert point_outcome(_rows(**faster)).outcome == PASSED
+    few = point_outcome(_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"], q_value=[np.nan],
+                              note=["too few processes (1 base, 1 cand): needs >= 2 per side"]))
+    assert few.outcome == UNDECIDED and few.decide.startswith("2 processes per side")
     noisy = point_outcome(_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"],
                                 note=["noisy environment: 8.0 runnable threads on 2 cores (was regression)"]))
     assert noisy.outcome == UNDECIDED and noisy.decide == "a re-run on a quiet machine"
@@ -52,7 +68,7 @@ def test_point_outcome_reads_the_rows():
     assert ctx.outcome == PASSED
     assert point_outcome(_rows(kernel=[], metric=[], verdict=[])).outcome == ERROR
     # one outcome per point of a table
-    two = pd.concat([_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"]),
+    two = pd.concat([_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"], note=["(was regression)"]),
                      _rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"], point=["q"])])
     assert [(k, o.outcome) for k, o in point_outcomes(two)] == [(("t", "p"), UNDECIDED), (("t", "q"), PASSED)]
 
@@ -198,7 +214,8 @@ def test_report_banner_and_summary_state_the_outcome(tmp_path):
     from pytest_gemmperf.report.data import overall_status, point_outcome_counts
     from pytest_gemmperf.report.tables import STATUS_TEXT
 
-    v = pd.concat([_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"], q_value=[np.nan]),
+    v = pd.concat([_rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"], q_value=[0.01], ratio=[1.3],
+                         ci_low=[1.01], ci_high=[1.6]),
                    _rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"], point=["q"], q_value=[0.5])])
     assert overall_status(v) == UNDECIDED and STATUS_TEXT[UNDECIDED] == "UNDECIDED"
     assert point_outcome_counts(v) == {PASSED: 1, UNDECIDED: 1}

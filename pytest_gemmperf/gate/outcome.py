@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.gate import metrics as M
+from pytest_gemmperf.gate.confirm import suspicious
 from pytest_gemmperf.gate.headline import change_text
 from pytest_gemmperf.gate.verdict import INCONCLUSIVE, REGRESSION
 
@@ -60,12 +61,34 @@ class PointOutcome:
         return {"outcome": self.outcome, "reason": self.reason, "decide": self.decide, "rows": self.rows}
 
 
+#: note text of an ``inconclusive`` row that was a regression before something took it back:
+#: a disturbed environment (``confirm.apply_disturbance``), a re-run that did not reproduce it
+#: or a confirmation that did not confirm it (``confirm.judge``)
+_TAKEN_BACK = ("(was regression", "not reproduced by the re-run", "confirmation: regression -> ")
+
+
 def undecided_rows(verdicts: pd.DataFrame) -> np.ndarray:
-    """Rows that leave their point undecided: ``inconclusive`` rows of gated metrics."""
+    """Rows that leave their point undecided: ``inconclusive`` rows of gated metrics that
+    could hide a regression: a regression taken back (a disturbed environment, not reproduced,
+    not confirmed), too few processes to judge, or an estimate beyond the threshold on the worse
+    side that the confirmation screen calls suspicious (``confirm.suspicious``: q <= 0.5).
+
+    An ``inconclusive`` row whose estimate lies inside the threshold is not one: with hundreds
+    of kernels some noisy kernel's CI crosses the threshold in almost every clean run
+    (``benchmarks/gate_decide.py``), and a point undecided in every run would teach people to
+    ignore the word. Its reason is still in every table."""
     if verdicts.empty:
         return np.zeros(0, bool)
-    inconclusive = verdicts["verdict"].astype(str).to_numpy() == INCONCLUSIVE
-    return inconclusive & M.is_gated(verdicts["metric"].astype(str))
+    v = verdicts.reset_index(drop=True)
+    inconclusive = v["verdict"].astype(str).to_numpy() == INCONCLUSIVE
+    gated = inconclusive & M.is_gated(v["metric"].astype(str))
+    if not gated.any():
+        return gated
+    notes = v["note"].astype(object).where(v["note"].notna(), "").astype(str)
+    taken_back = notes.map(lambda n: any(t in n for t in _TAKEN_BACK)).to_numpy(bool)
+    too_few = notes.str.contains("too few processes", regex=False).to_numpy(bool)
+    leaning = suspicious(v.assign(verdict=INCONCLUSIVE))
+    return gated & (taken_back | too_few | leaning)
 
 
 def point_outcome(verdicts: pd.DataFrame) -> PointOutcome:
@@ -176,3 +199,39 @@ def _row_text(rows: pd.DataFrame) -> str:
     note = note if isinstance(note, str) else ""
     head = f"{row['kernel']} {row['metric']} {change_text(row['ratio'], row['ci_low'], row['ci_high'])}"
     return f"{head}: {note}" if note else head
+
+
+@dataclass(frozen=True)
+class DecidePlan:
+    """Whether an undecided point is worth more processes (:func:`decide_plan`)."""
+
+    #: processes per side the undecided rows' CIs need, and the baseline's processes
+    need: int
+    n_base: int
+    #: candidate processes to reach (None: none can, or more than the runs allowed)
+    target: int | None
+    #: why no re-run is made (empty when ``target`` is set)
+    stopped: str = ""
+
+
+def decide_plan(verdicts: pd.DataFrame, units: int, runs_done: int, max_runs: int) -> DecidePlan | None:
+    """The plan for an undecided point whose CIs only cross the threshold ("needs >= N
+    processes per side", ``outcome.processes_needed``): the candidate processes that give the
+    comparison the precision of N per side with the baseline's own count
+    (``outcome.candidate_processes_for``), if ``max_runs`` runs (``--gemmperf-max-repeats``)
+    can reach it at ``units / runs_done`` processes a run. None: nothing more processes of the
+    same kind would decide (a disturbance, a transient, a CI wholly beyond the threshold)."""
+    needed = processes_needed(verdicts)
+    if needed is None:
+        return None
+    need, n_base = needed
+    target = candidate_processes_for(need, n_base)
+    if target is None:
+        return DecidePlan(need, n_base, None, f"the baseline has {n_base} processes: no candidate count "
+                                              f"reaches {need} per side; re-record the baseline with "
+                                              f"--gemmperf-repeats {need}")
+    per_run = max(1.0, units / max(1, runs_done))
+    if runs_done + int(np.ceil(max(0, target - units) / per_run)) > max_runs:
+        return DecidePlan(need, n_base, None, f"{target} candidate processes needed, more than "
+                                              f"--gemmperf-max-repeats {max_runs} runs allow")
+    return DecidePlan(need, n_base, target)

@@ -30,8 +30,7 @@ from pytest_gemmperf.config import parse_threshold
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.gate.confirm import CONFIRM, DECIDE, ConfirmConfig, PointJudge
-from pytest_gemmperf.gate.outcome import (UNDECIDED, PointOutcome, candidate_processes_for, point_outcome,
-                                          processes_needed)
+from pytest_gemmperf.gate.outcome import UNDECIDED, PointOutcome, decide_plan, point_outcome
 from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.gate.samples import gate_samples
 from pytest_gemmperf.gate.headline import change_text, format_verdict_table
@@ -133,7 +132,7 @@ class GateStep:
                                          self.store.path_for(self.test_id, result.hw_key), base, base_pt,
                                          history, result.dispatches, self.reruns.assess(result.environment))
                 judge = PointJudge(
-                    lambda cand, gate_cfg: compare(base_pt, cand, gate_cfg, test=self.test_id, history=history),
+                    lambda cand, gate_cfg: self.compare(base_pt, cand, gate_cfg, history),
                     samples, cfg, ConfirmConfig(rounds=evidence["confirm_rounds"]),
                     Disturbance.from_dict(evidence["first"]["disturbance"]))
                 confirmation = self.confirm(result, judge, checked, evidence)
@@ -238,22 +237,16 @@ class GateStep:
         budget = float(self.options.decide_budget_s or 0.0)
         if budget <= 0 or point_outcome(judge.verdicts).outcome != UNDECIDED or not self.reruns.can_rerun():
             return
-        needed = processes_needed(judge.verdicts)
-        if needed is None:
-            return
-        need, n_base = needed
-        target = candidate_processes_for(need, n_base)
         runs_done = len(evidence["first"]["runs"]) + sum(len(r["runs"]) for r in evidence["rounds"])
         units = judge.combined.loc[judge.combined["metric"] == DUR_NS, "unit"].nunique()
-        per_run = max(1.0, units / max(1, runs_done))
-        info: dict[str, Any] = {"need_per_side": need, "baseline_processes": n_base, "rounds": 0}
+        plan = decide_plan(judge.verdicts, units, runs_done, self.options.max_repeats)
+        if plan is None:
+            return
+        need, target = plan.need, plan.target
+        info: dict[str, Any] = {"need_per_side": need, "baseline_processes": plan.n_base, "rounds": 0}
         evidence["decide"] = info
         if target is None:
-            info["stopped"] = (f"the baseline has {n_base} processes: no candidate count reaches {need} per "
-                               f"side; re-record the baseline with --gemmperf-repeats {need}")
-        elif runs_done + -(-max(0, target - units) // per_run) > self.options.max_repeats:
-            info["stopped"] = (f"{target} candidate processes needed, more than --gemmperf-max-repeats "
-                               f"{self.options.max_repeats} runs allow")
+            info["stopped"] = plan.stopped
         else:
             info["target_processes"] = target
             start = time.monotonic()
