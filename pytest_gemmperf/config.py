@@ -117,6 +117,10 @@ def _jobs(text: str) -> int:
     return _int_at_least(0, " (or auto)")(text)
 
 
+#: a time budget in seconds (0: off), up to a day
+_SECONDS = _number(float, 0, 86400, unit="seconds")
+
+
 def _on_off(text: str) -> bool:
     word = str(text).strip().lower()
     if word in _ON:
@@ -253,15 +257,11 @@ SETTINGS: tuple[Setting, ...] = (
             "does: fail (the test fails with the reason), skip (reported skipped with the "
             "reason) or pass (accepted); gemmperf compare: exit 1, 4 or 0",
             parse=_one_of("fail", "skip", "pass"), cli="--undecided"),
-    Setting("quiet_wait", "string", "120", "SECONDS", "120",
-            "before each confirmation re-run of a disturbed point, wait up to this long for the "
-            "machine to become quiet (measured load; 0: re-run at once)",
-            parse=_number(float, 0, 86400, unit="seconds")),
-    Setting("decide_budget", "string", "600", "SECONDS", "600",
-            "an undecided point whose CI crosses the threshold is re-run with the processes "
-            "the power model says it needs (up to --gemmperf-max-repeats per side) while its "
-            "re-runs fit in this many seconds (0: off)",
-            parse=_number(float, 0, 86400, unit="seconds")),
+    Setting("quiet_wait", "string", "120", "SECONDS", "120", "wait up to SECONDS for a quiet machine (measured "
+            "load) before each confirmation re-run of a disturbed point (0: at once)", parse=_SECONDS),
+    Setting("decide_budget", "string", "600", "SECONDS", "600", "re-run an undecided point whose CIs cross the "
+            "threshold toward the processes they need (at most --gemmperf-max-repeats runs) while the re-runs "
+            "fit in SECONDS (0: off)", parse=_SECONDS),
     Setting("learn_variance", "bool", False, "", "off",
             "add each compared run's between-process variance to its baseline's "
             "history (sharper gate over time; writes baselines/)"),

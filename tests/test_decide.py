@@ -233,3 +233,75 @@ def test_exit_status_table_is_the_one_the_command_uses():
     assert f"exit **{EXIT_UNDECIDED['skip']}**" in cells[4]
     assert cells[5] == f"exit {EXIT_UNDECIDED['fail']}" and cells[6] == f"exit {EXIT_UNDECIDED['pass']}"
     assert "skipped" in cells[1] and "exit 1" in cells[2] and "exit 0" in cells[3]
+
+
+def _samples(rng: np.random.Generator, units: range, factor: float, sd_unit: float = 0.03) -> pd.DataFrame:
+    """60 dispatches of one kernel per process; each process a lognormal factor of its own."""
+    rows = []
+    for u in units:
+        f = factor * np.exp(rng.normal(0, sd_unit))
+        rows.append(pd.DataFrame({"point": "p", "kernel": "gemm", "metric": "dur_ns", "unit": f"h/{u}/0/{u}",
+                                  "value": 1e5 * f * np.exp(rng.normal(0, 0.01, 60))}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_decide_plan_reads_the_processes_the_cis_need():
+    from pytest_gemmperf.gate.outcome import candidate_processes_for, decide_plan, processes_needed
+
+    lean = _rows(kernel=["a"], metric=["dur_ns"], verdict=["inconclusive"], ratio=[1.08], ci_low=[1.01],
+                 ci_high=[1.16], q_value=[0.02], n_base=[12], n_cand=[4],
+                 note=["CI crosses the 5% threshold: needs >= 10 processes per side"])
+    assert processes_needed(lean) == (10, 12)
+    assert candidate_processes_for(10, 12) == 9  # 1/12 + 1/9 <= 2/10
+    assert candidate_processes_for(10, 4) is None  # the baseline alone is too small
+    plan = decide_plan(lean, units=4, runs_done=2, max_runs=16)
+    assert (plan.need, plan.target, plan.stopped) == (10, 9, "")
+    assert decide_plan(lean, units=4, runs_done=2, max_runs=3).target is None  # 5 more runs needed
+    small = decide_plan(lean.assign(n_base=[4]), units=4, runs_done=2, max_runs=16)
+    assert small.target is None and "re-record the baseline with --gemmperf-repeats 10" in small.stopped
+    # a disturbed or transient point: more processes in the same storm would not decide it
+    assert decide_plan(lean.assign(note=["noisy environment: x (was regression)"]), 4, 2, 16) is None
+
+
+@pytest.mark.parametrize("later, expected", [(1.0, PASSED), (1.12, FAILED)])
+def test_decide_rounds_settle_an_undecided_point(later, expected):
+    """An undecided first look (CI across the threshold) with the processes the plan asks for:
+    the same workload unchanged is then passed, a real slowdown failed (reproduced by the
+    re-runs alone); what was undecided on 2 processes is decided on the target."""
+    from pytest_gemmperf.gate.compare import GateConfig, compare
+    from pytest_gemmperf.gate.confirm import DECIDE, ConfirmConfig, PointJudge
+    from pytest_gemmperf.gate.outcome import decide_plan
+
+    rng = np.random.default_rng(11)
+    base = _samples(rng, range(12), 1.0)
+    first = _samples(rng, range(100, 102), 1.07, sd_unit=0.05)
+    judge = PointJudge(lambda c, g: compare(base, c, g), first, GateConfig(), ConfirmConfig(rounds=0))
+    assert point_outcome(judge.verdicts).outcome == UNDECIDED
+    plan = decide_plan(judge.verdicts, units=2, runs_done=2, max_runs=40)
+    assert plan is not None and plan.target is not None
+    units, n = 2, 0
+    while units < plan.target and point_outcome(judge.verdicts).outcome == UNDECIDED:
+        judge.add_round(_samples(rng, range(200 + 2 * n, 202 + 2 * n), later), kind=DECIDE)
+        units, n = units + 2, n + 1
+    assert point_outcome(judge.verdicts).outcome == expected, judge.verdicts[["verdict", "ratio", "note"]]
+
+
+def test_wait_for_quiet_stops_when_the_machine_is_quiet():
+    from pytest_gemmperf.run.environment import Disturbance, wait_for_quiet
+
+    seen, heard = [], []
+
+    def measure(seconds):
+        seen.append(seconds)
+        return {"busy": len(seen) < 3}
+
+    def judge(ev):
+        return Disturbance(True, ("busy",), 2.0) if ev["busy"] else Disturbance(False)
+
+    waited, last = wait_for_quiet(10.0, judge, probe_s=0.01, measure=measure,
+                                  on_wait=lambda w, d: heard.append(d.text))
+    assert not last.disturbed and len(seen) == 3 and heard == ["noisy environment: busy"] * 2
+    # a machine that stays busy: the budget ends the wait, the last assessment says why
+    waited, last = wait_for_quiet(0.05, lambda ev: Disturbance(True, ("busy",), 2.0), probe_s=0.01,
+                                  measure=lambda s: {})
+    assert last.disturbed and 0.04 <= waited < 1.0
