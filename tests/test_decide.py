@@ -156,6 +156,8 @@ def test_confirmation_rounds_and_compare_agree_on_every_row(gp):  # noqa: F811
     finally:
         del os.environ["FAKE_SCALE"]
     out.assert_outcomes(failed=1, deselected=1)
+    out.stdout.fnmatch_lines(["outcome: failed: * regression(s), e.g. *", "points: 1 failed",
+                              "failed: *test_gpsweep[[]ch28-th256[]]: * regression(s)*"])
     pj = json.loads((gp.path / "slow" / SLUG / "ch28-th256" / "point.json").read_text())
     assert pj["outcome"]["outcome"] == FAILED and len(pj["gate"]["rounds"]) >= 1
     assert pj["gate"]["rounds"][0]["runs"] == [2, 3] and pj["gate"]["first"]["runs"] == [0, 1]
@@ -219,6 +221,23 @@ def test_report_banner_and_summary_state_the_outcome(tmp_path):
                    _rows(kernel=["a"], metric=["dur_ns"], verdict=["unchanged"], point=["q"], q_value=[0.5])])
     assert overall_status(v) == UNDECIDED and STATUS_TEXT[UNDECIDED] == "UNDECIDED"
     assert point_outcome_counts(v) == {PASSED: 1, UNDECIDED: 1}
+    # a results directory's failed point is an error in the banner's counts and status
+    from types import SimpleNamespace
+
+    from pytest_gemmperf.report import failed_points
+    from pytest_gemmperf.report.data import ReportData
+
+    for name, status in (("ok", "complete"), ("bad", "failed")):
+        (tmp_path / "t" / name).mkdir(parents=True)
+        (tmp_path / "t" / name / "point.json").write_text(json.dumps({"test_id": "t.py::t", "point": name,
+                                                                      "status": status}))
+    errors = failed_points(tmp_path)
+    assert errors == ["t.py::t[bad]"]
+    fake = SimpleNamespace(verdicts=v, meta={"point_errors": errors})
+    counts = ReportData.outcome_counts.fget(fake)
+    assert counts == {PASSED: 1, UNDECIDED: 1, ERROR: 1}
+    fake.outcome_counts = counts
+    assert ReportData.status.fget(fake) == ERROR and STATUS_TEXT[ERROR] == "ERROR"
 
 
 def test_exit_status_table_is_the_one_the_command_uses():

@@ -348,6 +348,8 @@ class GateStep:
         where = (f"on {result.hw_key} (baseline {self.store.path_for(self.test_id, result.hw_key)}; "
                  f"all verdicts in {self.results.test_dir(self.test_id) / 'verdicts.csv'})")
         if len(regressions):
+            if outcome is not None:  # the outcome every output states (gate/outcome.py)
+                table += f"\noutcome: {outcome.text}"
             table, creep = (table + "\n" + creep, "") if creep else (table, creep)
             head = f"gemmperf: {len(regressions)} regression(s) in {self.where} {where}"
             if self.options.warn_only:

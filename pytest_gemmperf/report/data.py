@@ -24,7 +24,7 @@ from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
 from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
-from pytest_gemmperf.gate.outcome import outcome_counts, overall, point_outcomes
+from pytest_gemmperf.gate.outcome import OUTCOMES, outcome_counts, overall, point_outcomes
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
@@ -102,7 +102,20 @@ class ReportData:
 
     @property
     def status(self) -> str:
-        return overall_status(self.verdicts)
+        """The run's outcome: ``failed`` / ``error`` / ``undecided`` / ``passed``, ``analysis``."""
+        counts = self.outcome_counts
+        return overall(counts) if counts else "analysis"
+
+    @property
+    def outcome_counts(self) -> dict[str, int]:
+        """``{outcome: points}``: the compared points' outcomes, and as ``error`` the points
+        that could not be run or read (``meta["point_errors"]``: a results directory's failed
+        points)."""
+        counts = point_outcome_counts(self.verdicts)
+        errors = self.meta.get("point_errors") if isinstance(self.meta, dict) else None
+        if errors:
+            counts = {**counts, "error": counts.get("error", 0) + len(errors)}
+        return {k: counts[k] for k in OUTCOMES if counts.get(k)}
 
 
 def sweep_fact(data: ReportData) -> tuple[str, list[str]] | None:

@@ -22,7 +22,7 @@ import xlsxwriter
 
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_sheet
 from pytest_gemmperf.gate import metrics as M
-from pytest_gemmperf.report.data import ReportData, point_outcome_counts, sweep_fact, verdict_counts
+from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
 from pytest_gemmperf.safe_io import atomic_open
 from pytest_gemmperf.report.data import report_kernel_labels
@@ -173,7 +173,7 @@ def _summary_sheet(book: _Book, data: ReportData) -> None:
     sweeps = sweep_fact(data)
     facts: list[tuple[str, Any]] = [(sweeps[0], ", ".join(sweeps[1]))] if sweeps else []
     facts += [(f"dispatches ({lab})", n) for lab, n in data.n_dispatches.items()]
-    facts += [(f"points: {k}", n) for k, n in point_outcome_counts(data.verdicts).items()]
+    facts += [(f"points: {k}", n) for k, n in data.outcome_counts.items()]
     facts += [(f"verdicts: {k}", n) for k, n in verdict_counts(data.verdicts).items()]
     facts += [("short-kernel threshold (µs)", data.short_kernel_us), ("top-K per cell", data.top_k)]
     for key in ("hardware", "rocm_version", "rocprofv3_version", "commit", "created"):

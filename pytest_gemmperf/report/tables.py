@@ -24,7 +24,7 @@ from pytest_gemmperf.gate.headline import headline, notable
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
 from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.gate.outcome import counts_text
-from pytest_gemmperf.report.data import ReportData, point_outcome_counts, sweep_fact, verdict_counts
+from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.textsafe import printable
@@ -110,7 +110,7 @@ def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict
     return clean({
         "status": data.status,
         "labels": data.labels,
-        "outcome_counts": point_outcome_counts(v),
+        "outcome_counts": data.outcome_counts,
         "verdict_counts": verdict_counts(v),
         "regressions": regressions,
         "n_dispatches": data.n_dispatches,
@@ -160,11 +160,13 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     labels = report_kernel_labels(data)
     lines = [f"## gemmperf: {STATUS_TEXT[data.status]}", ""]
     counts = verdict_counts(data.verdicts)
+    points = data.outcome_counts
     sweeps = sweep_fact(data)
     facts = ([f"{sweeps[0]}: {', '.join(md_code(x) for x in sweeps[1])}"] if sweeps else []) + [
         f"dispatches: {sum(data.n_dispatches.values()):,}"]
+    if points:
+        facts.append("points: " + counts_text(points))
     if counts:
-        facts.append("points: " + counts_text(point_outcome_counts(data.verdicts)))
         facts.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     for key in ("hardware", "rocm_version", "rocprofv3_version", "commit"):
         if data.meta.get(key):
