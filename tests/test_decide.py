@@ -47,7 +47,7 @@ def test_point_outcome_reads_the_rows():
     und = point_outcome(_rows(**crosses))
     assert und.outcome == UNDECIDED and und.rows == 1
     assert "b dur_ns +63.4% [+10.6, +141.6]" in und.reason
-    assert und.decide == "113 processes per side (--gemmperf-repeats 113)"
+    assert und.decide == "113 processes per side (more --gemmperf-repeats on both sides)"
     # an estimate inside the threshold whose CI crosses it (a noisy kernel, every clean run of
     # hundreds of kernels has some) does not hold the point; nor does a slower-looking row the
     # screen finds unremarkable (q > 0.5), nor a faster one
@@ -277,7 +277,7 @@ def test_decide_plan_reads_the_processes_the_cis_need():
     assert (plan.need, plan.target, plan.stopped) == (10, 9, "")
     assert decide_plan(lean, units=4, runs_done=2, max_runs=3).target is None  # 5 more runs needed
     small = decide_plan(lean.assign(n_base=[4]), units=4, runs_done=2, max_runs=16)
-    assert small.target is None and "re-record the baseline with --gemmperf-repeats 10" in small.stopped
+    assert small.target is None and "re-record the baseline with 10 processes" in small.stopped
     # a disturbed or transient point: more processes in the same storm would not decide it
     assert decide_plan(lean.assign(note=["noisy environment: x (was regression)"]), 4, 2, 16) is None
 

@@ -154,7 +154,8 @@ def what_decides(notes: Iterable[Any]) -> str:
     needs = [int(m) for n in text for m in _NEEDS.findall(n)]
     if needs:
         n = max(needs)
-        hints.append(f"{n} processes per side (--gemmperf-repeats {n})")
+        # a process is one rank of one run: --gemmperf-repeats counts runs
+        hints.append(f"{n} processes per side (more --gemmperf-repeats on both sides)")
     if any("not reproduced by the re-run" in n for n in text):
         hints.append("another run (the re-run did not reproduce the first look)")
     if not hints:
@@ -229,7 +230,7 @@ def decide_plan(verdicts: pd.DataFrame, units: int, runs_done: int, max_runs: in
     if target is None:
         return DecidePlan(need, n_base, None, f"the baseline has {n_base} processes: no candidate count "
                                               f"reaches {need} per side; re-record the baseline with "
-                                              f"--gemmperf-repeats {need}")
+                                              f"{need} processes (--gemmperf-repeats)")
     per_run = max(1.0, units / max(1, runs_done))
     if runs_done + int(np.ceil(max(0, target - units) / per_run)) > max_runs:
         return DecidePlan(need, n_base, None, f"{target} candidate processes needed, more than "
