@@ -121,7 +121,8 @@ def test_disturbed_point_is_undecided_everywhere_and_compare_agrees(gp, monkeypa
     assert out.ret == 0
     text = out.stdout.str()
     assert "SKIPPED" in text and "gemmperf: undecided: " in text and "to decide: a re-run on a quiet machine" in text
-    out.stdout.fnmatch_lines(["points: 1 undecided", "undecided: *test_gpsweep[[]ch28-th256[]]: *(test skipped)"])
+    out.stdout.fnmatch_lines(["gemmperf ■ test_gpsweep[[]ch28-th256[]] skipped in * (undecided; compared: *)",
+                              "points: 1 undecided", "undecided: *test_gpsweep[[]ch28-th256[]]: *(test skipped)"])
     pj = json.loads((gp.path / "busy" / SLUG / "ch28-th256" / "point.json").read_text())
     assert pj["outcome"]["outcome"] == UNDECIDED and pj["gate"]["first"]["disturbance"]["disturbed"]
     # the disturbed point's confirmation round waited for a quiet machine, within its budget

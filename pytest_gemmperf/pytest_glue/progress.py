@@ -56,7 +56,7 @@ import pytest
 
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.run.results import RUN_JSON, item_test_id, split_nodeid
-from pytest_gemmperf.pytest_glue.reporting import PROP_PROGRESS, PROP_STATUS
+from pytest_gemmperf.pytest_glue.reporting import PROP_OUTCOME, PROP_PROGRESS, PROP_STATUS
 
 #: events the runner emits (``progress(event, **fields)``)
 POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round, note
@@ -265,10 +265,20 @@ class ProgressReporter:
             return None
 
         status = next((str(v) for k, v in report.user_properties if k == PROP_STATUS), None)
+        outcome = next((_outcome_of(v) for k, v in report.user_properties if k == PROP_OUTCOME), None)
+        if outcome:  # the gate's outcome (gate/outcome.py) beside pytest's
+            status = f"{outcome}; {status}" if status else outcome
         gateway = getattr(getattr(report, "node", None), "gateway", None)
         who = f"[{gateway.id}] " if gateway is not None else ""
         what = f" ({status})" if status else ""
         return f"{who}gemmperf ■ {label} {report.outcome} in {_fmt_s(seconds)}{what}"
+
+
+def _outcome_of(value: Any) -> str:
+    try:
+        return str(json.loads(value).get("outcome") or "")
+    except (TypeError, ValueError, AttributeError):
+        return ""
 
 
 def _end_terminal_line(tr: Any) -> None:
