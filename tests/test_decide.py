@@ -149,7 +149,7 @@ def test_disturbed_point_is_undecided_everywhere_and_compare_agrees(gp, monkeypa
     out.stdout.fnmatch_lines(["undecided: *(accepted: --gemmperf-undecided pass)"])
 
 
-def test_confirmation_rounds_and_compare_agree_on_every_row(gp):  # noqa: F811
+def test_confirmation_rounds_and_compare_agree_on_every_row(gp, capsys):  # noqa: F811
     gp("-k", "ch28", results="rec").assert_outcomes(passed=1, deselected=1)
     os.environ["FAKE_SCALE"] = "1.4"  # a real slowdown of every process: confirmed by a re-run
     try:
@@ -169,7 +169,10 @@ def test_confirmation_rounds_and_compare_agree_on_every_row(gp):  # noqa: F811
     doc = dict(pj)
     doc.pop("gate")
     (gp.path / "slow" / SLUG / "ch28-th256" / "point.json").write_text(json.dumps(doc))
+    capsys.readouterr()
     rc, one_look = _compare(gp.path, "slow", out="c_old")
+    err = capsys.readouterr().err
+    assert "ch28-th256]: gated without a record of the gate's evidence" in err and "may differ" in err
     gated = pd.read_csv(gp.path / "slow" / SLUG / "verdicts.csv").set_index(ROW).sort_index()
     assert not gated["note"].equals(one_look.set_index(ROW).sort_index()["note"])
 
