@@ -115,7 +115,9 @@ def test_disturbed_point_is_undecided_everywhere_and_compare_agrees(gp, monkeypa
     _busy_host(monkeypatch)
     monkeypatch.setenv("FAKE_SCALE", "1.4")
     common = ("-k", "ch28", "--gemmperf-confirm", "1", "--gemmperf-quiet-wait", "0.2")
-    out = gp(*common, "-ra", "--junitxml=j.xml", results="busy")
+    # --gemmperf-learn-variance: the store's variance history grows after the gate read it;
+    # compare must judge with the history the gate used
+    out = gp(*common, "-ra", "--junitxml=j.xml", "--gemmperf-learn-variance", results="busy")
     # skip (the default): reported skipped with the reason and what would decide it; exit 0
     out.assert_outcomes(skipped=1, deselected=1)
     assert out.ret == 0
@@ -128,6 +130,8 @@ def test_disturbed_point_is_undecided_everywhere_and_compare_agrees(gp, monkeypa
     # the disturbed point's confirmation round waited for a quiet machine, within its budget
     assert pj["gate"]["rounds"][0]["kind"] == "confirm" and 0.1 <= pj["gate"]["rounds"][0]["waited_s"] < 5
     assert "still disturbed after" in text
+    out.stdout.fnmatch_lines(["variance of 1 point run(s) added to the baseline's history"])
+    assert pj["gate"]["baseline"]["history_runs"] == []
     junit = (gp.path / "j.xml").read_text()
     assert 'name="gemmperf_outcome"' in junit and "undecided" in junit
     # compare judges the run as the gate did, row by row, and exits 4 (undecided, skip)
