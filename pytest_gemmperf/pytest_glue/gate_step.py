@@ -209,7 +209,8 @@ class GateStep:
             extra, env = got
             extra_samples = self.samples(extra, checked.warmup)
             disturbance = self.reruns.assess(env)
-            evidence["rounds"].append(round_record(CONFIRM, extra.dispatches, disturbance, env.get("quiet_wait_s", 0.0)))
+            evidence["rounds"].append(round_record(CONFIRM, extra.dispatches, disturbance,
+                                                   env.get("quiet_wait_s", 0.0)))
             judge.add_round(extra_samples, Disturbance.from_dict(evidence["rounds"][-1]["disturbance"]))
             summary["rounds"] = round_no
             # the round's share of the FDR budget (rounds share one budget: no free extra looks)
