@@ -257,8 +257,8 @@ SETTINGS: tuple[Setting, ...] = (
             "does: fail (the test fails with the reason), skip (reported skipped with the "
             "reason) or pass (accepted); gemmperf compare: exit 1, 4 or 0",
             parse=_one_of("fail", "skip", "pass"), cli="--undecided"),
-    Setting("quiet_wait", "string", "120", "SECONDS", "120", "wait up to SECONDS for a quiet machine (measured "
-            "load) before each confirmation re-run of a disturbed point (0: at once)", parse=_SECONDS),
+    Setting("quiet_wait", "string", "120", "SECONDS", "120", "before the confirmation re-runs of a disturbed "
+            "point, wait for a quiet machine (measured load), up to SECONDS per point in all (0: no wait)", parse=_SECONDS),
     Setting("decide_budget", "string", "600", "SECONDS", "600", "re-run an undecided point whose CIs cross the "
             "threshold toward the processes they need (at most --gemmperf-max-repeats runs) while the re-runs "
             "fit in SECONDS (0: off)", parse=_SECONDS),

@@ -63,6 +63,8 @@ class Reruns:
         self._execute = execute
         self._call: WorkloadCall | None = None
         self._telemetry: TelemetrySampler | None = None
+        #: seconds this point's re-runs waited for a quiet machine so far
+        self._waited_s = 0.0
 
     @property
     def dir(self) -> Path:
@@ -140,10 +142,11 @@ class Reruns:
         return telemetry_notes(verdicts, tele, dispatches)
 
     def wait_for_quiet(self, round_no: int) -> float:
-        """Before a confirmation re-run of a disturbed point: wait, within
-        ``--gemmperf-quiet-wait`` seconds, until a measurement of the host says it is quiet,
-        so the re-run is not taken in the same storm. Returns the seconds waited."""
-        budget = float(self.options.quiet_wait_s or 0.0)
+        """Before a confirmation re-run of a disturbed point: wait, within what is left of the
+        point's ``--gemmperf-quiet-wait`` seconds, until a measurement of the host says it is
+        quiet, so the re-run is not taken in the same storm. Returns the seconds waited."""
+        # one budget per point, shared by its rounds: a storm that lasts is not waited out N times
+        budget = float(self.options.quiet_wait_s or 0.0) - self._waited_s
         if budget <= 0 or self.backend.name == "replay":
             return 0.0
 
@@ -153,6 +156,7 @@ class Reruns:
         waited, last = wait_for_quiet(budget, self.assess, probe_s=min(1.0, budget), on_wait=said)
         self.reporter.progress(QUIET_WAIT, round=round_no, waited_s=waited, budget_s=budget,
                                reason=last.text, done=True)
+        self._waited_s += waited
         return waited
 
     def assess(self, evidence: Mapping[str, Any] | None) -> Disturbance:
