@@ -130,7 +130,7 @@ def test_disturbed_point_is_undecided_everywhere_and_compare_agrees(gp, monkeypa
     # the disturbed point's confirmation round waited for a quiet machine, within its budget
     assert pj["gate"]["rounds"][0]["kind"] == "confirm" and 0.1 <= pj["gate"]["rounds"][0]["waited_s"] < 5
     assert "still disturbed after" in text
-    out.stdout.fnmatch_lines(["variance of 1 point run(s) added to the baseline's history"])
+    out.stdout.fnmatch_lines(["variance of 1 point run(s) added to the baselines' history"])
     assert pj["gate"]["baseline"]["history_runs"] == []
     junit = (gp.path / "j.xml").read_text()
     assert 'name="gemmperf_outcome"' in junit and "undecided" in junit
