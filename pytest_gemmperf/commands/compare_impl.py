@@ -149,12 +149,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _point_name(key: tuple[str, ...]) -> str:
-    """``[label: ]test[point]`` of a :func:`point_outcomes` key."""
-    if len(key) == 3:
-        return f"{key[0]}: {key[1]}[{key[2]}]"
-    if len(key) == 2:
-        return f"{key[0]}[{key[1]}]" if key[0] else key[1]
-    return "/".join(key)
+    """``[label: ]test[point]`` of a :func:`point_outcomes` key (traces carry neither a test
+    id nor a point: ``the comparison``)."""
+    label, test, point = ("", *key) if len(key) == 2 else key if len(key) == 3 else ("", "", "/".join(key))
+    name = (test or "the comparison") + (f"[{point}]" if point not in ("", "-") else "")
+    return f"{label}: {name}" if label else name
 
 
 def _rule_options(args: argparse.Namespace, explicit: bool) -> str:
