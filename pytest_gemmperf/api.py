@@ -224,7 +224,7 @@ def compare(baseline: PathArg, candidate: PathArg | Sequence[PathArg], *, thresh
     args = _parse(argv)
     with compare_impl.input_errors():
         g = compare_impl.gate(args)
-    status = compare_impl.exit_status(g.verdicts, len(g.damaged))
+    status = compare_impl.exit_status(g.verdicts, len(g.damaged), compare_impl.undecided_policy(args))
     return Comparison(verdicts=tidy_frame(verdicts_csv_order(g.verdicts)), passed=status != 1, exit_status=status,
                       threshold=g.threshold, threshold_line=compare_impl.threshold_line(g.used, g.threshold,
                                                                                       g.origin.text),

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU kernel performance analysis and regression gating for rocprofv3 and "
                     "PyTorch profiler outputs.",
         epilog="exit status: 0 ok, 1 regression found, 2 usage or input error or an output that "
-               "could not be written, 3 internal error (traceback in a log file)")
+               "could not be written, 3 internal error (traceback in a log file), 4 compare: a point "
+               "undecided (--undecided skip)")
     parser.add_argument("--version", action="version", version=f"gemmperf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:

@@ -117,6 +117,10 @@ def _jobs(text: str) -> int:
     return _int_at_least(0, " (or auto)")(text)
 
 
+#: a time budget in seconds (0: off), up to a day
+_SECONDS = _number(float, 0, 86400, unit="seconds")
+
+
 def _on_off(text: str) -> bool:
     word = str(text).strip().lower()
     if word in _ON:
@@ -248,6 +252,16 @@ SETTINGS: tuple[Setting, ...] = (
             "re-run a suspicious point up to N rounds before blocking (its repeats each; "
             "0: off); the new processes join the candidate and the point is judged again",
             parse=_number(int, 0, 10, unit="rounds")),
+    Setting("undecided", "string", "skip", "fail|skip|pass", "skip",
+            "what a point the gate could not decide (an inconclusive gated row, no regression) "
+            "does: fail (the test fails with the reason), skip (reported skipped with the "
+            "reason) or pass (accepted); gemmperf compare: exit 1, 4 or 0",
+            parse=_one_of("fail", "skip", "pass"), cli="--undecided"),
+    Setting("quiet_wait", "string", "120", "SECONDS", "120", "before the confirmation re-runs of a disturbed "
+            "point, wait for a quiet machine (measured load), up to SECONDS per point in all (0: no wait)", parse=_SECONDS),
+    Setting("decide_budget", "string", "600", "SECONDS", "600", "re-run an undecided point whose CIs cross the "
+            "threshold toward the processes they need (at most --gemmperf-max-repeats runs) while the re-runs "
+            "fit in SECONDS (0: off)", parse=_SECONDS),
     Setting("learn_variance", "bool", False, "", "off",
             "add each compared run's between-process variance to its baseline's "
             "history (sharper gate over time; writes baselines/)"),

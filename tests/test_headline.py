@@ -87,6 +87,12 @@ def test_one_headline_everywhere_a_person_reads_a_forced_regression(gp, monkeypa
     assert h.change in md_line and md_text(h.reason) in md_line
     assert html.escape(h.change) in header and html.escape(h.reason) in header
     assert html.escape(h.change) in table and html.escape(h.reason) in table
+    # one outcome everywhere (gate/outcome.py): both points failed
+    whole_failure = _between(stdout, "gemmperf: 2 regression(s) in test_gpsweep.py::test_gpsweep[ch28-th256]",
+                             "= gemmperf =")
+    assert "\noutcome: failed: 2 regression(s), e.g. " in whole_failure and "points: 2 failed" in summary
+    assert md.startswith("## gemmperf: FAILED") and "* points: 2 failed" in md
+    assert 'class="banner failed">FAILED' in page and "points: 2 failed" in page
 
     # the medians' raw ratio is no headline: it is in verdicts.csv and behind the HTML expander
     raw = _raw(row)

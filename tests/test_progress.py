@@ -59,7 +59,7 @@ def test_pytest_session_shows_a_line_per_point_and_process(gp):
     out.stdout.fnmatch_lines([
         "gemmperf ▶ test_gpsweep[[]ch28-th256[]] start: 2 process(es) (torch), ETA * s (baseline)",
         "gemmperf   test_gpsweep[[]ch28-th256[]] run 1/2 done in * (elapsed *, ETA * (baseline))",
-        "gemmperf ■ test_gpsweep[[]ch28-th256[]] passed in * s (compared: *)",
+        "gemmperf ■ test_gpsweep[[]ch28-th256[]] passed in * s (passed; compared: *)",
     ])
 
 

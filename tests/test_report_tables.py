@@ -74,7 +74,8 @@ def test_aorta_variance_csvs(outputs):
 def test_summary_json(outputs):
     files, _, v = outputs
     s = json.loads(files["summary.json"].read_text())
-    assert s["status"] == "regression"
+    assert s["status"] == "failed"  # the run's outcome (gate/outcome.py): a point has a regression
+    assert s["outcome_counts"]["failed"] >= 1
     assert s["verdict_counts"]["regression"] == int((v["verdict"] == "regression").sum())
     assert s["regressions"][0]["kernel"] == NASTY
     assert s["points"] == ["ch28-th256", "ch28-th512", "ch56-th256", "ch56-th512"]
@@ -85,7 +86,8 @@ def test_summary_json(outputs):
 def test_summary_md_is_small_and_safe(outputs):
     files, _, _ = outputs
     md = files["summary.md"].read_text()
-    assert md.startswith("## gemmperf: REGRESSION")
+    assert md.startswith("## gemmperf: FAILED: REGRESSION")
+    assert "* points: " in md and " failed" in md
     assert len(md.encode()) < 20_000
     # outside code spans, no raw HTML can appear (GitHub renders raw tags in Markdown)
     outside = re.sub(r"(`+)(?:(?!\1).)*\1", "", md)

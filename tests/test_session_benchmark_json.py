@@ -63,6 +63,9 @@ def test_session_writes_pytest_benchmark_json_of_the_gated_points(gp):
     out = gp("--gemmperf-benchmark-json=out/bench2.json", "--gemmperf-warmup", "5", results="r2")
     out.assert_outcomes(passed=2)
     doc2 = json.loads((gp.path / "out" / "bench2.json").read_text())
+    # each benchmark carries its point's gate outcome (gate/outcome.py); recording one is none
+    assert [b["extra_info"].get("gemmperf_outcome") for b in doc2["benchmarks"]] == ["passed", "passed"]
+    assert all("gemmperf_outcome" not in b["extra_info"] for b in doc["benchmarks"])
     rounds = [b["stats"]["rounds"] for b in doc2["benchmarks"]]
     assert rounds == [2 * 2 * (40 - 5)] * 2                   # the gate's warm-up is applied
     x = _mm_seconds(gp.path / "r2", "ch28-th256", warmup=5)

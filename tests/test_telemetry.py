@@ -331,8 +331,17 @@ def test_plugin_writes_telemetry_and_names_the_throttled_process(pytester, monke
     monkeypatch.setattr(tm.TelemetrySampler, "process", throttling)
     monkeypatch.setenv("FAKE_SCALE", "1.25")
     out = run("--gemmperf-telemetry-interval=0.02", "--gemmperf-report-dir=rep2", results="res2")
-    out.assert_outcomes(passed=1)  # inconclusive, not a failure: the throttling explains it
+    # inconclusive, not a failure: the throttling explains it; undecided, so reported skipped
+    out.assert_outcomes(skipped=1)
     v = pd.read_csv(pytester.path / "res2" / "test_gpsweep.py__test_gpsweep" / "verdicts.csv")
+    # gemmperf compare of the gated run adds the same telemetry notes to the same rows
+    from pytest_gemmperf import cli
+
+    monkeypatch.chdir(pytester.path)
+    assert cli.main(["compare", "base", "res2", "--out", "cmp", "--no-report"]) == 4
+    c = pd.read_csv(pytester.path / "cmp" / "verdicts.csv").set_index(["kernel", "metric"]).sort_index()
+    g = v.set_index(["kernel", "metric"]).sort_index()
+    assert c["note"].fillna("").equals(g["note"].fillna("")) and c["verdict"].equals(g["verdict"])
     mm = v[(v["kernel"] == "aten::mm") & (v["metric"] == "dur_ns")].iloc[0]
     assert mm["verdict"] == "inconclusive", mm.to_dict()
     assert "gpu0 power cap" in mm["note"] and "in process 2" in mm["note"]

@@ -5,7 +5,14 @@ dirs, aorta sweep dirs, results dirs; ``.gemmperf/results``: its newest run), a 
 hardware dir / record dir, or a samples table file (``.parquet`` / ``.csv`` with ``point, kernel, metric, unit, value``).
 Writes ``DIR/verdicts.csv`` (columns in the order the pytest session writes them: ``test``,
 ``point``, ``kernel``, ``metric``, ..., ``verdict``, ``threshold``, ``note``, extras after) and
-exits 1 when any verdict is ``regression``, 2 on bad input, else 0.
+exits 1 when any verdict is ``regression``, 2 on bad input, 4 when a point is undecided (an
+``inconclusive`` gated row and no regression; ``--undecided fail``: 1, ``pass``: 0), else 0.
+
+A results directory the pytest gate judged is judged again from what the gate recorded in each
+point's ``point.json`` (``gate``: the rule, the first look's and each re-run round's processes
+and disturbance, the baseline's identity and variance history), so its verdicts, changes, CIs,
+q-values and reasons are pytest's; what cannot be reproduced (a baseline changed since, a run
+recorded without that evidence) is said on stderr.
 
 Without BASE the candidates are compared against the baseline store pytest gates against
 (``--baseline-dir``, else the project's ``gemmperf_baseline_dir``). Each test is gated at the
@@ -64,6 +71,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="also append each candidate as a run to this history store (directory or fsspec URL)")
     p.add_argument("--run-id", metavar="ID",
                    help="run id in --history (default: the candidate's label; ID-<label> for several)")
+    add_cli_option(p, "undecided", help="what a point the gate could not decide does to the exit status: "
+                                        "fail (exit 1, as a regression), skip (exit 4: neither passed nor "
+                                        "failed) or pass (exit 0, accepted) (default: the project's "
+                                        "gemmperf_undecided, else skip)")
     add_cli_option(p, "jobs", help="worker processes reading trace files at once (auto: every usable core "
                                    "where the inputs are large enough to pay for the pool, else serial; "
                                    "1: serial, no pool); results do not depend on it")

@@ -22,12 +22,14 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
-    _holds_runs, _is_results_dir, all_baseline_records, baseline_records, load_history, load_side, newest_run, pair_tests,
-    resolve_hardware_key, results_hw_key, trace_hw_key)
+    GatedPoint, _holds_runs, _is_results_dir, all_baseline_records, baseline_records, gated_points, load_history,
+    load_side, newest_run, pair_tests, replay_gate, resolve_hardware_key, results_hw_key, trace_hw_key)
+from pytest_gemmperf.gate.outcome import FAILED, UNDECIDED, counts_text, outcome_counts, point_outcomes
 from pytest_gemmperf.gate.headline import format_verdict_table
 from pytest_gemmperf.gate.verdict import REGRESSION, VERDICTS_CSV_COLUMNS, verdicts_csv_order
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
+from pytest_gemmperf.commands.defaults import COMPARE_FDR
 from pytest_gemmperf.commands.defaults import COMPARE_OUT as DEFAULT_OUT
 from pytest_gemmperf.safe_io import write_csv
 from pytest_gemmperf.commands.history_impl import record_compare_candidate
@@ -39,6 +41,8 @@ from pytest_gemmperf.report import ComparedSamples, write_reports
 #: verdicts.csv column order: the one the pytest session writes too (test first, contract
 #: columns in ARCHITECTURE order, label, diagnostics, other extras by name)
 CSV_COLUMNS = VERDICTS_CSV_COLUMNS
+#: exit status of a comparison with an undecided point (no regression), per ``--undecided``
+EXIT_UNDECIDED = {"fail": 1, "skip": 4, "pass": 0}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,24 +63,44 @@ def _run(args: argparse.Namespace) -> int:
     g = gate(args)
     out = write_outputs(args, g, Path(args.out) if args.out else None, report=getattr(args, "report", True))
     counts = g.verdicts["verdict"].value_counts()
+    outcomes = point_outcomes(g.verdicts)
+    by_outcome = outcome_counts(o for _, o in outcomes)
     print(printable(threshold_line(g.used, g.threshold, g.origin.text)))
     print(format_verdict_table(printable_frame(g.verdicts), args.max_rows, warmup=args.warmup))
     print(printable("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}"))
-    status = exit_status(g.verdicts, len(g.damaged))
-    if status == 1:
-        print(printable(f"gemmperf: {int(counts.get(REGRESSION, 0))} regression(s)"), file=sys.stderr)
+    print(printable("points: " + counts_text(by_outcome)))
+    for key, o in outcomes:
+        if o.outcome == UNDECIDED:
+            print(printable(f"undecided: {_point_name(key)}: {o.reason}; to decide: {o.decide}"), file=sys.stderr)
+    policy = undecided_policy(args)
+    status = exit_status(g.verdicts, len(g.damaged), policy)
+    n_reg = int(counts.get(REGRESSION, 0))
+    if n_reg:
+        print(printable(f"gemmperf: {n_reg} regression(s) ({by_outcome.get(FAILED, 0)} failed point(s))"),
+              file=sys.stderr)
     elif g.damaged:
         print(printable(f"gemmperf: {len(g.damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
+    elif by_outcome.get(UNDECIDED, 0):
+        print(printable(f"gemmperf: {by_outcome[UNDECIDED]} undecided point(s) (--undecided {policy}: "
+                        f"exit {status})"), file=sys.stderr)
     return status
 
 
-def exit_status(verdicts: pd.DataFrame, n_damaged: int) -> int:
+def undecided_policy(args: argparse.Namespace) -> str:
+    """``--undecided`` in force (the project's setting, else ``skip``)."""
+    return getattr(args, "undecided", None) or "skip"
+
+
+def exit_status(verdicts: pd.DataFrame, n_damaged: int, undecided: str = "skip") -> int:
     """The command's exit status for its verdicts: 1 when any is a regression (what CI reads as
-    "the code got slower"), 2 when damaged baseline records were not compared, else 0."""
+    "the code got slower"), 2 when damaged baseline records were not compared, then for an
+    undecided point :data:`EXIT_UNDECIDED` of the ``--undecided`` policy, else 0."""
     if (verdicts["verdict"] == REGRESSION).any():
         return 1
     if n_damaged:
         return 2
+    if outcome_counts(o for _, o in point_outcomes(verdicts)).get(UNDECIDED, 0):
+        return EXIT_UNDECIDED[undecided]
     return 0
 
 
@@ -136,6 +160,8 @@ def gate(args: argparse.Namespace) -> Gated:
     cand_samples = []
     compared: list = []  # what each compare() call received: the report draws it per process
     used: dict[str, dict[str, tuple[float | None, str]]] = {}
+    # the gate's own decision of a run pytest gated, unless options change the rule it used
+    changed = _rule_options(args, explicit)
     for label, cpath in zip(labels, args.cands):
         agents: dict = {}  # a trace candidate's agents: its hardware key in --history
         cand = load_side(cpath, args.warmup, keep, jobs=jobs, agents=agents, allow_partial=partial)
@@ -145,10 +171,15 @@ def gate(args: argparse.Namespace) -> Gated:
             record_compare_candidate(args.history, args.run_id, cpath, label, cand, len(args.cands), keep,
                                      hw=trace_hw_key(cpath, agents))
         cand_rules = {} if explicit else recorded_rules(cpath)
+        gated = gated_points(cpath)
+        if changed and any(g.compared for pts in gated.values() for g in pts.values()):
+            _note(f"{cpath}: gated by pytest; compared with {changed} instead of the rule the gate used: "
+                  "verdicts may differ from pytest's")
         for test, b, c in pair_tests(base, cand, base_arg, cpath):
             rules = point_rules(test, _points(b, c), base_rules, cand_rules)
             used.setdefault(test, {}).update(rules)
-            v = compare_test(b, c, cfg, test, history.get(test), rules)
+            v = compare_test(b, c, cfg, test, history.get(test), rules,
+                             gated={} if changed else gated.get(test, {}))
             if keep is not None:
                 compared.append((test, b, c, label))
             if len(args.cands) > 1:
@@ -170,6 +201,27 @@ def write_outputs(args: argparse.Namespace, g: Gated, out: Path | None, *, repor
     if report:
         _write_reports(args, g.labels, g.verdicts, g.traces, out, g.compared)
     return out
+
+
+def _point_name(key: tuple[str, ...]) -> str:
+    """``[label: ]test[point]`` of a :func:`point_outcomes` key (traces carry neither a test
+    id nor a point: ``the comparison``)."""
+    label, test, point = ("", *key) if len(key) == 2 else key if len(key) == 3 else ("", "", "/".join(key))
+    name = (test or "the comparison") + (f"[{point}]" if point not in ("", "-") else "")
+    return f"{label}: {name}" if label else name
+
+
+def _rule_options(args: argparse.Namespace, explicit: bool) -> str:
+    """The options given that change the rule the pytest gate used ("" when none): with them
+    a gated run is compared anew rather than judged as the gate judged it."""
+    given = [name for name, on in (("--threshold", explicit), ("--kernel-threshold", bool(args.kernel_threshold)),
+                                   ("--fdr", args.fdr != COMPARE_FDR), ("--abs-floor-ns", bool(args.abs_floor_ns)),
+                                   ("--warmup", args.warmup is not None)) if on]
+    return ", ".join(given)
+
+
+def _note(text: str) -> None:
+    print(printable(f"note: {text}"), file=sys.stderr)
 
 
 STORE, RESULTS, OTHER = "baseline store", "results directory", "other"
@@ -335,18 +387,43 @@ def point_rules(test: str, points: list[str], base: Rules, cand: Rules) -> dict[
 
 
 def compare_test(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str, history,
-                 rules: dict[str, tuple[float | None, str]]) -> pd.DataFrame:
+                 rules: dict[str, tuple[float | None, str]],
+                 gated: dict[str, GatedPoint] | None = None) -> pd.DataFrame:
     """:func:`compare` of one test at its own threshold where it recorded one, else at
     ``cfg.threshold``. Points whose rules differ are compared in groups of one threshold each
-    (pytest gates every point on its own)."""
+    (pytest gates every point on its own). ``gated``: the points pytest gated, with what the
+    gate recorded (``store.compare_inputs.GatedPoint``): each is judged as the gate judged it
+    (``replay_gate``), and what cannot be reproduced is said on stderr."""
+    frames = []
+    replayed: set[str] = set()
+    for point, g in sorted((gated or {}).items()):
+        if not g.compared:
+            continue  # pytest recorded a baseline there: nothing was judged
+        if g.gate is None:
+            _note(f"{test}[{point}]: gated without a record of the gate's evidence (point.json has no "
+                  "'gate': a run of an older gemmperf): compared as one look, without its confirmation "
+                  "rounds, disturbance or the variance history it used; verdicts may differ from pytest's")
+            continue
+        bp, cp = b[b["point"].astype(str) == point], c[c["point"].astype(str) == point]
+        if cp.empty or bp.empty:
+            continue
+        v, problems = replay_gate(test, point, bp, cp, history, g)
+        for problem in problems:
+            _note(f"{test}[{point}]: not reproduced as gated: {problem}")
+        frames.append(v)
+        replayed.add(point)
+    if replayed:
+        b, c = b[~b["point"].astype(str).isin(replayed)], c[~c["point"].astype(str).isin(replayed)]
+        if c.empty and b.empty:
+            return pd.concat(frames, ignore_index=True)
     groups: dict[float, list[str]] = {}
     for point in _points(b, c):
         rule = rules.get(point, (None, ""))[0]
         groups.setdefault(cfg.threshold if rule is None else rule, []).append(point)
     if len(groups) <= 1:
         thr = next(iter(groups), cfg.threshold)
-        return compare(b, c, dataclasses.replace(cfg, threshold=thr), test=test, history=history)
-    frames = []
+        frames.append(compare(b, c, dataclasses.replace(cfg, threshold=thr), test=test, history=history))
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     for thr, points in groups.items():
         bg, cg = b[b["point"].astype(str).isin(points)], c[c["point"].astype(str).isin(points)]
         frames.append(compare(bg, cg, dataclasses.replace(cfg, threshold=thr), test=test, history=history))

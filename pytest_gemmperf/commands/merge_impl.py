@@ -23,6 +23,7 @@ from pytest_gemmperf.run.results import (COMPLETE, INTERRUPTED, POINT_JSON, RUN_
                                          check_run, write_json)
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.fileio import read_json_object
+from pytest_gemmperf.gate.outcome import counts_text, outcome_counts, point_outcomes
 from pytest_gemmperf.report import read_verdict_files
 from pytest_gemmperf.report import write_results_reports
 
@@ -149,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if verdicts is not None and len(verdicts):
         counts = verdicts["verdict"].value_counts().sort_index()
         print(printable("verdicts: " + ", ".join(f"{k}={v}" for k, v in counts.items())))
+        # the points' outcomes as each shard's pytest session judged them (gate/outcome.py)
+        print(printable("points: " + counts_text(outcome_counts(o for _, o in point_outcomes(verdicts)))))
         regressions = int(counts.get("regression", 0))
     if args.report:
 

@@ -212,6 +212,70 @@ def judge_round(first: pd.DataFrame, compare_with: Callable[[pd.DataFrame, Any],
     return judged, changes
 
 
+#: kinds of re-run rounds: ``confirm`` (a suspicious point, before blocking) and ``decide``
+#: (an undecided point given the processes the power model says it needs)
+CONFIRM, DECIDE = "confirm", "decide"
+
+
+class PointJudge:
+    """One point judged from its first look through every re-run round, the same way wherever
+    it is done: the pytest gate step feeds it rounds as they are profiled, ``gemmperf compare``
+    feeds it the rounds a gated run recorded (``point.json`` ``gate``), so both reach the same
+    verdicts, changes, CIs, q-values and notes.
+
+    ``compare_with(candidate_samples, gate_config) -> verdicts`` compares with the baseline;
+    ``disturbance``: the first look's (``run.environment.Disturbance``), applied last."""
+
+    def __init__(self, compare_with: Callable[[pd.DataFrame, Any], pd.DataFrame], samples: pd.DataFrame,
+                 cfg: Any, config: ConfirmConfig, disturbance=None) -> None:
+        self.compare_with = compare_with
+        self.cfg = cfg
+        self.config = config
+        self.first = compare_with(samples, cfg)
+        self.verdicts = apply_disturbance(self.first, disturbance)
+        self.combined = samples
+        self.reruns = samples.iloc[:0]
+        #: confirmation rounds done, decide rounds done, what the last judgement changed
+        self.rounds = 0
+        self.decide_rounds = 0
+        self.changes: list[dict[str, Any]] = []
+
+    def confirm_owed(self) -> bool:
+        """Is another confirmation round owed (:func:`suspicious` first look, not yet
+        :func:`settled`, rounds left)?"""
+        if self.config.rounds == 0 or self.rounds >= self.config.rounds:
+            return False
+        if self.rounds == 0:
+            return bool(suspicious(self.first, self.config).any())
+        return not settled(self.verdicts, self.config)
+
+    def trigger(self) -> pd.DataFrame:
+        """The first look's rows that made the point suspicious."""
+        return self.first[suspicious(self.first, self.config)]
+
+    def add_round(self, extra: pd.DataFrame, disturbance=None, kind: str = CONFIRM) -> pd.DataFrame:
+        """Judge the point again with ``extra`` processes added (a round of ``kind``);
+        ``disturbance``: that round's. Returns the verdicts.
+
+        A confirmation round is :func:`judge_round` at its share of the FDR budget. A decide
+        round (after the confirmation rounds, for an undecided point) is judged by
+        :func:`judge` at the whole budget: a regression must still be reproduced by the
+        re-runs alone, so a point left undecided cannot fail on the first look's processes."""
+        self.combined = pd.concat([self.combined, extra], ignore_index=True)
+        # "the re-run alone" is every round so far: later rounds reproduce on more processes
+        self.reruns = pd.concat([self.reruns, extra], ignore_index=True)
+        if kind == CONFIRM:
+            self.rounds += 1
+            judged, self.changes = judge_round(self.first, self.compare_with, self.combined, self.reruns,
+                                               self.cfg, self.config, self.rounds)
+        else:
+            self.decide_rounds += 1
+            judged, self.changes = judge(self.first, self.compare_with(self.combined, self.cfg),
+                                         self.compare_with(self.reruns, self.cfg), self.config)
+        self.verdicts = apply_disturbance(judged, disturbance)
+        return self.verdicts
+
+
 def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
     """Verdicts of a disturbed point (``run.environment.Disturbance``): ``regression`` /
     ``improvement`` become ``inconclusive`` with the reason, unless the whole CI lies beyond

@@ -41,12 +41,16 @@ def gated_property(test_id: str, point_id: str, warmup: int, kernels: Iterable[s
 
 def write_session_benchmark_json(path: Path, results_root: Path, gated: Iterable[dict[str, Any]],
                                  *, machine_info: dict | None = None,
-                                 commit_info: dict | None = None) -> tuple[Path, int]:
+                                 commit_info: dict | None = None,
+                                 outcomes: Iterable[dict[str, Any]] = ()) -> tuple[Path, int]:
     """Write the pytest-benchmark JSON of the ``gated`` points (dicts as recorded by
     :func:`gated_property`; duplicates are merged) found under ``results_root``. Returns
     (path, number of benchmarks). A point whose ``dispatches.parquet`` is missing or has no
     selected dispatches raises ``GemmperfInputError`` naming the file: an export silently
-    short of a point would be compared as if the point had vanished."""
+    short of a point would be compared as if the point had vanished. ``outcomes``: the points'
+    gate outcomes (``gemmperf_outcome`` properties); each benchmark's ``extra_info`` carries its
+    point's ``gemmperf_outcome`` and reason."""
+    by_point = {(str(o.get("test")), str(o.get("point"))): o for o in outcomes if isinstance(o, dict)}
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for g in gated:
         seen.setdefault((str(g["test"]), str(g["point"])), g)
@@ -66,6 +70,11 @@ def write_session_benchmark_json(path: Path, results_root: Path, gated: Iterable
         if samples.empty:
             raise GemmperfInputError(file, "no dispatches of the gated kernels left after warm-up")
         doc = to_pytest_benchmark_json(samples, machine_info, commit_info, test=test)
+        o = by_point.get((test, point))
+        if o is not None:
+            for b in doc["benchmarks"]:
+                b.setdefault("extra_info", {}).update(gemmperf_outcome=o.get("outcome"),
+                                                      gemmperf_reason=o.get("reason") or "")
         benches.extend(doc["benchmarks"])
     doc["benchmarks"] = benches
     path.parent.mkdir(parents=True, exist_ok=True)

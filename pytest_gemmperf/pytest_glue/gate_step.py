@@ -16,18 +16,21 @@ read to the save.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+import pytest
 from filelock import FileLock
 
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.config import parse_threshold
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig, compare
-from pytest_gemmperf.gate.confirm import ConfirmConfig, apply_disturbance, judge_round, settled, suspicious
+from pytest_gemmperf.gate.confirm import CONFIRM, DECIDE, ConfirmConfig, PointJudge
+from pytest_gemmperf.gate.outcome import UNDECIDED, PointOutcome, decide_plan, point_outcome
 from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.gate.samples import gate_samples
 from pytest_gemmperf.gate.headline import change_text, format_verdict_table
@@ -35,17 +38,20 @@ from pytest_gemmperf.gate.verdict import VERDICT_COLUMNS
 from pytest_gemmperf.pytest_glue.benchmark_json import gated_property
 from pytest_gemmperf.pytest_glue.history import HistorySink, fail_on_creep
 from pytest_gemmperf.pytest_glue.options import Options
-from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_LEARNED, PROP_PREFIX,
-                                                   PROP_STATUS, PROP_VERDICTS, PointReporter, emit, fail_now)
+from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_LEARNED, PROP_OUTCOME,
+                                                   PROP_PREFIX, PROP_STATUS, PROP_VERDICTS, PointReporter, emit,
+                                                   fail_now)
 from pytest_gemmperf.pytest_glue.reruns import Reruns
 from pytest_gemmperf.pytest_glue.result import PointResult
 from pytest_gemmperf.report.before_after import write_point_baseline
+from pytest_gemmperf.run.environment import Disturbance
 from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, moved_test_ids, write_point_json
 from pytest_gemmperf.store.baselines import BaselineStore
+from pytest_gemmperf.store.compare_inputs import gate_evidence, round_record
 from pytest_gemmperf.store.record import BaselineRecord
 from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.sweep import SweepPoint, invalid_env
-from pytest_gemmperf.textsafe import printable, printable_frame
+from pytest_gemmperf.textsafe import printable, printable_frame, printable_lines
 
 #: rows of the verdict table in a failure message
 FAIL_TABLE_ROWS = 20
@@ -108,6 +114,7 @@ class GateStep:
         checked = self.validate(result, threshold, warmup)
         samples = self.samples(result, checked.warmup)
         lock = _merge_lock(self.store, self.test_id, result.hw_key)
+        outcome = None
         with lock:
             base = self.store.load(self.test_id, result.hw_key)
             base_pt = (base.samples[base.samples["point"].astype(str) == self.point.id]
@@ -116,21 +123,30 @@ class GateStep:
             if base is None and not self.options.update_baselines:
                 self._refuse_moved_identity(result.hw_key)
             confirmation = None
+            evidence: dict[str, Any] = {}
             if recording:
                 verdicts = _empty_verdicts()
             else:
                 lock.release()  # a comparison saves no record: the other points' writers go on
                 cfg = _gate_config(checked.rule if checked.rule is not None else self.options.threshold)
                 history = base.history_for(self.point.id)
-                first = self.compare(base_pt, samples, cfg, history)
-                verdicts = apply_disturbance(first, self.reruns.assess(result.environment))
-                verdicts, confirmation = self.confirm(result, base_pt, samples, first, verdicts, cfg,
-                                                      history, checked)
-                verdicts = self.verdicts(result, base_pt, verdicts)
-            self.write_point_json(result.dir, checked, confirmation, None if recording else verdicts)
+                evidence = gate_evidence(cfg, ConfirmConfig(rounds=max(0, int(self.options.confirm))),
+                                         self.store.path_for(self.test_id, result.hw_key), base, base_pt,
+                                         history, result.dispatches, self.reruns.assess(result.environment))
+                judge = PointJudge(
+                    lambda cand, gate_cfg: self.compare(base_pt, cand, gate_cfg, history),
+                    samples, cfg, ConfirmConfig(rounds=evidence["confirm_rounds"]),
+                    Disturbance.from_dict(evidence["first"]["disturbance"]))
+                confirmation = self.confirm(result, judge, checked, evidence)
+                self.decide(result, judge, checked, evidence)
+                verdicts = self.verdicts(result, base_pt, judge.verdicts)
+                outcome = point_outcome(verdicts)
+                evidence["outcome"] = outcome.as_dict()
+                self._record_outcome(outcome)
+            self.write_point_json(result.dir, checked, confirmation, None if recording else verdicts, evidence)
             creep = self.record_history(result, samples)
             self.save_baseline(result, samples, base, base_pt, checked, recording)
-        self.finish(result, verdicts, confirmation, creep)
+        self.finish(result, verdicts, confirmation, creep, outcome)
         return verdicts
 
     # -- the stages, in order
@@ -169,53 +185,100 @@ class GateStep:
                 history: pd.DataFrame | None) -> pd.DataFrame:
         return compare(base_pt, samples, cfg, test=self.test_id, history=history)
 
-    def confirm(self, result: PointResult, base_pt: pd.DataFrame, samples: pd.DataFrame,
-                first: pd.DataFrame, verdicts: pd.DataFrame, cfg: GateConfig, history: pd.DataFrame | None,
-                checked: Checked) -> tuple[pd.DataFrame, Confirmation | None]:
+    def confirm(self, result: PointResult, judge: PointJudge, checked: Checked,
+                evidence: dict[str, Any]) -> Confirmation | None:
         """Confirm before blocking (gate/confirm.py): re-run a suspicious point up to
         ``--gemmperf-confirm`` rounds; the new processes join the candidate and the point is
-        judged again (combined comparison + the re-run alone must reproduce)."""
-        ccfg = ConfirmConfig(rounds=max(0, int(self.options.confirm)))
-        if ccfg.rounds == 0 or not suspicious(first, ccfg).any():
-            return verdicts, None
-        trigger = first[suspicious(first, ccfg)]
+        judged again (combined comparison + the re-run alone must reproduce). Each round's
+        processes and disturbance go into ``evidence`` (point.json ``gate``), from which
+        ``gemmperf compare`` judges the point the same way."""
+        if not judge.confirm_owed():
+            return None
+        trigger = judge.trigger()
         why = ", ".join(f"{r.kernel} {r.metric} {r.verdict} {change_text(r.ratio, r.ci_low, r.ci_high)}"
                         for r in trigger.head(3).itertuples(index=False))
         summary: dict[str, Any] = {"trigger": why, "rounds": 0, "extra_processes": 0, "changes": [],
                                    "environment": []}
-        combined, reruns = samples, samples.iloc[:0]
-        for round_no in range(1, ccfg.rounds + 1):
+        while judge.confirm_owed():
+            round_no = judge.rounds + 1
             emit(f"gemmperf: {self.where}: confirming ({printable(why)}): re-run round {round_no}")
-            got = self.reruns.rerun(result, round_no, self._point_fields(checked))
+            last = (evidence["rounds"][-1] if evidence["rounds"] else evidence["first"])["disturbance"]
+            got = self.reruns.rerun(result, len(evidence["rounds"]) + 1, self._point_fields(checked),
+                                    quiet=Disturbance.from_dict(last).disturbed)
             if got is None:
                 summary["skipped"] = f"the {self.reruns.backend.name} backend cannot re-run a point"
                 break
-            extra, evidence = got
+            extra, env = got
             extra_samples = self.samples(extra, checked.warmup)
-            combined = pd.concat([combined, extra_samples], ignore_index=True)
-            # "the re-run alone" is every round so far: later rounds reproduce on more processes
-            reruns = pd.concat([reruns, extra_samples], ignore_index=True)
-            judged, changes = judge_round(
-                first, lambda cand, gate_cfg: compare(base_pt, cand, gate_cfg, test=self.test_id, history=history),
-                combined, reruns, cfg, ccfg, round_no)
-            disturbance = self.reruns.assess(evidence)
-            verdicts = apply_disturbance(judged, disturbance)
+            disturbance = self.reruns.assess(env)
+            evidence["rounds"].append(round_record(CONFIRM, extra.dispatches, disturbance,
+                                                   env.get("quiet_wait_s", 0.0)))
+            judge.add_round(extra_samples, Disturbance.from_dict(evidence["rounds"][-1]["disturbance"]))
             summary["rounds"] = round_no
             # the round's share of the FDR budget (rounds share one budget: no free extra looks)
-            summary.setdefault("fdr_per_round", []).append(cfg.fdr * ccfg.fdr_share(round_no))
+            summary.setdefault("fdr_per_round", []).append(judge.cfg.fdr * judge.config.fdr_share(round_no))
             summary["extra_processes"] += int(extra_samples.loc[extra_samples["metric"] == DUR_NS, "unit"].nunique())
-            summary["changes"] = changes
+            summary["changes"] = judge.changes
             summary["environment"].append(disturbance.as_dict())
-            if settled(verdicts, ccfg):
-                break
-        summary["final"] = _verdict_counts(verdicts)
+        summary["final"] = _verdict_counts(judge.verdicts)
         self.reporter.record(PROP_CONFIRM, json.dumps({"test": self.test_id, "point": self.point.id, **summary}))
         changed = "; ".join(f"{printable(c['kernel'])} {c['metric']}: {c['before']} -> {c['after']}"
                             for c in summary["changes"][:5]) or "no verdict changed"
         text = (f"confirmation ran ({summary['rounds']} round(s), +{summary['extra_processes']} "
                 f"processes; triggered by {printable(why)}): {changed}")
         emit(f"gemmperf: {self.where}: {text}")
-        return verdicts, Confirmation(summary=summary, text=text)
+        return Confirmation(summary=summary, text=text)
+
+    def decide(self, result: PointResult, judge: PointJudge, checked: Checked, evidence: dict[str, Any]) -> None:
+        """Try to decide before giving up: a point left undecided only by CIs across the
+        threshold is re-run (rounds of its repeats) until it has the candidate processes the
+        CIs need ("needs >= N processes per side", with the baseline's own count), at most
+        ``--gemmperf-max-repeats`` runs in all, while the rounds fit in
+        ``--gemmperf-decide-budget`` seconds. Each round is judged on the combined sample; a
+        regression must be reproduced by the re-runs alone. What happened goes into
+        ``evidence["decide"]`` and a line."""
+        budget = float(self.options.decide_budget_s or 0.0)
+        if budget <= 0 or point_outcome(judge.verdicts).outcome != UNDECIDED or not self.reruns.can_rerun():
+            return
+        runs_done = len(evidence["first"]["runs"]) + sum(len(r["runs"]) for r in evidence["rounds"])
+        units = judge.combined.loc[judge.combined["metric"] == DUR_NS, "unit"].nunique()
+        plan = decide_plan(judge.verdicts, units, runs_done, self.options.max_repeats)
+        if plan is None:
+            return
+        need, target = plan.need, plan.target
+        info: dict[str, Any] = {"need_per_side": need, "baseline_processes": plan.n_base, "rounds": 0}
+        evidence["decide"] = info
+        if target is None:
+            info["stopped"] = plan.stopped
+        else:
+            info["target_processes"] = target
+            start = time.monotonic()
+            round_s = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
+            while units < target:
+                if time.monotonic() - start + round_s > budget:
+                    info["stopped"] = f"the next round would pass --gemmperf-decide-budget {budget:g} s"
+                    break
+                t0 = time.monotonic()
+                emit(f"gemmperf: {self.where}: undecided with {units} processes; re-running toward "
+                     f"{target} (the CIs need {need} per side)")
+                got = self.reruns.rerun(result, len(evidence["rounds"]) + 1, self._point_fields(checked))
+                if got is None:
+                    break
+                extra, env = got
+                extra_samples = self.samples(extra, checked.warmup)
+                evidence["rounds"].append(round_record(DECIDE, extra.dispatches, self.reruns.assess(env),
+                                                       env.get("quiet_wait_s", 0.0)))
+                judge.add_round(extra_samples, Disturbance.from_dict(evidence["rounds"][-1]["disturbance"]),
+                                kind=DECIDE)
+                round_s = time.monotonic() - t0
+                info["rounds"] += 1
+                units = judge.combined.loc[judge.combined["metric"] == DUR_NS, "unit"].nunique()
+                if point_outcome(judge.verdicts).outcome != UNDECIDED:
+                    break
+        info["processes"] = int(units)
+        text = (f"decide: {info['rounds']} round(s), {int(units)} candidate processes (the CIs need {need} per side)"
+                + (f"; stopped: {info['stopped']}" if info.get("stopped") else ""))
+        emit(f"gemmperf: {self.where}: {text}")
 
     def verdicts(self, result: PointResult, base_pt: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
         """The final verdicts: telemetry notes added, merged into the test's ``verdicts.csv``,
@@ -228,8 +291,9 @@ class GateStep:
         return verdicts
 
     def write_point_json(self, point_dir: Path, checked: Checked, confirmation: Confirmation | None,
-                         verdicts: pd.DataFrame | None) -> None:
-        """The gate's fields of point.json, in one atomic write over what the runs recorded."""
+                         verdicts: pd.DataFrame | None, evidence: dict[str, Any] | None = None) -> None:
+        """The gate's fields of point.json, in one atomic write over what the runs recorded:
+        ``gate`` holds everything the decision used (``gemmperf compare`` reproduces it)."""
         path = point_dir / POINT_JSON
         data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
         data.update(self._point_fields(checked))
@@ -237,6 +301,9 @@ class GateStep:
             data["confirmation"] = confirmation.summary
         if verdicts is not None:
             data["verdicts"] = _verdict_counts(verdicts)
+        if evidence:
+            data["gate"] = evidence
+            data["outcome"] = evidence.get("outcome")
         write_point_json(point_dir, data)
 
     def record_history(self, result: PointResult, samples: pd.DataFrame) -> str:
@@ -271,22 +338,39 @@ class GateStep:
         emit(msg)
 
     def finish(self, result: PointResult, verdicts: pd.DataFrame, confirmation: Confirmation | None,
-               creep: str) -> None:
-        """Fail the test on a regression (``--gemmperf-warn-only``: report it) or on slow creep."""
+               creep: str, outcome: PointOutcome | None = None) -> None:
+        """Fail the test on a regression (``--gemmperf-warn-only``: report it) or on slow creep;
+        an undecided point fails, is skipped or passes as ``--gemmperf-undecided`` says."""
         regressions = verdicts[verdicts["verdict"] == "regression"]
-        if len(regressions):
+        table = ""
+        if len(regressions) or (outcome is not None and outcome.outcome == UNDECIDED):
             # kernel names are trace text: escaped per cell so a newline cannot break the table
             table = format_verdict_table(printable_frame(verdicts), FAIL_TABLE_ROWS)
             if confirmation is not None:
                 table += "\n" + confirmation.text
+        where = (f"on {result.hw_key} (baseline {self.store.path_for(self.test_id, result.hw_key)}; "
+                 f"all verdicts in {self.results.test_dir(self.test_id) / 'verdicts.csv'})")
+        if len(regressions):
+            if outcome is not None:  # the outcome every output states (gate/outcome.py)
+                table += f"\noutcome: {outcome.text}"
             table, creep = (table + "\n" + creep, "") if creep else (table, creep)
-            head = (f"gemmperf: {len(regressions)} regression(s) in {self.where} "
-                    f"on {result.hw_key} (baseline {self.store.path_for(self.test_id, result.hw_key)}; "
-                    f"all verdicts in {self.results.test_dir(self.test_id) / 'verdicts.csv'})")
+            head = f"gemmperf: {len(regressions)} regression(s) in {self.where} {where}"
             if self.options.warn_only:
                 emit(head + " [--gemmperf-warn-only: not failing]\n" + table)
             else:
                 raise fail_now(head + "\n" + table)
+        elif outcome is not None and outcome.outcome == UNDECIDED:
+            policy = self.options.undecided
+            head = f"gemmperf: {self.where} undecided {where}: {outcome.reason}; to decide: {outcome.decide}"
+            if policy == "fail":
+                raise fail_now(head + " [--gemmperf-undecided fail]\n" + table + (f"\n{creep}" if creep else ""))
+            fail_on_creep(creep, warn_only=self.options.warn_only)
+            if policy == "skip":
+                emit(head + "\n" + table)
+                raise pytest.skip.Exception(printable_lines(
+                    f"gemmperf: undecided: {outcome.reason}; to decide: {outcome.decide}"), _use_item_location=True)
+            emit(head + " [accepted: --gemmperf-undecided pass]")
+            return
         fail_on_creep(creep, warn_only=self.options.warn_only)
 
     # -- helpers of the stages
@@ -342,6 +426,11 @@ class GateStep:
             self.reporter.record(PROP_LEARNED, run)
             emit(f"gemmperf: {self.where}: variance of this run added to the baseline's history "
                  f"({self.store.path_for(self.test_id, result.hw_key)})")
+
+    def _record_outcome(self, outcome: PointOutcome) -> None:
+        """The point's outcome as a test-report property (JUnit XML; the session summary)."""
+        self.reporter.record(PROP_OUTCOME, json.dumps({"test": self.test_id, "point": self.point.id,
+                                                       "policy": self.options.undecided, **outcome.as_dict()}))
 
     def _record_verdicts(self, verdicts: pd.DataFrame, hw_key: str) -> None:
         counts = _verdict_counts(verdicts)

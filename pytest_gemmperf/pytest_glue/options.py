@@ -59,6 +59,12 @@ class Options:
     repeats_auto: bool = False
     detect: float | None = None
     max_repeats: int = default("max_repeats")
+    #: what an undecided point does to its test: fail, skip or pass (gate/outcome.py)
+    undecided: str = default("undecided")
+    #: seconds a disturbed point's confirmation re-run waits for a quiet machine
+    quiet_wait_s: float = default("quiet_wait")
+    #: seconds of re-runs an undecided point may take to reach the processes it needs
+    decide_budget_s: float = default("decide_budget")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -146,6 +152,9 @@ def resolve_options(config: pytest.Config, results_dir: Path) -> Options:
         telemetry=setting_value(config, "gemmperf_telemetry"),
         telemetry_interval_s=setting_value(config, "gemmperf_telemetry_interval"),
         jobs=setting_value(config, "gemmperf_jobs"),
+        undecided=setting_value(config, "gemmperf_undecided"),
+        quiet_wait_s=setting_value(config, "gemmperf_quiet_wait"),
+        decide_budget_s=setting_value(config, "gemmperf_decide_budget"),
     )
 
 

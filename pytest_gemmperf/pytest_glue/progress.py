@@ -56,7 +56,7 @@ import pytest
 
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.run.results import RUN_JSON, item_test_id, split_nodeid
-from pytest_gemmperf.pytest_glue.reporting import PROP_PROGRESS, PROP_STATUS
+from pytest_gemmperf.pytest_glue.reporting import PROP_OUTCOME, PROP_PROGRESS, PROP_STATUS
 
 #: events the runner emits (``progress(event, **fields)``)
 POINT_START = "point_start"    # repeats, backend, counter_passes (expected), round, note
@@ -64,6 +64,7 @@ RUN_START = "run_start"        # run (0-based within this call), total, round
 RUN_END = "run_end"            # run, total, duration_s, ok, round
 PASSES_START = "passes_start"  # groups
 PASSES_END = "passes_end"      # groups, duration_s, ok
+QUIET_WAIT = "quiet_wait"      # round, waited_s, budget_s, reason (the host's disturbance), done
 
 
 
@@ -264,10 +265,20 @@ class ProgressReporter:
             return None
 
         status = next((str(v) for k, v in report.user_properties if k == PROP_STATUS), None)
+        outcome = next((_outcome_of(v) for k, v in report.user_properties if k == PROP_OUTCOME), None)
+        if outcome:  # the gate's outcome (gate/outcome.py) beside pytest's
+            status = f"{outcome}; {status}" if status else outcome
         gateway = getattr(getattr(report, "node", None), "gateway", None)
         who = f"[{gateway.id}] " if gateway is not None else ""
         what = f" ({status})" if status else ""
         return f"{who}gemmperf ■ {label} {report.outcome} in {_fmt_s(seconds)}{what}"
+
+
+def _outcome_of(value: Any) -> str:
+    try:
+        return str(json.loads(value).get("outcome") or "")
+    except (TypeError, ValueError, AttributeError):
+        return ""
 
 
 def _end_terminal_line(tr: Any) -> None:
@@ -353,6 +364,15 @@ class PointProgress:
             self.groups = int(f.get("groups", 0))
             self.reporter.write(f"gemmperf   {self.label} counter passes 1-{self.groups}/{self.groups} "
                                 f"started (one rocprofv3 call; elapsed {_fmt_s(self.elapsed())}{self.eta()})")
+        elif event == QUIET_WAIT:
+            waited, budget = _fmt_s(f.get("waited_s")), _fmt_s(f.get("budget_s"))
+            if not f.get("done"):
+                line = f"waiting for a quiet machine ({printable(f.get('reason') or '')}), {waited} of {budget}"
+            elif f.get("reason"):
+                line = f"still disturbed after {waited} ({printable(f['reason'])}): re-running anyway"
+            else:
+                line = f"machine quiet after {waited}: re-running"
+            self.reporter.write(f"gemmperf   {self.label}{tag} {line}", level=0)
         elif event == PASSES_END:
             self.groups = 0
             state = "done" if f.get("ok", True) else "FAILED"

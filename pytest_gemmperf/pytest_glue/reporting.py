@@ -25,6 +25,7 @@ PROP_VERDICTS = "gemmperf_verdicts"      # JSON list of the point's non-unchange
 PROP_BASELINE = "gemmperf_baseline"      # path of the baseline record a point recorded or updated
 PROP_LEARNED = "gemmperf_learned"        # run label whose variance joined the baseline's history
 PROP_CONFIRM = "gemmperf_confirm"        # JSON summary of a point's confirmation re-runs
+PROP_OUTCOME = "gemmperf_outcome"        # JSON: test, point, outcome (gate/outcome.py), reason, decide, policy
 PROP_ENVIRONMENT = "gemmperf_environment"  # contention text while the point ran
 PROP_GATED = "gemmperf_gated"            # JSON: test, point, warm-up, kernels (benchmark_json.py)
 PROP_WARNING = "gemmperf_warning"        # a warning for the terminal summary (history not recorded)

@@ -24,11 +24,11 @@ from pytest_gemmperf.pytest_glue.reporting import PointReporter, fail_now
 from pytest_gemmperf.pytest_glue.result import PointResult, _PointFailed
 from pytest_gemmperf.redact import redact_text
 from pytest_gemmperf.run.backend import BackendChoice
-from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor, Disturbance, assess
+from pytest_gemmperf.pytest_glue.progress import QUIET_WAIT
+from pytest_gemmperf.run.environment import ACTIVE_DIR, ContentionMonitor, Disturbance, assess, wait_for_quiet
 from pytest_gemmperf.run.results import ResultsDir, write_point_json, write_tables
-from pytest_gemmperf.run.telemetry import (TelemetrySampler, affected_processes, evidence, note_rows,
-                                           slowest_process_notes, summarise, windows_from_dispatches,
-                                           write_telemetry)
+from pytest_gemmperf.run.telemetry import TelemetrySampler, summarise, windows_from_dispatches, write_telemetry
+from pytest_gemmperf.store.compare_inputs import telemetry_notes
 from pytest_gemmperf.sweep import SweepPoint
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, COUNTER_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables
 
@@ -63,6 +63,8 @@ class Reruns:
         self._execute = execute
         self._call: WorkloadCall | None = None
         self._telemetry: TelemetrySampler | None = None
+        #: seconds this point's re-runs waited for a quiet machine so far
+        self._waited_s = 0.0
 
     @property
     def dir(self) -> Path:
@@ -130,15 +132,32 @@ class Reruns:
 
     def telemetry_notes(self, verdicts: pd.DataFrame, dispatches: pd.DataFrame | None = None) -> pd.DataFrame:
         """Each verdict row of the point names the telemetry evidence of all its processes;
-        a slower kernel's row also says whether its slowest process was a throttled one."""
+        a slower kernel's row also says whether its slowest process was a throttled one
+        (``store.compare_inputs.telemetry_notes``, which ``gemmperf compare`` applies too)."""
         pj = self.dir / "point.json"
         try:
             tele = json.loads(pj.read_text(encoding="utf-8")).get("telemetry") or {}
         except (OSError, ValueError):
             return verdicts
-        reasons, _ = evidence(tele.get("summary"))
-        verdicts = slowest_process_notes(verdicts, dispatches, affected_processes(tele.get("summary")))
-        return note_rows(verdicts, reasons)
+        return telemetry_notes(verdicts, tele, dispatches)
+
+    def wait_for_quiet(self, round_no: int) -> float:
+        """Before a confirmation re-run of a disturbed point: wait, within what is left of the
+        point's ``--gemmperf-quiet-wait`` seconds, until a measurement of the host says it is
+        quiet, so the re-run is not taken in the same storm. Returns the seconds waited."""
+        # one budget per point, shared by its rounds: a storm that lasts is not waited out N times
+        budget = float(self.options.quiet_wait_s or 0.0) - self._waited_s
+        if budget <= 0 or self.backend.name == "replay":
+            return 0.0
+
+        def said(waited: float, d: Disturbance) -> None:
+            self.reporter.progress(QUIET_WAIT, round=round_no, waited_s=waited, budget_s=budget, reason=d.text)
+
+        waited, last = wait_for_quiet(budget, self.assess, probe_s=min(1.0, budget), on_wait=said)
+        self.reporter.progress(QUIET_WAIT, round=round_no, waited_s=waited, budget_s=budget,
+                               reason=last.text, done=True)
+        self._waited_s += waited
+        return waited
 
     def assess(self, evidence: Mapping[str, Any] | None) -> Disturbance:
         # concurrent points compete for the devices unless each xdist worker has its own GPUs
@@ -149,16 +168,18 @@ class Reruns:
     def can_rerun(self) -> bool:
         return self._call is not None and self.backend.name in ("torch", "rocprofv3")
 
-    def rerun(self, result: PointResult, round_no: int,
-              fields: Mapping[str, Any] | None = None) -> tuple[PointResult, dict[str, Any]] | None:
+    def rerun(self, result: PointResult, round_no: int, fields: Mapping[str, Any] | None = None,
+              *, quiet: bool = False) -> tuple[PointResult, dict[str, Any]] | None:
         """Profile ``repeats`` more processes of this point (confirmation round ``round_no``,
         runs numbered after the earlier ones); their tables join ``dispatches.parquet``.
         ``fields``: the gate's facts so far (warm-up, threshold), kept in the point.json each
         run updates, so a session stopped during the re-run leaves a point a refresh reads as
         gated. Returns (the new processes only, their contention evidence), or None when the
-        backend cannot re-run (replay)."""
+        backend cannot re-run (replay). ``quiet``: wait for a quiet machine first
+        (:meth:`wait_for_quiet`); the evidence then holds ``quiet_wait_s``."""
         if not self.can_rerun():
             return None
+        waited = self.wait_for_quiet(round_no) if quiet else 0.0
         call = self._call
         # point.json as written so far: the runs append to it
         pj = self.dir / "point.json"
@@ -193,4 +214,4 @@ class Reruns:
                             dispatches=trace.dispatches, counters=trace.counters, agents=trace.agents,
                             env=result.env, command=result.command, hw_key=result.hw_key,
                             environment=monitor.evidence)
-        return extra, monitor.evidence
+        return extra, {**monitor.evidence, "quiet_wait_s": round(waited, 3)}

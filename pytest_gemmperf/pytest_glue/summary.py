@@ -20,8 +20,8 @@ import pytest
 from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.pytest_glue.options import is_worker, path_setting
 from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_ENVIRONMENT, PROP_FAULT,
-                                                   PROP_GATED, PROP_LEARNED, PROP_STATUS, PROP_VERDICTS,
-                                                   PROP_WARNING)
+                                                   PROP_GATED, PROP_LEARNED, PROP_OUTCOME, PROP_STATUS,
+                                                   PROP_VERDICTS, PROP_WARNING)
 from pytest_gemmperf.pytest_glue.session import GemmperfSession
 from pytest_gemmperf.run.results import RUN_JSON, link_latest
 from pytest_gemmperf.textsafe import printable, printable_lines
@@ -53,6 +53,9 @@ class SessionSummary:
         self.compared = 0
         self.learned = 0
         self.confirmations: list[dict] = []
+        #: per gemmperf item: its outcome (gate/outcome.py; an item that failed before it was
+        #: gated is an ``error``), from the ``gemmperf_outcome`` property
+        self.outcomes: dict[str, dict] = {}
         self.noisy: list[tuple[str, str]] = []
         self.report: str | None = None
         self.report_error: str | None = None
@@ -79,6 +82,7 @@ class SessionSummary:
             self.finished.add(report.nodeid)
         if report.failed:
             self.faults += [(report.nodeid, str(v)) for name, v in report.user_properties if name == PROP_FAULT]
+        self._outcome(report)
         if report.when != "call":
             return
         status = None
@@ -100,6 +104,19 @@ class SessionSummary:
                 self.gated.append(json.loads(value))
             elif name == PROP_WARNING:
                 self.warnings.append(str(value))
+
+    def _outcome(self, report: pytest.TestReport) -> None:
+        """The item's gate outcome: the one its gate step recorded, else ``error`` for a
+        gemmperf item that failed before its point was judged (workload, input, set-up)."""
+        for name, value in report.user_properties:
+            if name == PROP_OUTCOME:
+                self.outcomes[report.nodeid] = json.loads(value)
+                return
+        ours = (self.points is not None and report.nodeid in self.points) or any(
+            str(name).startswith("gemmperf") for name, _ in report.user_properties)
+        if report.failed and ours and report.nodeid not in self.outcomes:
+            text = str(getattr(report, "longreprtext", "") or "").strip().splitlines()
+            self.outcomes[report.nodeid] = {"outcome": "error", "reason": text[-1] if text else report.when}
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # an xdist worker can only stop on a bad axis override with a collection error (see
@@ -149,7 +166,7 @@ class SessionSummary:
         commit = gp.metadata().get("git_commit")
         try:
             out, n = write_session_benchmark_json(
-                path, gp.results.root, self.gated,
+                path, gp.results.root, self.gated, outcomes=list(self.outcomes.values()),
                 commit_info={"id": commit, "project": gp.rootdir.name if gp.rootdir else None} if commit else {})
         except (GemmperfInputError, OSError) as exc:
             self.benchmark_error = str(exc)
@@ -196,6 +213,7 @@ class SessionSummary:
                 _write(tr, f"no baseline for {printable(nodeid)} — recorded one at {printable(path)}", yellow=True)
         _write(tr, f"compared {self.compared} point(s) with their baselines; "
                       f"{len(self.verdicts)} non-unchanged verdict(s)")
+        self._write_outcomes(tr)
         if self.learned:
             _write(tr, f"variance of {self.learned} point run(s) added to the baselines' history")
         for c in self.confirmations:
@@ -217,6 +235,25 @@ class SessionSummary:
             _write(tr, f"pytest-benchmark JSON: {printable(self.benchmark_json)}")
         if self.benchmark_error:
             _write(tr, f"pytest-benchmark JSON not written: {printable(self.benchmark_error)}", red=True)
+
+    def _write_outcomes(self, tr) -> None:
+        """``points: 1 failed, 1 undecided, 2 passed`` and a line per point that is not passed."""
+        if not self.outcomes:
+            return
+        names = [str(o.get("outcome")) for o in self.outcomes.values()]
+        counts = {k: names.count(k) for k in ("failed", "error", "undecided", "passed") if k in names}
+        worst = next((k for k in ("failed", "error", "undecided") if counts.get(k)), "passed")
+        text = ", ".join(f"{n} {k}" for k, n in counts.items())
+        _write(tr, f"points: {text}", red=worst in ("failed", "error"), yellow=worst == "undecided",
+               green=worst == "passed")
+        for nodeid, o in self.outcomes.items():
+            if o.get("outcome") == "passed":
+                continue
+            what = {"fail": "test failed", "skip": "test skipped", "pass": "accepted: --gemmperf-undecided pass"}
+            tail = f" ({what.get(o.get('policy'), '')})" if o.get("outcome") == "undecided" else ""
+            decide = f"; to decide: {o['decide']}" if o.get("decide") else ""
+            _write(tr, f"{o.get('outcome')}: {printable(nodeid)}: {printable(o.get('reason') or '')}{decide}{tail}",
+                   red=o.get("outcome") != "undecided", yellow=o.get("outcome") == "undecided")
 
     def _write_faults(self, tr) -> None:
         for nodeid, line in self.faults:

@@ -137,6 +137,20 @@ def _read_run_json(root: Path) -> dict[str, Any]:
         raise GemmperfInputError(p, f"unreadable run metadata: {exc}") from None
 
 
+def failed_points(root: Path) -> list[str]:
+    """``test[point]`` of each point of a results directory whose run failed (point.json
+    ``status`` ``failed``): the points whose outcome is ``error``."""
+    out = []
+    for p in sorted(root.glob("*/*/point.json")):
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # the readers name a damaged point.json themselves
+        if isinstance(doc, dict) and doc.get("status") == "failed":
+            out.append(f"{doc.get('test_id') or p.parent.parent.name}[{doc.get('point') or p.parent.name}]")
+    return out
+
+
 def _session_meta(run: Mapping[str, Any]) -> dict[str, Any]:
     """Flatten the few run.json facts the report headline shows; keep the rest as-is."""
     meta: dict[str, Any] = {}
@@ -211,6 +225,7 @@ def write_results_reports(results_dir: str | os.PathLike, out_dir: str | os.Path
     trace = load([root])
     meta = _session_meta(_read_run_json(root))
     meta.setdefault("inputs", [str(root)])
+    meta["point_errors"] = failed_points(root)  # outcome "error": the banner counts them
 
     kwargs.setdefault("telemetry", read_results_telemetry(root))
     verdicts = read_verdict_files(root)

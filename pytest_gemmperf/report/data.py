@@ -24,6 +24,7 @@ from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
 from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
+from pytest_gemmperf.gate.outcome import OUTCOMES, outcome_counts, overall, point_outcomes
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
                                           UNCHANGED, VERDICT_COLUMNS)
 from pytest_gemmperf.redact import redact_record
@@ -101,7 +102,20 @@ class ReportData:
 
     @property
     def status(self) -> str:
-        return overall_status(self.verdicts)
+        """The run's outcome: ``failed`` / ``error`` / ``undecided`` / ``passed``, ``analysis``."""
+        counts = self.outcome_counts
+        return overall(counts) if counts else "analysis"
+
+    @property
+    def outcome_counts(self) -> dict[str, int]:
+        """``{outcome: points}``: the compared points' outcomes, and as ``error`` the points
+        that could not be run or read (``meta["point_errors"]``: a results directory's failed
+        points)."""
+        counts = point_outcome_counts(self.verdicts)
+        errors = self.meta.get("point_errors") if isinstance(self.meta, dict) else None
+        if errors:
+            counts = {**counts, "error": counts.get("error", 0) + len(errors)}
+        return {k: counts[k] for k in OUTCOMES if counts.get(k)}
 
 
 def sweep_fact(data: ReportData) -> tuple[str, list[str]] | None:
@@ -116,15 +130,19 @@ def sweep_fact(data: ReportData) -> tuple[str, list[str]] | None:
 
 
 def overall_status(verdicts: pd.DataFrame | None) -> str:
-    """``regression`` > ``inconclusive`` > ``pass``; ``analysis`` when nothing was compared."""
+    """The run's outcome over its points (``gate/outcome.py``): ``failed`` > ``error`` >
+    ``undecided`` > ``passed``; ``analysis`` when nothing was compared."""
     if verdicts is None or len(verdicts) == 0:
         return "analysis"
-    v = set(verdicts["verdict"].astype(str))
-    if REGRESSION in v:
-        return "regression"
-    if INCONCLUSIVE in v:
-        return "inconclusive"
-    return "pass"
+    return overall(point_outcome_counts(verdicts))
+
+
+def point_outcome_counts(verdicts: pd.DataFrame | None) -> dict[str, int]:
+    """``{outcome: points}`` of a verdicts table (each (sweep,) test and point judged by
+    ``gate.outcome.point_outcome``, as pytest and ``gemmperf compare`` judge it)."""
+    if verdicts is None or len(verdicts) == 0:
+        return {}
+    return outcome_counts(o for _, o in point_outcomes(verdicts))
 
 
 def verdict_counts(verdicts: pd.DataFrame | None) -> dict[str, int]:
@@ -613,5 +631,6 @@ def report_kernel_labels(data: ReportData) -> dict[str, str]:
 
 __all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",
            "build_report_data", "finite", "normalize_verdicts", "overall_status", "page_kernel_labels",
+           "point_outcome_counts",
            "report_kernel_labels", "sweep_fact",
            "verdict_counts"]

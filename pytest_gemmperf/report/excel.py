@@ -171,7 +171,7 @@ def _summary_sheet(book: _Book, data: ReportData) -> None:
     ws = book.wb.add_worksheet("summary")
     f = book.fmt
     status = data.status
-    colour = {"regression": "bad", "inconclusive": "warn", "pass": "good"}.get(status, "note")
+    colour = {"failed": "bad", "error": "bad", "undecided": "warn", "passed": "good"}.get(status, "note")
     ws.write_string(0, 0, "gemmperf report", f["title"])
     ws.write_string(1, 0, "status", f["header"])
     ws.write_string(1, 1, STATUS_TEXT[status], f[colour])
@@ -179,6 +179,7 @@ def _summary_sheet(book: _Book, data: ReportData) -> None:
     sweeps = sweep_fact(data)
     facts: list[tuple[str, Any]] = [(sweeps[0], ", ".join(sweeps[1]))] if sweeps else []
     facts += [(f"dispatches ({lab})", n) for lab, n in data.n_dispatches.items()]
+    facts += [(f"points: {k}", n) for k, n in data.outcome_counts.items()]
     facts += [(f"verdicts: {k}", n) for k, n in verdict_counts(data.verdicts).items()]
     facts += [("short-kernel threshold (µs)", data.short_kernel_us), ("top-K per cell", data.top_k)]
     for key in ("hardware", "rocm_version", "rocprofv3_version", "commit", "created"):

@@ -26,6 +26,7 @@ from pytest_gemmperf.gate.verdict import MISSING, NEW, shorten_kernel
 from pytest_gemmperf.report import plots
 from pytest_gemmperf.report.data import (HTML_MAX_ROWS, ReportData, page_kernel_labels,  # noqa: F401 - public here too
                                          report_kernel_labels, sweep_fact, verdict_counts)
+from pytest_gemmperf.gate.outcome import counts_text
 from pytest_gemmperf.report.tables import STATUS_TEXT
 from pytest_gemmperf.report.telemetry import telemetry_context
 from pytest_gemmperf.safe_io import write_text
@@ -320,6 +321,7 @@ def render_html(data: ReportData, *, history_href: str | None = None) -> str:
         "status": data.status,
         "status_text": STATUS_TEXT[data.status],
         "counts": verdict_counts(v),
+        "points": counts_text(data.outcome_counts) if data.outcome_counts else "",
         "labels": data.labels,
         "multi": data.multi,
         "meta_rows": _meta_rows(data),

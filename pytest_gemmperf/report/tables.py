@@ -23,6 +23,7 @@ from pytest_gemmperf.analysis.variance import AORTA_COLUMNS, OVERLAP_COLUMNS, TI
 from pytest_gemmperf.gate.headline import headline, notable
 from pytest_gemmperf.gate.verdict import REGRESSION, shorten_kernel
 from pytest_gemmperf.jsonsafe import clean
+from pytest_gemmperf.gate.outcome import counts_text
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
 from pytest_gemmperf.safe_io import write_csv, write_text
@@ -36,10 +37,12 @@ VARIANCE_EXTRA = ("point", "median_us", "mad_cv", "iqr_cv", "count")
 #: GitHub rejects step summaries above 1 MiB; stay far below
 MD_MAX_ROWS = 20
 
+#: the run's outcome (``report.data.overall_status``) as the banners say it
 STATUS_TEXT = {
-    "regression": "REGRESSION",
-    "inconclusive": "INCONCLUSIVE",
-    "pass": "PASS",
+    "failed": "FAILED: REGRESSION",
+    "error": "ERROR",
+    "undecided": "UNDECIDED",
+    "passed": "PASSED",
     "analysis": "ANALYSIS ONLY (no baseline compared)",
 }
 
@@ -107,6 +110,7 @@ def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict
     return clean({
         "status": data.status,
         "labels": data.labels,
+        "outcome_counts": data.outcome_counts,
         "verdict_counts": verdict_counts(v),
         "regressions": regressions,
         "n_dispatches": data.n_dispatches,
@@ -156,9 +160,12 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     labels = report_kernel_labels(data)
     lines = [f"## gemmperf: {STATUS_TEXT[data.status]}", ""]
     counts = verdict_counts(data.verdicts)
+    points = data.outcome_counts
     sweeps = sweep_fact(data)
     facts = ([f"{sweeps[0]}: {', '.join(md_code(x) for x in sweeps[1])}"] if sweeps else []) + [
         f"dispatches: {sum(data.n_dispatches.values()):,}"]
+    if points:
+        facts.append("points: " + counts_text(points))
     if counts:
         facts.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     for key in ("hardware", "rocm_version", "rocprofv3_version", "commit", "working_tree"):

@@ -239,7 +239,20 @@ class Disturbance:
         return "noisy environment: " + "; ".join(self.reasons) if self.reasons else ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"disturbed": self.disturbed, "reasons": list(self.reasons), "factor": round(self.factor, 3)}
+        # the factor unrounded: `gemmperf compare` re-applies it and must reach the same verdicts
+        return {"disturbed": self.disturbed, "reasons": list(self.reasons), "factor": float(self.factor)}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> "Disturbance":
+        """The :meth:`as_dict` form read back (point.json); anything else: undisturbed."""
+        if not isinstance(doc, dict) or not doc.get("disturbed"):
+            return cls(False)
+        reasons = tuple(str(r) for r in doc.get("reasons") or () if isinstance(r, str))
+        try:
+            factor = float(doc.get("factor", 1.0))
+        except (TypeError, ValueError):
+            factor = 1.0
+        return cls(True, reasons, factor if factor == factor and factor >= 1.0 else 1.0)
 
 
 def assess(evidence: dict[str, Any] | None, *, shares_devices: bool = True,
@@ -302,6 +315,37 @@ def _assess_contention(evidence: dict[str, Any], *, shares_devices: bool, cpu_bo
         reasons.append(f"CPU steal {100 * steal:.0f}%")
         factors.append(1.0 / max(1e-3, 1.0 - steal))
     return Disturbance(bool(reasons), tuple(reasons), float(max(factors)))
+
+
+def probe(seconds: float, proc_stat: str = PROC_STAT) -> dict[str, Any]:
+    """The host's contention evidence over ``seconds`` with nothing of ours running (what
+    :func:`wait_for_quiet` measures between re-runs)."""
+    monitor = ContentionMonitor(interval_s=min(0.25, max(0.01, seconds / 4)), proc_stat=proc_stat)
+    with monitor:
+        time.sleep(max(0.0, seconds))
+    return monitor.evidence
+
+
+def wait_for_quiet(budget_s: float, judge: Any, *, probe_s: float = 1.0,
+                   measure: Any = None, on_wait: Any = None) -> tuple[float, Disturbance]:
+    """Wait, up to ``budget_s`` seconds, until the host is quiet: ``judge(evidence) ->
+    Disturbance`` of a ``probe_s``-second measurement (``measure(seconds)``, default
+    :func:`probe`) says undisturbed. ``on_wait(waited_s, disturbance)`` hears each disturbed
+    measurement (the progress line). Returns (seconds waited, the last assessment)."""
+    measure = measure or probe
+    start = time.monotonic()
+    last = Disturbance(False)
+    while True:
+        waited = time.monotonic() - start
+        step = min(probe_s, max(0.0, budget_s - waited))
+        if step <= 0:
+            return waited, last
+        last = judge(measure(step))
+        waited = time.monotonic() - start
+        if not last.disturbed:
+            return waited, last
+        if on_wait is not None:
+            on_wait(waited, last)
 
 
 def combine(*evidence: dict[str, Any] | None) -> dict[str, Any] | None:

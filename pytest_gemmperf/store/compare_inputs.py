@@ -10,13 +10,22 @@ the path and what is wrong.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.compare import compare
+from pytest_gemmperf.gate.confirm import CONFIRM, ConfirmConfig, PointJudge
+from pytest_gemmperf.gate.gate_config import GateConfig
+from pytest_gemmperf.run.environment import Disturbance
+from pytest_gemmperf.run.telemetry import affected_processes, note_rows, slowest_process_notes
+from pytest_gemmperf.run.telemetry import evidence as telemetry_evidence
+from pytest_gemmperf.traces.fileio import read_json_object
 from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.skipped import SkippedInput
@@ -299,3 +308,153 @@ def pair_tests(base: dict[str, pd.DataFrame], cand: dict[str, pd.DataFrame], bas
     tests = sorted(set(base) | set(cand))
     empty = pd.DataFrame({c: pd.Series(dtype=object if c != "value" else float) for c in SAMPLE_COLUMNS})
     return [(t, base.get(t, empty), cand.get(t, empty)) for t in tests]
+
+
+# ------------------------------------------------------------------------------------------
+# one decision wherever it is read: what the pytest gate used, recorded with the run
+# (point.json ``gate``), and the same decision taken again from it by ``gemmperf compare``
+
+#: point.json ``gate`` layout version
+GATE_EVIDENCE_VERSION = 1
+
+
+def runs_of(dispatches: pd.DataFrame) -> list[int]:
+    """The process runs (``run`` numbers) a dispatches table holds."""
+    if dispatches is None or "run" not in dispatches.columns or not len(dispatches):
+        return []
+    runs = pd.to_numeric(pd.Series(pd.unique(dispatches["run"])), errors="coerce").dropna()
+    return sorted(int(r) for r in runs)
+
+
+def unit_runs(samples: pd.DataFrame) -> pd.Series:
+    """Per samples row, the run of its unit (``host/pid/rank/run``; -1 where it has none)."""
+    run = samples["unit"].astype(str).str.rsplit("/", n=1).str[-1]
+    return pd.to_numeric(run, errors="coerce").fillna(-1).astype("int64")
+
+
+def samples_digest(samples: pd.DataFrame | None) -> str:
+    """A digest of a samples table's content, independent of row order and dtypes: whether the
+    baseline compared against is the one a run was gated against."""
+    if samples is None or not len(samples):
+        return ""
+    keys = ["point", "kernel", "metric", "unit"]
+    d = samples[keys + ["value"]].astype({k: str for k in keys}).astype({"value": float})
+    d = d.sort_values(keys + ["value"], kind="mergesort")
+    return hashlib.sha256(pd.util.hash_pandas_object(d, index=False).to_numpy().tobytes()).hexdigest()
+
+
+def gate_evidence(cfg: GateConfig, confirm: ConfirmConfig, record_path: Path, base, base_pt: pd.DataFrame,
+                  history: pd.DataFrame | None, dispatches: pd.DataFrame, disturbance: Disturbance) -> dict:
+    """point.json ``gate`` as the first look knows it: the rule in force, the baseline's
+    identity and the variance history runs used, the first look's processes and disturbance;
+    each re-run round appends its :func:`round_record`."""
+    return {"version": GATE_EVIDENCE_VERSION, "threshold": cfg.threshold, "fdr": cfg.fdr,
+            "confirm_rounds": confirm.rounds,
+            "baseline": {"record": str(record_path), "generation": int(getattr(base, "generation", 0) or 0),
+                         "samples_sha256": samples_digest(base_pt),
+                         "history_runs": (sorted(set(history["run"].astype(str))) if history is not None
+                                          and len(history) else [])},
+            "first": {"runs": runs_of(dispatches), "disturbance": disturbance.as_dict()},
+            "rounds": []}
+
+
+def round_record(kind: str, dispatches: pd.DataFrame, disturbance: Disturbance, waited_s: float = 0.0) -> dict:
+    """One re-run round of point.json ``gate``: its kind, processes, disturbance, wait."""
+    return {"kind": kind, "runs": runs_of(dispatches), "disturbance": disturbance.as_dict(),
+            "waited_s": round(float(waited_s or 0.0), 3)}
+
+
+def telemetry_notes(verdicts: pd.DataFrame, telemetry: dict | None, dispatches: pd.DataFrame | None) -> pd.DataFrame:
+    """Each verdict row names the telemetry evidence of the point's processes (point.json
+    ``telemetry``); a slower kernel's row says whether its slowest process was throttled."""
+    tele = telemetry if isinstance(telemetry, dict) else {}
+    reasons, _ = telemetry_evidence(tele.get("summary"))
+    verdicts = slowest_process_notes(verdicts, dispatches, affected_processes(tele.get("summary")))
+    return note_rows(verdicts, reasons)
+
+
+@dataclass(frozen=True)
+class GatedPoint:
+    """A results point the pytest gate judged: its point.json and directory."""
+
+    doc: dict
+    dir: Path
+
+    @property
+    def gate(self) -> dict | None:
+        g = self.doc.get("gate")
+        ok = (isinstance(g, dict) and isinstance(g.get("first"), dict) and isinstance(g.get("rounds"), list)
+              and isinstance(g.get("threshold"), (int, float)) and isinstance(g.get("fdr"), (int, float)))
+        return g if ok else None
+
+    @property
+    def compared(self) -> bool:
+        """pytest compared this point with a baseline (rather than recording one)."""
+        return isinstance(self.doc.get("verdicts"), dict)
+
+
+def gated_points(path: str) -> dict[str, dict[str, GatedPoint]]:
+    """``{test: {point: GatedPoint}}`` of a results directory (its newest complete run for a
+    parent), empty for any other input."""
+    p = Path(path)
+    run = newest_run(p) or p
+    out: dict[str, dict[str, GatedPoint]] = {}
+    if not _is_results_dir(run):
+        return out
+    for pj in sorted(run.glob("*/*/point.json")):
+        doc = read_json_object(pj)
+        if isinstance(doc.get("test_id"), str):
+            out.setdefault(doc["test_id"], {})[str(doc.get("point") or pj.parent.name)] = GatedPoint(doc, pj.parent)
+    return out
+
+
+def replay_gate(test: str, point: str, base_pt: pd.DataFrame, cand_pt: pd.DataFrame,
+                history: pd.DataFrame | None, gated: GatedPoint) -> tuple[pd.DataFrame, list[str]]:
+    """The pytest gate's decision of one point taken again from what it recorded: the same
+    rule, the same first look, confirmation and decide rounds on the same processes, the same
+    disturbance, the baseline's variance history as it was, the same telemetry notes. Returns
+    (verdicts, what could not be reproduced: the baseline or its history changed since)."""
+    gate = gated.gate
+    problems: list[str] = []
+    base_rec = gate.get("baseline") if isinstance(gate.get("baseline"), dict) else {}
+    if base_rec.get("samples_sha256") and samples_digest(base_pt) != base_rec["samples_sha256"]:
+        problems.append(f"the baseline's samples differ from those gated against ({base_rec.get('record')}, "
+                        f"generation {base_rec.get('generation')})")
+    hist = history[history["point"].astype(str) == point] if history is not None and len(history) else None
+    used = [str(r) for r in base_rec.get("history_runs") or []]
+    if hist is not None:
+        have = set(hist["run"].astype(str))
+        lost = [r for r in used if r not in have]
+        if lost:
+            problems.append(f"{len(lost)} variance-history run(s) the gate pooled are no longer in the baseline "
+                            f"({lost[0]}{', ...' if len(lost) > 1 else ''})")
+        hist = hist[hist["run"].astype(str).isin(used)]
+        hist = hist if len(hist) else None
+    elif used:
+        problems.append(f"the baseline has no variance history; the gate pooled {len(used)} run(s)")
+    cfg = GateConfig(threshold=float(gate["threshold"]), fdr=float(gate["fdr"]))
+    runs = unit_runs(cand_pt)
+    first = gate["first"]
+
+    def rows(of: dict) -> pd.DataFrame:
+        return cand_pt[runs.isin([int(r) for r in of.get("runs") or []]).to_numpy()]
+
+    judge = PointJudge(lambda cand, gate_cfg: compare(base_pt, cand, gate_cfg, test=test, history=hist),
+                       rows(first), cfg, ConfirmConfig(rounds=int(gate.get("confirm_rounds") or 0)),
+                       Disturbance.from_dict(first.get("disturbance")))
+    for r in gate["rounds"]:
+        if isinstance(r, dict):
+            judge.add_round(rows(r), Disturbance.from_dict(r.get("disturbance")), kind=str(r.get("kind") or CONFIRM))
+    dispatches = None
+    if _telemetry_affects(gated.doc.get("telemetry")):
+        try:
+            dispatches = pd.read_parquet(gated.dir / "dispatches.parquet")
+        except (OSError, ValueError) as exc:
+            problems.append(f"telemetry notes not reproduced: cannot read dispatches.parquet: {exc}")
+    return telemetry_notes(judge.verdicts, gated.doc.get("telemetry"), dispatches), problems
+
+
+def _telemetry_affects(telemetry: object) -> bool:
+    """Whether the telemetry names an affected process (the slowest-process notes need the
+    point's dispatches only then)."""
+    return isinstance(telemetry, dict) and bool(affected_processes(telemetry.get("summary")))
