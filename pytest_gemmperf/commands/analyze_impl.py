@@ -26,6 +26,7 @@ from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
 from pytest_gemmperf.traces.discover import load
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
+from pytest_gemmperf.store.compare_inputs import check_lost_inputs
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources
@@ -63,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     reduced = None if report else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
     if reduced is None:
         trace = load(paths, jobs=jobs)
+        skipped = trace.meta.get("skipped", [])
         d = recategorize(trace.dispatches, extra_rules)
         inputs = Inputs(totals=dispatch_totals(d), agents=trace.agents, notes=trace.meta.get("notes", []),
                         sources=trace.meta.get("sources", []))
@@ -70,8 +72,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
                         sources=reduced.sources)
+        skipped = reduced.skipped
         # the warm-up was dropped where each source was read; the totals count every dispatch
         kernels = rows_kernel_table(reduced.rows, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
+    # a rank or process that could not be read would be missing from every total, unseen
+    check_lost_inputs(", ".join(args.paths), skipped, getattr(args, "allow_partial", False),
+                      use="analyze", result="the analysis")
     summary = build_summary(args, inputs, kernels)
 
     out = Path(args.out) if args.out else None

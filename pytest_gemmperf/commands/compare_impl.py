@@ -16,7 +16,7 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, failure_line
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
@@ -106,17 +106,20 @@ def _run(args: argparse.Namespace) -> int:
     write_csv(verdicts_csv_order(verdicts), out / "verdicts.csv")  # formulas neutralised, no link followed
     if args.benchmark_json:
         _export(args.benchmark_json, base, cand_samples)
-    if getattr(args, "report", True):
-        _write_reports(args, labels, verdicts, traces, out, compared)
+    unwritten = _write_reports(args, labels, verdicts, traces, out, compared) if getattr(args, "report", True) else None
 
     counts = verdicts["verdict"].value_counts()
     print(printable(threshold_line(used, threshold, origin.text)))
     print(format_verdict_table(printable_frame(verdicts), args.max_rows, warmup=args.warmup))
     print(printable("verdicts: " + ", ".join(f"{k} {int(n)}" for k, n in counts.items()) + f" -> {out / 'verdicts.csv'}"))
     n_reg = int(counts.get(REGRESSION, 0))
+    if unwritten:  # the verdicts stand; an output that is not there is exit 2 unless 1 says more
+        print(printable(f"gemmperf: report not written: {unwritten}"), file=sys.stderr)
     if n_reg:
         print(printable(f"gemmperf: {n_reg} regression(s)"), file=sys.stderr)
         return 1
+    if unwritten:
+        return 2
     if damaged:
         print(printable(f"gemmperf: {len(damaged)} damaged baseline record(s) not compared"), file=sys.stderr)
         return 2
@@ -336,16 +339,17 @@ def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, d
 
 
 def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.DataFrame,
-                   traces: dict, out: Path, compared: list | None = None) -> None:
+                   traces: dict, out: Path, compared: list | None = None) -> str | None:
     """One report with every sweep side by side (baseline first) where the inputs are traces;
-    verdicts.csv stays this command's. A report failure never changes the gate's exit status.
+    verdicts.csv stays this command's. Returns why the report could not be written (None when
+    it was, or when there is none to write): the caller prints it after the verdicts.
     ``compared``: (test, baseline samples, candidate samples, label) of each compare() call."""
 
     sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
     sides = [(path, label) for path, label in sides if path in traces]
     if not sides:
         print(printable("note: no report: the inputs are samples or baselines, not traces"), file=sys.stderr)
-        return
+        return None
     try:
         files = write_reports(
             out, dispatches=[traces[p].dispatches for p, _ in sides], labels=[lab for _, lab in sides],
@@ -355,8 +359,8 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
             compared=[ComparedSamples(test, b, c, label if len(labels) > 1 else "")
                       for test, b, c, label in compared or ()])
     except Exception as exc:  # noqa: BLE001 - the verdicts are written; say why the report is not
-        print(printable(f"gemmperf: report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
-        return
+        return failure_line(exc)
     if "report.html" in files:
         print(printable(f"report: {files['report.html']}"))
+    return None
 

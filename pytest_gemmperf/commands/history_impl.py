@@ -16,7 +16,7 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.config import SettingError, add_cli_option
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, failure_line
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
 from pytest_gemmperf.commands.defaults import HISTORY_CHECK_OUT as CHECK_OUT
@@ -289,7 +289,7 @@ def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, wind
     try:
         files = write_history_reports(history, changes, out, recent_window=window)
     except Exception as exc:  # noqa: BLE001 - changes.csv is written; say why the page is not
-        print(printable(f"gemmperf: history report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        print(printable(f"gemmperf: history report not written: {failure_line(exc)}"), file=sys.stderr)
         return
     if "history.html" in files:
         print(printable(f"report: {files['history.html']}"))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gemmperf.errors import GemmperfInputError, output_error
+from pytest_gemmperf.errors import GemmperfInputError, failure_line, output_error
 from pytest_gemmperf.pytest_glue.options import is_worker, path_setting
 from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_ENVIRONMENT, PROP_FAULT,
                                                    PROP_GATED, PROP_LEARNED, PROP_STATUS, PROP_VERDICTS,
@@ -166,7 +166,7 @@ class SessionSummary:
             self.report_error = str(output_error(exc, gp.options.report_dir))
             return
         except Exception as exc:  # a broken report must not hide the gate's verdicts
-            self.report_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.report_error = failure_line(exc)
             return
         finally:
             remove_unused_tool_dir(made)

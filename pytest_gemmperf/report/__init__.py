@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.report.before_after import ComparedSamples, read_results_compared
 from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
 from pytest_gemmperf.safe_io import unneutralise_frame
@@ -101,7 +101,7 @@ def write_reports(out_dir: str | os.PathLike, *,
         out.mkdir(parents=True, exist_ok=True)
         return _write(data, out, formats, skip, max_sheet_rows)
     except OSError as exc:
-        raise GemmperfInputError(out, f"cannot write report: {exc.strerror or exc}") from None
+        raise output_error(exc, out, what="report") from None
 
 
 def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
