@@ -20,6 +20,7 @@ import pytest
 from pytest_gemmperf.errors import GemmperfInputError, failure_line, output_error
 from pytest_gemmperf.pytest_glue.options import is_worker, path_setting
 from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_ENVIRONMENT, PROP_FAULT,
+                                                   PROP_INPUT,
                                                    PROP_GATED, PROP_LEARNED, PROP_STATUS, PROP_VERDICTS,
                                                    PROP_WARNING)
 from pytest_gemmperf.pytest_glue.session import GemmperfSession
@@ -63,7 +64,9 @@ class SessionSummary:
         #: node ids of the collected points (None under xdist's controller, which collects
         #: nothing) and of the items whose teardown ran: run.json's complete/interrupted
         self.points: set[str] | None = None
-        self.faults: list[tuple[str, str]] = []  # (nodeid, one line): writes that were refused
+        #: (nodeid, PROP_FAULT or PROP_INPUT, one line): writes refused, gemmperf's input damaged
+        self.faults: list[tuple[str, str, str]] = []
+        self.other_failures = 0  # failed reports of anything else (regressions, the test's own)
         self.warnings: list[str] = []
         self.finished: set[str] = set()
 
@@ -78,7 +81,10 @@ class SessionSummary:
         if report.when == "teardown":
             self.finished.add(report.nodeid)
         if report.failed:
-            self.faults += [(report.nodeid, str(v)) for name, v in report.user_properties if name == PROP_FAULT]
+            faults = [(report.nodeid, name, str(v)) for name, v in report.user_properties
+                      if name in (PROP_FAULT, PROP_INPUT)]
+            self.faults += faults
+            self.other_failures += not faults
         if report.when != "call":
             return
         status = None
@@ -111,6 +117,11 @@ class SessionSummary:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
         if self.usage_error and not is_worker(config):
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        if (self.faults and not self.other_failures and not is_worker(config)
+                and session.exitstatus == pytest.ExitCode.TESTS_FAILED):
+            # only refused writes or damaged input failed: exit 4 as for a results directory
+            # that cannot be created (1 means a regression, or a test's own failure)
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         gp = self.gp
         if is_worker(config) or not profiled(gp):
@@ -219,8 +230,9 @@ class SessionSummary:
             _write(tr, f"pytest-benchmark JSON not written: {printable(self.benchmark_error)}", red=True)
 
     def _write_faults(self, tr) -> None:
-        for nodeid, line in self.faults:
-            _write(tr, f"not written ({printable(nodeid)}): {printable(line)}", red=True)
+        for nodeid, kind, line in self.faults:
+            what = "not written" if kind == PROP_FAULT else "not gated"
+            _write(tr, f"{what} ({printable(nodeid)}): {printable(line)}", red=True)
         for text in self.warnings:
             _write(tr, f"warning: {printable(text)}", yellow=True)
 

@@ -192,6 +192,16 @@ class BaselineStore:
             if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
                 raise GemmperfInputError(meta_path, f"meta.json 'files' has no checksum of {VARIANCE_FILE}")
             names.append(VARIANCE_FILE)
+        if fdir != d and fdir / META_FILE != meta_path:
+            # the pointer is a byte copy of its version's meta.json: a version whose own copy
+            # is damaged is damaged (a later prune or salvage would read that copy)
+            try:
+                own = fs.read_bytes(fdir / META_FILE)
+            except FileNotFoundError:
+                raise _Mismatch(fdir / META_FILE, "missing") from None
+            if own != meta_bytes:
+                raise _Mismatch(fdir / META_FILE, f"differs from {META_FILE}, its byte copy (edited by hand "
+                                                  "or damaged? run `gemmperf baseline refresh`)")
         blobs: dict[str, bytes] = {}
         for name in names:
             try:
