@@ -19,6 +19,7 @@ from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError, failure_line
 from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.paths import contained
+from pytest_gemmperf.store.results import check_point_tables
 from pytest_gemmperf.run.results import (COMPLETE, INTERRUPTED, POINT_JSON, RUN_JSON, VERDICTS_CSV, RunState,
                                          check_run, write_json)
 from pytest_gemmperf.textsafe import printable
@@ -80,6 +81,7 @@ def plan_merge(inputs: list[Path], out: Path, *, partial: bool = False,
                         continue  # not a point directory
                     if f"{test_dir.name}/{child.name}" in state.incomplete:
                         continue  # --allow-partial: an interrupted point's runs are not merged
+                    check_point_tables(child)  # a table cut short is not copied on as whole
                     if key in plan.points:
                         raise GemmperfInputError(child, f"point {child.name} of {test_dir.name} is also in "
                                                         f"{plan.points[key]}: the shards overlap")

@@ -428,6 +428,8 @@ class BaselineStore:
             plans = []
             for d, rec in prepared:  # merged with the stored record, so encoded under the lock
                 cur = self._current_or_legacy(d, rec.test_id, rec.hw_key)
+                if cur.damage is not None and report:
+                    report(f"replacing damaged record of {rec.hw_key} {rec.test_id}: {cur.damage}")
                 merged = merge_records(cur.record, rec, replace=not merge)
                 kept = kept_points(cur.record, rec) if merge else []
                 if kept and report:
@@ -437,9 +439,28 @@ class BaselineStore:
                 done.append(plan is not None)
                 if plan is not None:
                     plans.append(plan)
+                elif cur.migrated_from is None:
+                    self._repair_summary_copy(d, cur, report)
             if plans:
                 self._commit(plans)
         return done
+
+    @staticmethod
+    def _repair_summary_copy(d: Path, cur: _Current, report: Callable[[str], None] | None) -> None:
+        """A record that does not change still gets its derived ``summary.yaml`` back when that
+        copy was damaged or edited (the lock is held; the copy is checksummed by nothing)."""
+        if cur.meta is None or not cur.meta.get("version") or SUMMARY_FILE not in cur.blobs:
+            return
+        path = d / SUMMARY_FILE
+        try:
+            derived = fs.read_bytes(path)
+        except FileNotFoundError:
+            derived = None
+        if derived == cur.blobs[SUMMARY_FILE]:
+            return
+        fs.atomic_write(path, cur.blobs[SUMMARY_FILE])
+        if report:
+            report(f"rewrote {path}: it differed from its version's summary (damaged or edited by hand)")
 
     def learn(self, test_id: str, hw_key: str, samples: pd.DataFrame, run: str,
               report: Callable[[str], None] | None = None) -> bool:
