@@ -7,16 +7,20 @@ pass over what is missing.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cli_batch import REPO, run_cli_batch  # noqa: E402
 from gemmperf_pytester_support import gp  # noqa: E402,F401  (fixture)
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # real pytest sessions, then the commands in one interpreter each
 
 
 def _record_files(base: Path) -> list[Path]:
@@ -52,3 +56,187 @@ def test_corrupt_baseline_gated_from_pytest_is_an_error_item_of_one_line(gp):
         named = [ln for ln in result.outlines if ln.startswith("gemmperf: ") and str(victims[0]) in ln]
         assert len(named) == 2, out
         assert sum(ln.startswith("not gated (") and str(victims[0]) in ln for ln in result.outlines) == 2, out
+
+
+# ------------------------------------------------------------------ results of real sessions
+
+DTEST = '''
+import sys
+from pytest_gemmperf import sweep
+
+@sweep(channels=[28, 56], threads=[256], kernels=[r"^aten::mm$"])
+def test_a(gemmperf):
+    gemmperf.assert_no_regression(gemmperf.profile([sys.executable, {fake!r}, "--dispatches", "20"], repeats=2))
+
+@sweep(channels=[28], threads=[256], kernels=[r"^aten::mm$"])
+def test_b(gemmperf):
+    gemmperf.assert_no_regression(gemmperf.profile([sys.executable, {fake!r}, "--dispatches", "20"], repeats=2))
+'''
+#: the points of each session above (``<test slug>/<point>``)
+POINTS = ("test_d.py__test_a/ch28-th256", "test_d.py__test_a/ch56-th256", "test_d.py__test_b/ch28-th256")
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory) -> Path:
+    """A real pytest session of a three-point sweep: ``rec`` records the baselines into
+    ``base``; ``cmp`` is a copy of that run for the readers to compare (and to damage)."""
+    from gemmperf_pytester_support import FAKE, PLUGIN_ARGS, SUBPROCESS_CONFTEST
+
+    project = tmp_path_factory.mktemp("damage")
+    (project / "test_d.py").write_text(DTEST.format(fake=str(FAKE)))
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "conftest.py").write_text(SUBPROCESS_CONFTEST)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FAKE_SCALE", "FAKE_FAIL", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    for name in ("rec",):
+        proc = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider",
+                               "-p", "no:benchmark", "-p", "no:xdist", "-p", "no:randomly", "--gemmperf-backend", "torch",
+                               "--gemmperf-telemetry", "off", "--gemmperf-jobs", "1", "--gemmperf-baseline-dir=base",
+                               f"--gemmperf-results-dir={name}", "test_d.py"],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    shutil.copytree(project / "rec", project / "cmp")
+    return project
+
+
+def _work(sessions: Path, tmp_path: Path, name: str = "w") -> Path:
+    """A private copy of the sessions' project to damage."""
+    work = tmp_path / name
+    shutil.copytree(sessions, work, symlinks=True)
+    return work
+
+
+def _batch(cwd: Path, commands: dict[str, list[str]]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    return run_cli_batch(commands, cwd / "stderr", cwd=cwd, env=env)
+
+
+def _readers(w: str, tag: str, *extra: str) -> dict[str, list[str]]:
+    """Every command that reads the results run ``<w>/cmp``, each writing somewhere of its own."""
+    run = f"{w}/cmp"
+    return {f"{w}-compare{tag}": ["compare", run, "--baseline-dir", f"{w}/base", "--out", f"{w}/o-cmp{tag}",
+                                  "--no-report", *extra],
+            f"{w}-refresh{tag}": ["baseline", "refresh", "--from", run, "--baseline-dir", f"{w}/b{tag}", *extra],
+            f"{w}-history{tag}": ["history", "record", run, "--history", f"{w}/h{tag}", "--run-id", f"r{tag}", *extra],
+            f"{w}-merge{tag}": ["merge", run, "--out", f"{w}/o-merge{tag}", "--no-report", *extra],
+            f"{w}-analyze{tag}": ["analyze", run, "--out", f"{w}/o-an{tag}", "--no-report", *extra]}
+
+
+def _one_line(run, *must: str) -> None:
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip() and not ln.startswith("note: ")]
+    assert run.returncode == 2 and len(lines) == 1, run
+    assert "Traceback" not in run.stderr and all(m in lines[0] for m in must), run
+
+
+def test_complete_run_that_lost_a_point_is_an_incomplete_run(sessions, tmp_path):
+    """run.json records which points were complete; a test folder, a point folder or a
+    point.json gone since makes the run incomplete for every reader: exit 2 with one line
+    naming the missing point, and --allow-partial reads what is left."""
+    cases = {"folder": ("test_d.py__test_b", POINTS[2]), "point": (POINTS[1], POINTS[1]),
+             "pointjson": (f"{POINTS[0]}/point.json", POINTS[0])}
+    commands = {}
+    for w, (victim, _gone) in cases.items():
+        path = _work(sessions, tmp_path, w) / "cmp" / victim
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        commands.update({**_readers(w, ""), **_readers(w, "-p", "--allow-partial")})
+    got = _batch(tmp_path, commands)
+    for name, run in got.items():
+        w = name.split("-", 1)[0]
+        if name.endswith("-p"):
+            assert run.returncode == 0, (name, run)
+        else:
+            _one_line(run, f"{w}/cmp", cases[w][1], "records as complete", "--allow-partial")
+
+
+def test_analyze_of_a_trace_dir_with_an_unreadable_rank_is_refused(sessions, tmp_path):
+    """A rank that cannot be read (here a link to nothing) would be missing from every total:
+    analyze ends with 2 naming it, as compare does; --allow-partial analyzes the rest."""
+    work = _work(sessions, tmp_path)
+    raw = next((work / "rec" / POINTS[0]).glob("run*/raw/torch_profiler"))
+    shutil.copytree(raw, work / "tp")
+    shutil.rmtree(work / "tp" / "rank1")
+    (work / "tp" / "rank1").symlink_to(work / "nowhere")
+    got = _batch(work, {"analyze": ["analyze", "tp", "--out", "a1", "--no-report"],
+                        "analyze-report": ["analyze", "tp", "--out", "a2"],
+                        "partial": ["analyze", "tp", "--out", "a3", "--no-report", "--allow-partial"]})
+    _one_line(got["analyze"], "tp/rank1", "--allow-partial")
+    _one_line(got["analyze-report"], "tp/rank1", "--allow-partial")
+    assert got["partial"].returncode == 0 and "tp/rank1" in got["partial"].stderr
+    assert not (work / "a1" / "summary.json").exists() and not (work / "a2" / "summary.json").exists()
+
+
+TABLES = ("counters.parquet", "agents.parquet", "dispatches.parquet", "baseline_samples.parquet",
+          "telemetry.parquet")
+
+
+def test_damaged_table_of_a_point_is_named_by_every_reader(sessions, tmp_path):
+    """A table of a finished point cut short (a telemetry table is planted whole first) is
+    named by compare, refresh, history record and merge: exit 2, one line, the file's path."""
+    commands = {}
+    for n, table in enumerate(TABLES):
+        path = _work(sessions, tmp_path, f"t{n}") / "cmp" / POINTS[2] / table
+        if not path.exists():
+            shutil.copy(path.with_name("agents.parquet"), path)
+        _truncate(path, keep=len(path.read_bytes()) // 2)
+        commands.update({k: v for k, v in _readers(f"t{n}", "").items() if "-analyze" not in k})
+    got = _batch(tmp_path, commands)
+    for name, run in got.items():
+        n = int(name.split("-", 1)[0][1:])
+        _one_line(run, f"t{n}/cmp/{POINTS[2]}/{TABLES[n]}")
+
+
+def test_damaged_version_meta_is_named_and_a_damaged_summary_copy_repaired(sessions, tmp_path):
+    """The version's own meta.json is read against its pointer: cut short, compare names it
+    (exit 2) and refresh names the record it replaces. The derived summary.yaml cut short is
+    rewritten by a refresh that changes nothing else, and said."""
+    work = _work(sessions, tmp_path)
+    record = next((work / "base").glob("*/test_d.py__test_b"))
+    vmeta = next(record.glob("v*/meta.json"))
+    _truncate(vmeta)
+    summary = next((work / "base").glob("*/test_d.py__test_a")) / "summary.yaml"
+    _truncate(summary)
+    got = _batch(work, {"compare": ["compare", "cmp", "--baseline-dir", "base", "--out", "o1", "--no-report"],
+                        "refresh": ["baseline", "refresh", "--from", "rec", "--baseline-dir", "base"],
+                        "compare-after": ["compare", "cmp", "--baseline-dir", "base", "--out", "o2", "--no-report"]})
+    assert got["compare"].returncode == 2 and str(vmeta.relative_to(work)) in got["compare"].stderr, got
+    assert "Traceback" not in got["compare"].stderr
+    assert got["refresh"].returncode == 0, got
+    assert "replacing damaged record" in got["refresh"].stderr and str(vmeta.relative_to(work)) in got["refresh"].stderr
+    assert f"rewrote {summary.relative_to(work)}" in got["refresh"].stderr, got
+    assert summary.read_bytes() == next(summary.parent.glob("v*/summary.yaml")).read_bytes()
+    assert got["compare-after"].returncode == 0, got
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A directory on a real file system with 24 KiB left (a tmpfs mounted here: needs root)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    mount = shutil.which("mount")
+    if os.geteuid() != 0 or mount is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    res = subprocess.run([mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    try:
+        st = os.statvfs(mnt)
+        (mnt / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 24 * 1024))
+        yield mnt
+    finally:
+        subprocess.run([shutil.which("umount") or "umount", str(mnt)], capture_output=True)
+
+
+def test_compare_out_onto_a_full_disk_is_exit_2_with_one_line(sessions, tmp_path, full_disk):
+    """The verdicts fit, the report does not: exit 2, one error line naming the file and the
+    reason, nothing else on stderr (no finalizer's traceback of a half-written workbook)."""
+    work = _work(sessions, tmp_path)
+    got = _batch(work, {"compare": ["compare", "cmp", "--baseline-dir", "base", "--out", str(full_disk / "o")]})
+    run = got["compare"]
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip() and not ln.startswith("note: ")]
+    assert run.returncode == 2, run
+    assert len(lines) == 1 and f"could not write report {full_disk / 'o'}" in lines[0], run
+    assert "No space left on device" in lines[0] and "Error" not in lines[0], run
+    assert "Traceback" not in run.stderr and "ZipFile" not in run.stderr, run
+    assert (full_disk / "o" / "verdicts.csv").is_file()
+    assert not [p.name for p in (full_disk / "o").iterdir() if p.name.endswith(".tmp")]
