@@ -20,7 +20,6 @@ from cli_batch import REPO, run_cli_batch  # noqa: E402
 from gemmperf_pytester_support import gp  # noqa: E402,F401  (fixture)
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.slow  # real pytest sessions, then the commands in one interpreter each
 
 
 def _record_files(base: Path) -> list[Path]:
@@ -76,6 +75,10 @@ def test_b(gemmperf):
 POINTS = ("test_d.py__test_a/ch28-th256", "test_d.py__test_a/ch56-th256", "test_d.py__test_b/ch28-th256")
 
 
+#: the tests that read a real pytest session's results, then run the commands in one interpreter
+slow = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def sessions(tmp_path_factory) -> Path:
     """A real pytest session of a three-point sweep: ``rec`` records the baselines into
@@ -129,6 +132,7 @@ def _one_line(run, *must: str) -> None:
     assert "Traceback" not in run.stderr and all(m in lines[0] for m in must), run
 
 
+@slow
 def test_complete_run_that_lost_a_point_is_an_incomplete_run(sessions, tmp_path):
     """run.json records which points were complete; a test folder, a point folder or a
     point.json gone since makes the run incomplete for every reader: exit 2 with one line
@@ -149,6 +153,7 @@ def test_complete_run_that_lost_a_point_is_an_incomplete_run(sessions, tmp_path)
             _one_line(run, f"{w}/cmp", cases[w][1], "records as complete", "--allow-partial")
 
 
+@slow
 def test_analyze_of_a_trace_dir_with_an_unreadable_rank_is_refused(sessions, tmp_path):
     """A rank that cannot be read (here a link to nothing) would be missing from every total:
     analyze ends with 2 naming it, as compare does; --allow-partial analyzes the rest."""
@@ -170,6 +175,7 @@ TABLES = ("counters.parquet", "agents.parquet", "dispatches.parquet", "baseline_
           "telemetry.parquet")
 
 
+@slow
 def test_damaged_table_of_a_point_is_named_by_every_reader(sessions, tmp_path):
     """A table of a finished point cut short (a telemetry table is planted whole first) is
     named by compare, refresh, history record and merge: exit 2, one line, the file's path."""
@@ -186,6 +192,7 @@ def test_damaged_table_of_a_point_is_named_by_every_reader(sessions, tmp_path):
         _one_line(run, f"t{n}/cmp/{POINTS[2]}/{TABLES[n]}")
 
 
+@slow
 def test_damaged_version_meta_is_named_and_a_damaged_summary_copy_repaired(sessions, tmp_path):
     """The version's own meta.json is read against its pointer: cut short, compare names it
     (exit 2) and refresh names the record it replaces. The derived summary.yaml cut short is
@@ -227,6 +234,7 @@ def full_disk(tmp_path):
         subprocess.run([shutil.which("umount") or "umount", str(mnt)], capture_output=True)
 
 
+@slow
 def test_compare_out_onto_a_full_disk_is_exit_2_with_one_line(sessions, tmp_path, full_disk):
     """The verdicts fit, the report does not: exit 2, one error line naming the file and the
     reason, nothing else on stderr (no finalizer's traceback of a half-written workbook)."""
@@ -240,3 +248,57 @@ def test_compare_out_onto_a_full_disk_is_exit_2_with_one_line(sessions, tmp_path
     assert "Traceback" not in run.stderr and "ZipFile" not in run.stderr, run
     assert (full_disk / "o" / "verdicts.csv").is_file()
     assert not [p.name for p in (full_disk / "o").iterdir() if p.name.endswith(".tmp")]
+
+
+# ------------------------------------------------------------------ numeric settings
+
+def _numeric_settings():
+    """Every setting whose default reads as a number: each is a count, a time or a size."""
+    from pytest_gemmperf.config import SETTINGS
+
+    out = []
+    for st in SETTINGS:
+        if st.parse is None or st.default is None or isinstance(st.default, bool):
+            continue
+        try:
+            value = st.parse(str(st.default))
+        except ValueError:
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(st)
+    return out
+
+
+def test_every_numeric_setting_refuses_negative_and_non_finite_values():
+    """No count, time or size of ours can be negative or infinite; a time limit or an interval
+    cannot be 0 either (no run could meet it)."""
+    settings = _numeric_settings()
+    assert {"timeout", "repeats", "confirm", "telemetry_interval", "history_window"} <= {s.name for s in settings}
+    for st in settings:
+        for bad in ("-5", "-0.5", "nan", "inf", "-inf", "1e400", "five"):
+            with pytest.raises(ValueError) as ei:
+                st.parse(bad)
+            assert "\n" not in str(ei.value), (st.name, bad)
+    for st in settings:
+        if st.name in ("timeout", "telemetry_interval"):
+            for bad in ("0", "0.0", "-0"):
+                with pytest.raises(ValueError, match="must be"):
+                    st.parse(bad)
+    from pytest_gemmperf.config import SETTINGS
+
+    timeout = next(s for s in SETTINGS if s.name == "timeout")
+    assert timeout.parse("0.5") == 0.5 and timeout.parse("1800") == 1800
+
+
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_pytest_refuses_a_non_positive_timeout_as_a_usage_error(pytester, value):
+    """``--gemmperf-timeout=-5`` (or 0, or in the ini file) is one usage line and exit 4,
+    before any workload runs, not a session of points that all "timed out after -5 s"."""
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    for args, ini in (([f"--gemmperf-timeout={value}"], None), ([], f"[pytest]\ngemmperf_timeout = {value}\n")):
+        if ini:
+            pytester.makeini(ini)
+        result = pytester.runpytest("-p", "no:cacheprovider", *args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+        err = [ln for ln in result.errlines if ln.strip()]
+        assert len(err) == 1 and "timeout" in err[0] and "must be > 0 seconds" in err[0], result.errlines
