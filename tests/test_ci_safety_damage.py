@@ -302,3 +302,47 @@ def test_pytest_refuses_a_non_positive_timeout_as_a_usage_error(pytester, value)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
         err = [ln for ln in result.errlines if ln.strip()]
         assert len(err) == 1 and "timeout" in err[0] and "must be > 0 seconds" in err[0], result.errlines
+
+
+# ------------------------------------------------------------------ the history
+
+def _history_values(test: str, seed: int):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_history_store import _values
+
+    return _values(test, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_test_ids_of_any_length_reach_the_history_and_stay_apart(tmp_path, seed):
+    """Test ids of 100 to 400 characters (ASCII, non-ASCII, every character a file name may
+    not hold), some sharing their first 300: each is recorded whole, read back whole, filtered
+    by its own id only, counted once per run and pruned; an id that fits keeps its old
+    directory name (histories written before stay readable)."""
+    import random
+    import urllib.parse
+
+    from pytest_gemmperf.history.store import HistoryStore, RunInfo
+
+    rng = random.Random(seed)
+    alphabet = "abcXYZ09_-.:/[]|é日本 %~\\"
+    stem = "perf/test_long.py::test_" + "".join(rng.choice(alphabet) for _ in range(300))
+    ids = [stem + "a", stem + "b", "perf/test_x.py::test_" + "".join(rng.choice(alphabet) for _ in range(rng.randint(80, 400))),
+           "perf/test_short.py::test_s[日本]"]
+    store = HistoryStore(tmp_path / "h")
+    for run in range(2):
+        for n, test in enumerate(ids):
+            store.append(_history_values(test, seed=10 * run + n), RunInfo(f"r{run}", time=f"2026-11-2{run}T00:00:00Z", hw_key="hw"))
+    got = store.read()
+    assert sorted(set(got["test"])) == sorted(ids)
+    for test in ids:
+        one = store.read(test=test)
+        assert set(one["test"]) == {test} and set(one["run_id"]) == {"r0", "r1"}
+    for p in (tmp_path / "h").rglob("*"):
+        assert len(p.name.encode()) <= 255
+    short = tmp_path / "h" / "hw_key=hw" / f"test={urllib.parse.quote(ids[-1], safe='')}"
+    assert short.is_dir()  # an id that fits: the directory it always had
+    runs = store.runs()
+    assert list(runs["run_id"]) == ["r0", "r1"] and list(runs["tests"]) == [len(ids)] * 2
+    gone = store.prune(keep_last=1, dry_run=False)
+    assert sorted(set(gone["test"])) == sorted(ids) and set(store.read()["run_id"]) == {"r1"}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import hashlib
 import io
 import json
 import os
@@ -64,6 +65,9 @@ FILE_SCHEMA = pa.schema([
     # when the file was written: of two files of one run and point, readers keep the newer
     # (files written before this column existed read it as null: oldest)
     ("written", pa.timestamp("ns", tz="UTC")),
+    # the whole test id: its partition directory holds a shortened one when the id is longer
+    # than a file name may be (files written before this column existed: the directory's)
+    ("test_id", pa.string()),
 ])
 PARTITION_SCHEMA = pa.schema([("hw_key", pa.string()), ("test", pa.string())])
 DATASET_SCHEMA = pa.schema(list(FILE_SCHEMA) + list(PARTITION_SCHEMA))
@@ -167,10 +171,11 @@ class HistoryStore:
                 "value": pa.array(pd.to_numeric(part["value"], errors="coerce").to_numpy(np.float64)),
                 "run_meta": pa.array([meta] * n, pa.string()),
                 "written": pa.array(np.full(n, written, dtype=np.int64), pa.int64()).cast(FILE_SCHEMA.field("written").type),
+                "test_id": pa.array([str(test)] * n, pa.string()),
             }, schema=FILE_SCHEMA)
             buf = io.BytesIO()
             pq.write_table(table, buf, compression="zstd")
-            directory = self._partition_dir(_segment('hw_key', run.hw_key), _segment('test', test))
+            directory = self._partition_dir(_segment('hw_key', run.hw_key), _segment('test', test_partition(str(test))))
             path = f"{directory}/{_file_stem(run.run_id)}--{uuid.uuid4().hex[:16]}.parquet"
             self._put(directory, path, buf.getvalue())
             paths.append(self._display(path))
@@ -258,7 +263,7 @@ class HistoryStore:
         if hw_key is not None:
             base += "/" + _segment("hw_key", hw_key)
             if test is not None:
-                base += "/" + _segment("test", test)
+                base += "/" + _segment("test", test_partition(str(test)))
         try:
             if not self.fs.isdir(base):
                 if self.fs.exists(base):
@@ -313,25 +318,17 @@ class HistoryStore:
         dataset = self._dataset(hw_key, test)
         if dataset is None:
             return _empty_history()
-        filt = None
-        for col, val in (("hw_key", hw_key), ("test", test), ("point", point)):
-            if val is not None:
-                e = ds.field(col) == str(val)
-                filt = e if filt is None else filt & e
+        filt = _equal_filter(hw_key, test, point)
         if kernel_contains:
             e = pc.match_substring(ds.field("kernel"), str(kernel_contains))
             filt = e if filt is None else filt & e
-        table = self._scan(dataset, [*HISTORY_COLUMNS, "written"], filt, keep_filename=True)
+        table = self._scan(dataset, [*HISTORY_COLUMNS, "written", "test_id"], filt, keep_filename=True)
         if kernel_contains:  # which file of a run is newest does not depend on the kernel filter
-            unfiltered = None
-            for col, val in (("hw_key", hw_key), ("test", test), ("point", point)):
-                if val is not None:
-                    e = ds.field(col) == str(val)
-                    unfiltered = e if unfiltered is None else unfiltered & e
+            unfiltered = _equal_filter(hw_key, test, point)
             files = self._scan(dataset, [*_RUN_KEY, "written"], unfiltered, keep_filename=True)
         else:
             files = table
-        table = _newest_files_only(table, files).select(list(HISTORY_COLUMNS))
+        table = _whole_test_ids(_newest_files_only(table, files)).select(list(HISTORY_COLUMNS))
         if table.num_rows == 0:
             return _empty_history()
         # sorted by Arrow (C++), before pandas: several times faster than sort_values on strings
@@ -348,7 +345,7 @@ class HistoryStore:
         within a file and a scan batch never spans two files, so the first row of each batch
         is enough (memory stays bounded however long the history)."""
         dataset = self._dataset(hw_key)
-        cols = ["run_id", "time", "commit", "branch", "hw_key", "test", "run_meta", "__filename"]
+        cols = ["run_id", "time", "commit", "branch", "hw_key", "test", "run_meta", "test_id", "__filename"]
         if dataset is None:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols}).rename(columns={"__filename": "file"})
         heads = []
@@ -361,7 +358,7 @@ class HistoryStore:
             raise GemmperfInputError(self.url, f"cannot read history: {_first_line(exc)}") from None
         if not heads:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols}).rename(columns={"__filename": "file"})
-        df = pa.Table.from_batches(heads).to_pandas().rename(columns={"__filename": "file"})
+        df = _whole_test_ids(pa.Table.from_batches(heads)).to_pandas().rename(columns={"__filename": "file"})
         for col in ("run_id", "time"):
             bad = df[col].isna()
             if bad.any():
@@ -447,6 +444,41 @@ def _newest_files_only(table: pa.Table, files: pa.Table) -> pa.Table:
 
 def _segment(key: str, value: str) -> str:
     return f"{key}={urllib.parse.quote(str(value), safe='')}"
+
+
+#: the longest partition directory name kept as it is (file systems allow 255 bytes a name)
+MAX_SEGMENT_BYTES = 200
+#: characters a shortened test id keeps of the original before its hash
+_SHORT_KEEP = 120
+
+
+def test_partition(test: str) -> str:
+    """The ``test`` partition value of a test id: the id itself when its directory name fits,
+    else its first characters (file-name-safe) and a hash of the whole id, as the results
+    and baseline directories shorten theirs. The whole id is in every file (``test_id``)."""
+    if len(_segment("test", test).encode()) <= MAX_SEGMENT_BYTES:
+        return test
+    digest = hashlib.sha256(test.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', test)[:_SHORT_KEEP]}~{digest}"
+
+
+def _equal_filter(hw_key: str | None, test: str | None, point: str | None):
+    """The dataset filter of the given columns (None: any); a test by its partition value."""
+    filt = None
+    for col, val in (("hw_key", hw_key), ("test", None if test is None else test_partition(str(test))),
+                     ("point", point)):
+        if val is not None:
+            e = ds.field(col) == str(val)
+            filt = e if filt is None else filt & e
+    return filt
+
+
+def _whole_test_ids(table: pa.Table) -> pa.Table:
+    """``table`` with each row's whole test id in ``test`` (its file's ``test_id``, else the
+    partition directory's, for files written before that column existed)."""
+    i = table.schema.get_field_index("test")
+    whole = pc.coalesce(table["test_id"], table["test"])
+    return table.set_column(i, "test", whole)
 
 
 def _file_stem(run_id: str) -> str:
