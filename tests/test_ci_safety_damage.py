@@ -346,3 +346,46 @@ def test_test_ids_of_any_length_reach_the_history_and_stay_apart(tmp_path, seed)
     assert list(runs["run_id"]) == ["r0", "r1"] and list(runs["tests"]) == [len(ids)] * 2
     gone = store.prune(keep_last=1, dry_run=False)
     assert sorted(set(gone["test"])) == sorted(ids) and set(store.read()["run_id"]) == {"r1"}
+
+
+def test_one_runs_values_are_recorded_once_whatever_its_run_id(tmp_path):
+    """The same values recorded under more ids add no run: each is refused with one line
+    naming the run that holds them; --replace moves them to the new id; a new measurement
+    under a new id, and the same values of another test, are recorded."""
+    from pytest_gemmperf.errors import GemmperfInputError
+    from pytest_gemmperf.history.store import HistoryStore, RunInfo
+
+    store = HistoryStore(tmp_path / "h")
+    same = _history_values("perf/t.py::test_a", seed=1)
+    store.append(same, RunInfo("first", hw_key="hw"))
+    for n in range(12):
+        shuffled = same.sample(frac=1.0, random_state=n).reset_index(drop=True)  # any row order
+        with pytest.raises(GemmperfInputError) as ei:
+            store.append(shuffled, RunInfo(f"id{n}", hw_key="hw"))
+        msg = str(ei.value)
+        assert "already in the history as run 'first'" in msg and "--replace" in msg and "\n" not in msg
+    assert list(store.runs()["run_id"]) == ["first"]
+    store.append(same, RunInfo("moved", hw_key="hw"), replace=True)
+    assert list(store.runs()["run_id"]) == ["moved"]
+    store.append(_history_values("perf/t.py::test_a", seed=2), RunInfo("second", hw_key="hw"))
+    store.append(same.assign(test="perf/t.py::test_b"), RunInfo("moved", hw_key="hw"))
+    runs = store.runs()
+    assert sorted(runs["run_id"]) == ["moved", "second"] and int(runs.loc[runs["run_id"] == "moved", "tests"].iloc[0]) == 2
+
+
+@slow
+def test_history_record_of_one_results_dir_under_many_ids_is_one_run(sessions, tmp_path):
+    """`gemmperf history record` of the same results under a second id: exit 2, one line;
+    --replace moves the run: the history holds one run."""
+    work = _work(sessions, tmp_path)
+    got = _batch(work, {"r1": ["history", "record", "cmp", "--history", "h", "--run-id", "one"],
+                        "r2": ["history", "record", "cmp", "--history", "h", "--run-id", "two"],
+                        "copy": ["history", "record", "rec", "--history", "h", "--run-id", "three"],
+                        "move": ["history", "record", "cmp", "--history", "h", "--run-id", "four", "--replace"]})
+    assert got["r1"].returncode == 0, got
+    _one_line(got["r2"], "already in the history as run 'one'", "--replace")
+    _one_line(got["copy"], "already in the history as run 'one'")  # a copy of the run's directory
+    assert got["move"].returncode == 0, got
+    from pytest_gemmperf.history.store import HistoryStore
+
+    assert list(HistoryStore(work / "h").runs()["run_id"]) == ["four"]

@@ -68,6 +68,9 @@ FILE_SCHEMA = pa.schema([
     # the whole test id: its partition directory holds a shortened one when the id is longer
     # than a file name may be (files written before this column existed: the directory's)
     ("test_id", pa.string()),
+    # per row, a hash of its point's values (data_key()): one run's data is recorded once,
+    # whatever run id it is given (null in files written before this column existed)
+    ("data_key", pa.string()),
 ])
 PARTITION_SCHEMA = pa.schema([("hw_key", pa.string()), ("test", pa.string())])
 DATASET_SCHEMA = pa.schema(list(FILE_SCHEMA) + list(PARTITION_SCHEMA))
@@ -155,8 +158,10 @@ class HistoryStore:
             raise GemmperfInputError(None, f"run {run.run_id!r}: no values to record")
         meta = json.dumps(redact_record(run.meta or {}), sort_keys=True, default=str)
         parts = list(values.groupby(values["test"].astype(str), sort=True))
+        keys = {str(test): data_keys(part) for test, part in parts}
         # every test is checked before any file is written: a refused run writes nothing
-        replaced = [self._clash(run, str(test), set(part["point"].astype(str)), replace) for test, part in parts]
+        replaced = [self._clash(run, str(test), set(part["point"].astype(str)), replace)
+                    + self._same_data(run, str(test), keys[str(test)], replace) for test, part in parts]
         written = time.time_ns()
         paths = []
         for test, part in parts:
@@ -172,6 +177,7 @@ class HistoryStore:
                 "run_meta": pa.array([meta] * n, pa.string()),
                 "written": pa.array(np.full(n, written, dtype=np.int64), pa.int64()).cast(FILE_SCHEMA.field("written").type),
                 "test_id": pa.array([str(test)] * n, pa.string()),
+                "data_key": pa.array(part["point"].astype(str).map(keys[str(test)]).to_numpy(object), pa.string()),
             }, schema=FILE_SCHEMA)
             buf = io.BytesIO()
             pq.write_table(table, buf, compression="zstd")
@@ -179,7 +185,7 @@ class HistoryStore:
             path = f"{directory}/{_file_stem(run.run_id)}--{uuid.uuid4().hex[:16]}.parquet"
             self._put(directory, path, buf.getvalue())
             paths.append(self._display(path))
-        for old in (f for files in replaced for f in files):
+        for old in sorted({f for files in replaced for f in files}):
             self.fs.rm_file(old)  # after the new file: readers see the old run or the new, never none
         return paths
 
@@ -208,6 +214,26 @@ class HistoryStore:
                                      f"run {run.run_id!r} is already in the history ({test} on {run.hw_key}, "
                                      f"point(s) {', '.join(held)}); not recorded again (--replace replaces it)")
         return sorted(files)
+
+    def _same_data(self, run: RunInfo, test: str, keys: dict[str, str], replace: bool) -> list[str]:
+        """Files in which another run id holds the very values of a point of ``keys`` (the same
+        results recorded again under a new id): refused unless ``replace``, which moves them to
+        ``run`` (the files are what the new file replaces)."""
+        dataset = self._dataset(run.hw_key, test)
+        if dataset is None:
+            return []
+        filt = ds.field("data_key").isin(sorted(set(keys.values()))) & (ds.field("run_id") != run.run_id)
+        found = self._scan(dataset, ["run_id", "point"], filt, keep_filename=True)
+        if found.num_rows == 0:
+            return []
+        if not replace:
+            other = sorted(set(found["run_id"].to_pylist()))
+            points = sorted(set(found["point"].to_pylist()))
+            raise GemmperfInputError(self._display(found["__filename"][0].as_py()),
+                                     f"the values of run {run.run_id!r} ({test} on {run.hw_key}, point(s) "
+                                     f"{', '.join(points)}) are already in the history as run {other[0]!r}; "
+                                     "a run is recorded once (--replace moves it to the new id)")
+        return sorted(set(found["__filename"].to_pylist()))
 
     def _run_files(self, hw_key: str, test: str, run_id: str, points: set[str]) -> dict[str, set[str]]:
         """{file: points of ``points`` it holds} of the files of ``run_id`` under ``hw_key``/``test``."""
@@ -460,6 +486,18 @@ def test_partition(test: str) -> str:
         return test
     digest = hashlib.sha256(test.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', test)[:_SHORT_KEEP]}~{digest}"
+
+
+def data_keys(values: pd.DataFrame) -> dict[str, str]:
+    """Per point of ``values`` (one test's rows), a hash of its rows in any order: the same
+    results give the same key under any run id, two measurements practically never do."""
+    out = {}
+    for point, part in values.groupby(values["point"].astype(str), sort=True):
+        rows = part[["kernel", "metric", "unit"]].astype(str).assign(
+            value=pd.to_numeric(part["value"], errors="coerce").astype(np.float64).map(float.hex))
+        lines = sorted("\x1f".join(r) for r in rows.itertuples(index=False, name=None))
+        out[str(point)] = "sha256:" + hashlib.sha256("\x1e".join(lines).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return out
 
 
 def _equal_filter(hw_key: str | None, test: str | None, point: str | None):
