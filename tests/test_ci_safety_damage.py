@@ -389,3 +389,147 @@ def test_history_record_of_one_results_dir_under_many_ids_is_one_run(sessions, t
     from pytest_gemmperf.history.store import HistoryStore
 
     assert list(HistoryStore(work / "h").runs()["run_id"]) == ["four"]
+
+
+# ------------------------------------------------------------------ a record's own checks
+
+def _good_meta() -> dict:
+    from pytest_gemmperf.store.record import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "test_id": "t.py::test_a", "hw_key": "hw", "generation": 3,
+            "version": "v3", "files": {"samples.parquet": {"sha256": "a" * 64}, "summary.yaml": {"sha256": "b" * 64}}}
+
+
+def _meta_cases():
+    """(name, change to a good meta.json) -> the words the refusal must hold."""
+    def drop(*keys):
+        def f(m):
+            d = m
+            for k in keys[:-1]:
+                d = d[k]
+            del d[keys[-1]]
+        return f
+
+    def put(value, *keys):
+        def f(m):
+            d = m
+            for k in keys[:-1]:
+                d = d[k]
+            d[keys[-1]] = value
+        return f
+
+    return {
+        "no samples checksum": (drop("files", "samples.parquet", "sha256"), "checksums"),
+        "no summary checksum": (drop("files", "summary.yaml"), "checksums"),
+        "checksum not text": (put(5, "files", "samples.parquet", "sha256"), "checksums"),
+        "files not a map": (put([], "files"), "checksums"),
+        "no files": (drop("files"), "'files'"),
+        "older schema": (put(0, "schema_version"), "schema_version 0"),
+        "newer schema": (put(2, "schema_version"), "newer gemmperf"),
+        "schema as text": (put("1", "schema_version"), "schema_version '1'"),
+        "no schema": (drop("schema_version"), "no schema_version"),
+        "no test_id": (drop("test_id"), "'test_id'"),
+        "empty test_id": (put("", "test_id"), "'test_id'"),
+        "test_id not text": (put(7, "test_id"), "'test_id'"),
+        "no hw_key": (drop("hw_key"), "'hw_key'"),
+        "hw_key null": (put(None, "hw_key"), "'hw_key'"),
+        "negative generation": (put(-1, "generation"), "'generation'"),
+        "generation bool": (put(True, "generation"), "'generation'"),
+        "generation text": (put("3", "generation"), "'generation'"),
+        "version outside": (put("../v3", "version"), "'version'"),
+        "version not v<n>": (put("3", "version"), "'version'"),
+    }
+
+
+def test_record_meta_validation_refuses_every_damage_with_one_line():
+    """Each field meta.json must hold, wrong or missing, is one line naming the file: the
+    checks on checksums, schema version, ids, generation and version are each needed."""
+    import copy
+    import json
+
+    from pytest_gemmperf.errors import GemmperfInputError
+    from pytest_gemmperf.store.record import _parse_meta
+
+    path = Path("base/hw/t/meta.json")
+    assert _parse_meta(json.dumps(_good_meta()).encode(), path)["version"] == "v3"
+    for name, (change, words) in _meta_cases().items():
+        meta = copy.deepcopy(_good_meta())
+        change(meta)
+        with pytest.raises(GemmperfInputError) as ei:
+            _parse_meta(json.dumps(meta).encode(), path)
+        assert str(ei.value).startswith(f"{path}: ") and words in str(ei.value) and "\n" not in str(ei.value), name
+    for raw in (b"", b"{", b"[]", b"\xff\xfe\x00", b"null"):
+        with pytest.raises(GemmperfInputError):
+            _parse_meta(raw, path)
+
+
+def _samples_parquet(**columns) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table(columns), buf)
+    return buf.getvalue()
+
+
+def test_record_samples_validation_refuses_missing_keys_and_wrong_types():
+    """samples.parquet must hold complete string keys and float64 values: a null key, a
+    number where a key belongs, integer or text values, a missing column are each refused."""
+    import pyarrow as pa
+
+    from pytest_gemmperf.errors import GemmperfInputError
+    from pytest_gemmperf.store.record import (_samples_from_parquet, _samples_to_parquet,
+                                              normalize_samples)
+
+    import pandas as pd
+
+    good = normalize_samples(pd.DataFrame({"point": ["p", "p"], "kernel": ["k", "k"], "metric": ["dur_ns"] * 2,
+                                           "unit": ["u0", "u1"], "value": [1.0, 2.0]}))
+    back = _samples_from_parquet(_samples_to_parquet(good), Path("s.parquet"))
+    assert back["value"].tolist() == [1.0, 2.0] and str(back["value"].dtype) == "float64"
+    keys = {c: pa.array(["x", "y"]) for c in ("point", "kernel", "metric", "unit")}
+    cases = {
+        "null point": ({**keys, "point": pa.array(["x", None]), "value": pa.array([1.0, 2.0])}, "'point'"),
+        "null unit": ({**keys, "unit": pa.array([None, None], pa.string()), "value": pa.array([1.0, 2.0])}, "'unit'"),
+        "numeric kernel": ({**keys, "kernel": pa.array([1, 2]), "value": pa.array([1.0, 2.0])}, "'kernel'"),
+        "int values": ({**keys, "value": pa.array([1, 2])}, "'value'"),
+        "text values": ({**keys, "value": pa.array(["1", "2"])}, "'value'"),
+        "float32 values": ({**keys, "value": pa.array([1.0, 2.0], pa.float32())}, "'value'"),
+        "no value": (dict(keys), "lack"),
+        "no metric": ({k: v for k, v in keys.items() if k != "metric"} | {"value": pa.array([1.0, 2.0])}, "lack"),
+    }
+    for name, (cols, words) in cases.items():
+        with pytest.raises(GemmperfInputError) as ei:
+            _samples_from_parquet(_samples_parquet(**cols), Path("s.parquet"))
+        assert words in str(ei.value) and str(ei.value).startswith("s.parquet: "), (name, str(ei.value))
+    with pytest.raises(GemmperfInputError, match="unreadable parquet"):
+        _samples_from_parquet(_samples_to_parquet(good)[:-20], Path("s.parquet"))
+
+
+def test_record_summary_and_variance_validation():
+    """summary.yaml must be this schema's and name the record's test and hardware; the
+    variance history must have its columns and df > 0, ss >= 0 on every row."""
+    import pyarrow as pa
+
+    from pytest_gemmperf.errors import GemmperfInputError
+    from pytest_gemmperf.store.record import SCHEMA_VERSION, _check_summary, _variance_from_parquet
+
+    meta = _good_meta()
+    ok = f"schema_version: {SCHEMA_VERSION}\ntest_id: t.py::test_a\nhw_key: hw\n".encode()
+    _check_summary(ok, Path("summary.yaml"), meta)
+    for bad in (b"[", b"\xff", b"- a\n", ok.replace(b"hw_key: hw", b"hw_key: other"),
+                ok.replace(b"test_a", b"test_b"), ok.replace(f"schema_version: {SCHEMA_VERSION}".encode(), b"schema_version: 9"),
+                ok.replace(f"schema_version: {SCHEMA_VERSION}\n".encode(), b"")):
+        with pytest.raises(GemmperfInputError):
+            _check_summary(bad, Path("summary.yaml"), meta)
+    row = {"run": pa.array(["r"]), "seq": pa.array([1]), "point": pa.array(["p"]), "kernel": pa.array(["k"]),
+           "metric": pa.array(["dur_ns"]), "df": pa.array([3.0]), "ss": pa.array([0.5])}
+    assert len(_variance_from_parquet(_samples_parquet(**row), Path("v.parquet"))) == 1
+    for change, words in (({"df": pa.array([0.0])}, "df must be > 0"), ({"df": pa.array([float("nan")])}, "df must be > 0"),
+                          ({"ss": pa.array([-1.0])}, "ss >= 0"), ({"ss": pa.array([float("nan")])}, "ss >= 0"),
+                          ({"seq": None}, "lacks columns")):
+        cols = {k: v for k, v in {**row, **change}.items() if v is not None}
+        with pytest.raises(GemmperfInputError, match=words):
+            _variance_from_parquet(_samples_parquet(**cols), Path("v.parquet"))
