@@ -533,3 +533,39 @@ def test_record_summary_and_variance_validation():
         cols = {k: v for k, v in {**row, **change}.items() if v is not None}
         with pytest.raises(GemmperfInputError, match=words):
             _variance_from_parquet(_samples_parquet(**cols), Path("v.parquet"))
+
+
+def test_history_record_onto_a_full_history_names_the_history_and_records_nothing(tmp_path, capsys, monkeypatch):
+    """A write refused at any step of `history record` (file, data, sync, link, directory):
+    exit 2, one line naming a file of the history (never the input run), and no file of the
+    run left behind, so the same command succeeds once there is room."""
+    import errno
+
+    from test_ci_safety_faults import Faults, make_results, spread
+
+    from pytest_gemmperf.cli import main
+
+    results = make_results(tmp_path / "run", seed=3)
+    hist = tmp_path / "hist"
+    argv = ["history", "record", str(results), "--history", str(hist), "--run-id", "r1"]
+    with monkeypatch.context() as m:
+        counter = Faults(m, hist)
+        assert main(argv) == 0
+    capsys.readouterr()
+    total = counter.steps
+    assert total >= 4
+    for n in spread(total, most=6):
+        shutil.rmtree(hist)
+        with monkeypatch.context() as m:
+            Faults(m, hist, fail_at=n, err=errno.ENOSPC)
+            rc = main(argv)
+        err = capsys.readouterr().err
+        if rc == 0:  # a step the call tolerates (a directory that exists)
+            continue
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert rc == 2 and len(lines) == 1, (n, err)
+        assert f"could not write history file {hist}" in lines[0] and "No space left on device" in lines[0], (n, err)
+        assert str(results) + ":" not in lines[0]
+        assert not [p for p in hist.rglob("*") if p.is_file()], (n, list(hist.rglob("*")))
+        assert main(argv) == 0, capsys.readouterr().err
+        capsys.readouterr()

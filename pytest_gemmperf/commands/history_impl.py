@@ -16,7 +16,7 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.config import SettingError, add_cli_option
-from pytest_gemmperf.errors import GemmperfInputError, failure_line
+from pytest_gemmperf.errors import GemmperfInputError, OutputError, failure_line
 from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
 from pytest_gemmperf.commands.defaults import HISTORY_CHECK_OUT as CHECK_OUT
@@ -127,6 +127,8 @@ def run_record(args: argparse.Namespace) -> int:
                            time=args.time, hw=args.hw, traces=traces)
         files = record_samples(args.history, sides, run, args.test or DEFAULT_TEST_ID,
                                replace=args.replace)
+    except OutputError:
+        raise  # a write into the history: the line names the history file
     except (OSError, UnicodeError) as exc:
         raise GemmperfInputError(getattr(exc, "filename", None) or args.path, str(exc)) from None
     if not args.test and carries_no_test_id(sides):

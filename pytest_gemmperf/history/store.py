@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, writing
 from pytest_gemmperf.redact import redact_record
 from pytest_gemmperf.paths import contained, contained_relative
 from pyarrow.fs import LocalFileSystem
@@ -183,11 +183,22 @@ class HistoryStore:
             pq.write_table(table, buf, compression="zstd")
             directory = self._partition_dir(_segment('hw_key', run.hw_key), _segment('test', test_partition(str(test))))
             path = f"{directory}/{_file_stem(run.run_id)}--{uuid.uuid4().hex[:16]}.parquet"
-            self._put(directory, path, buf.getvalue())
-            paths.append(self._display(path))
+            # a full or read-only history is named as the history's, never as the input's
+            try:
+                with writing(self._display(path), what="history file", kept="nothing of this run recorded"):
+                    self._put(directory, path, buf.getvalue())
+            except BaseException:
+                for done in paths:  # all of the run or none of it: a retry is not refused as recorded
+                    try:
+                        self.fs.rm_file(self._local_file(done) if self.local else done)
+                    except (OSError, GemmperfInputError):
+                        pass
+                raise
+            paths.append(path)
         for old in sorted({f for files in replaced for f in files}):
-            self.fs.rm_file(old)  # after the new file: readers see the old run or the new, never none
-        return paths
+            with writing(self._display(old), what="history file"):
+                self.fs.rm_file(old)  # after the new file: readers see the old run or the new, never none
+        return [self._display(p) for p in paths]
 
     def _partition_dir(self, *segments: str) -> str:
         """A partition directory below the root; locally, a segment that is not one plain
