@@ -569,3 +569,27 @@ def test_history_record_onto_a_full_history_names_the_history_and_records_nothin
         assert not [p for p in hist.rglob("*") if p.is_file()], (n, list(hist.rglob("*")))
         assert main(argv) == 0, capsys.readouterr().err
         capsys.readouterr()
+
+
+# ------------------------------------------------------------------ point ids
+
+def _ids(**axes) -> list[str]:
+    from pytest_gemmperf.sweep import spec_of, sweep
+
+    return [p.id for p in spec_of(sweep(**axes).mark).points()]
+
+
+def test_non_ascii_axis_values_give_distinct_point_ids_and_ascii_ids_stay():
+    """Values that clean to the same text (all non-ASCII, or differing only in non-ASCII
+    characters) keep distinct, file-name-safe ids; ASCII values keep the ids they had."""
+    import random
+
+    ids = _ids(lang=["日本", "中文", "한국어", "é1", "ü1", "ü", "ascii"])
+    assert len(set(ids)) == len(ids)
+    assert ids[-1] == "langascii"
+    assert all(i.isascii() and "/" not in i and not i.startswith(".") for i in ids), ids
+    assert _ids(channels=[28, 56], threads=[256]) == ["ch28-th256", "ch56-th256"]
+    assert _ids(mode=["a b", "x.y", "1e-3"]) == ["modea_b", "modex.y", "mode1e_3"]
+    rng = random.Random(5)
+    words = list({"".join(rng.choice("αβγδ日本中文한국ёж") for _ in range(rng.randint(1, 6))) for _ in range(200)})
+    assert len(set(_ids(w=words))) == len(words)
