@@ -349,28 +349,32 @@ def test_test_ids_of_any_length_reach_the_history_and_stay_apart(tmp_path, seed)
 
 
 def test_one_runs_values_are_recorded_once_whatever_its_run_id(tmp_path):
-    """The same values recorded under more ids add no run: each is refused with one line
-    naming the run that holds them; --replace moves them to the new id; a new measurement
-    under a new id, and the same values of another test, are recorded."""
+    """The same run (its values and time) recorded under more ids adds no run: each is refused
+    with one line naming the run that holds it; --replace moves it to the new id; a new
+    measurement, identical values at another time, and the same values of another test are
+    recorded."""
     from pytest_gemmperf.errors import GemmperfInputError
     from pytest_gemmperf.history.store import HistoryStore, RunInfo
 
     store = HistoryStore(tmp_path / "h")
     same = _history_values("perf/t.py::test_a", seed=1)
-    store.append(same, RunInfo("first", hw_key="hw"))
+    when = "2026-11-20T10:00:00Z"
+    store.append(same, RunInfo("first", time=when, hw_key="hw"))
     for n in range(12):
         shuffled = same.sample(frac=1.0, random_state=n).reset_index(drop=True)  # any row order
         with pytest.raises(GemmperfInputError) as ei:
-            store.append(shuffled, RunInfo(f"id{n}", hw_key="hw"))
+            store.append(shuffled, RunInfo(f"id{n}", time=when, hw_key="hw"))
         msg = str(ei.value)
         assert "already in the history as run 'first'" in msg and "--replace" in msg and "\n" not in msg
     assert list(store.runs()["run_id"]) == ["first"]
-    store.append(same, RunInfo("moved", hw_key="hw"), replace=True)
+    store.append(same, RunInfo("moved", time=when, hw_key="hw"), replace=True)
     assert list(store.runs()["run_id"]) == ["moved"]
-    store.append(_history_values("perf/t.py::test_a", seed=2), RunInfo("second", hw_key="hw"))
-    store.append(same.assign(test="perf/t.py::test_b"), RunInfo("moved", hw_key="hw"))
+    store.append(_history_values("perf/t.py::test_a", seed=2), RunInfo("second", time=when, hw_key="hw"))
+    store.append(same, RunInfo("later", time="2026-11-21T10:00:00Z", hw_key="hw"))
+    store.append(same.assign(test="perf/t.py::test_b"), RunInfo("moved", time=when, hw_key="hw"))
     runs = store.runs()
-    assert sorted(runs["run_id"]) == ["moved", "second"] and int(runs.loc[runs["run_id"] == "moved", "tests"].iloc[0]) == 2
+    assert sorted(runs["run_id"]) == ["later", "moved", "second"]
+    assert int(runs.loc[runs["run_id"] == "moved", "tests"].iloc[0]) == 2
 
 
 @slow
@@ -593,3 +597,30 @@ def test_non_ascii_axis_values_give_distinct_point_ids_and_ascii_ids_stay():
     rng = random.Random(5)
     words = list({"".join(rng.choice("αβγδ日本中文한국ёж") for _ in range(rng.randint(1, 6))) for _ in range(200)})
     assert len(set(_ids(w=words))) == len(words)
+
+
+def test_history_show_and_check_print_no_numpy_warning(tmp_path, capsys):
+    """Series of any finite values (zeros, negatives, one unit, constant, a change of 600
+    orders of magnitude, the float limits) are shown and checked without a raw warning."""
+    import warnings
+
+    import pandas as pd
+
+    from pytest_gemmperf.cli import main
+    from pytest_gemmperf.history.store import HistoryStore, RunInfo
+
+    series = {"explode": [[1e-300], [1e300]], "collapse": [[1e300, 1e308], [1e-300, 5e-324]],
+              "zeros": [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], "neg": [[-1.0, -2.0], [1.0, 2.0], [0.0, 1.0]],
+              "one": [[5.0]], "const": [[3.0, 3.0]] * 4, "limits": [[1.7e308], [-1.7e308], [5e-324]]}
+    store = HistoryStore(tmp_path / "h")
+    for run in range(4):
+        frames = [pd.DataFrame({"test": "t", "point": name, "kernel": "k", "metric": "dur_ns",
+                                "unit": [f"u{j}" for j in range(len(runs[run]))], "value": runs[run]})
+                  for name, runs in series.items() if run < len(runs)]
+        store.append(pd.concat(frames, ignore_index=True), RunInfo(f"r{run}", time=f"2026-01-0{run + 1}", hw_key="hw"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["history", "show", "--history", str(tmp_path / "h")]) == 0
+        main(["history", "check", "--history", str(tmp_path / "h"), "--out", str(tmp_path / "c"), "--no-report"])
+    err = capsys.readouterr().err
+    assert [str(w.message) for w in caught] == [] and "Warning" not in err, err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -191,13 +192,15 @@ def trend_table(history: pd.DataFrame, last: int = DEFAULT_LAST) -> pd.DataFrame
         b = (n * sums["_xy"] - sums["_x"] * sums["_y"]) / (n * sums["_xx"] - sums["_x"] ** 2)
         first, lastv = g["value"].first(), g["value"].last()
         trend = (lastv / first - 1.0) * 100.0
+    with np.errstate(over="ignore", invalid="ignore"):  # a slope past float range shows as "-"
+        slope = (np.exp(b) - 1.0) * 100.0
     out = g[SERIES].first()
     out["runs"] = g["_all"].first().astype(int)
     out["last_runs"] = g["run_id"].agg(lambda s: " ".join(map(str, s)))
     out["last_values"] = g["value"].agg(lambda s: " ".join(_fmt(v) for v in s))
     out["latest"] = lastv
     out["trend_pct"] = trend.where(n > 1)
-    out["slope_pct_per_run"] = ((np.exp(b) - 1.0) * 100.0).where(n > 1)
+    out["slope_pct_per_run"] = slope.where(n > 1)
     return out.reset_index(drop=True)
 
 
@@ -209,7 +212,11 @@ def _detector():
 def detect(history: pd.DataFrame, detect_changes, source: str) -> pd.DataFrame:
     """``detect_changes`` over the whole history (it keys series by hw_key too, so machines
     are never mixed); ``hw_key`` is guaranteed in the result."""
-    ch = detect_changes(history, source=source)
+    # values near the float limits overflow its sums; such a series has no finite change to
+    # report, and the terminal gets no raw numpy warning
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nanmedian of a series with no finite spread
+        ch = detect_changes(history, source=source)
     return ch if "hw_key" in ch.columns else ch.assign(hw_key=pd.Series(dtype=object))
 
 

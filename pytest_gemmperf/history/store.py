@@ -158,7 +158,7 @@ class HistoryStore:
             raise GemmperfInputError(None, f"run {run.run_id!r}: no values to record")
         meta = json.dumps(redact_record(run.meta or {}), sort_keys=True, default=str)
         parts = list(values.groupby(values["test"].astype(str), sort=True))
-        keys = {str(test): data_keys(part) for test, part in parts}
+        keys = {str(test): data_keys(part, run.time) for test, part in parts}
         # every test is checked before any file is written: a refused run writes nothing
         replaced = [self._clash(run, str(test), set(part["point"].astype(str)), replace)
                     + self._same_data(run, str(test), keys[str(test)], replace) for test, part in parts]
@@ -499,14 +499,15 @@ def test_partition(test: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', test)[:_SHORT_KEEP]}~{digest}"
 
 
-def data_keys(values: pd.DataFrame) -> dict[str, str]:
-    """Per point of ``values`` (one test's rows), a hash of its rows in any order: the same
-    results give the same key under any run id, two measurements practically never do."""
+def data_keys(values: pd.DataFrame, time: pd.Timestamp) -> dict[str, str]:
+    """Per point of ``values`` (one test's rows), a hash of the run's time and its rows in any
+    order: the same results (a results directory's time is its run.json's) give the same key
+    under any run id; two runs, even of identical values, do not."""
     out = {}
     for point, part in values.groupby(values["point"].astype(str), sort=True):
         rows = part[["kernel", "metric", "unit"]].astype(str).assign(
             value=pd.to_numeric(part["value"], errors="coerce").astype(np.float64).map(float.hex))
-        lines = sorted("\x1f".join(r) for r in rows.itertuples(index=False, name=None))
+        lines = [str(pd.Timestamp(time).value)] + sorted("\x1f".join(r) for r in rows.itertuples(index=False, name=None))
         out[str(point)] = "sha256:" + hashlib.sha256("\x1e".join(lines).encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return out
 
