@@ -624,3 +624,59 @@ def test_history_show_and_check_print_no_numpy_warning(tmp_path, capsys):
         main(["history", "check", "--history", str(tmp_path / "h"), "--out", str(tmp_path / "c"), "--no-report"])
     err = capsys.readouterr().err
     assert [str(w.message) for w in caught] == [] and "Warning" not in err, err
+
+
+# ------------------------------------------------------------------ signals
+
+def test_interrupt_while_the_command_starts_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while the parser is built (the command modules load) is one line and 130,
+    as it is later; no traceback."""
+    import pytest_gemmperf.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["compare", "a", "b"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["gemmperf: interrupted"]
+
+
+def _sigint_default() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background runner's child ignores SIGINT
+
+
+@slow
+@pytest.mark.parametrize("sig,rc,line", [("SIGTERM", 143, "gemmperf: terminated (SIGTERM)"),
+                                         ("SIGINT", 130, "gemmperf: interrupted")])
+def test_a_signal_to_a_running_command_is_one_line_and_a_documented_status(sessions, tmp_path, sig, rc, line):
+    """SIGTERM (a cancelled CI job) or SIGINT while a command works: one line, 128 + the
+    signal, nothing half-written in its output directory."""
+    import signal
+    import time
+
+    work = _work(sessions, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    err_path = work / "err"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest_gemmperf.cli", "compare", "cmp", "--baseline-dir", "base",
+                                 "--out", "o"], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                preexec_fn=_sigint_default)
+        try:
+            deadline = time.monotonic() + 120
+            while b"note: " not in err_path.read_bytes():  # the command's own code runs
+                assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
+                time.sleep(0.02)
+            proc.send_signal(getattr(signal, sig))
+            got = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = err_path.read_text()
+    assert got == rc, text
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("note: ")]
+    assert lines == [line], text
+    assert not [p for p in (work / "o").rglob("*.tmp")] if (work / "o").exists() else True
