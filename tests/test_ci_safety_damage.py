@@ -680,3 +680,117 @@ def test_a_signal_to_a_running_command_is_one_line_and_a_documented_status(sessi
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("note: ")]
     assert lines == [line], text
     assert not [p for p in (work / "o").rglob("*.tmp")] if (work / "o").exists() else True
+
+
+# ------------------------------------------------------------------ the exit status table
+
+def _exit_table() -> dict[str, tuple[str, str]]:
+    """docs/reference.md's "Exit status" table: class -> (pytest cell, gemmperf cell)."""
+    text = (REPO / "docs" / "reference.md").read_text()
+    section = text.split("## Exit status", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`") and cells[0].endswith("`"):
+            rows[cells[0].strip("`")] = (cells[2], cells[3])
+    return rows
+
+
+def _first_int(cell: str) -> int | None:
+    import re
+
+    m = re.match(r"\s*(\d+)", cell)
+    return int(m.group(1)) if m else None
+
+
+def test_exit_status_table_matches_what_each_failure_class_ends_with(tmp_path, monkeypatch, capsys):
+    """Every class of the table ends the way the table says: each gemmperf row is run (a
+    case of that class, in this process), each pytest row is pytest's exit code of its kind."""
+    import json
+    import signal as sig
+
+    import pytest_gemmperf.cli as cli
+    from test_baseline import make_results
+    from test_settings import _samples_csv
+
+    table = _exit_table()
+    assert set(table) == {"ok", "regression", "test-failure", "usage", "input", "incomplete", "output",
+                          "internal", "interrupted", "terminated"}
+    pytest_codes = {"ok": pytest.ExitCode.OK, "regression": pytest.ExitCode.TESTS_FAILED,
+                    "test-failure": pytest.ExitCode.TESTS_FAILED, "usage": pytest.ExitCode.USAGE_ERROR,
+                    "input": pytest.ExitCode.USAGE_ERROR, "incomplete": None, "output": pytest.ExitCode.USAGE_ERROR,
+                    "internal": pytest.ExitCode.INTERNAL_ERROR, "interrupted": pytest.ExitCode.INTERRUPTED,
+                    "terminated": pytest.ExitCode.INTERRUPTED}
+    for name, code in pytest_codes.items():
+        assert _first_int(table[name][0]) == (None if code is None else int(code)), name
+
+    monkeypatch.chdir(tmp_path)
+    base = _samples_csv(tmp_path / "base.csv", 1.0, 1)
+    same = _samples_csv(tmp_path / "same.csv", 1.0, 2)
+    slower = _samples_csv(tmp_path / "slower.csv", 1.3, 3)
+    run = make_results(tmp_path / "run", seed=1, failed_point=False)
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**doc, "status": "interrupted"}))
+    (tmp_path / "a-file").write_text("")
+
+    def status(argv, patch=None) -> int:
+        with monkeypatch.context() as m:
+            if patch:
+                patch(m)
+            try:
+                rc = cli.main([str(a) for a in argv])
+            except SystemExit as exc:
+                rc = exc.code
+        capsys.readouterr()
+        return int(rc)
+
+    def raising(exc):
+        def func(args):
+            raise exc
+        return lambda m: m.setattr(cli, "_project_settings", lambda args: setattr(args, "func", func) or {})
+
+    def sigterm(m):
+        m.setattr(cli, "_project_settings", lambda args: setattr(
+            args, "func", lambda a: (os.kill(os.getpid(), sig.SIGTERM), __import__("time").sleep(5))) or {})
+
+    def interrupt(m):
+        m.setattr(cli, "build_parser", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    cases = {
+        "ok": (["compare", base, same, "--out", "o1", "--no-report"], None),
+        "regression": (["compare", base, slower, "--out", "o2", "--no-report"], None),
+        "usage": (["compare", base, same, "--threshold", "5"], None),
+        "input": (["compare", base, tmp_path / "missing.csv"], None),
+        "incomplete": (["baseline", "refresh", "--from", run, "--baseline-dir", "b"], None),
+        "output": (["compare", base, same, "--out", tmp_path / "a-file" / "o", "--no-report"], None),
+        "internal": (["compare", base, same], raising(RuntimeError("a bug"))),
+        "interrupted": (["compare", base, same], interrupt),
+        "terminated": (["compare", base, same], sigterm),
+    }
+    for name, (argv, patch) in cases.items():
+        assert status(argv, patch) == _first_int(table[name][1]), name
+    assert table["test-failure"][1] == "-"
+
+
+@pytest.mark.usefixtures("without_session_reports")
+def test_pytest_results_dir_full_mid_session_exits_4_not_1(gp, monkeypatch):
+    """A results directory that fills up while the points run errors their items and ends the
+    session with 4, as a read-only one does at the start: never 1, the exit of a regression."""
+    import errno
+
+    from test_ci_safety_faults import Faults
+
+    res = gp.path / "res"
+    with monkeypatch.context() as m:
+        counter = Faults(m, res, ops=["open", "write", "fsync", "replace", "mkdir"])
+        gp(results="res").assert_outcomes(passed=2)
+    shutil.rmtree(res)
+    with monkeypatch.context() as m:
+        Faults(m, res, ops=["open", "write", "fsync", "replace", "mkdir"], fail_at=counter.steps // 2,
+               err=errno.ENOSPC, sticky=True)
+        result = gp(results="res")
+    out = "\n".join(result.outlines)
+    outcomes = _outcomes(result)
+    assert outcomes.get("errors", 0) >= 1 and "failed" not in outcomes, out
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert "No space left on device" in out and "Traceback" not in out
