@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cli_batch import REPO, run_cli_batch  # noqa: E402
+from pytest_gemmperf.errors import GemmperfInputError  # noqa: E402
 from gemmperf_pytester_support import gp  # noqa: E402,F401  (fixture)
 
 pytest_plugins = ["pytester"]
@@ -794,3 +795,36 @@ def test_pytest_results_dir_full_mid_session_exits_4_not_1(gp, monkeypatch):
     assert outcomes.get("errors", 0) >= 1 and "failed" not in outcomes, out
     assert result.ret == pytest.ExitCode.USAGE_ERROR, out
     assert "No space left on device" in out and "Traceback" not in out
+
+
+@slow
+def test_the_report_reads_no_planted_link(sessions, tmp_path):
+    """Links planted in a results directory (a test's verdicts.csv, a point's telemetry table
+    and point.json, run.json, a whole test directory) pointing at another file: the report
+    refuses each with one line naming the link; the target's text never reaches a report."""
+    from pytest_gemmperf.report import write_results_reports
+
+    secret = tmp_path / "secret.csv"
+    secret.write_text("test,point,kernel,metric,verdict,note\nSECRET-TEXT,p,k,m,regression,x\n")
+    plants = {"verdicts": (f"{POINTS[0].split('/')[0]}/verdicts.csv", secret),
+              "telemetry": (f"{POINTS[0]}/telemetry.parquet", None),
+              "run.json": ("run.json", secret),
+              "test dir": ("test_d.py__test_link", None)}
+    for n, (name, (rel, target)) in enumerate(plants.items()):
+        work = _work(sessions, tmp_path, f"l{n}")
+        link = work / "cmp" / rel
+        if target is None:
+            target = tmp_path / f"target{n}"
+            if name == "test dir":
+                shutil.copytree(work / "cmp" / "test_d.py__test_b", target)
+                (target / "verdicts.csv").write_text(secret.read_text())
+            else:
+                shutil.copy(work / "cmp" / POINTS[0] / "agents.parquet", target)
+        if link.exists():
+            link.unlink()
+        link.symlink_to(target)
+        with pytest.raises(GemmperfInputError) as ei:
+            write_results_reports(work / "cmp", work / "report")
+        assert "symbolic link" in str(ei.value) and str(link) in str(ei.value), (name, str(ei.value))
+        assert not any("SECRET-TEXT" in p.read_text(errors="replace") for p in (work / "report").rglob("*")
+                       if p.is_file()) if (work / "report").exists() else True

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError, output_error
+from pytest_gemmperf.paths import contained, contained_glob
 from pytest_gemmperf.report.before_after import ComparedSamples, read_results_compared
 from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
 from pytest_gemmperf.safe_io import unneutralise_frame
@@ -128,7 +129,7 @@ def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
 
 
 def _read_run_json(root: Path) -> dict[str, Any]:
-    p = root / "run.json"
+    p = contained(root, "run.json")  # a planted link is refused, never read through
     if not p.is_file():
         return {}
     try:
@@ -159,7 +160,7 @@ def _session_meta(run: Mapping[str, Any]) -> dict[str, Any]:
 def read_verdict_files(root: Path) -> pd.DataFrame | None:
     """All ``<test>/verdicts.csv`` of a results directory, concatenated."""
     frames = []
-    for p in sorted(root.glob("*/verdicts.csv")):
+    for p in contained_glob(root, "*/verdicts.csv"):
         try:
             # our own CSV: undo the formula neutralisation so kernel names read as recorded
             frames.append(unneutralise_frame(pd.read_csv(
