@@ -209,7 +209,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     exc = call.excinfo.value if call.excinfo is not None else None
     line = _fault_line(exc) if exc is not None else None
     prop = PROP_FAULT
-    if line is None and isinstance(exc, GemmperfInputError) and _raised_in_package(exc):
+    if (line is None and isinstance(exc, GemmperfInputError) and "gemmperf" in getattr(item, "fixturenames", ())
+            and _raised_in_package(exc)):
         line, prop = str(exc), PROP_INPUT  # e.g. store.load of a corrupt record: not a regression
     if line is not None and report.failed:
         report.longrepr = f"gemmperf: {line}"

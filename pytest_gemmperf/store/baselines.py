@@ -192,16 +192,6 @@ class BaselineStore:
             if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
                 raise GemmperfInputError(meta_path, f"meta.json 'files' has no checksum of {VARIANCE_FILE}")
             names.append(VARIANCE_FILE)
-        if fdir != d and fdir / META_FILE != meta_path:
-            # the pointer is a byte copy of its version's meta.json: a version whose own copy
-            # is damaged is damaged (a later prune or salvage would read that copy)
-            try:
-                own = fs.read_bytes(fdir / META_FILE)
-            except FileNotFoundError:
-                raise _Mismatch(fdir / META_FILE, "missing") from None
-            if own != meta_bytes:
-                raise _Mismatch(fdir / META_FILE, f"differs from {META_FILE}, its byte copy (edited by hand "
-                                                  "or damaged? run `gemmperf baseline refresh`)")
         blobs: dict[str, bytes] = {}
         for name in names:
             try:
@@ -211,6 +201,13 @@ class BaselineStore:
             if _sha256(blobs[name]) != meta["files"][name]["sha256"]:
                 raise _Mismatch(fdir / name, "does not match the checksum in meta.json (edited by hand or "
                                              "half-merged? run `gemmperf baseline refresh`)")
+        if fdir != d and fdir / META_FILE != meta_path:
+            # the version's own meta.json, which the pointer is a byte copy of: checked once the
+            # record has parsed (_to_record), so damage to the data is named first
+            try:
+                blobs[META_FILE] = fs.read_bytes(fdir / META_FILE)
+            except FileNotFoundError:
+                raise _Mismatch(fdir / META_FILE, "missing") from None
         return meta, fdir, blobs
 
     def _read_record(self, d: Path, locked: bool = False) -> tuple[dict[str, Any], Path, dict[str, bytes]] | None:
@@ -236,6 +233,12 @@ class BaselineStore:
     def _to_record(meta: dict[str, Any], fdir: Path, blobs: dict[str, bytes]) -> BaselineRecord:
         _check_summary(blobs[SUMMARY_FILE], fdir / SUMMARY_FILE, meta)
         samples, variance = _parse_blobs(blobs, fdir)
+        if META_FILE in blobs and _json_or_none(blobs[META_FILE]) != meta:
+            # a version whose own meta.json is damaged is damaged: prune and a refresh's
+            # salvage read that copy
+            raise GemmperfInputError(fdir / META_FILE, f"differs from the record's {META_FILE}, of which it is "
+                                                       "the version's copy (edited by hand or damaged? run "
+                                                       "`gemmperf baseline refresh`)")
         return BaselineRecord(test_id=meta["test_id"], hw_key=meta["hw_key"], samples=samples,
                               meta=meta.get("metadata") or {}, schema_version=meta["schema_version"],
                               created=meta.get("created"), updated=meta.get("updated"),
@@ -699,6 +702,13 @@ class BaselineStore:
         """Per (point, kernel, metric): old/new median and unit count, ratio new/old, and
         ``change`` in added / removed / changed / unchanged (:func:`record.diff_records`)."""
         return diff_records(old, new)
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 @contextmanager

@@ -244,7 +244,7 @@ def check_point_tables(point_dir: Path) -> None:
         try:
             pq.read_metadata(path)
         except Exception as exc:  # pyarrow raises a zoo of types for foreign or truncated files
-            raise GemmperfInputError(path, f"damaged table: {_first_line(exc)}") from None
+            raise GemmperfInputError(path, f"unreadable parquet: {_first_line(exc)}") from None
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
