@@ -32,6 +32,7 @@ import pandas as pd
 from pytest_gemmperf.cli import _project_settings, build_parser
 from pytest_gemmperf.commands import analyze_impl, compare_impl
 from pytest_gemmperf.config import SettingError
+from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.headline import headline, sort_rows
 from pytest_gemmperf.gate.verdict import verdicts_csv_order
 from pytest_gemmperf.jsonsafe import clean
@@ -183,8 +184,11 @@ class Comparison:
         report.xlsx, summary.md) into ``out`` (default: a new ``.gemmperf/compare/<time>-<random>``);
         returns the directory."""
         with compare_impl.input_errors():
-            return compare_impl.write_outputs(self._args, self._gated, Path(out) if out is not None else None,
-                                              report=True)
+            where, unwritten = compare_impl.write_outputs(self._args, self._gated,
+                                                          Path(out) if out is not None else None, report=True)
+        if unwritten:
+            raise GemmperfInputError(where, f"report not written: {unwritten}")
+        return where
 
     def headline(self) -> pd.DataFrame:
         """The headline table every output shows, worst first: verdict, point, kernel, metric,

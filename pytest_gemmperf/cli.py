@@ -6,9 +6,10 @@ the project's pytest configuration (found as pytest finds it), else the defaults
 
 Exit status (``docs/design.md``): 0 ok, 1 regression found, 2 usage or input error or an
 output that could not be written (disk full, read-only: one line naming the file), 3 an
-internal error (one line; the traceback goes to a log file the line names). CI scripts read 1 as
-"the code got slower", so nothing else may end with 1 -- not even an uncaught exception, which
-Python would end with 1.
+internal error (one line; the traceback goes to a log file the line names), 130 interrupted
+(SIGINT, Ctrl-C), 143 terminated (SIGTERM); each with one line. CI scripts read 1 as "the code
+got slower", so nothing else may end with 1 -- not even an uncaught exception, which Python
+would end with 1. The table of every failure class: docs/reference.md, "Exit status".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import datetime as _dt
 import errno
 import importlib
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -33,6 +35,7 @@ from pytest_gemmperf.textsafe import printable
 SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history", "plan")
 EXIT_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 #: where an internal error's traceback goes (relative to the working directory)
 LOG_DIR = Path(".gemmperf") / "logs"
 
@@ -47,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU kernel performance analysis and regression gating for rocprofv3 and "
                     "PyTorch profiler outputs.",
         epilog="exit status: 0 ok, 1 regression found, 2 usage or input error or an output that "
-               "could not be written, 3 internal error (traceback in a log file), 4 compare: a point "
-               "undecided (--undecided skip)")
+               "could not be written, 3 internal error (traceback in a log file), 4 undecided (compare: a "
+               "point undecided with --undecided skip; history check: a suspected newest run), 130 "
+               "interrupted, 143 terminated")
     parser.add_argument("--version", action="version", version=f"gemmperf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
@@ -62,7 +66,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM (a CI job cancelled, a timeout's kill): raised in the main thread so that every
+    ``finally`` and atomic writer cleans up, then one line and exit 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum: int, _frame) -> None:
+    raise Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command; SIGINT and SIGTERM at any moment after this starts (building the parser
+    included) end with one line: ``interrupted`` (130) or ``terminated`` (143)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (an embedding program): its handlers stay
+        previous = None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("gemmperf: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated as exc:
+        print(f"gemmperf: terminated ({signal.Signals(exc.signum).name})", file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: corrected commands keep it
@@ -75,9 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     except SettingError as exc:
         print(printable(f"gemmperf: error: {exc}"), file=sys.stderr)
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        print("gemmperf: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         # output piped into `head` and closed early: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -93,6 +93,19 @@ def _number(kind: type[int] | type[float], low: float | None = None, high: float
     return parse
 
 
+def _positive(kind: type[int] | type[float], unit: str) -> Callable[[str], Any]:
+    """A parser of a number that must be more than 0 (a time limit: 0 or less could never be
+    met, and every point would fail as timed out): ``must be > 0 seconds, got -5``."""
+    number = _number(kind)
+
+    def parse(text: str) -> Any:
+        x = number(text)
+        if x <= 0:
+            raise ValueError(f"must be > 0 {unit}, got {x:g}")
+        return x
+    return parse
+
+
 def _int_at_least(low: int, note: str = "", got: bool = True) -> Callable[[str], int]:
     """The common row: an integer of at least ``low``."""
     return _number(int, low, note=note, got=got)
@@ -235,7 +248,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("warmup", "string", None, "N", "0",
             "dispatches per kernel and process dropped as warm-up (default: 0)",
             parse=_int_at_least(0), cli="--warmup"),
-    Setting("timeout", "string", "1800", "SECONDS", "1800", "seconds allowed per workload run", parse=_number(float)),
+    Setting("timeout", "string", "1800", "SECONDS", "1800", "seconds allowed per workload run",
+            parse=_positive(float, "seconds")),
     Setting("gpus_per_point", "string", "0", "G", "0: no binding",
             "GPUs per point; xdist worker N gets GPUs [N*G, (N+1)*G)", parse=_int_at_least(0)),
     Setting("rocprofv3", "string", "rocprofv3", "EXE", "rocprofv3 on PATH", "rocprofv3 executable"),

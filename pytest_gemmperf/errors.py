@@ -99,6 +99,18 @@ def _untemp(path: str | os.PathLike) -> str:
     return os.path.join(head, m["name"]) if m else os.fspath(path)
 
 
+def failure_line(exc: BaseException) -> str:
+    """What a user is told when an optional output (a report) could not be made: the one line
+    of a write the machine refused or of bad input, with no class name of ours; any other
+    exception (a bug) keeps its type, which is what a bug report needs."""
+    if isinstance(exc, OSError):
+        return str(output_error(exc))
+    if isinstance(exc, GemmperfInputError):
+        return str(exc)
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first}".rstrip(": ")
+
+
 @contextlib.contextmanager
 def writing(path: str | os.PathLike | None, *, what: str = "", kept: str = "") -> Iterator[None]:
     """Turn an ``OSError`` raised while writing ``path`` into a one-line :class:`OutputError`."""

@@ -76,6 +76,14 @@ def contained_relative(root: str | os.PathLike, relative: str | os.PathLike) -> 
     return contained(root, *rel.replace("\\", "/").split("/"))
 
 
+def contained_glob(root: str | os.PathLike, pattern: str) -> list[Path]:
+    """``root.glob(pattern)``, sorted, each checked by :func:`contained`: a file or directory
+    level below ``root`` that is a link (planted in a results directory to make a reader copy
+    another file into its report) is refused with one line, never read through."""
+    base = Path(root)
+    return [contained_relative(base, p.relative_to(base).as_posix()) for p in sorted(base.glob(pattern))]
+
+
 def remove_tree(root: str | os.PathLike, *components: str) -> None:
     """Remove the real directory ``root/components`` and everything in it.
 
@@ -103,4 +111,5 @@ def _inside(path: Path, root: Path) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
-__all__ = ["MAX_NAME_BYTES", "component_problem", "contained", "contained_relative", "remove_tree"]
+__all__ = ["MAX_NAME_BYTES", "component_problem", "contained", "contained_glob", "contained_relative",
+           "remove_tree"]

@@ -387,7 +387,13 @@ def _env_str(value: Any) -> str:
 
 
 def _id_token(value: Scalar) -> str:
-    tok = _ID_UNSAFE.sub("_", _env_str(value)).strip("_")
+    """A value as its id token: unsafe characters cleaned to ``_``. A value with non-ASCII
+    text gets a digest of the original too, so ``日本`` and ``中文`` (both cleaned away) stay
+    distinct points; ASCII values keep the ids they always had."""
+    text = _env_str(value)
+    tok = _ID_UNSAFE.sub("_", text).strip("_")
+    if not text.isascii():
+        return f"{tok}_{_digest(text)}"
     return tok or "_"
 
 

@@ -135,7 +135,8 @@ def _rewrite_checksum(d: Path, name: str) -> None:
     """Make meta.json vouch for the (edited) data file ``name`` of the current version."""
     meta = json.loads((d / "meta.json").read_text())
     meta["files"][name]["sha256"] = hashlib.sha256((d / meta["version"] / name).read_bytes()).hexdigest()
-    (d / "meta.json").write_text(json.dumps(meta))
+    for copy in (d / "meta.json", d / meta["version"] / "meta.json"):  # the pointer and its version's copy
+        copy.write_text(json.dumps(meta))
 
 
 def _v(d: Path, name: str) -> Path:
@@ -257,7 +258,8 @@ def _age(store: BaselineStore, test_id: str, days: float) -> None:
     p = store.path_for(test_id, HW) / "meta.json"
     meta = json.loads(p.read_text())
     meta["updated"] = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days)).isoformat()
-    p.write_text(json.dumps(meta))
+    for copy in (p, p.parent / meta["version"] / "meta.json"):  # the pointer and its version's copy
+        copy.write_text(json.dumps(meta))
 
 
 def test_prune(tmp_path: Path) -> None:

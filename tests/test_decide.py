@@ -255,11 +255,14 @@ def test_exit_status_table_is_the_one_the_command_uses():
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
     section = doc.split("## Exit status", 1)[1].split("\n## ", 1)[0]
-    row = next(line for line in section.splitlines() if line.startswith("| undecided"))
+    row = next(line for line in section.splitlines() if line.startswith("| `undecided`"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert f"exit **{EXIT_UNDECIDED['skip']}**" in cells[4]
-    assert cells[5] == f"exit {EXIT_UNDECIDED['fail']}" and cells[6] == f"exit {EXIT_UNDECIDED['pass']}"
-    assert "skipped" in cells[1] and "exit 1" in cells[2] and "exit 0" in cells[3]
+    pytest_cell, gemmperf_cell = cells[2], cells[3]
+    assert pytest_cell.startswith("0, the item SKIPPED") and "`--gemmperf-undecided fail`: 1" in pytest_cell
+    assert "`pass`: 0" in pytest_cell
+    assert gemmperf_cell.startswith(f"{EXIT_UNDECIDED['skip']} (`compare --undecided skip`")
+    assert f"`--undecided fail`: {EXIT_UNDECIDED['fail']}" in gemmperf_cell
+    assert f"`pass`: {EXIT_UNDECIDED['pass']}" in gemmperf_cell
 
 
 def _samples(rng: np.random.Generator, units: range, factor: float, sd_unit: float = 0.03) -> pd.DataFrame:

@@ -28,6 +28,7 @@ from pytest_gemmperf.traces.discover import load
 from pytest_gemmperf.traces.schema import Trace
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
+from pytest_gemmperf.store.compare_inputs import check_lost_inputs
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources
@@ -94,13 +95,21 @@ def analyze(args: argparse.Namespace, *, full: bool) -> Analyzed:
         inputs = Inputs(totals=dispatch_totals(d), agents=trace.agents, notes=trace.meta.get("notes", []),
                         sources=trace.meta.get("sources", []))
         kernels = kernel_table(d, warmup=args.warmup)
+        _check_lost(args, trace.meta.get("skipped", []))
         return Analyzed(kernels, build_summary(args, inputs, kernels), inputs, trace, d)
     reduced = reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
     inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
                     sources=reduced.sources)
+    _check_lost(args, reduced.skipped)
     # the warm-up was dropped where each source was read; the totals count every dispatch
     kernels = rows_kernel_table(reduced.rows, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
     return Analyzed(kernels, build_summary(args, inputs, kernels), inputs)
+
+
+def _check_lost(args: argparse.Namespace, skipped: list) -> None:
+    # a rank or process that could not be read would be missing from every total, unseen
+    check_lost_inputs(", ".join(args.paths), skipped, getattr(args, "allow_partial", False),
+                      use="analyze", result="the analysis")
 
 
 def write_outputs(args: argparse.Namespace, result: Analyzed, out: Path | None, *, report: bool) -> Path:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, failure_line
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
@@ -61,7 +61,8 @@ def input_errors() -> Iterator[None]:
 
 def _run(args: argparse.Namespace) -> int:
     g = gate(args)
-    out = write_outputs(args, g, Path(args.out) if args.out else None, report=getattr(args, "report", True))
+    out, unwritten = write_outputs(args, g, Path(args.out) if args.out else None,
+                                   report=getattr(args, "report", True))
     counts = g.verdicts["verdict"].value_counts()
     outcomes = point_outcomes(g.verdicts)
     by_outcome = outcome_counts(o for _, o in outcomes)
@@ -75,6 +76,9 @@ def _run(args: argparse.Namespace) -> int:
     policy = undecided_policy(args)
     status = exit_status(g.verdicts, len(g.damaged), policy)
     n_reg = int(counts.get(REGRESSION, 0))
+    if unwritten:  # the verdicts stand; an output that is not there is exit 2 unless 1 says more
+        print(printable(f"gemmperf: report not written: {unwritten}"), file=sys.stderr)
+        status = 1 if status == 1 else 2
     if n_reg:
         print(printable(f"gemmperf: {n_reg} regression(s) ({by_outcome.get(FAILED, 0)} failed point(s))"),
               file=sys.stderr)
@@ -189,18 +193,19 @@ def gate(args: argparse.Namespace) -> Gated:
     return Gated(verdicts, labels, threshold, origin, used, damaged, base, cand_samples, traces, compared)
 
 
-def write_outputs(args: argparse.Namespace, g: Gated, out: Path | None, *, report: bool) -> Path:
+def write_outputs(args: argparse.Namespace, g: Gated, out: Path | None, *,
+                  report: bool) -> tuple[Path, str | None]:
     """verdicts.csv (and ``--benchmark-json``, and with ``report`` the reports) into ``out``
-    (None: a new default output directory); returns the directory."""
+    (None: a new default output directory); returns the directory and why the report could not
+    be written (None when it was)."""
     out = out or default_output_dir(DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
 
     write_csv(verdicts_csv_order(g.verdicts), out / "verdicts.csv")  # formulas neutralised, no link followed
     if args.benchmark_json:
         _export(args.benchmark_json, g.base, g.cand_samples)
-    if report:
-        _write_reports(args, g.labels, g.verdicts, g.traces, out, g.compared)
-    return out
+    unwritten = _write_reports(args, g.labels, g.verdicts, g.traces, out, g.compared) if report else None
+    return out, unwritten
 
 
 def _point_name(key: tuple[str, ...]) -> str:
@@ -462,16 +467,17 @@ def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, d
 
 
 def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.DataFrame,
-                   traces: dict, out: Path, compared: list | None = None) -> None:
+                   traces: dict, out: Path, compared: list | None = None) -> str | None:
     """One report with every sweep side by side (baseline first) where the inputs are traces;
-    verdicts.csv stays this command's. A report failure never changes the gate's exit status.
+    verdicts.csv stays this command's. Returns why the report could not be written (None when
+    it was, or when there is none to write): the caller prints it after the verdicts.
     ``compared``: (test, baseline samples, candidate samples, label) of each compare() call."""
 
     sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
     sides = [(path, label) for path, label in sides if path in traces]
     if not sides:
         print(printable("note: no report: the inputs are samples or baselines, not traces"), file=sys.stderr)
-        return
+        return None
     try:
         files = write_reports(
             out, dispatches=[traces[p].dispatches for p, _ in sides], labels=[lab for _, lab in sides],
@@ -481,8 +487,8 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
             compared=[ComparedSamples(test, b, c, label if len(labels) > 1 else "")
                       for test, b, c, label in compared or ()])
     except Exception as exc:  # noqa: BLE001 - the verdicts are written; say why the report is not
-        print(printable(f"gemmperf: report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
-        return
+        return failure_line(exc)
     if "report.html" in files:
         print(printable(f"report: {files['report.html']}"))
+    return None
 

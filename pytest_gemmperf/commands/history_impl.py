@@ -9,6 +9,7 @@ import argparse
 import json
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,9 @@ import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.config import SettingError, add_cli_option
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, OutputError, failure_line
 from pytest_gemmperf.commands.termtable import fit_table, values_text
-from pytest_gemmperf.textsafe import printable
+from pytest_gemmperf.textsafe import printable, printable_frame
 from pytest_gemmperf.workdir import default_output_dir
 from pytest_gemmperf.commands.defaults import HISTORY_CHECK_OUT as CHECK_OUT
 from pytest_gemmperf.commands.defaults import HISTORY_LAST as DEFAULT_LAST
@@ -137,6 +138,8 @@ def run_record(args: argparse.Namespace) -> int:
                            time=args.time, hw=args.hw, traces=traces)
         files = record_samples(args.history, sides, run, args.test or DEFAULT_TEST_ID,
                                replace=args.replace)
+    except OutputError:
+        raise  # a write into the history: the line names the history file
     except (OSError, UnicodeError) as exc:
         raise GemmperfInputError(getattr(exc, "filename", None) or args.path, str(exc)) from None
     if not args.test and carries_no_test_id(sides):
@@ -199,6 +202,8 @@ def trend_table(history: pd.DataFrame, last: int = DEFAULT_LAST) -> pd.DataFrame
         b = (n * sums["_xy"] - sums["_x"] * sums["_y"]) / (n * sums["_xx"] - sums["_x"] ** 2)
         first, lastv = g["value"].first(), g["value"].last()
         trend = (lastv / first - 1.0) * 100.0
+    with np.errstate(over="ignore", invalid="ignore"):  # a slope past float range shows as "-"
+        slope = (np.exp(b) - 1.0) * 100.0
     out = g[SERIES].first()
     out["runs"] = g["_all"].first().astype(int)
     out["last_runs"] = g["run_id"].agg(lambda s: " ".join(map(str, s)))
@@ -206,7 +211,7 @@ def trend_table(history: pd.DataFrame, last: int = DEFAULT_LAST) -> pd.DataFrame
     out["last_value_list"] = g["value"].agg(list)
     out["latest"] = lastv
     out["trend_pct"] = trend.where(n > 1)
-    out["slope_pct_per_run"] = ((np.exp(b) - 1.0) * 100.0).where(n > 1)
+    out["slope_pct_per_run"] = slope.where(n > 1)
     return out.reset_index(drop=True)
 
 
@@ -218,7 +223,11 @@ def _detector():
 def detect(history: pd.DataFrame, detect_changes, source: str) -> pd.DataFrame:
     """``detect_changes`` over the whole history (it keys series by hw_key too, so machines
     are never mixed); ``hw_key`` is guaranteed in the result."""
-    ch = detect_changes(history, source=source)
+    # values near the float limits overflow its sums; such a series has no finite change to
+    # report, and the terminal gets no raw numpy warning
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nanmedian of a series with no finite spread
+        ch = detect_changes(history, source=source)
     return ch if "hw_key" in ch.columns else ch.assign(hw_key=pd.Series(dtype=object))
 
 
@@ -346,7 +355,7 @@ def _write_reports(history: pd.DataFrame, changes: pd.DataFrame, out: Path, wind
     try:
         files = write_history_reports(history, changes, out, recent_window=window, suspects=suspects)
     except Exception as exc:  # noqa: BLE001 - changes.csv is written; say why the page is not
-        print(printable(f"gemmperf: history report not written: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        print(printable(f"gemmperf: history report not written: {failure_line(exc)}"), file=sys.stderr)
         return
     if "history.html" in files:
         print(printable(f"report: {files['history.html']}"))

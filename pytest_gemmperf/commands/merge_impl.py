@@ -16,9 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from pytest_gemmperf import safe_io
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, failure_line
 from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.paths import contained
+from pytest_gemmperf.store.results import check_point_tables
 from pytest_gemmperf.run.results import (COMPLETE, INTERRUPTED, POINT_JSON, RUN_JSON, VERDICTS_CSV, RunState,
                                          check_run, write_json)
 from pytest_gemmperf.textsafe import printable
@@ -81,6 +82,7 @@ def plan_merge(inputs: list[Path], out: Path, *, partial: bool = False,
                         continue  # not a point directory
                     if f"{test_dir.name}/{child.name}" in state.incomplete:
                         continue  # --allow-partial: an interrupted point's runs are not merged
+                    check_point_tables(child)  # a table cut short is not copied on as whole
                     if key in plan.points:
                         raise GemmperfInputError(child, f"point {child.name} of {test_dir.name} is also in "
                                                         f"{plan.points[key]}: the shards overlap")
@@ -157,13 +159,10 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             path = write_results_reports(out, Path(args.report_dir) if args.report_dir else out / "report")
-        except GemmperfInputError:
-            raise
-        except Exception as exc:  # as in the plugin: a broken report must not hide the verdicts
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            print(printable(f"gemmperf merge: report not written: {type(exc).__name__}: {first}"), file=sys.stderr)
-        else:
-            print(printable(f"report: {path}" if path else "report: nothing profiled, no report"))
+        except Exception as exc:  # noqa: BLE001 - as in the plugin: a broken report must not hide the verdicts
+            print(printable(f"gemmperf merge: report not written: {failure_line(exc)}"), file=sys.stderr)
+            return 1 if regressions else 2  # an output that is not there; a regression says more
+        print(printable(f"report: {path}" if path else "report: nothing profiled, no report"))
     return 1 if regressions else 0
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import hashlib
 import io
 import json
 import os
@@ -47,7 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, writing
 from pytest_gemmperf.redact import redact_record
 from pytest_gemmperf.paths import contained, contained_relative
 from pyarrow.fs import LocalFileSystem
@@ -64,6 +65,12 @@ FILE_SCHEMA = pa.schema([
     # when the file was written: of two files of one run and point, readers keep the newer
     # (files written before this column existed read it as null: oldest)
     ("written", pa.timestamp("ns", tz="UTC")),
+    # the whole test id: its partition directory holds a shortened one when the id is longer
+    # than a file name may be (files written before this column existed: the directory's)
+    ("test_id", pa.string()),
+    # per row, a hash of its point's values (data_key()): one run's data is recorded once,
+    # whatever run id it is given (null in files written before this column existed)
+    ("data_key", pa.string()),
 ])
 PARTITION_SCHEMA = pa.schema([("hw_key", pa.string()), ("test", pa.string())])
 DATASET_SCHEMA = pa.schema(list(FILE_SCHEMA) + list(PARTITION_SCHEMA))
@@ -151,8 +158,10 @@ class HistoryStore:
             raise GemmperfInputError(None, f"run {run.run_id!r}: no values to record")
         meta = json.dumps(redact_record(run.meta or {}), sort_keys=True, default=str)
         parts = list(values.groupby(values["test"].astype(str), sort=True))
+        keys = {str(test): data_keys(part, run.time) for test, part in parts}
         # every test is checked before any file is written: a refused run writes nothing
-        replaced = [self._clash(run, str(test), set(part["point"].astype(str)), replace) for test, part in parts]
+        replaced = [self._clash(run, str(test), set(part["point"].astype(str)), replace)
+                    + self._same_data(run, str(test), keys[str(test)], replace) for test, part in parts]
         written = time.time_ns()
         paths = []
         for test, part in parts:
@@ -167,16 +176,29 @@ class HistoryStore:
                 "value": pa.array(pd.to_numeric(part["value"], errors="coerce").to_numpy(np.float64)),
                 "run_meta": pa.array([meta] * n, pa.string()),
                 "written": pa.array(np.full(n, written, dtype=np.int64), pa.int64()).cast(FILE_SCHEMA.field("written").type),
+                "test_id": pa.array([str(test)] * n, pa.string()),
+                "data_key": pa.array(part["point"].astype(str).map(keys[str(test)]).to_numpy(object), pa.string()),
             }, schema=FILE_SCHEMA)
             buf = io.BytesIO()
             pq.write_table(table, buf, compression="zstd")
-            directory = self._partition_dir(_segment('hw_key', run.hw_key), _segment('test', test))
+            directory = self._partition_dir(_segment('hw_key', run.hw_key), _segment('test', test_partition(str(test))))
             path = f"{directory}/{_file_stem(run.run_id)}--{uuid.uuid4().hex[:16]}.parquet"
-            self._put(directory, path, buf.getvalue())
-            paths.append(self._display(path))
-        for old in (f for files in replaced for f in files):
-            self.fs.rm_file(old)  # after the new file: readers see the old run or the new, never none
-        return paths
+            # a full or read-only history is named as the history's, never as the input's
+            try:
+                with writing(self._display(path), what="history file", kept="nothing of this run recorded"):
+                    self._put(directory, path, buf.getvalue())
+            except BaseException:
+                for done in paths:  # all of the run or none of it: a retry is not refused as recorded
+                    try:
+                        self.fs.rm_file(self._local_file(done) if self.local else done)
+                    except (OSError, GemmperfInputError):
+                        pass
+                raise
+            paths.append(path)
+        for old in sorted({f for files in replaced for f in files}):
+            with writing(self._display(old), what="history file"):
+                self.fs.rm_file(old)  # after the new file: readers see the old run or the new, never none
+        return [self._display(p) for p in paths]
 
     def _partition_dir(self, *segments: str) -> str:
         """A partition directory below the root; locally, a segment that is not one plain
@@ -203,6 +225,26 @@ class HistoryStore:
                                      f"run {run.run_id!r} is already in the history ({test} on {run.hw_key}, "
                                      f"point(s) {', '.join(held)}); not recorded again (--replace replaces it)")
         return sorted(files)
+
+    def _same_data(self, run: RunInfo, test: str, keys: dict[str, str], replace: bool) -> list[str]:
+        """Files in which another run id holds the very values of a point of ``keys`` (the same
+        results recorded again under a new id): refused unless ``replace``, which moves them to
+        ``run`` (the files are what the new file replaces)."""
+        dataset = self._dataset(run.hw_key, test)
+        if dataset is None:
+            return []
+        filt = ds.field("data_key").isin(sorted(set(keys.values()))) & (ds.field("run_id") != run.run_id)
+        found = self._scan(dataset, ["run_id", "point"], filt, keep_filename=True)
+        if found.num_rows == 0:
+            return []
+        if not replace:
+            other = sorted(set(found["run_id"].to_pylist()))
+            points = sorted(set(found["point"].to_pylist()))
+            raise GemmperfInputError(self._display(found["__filename"][0].as_py()),
+                                     f"the values of run {run.run_id!r} ({test} on {run.hw_key}, point(s) "
+                                     f"{', '.join(points)}) are already in the history as run {other[0]!r}; "
+                                     "a run is recorded once (--replace moves it to the new id)")
+        return sorted(set(found["__filename"].to_pylist()))
 
     def _run_files(self, hw_key: str, test: str, run_id: str, points: set[str]) -> dict[str, set[str]]:
         """{file: points of ``points`` it holds} of the files of ``run_id`` under ``hw_key``/``test``."""
@@ -258,7 +300,7 @@ class HistoryStore:
         if hw_key is not None:
             base += "/" + _segment("hw_key", hw_key)
             if test is not None:
-                base += "/" + _segment("test", test)
+                base += "/" + _segment("test", test_partition(str(test)))
         try:
             if not self.fs.isdir(base):
                 if self.fs.exists(base):
@@ -313,25 +355,17 @@ class HistoryStore:
         dataset = self._dataset(hw_key, test)
         if dataset is None:
             return _empty_history()
-        filt = None
-        for col, val in (("hw_key", hw_key), ("test", test), ("point", point)):
-            if val is not None:
-                e = ds.field(col) == str(val)
-                filt = e if filt is None else filt & e
+        filt = _equal_filter(hw_key, test, point)
         if kernel_contains:
             e = pc.match_substring(ds.field("kernel"), str(kernel_contains))
             filt = e if filt is None else filt & e
-        table = self._scan(dataset, [*HISTORY_COLUMNS, "written"], filt, keep_filename=True)
+        table = self._scan(dataset, [*HISTORY_COLUMNS, "written", "test_id"], filt, keep_filename=True)
         if kernel_contains:  # which file of a run is newest does not depend on the kernel filter
-            unfiltered = None
-            for col, val in (("hw_key", hw_key), ("test", test), ("point", point)):
-                if val is not None:
-                    e = ds.field(col) == str(val)
-                    unfiltered = e if unfiltered is None else unfiltered & e
+            unfiltered = _equal_filter(hw_key, test, point)
             files = self._scan(dataset, [*_RUN_KEY, "written"], unfiltered, keep_filename=True)
         else:
             files = table
-        table = _newest_files_only(table, files).select(list(HISTORY_COLUMNS))
+        table = _whole_test_ids(_newest_files_only(table, files)).select(list(HISTORY_COLUMNS))
         if table.num_rows == 0:
             return _empty_history()
         # sorted by Arrow (C++), before pandas: several times faster than sort_values on strings
@@ -348,7 +382,7 @@ class HistoryStore:
         within a file and a scan batch never spans two files, so the first row of each batch
         is enough (memory stays bounded however long the history)."""
         dataset = self._dataset(hw_key)
-        cols = ["run_id", "time", "commit", "branch", "hw_key", "test", "run_meta", "__filename"]
+        cols = ["run_id", "time", "commit", "branch", "hw_key", "test", "run_meta", "test_id", "__filename"]
         if dataset is None:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols}).rename(columns={"__filename": "file"})
         heads = []
@@ -361,7 +395,7 @@ class HistoryStore:
             raise GemmperfInputError(self.url, f"cannot read history: {_first_line(exc)}") from None
         if not heads:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols}).rename(columns={"__filename": "file"})
-        df = pa.Table.from_batches(heads).to_pandas().rename(columns={"__filename": "file"})
+        df = _whole_test_ids(pa.Table.from_batches(heads)).to_pandas().rename(columns={"__filename": "file"})
         for col in ("run_id", "time"):
             bad = df[col].isna()
             if bad.any():
@@ -447,6 +481,54 @@ def _newest_files_only(table: pa.Table, files: pa.Table) -> pa.Table:
 
 def _segment(key: str, value: str) -> str:
     return f"{key}={urllib.parse.quote(str(value), safe='')}"
+
+
+#: the longest partition directory name kept as it is (file systems allow 255 bytes a name)
+MAX_SEGMENT_BYTES = 200
+#: characters a shortened test id keeps of the original before its hash
+_SHORT_KEEP = 120
+
+
+def test_partition(test: str) -> str:
+    """The ``test`` partition value of a test id: the id itself when its directory name fits,
+    else its first characters (file-name-safe) and a hash of the whole id, as the results
+    and baseline directories shorten theirs. The whole id is in every file (``test_id``)."""
+    if len(_segment("test", test).encode()) <= MAX_SEGMENT_BYTES:
+        return test
+    digest = hashlib.sha256(test.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', test)[:_SHORT_KEEP]}~{digest}"
+
+
+def data_keys(values: pd.DataFrame, time: pd.Timestamp) -> dict[str, str]:
+    """Per point of ``values`` (one test's rows), a hash of the run's time and its rows in any
+    order: the same results (a results directory's time is its run.json's) give the same key
+    under any run id; two runs, even of identical values, do not."""
+    out = {}
+    for point, part in values.groupby(values["point"].astype(str), sort=True):
+        rows = part[["kernel", "metric", "unit"]].astype(str).assign(
+            value=pd.to_numeric(part["value"], errors="coerce").astype(np.float64).map(float.hex))
+        lines = [str(pd.Timestamp(time).value)] + sorted("\x1f".join(r) for r in rows.itertuples(index=False, name=None))
+        out[str(point)] = "sha256:" + hashlib.sha256("\x1e".join(lines).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return out
+
+
+def _equal_filter(hw_key: str | None, test: str | None, point: str | None):
+    """The dataset filter of the given columns (None: any); a test by its partition value."""
+    filt = None
+    for col, val in (("hw_key", hw_key), ("test", None if test is None else test_partition(str(test))),
+                     ("point", point)):
+        if val is not None:
+            e = ds.field(col) == str(val)
+            filt = e if filt is None else filt & e
+    return filt
+
+
+def _whole_test_ids(table: pa.Table) -> pa.Table:
+    """``table`` with each row's whole test id in ``test`` (its file's ``test_id``, else the
+    partition directory's, for files written before that column existed)."""
+    i = table.schema.get_field_index("test")
+    whole = pc.coalesce(table["test_id"], table["test"])
+    return table.set_column(i, "test", whole)
 
 
 def _file_stem(run_id: str) -> str:

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gemmperf.errors import FAULT_ERRNOS, OutputError, output_error
+from pytest_gemmperf.errors import FAULT_ERRNOS, GemmperfInputError, OutputError, output_error
 from pytest_gemmperf.pytest_glue.options import (WORKERINPUT_ARGV, WORKERINPUT_DIR, WORKERINPUT_HISTORY,
                                                  add_options, axis_overrides, history_settings, is_worker,
                                                  resolve_options, setting_value)
 from pytest_gemmperf.pytest_glue.progress import ProgressReporter
-from pytest_gemmperf.pytest_glue.reporting import PROP_FAULT
+from pytest_gemmperf.pytest_glue.reporting import PROP_FAULT, PROP_INPUT
 from pytest_gemmperf.pytest_glue.session import GemmperfSession, anchor_to_project, create_results_dir
 from pytest_gemmperf.pytest_glue.shard_hooks import PLUGIN_NAME, ShardHooks, shard_option
 from pytest_gemmperf.pytest_glue.summary import SessionSummary
@@ -209,13 +209,19 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A full disk, a read-only store or results directory, a missing permission: the item
-    errors with one line naming the file (no traceback), and the summary lists it."""
+    """A full disk, a read-only store or results directory, a missing permission, a damaged
+    baseline record: the item errors with one line naming the file (no traceback), and the
+    summary lists it."""
     report = yield
-    line = _fault_line(call.excinfo.value) if call.excinfo is not None else None
+    exc = call.excinfo.value if call.excinfo is not None else None
+    line = _fault_line(exc) if exc is not None else None
+    prop = PROP_FAULT
+    if (line is None and isinstance(exc, GemmperfInputError) and "gemmperf" in getattr(item, "fixturenames", ())
+            and _raised_in_package(exc)):
+        line, prop = str(exc), PROP_INPUT  # e.g. store.load of a corrupt record: not a regression
     if line is not None and report.failed:
         report.longrepr = f"gemmperf: {line}"
-        report.user_properties.append((PROP_FAULT, line))
+        report.user_properties.append((prop, line))
     redact_report(report)
     return report
 
@@ -241,8 +247,8 @@ def redact_report(report: pytest.TestReport) -> None:
 
 
 def pytest_report_teststatus(report, config: pytest.Config):
-    """A write fault is an error of the run, not a failed gate (a regression)."""
-    if report.failed and any(name == PROP_FAULT for name, _ in getattr(report, "user_properties", ())):
+    """A write fault or damaged input is an error of the run, not a failed gate (a regression)."""
+    if report.failed and any(name in (PROP_FAULT, PROP_INPUT) for name, _ in getattr(report, "user_properties", ())):
         return "error", "E", "ERROR"
     return None
 

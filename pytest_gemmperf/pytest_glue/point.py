@@ -225,9 +225,11 @@ class PointRunner:
             auto = planned_repeats(self.session, self.test_id, self.point.id, self.device)
             repeats = auto.repeats
         repeats = int(repeats or self.options.repeats)
-        timeout_s = float(timeout_s or self.options.timeout_s)
+        timeout_s = float(self.options.timeout_s if timeout_s is None else timeout_s)
         if repeats < 1:
             raise GemmperfUsageError(f"repeats must be >= 1, got {repeats}")
+        if not (0 < timeout_s < float("inf")):  # NaN too: no run could ever meet it
+            raise GemmperfUsageError(f"timeout_s must be > 0 seconds, got {timeout_s:g}")
         results = self.session.ensure_results()
         point_dir = self._fresh_dir()
         env_set = self.env(env)

@@ -30,6 +30,7 @@ PROP_ENVIRONMENT = "gemmperf_environment"  # contention text while the point ran
 PROP_GATED = "gemmperf_gated"            # JSON: test, point, warm-up, kernels (benchmark_json.py)
 PROP_WARNING = "gemmperf_warning"        # a warning for the terminal summary (history not recorded)
 PROP_FAULT = "gemmperf_fault"            # a write the machine refused: the item errors with this line
+PROP_INPUT = "gemmperf_input_error"      # damaged input of gemmperf's own (a baseline record): the item errors
 PROP_PROGRESS = "gemmperf_progress"      # ``test[point]`` of an item whose point started
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from pytest_gemmperf.errors import GemmperfInputError, output_error
+from pytest_gemmperf.errors import GemmperfInputError, failure_line, output_error
 from pytest_gemmperf.pytest_glue.options import is_worker, path_setting
 from pytest_gemmperf.pytest_glue.reporting import (PROP_BASELINE, PROP_CONFIRM, PROP_ENVIRONMENT, PROP_FAULT,
-                                                   PROP_GATED, PROP_LEARNED, PROP_OUTCOME, PROP_STATUS,
-                                                   PROP_VERDICTS, PROP_WARNING)
+                                                   PROP_GATED, PROP_INPUT, PROP_LEARNED, PROP_OUTCOME,
+                                                   PROP_STATUS, PROP_VERDICTS, PROP_WARNING)
 from pytest_gemmperf.pytest_glue.session import GemmperfSession
 from pytest_gemmperf.run.results import RUN_JSON, link_latest
 from pytest_gemmperf.textsafe import printable, printable_lines
@@ -66,7 +66,9 @@ class SessionSummary:
         #: node ids of the collected points (None under xdist's controller, which collects
         #: nothing) and of the items whose teardown ran: run.json's complete/interrupted
         self.points: set[str] | None = None
-        self.faults: list[tuple[str, str]] = []  # (nodeid, one line): writes that were refused
+        #: (nodeid, PROP_FAULT or PROP_INPUT, one line): writes refused, gemmperf's input damaged
+        self.faults: list[tuple[str, str, str]] = []
+        self.other_failures = 0  # failed reports of anything else (regressions, the test's own)
         self.warnings: list[str] = []
         self.finished: set[str] = set()
 
@@ -81,7 +83,10 @@ class SessionSummary:
         if report.when == "teardown":
             self.finished.add(report.nodeid)
         if report.failed:
-            self.faults += [(report.nodeid, str(v)) for name, v in report.user_properties if name == PROP_FAULT]
+            faults = [(report.nodeid, name, str(v)) for name, v in report.user_properties
+                      if name in (PROP_FAULT, PROP_INPUT)]
+            self.faults += faults
+            self.other_failures += not faults
         self._outcome(report)
         if report.when != "call":
             return
@@ -128,6 +133,11 @@ class SessionSummary:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = self.config
         if self.usage_error and not is_worker(config):
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        if (self.faults and not self.other_failures and not is_worker(config)
+                and session.exitstatus == pytest.ExitCode.TESTS_FAILED):
+            # only refused writes or damaged input failed: exit 4 as for a results directory
+            # that cannot be created (1 means a regression, or a test's own failure)
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         gp = self.gp
         if is_worker(config) or not profiled(gp):
@@ -183,7 +193,7 @@ class SessionSummary:
             self.report_error = str(output_error(exc, gp.options.report_dir))
             return
         except Exception as exc:  # a broken report must not hide the gate's verdicts
-            self.report_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.report_error = failure_line(exc)
             return
         finally:
             remove_unused_tool_dir(made)
@@ -256,8 +266,9 @@ class SessionSummary:
                    red=o.get("outcome") != "undecided", yellow=o.get("outcome") == "undecided")
 
     def _write_faults(self, tr) -> None:
-        for nodeid, line in self.faults:
-            _write(tr, f"not written ({printable(nodeid)}): {printable(line)}", red=True)
+        for nodeid, kind, line in self.faults:
+            what = "not written" if kind == PROP_FAULT else "not gated"
+            _write(tr, f"{what} ({printable(nodeid)}): {printable(line)}", red=True)
         for text in self.warnings:
             _write(tr, f"warning: {printable(text)}", yellow=True)
 

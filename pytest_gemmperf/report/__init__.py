@@ -14,7 +14,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.errors import GemmperfInputError, output_error
+from pytest_gemmperf.paths import contained, contained_glob
 from pytest_gemmperf.report.before_after import ComparedSamples, read_results_compared
 from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
 from pytest_gemmperf.safe_io import unneutralise_frame
@@ -101,7 +102,7 @@ def write_reports(out_dir: str | os.PathLike, *,
         out.mkdir(parents=True, exist_ok=True)
         return _write(data, out, formats, skip, max_sheet_rows)
     except OSError as exc:
-        raise GemmperfInputError(out, f"cannot write report: {exc.strerror or exc}") from None
+        raise output_error(exc, out, what="report") from None
 
 
 def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
@@ -128,7 +129,7 @@ def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
 
 
 def _read_run_json(root: Path) -> dict[str, Any]:
-    p = root / "run.json"
+    p = contained(root, "run.json")  # a planted link is refused, never read through
     if not p.is_file():
         return {}
     try:
@@ -196,7 +197,7 @@ def working_tree_text(facts: Mapping[str, Any]) -> str | None:
 def read_verdict_files(root: Path) -> pd.DataFrame | None:
     """All ``<test>/verdicts.csv`` of a results directory, concatenated."""
     frames = []
-    for p in sorted(root.glob("*/verdicts.csv")):
+    for p in contained_glob(root, "*/verdicts.csv"):
         try:
             # our own CSV: undo the formula neutralisation so kernel names read as recorded
             frames.append(unneutralise_frame(pd.read_csv(

@@ -27,6 +27,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import GateConfig
+from pytest_gemmperf.paths import contained_relative
 from pytest_gemmperf.store.results import results_samples
 from pytest_gemmperf.gate.headline import notable
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
@@ -272,6 +273,7 @@ def read_results_compared(root: str | os.PathLike, verdicts: pd.DataFrame | None
     for path in sorted(root.glob(f"*/*/{BASELINE_SAMPLES_FILE}")):
         test = ""
         try:
+            contained_relative(root, path.relative_to(root).as_posix())  # through no planted link
             test = str(read_json_object(path.with_name("point.json")).get("test_id") or "")
             if test in tests:
                 bases.setdefault(test, []).append(_read_baseline(path))

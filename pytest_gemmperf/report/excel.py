@@ -10,11 +10,12 @@ has no cell types). Long tables are capped at ``max_rows`` rows and say so in ro
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
 from pytest_gemmperf.numbers import tidy_float
-from pytest_gemmperf.safe_io import atomic_open
+from pytest_gemmperf.safe_io import write_bytes
 from pytest_gemmperf.report.data import report_kernel_labels
 from pytest_gemmperf.analysis.variance import parse_point_axes
 
@@ -423,55 +424,62 @@ def _collective_sheets(book: _Book, data: ReportData) -> None:
 
 
 def write_excel(data: ReportData, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> Path:
-    # xlsxwriter writes the zip into our private temp file (safe_io): a link planted at
-    # ``path`` is replaced, never followed, and a failed write leaves the old file in place
-    with atomic_open(path, "wb") as fh:
-        book = _Book(fh, max_rows)
-        _fill(book, data)
-    return path
+    return write_book(path, max_rows, lambda book: _fill(book, data))
+
+
+def write_book(path: Path, max_rows: int, fill: Callable[["_Book"], None]) -> Path:
+    """A workbook ``fill`` writes, saved to ``path``. xlsxwriter builds the zip in memory and
+    safe_io writes its bytes at once: a full disk is then one ``OSError`` of ours (a zip file
+    left open on a failed write would raise again from its finalizer, on stderr), a link planted
+    at ``path`` is replaced, never followed, and a failed write leaves the old file in place."""
+    buf = io.BytesIO()
+    book = _Book(buf, max_rows)
+    try:
+        fill(book)
+    finally:
+        book.close()
+    write_bytes(path, buf.getvalue())
+    return Path(path)
 
 
 def _fill(book: "_Book", data: ReportData) -> None:
-    try:
-        _summary_sheet(book, data)
-        _verdicts_sheet(book, data)
-        book.table("kernels", public(data.kernels, data),
-                   "duration statistics per point, rank and kernel (µs; std sample, quantiles type 7)",
-                   csv_hint="kernels.csv")
-        book.table("kernel_summary", public(data.kernel_summary, data),
-                   "TraceLens kernel_summary per kernel name, in true µs/ms (TraceLens's rocprof mode "
-                   "prints ns under µs labels); cumulative share computed after sorting")
-        book.table("by_category", public(data.by_category, data),
-                   "kernel time per point, rank and category (all dispatches)")
-        _short_kernels_sheet(book, data)
-        book.table("kernel_details", public(data.kernel_details, data),
-                   "the 100 longest dispatches (TraceLens kernel_details)")
-        book.table("top_variance", public(data.top_variance, data),
-                   f"aorta top-{data.top_k} GEMM kernels by max - min per (point, rank), with timestamps "
-                   "(trace clock, ms), collective overlap of the max instance and robust CVs",
-                   csv_hint="top5_gemm_kernels_time_variance_with_collective_overlap.csv")
-        book.table("overlap", public(data.overlap, data),
-                   "GEMM dispatches overlapping collectives on the same GPU, per point, rank and kernel")
-        _timeline_sheets(book, data)
-        if len(data.counters) and len(data.counters.columns) > 1:
-            book.table("counters", public(data.counters, data),
-                       "hardware counters: median per point and kernel (raw counter units; "
-                       "cu_utilization is a fraction of the CUs)")
-        else:
-            ws = book.wb.add_worksheet("counters")
-            ws.write_string(0, 0, "no hardware counters in the inputs (run a counter pass: "
-                                  "gemmperf rocprof-config)", book.fmt["note"])
-        if data.has_collectives:
-            _collective_sheets(book, data)
-        _environment_sheet(book, data)
-        if len(data.telemetry_summary):
-            book.table("telemetry", data.telemetry_summary,
-                       "machine state per point, process and device while it ran (run/telemetry.py): "
-                       "GFX/SM clock (host: CPU frequency) min/median/max MHz, median power W, max "
-                       "temperatures °C, seconds throttled by a power/thermal limit; samples in each "
-                       "point's telemetry.parquet")
-    finally:
-        book.close()
+    _summary_sheet(book, data)
+    _verdicts_sheet(book, data)
+    book.table("kernels", public(data.kernels, data),
+               "duration statistics per point, rank and kernel (µs; std sample, quantiles type 7)",
+               csv_hint="kernels.csv")
+    book.table("kernel_summary", public(data.kernel_summary, data),
+               "TraceLens kernel_summary per kernel name, in true µs/ms (TraceLens's rocprof mode "
+               "prints ns under µs labels); cumulative share computed after sorting")
+    book.table("by_category", public(data.by_category, data),
+               "kernel time per point, rank and category (all dispatches)")
+    _short_kernels_sheet(book, data)
+    book.table("kernel_details", public(data.kernel_details, data),
+               "the 100 longest dispatches (TraceLens kernel_details)")
+    book.table("top_variance", public(data.top_variance, data),
+               f"aorta top-{data.top_k} GEMM kernels by max - min per (point, rank), with timestamps "
+               "(trace clock, ms), collective overlap of the max instance and robust CVs",
+               csv_hint="top5_gemm_kernels_time_variance_with_collective_overlap.csv")
+    book.table("overlap", public(data.overlap, data),
+               "GEMM dispatches overlapping collectives on the same GPU, per point, rank and kernel")
+    _timeline_sheets(book, data)
+    if len(data.counters) and len(data.counters.columns) > 1:
+        book.table("counters", public(data.counters, data),
+                   "hardware counters: median per point and kernel (raw counter units; "
+                   "cu_utilization is a fraction of the CUs)")
+    else:
+        ws = book.wb.add_worksheet("counters")
+        ws.write_string(0, 0, "no hardware counters in the inputs (run a counter pass: "
+                              "gemmperf rocprof-config)", book.fmt["note"])
+    if data.has_collectives:
+        _collective_sheets(book, data)
+    _environment_sheet(book, data)
+    if len(data.telemetry_summary):
+        book.table("telemetry", data.telemetry_summary,
+                   "machine state per point, process and device while it ran (run/telemetry.py): "
+                   "GFX/SM clock (host: CPU frequency) min/median/max MHz, median power W, max "
+                   "temperatures °C, seconds throttled by a power/thermal limit; samples in each "
+                   "point's telemetry.parquet")
 
 
-__all__ = ["DEFAULT_MAX_ROWS", "write_excel"]
+__all__ = ["DEFAULT_MAX_ROWS", "write_book", "write_excel"]

@@ -38,8 +38,7 @@ from pytest_gemmperf.report.history_svg import ChangeMark, SeriesChart, trend_ch
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.report.html import _env
 from pytest_gemmperf.safe_io import write_text
-from pytest_gemmperf.report.excel import _Book
-from pytest_gemmperf.safe_io import atomic_open
+from pytest_gemmperf.report.excel import write_book
 from pytest_gemmperf.history.suspects import confirm_text
 
 TEMPLATE = "history.html.j2"
@@ -463,13 +462,7 @@ def write_history_xlsx(history: pd.DataFrame, changes: pd.DataFrame | None, path
                        max_rows: int = 200_000) -> Path:
     """``history.xlsx`` with the ``history`` and ``history_changes`` sheets, written atomically;
     strings stay strings (formula injection neutralised by report.excel's workbook options)."""
-    with atomic_open(path, "wb") as fh:
-        book = _Book(fh, max_rows)
-        try:
-            write_history_sheet(book, history, changes)
-        finally:
-            book.close()
-    return Path(path)
+    return write_book(path, max_rows, lambda book: write_history_sheet(book, history, changes))
 
 
 def write_history_reports(history: pd.DataFrame, changes: pd.DataFrame | None, out_dir: Path, *,

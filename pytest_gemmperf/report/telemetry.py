@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup, escape
 
+from pytest_gemmperf.paths import contained, contained_glob
 from pytest_gemmperf.report.plots import _Svg, _num, _ticks, empty_note
 from pytest_gemmperf.run.telemetry import MIN_THROTTLE_S, read_telemetry, reasons_text
 
@@ -42,8 +43,8 @@ def read_results_telemetry(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict
     keyed ``test[point]``) of a pytest results directory; empty when nothing was sampled. The
     reasons' {name: seconds} fields become text, as the verdict notes write them."""
     frames, rows, meta = [], [], {}
-    for path in sorted(Path(root).glob("*/*/telemetry.parquet")):
-        pj = path.parent / "point.json"
+    for path in contained_glob(Path(root), "*/*/telemetry.parquet"):
+        pj = contained(path.parent, "point.json")
         try:
             rec = json.loads(pj.read_text(encoding="utf-8")) if pj.is_file() else {}
         except (OSError, ValueError):

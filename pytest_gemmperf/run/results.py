@@ -19,7 +19,9 @@ first and ``complete`` or ``interrupted`` at its end; a point is ``running`` unt
 are written (``complete``) or its workload fails (``failed``). ``kill -9`` leaves ``running``
 behind, so :func:`run_state` reads ``running`` as interrupted unless the writing process is
 still alive on this host. Directories written before the field existed count as complete where
-their tables are present.
+their tables are present. A ``complete`` run also lists its complete points: one of them no
+longer there complete (a test folder deleted, a point.json rewritten) makes the run *lost*,
+refused as an interrupted one is, since what it measured is no longer all there.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ _CREATE_TRIES = 100
 RUNNING = "running"
 COMPLETE = "complete"
 INTERRUPTED = "interrupted"
+#: a run recorded complete that no longer holds every point run.json lists as complete
+LOST = "lost"
 FAILED = "failed"
 SKIPPED = "skipped"
 #: point.json statuses of a point whose workload failed (older writers used the specific word)
@@ -336,6 +340,8 @@ class RunState:
     failed: tuple[str, ...]
     incomplete: tuple[str, ...]
     skipped: tuple[str, ...] = ()
+    #: points run.json lists as complete that are not there complete (status ``lost``)
+    lost: tuple[str, ...] = ()
 
     @property
     def is_complete(self) -> bool:
@@ -348,6 +354,12 @@ class RunState:
 
     def refusal(self) -> str:
         """The one line naming this run and how far it got."""
+        if self.status == LOST:
+            more = f" and {len(self.lost) - 1} more" if len(self.lost) > 1 else ""
+            return (f"run {self.root.name} is missing {len(self.lost)} of the points its {RUN_JSON} "
+                    f"records as complete ({self.lost[0]}{more}): "
+                    f"{len(self.complete)} of {self.points_total} points complete "
+                    "(--allow-partial: use the complete points only)")
         verb = "is still running" if self.status == RUNNING else "was interrupted"
         return (f"run {self.root.name} {verb}: {len(self.complete)} of {self.points_total} points "
                 "complete (--allow-partial: use the complete points only)")
@@ -438,9 +450,24 @@ def run_state(root: Path) -> RunState:
         status = RUNNING if _writer_alive(run) else INTERRUPTED
     elif status != COMPLETE:
         status = INTERRUPTED
-    return RunState(root=root, status=status, points_total=total, complete=tuple(groups[COMPLETE]),
-                    failed=tuple(groups[FAILED]), incomplete=tuple(groups[INTERRUPTED]),
-                    skipped=tuple(groups[SKIPPED]))
+    lost = _lost_points(run, groups[COMPLETE]) if status == COMPLETE else ()
+    return RunState(root=root, status=LOST if lost else status, points_total=total,
+                    complete=tuple(groups[COMPLETE]), failed=tuple(groups[FAILED]),
+                    incomplete=tuple(groups[INTERRUPTED]), skipped=tuple(groups[SKIPPED]), lost=lost)
+
+
+def _lost_points(run: Mapping[str, Any], complete: list[str]) -> tuple[str, ...]:
+    """The points ``run.json`` records as complete that are not complete now: by name where
+    it lists them (``complete_points``), else ``?`` for each one its count
+    (``points_complete``) exceeds what is there. Older writers recorded neither: nothing lost."""
+    have = set(complete)
+    named = run.get("complete_points")
+    if isinstance(named, list) and all(isinstance(p, str) for p in named):
+        return tuple(sorted(set(named) - have))
+    count = run.get("points_complete")
+    if isinstance(count, int) and not isinstance(count, bool) and count > len(have):
+        return ("?",) * (count - len(have))
+    return ()
 
 
 def check_run(root: Path, allow_partial: bool) -> RunState:

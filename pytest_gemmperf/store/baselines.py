@@ -201,6 +201,13 @@ class BaselineStore:
             if _sha256(blobs[name]) != meta["files"][name]["sha256"]:
                 raise _Mismatch(fdir / name, "does not match the checksum in meta.json (edited by hand or "
                                              "half-merged? run `gemmperf baseline refresh`)")
+        if fdir != d and fdir / META_FILE != meta_path:
+            # the version's own meta.json, which the pointer is a byte copy of: checked once the
+            # record has parsed (_to_record), so damage to the data is named first
+            try:
+                blobs[META_FILE] = fs.read_bytes(fdir / META_FILE)
+            except FileNotFoundError:
+                raise _Mismatch(fdir / META_FILE, "missing") from None
         return meta, fdir, blobs
 
     def _read_record(self, d: Path, locked: bool = False) -> tuple[dict[str, Any], Path, dict[str, bytes]] | None:
@@ -226,6 +233,12 @@ class BaselineStore:
     def _to_record(meta: dict[str, Any], fdir: Path, blobs: dict[str, bytes]) -> BaselineRecord:
         _check_summary(blobs[SUMMARY_FILE], fdir / SUMMARY_FILE, meta)
         samples, variance = _parse_blobs(blobs, fdir)
+        if META_FILE in blobs and _json_or_none(blobs[META_FILE]) != meta:
+            # a version whose own meta.json is damaged is damaged: prune and a refresh's
+            # salvage read that copy
+            raise GemmperfInputError(fdir / META_FILE, f"differs from the record's {META_FILE}, of which it is "
+                                                       "the version's copy (edited by hand or damaged? run "
+                                                       "`gemmperf baseline refresh`)")
         return BaselineRecord(test_id=meta["test_id"], hw_key=meta["hw_key"], samples=samples,
                               meta=meta.get("metadata") or {}, schema_version=meta["schema_version"],
                               created=meta.get("created"), updated=meta.get("updated"),
@@ -418,6 +431,8 @@ class BaselineStore:
             plans = []
             for d, rec in prepared:  # merged with the stored record, so encoded under the lock
                 cur = self._current_or_legacy(d, rec.test_id, rec.hw_key)
+                if cur.damage is not None and report:
+                    report(f"replacing damaged record of {rec.hw_key} {rec.test_id}: {cur.damage}")
                 merged = merge_records(cur.record, rec, replace=not merge)
                 kept = kept_points(cur.record, rec) if merge else []
                 if kept and report:
@@ -427,9 +442,28 @@ class BaselineStore:
                 done.append(plan is not None)
                 if plan is not None:
                     plans.append(plan)
+                elif cur.migrated_from is None:
+                    self._repair_summary_copy(d, cur, report)
             if plans:
                 self._commit(plans)
         return done
+
+    @staticmethod
+    def _repair_summary_copy(d: Path, cur: _Current, report: Callable[[str], None] | None) -> None:
+        """A record that does not change still gets its derived ``summary.yaml`` back when that
+        copy was damaged or edited (the lock is held; the copy is checksummed by nothing)."""
+        if cur.meta is None or not cur.meta.get("version") or SUMMARY_FILE not in cur.blobs:
+            return
+        path = d / SUMMARY_FILE
+        try:
+            derived = fs.read_bytes(path)
+        except FileNotFoundError:
+            derived = None
+        if derived == cur.blobs[SUMMARY_FILE]:
+            return
+        fs.atomic_write(path, cur.blobs[SUMMARY_FILE])
+        if report:
+            report(f"rewrote {path}: it differed from its version's summary (damaged or edited by hand)")
 
     def learn(self, test_id: str, hw_key: str, samples: pd.DataFrame, run: str,
               report: Callable[[str], None] | None = None) -> bool:
@@ -668,6 +702,13 @@ class BaselineStore:
         """Per (point, kernel, metric): old/new median and unit count, ratio new/old, and
         ``change`` in added / removed / changed / unchanged (:func:`record.diff_records`)."""
         return diff_records(old, new)
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 @contextmanager

@@ -201,7 +201,7 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
         traces[path] = trace
         samples, found = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p), trace.agents
         skipped = trace.meta.get("skipped", [])
-    _check_lost_inputs(p, skipped, allow_partial)
+    check_lost_inputs(p, skipped, allow_partial)
     if agents is not None and found is not None and len(found):
         agents[path] = found
     for note in samples.attrs.get("notes", []):
@@ -209,21 +209,23 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     return {"": samples}
 
 
-def _check_lost_inputs(p: Path, skipped: list[SkippedInput], allow_partial: bool) -> None:
+def check_lost_inputs(p: Path | str, skipped: list[SkippedInput], allow_partial: bool,
+                      use: str = "compare", result: str = "the comparison") -> None:
     """One line when part of the input could not be read (discovery's ``SkippedInput`` records
     that are ``lost``: a directory it cannot list, a link it cannot follow, an unreadable file,
-    a FIFO named like a trace): the processes in it would be missing from the comparison,
-    which could then pass on what is left."""
+    a FIFO named like a trace): the processes in it would be missing from ``result`` (the
+    comparison, which could then pass on what is left; an analysis, whose totals would be
+    short), unless ``allow_partial``."""
     lost = [s.note for s in skipped if s.lost]
     if not lost:
         return
     if not allow_partial:
         more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
         raise GemmperfInputError(p, f"part of the input could not be read, its processes would be missing "
-                                    f"from the comparison: {lost[0]}{more} (--allow-partial: compare "
+                                    f"from {result}: {lost[0]}{more} (--allow-partial: {use} "
                                     "without them)")
     for n in lost:
-        print(f"note: {p}: --allow-partial: compared without {n}", file=sys.stderr)
+        print(printable(f"note: {p}: --allow-partial: {use}d without {n}"), file=sys.stderr)
 
 
 def _note(text: str) -> None:

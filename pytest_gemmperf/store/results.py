@@ -88,6 +88,7 @@ def _finished_points(root: Path, test_filter: str | None,
             if report:
                 report(f"skipped {pj.parent}: invalid environment: {'; '.join(bad_env)}")
             continue
+        check_point_tables(pj.parent)
         points.append(_Point(test_id, str(doc.get("point") or pj.parent.name), pj.parent, doc))
     if not points:
         what = f"matching {test_filter!r} " if test_filter else ""
@@ -229,11 +230,32 @@ def _profiled_seconds(doc: dict) -> dict:
     return {"duration_s": round(total, 3)} if total > 0 else {}
 
 
+def check_point_tables(point_dir: Path) -> None:
+    """Every table of a finished point (``*.parquet`` beside its point.json: dispatches,
+    counters, agents, telemetry, the compared baseline's samples) is a regular file whose
+    parquet footer reads, or one line naming it: a table cut short is never passed on quietly
+    to a report, a merge or a later reader. The footer only: cheap for any number of points."""
+    # lazy: the footer check needs pyarrow's parquet module, which pandas loads on first use too
+    import pyarrow.parquet as pq
+
+    for path in sorted(point_dir.glob("*.parquet")):
+        if path.is_symlink() or not path.is_file():
+            raise GemmperfInputError(path, "not a regular file")
+        try:
+            pq.read_metadata(path)
+        except Exception as exc:  # pyarrow raises a zoo of types for foreign or truncated files
+            raise GemmperfInputError(path, f"unreadable parquet: {_first_line(exc)}") from None
+
+
 def _read_parquet(path: Path) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises a zoo of types for foreign or truncated files
-        raise GemmperfInputError(path, f"unreadable parquet: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise GemmperfInputError(path, f"unreadable parquet: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def refresh_from_results(results_dir: str | os.PathLike, store: BaselineStore,
