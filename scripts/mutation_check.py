@@ -321,10 +321,10 @@ def pytest_sessionfinish(session):
 
 
 RUNNER = r"""
-# Runs pytest once per request in a forked child (written by mutation_check.py): the libraries
-# the package needs are imported once here, the package's own modules fresh in every child, so
-# a mutant costs its tests, not an interpreter's start-up.
-import importlib, json, os, pkgutil, signal, sys, time
+# Runs pytest once per request in a forked child (written by mutation_check.py): the package and
+# the libraries it needs are imported once here; a child swaps the mutated module's code into
+# the loaded objects, so a mutant costs its tests, not an interpreter's start-up.
+import importlib, json, os, pkgutil, signal, sys, time, types
 
 import pytest
 import pytest_gemmperf
@@ -335,8 +335,69 @@ for info in pkgutil.walk_packages(pytest_gemmperf.__path__, "pytest_gemmperf."):
             importlib.import_module(info.name)
         except ImportError:
             pass
-for name in [m for m in sys.modules if m == "pytest_gemmperf" or m.startswith("pytest_gemmperf.")]:
-    del sys.modules[name]
+
+
+def _patch_function(old, new):
+    old.__code__ = new.__code__
+    old.__defaults__ = new.__defaults__
+    old.__kwdefaults__ = new.__kwdefaults__
+    for oc, nc in zip(old.__closure__ or (), new.__closure__ or ()):
+        try:
+            oc.cell_contents = nc.cell_contents
+        except ValueError:  # an empty cell
+            pass
+
+
+def _patch_class(old, new):
+    for name, value in vars(new).items():
+        if name in ("__dict__", "__weakref__", "__module__", "__qualname__", "__doc__"):
+            continue
+        cur = vars(old).get(name)
+        if isinstance(value, types.FunctionType) and isinstance(cur, types.FunctionType):
+            _patch_function(cur, value)
+        elif isinstance(value, property) and isinstance(cur, property):
+            for o, n in ((cur.fget, value.fget), (cur.fset, value.fset)):
+                if o is not None and n is not None:
+                    _patch_function(o, n)
+        elif isinstance(value, (staticmethod, classmethod)) and type(cur) is type(value):
+            _patch_function(cur.__func__, value.__func__)
+        elif isinstance(value, type) and isinstance(cur, type) and value.__module__ == new.__module__:
+            _patch_class(cur, value)
+        else:
+            try:
+                setattr(old, name, value)
+            except (AttributeError, TypeError):
+                pass
+
+
+def mutate(name, path):
+    # the module's objects stay (every reference to them, instances of its classes, registries
+    # keep working) and run the mutant's code; its plain values are replaced everywhere they
+    # were imported by name
+    mod = sys.modules[name]
+    ns = {"__name__": name, "__file__": mod.__file__, "__package__": mod.__package__,
+          "__spec__": mod.__spec__, "__builtins__": mod.__dict__["__builtins__"]}
+    exec(compile(open(path).read(), path, "exec"), ns)
+    plain = {}
+    for key, new in ns.items():
+        old = mod.__dict__.get(key, new)
+        if old is new or key.startswith("__"):
+            continue
+        if isinstance(new, types.FunctionType) and isinstance(old, types.FunctionType):
+            _patch_function(old, new)
+        elif isinstance(new, type) and isinstance(old, type) and new.__module__ == name:
+            _patch_class(old, new)
+        else:
+            mod.__dict__[key] = new
+            plain[key] = (old, new)
+    for other in list(sys.modules.values()):
+        d = getattr(other, "__dict__", None)
+        if other is mod or not isinstance(d, dict):
+            continue
+        for key, (old, new) in plain.items():
+            if d.get(key) is old:
+                d[key] = new
+
 
 for line in sys.stdin:
     req = json.loads(line)
@@ -348,9 +409,11 @@ for line in sys.stdin:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         try:
+            if req.get("module"):
+                mutate(req["module"], req["path"])
             rc = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *req["args"]]))
         except BaseException:
-            rc = 99
+            rc = 1  # the mutant breaks the import of its module
         os._exit(rc)
     status = None
     while time.perf_counter() - t0 < req["timeout"]:
@@ -380,9 +443,11 @@ class _Runner:
                                      env=dict(os.environ, PYTHONPATH=str(workdir)), text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    def run(self, args: list[str], timeout: float) -> tuple[str, float]:
-        """('passed' | 'failed' | 'timeout', seconds) of one pytest session."""
-        self.proc.stdin.write(json.dumps({"args": args, "timeout": timeout}) + "\n")
+    def run(self, args: list[str], timeout: float, module: str = "", path: str = "") -> tuple[str, float]:
+        """('passed' | 'failed' | 'timeout', seconds) of one pytest session, with the loaded
+        module ``module`` running the code of the file ``path`` (when given)."""
+        req = {"args": args, "timeout": timeout, "module": module, "path": path}
+        self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -535,8 +600,14 @@ def _run(a: argparse.Namespace) -> int:
                 return tests
             return sorted(covering, key=lambda n: (durations.get(n, 0.0), n))
 
+        modname = ".".join(rel.with_suffix("").parts)
         free = [_Runner(w) for w in work]
         runners = list(free)
+        # the unmutated module swapped in the same way must pass, or the swap is not faithful
+        status, _ = free[0].run(tests, 3600, modname, str(work[0] / rel))
+        if status != "passed":
+            raise CheckError(f"the tests fail when {modname} is reloaded in place ({status}); "
+                             "use a subprocess per mutant instead")
 
         def test_one(m: Mutant) -> Mutant:
             r = free.pop()
@@ -549,7 +620,7 @@ def _run(a: argparse.Namespace) -> int:
                 argfile.write_text("\n".join(sel) + "\n")
                 # the traced run is slower than a plain one: three times its time is ample
                 limit = a.timeout or 30.0 + 3 * sum(durations.get(t, secs) for t in sel)
-                status, m.seconds = r.run([f"@{argfile.name}"], limit)
+                status, m.seconds = r.run([f"@{argfile.name}"], limit, modname, str(target))
                 m.tests_run = len(sel)
                 m.status = {"failed": "killed", "passed": "survived"}.get(status, status)
             finally:
