@@ -275,3 +275,24 @@ def test_notable_drops_unchanged_rows_worst_first():
     empty = notable(df.iloc[:0])
     assert empty.empty and list(empty.columns) == list(df.columns)
     assert notable(None).empty and list(notable(None).columns) == []
+
+
+def test_rows_without_a_ratio_sort_as_no_change():
+    df = pd.DataFrame({"verdict": ["missing", "missing", "missing"], "ratio": [0.5, NAN, -0.5],
+                       "kernel": ["half", "none", "neg"]})
+    # a missing ratio reads as 0 (no number), so it sorts between 0.5 and -0.5
+    assert sort_rows(df)["kernel"].tolist() == ["half", "none", "neg"]
+
+
+def test_format_verdict_table_defaults_20_rows_and_48_characters_of_kernel():
+    rows = [dict(table_rows(1)[0], point=f"p{i:02d}") for i in range(21)]
+    lines = format_verdict_table(rows, footnote=False).splitlines()
+    assert len(lines) == 22 and lines[-1] == "... 1 more"
+    long = dict(table_rows(1)[0], kernel="x" * 30 + "y" * 30)
+    cell = [c for c in format_verdict_table([long], footnote=False).splitlines()[1].split("  ") if c][2]
+    assert cell == "x" * 30 + "y" + "..." + "y" * 14
+
+
+def test_footer_lines_break_a_111_character_line():
+    assert footer_lines("a" * 103 + " b") == ["note: " + "a" * 103, "      b"]
+    assert footer_lines("a" * 102 + " b") == ["note: " + "a" * 102 + " b"]
