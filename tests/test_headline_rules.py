@@ -289,7 +289,7 @@ def test_format_verdict_table_defaults_20_rows_and_48_characters_of_kernel():
     lines = format_verdict_table(rows, footnote=False).splitlines()
     assert len(lines) == 22 and lines[-1] == "... 1 more"
     long = dict(table_rows(1)[0], kernel="x" * 30 + "y" * 30)
-    cell = [c for c in format_verdict_table([long], footnote=False).splitlines()[1].split("  ") if c][2]
+    cell = [c.strip() for c in format_verdict_table([long], footnote=False).splitlines()[1].split("  ") if c][2]
     assert cell == "x" * 30 + "y" + "..." + "y" * 14
 
 
