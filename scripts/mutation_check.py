@@ -335,6 +335,19 @@ for info in pkgutil.walk_packages(pytest_gemmperf.__path__, "pytest_gemmperf."):
             importlib.import_module(info.name)
         except ImportError:
             pass
+# pytest rewrites the asserts of every module of a plugin's distribution it imports: import them
+# here, once (hypothesis's plugin imports all of hypothesis at the end of each session)
+from importlib.metadata import entry_points
+
+for ep in entry_points(group="pytest11"):
+    try:
+        importlib.import_module(ep.module)
+    except Exception:
+        pass
+try:
+    import hypothesis
+except ImportError:
+    pass
 
 
 def _patch_function(old, new):
