@@ -41,6 +41,7 @@ def est(d: float, se: float, metric: str = "dur_ns", **kw) -> dict:
 # -- FDR shares ----------------------------------------------------------------------------------
 
 def test_fdr_shares_spend_little_early_and_the_rest_last():
+    assert [ConfirmConfig().fdr_share(i) for i in (1, 2, 3)] == pytest.approx([0.1, 0.1, 0.8])  # the default
     assert ConfirmConfig(rounds=1).fdr_share(1) == 1.0
     assert ConfirmConfig(rounds=0).fdr_share(1) == 1.0  # confirmation off: one look, whole budget
     three = ConfirmConfig(rounds=3)
@@ -150,7 +151,9 @@ def test_a_rerun_that_contradicts_the_first_look_is_not_reproduced():
 
 def test_a_rerun_without_the_row_or_its_ci_is_not_reproduced():
     first = rows(est(0.1, 0.02), est(0.1, 0.02, kernel="k2"), est(0.1, 0.02, kernel="k3"))
-    alone = rows(est(0.1, 0.02, kernel="k2", ci_low=NAN), est(0.1, 0.02, kernel="k3", ci_low=1.2, ci_high=1.2))
+    # k3: a CI of no width (one process) gives no standard error, however far the estimate leans
+    alone = rows(est(0.1, 0.02, kernel="k2", ci_low=NAN),
+                 est(0.1, 0.02, kernel="k3", ci_low=math.exp(0.1), ci_high=math.exp(0.1)))
     out = reproduced(first, alone)
     assert out["reproduced"].tolist() == [False, False, False]
     # the first look without a CI: the re-run alone decides
