@@ -324,7 +324,7 @@ RUNNER = r"""
 # Runs pytest once per request in a forked child (written by mutation_check.py): the package and
 # the libraries it needs are imported once here; a child swaps the mutated module's code into
 # the loaded objects, so a mutant costs its tests, not an interpreter's start-up.
-import importlib, json, os, pkgutil, signal, sys, time, types
+import importlib, json, os, pkgutil, resource, signal, sys, time, types
 
 import pytest
 import pytest_gemmperf
@@ -418,6 +418,8 @@ for line in sys.stdin:
     pid = os.fork()
     if pid == 0:
         os.setpgid(0, 0)
+        # a CPU-time limit, not a wall-clock one, so a loaded machine does not kill slow mutants
+        resource.setrlimit(resource.RLIMIT_CPU, (int(req["cpu_s"]), int(req["cpu_s"]) + 5))
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -429,7 +431,7 @@ for line in sys.stdin:
             rc = 1  # the mutant breaks the import of its module
         os._exit(rc)
     status = None
-    while time.perf_counter() - t0 < req["timeout"]:
+    while time.perf_counter() - t0 < req["wall_s"]:
         done, st = os.waitpid(pid, os.WNOHANG)
         if done:
             status = os.waitstatus_to_exitcode(st)
@@ -456,10 +458,12 @@ class _Runner:
                                      env=dict(os.environ, PYTHONPATH=str(workdir)), text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    def run(self, args: list[str], timeout: float, module: str = "", path: str = "") -> tuple[str, float]:
+    def run(self, args: list[str], cpu_s: float, module: str = "", path: str = "") -> tuple[str, float]:
         """('passed' | 'failed' | 'timeout', seconds) of one pytest session, with the loaded
-        module ``module`` running the code of the file ``path`` (when given)."""
-        req = {"args": args, "timeout": timeout, "module": module, "path": path}
+        module ``module`` running the code of the file ``path`` (when given): a timeout past
+        ``cpu_s`` seconds of CPU time, or twenty times that of wall time."""
+        req = {"args": args, "cpu_s": max(1.0, cpu_s), "wall_s": 20 * max(1.0, cpu_s), "module": module,
+               "path": path}
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -467,8 +471,9 @@ class _Runner:
             raise CheckError(f"the test runner in {self.workdir} stopped")
         res = json.loads(line)
         rc = res["rc"]
-        # pytest: 1 tests failed, 2 interrupted (an import the mutant broke), 3 internal error
-        status = ("timeout" if rc is None else "passed" if rc == 0 else "failed" if rc in (1, 2, 3)
+        # pytest: 1 tests failed, 2 interrupted (an import the mutant broke), 3 internal error;
+        # SIGXCPU: past the CPU-time limit
+        status = ("timeout" if rc is None or rc in (-signal.SIGXCPU, -signal.SIGKILL) else "passed" if rc == 0 else "failed" if rc in (1, 2, 3)
                   else f"error{rc}")
         return status, res["seconds"]
 
@@ -539,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--equivalent", type=Path, help="file of equivalent mutant ids ('ID reason')")
     ap.add_argument("--jobs", type=int, default=1, help="mutants tested at once (default 1)")
     ap.add_argument("--timeout", type=float, default=0,
-                    help="seconds per mutant (default: 30 + 3x the traced time of the tests it runs)")
+                    help="CPU seconds per mutant (default: 20 + 3x the traced time of the tests it "
+                         "runs); twenty times that in wall time")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--only", nargs="+", default=(), help="test only these mutant ids")
     ap.add_argument("--all-tests", action="store_true",
@@ -631,8 +637,8 @@ def _run(a: argparse.Namespace) -> int:
                 sel = selection(m)
                 argfile = r.workdir / "_mutation_args.txt"
                 argfile.write_text("\n".join(sel) + "\n")
-                # the traced run is slower than a plain one: three times its time is ample
-                limit = a.timeout or 30.0 + 3 * sum(durations.get(t, secs) for t in sel)
+                # CPU seconds; the traced run's wall times are slower than a plain run's CPU
+                limit = a.timeout or 20.0 + 3 * sum(durations.get(t, secs) for t in sel)
                 status, m.seconds = r.run([f"@{argfile.name}"], limit, modname, str(target))
                 m.tests_run = len(sel)
                 m.status = {"failed": "killed", "passed": "survived"}.get(status, status)
