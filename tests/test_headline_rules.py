@@ -65,6 +65,7 @@ def test_ci_inside_band_lower_is_better(lo, hi, inside):
     (0.8, 1.25, True),  # 1/1.25 = 0.8, 1/0.8 = 1.25: the edges of the band
     (1.3, 1.32, True),  # 1/1.32 = 0.758 .. 1/1.3 = 0.769: inside, though 1.32 > 1.25
     (0.9, 1.1, True),
+    (0.85, 0.95, True),  # 1/0.95 = 1.053 .. 1/0.85 = 1.176: a fall inside the band
     (0.76, 0.9, False),  # 1/0.76 = 1.316 > 1.25: too much worse
     (1.2, 1.4, False),  # 1/1.4 = 0.714 < 0.75
     (0.0, 1.1, False),  # a CI through zero has no inverse
@@ -78,6 +79,7 @@ def test_ci_inside_band_higher_is_better(metric, lo, hi, inside):
 
 @pytest.mark.parametrize("row", [
     band_row(NAN, 1.1), band_row(0.9, NAN), band_row(0.9, 1.1, thr=NAN), band_row(0.9, 1.1, thr=None),
+    band_row(0.9, 1.1, thr=math.inf), band_row(-math.inf, 1.1), band_row(0.9, math.inf, metric=BUSBW),
     band_row(0.9, 1.1, metric=None) | {"ci_low": "x"}, {},
 ])
 def test_ci_inside_band_without_numbers_is_false(row):
@@ -164,6 +166,12 @@ def test_raw_detail_inside_and_at_the_edges_of_the_ci_has_no_note():
     assert raw_detail(base | {"ci_low": 1.0, "ci_high": 1.2}).text() == "base 1 us, cand 1.1 us, raw x1.100"
 
 
+def test_raw_detail_of_medians_below_one():
+    d = raw_detail({"metric": "overlap_fraction", "base_median_ns": 0.5, "cand_median_ns": 0.25,
+                    "ci_low": 0.4, "ci_high": 0.6})
+    assert d.raw == "x0.500" and d.note == ""
+
+
 @pytest.mark.parametrize("lo, hi", [(1.11, 1.2), (1.0, 1.09)])
 def test_raw_detail_outside_the_ci_says_why(lo, hi):
     d = raw_detail({"metric": "dur_ns", "base_median_ns": 1000, "cand_median_ns": 1100, "ci_low": lo, "ci_high": hi})
@@ -228,6 +236,9 @@ def test_format_verdict_table_limits_filters_and_names_tests():
     assert lines[-1] == "... 2 more" and len(lines) == 4
     only = format_verdict_table(table_rows(), footnote=False, verdicts=("unchanged",))
     assert only.splitlines()[1:] == ["unchanged  pu     ku      dur_ns  +0.0% [-1.0, +1.0]  -"]
+    # every row filtered out: the header alone
+    assert format_verdict_table(table_rows(), verdicts=("new",), footnote=False) == (
+        "verdict  point  kernel  metric  change [95% CI]  q  reason")
     assert format_verdict_table([]) == "(no comparisons)"
     assert format_verdict_table(pd.DataFrame()) == "(no comparisons)"
 
