@@ -156,9 +156,14 @@ def test_a_rerun_without_the_row_or_its_ci_is_not_reproduced():
                  est(0.1, 0.02, kernel="k3", ci_low=math.exp(0.1), ci_high=math.exp(0.1)))
     out = reproduced(first, alone)
     assert out["reproduced"].tolist() == [False, False, False]
-    # the first look without a CI: the re-run alone decides
+    # the first look without a CI or a finite estimate: the re-run alone decides
     first_nan = rows(est(0.1, 0.02, ci_low=NAN))
     assert reproduced(first_nan, rows(est(0.1, 0.02)))["reproduced"].tolist() == [True]
+    first_inf = rows(est(0.1, 0.02, ratio=math.inf))
+    assert reproduced(first_inf, rows(est(0.1, 0.02)))["reproduced"].tolist() == [True]
+    first_flat = rows(est(0.2, 0.02, ci_low=math.exp(0.2), ci_high=math.exp(0.2)))  # no width: no error
+    out = reproduced(first_flat, rows(est(0.1, 0.02)))
+    assert out["reproduced"].tolist() == [True] and math.isnan(out["z_het"].iloc[0])
 
 
 # -- judge ---------------------------------------------------------------------------------------
@@ -185,6 +190,14 @@ def test_judge_turns_a_regression_the_rerun_does_not_reproduce_inconclusive(metr
         "confirmation: regression -> inconclusive with 8 candidate processes (first look 4)")
     assert changes == [{"point": "p", "kernel": "k", "metric": metric, "before": "regression",
                         "after": "inconclusive"}]
+
+
+def test_judge_uses_the_given_rules():
+    first = rows(est(0.1, 0.02, verdict="regression"))
+    combined, alone = rows(est(0.1, 0.015, verdict="regression", n_cand=8)), rows(est(0.05, 0.03))
+    assert judge(first, combined, alone)[0]["verdict"].tolist() == ["regression"]
+    strict = ConfirmConfig(reproduce_p=0.01)  # z 1.67 of the re-run is not enough at 0.01
+    assert judge(first, combined, alone, strict)[0]["verdict"].tolist() == ["inconclusive"]
 
 
 def test_judge_names_every_change_of_verdict_and_unknown_numbers():
