@@ -626,11 +626,21 @@ def test_unlistable_subdirectory_is_a_note_not_silence(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # a real gemmperf process
 def test_cli_prints_the_skip_notes(tmp_path):
+    """A process file that cannot be read is missing from every total: one line naming it and
+    exit 2; with --allow-partial the rest is analysed and the skip is a note."""
     d = _good_dir(tmp_path)
     os.mkfifo(d / "good" / "9_kernel_trace.csv")
-    proc = subprocess.run([sys.executable, "-m", "pytest_gemmperf.cli", "analyze", os.fspath(d),
-                           "--out", os.fspath(tmp_path / "out"), "--no-report"],
-                          capture_output=True, text=True, timeout=50, cwd=REPO)
+
+    def analyze(*extra):
+        return subprocess.run([sys.executable, "-m", "pytest_gemmperf.cli", "analyze", os.fspath(d),
+                               "--out", os.fspath(tmp_path / "out"), "--no-report", *extra],
+                              capture_output=True, text=True, timeout=50, cwd=REPO)
+
+    refused = analyze()
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "9_kernel_trace.csv" in refused.stderr and "FIFO" in refused.stderr and "--allow-partial" in refused.stderr
+    proc = analyze("--allow-partial")
     assert proc.returncode == 0, proc.stderr
     assert [ln for ln in proc.stderr.splitlines()
             if ln.startswith("note: ") and "9_kernel_trace.csv" in ln and "FIFO" in ln]

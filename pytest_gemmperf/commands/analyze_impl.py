@@ -89,7 +89,9 @@ def analyze(args: argparse.Namespace, *, full: bool) -> Analyzed:
     extra_rules = _rules(args.categories)
     paths = _complete_parts(args.paths, getattr(args, "allow_partial", False))
     jobs = getattr(args, "jobs", 0)
-    if full:
+    # None: a warm-up that cannot be dropped source by source (one process split over sources)
+    reduced = None if full else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
+    if reduced is None:
         trace = load(paths, jobs=jobs)
         d = recategorize(trace.dispatches, extra_rules)
         inputs = Inputs(totals=dispatch_totals(d), agents=trace.agents, notes=trace.meta.get("notes", []),
@@ -97,7 +99,6 @@ def analyze(args: argparse.Namespace, *, full: bool) -> Analyzed:
         kernels = kernel_table(d, warmup=args.warmup)
         _check_lost(args, trace.meta.get("skipped", []))
         return Analyzed(kernels, build_summary(args, inputs, kernels), inputs, trace, d)
-    reduced = reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
     inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
                     sources=reduced.sources)
     _check_lost(args, reduced.skipped)
