@@ -103,6 +103,15 @@ def test_fit_table_shortens_the_widest_text_first() -> None:
     assert np.all([len(ln) <= 30 for ln in fit_table(["k", "t"], [["a" * 50, "b" * 50]], 30, shrink=("k", "t"))])
 
 
+def test_fit_table_shortens_the_verdict_text_last_and_keeps_its_head() -> None:
+    header = ["test", "kernel", "latest change"]
+    rows = [["t" * 40, "k" * 40, "regression +15.3% at nightly-09 (0123456789)"]]
+    lines = fit_table(header, rows, 80, shrink=("test", "kernel"), shrink_last=("latest change",))
+    assert all(len(ln) <= 80 for ln in lines) and rows[0][2] in lines[1]  # test and kernel gave way
+    lines = fit_table(header, rows, 60, shrink=("test", "kernel"), shrink_last=("latest change",))
+    assert all(len(ln) <= 60 for ln in lines) and "regression +15." in lines[1] and lines[1].endswith("...")
+
+
 def test_baseline_prune_lists_unless_yes(tmp_path: Path, samples_module, capsys) -> None:  # noqa: F811
     bdir = str(tmp_path / "b")
     assert main(["baseline", "refresh", "--from", str(make_results(tmp_path / "r1")), "--baseline-dir", bdir]) == 0

@@ -258,7 +258,12 @@ def test_baseline_diff_of_a_new_record_has_no_nan_cells(project, tmp_path, capsy
         assert rc == 0 and "new baseline" in out and "added" in out
         assert "NaN" not in out and "<NA>" not in out and "nan" not in out, out
         row = next(ln for ln in out.splitlines() if "aten::mm" in ln and "dur_ns" in ln)
-        assert row.count("—") == 3, row  # old median, ratio, old unit count
+        # no old median, no old process count ("—"), and no tested change: the change cell is
+        # compare's text for a change it cannot test ("-"); baseline diff has no ratio column
+        assert row.count("—") == 2, row  # old median, old process count
+        head = next(ln for ln in out.splitlines() if ln.startswith("point "))
+        assert "change [95% CI]" in head and "ratio" not in head, head
+        assert " - " in row and "— -> " in row, row
     # a stored record diffs with numbers, as before
     rc, out, _ = _cli(capsys, "baseline", "diff", "--from", str(project.runs[1]), "--baseline-dir",
                       str(project.root / "base"), "--all")

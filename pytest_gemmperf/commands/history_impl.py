@@ -264,10 +264,11 @@ def run_show(args: argparse.Namespace) -> int:
     print(printable(f"history {args.history}: {n_runs} run(s), {len(t)} series "
                     f"({h['time'].min():%Y-%m-%d %H:%M} .. {h['time'].max():%Y-%m-%d %H:%M} UTC)"))
     # as wide as the terminal (COLUMNS), else 160: long test ids and kernel names are
-    # shortened in the middle, never wrapped
+    # shortened in the middle, never wrapped; the latest change (its verdict word and change
+    # first) only when they cannot give more, and then at its end
     width = shutil.get_terminal_size((SHOW_WIDTH, 24)).columns
-    print("\n".join(fit_table(header, rows, width, shrink=("kernel", "test", "latest change", "hw"),
-                               right=("runs", "trend", "slope/run"))))
+    print("\n".join(fit_table(header, rows, width, shrink=("kernel", "test", "hw"),
+                               shrink_last=("latest change",), right=("runs", "trend", "slope/run"))))
     if len(t) > args.max_rows:
         print(printable(f"... {len(t) - args.max_rows} more series (narrow with -k / --test)"))
     if note:

@@ -65,32 +65,46 @@ def values_text(values: Sequence[float], metric: str, digits: int = 4) -> str:
     return " ".join(plain(float(v) / scale, digits) for v in values) + f" {unit}"
 
 
+def shorten_tail(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters keeping its head: ``regression +15.3% at ...``."""
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    return text[: max(width - 3, 0)] + "..." if width > 3 else text[:width]
+
+
 def fit_table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int,
-              shrink: Sequence[str] = (), min_width: int = 12, right: Sequence[str] = ()) -> list[str]:
+              shrink: Sequence[str] = (), min_width: int = 12, right: Sequence[str] = (),
+              shrink_last: Sequence[str] = ()) -> list[str]:
     """``rows`` under ``header`` as fixed-width lines of at most ``width`` characters where the
     columns named in ``shrink`` can be shortened (in the middle, each to no less than
-    ``min_width``): always the widest of them, so they end up about equally wide. Columns named in ``right`` are right-aligned."""
+    ``min_width``): always the widest of them, so they end up about equally wide. Columns
+    named in ``shrink_last`` (a verdict text whose head must survive) are shortened only once
+    none of ``shrink`` can give more, and lose their end, not their middle. Columns named in
+    ``right`` are right-aligned."""
     cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
     n = len(header)
     widths = [max(len(r[i]) for r in cells) for i in range(n)]
-    idx = [header.index(c) for c in shrink if c in header]
+    idx = [header.index(c) for c in shrink if c in header and c not in shrink_last]
+    last = [header.index(c) for c in shrink_last if c in header]
 
     def total() -> int:
         return sum(widths) + 2 * (n - 1)
 
-    while total() > width:
-        candidates = [i for i in idx if widths[i] > max(min_width, len(header[i]))]
-        if not candidates:
-            break
-        # one character off the widest at a time: long columns end up alike, none starved
-        i = max(candidates, key=lambda j: widths[j])
-        widths[i] -= 1
+    for group in (idx, last):
+        while total() > width:
+            candidates = [i for i in group if widths[i] > max(min_width, len(header[i]))]
+            if not candidates:
+                break
+            # one character off the widest at a time: long columns end up alike, none starved
+            i = max(candidates, key=lambda j: widths[j])
+            widths[i] -= 1
     lines = []
     for r in cells:
         parts = []
         for i, c in enumerate(r):
             if len(c) > widths[i]:
-                c = shorten_kernel(c, widths[i])
+                c = shorten_tail(c, widths[i]) if i in last else shorten_kernel(c, widths[i])
             parts.append(c.rjust(widths[i]) if header[i] in right else c.ljust(widths[i]))
         lines.append("  ".join(parts).rstrip())
     return lines
