@@ -81,9 +81,15 @@ def _terminate(signum: int, _frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The command; SIGINT and SIGTERM at any moment after this starts (building the parser
-    included) end with one line: ``interrupted`` (130) or ``terminated`` (143)."""
+    included) end with one line: ``interrupted`` (130) or ``terminated`` (143).
+
+    SIGTERM is taken over only where no Python handler is installed (the command run as a
+    command): an embedding program that handles it itself (a pytest session calling ``main``
+    in-process, a service) keeps its handler, so its own SIGTERM still reaches it."""
+    previous = None
     try:
-        previous = signal.signal(signal.SIGTERM, _terminate)
+        if not callable(signal.getsignal(signal.SIGTERM)):  # SIG_DFL, SIG_IGN or not set from Python
+            previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread (an embedding program): its handlers stay
         previous = None
     try:

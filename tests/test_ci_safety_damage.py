@@ -736,13 +736,19 @@ def test_exit_status_table_matches_what_each_failure_class_ends_with(tmp_path, m
     (tmp_path / "a-file").write_text("")
 
     def status(argv, patch=None) -> int:
-        with monkeypatch.context() as m:
-            if patch:
-                patch(m)
-            try:
-                rc = cli.main([str(a) for a in argv])
-            except SystemExit as exc:
-                rc = exc.code
+        # SIGTERM at its default action, as a command starts with: cli.main takes it over only
+        # then (this session's own handler, tests/conftest.py, would keep it and end the session)
+        previous = sig.signal(sig.SIGTERM, sig.SIG_DFL)
+        try:
+            with monkeypatch.context() as m:
+                if patch:
+                    patch(m)
+                try:
+                    rc = cli.main([str(a) for a in argv])
+                except SystemExit as exc:
+                    rc = exc.code
+        finally:
+            sig.signal(sig.SIGTERM, previous)
         capsys.readouterr()
         return int(rc)
 

@@ -30,6 +30,7 @@ from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.confirm import suspicious
 from pytest_gemmperf.gate.headline import change_text
 from pytest_gemmperf.gate.verdict import INCONCLUSIVE, REGRESSION
+from pytest_gemmperf.textsafe import printable
 
 PASSED, FAILED, UNDECIDED, ERROR = "passed", "failed", "undecided", "error"
 OUTCOMES = (PASSED, FAILED, UNDECIDED, ERROR)
@@ -190,7 +191,9 @@ def candidate_processes_for(need: int, n_base: int) -> int | None:
 
 
 def _row_text(rows: pd.DataFrame) -> str:
-    """The worst row (largest change either way) as ``kernel metric +12.3% [..]: note``."""
+    """The worst row (largest change either way) as ``kernel metric +12.3% [..]: note``, one
+    line whatever the kernel's name holds (a newline in it would start a line of the failure
+    message, the outcome line or the summary with the name: ``textsafe.printable``)."""
     r = pd.to_numeric(rows["ratio"], errors="coerce").to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         size = np.abs(np.log(np.where(r > 0, r, np.nan)))
@@ -198,8 +201,8 @@ def _row_text(rows: pd.DataFrame) -> str:
     row = rows.iloc[i]
     note = row.get("note")
     note = note if isinstance(note, str) else ""
-    head = f"{row['kernel']} {row['metric']} {change_text(row['ratio'], row['ci_low'], row['ci_high'])}"
-    return f"{head}: {note}" if note else head
+    head = f"{printable(row['kernel'])} {row['metric']} {change_text(row['ratio'], row['ci_low'], row['ci_high'])}"
+    return f"{head}: {printable(note)}" if note else head
 
 
 @dataclass(frozen=True)
