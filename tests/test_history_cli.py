@@ -64,7 +64,8 @@ def _record_series(tmp_path: Path, hist: Path, levels: list[float]) -> None:
         assert rc == 0
 
 
-def test_record_check_show_find_a_recent_step(tmp_path, capsys):
+def test_record_check_show_find_a_recent_step(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # `history show` fits the terminal; xdist workers have none
     hist = tmp_path / "hist"
     _record_series(tmp_path, hist, [1000.0] * 9 + [1150.0] * 3)  # +15 % from run 9 on
     capsys.readouterr()

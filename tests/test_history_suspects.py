@@ -209,7 +209,8 @@ def test_a_recent_change_point_still_exits_1_beside_a_suspect(tmp_path, capsys):
     assert "suspect: " in text and "Cijk_a" in text and "regression change point(s) within the last 5" in text
 
 
-def test_history_show_says_suspect_where_it_said_none(tmp_path, capsys):
+def test_history_show_says_suspect_where_it_said_none(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # `history show` fits the terminal; xdist workers have none
     st = store_of(tmp_path, history(7, 23.0))
     assert cli.main(["history", "show", "--history", str(st.root)]) == 0
     text = capsys.readouterr().out
