@@ -419,7 +419,9 @@ def decode_error(path: str, exc: BaseException, message: str, *, syntax: str,
     if isinstance(exc, RecursionError):
         return GemmperfInputError(path, f"JSON nested too deeply to read ({nesting}; corrupt or "
                                         "hostile file?)")
-    if isinstance(exc, UnicodeDecodeError):  # msgspec checks string contents lazily, as UTF-8
+    if isinstance(exc, UnicodeDecodeError):  # msgspec before 0.23 checks strings lazily
         return GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({exc.reason} "
                                         f"at byte {exc.start} of the string)")
+    if "UTF-8" in message:  # msgspec 0.23 checks them while parsing: "Invalid UTF-8 encoded string"
+        return GemmperfInputError(path, f"not valid JSON: a string is not UTF-8 ({message})")
     return GemmperfInputError(path, f"{syntax}: {message}")
