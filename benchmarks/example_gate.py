@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -53,6 +54,8 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_FILE = Path("perf_tests") / "test_gemm_overlap.py"
 #: the README's one edit: the CPU GEMM's K dimension x 1.5
 SHAPE_BEFORE, SHAPE_AFTER = '"384x384x384"', '"384x384x576"'
+#: the example suite's baseline store (pyproject.toml's gemmperf_baseline_dir)
+STORE = Path(".gemmperf") / "baselines"
 CASES = ("aa", "heavy")
 BUSY_CASES = ("busy-aa", "busy-heavy")
 BURNER = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True:\n    pass\n"
@@ -67,17 +70,17 @@ class RunResult:
     seconds: float
     verdicts: Counter = field(default_factory=Counter)
     tests: Counter = field(default_factory=Counter)  # junit outcomes: passed / failed / skipped / error
+    points: Counter = field(default_factory=Counter)  # the gate's outcome per point (point.json)
+    #: rows ``gemmperf compare`` judged differently (None: not checked or compare failed)
+    compare_diff: int | None = None
 
     @property
     def outcome(self) -> str:
-        """failed / undecided / passed / error, from the gate's rows and pytest's exit status."""
-        if self.exit_status not in (0, 1) or not self.verdicts:
+        """The run's worst point outcome as the gate wrote it (failed > error > undecided >
+        passed); error when pytest's exit status is not 0/1 or no point was gated."""
+        if self.exit_status not in (0, 1) or not self.points:
             return "error"
-        if self.verdicts.get("regression"):
-            return "failed"
-        if self.verdicts.get("inconclusive"):
-            return "undecided"
-        return "passed"
+        return next(o for o in ("failed", "error", "undecided", "passed") if self.points.get(o))
 
     @property
     def plain_pass(self) -> bool:
@@ -105,8 +108,9 @@ def set_heavy(root: Path, heavy: bool) -> None:
     path.write_text(text.replace(old, new), encoding="utf-8")
 
 
-def pytest_run(root: Path, tag: str, extra: list[str]) -> tuple[int, Path, Path, float]:
-    """One ``pytest perf_tests/test_gemm_overlap.py`` in ``root``: (exit status, results dir,
+def pytest_run(root: Path, tag: str, extra: list[str], test_file: Path = TEST_FILE,
+               env_extra: dict[str, str] | None = None) -> tuple[int, Path, Path, float]:
+    """One ``pytest <test_file>`` (the example suite's) in ``root``: (exit status, results dir,
     junit file, seconds). Output goes to ``root/logs/<tag>.log``."""
     results = root / "runs" / tag
     junit = root / "junit" / f"{tag}.xml"
@@ -115,7 +119,8 @@ def pytest_run(root: Path, tag: str, extra: list[str]) -> tuple[int, Path, Path,
         p.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    cmd = [sys.executable, "-m", "pytest", str(TEST_FILE), "-p", "no:randomly", "-p", "no:cacheprovider",
+    env.update(env_extra or {})
+    cmd = [sys.executable, "-m", "pytest", str(test_file), "-p", "no:randomly", "-p", "no:cacheprovider",
            "-q", "-rA", f"--gemmperf-results-dir={results}", f"--junit-xml={junit}",
            f"--gemmperf-report-dir={root / 'reports' / tag}", *extra]
     t0 = time.monotonic()
@@ -133,6 +138,50 @@ def verdict_counts(results: Path) -> Counter:
     return out
 
 
+def point_outcomes(results: Path) -> Counter:
+    """The gate's outcome (passed / failed / undecided / error) of every point the run wrote."""
+    out: Counter = Counter()
+    for f in sorted(results.rglob("point.json")):
+        doc = json.loads(f.read_text(encoding="utf-8"))
+        out[(doc.get("outcome") or {}).get("outcome", "error")] += 1
+    return out
+
+
+#: what compare must reproduce on every row the gate wrote
+SAME_COLUMNS = ("verdict", "ratio", "ci_low", "ci_high", "q_value", "note")
+
+
+def compare_differs(root: Path, store: Path, results: Path) -> int | None:
+    """``gemmperf compare STORE RESULTS`` on a gated run: the number of rows whose verdict,
+    change, CI, q or reason differ from what pytest wrote (rows only one side has count too);
+    None when compare could not run (its output is in ``root/logs``)."""
+    out = root / "compare" / results.name
+    log = root / "logs" / f"compare-{results.name}.log"
+    cmd = [sys.executable, "-m", "pytest_gemmperf.cli", "compare", str(store), str(results),
+           "--out", str(out), "--no-report"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    with log.open("w", encoding="utf-8") as fh:
+        rc = subprocess.run(cmd, cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+    if rc not in (0, 1, 4) or not (out / "verdicts.csv").is_file():
+        return None
+
+    def rows(paths) -> dict[tuple, tuple]:
+        got: dict[tuple, tuple] = {}
+        for f in paths:
+            with f.open(newline="", encoding="utf-8") as fh:
+                for row in csv.DictReader(fh):
+                    got[(row.get("test", ""), row["point"], row["kernel"], row["metric"])] = \
+                        tuple(row.get(c, "") for c in SAME_COLUMNS)
+        return got
+
+    gated = rows(sorted(results.rglob("verdicts.csv")))
+    compared = rows([out / "verdicts.csv"])
+    if not gated:  # nothing to reproduce is not agreement
+        return None
+    return sum(gated.get(k) != compared.get(k) for k in set(gated) | set(compared))
+
+
 def junit_counts(junit: Path) -> Counter:
     """Per test case: passed / failed / skipped / error, from pytest's JUnit XML."""
     out: Counter = Counter()
@@ -145,12 +194,18 @@ def junit_counts(junit: Path) -> Counter:
     return out
 
 
-def gated_run(root: Path, case: str, i: int, extra: list[str]) -> RunResult:
-    rc, results, junit, secs = pytest_run(root, f"{case}-{i:02d}", extra)
-    r = RunResult(case, rc, secs, verdict_counts(results), junit_counts(junit))
+def gated_run(root: Path, case: str, i: int, extra: list[str], store: Path | None = None,
+              **run_kw) -> RunResult:
+    """One gated run; with ``store``, ``gemmperf compare`` judges it again (:func:`compare_differs`)."""
+    rc, results, junit, secs = pytest_run(root, f"{case}-{i:02d}", extra, **run_kw)
+    r = RunResult(case, rc, secs, verdict_counts(results), junit_counts(junit), point_outcomes(results))
+    if store is not None:
+        r.compare_diff = compare_differs(root, store, results)
     rows = ", ".join(f"{k} {n}" for k, n in sorted(r.verdicts.items())) or "no rows"
+    points = ", ".join(f"{k} {n}" for k, n in sorted(r.points.items())) or "none"
     tests = ", ".join(f"{k} {n}" for k, n in sorted(r.tests.items())) or "no tests"
-    print(f"  {case} run {i + 1}: {r.outcome:9s} exit {rc}  rows: {rows}  tests: {tests}  "
+    same = "" if store is None else f"  compare: {'failed' if r.compare_diff is None else r.compare_diff} rows differ"
+    print(f"  {case} run {i + 1}: {r.outcome:9s} exit {rc}  points: {points}  rows: {rows}  tests: {tests}{same}  "
           f"({secs:.0f} s, load {load():.1f})", flush=True)
     return r
 
@@ -185,16 +240,23 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+LEGEND = ("failed / undecided / passed: the run's worst point outcome as the gate wrote it (point.json); "
+          "plain pass = pytest exit 0 with every test passed, none skipped")
+
+
 def summary(results: list[RunResult]) -> list[str]:
     """A markdown table: per case, the gate's outcomes and pytest's plain passes."""
-    lines = ["| case | runs | failed | undecided | passed | error | pytest plain pass | median s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | runs | failed | undecided | passed | error | pytest plain pass | compare: rows differing "
+             "| median s |", "|---|---|---|---|---|---|---|---|---|"]
     for case in dict.fromkeys(r.case for r in results):
         rs = [r for r in results if r.case == case]
         c = Counter(r.outcome for r in rs)
         secs = sorted(r.seconds for r in rs)[len(rs) // 2]
+        diffs = [r.compare_diff for r in rs]
+        same = ("-" if all(d is None for d in diffs) else
+                f"{sum(d for d in diffs if d is not None)}" + (f" ({diffs.count(None)} failed)" if None in diffs else ""))
         lines.append(f"| {case} | {len(rs)} | {c['failed']} | {c['undecided']} | {c['passed']} | {c['error']} | "
-                     f"{sum(r.plain_pass for r in rs)} | {secs:.0f} |")
+                     f"{sum(r.plain_pass for r in rs)} | {same} | {secs:.0f} |")
     return lines
 
 
@@ -236,14 +298,14 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if burners:
                     print(f"{case}: {len(burners)} CPU burners running", flush=True)
-                results += [gated_run(root, case, i, args.pytest_args) for i in range(args.runs)]
+                results += [gated_run(root, case, i, args.pytest_args, store=root / STORE)
+                            for i in range(args.runs)]
             finally:
                 stop_burners(burners)
         set_heavy(root, False)
         print()
         print("\n".join(summary(results)))
-        print(f"\nload after: {load():.1f}; failed = a regression row (pytest exit 1); undecided = "
-              "inconclusive rows, no regression; plain pass = pytest exit 0 with every test passed")
+        print(f"\nload after: {load():.1f}; {LEGEND}")
     finally:
         if tmp is not None:
             tmp.cleanup()

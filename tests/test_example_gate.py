@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,24 +17,29 @@ sys.modules.setdefault("example_gate", eg)  # its dataclasses look their module 
 _spec.loader.exec_module(eg)
 
 
-@pytest.mark.parametrize("rc, verdicts, tests, outcome, plain", [
-    (1, {"regression": 1, "inconclusive": 3}, {"failed": 1, "passed": 1}, "failed", False),
-    (0, {"inconclusive": 8, "unchanged": 2}, {"passed": 2}, "undecided", True),  # the gate could not tell
-    (0, {"inconclusive": 2, "unchanged": 2}, {"skipped": 1, "passed": 1}, "undecided", False),
-    (0, {"unchanged": 10}, {"passed": 2}, "passed", True),
-    (0, {}, {"passed": 2}, "error", True),  # no rows: nothing was gated
-    (2, {"unchanged": 10}, {"passed": 2}, "error", False),
+@pytest.mark.parametrize("rc, points, tests, outcome, plain", [
+    (1, {"failed": 1, "undecided": 1}, {"failed": 1, "passed": 1}, "failed", False),
+    (0, {"undecided": 1, "passed": 1}, {"passed": 2}, "undecided", True),  # accepted: a plain pass
+    (0, {"undecided": 1, "passed": 1}, {"skipped": 1, "passed": 1}, "undecided", False),
+    (0, {"passed": 2}, {"passed": 2}, "passed", True),
+    (0, {"error": 1, "undecided": 1}, {"failed": 1, "passed": 1}, "error", False),
+    (0, {}, {"passed": 2}, "error", True),  # no point.json: nothing was gated
+    (2, {"passed": 2}, {"passed": 2}, "error", False),
 ])
-def test_a_run_is_classified_by_the_gates_rows_and_pytests_status(rc, verdicts, tests, outcome, plain):
-    r = eg.RunResult("aa", rc, 1.0, Counter(verdicts), Counter(tests))
+def test_a_run_is_classified_by_the_gates_outcomes_and_pytests_status(rc, points, tests, outcome, plain):
+    r = eg.RunResult("aa", rc, 1.0, Counter(), Counter(tests), Counter(points))
     assert r.outcome == outcome and r.plain_pass is plain
 
 
-def test_the_counts_come_from_verdicts_csv_and_junit(tmp_path):
+def test_the_counts_come_from_verdicts_csv_point_json_and_junit(tmp_path):
     d = tmp_path / "run" / "t"
     d.mkdir(parents=True)
     (d / "verdicts.csv").write_text("test,verdict,kernel\nt,regression,a\nt,unchanged,b\nt,unchanged,c\n")
     assert eg.verdict_counts(tmp_path / "run") == Counter({"unchanged": 2, "regression": 1})
+    for name, outcome in (("p1", {"outcome": "failed"}), ("p2", {"outcome": "passed"}), ("p3", None)):
+        (d / name).mkdir()
+        (d / name / "point.json").write_text(json.dumps({"outcome": outcome}))
+    assert eg.point_outcomes(tmp_path / "run") == Counter({"failed": 1, "passed": 1, "error": 1})
     (tmp_path / "j.xml").write_text('<testsuites><testsuite><testcase name="a"/><testcase name="b"><failure/>'
                                     '</testcase><testcase name="c"><skipped/></testcase></testsuite></testsuites>')
     assert eg.junit_counts(tmp_path / "j.xml") == Counter({"passed": 1, "failed": 1, "skipped": 1})
