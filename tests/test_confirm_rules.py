@@ -100,6 +100,9 @@ def test_the_screen_q_and_a_missing_threshold():
     small = rows({"verdict": "unchanged", "ratio": 1.01, "q_value": 0.1})
     assert suspicious(small.assign(threshold=NAN)).tolist() == [True]
     assert suspicious(small.assign(ratio=1.0, threshold=NAN)).tolist() == [False]
+    # a table without the column reads the same as empty cells
+    assert suspicious(small.drop(columns="threshold")).tolist() == [True]
+    assert suspicious(small.assign(ratio=1.0).drop(columns="threshold")).tolist() == [False]
     assert suspicious(rows().iloc[:0]).tolist() == []
 
 

@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
         if o.outcome == UNDECIDED:
             print(printable(f"undecided: {_point_name(key)}: {o.reason}; to decide: {o.decide}"), file=sys.stderr)
     policy = undecided_policy(args)
-    status = exit_status(g.verdicts, len(g.damaged), policy)
+    status = exit_status(g.verdicts, len(g.damaged), policy, by_outcome)
     n_reg = int(counts.get(REGRESSION, 0))
     if unwritten:  # the verdicts stand; an output that is not there is exit 2 unless 1 says more
         print(printable(f"gemmperf: report not written: {unwritten}"), file=sys.stderr)
@@ -95,15 +95,19 @@ def undecided_policy(args: argparse.Namespace) -> str:
     return getattr(args, "undecided", None) or "skip"
 
 
-def exit_status(verdicts: pd.DataFrame, n_damaged: int, undecided: str = "skip") -> int:
+def exit_status(verdicts: pd.DataFrame, n_damaged: int, undecided: str = "skip",
+                by_outcome: dict[str, int] | None = None) -> int:
     """The command's exit status for its verdicts: 1 when any is a regression (what CI reads as
     "the code got slower"), 2 when damaged baseline records were not compared, then for an
-    undecided point :data:`EXIT_UNDECIDED` of the ``--undecided`` policy, else 0."""
+    undecided point :data:`EXIT_UNDECIDED` of the ``--undecided`` policy, else 0.
+    ``by_outcome``: the verdicts' :func:`outcome_counts`, when the caller has them already."""
     if (verdicts["verdict"] == REGRESSION).any():
         return 1
     if n_damaged:
         return 2
-    if outcome_counts(o for _, o in point_outcomes(verdicts)).get(UNDECIDED, 0):
+    if by_outcome is None:
+        by_outcome = outcome_counts(o for _, o in point_outcomes(verdicts))
+    if by_outcome.get(UNDECIDED, 0):
         return EXIT_UNDECIDED[undecided]
     return 0
 

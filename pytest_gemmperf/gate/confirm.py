@@ -90,6 +90,13 @@ def _worse(v: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return (np.where(better, 1 / r, r), np.where(better, 1 / hi, lo), np.where(better, 1 / lo, hi))
 
 
+def _thresholds(v: pd.DataFrame) -> np.ndarray:
+    """Each row's threshold; 0 where none is recorded (no column, or an empty cell)."""
+    if "threshold" not in v.columns:
+        return np.zeros(len(v))
+    return pd.to_numeric(v["threshold"], errors="coerce").fillna(0.0).to_numpy(float)
+
+
 def suspicious(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> np.ndarray:
     """Rows that make the point worth a re-run (see module doc)."""
     cfg = config or ConfirmConfig()
@@ -97,8 +104,7 @@ def suspicious(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> n
         return np.zeros(0, bool)
     verdict = verdicts["verdict"].astype(str).to_numpy()
     r, _, _ = _worse(verdicts)
-    thr = pd.to_numeric(verdicts.get("threshold"), errors="coerce")
-    thr = (thr.fillna(0.0).to_numpy(float) if thr is not None else np.zeros(len(verdicts)))
+    thr = _thresholds(verdicts)
     q = pd.to_numeric(verdicts["q_value"], errors="coerce").to_numpy(float)
     with np.errstate(invalid="ignore"):
         beyond = np.isfinite(r) & (r > 1 + thr)
@@ -147,8 +153,7 @@ def reproduced(first: pd.DataFrame, alone: pd.DataFrame, config: ConfirmConfig |
     # only a first look significantly *worse* than the re-runs is a transient: re-runs as bad
     # or worse reproduce it, and so do re-runs that alone lie beyond the threshold at the CI level
     het = zh > sps.norm.ppf(1 - cfg.heterogeneity_p / 2)
-    thr = (pd.to_numeric(f["threshold"], errors="coerce").fillna(0.0).to_numpy(float)
-           if "threshold" in f.columns else np.zeros(len(f)))
+    thr = _thresholds(f)
     with np.errstate(invalid="ignore"):
         alone_beyond = (d2 - np.log1p(thr)) / s2 > sps.norm.ppf(0.5 + cfg.level / 2)
     # a row the re-run cannot estimate (missing there, no CI) is not reproduced
@@ -293,7 +298,7 @@ def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
         return verdicts
     v = verdicts.copy()
     _, low_w, high_w = _worse(v)
-    thr = pd.to_numeric(v["threshold"], errors="coerce").fillna(0.0).to_numpy(float)
+    thr = _thresholds(v)
     verdict = v["verdict"].astype(str).to_numpy()
     f = float(disturbance.factor)
     with np.errstate(invalid="ignore"):
