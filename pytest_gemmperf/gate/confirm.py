@@ -311,7 +311,9 @@ def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
     """Verdicts of a disturbed point (``run.environment.Disturbance``): ``regression`` /
     ``improvement`` become ``inconclusive`` with the reason, unless the whole CI lies beyond
     ``(1 + threshold) * factor`` (worse) or below ``(1 - threshold) / factor`` (better): far
-    beyond what the contention explains. Returns a copy; undisturbed tables come back as is."""
+    beyond what the contention explains. An ``inconclusive`` row of a gated metric whose CI
+    reaches beyond the threshold on the worse side gets the reason too (it leaves the point
+    undecided: ``gate.outcome``). Returns a copy; undisturbed tables come back as is."""
     if disturbance is None or not disturbance.disturbed or verdicts.empty:
         return verdicts
     v = verdicts.copy()
@@ -329,10 +331,18 @@ def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
     for i in np.flatnonzero(down):
         note[i] = _join(note[i], f"{disturbance.text} (was {verdict[i]}, within the x{f:.2f} the "
                                  "contention can explain; rerun on a quiet machine)")
-    # a transient seen on a busy machine may be the contention: a quiet re-run decides it too
+    # a transient seen on a busy machine may be the contention, and a CI that reaches beyond the
+    # threshold there may hide a regression the contention masks (a +50 % change measured +7 %
+    # [-38, +83] on a busy host): a quiet re-run decides both
     transient = (verdict == INCONCLUSIVE) & (np.char.find(note.astype(str), "not reproduced") >= 0)
+    with np.errstate(invalid="ignore"):
+        masked = ((verdict == INCONCLUSIVE) & ~transient & M.is_gated(v["metric"].astype(str))
+                  & (high_w > 1 + thr))
     for i in np.flatnonzero(transient):
         note[i] = _join(note[i], f"{disturbance.text} (rerun on a quiet machine)")
+    for i in np.flatnonzero(masked):
+        note[i] = _join(note[i], f"{disturbance.text} (the CI reaches beyond the threshold on a disturbed "
+                                 "machine; rerun on a quiet machine)")
     for i in np.flatnonzero(keep):
         note[i] = _join(note[i], f"far beyond the noise of a disturbed environment (x{f:.2f}: "
                                  f"{'; '.join(disturbance.reasons)})")

@@ -71,8 +71,9 @@ _TAKEN_BACK = ("(was regression", "not reproduced by the re-run", "confirmation:
 def undecided_rows(verdicts: pd.DataFrame) -> np.ndarray:
     """Rows that leave their point undecided: ``inconclusive`` rows of gated metrics that
     could hide a regression: a regression taken back (a disturbed environment, not reproduced,
-    not confirmed), too few processes to judge, or an estimate beyond the threshold on the worse
-    side that the confirmation screen calls suspicious (``confirm.suspicious``: q <= 0.5).
+    not confirmed), a CI beyond the threshold on a disturbed point, too few processes to judge,
+    or an estimate beyond the threshold on the worse side that the confirmation screen calls
+    suspicious (``confirm.suspicious``: q <= 0.5).
 
     An ``inconclusive`` row whose estimate lies inside the threshold is not one: with hundreds
     of kernels some noisy kernel's CI crosses the threshold in almost every clean run
@@ -87,9 +88,11 @@ def undecided_rows(verdicts: pd.DataFrame) -> np.ndarray:
         return gated
     notes = v["note"].astype(object).where(v["note"].notna(), "").astype(str)
     taken_back = notes.map(lambda n: any(t in n for t in _TAKEN_BACK)).to_numpy(bool)
+    # a disturbed point's CI that reaches beyond the threshold (confirm.apply_disturbance)
+    disturbed = notes.str.contains("noisy environment", regex=False).to_numpy(bool)
     too_few = notes.str.contains("too few processes", regex=False).to_numpy(bool)
     leaning = suspicious(v.assign(verdict=INCONCLUSIVE))
-    return gated & (taken_back | too_few | leaning)
+    return gated & (taken_back | disturbed | too_few | leaning)
 
 
 def point_outcome(verdicts: pd.DataFrame) -> PointOutcome:
