@@ -378,9 +378,21 @@ def _patch_class(old, new):
             _patch_class(cur, value)
         else:
             try:
-                setattr(old, name, value)
+                setattr(old, name, _old_classes(value))
             except (AttributeError, TypeError):
                 pass
+
+
+#: the mutant's classes -> the loaded ones that stay (and run the mutant's code)
+_KEPT = {}
+
+
+def _old_classes(value):
+    # a registry the mutant's class body filled (yaml's add_representer: {class: function}) is
+    # keyed by the mutant's classes, while the module keeps making instances of the loaded ones
+    if isinstance(value, dict) and any(isinstance(k, type) and k in _KEPT for k in value):
+        return {(_KEPT.get(k, k) if isinstance(k, type) else k): v for k, v in value.items()}
+    return value
 
 
 def mutate(name, path):
@@ -391,6 +403,9 @@ def mutate(name, path):
     ns = {"__name__": name, "__file__": mod.__file__, "__package__": mod.__package__,
           "__spec__": mod.__spec__, "__builtins__": mod.__dict__["__builtins__"]}
     exec(compile(open(path).read(), path, "exec"), ns)
+    _KEPT.update({new: mod.__dict__[key] for key, new in ns.items()
+                  if isinstance(new, type) and isinstance(mod.__dict__.get(key), type)
+                  and new.__module__ == name and mod.__dict__[key] is not new})
     plain = {}
     for key, new in ns.items():
         old = mod.__dict__.get(key, new)

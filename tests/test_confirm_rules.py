@@ -13,8 +13,8 @@ import pytest
 from scipy import stats as sps
 
 from pytest_gemmperf.gate.compare import GateConfig
-from pytest_gemmperf.gate.confirm import (ConfirmConfig, apply_disturbance, judge, judge_round, reproduced,
-                                          settled, suspicious)
+from pytest_gemmperf.gate.confirm import (CONFIRM, DECIDE, ConfirmConfig, PointJudge, apply_disturbance, judge,
+                                          judge_round, reproduced, settled, suspicious)
 from pytest_gemmperf.gate.outcome import point_outcome
 from pytest_gemmperf.run.environment import Disturbance
 
@@ -164,6 +164,27 @@ def test_a_rerun_beyond_the_threshold_on_its_own_reproduces_a_bigger_first_look(
     assert small["reproduced"].tolist() == [False] and big["reproduced"].tolist() == [True]
     # the threshold is the row's own: at 35 % the +30 % re-runs no longer reproduce it alone
     assert reproduced(first.assign(threshold=0.35), rows(est(math.log(1.3), se)))["reproduced"].tolist() == [False]
+
+
+def test_the_reruns_alone_must_lie_beyond_the_threshold_at_the_ci_level():
+    # re-runs at +25 % plus 1.4 of their standard errors: beyond the threshold as an estimate,
+    # not with 95 % confidence; the first look (+60 %) is far worse than them: a transient
+    se = 0.02
+    first = rows(est(math.log(1.6), 0.01))
+    alone = rows(est(math.log(1.25) + 1.4 * se, se))
+    out = reproduced(first, alone)
+    assert out["z_het"].iloc[0] > 5 and out["reproduced"].tolist() == [False]
+    assert reproduced(first, rows(est(math.log(1.25) + 2.1 * se, se)))["reproduced"].tolist() == [True]
+
+
+def test_without_a_threshold_reruns_worse_at_the_ci_level_reproduce():
+    # no threshold (NaN, or no column) reads as 0, as for suspicious(): any significant slowdown
+    se = 0.01
+    first = rows(est(math.log(1.4), se, threshold=NAN))
+    alone = rows(est(math.log(1.1), se))
+    assert reproduced(first, alone)["reproduced"].tolist() == [True]
+    assert reproduced(first.drop(columns=["threshold"]), alone)["reproduced"].tolist() == [True]
+    assert reproduced(first.assign(threshold=0.25), alone)["reproduced"].tolist() == [False]
 
 
 def test_a_rerun_without_the_row_or_its_ci_is_not_reproduced():
@@ -371,3 +392,92 @@ def test_a_disturbed_point_whose_ci_reaches_beyond_the_threshold_is_undecided():
     o = point_outcome(out)
     assert o.outcome == "undecided" and o.rows == 1 and o.decide.startswith("a re-run on a quiet machine")
     assert out["note"].iloc[1] == ""  # context rows are not gated
+
+
+# -- PointJudge ----------------------------------------------------------------------------------
+
+def _processes(d: float, n: int = 4) -> pd.DataFrame:
+    """``n`` processes, each ``d`` slower (log ratio) than the baseline, a little spread."""
+    return pd.DataFrame({"d": [d + 0.01 * (i - (n - 1) / 2) for i in range(n)]})
+
+
+def _judge(first: pd.DataFrame, rounds: int = 3, disturbance=None):
+    """A PointJudge over a comparison whose verdict follows the mean slowdown of the processes
+    (regression beyond +25 % when significant at the gate's FDR); it records each call."""
+    calls: list[tuple[int, float]] = []
+
+    def compare_with(samples, cfg):
+        calls.append((len(samples), round(cfg.fdr, 6)))
+        d, se = float(samples["d"].mean()), 0.05 / math.sqrt(len(samples))
+        z = (d - math.log(1.25)) / se
+        verdict = "regression" if z > sps.norm.ppf(1 - cfg.fdr) else "unchanged"
+        return rows(est(d, se, verdict=verdict, n_cand=len(samples), q_value=0.001 if z > 0 else 0.9))
+
+    return PointJudge(compare_with, first, GateConfig(fdr=0.05), ConfirmConfig(rounds=rounds), disturbance), calls
+
+
+def test_a_point_judge_starts_from_the_first_look():
+    first = _processes(math.log(1.5))
+    j, calls = _judge(first, disturbance=LOUD)
+    assert calls == [(4, 0.05)] and j.first["verdict"].tolist() == ["regression"]
+    # the verdicts shown carry the first look's disturbance; the rounds go from the first look
+    assert j.verdicts["verdict"].tolist() == ["inconclusive"]
+    assert j.verdicts["note"].tolist() == [DOWN.format(v="regression")]
+    assert j.combined is first and j.reruns.empty and list(j.reruns.columns) == ["d"]
+    assert (j.rounds, j.decide_rounds, j.changes) == (0, 0, [])
+    assert j.trigger()["verdict"].tolist() == ["regression"]
+
+
+def test_a_confirmation_round_is_owed_for_a_suspicious_first_look_until_settled_or_the_rounds_run_out():
+    j, _ = _judge(_processes(math.log(1.5)))
+    assert j.confirm_owed() is True
+    quiet, _ = _judge(_processes(0.0))
+    assert quiet.confirm_owed() is False and quiet.trigger().empty
+    assert _judge(_processes(math.log(1.5)), rounds=0)[0].confirm_owed() is False  # confirmation off
+    assert _judge(_processes(math.log(1.5)), rounds=1)[0].confirm_owed() is True
+    unsettled = rows({"verdict": "inconclusive", "ratio": 1.4, "q_value": 0.1})
+    j.rounds, j.verdicts = 1, unsettled
+    assert j.confirm_owed() is True
+    j.verdicts = rows({"verdict": "regression", "ratio": 1.4})
+    assert j.confirm_owed() is False  # a confirmed regression
+    j.verdicts = rows({"verdict": "inconclusive", "ratio": 1.1})
+    assert j.confirm_owed() is False  # nothing suspicious any more
+    j.rounds, j.verdicts = 3, unsettled
+    assert j.confirm_owed() is False  # every round done
+
+
+def test_confirmation_rounds_judge_the_combined_sample_at_their_share_and_the_reruns_alone():
+    first = _processes(math.log(1.5))
+    j, calls = _judge(first)
+    r1, r2 = _processes(math.log(1.5)), _processes(math.log(1.45))
+    out = j.add_round(r1)
+    assert j.rounds == 1 and j.decide_rounds == 0 and out is j.verdicts
+    # alone at the whole budget, combined at round 1's share (0.1), then relabelled at the whole
+    assert calls[1:] == [(4, 0.05), (8, 0.005), (8, 0.05)]
+    assert out["verdict"].tolist() == ["regression"] and j.changes == []
+    assert out["note"].iloc[0] == "confirmed by a re-run (8 candidate processes)"
+    j.add_round(r2, kind=CONFIRM)
+    assert j.rounds == 2 and calls[4][0] == 8 and calls[5] == (12, 0.005)
+    pd.testing.assert_frame_equal(j.combined, pd.concat([first, r1, r2], ignore_index=True))
+    pd.testing.assert_frame_equal(j.reruns, pd.concat([r1, r2], ignore_index=True))
+
+
+def test_a_transient_first_look_is_not_confirmed_and_the_change_is_named():
+    j, _ = _judge(_processes(math.log(1.5)))
+    out = j.add_round(_processes(0.0))
+    assert out["verdict"].tolist() == ["unchanged"]
+    assert j.changes == [{"point": "p", "kernel": "k", "metric": "dur_ns", "before": "regression",
+                          "after": "unchanged"}]
+
+
+def test_a_decide_round_is_judged_at_the_whole_budget_with_the_rounds_disturbance():
+    first = _processes(math.log(1.5))
+    j, calls = _judge(first)
+    out = j.add_round(_processes(math.log(1.5)), disturbance=LOUD, kind=DECIDE)
+    assert (j.rounds, j.decide_rounds) == (0, 1)
+    assert calls[1:] == [(8, 0.05), (4, 0.05)]
+    assert out["verdict"].tolist() == ["inconclusive"] and "noisy environment" in out["note"].iloc[0]
+    # a quiet round after it: the combined sample still holds the disturbed round's processes
+    j.add_round(_processes(math.log(1.5)), kind=DECIDE)
+    assert j.decide_rounds == 2 and j.verdicts["verdict"].tolist() == ["inconclusive"]
+    assert "noisy environment" in j.verdicts["note"].iloc[0]

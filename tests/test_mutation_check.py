@@ -5,8 +5,10 @@ the tests against each mutant is the tool's job on real modules (docs/testing.md
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,44 @@ def test_list_names_every_mutant_of_a_real_module(mc, capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == len(mc.make_mutants(REPO / "pytest_gemmperf" / "gate" / "verdict.py")) > 20
     assert any(line.startswith("shorten_kernel/cmp/<=/>/1") and "len(name) > width" in line for line in out)
+
+
+REGISTRY = '''import yaml
+
+
+class Flow(dict):
+    """dumped on one line"""
+
+
+class Dumper(yaml.SafeDumper):
+    pass
+
+
+Dumper.add_representer(Flow, lambda d, m: d.represent_mapping("tag:yaml.org,2002:map", list(m.items()),
+                                                                flow_style=True))
+
+
+def dump(x):
+    return yaml.dump({"a": Flow(x)}, Dumper=Dumper)
+'''
+
+
+def test_the_in_place_swap_keeps_a_registry_keyed_by_the_modules_classes(mc, tmp_path, monkeypatch):
+    # yaml's add_representer fills a dict keyed by the class: the mutant's run of the module makes
+    # a new Flow, while the loaded module keeps making instances of the old one
+    helpers = mc.RUNNER[mc.RUNNER.index("def _patch_function"):mc.RUNNER.index("for line in sys.stdin")]
+    ns = {"types": types, "sys": sys}
+    exec(helpers, ns)
+    (tmp_path / "swap_demo.py").write_text(REGISTRY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "swap_demo", raising=False)
+    demo = importlib.import_module("swap_demo")
+    try:
+        assert demo.dump({"b": 1}) == "a: {b: 1}\n"
+        ns["mutate"]("swap_demo", str(tmp_path / "swap_demo.py"))  # unmutated: the same behaviour
+        assert demo.dump({"b": 1}) == "a: {b: 1}\n"
+        (tmp_path / "mutant.py").write_text(REGISTRY.replace("flow_style=True", "flow_style=False"))
+        ns["mutate"]("swap_demo", str(tmp_path / "mutant.py"))  # the mutant's representer runs
+        assert demo.dump({"b": 1}) == "a:\n  b: 1\n"
+    finally:
+        sys.modules.pop("swap_demo", None)
