@@ -7,6 +7,7 @@ cluster are skipped; the ones about a missing engine or a bad address run either
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -277,3 +278,22 @@ def test_a_worker_running_other_code_is_refused(tmp_path, monkeypatch, address, 
     assert main(["analyze", str(root), "--no-report", "--out", str(tmp_path / "o"), "--jobs", address]) == 2
     line = _one_line(capsys.readouterr().err)
     assert "install the same version on every worker" in line and "this process 0.0.0+other" in line
+
+
+@needs_engine
+def test_relative_paths_and_settings_mean_what_they_mean_here(tmp_path, monkeypatch, address, capsys):
+    """The workers started elsewhere (another directory, another environment): each task runs in
+    this process's working directory with its ``GEMMPERF_*`` settings."""
+    root = write_inputs(tmp_path / "in", hosts=2, ranks=1, n=20)
+    monkeypatch.chdir(tmp_path)
+    serial = _analyze(tmp_path / "s", Path("in"), "1", "--no-report")
+    assert _analyze(tmp_path / "d", Path("in"), address, "--no-report") == serial
+    trace = root / "torch" / "rank0.pt.trace.json"
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "gz" / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(trace.read_bytes()))
+    monkeypatch.setenv("GEMMPERF_MAX_DECOMPRESSED_BYTES", "1000")  # a limit the trace exceeds
+    capsys.readouterr()
+    for jobs in ("1", address):
+        assert main(["analyze", "gz", "--no-report", "--out", str(tmp_path / "o"), "--jobs", jobs]) == 2
+    serial_line, dask_line = (ln for ln in capsys.readouterr().err.splitlines() if ln.strip())
+    assert dask_line == serial_line and "GEMMPERF_MAX_DECOMPRESSED_BYTES" in serial_line

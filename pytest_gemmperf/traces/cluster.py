@@ -7,9 +7,12 @@ the largest input first, as the process pool takes them) and yields the results 
 ``items``, never in completion order, so every table built from them equals the serial path's.
 The callable and each item travel pickled: the function by reference (module and name: every
 worker imports its own installed ``pytest_gemmperf``), its options and the item (a discovery
-Source: file paths and provenance) by value. The workers open the files at the same paths as
-this process and send back what the function returns: per-source reductions, or a source's
-tables where the reports need every dispatch.
+Source: file paths and provenance) by value, with this process's working directory and its
+``GEMMPERF_*`` environment variables (the readers' limits and budgets). A worker runs each task
+in that directory with those variables set, one task at a time per worker process, so a
+relative path and a setting mean what they mean here. The workers open the files at the same
+paths as this process and send back what the function returns: per-source reductions, or a
+source's tables where the reports need every dispatch.
 
 Contract:
 
@@ -23,6 +26,8 @@ Contract:
   version and a digest of its source files, :func:`code_fingerprint`). A result from a worker
   running other code than this process is refused with one line naming the worker, never
   merged: the output bytes equal ``--jobs 1``'s only when every reduction ran the same code.
+* A worker that cannot enter this process's working directory (it does not see the same file
+  system) is one line naming the worker and the directory.
 * A worker that dies (killed, out of memory) while it runs a task: the scheduler runs the task
   again on another worker, up to its ``distributed.scheduler.allowed-failures`` times. The task
   is pure (it reads its files and returns a value), so a retried result is the result. Past
@@ -36,6 +41,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import threading
 import time
 import uuid
 from concurrent.futures import CancelledError
@@ -59,6 +66,11 @@ INSTALL = "pip install 'pytest-gemmperf[dask]'"
 KEY_PREFIX = "gemmperf-read"
 #: the package whose source the fingerprint digests
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
+#: environment variables that carry settings the readers read (travel with every task)
+SETTINGS_ENV_PREFIX = "GEMMPERF_"
+#: a worker process runs one task at a time in its client's directory and environment (both
+#: belong to the whole process)
+_CONTEXT_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -74,16 +86,56 @@ def code_fingerprint() -> str:
 
 
 @dataclass(frozen=True)
+class _NoDirectory:
+    """A worker could not enter the client's working directory (a task's result)."""
+
+    cwd: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class _Task:
-    """``call(item)`` on a worker, returned with the worker's code fingerprint and address."""
+    """``call(item)`` on a worker, in the client's working directory ``cwd`` with its settings
+    ``env`` (``GEMMPERF_*`` variables), returned with the worker's code fingerprint and address."""
 
     call: Callable[[Any], Any]
+    cwd: str
+    env: tuple[tuple[str, str], ...]
 
     def __call__(self, item: Any) -> tuple[str, str, Any]:
         # lazy: runs on a Dask worker, which has the engine installed
         from distributed import get_worker
 
-        return code_fingerprint(), get_worker().address, self.call(item)
+        worker = get_worker().address
+        with _CONTEXT_LOCK:
+            try:
+                before: str | None = os.getcwd()
+            except OSError:  # the worker's own directory was removed: nothing to go back to
+                before = None
+            try:
+                os.chdir(self.cwd)
+            except OSError as exc:
+                return code_fingerprint(), worker, _NoDirectory(self.cwd, exc.strerror or str(exc))
+            saved = _settings_env()
+            _set_settings_env(dict(self.env))
+            try:
+                return code_fingerprint(), worker, self.call(item)
+            finally:
+                _set_settings_env(saved)
+                if before is not None:
+                    os.chdir(before)
+
+
+def _settings_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(SETTINGS_ENV_PREFIX)}
+
+
+def _set_settings_env(env: dict[str, str]) -> None:
+    """Make ``env`` this process's ``GEMMPERF_*`` variables, exactly."""
+    for k in _settings_env():
+        if k not in env:
+            del os.environ[k]
+    os.environ.update(env)
 
 
 def map_on_cluster(call: Callable[[Any], Any], items: Sequence[Any], cluster: ClusterAddress, *,
@@ -97,7 +149,8 @@ def map_on_cluster(call: Callable[[Any], Any], items: Sequence[Any], cluster: Cl
     futures: list[Any] = []
     try:
         _wait_for_workers(client, cluster)
-        task, batch = _Task(call), uuid.uuid4().hex[:12]
+        task = _Task(call, os.getcwd(), tuple(sorted(_settings_env().items())))
+        batch = uuid.uuid4().hex[:12]
         futures = [None] * len(items)
         for rank, i in enumerate(order):
             futures[i] = client.submit(task, items[i], key=f"{KEY_PREFIX}-{batch}-{i}",
@@ -109,6 +162,11 @@ def map_on_cluster(call: Callable[[Any], Any], items: Sequence[Any], cluster: Cl
                 raise GemmperfInputError(cluster.text, f"Dask worker {worker} runs pytest-gemmperf {theirs}, "
                                                        f"this process {ours}: install the same version on "
                                                        f"every worker")
+            if isinstance(result, _NoDirectory):
+                raise GemmperfInputError(cluster.text, f"Dask worker {worker} cannot enter {result.cwd} "
+                                                       f"({result.reason}): the workers must see the input "
+                                                       f"files at the same paths as this process (a shared "
+                                                       f"file system)")
             yield result
     finally:
         _close(client, futures)
