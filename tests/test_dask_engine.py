@@ -153,41 +153,37 @@ def test_an_unreachable_scheduler_is_one_line_exit_2(tmp_path, monkeypatch, caps
     assert addr in line and "cannot reach the Dask scheduler" in line
 
 
-class KillWorker:
+KILL_PLUGIN = "gemmperf-test-kill"
+
+
+def kill_worker_plugin(marker: str | None):
     """A worker plugin that SIGKILLs its worker process when it starts one of gemmperf's
-    reading tasks: once in all (``marker`` made), or every time (``marker`` None)."""
+    reading tasks: once in all (``marker`` made), or every time (``marker`` None). Defined
+    here, not at module level, so that it travels to the workers by value and the module
+    imports no Dask."""
+    from distributed.diagnostics.plugin import WorkerPlugin
 
-    name = "gemmperf-test-kill"
-
-    def __init__(self, marker: str | None) -> None:
-        self.marker = marker
-
-    def setup(self, worker) -> None:
-        pass
-
-    def teardown(self, worker) -> None:
-        pass
-
-    def transition(self, key, start, finish, **kwargs) -> None:
-        if finish != "executing" or not str(key).startswith(engine.KEY_PREFIX):
-            return
-        if self.marker is not None:
-            try:
-                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
+    class KillWorker(WorkerPlugin):
+        def transition(self, key, start, finish, **kwargs) -> None:
+            if finish != "executing" or not str(key).startswith(engine.KEY_PREFIX):
                 return
-        os.kill(os.getpid(), signal.SIGKILL)
+            if marker is not None:
+                try:
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    return
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return KillWorker()
 
 
 @pytest.fixture(scope="module")
 def dask_cluster():
     """Two worker processes, one thread each; a task is tried on at most two workers (one
     retry), so that the tests of dying workers end soon."""
-    import cloudpickle
     import dask
     import distributed
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # KillWorker travels by value
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                            dashboard_address=None, silence_logs=50)
@@ -197,7 +193,6 @@ def dask_cluster():
     finally:
         client.close()
         cluster.close()
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture
@@ -209,55 +204,30 @@ def address(dask_cluster):
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
+    """Two sides (the candidate's first kernel 30 % slower) and their serial outputs: analyze's
+    kernels.csv and summary.json of the base, compare's verdicts.csv."""
     root = tmp_path_factory.mktemp("dask-inputs")
-    return write_inputs(root / "base"), write_inputs(root / "cand", slow=1.3)
+    base = write_inputs(root / "base", hosts=3, ranks=1, n=100)
+    cand = write_inputs(root / "cand", hosts=3, ranks=1, n=100, slow=1.3)
+    analyzed = _analyze(root / "serial-analyze", base, "1", "--no-report")
+    verdicts = _compare(root / "serial-compare", base, cand, "1")
+    assert b"regression" in verdicts and b"ncclDevKernel_Generic_1" in analyzed["kernels.csv"]
+    return base, cand, analyzed, verdicts
 
 
 @needs_engine
 def test_analyze_on_the_cluster_writes_the_serial_bytes(tmp_path, address, inputs):
-    base, _ = inputs
-    serial = _analyze(tmp_path / "serial", base, "1", "--no-report")
+    base, _, serial, _ = inputs
     assert _analyze(tmp_path / "dask", base, address, "--no-report") == serial
     # with reports the workers send each source's tables back (the report reads every dispatch)
     full = _analyze(tmp_path / "full", base, address.replace("dask://", "tcp://"))
     assert full["kernels.csv"] == serial["kernels.csv"] and (tmp_path / "full" / "report.html").is_file()
-    assert b"ncclDevKernel_Generic_1" in serial["kernels.csv"]
 
 
 @needs_engine
 def test_compare_on_the_cluster_writes_the_serial_verdicts(tmp_path, address, inputs):
-    base, cand = inputs
-    serial = _compare(tmp_path / "serial", base, cand, "1")
-    assert b"regression" in serial
-    assert _compare(tmp_path / "dask", base, cand, address) == serial
-
-
-@needs_engine
-def test_a_worker_killed_mid_run_is_retried_to_the_same_bytes(tmp_path, dask_cluster, address, inputs):
-    _, client = dask_cluster
-    base, _ = inputs
-    marker = tmp_path / "killed"
-    serial = _analyze(tmp_path / "serial", base, "1", "--no-report")
-    client.register_plugin(KillWorker(str(marker)), name=KillWorker.name)
-    try:
-        assert _analyze(tmp_path / "dask", base, address, "--no-report") == serial
-    finally:
-        client.unregister_worker_plugin(KillWorker.name)
-    assert marker.exists()  # a worker did die, mid-run
-
-
-@needs_engine
-def test_workers_that_keep_dying_give_one_line_exit_2(tmp_path, dask_cluster, address, inputs, capsys):
-    _, client = dask_cluster
-    base, _ = inputs
-    client.register_plugin(KillWorker(None), name=KillWorker.name)
-    try:
-        assert main(["analyze", str(base), "--no-report", "--out", str(tmp_path / "o"), "--jobs", address]) == 2
-    finally:
-        client.unregister_worker_plugin(KillWorker.name)
-    line = _one_line(capsys.readouterr().err)
-    assert "Dask workers reading this died 2 time(s)" in line and str(base) in line
-    assert not (tmp_path / "o" / "kernels.csv").exists()
+    base, cand, _, verdicts = inputs
+    assert _compare(tmp_path / "dask", base, cand, address) == verdicts
 
 
 @needs_engine
@@ -297,3 +267,32 @@ def test_relative_paths_and_settings_mean_what_they_mean_here(tmp_path, monkeypa
         assert main(["analyze", "gz", "--no-report", "--out", str(tmp_path / "o"), "--jobs", jobs]) == 2
     serial_line, dask_line = (ln for ln in capsys.readouterr().err.splitlines() if ln.strip())
     assert dask_line == serial_line and "GEMMPERF_MAX_DECOMPRESSED_BYTES" in serial_line
+
+
+# ---------------------------------------------------- dying workers (last: the nannies restart them)
+
+@needs_engine
+def test_a_worker_killed_mid_run_is_retried_to_the_same_bytes(tmp_path, dask_cluster, address, inputs):
+    _, client = dask_cluster
+    base, _, serial, _ = inputs
+    marker = tmp_path / "killed"
+    client.register_plugin(kill_worker_plugin(str(marker)), name=KILL_PLUGIN)
+    try:
+        assert _analyze(tmp_path / "dask", base, address, "--no-report") == serial
+    finally:
+        client.unregister_worker_plugin(KILL_PLUGIN)
+    assert marker.exists()  # a worker did die, mid-run
+
+
+@needs_engine
+def test_workers_that_keep_dying_give_one_line_exit_2(tmp_path, dask_cluster, address, capsys):
+    _, client = dask_cluster
+    root = write_inputs(tmp_path / "in", hosts=2, ranks=0, n=10)
+    client.register_plugin(kill_worker_plugin(None), name=KILL_PLUGIN)
+    try:
+        assert main(["analyze", str(root), "--no-report", "--out", str(tmp_path / "o"), "--jobs", address]) == 2
+    finally:
+        client.unregister_worker_plugin(KILL_PLUGIN)
+    line = _one_line(capsys.readouterr().err)
+    assert "Dask workers reading this died 2 time(s)" in line and str(root / "host0") in line
+    assert not (tmp_path / "o" / "kernels.csv").exists()
