@@ -18,7 +18,8 @@ without editing this file), and the trivial pytest session, it
 1. runs each command ``--repeat`` times (default 7) in a fresh process, round-robin over the
    commands so that a busy moment of the machine does not fall on one command alone, and
    prints the best and the median wall time and both ratios to ``import pytest`` (best/best,
-   median/median);
+   median/median), after one untimed round that writes the checkout's bytecode (an installed
+   package has it: pip compiles it; ``PYTHONDONTWRITEBYTECODE`` is dropped for the commands);
 2. runs each once more with ``PYTHONPROFILEIMPORTTIME=1`` and lists the heavy packages
    (pandas, scipy, pyarrow, numpy, torch) the command imported: there must be none.
 
@@ -189,7 +190,9 @@ def analyze_commands(gemmperf: list[str], work: Path) -> list[Command]:
     kineto = work / "rank0.pt.trace.json"
     csv_dir = work / "rocprofv3" / "mi350-n1"
     kb = kineto_trace(kineto) / 1000, rocprof_csv_trace(csv_dir) / 1000
-    out = []
+    # the floor: what any pandas-based analysis pays before reading a byte
+    out = [Command("python -c 'import pandas' (yardstick)", [sys.executable, "-c", "import pandas"],
+                   analysis=True, forbidden=())]
     for label, path, size in (("Kineto", kineto, kb[0]), ("rocprofv3 CSV", csv_dir, kb[1])):
         for report in (True, False):
             flags = [] if report else ["--no-report"]
@@ -217,9 +220,12 @@ def commands(gemmperf: list[str], session_dir: Path, only: str | None = None) ->
 
 
 def child_env(profile_imports: bool = False) -> dict[str, str]:
+    """This checkout's code, its bytecode cached as an installed package's is (pip compiles it
+    at install): ``PYTHONDONTWRITEBYTECODE`` dropped, so the untimed warm-up round writes it."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTHONPROFILEIMPORTTIME", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if profile_imports:
         env["PYTHONPROFILEIMPORTTIME"] = "1"
     return env
@@ -286,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gemmperf-startup-") as tmp:
         cmds = commands(gemmperf_argv(args.gemmperf), Path(tmp), args.only)
         env = child_env()
+        for cmd in cmds:  # untimed: writes the bytecode a fresh checkout has none of
+            time_once(cmd, env)
+            cmd.times.clear()
+            cmd.cpu.clear()
         for _ in range(args.repeat):
             for cmd in cmds:
                 time_once(cmd, env)
