@@ -117,6 +117,21 @@ def test_a_bad_scheduler_address_is_one_line(bad):
     assert "\n" not in str(exc.value) and bad.strip() in str(exc.value)
 
 
+pytest_plugins = ["pytester"]
+
+
+def test_pytest_reads_a_scheduler_address(pytester):
+    """``gemmperf_jobs`` / ``--gemmperf-jobs`` take the address too: a session's points are then
+    read on the cluster (the same value reaches the same readers)."""
+    from pytest_gemmperf.pytest_glue.options import resolve_options
+
+    pytester.makeini("[pytest]\ngemmperf_jobs = dask://sched:8790\n")
+    assert resolve_options(pytester.parseconfig(), pytester.path).jobs == ClusterAddress("sched", 8790,
+                                                                                          "dask://sched:8790")
+    got = resolve_options(pytester.parseconfig("--gemmperf-jobs", "tcp://10.1.2.3:9"), pytester.path).jobs
+    assert got.address == "tcp://10.1.2.3:9"
+
+
 def test_an_address_always_reads_on_the_cluster(tmp_path):
     """However small the input, an address is where the user asked the reading to happen; no
     local pool is started for it."""
