@@ -329,3 +329,28 @@ def test_a_transient_on_a_disturbed_point_names_the_quiet_machine_too():
                                         "(rerun on a quiet machine)")
     assert out["note"].iloc[1] == "wide"
     assert point_outcome(out).decide.startswith("a re-run on a quiet machine or another run")
+
+
+def test_a_quiet_round_does_not_clean_a_disturbed_first_looks_processes():
+    """The combined sample holds the first look's processes: its contention still applies when
+    a later round ran on a quieter machine (an A/A on a busy host failed that way)."""
+    from pytest_gemmperf.gate.confirm import PointJudge, worst_disturbance
+
+    def compare_with(cand, cfg):  # +75 % [+50, +104] whatever the sample: a regression
+        return rows({"verdict": "regression", "ratio": 1.75, "ci_low": 1.5, "ci_high": 2.04, "q_value": 1e-7,
+                     "n_cand": len(cand)})
+
+    busy = Disturbance(True, ("5.2 runnable threads on 2 cores",), 2.6)
+    calmer = Disturbance(True, ("other processes used 0.7 of 2 cores",), 1.0)
+    judge = PointJudge(compare_with, pd.DataFrame({"unit": range(6)}), GateConfig(), ConfirmConfig(rounds=3), busy)
+    assert judge.verdicts["verdict"].tolist() == ["inconclusive"]
+    out = judge.add_round(pd.DataFrame({"unit": range(6, 12)}), calmer)
+    assert out["verdict"].tolist() == ["inconclusive"]  # within 1.25 x 2.6: not "far beyond"
+    assert "x2.60" in out["note"].iloc[0] and "0.7 of 2 cores" in out["note"].iloc[0]
+    assert judge.add_round(pd.DataFrame({"unit": range(12, 18)}), None)["verdict"].tolist() == ["inconclusive"]
+    # the rule: the larger factor, every reason once; an undisturbed side adds nothing
+    w = worst_disturbance(calmer, busy)
+    assert (w.disturbed, w.factor, w.reasons) == (True, 2.6, calmer.reasons + busy.reasons)
+    assert worst_disturbance(None, calmer) is calmer and worst_disturbance(busy, Disturbance(False)) is busy
+    assert worst_disturbance(None, None) is None
+    assert not worst_disturbance(Disturbance(False), None).disturbed

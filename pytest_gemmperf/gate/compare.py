@@ -40,6 +40,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.categories import category_of
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.durations import (  # noqa: F401 - re-exported: tests and benchmarks use them
@@ -119,6 +120,18 @@ def _unit_metric_rows(point: str, b: pd.DataFrame, c: pd.DataFrame, cfg: GateCon
 # public API
 
 
+def gated_categories(base_dur: pd.DataFrame, cand_dur: pd.DataFrame) -> set[str] | None:
+    """The ``category:<cat>`` totals a point gates: the categories of the kernels it compares
+    (``dur_ns`` rows of either side, so a gated kernel renamed in the candidate still counts).
+    A test that selects ``aten::mm`` gates the GEMM time, not the time of every other operator
+    around it: those totals stay in the samples as within-process controls. None when neither
+    side has a duration row (nothing tells what the test selected: every category counts)."""
+    names = set(pd.unique(base_dur["kernel"].astype(str))) | set(pd.unique(cand_dur["kernel"].astype(str)))
+    if not names:
+        return None
+    return {f"category:{category_of(k)}" for k in names}
+
+
 def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | None = None,
                   test: str = "", history: pd.DataFrame | None = None) -> pd.DataFrame:
     """All statistics and q-values, verdicts only for new/missing (see :func:`assign_verdicts`).
@@ -151,6 +164,10 @@ def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | N
             rows += _mark_swaps(drows, swaps)
         # every other gated metric (the registry's; dispatch counts are context) is per unit
         bu, cu = (s[(s["metric"] != DUR).to_numpy() & M.is_gated(s["metric"])] for s in (b, c))
+        cats = gated_categories(bd, cd)
+        if cats is not None:
+            bu, cu = (s[(s["metric"] != M.CATEGORY_TOTAL_NS).to_numpy() | s["kernel"].astype(str).isin(cats).to_numpy()]
+                      for s in (bu, cu))
         if len(bu) or len(cu):
             rows += _unit_metric_rows(point, bu, cu, cfg)
     df = pd.DataFrame(rows)

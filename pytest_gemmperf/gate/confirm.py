@@ -253,6 +253,8 @@ class PointJudge:
         self.cfg = cfg
         self.config = config
         self.first = compare_with(samples, cfg)
+        #: the worst disturbance of any round whose processes are in the combined sample
+        self.disturbance = disturbance
         self.verdicts = apply_disturbance(self.first, disturbance)
         self.combined = samples
         self.reruns = samples.iloc[:0]
@@ -281,7 +283,8 @@ class PointJudge:
         A confirmation round is :func:`judge_round` at its share of the FDR budget. A decide
         round (after the confirmation rounds, for an undecided point) is judged by
         :func:`judge` at the whole budget: a regression must still be reproduced by the
-        re-runs alone, so a point left undecided cannot fail on the first look's processes."""
+        re-runs alone, so a point left undecided cannot fail on the first look's processes.
+        The contention applied is the worst of every round so far (:func:`worst_disturbance`)."""
         self.combined = pd.concat([self.combined, extra], ignore_index=True)
         # "the re-run alone" is every round so far: later rounds reproduce on more processes
         self.reruns = pd.concat([self.reruns, extra], ignore_index=True)
@@ -293,8 +296,23 @@ class PointJudge:
             self.decide_rounds += 1
             judged, self.changes = judge(self.first, self.compare_with(self.combined, self.cfg),
                                          self.compare_with(self.reruns, self.cfg), self.config)
-        self.verdicts = apply_disturbance(judged, disturbance)
+        # the combined sample holds every round's processes: a quiet last round does not make
+        # a disturbed first look's processes clean
+        self.disturbance = worst_disturbance(self.disturbance, disturbance)
+        self.verdicts = apply_disturbance(judged, self.disturbance)
         return self.verdicts
+
+
+def worst_disturbance(a, b):
+    """The disturbance of a sample made of ``a``'s and ``b``'s processes (each a
+    ``run.environment.Disturbance`` or None): disturbed when either is, the larger factor, every
+    reason once (first seen first)."""
+    seen = [d for d in (a, b) if d is not None and d.disturbed]
+    if len(seen) < 2:
+        return seen[0] if seen else (a if a is not None else b)
+    worse = max(seen, key=lambda d: float(d.factor))
+    reasons = tuple(dict.fromkeys(r for d in seen for r in d.reasons))
+    return replace(worse, reasons=reasons)
 
 
 def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
