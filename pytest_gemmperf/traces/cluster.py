@@ -96,13 +96,17 @@ class _NoDirectory:
 @dataclass(frozen=True)
 class _Task:
     """``call(item)`` on a worker, in the client's working directory ``cwd`` with its settings
-    ``env`` (``GEMMPERF_*`` variables), returned with the worker's code fingerprint and address."""
+    ``env`` (``GEMMPERF_*`` variables), returned with the worker's code fingerprint and address.
+    The item is bound here, not passed as the task's argument: Dask reads a task's arguments as
+    possible tasks (releases before 2024.12, which the extra allows, run a tuple whose first
+    element is callable)."""
 
     call: Callable[[Any], Any]
     cwd: str
     env: tuple[tuple[str, str], ...]
+    item: Any = None
 
-    def __call__(self, item: Any) -> tuple[str, str, Any]:
+    def __call__(self) -> tuple[str, str, Any]:
         # lazy: runs on a Dask worker, which has the engine installed
         from distributed import get_worker
 
@@ -119,7 +123,7 @@ class _Task:
             saved = _settings_env()
             _set_settings_env(dict(self.env))
             try:
-                return code_fingerprint(), worker, self.call(item)
+                return code_fingerprint(), worker, self.call(self.item)
             finally:
                 _set_settings_env(saved)
                 if before is not None:
@@ -149,11 +153,11 @@ def map_on_cluster(call: Callable[[Any], Any], items: Sequence[Any], cluster: Cl
     futures: list[Any] = []
     try:
         _wait_for_workers(client, cluster)
-        task = _Task(call, os.getcwd(), tuple(sorted(_settings_env().items())))
+        cwd, env = os.getcwd(), tuple(sorted(_settings_env().items()))
         batch = uuid.uuid4().hex[:12]
         futures = [None] * len(items)
         for rank, i in enumerate(order):
-            futures[i] = client.submit(task, items[i], key=f"{KEY_PREFIX}-{batch}-{i}",
+            futures[i] = client.submit(_Task(call, cwd, env, items[i]), key=f"{KEY_PREFIX}-{batch}-{i}",
                                        priority=len(items) - rank, retries=0)
         ours = code_fingerprint()
         for i, fut in enumerate(futures):
