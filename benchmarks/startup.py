@@ -30,7 +30,8 @@ a memcpy - and a rocprofv3 7.x ``kernel_trace.csv``), with its reports (the defa
 ``getrusage(RUSAGE_CHILDREN)``) is what counts: best of ``--repeat``, held to
 ``--analyze-limit`` CPU-seconds (default 0.5) for the default command on the Kineto trace; their
 heavy-import check is scipy and torch only (the analysis needs pandas, numpy and pyarrow; the
-statistics of the gate do not run).
+statistics of the gate do not run). ``--before CHECKOUT`` runs each analysis on another
+checkout's code too, in the same rounds: a change's before and after under the same load.
 
 Exits 1 when a ratio, the session's time or an analysis's CPU time exceeds its limit, a
 command imported a heavy package or failed.
@@ -38,7 +39,7 @@ The commands run this checkout's code (``PYTHONPATH`` is set to it) through the 
 script installed beside this interpreter, or, without one, the same two lines the script runs.
 
 Usage: python benchmarks/startup.py [--repeat N] [--limit 1.5] [--session-limit 0.45] [--analyze-limit 0.5]
-                                   [--only analyze] [--gemmperf EXE]
+                                   [--only analyze] [--before CHECKOUT] [--gemmperf EXE]
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class Command:
     analysis: bool = False
     held: bool = False
     forbidden: tuple[str, ...] = HEAVY
+    #: another checkout whose code the command runs instead of this one's (``--before``)
+    code: Path | None = None
     times: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     heavy: list[str] = field(default_factory=list)
@@ -185,8 +188,9 @@ def rocprof_csv_trace(directory: Path, size: int = TRACE_BYTES) -> int:
     return len(text)
 
 
-def analyze_commands(gemmperf: list[str], work: Path) -> list[Command]:
-    """``gemmperf analyze`` of the small traces, with reports and ``--no-report``."""
+def analyze_commands(gemmperf: list[str], work: Path, before: Path | None = None) -> list[Command]:
+    """``gemmperf analyze`` of the small traces, with reports and ``--no-report``; with
+    ``before``, each also run on that checkout's code, in the same rounds."""
     kineto = work / "rank0.pt.trace.json"
     csv_dir = work / "rocprofv3" / "mi350-n1"
     kb = kineto_trace(kineto) / 1000, rocprof_csv_trace(csv_dir) / 1000
@@ -197,15 +201,19 @@ def analyze_commands(gemmperf: list[str], work: Path) -> list[Command]:
         for report in (True, False):
             flags = [] if report else ["--no-report"]
             argv = [*gemmperf, "analyze", str(path), "--out", str(work / "out"), *flags]
-            out.append(Command(f"gemmperf analyze {size:.0f} KB {label}" + ("" if report else " --no-report"),
-                               argv, cwd=work, analysis=True, held=report and label == "Kineto",
+            name = f"gemmperf analyze {size:.0f} KB {label}" + ("" if report else " --no-report")
+            out.append(Command(name, argv, cwd=work, analysis=True, held=report and label == "Kineto",
                                forbidden=ANALYZE_HEAVY))
+            if before is not None:
+                out.append(Command(f"  before: {name}", argv, cwd=work, analysis=True,
+                                   forbidden=ANALYZE_HEAVY, code=before))
     return out
 
 
-def commands(gemmperf: list[str], session_dir: Path, only: str | None = None) -> list[Command]:
+def commands(gemmperf: list[str], session_dir: Path, only: str | None = None,
+             before: Path | None = None) -> list[Command]:
     out = [Command(BASELINE, [sys.executable, "-c", BASELINE])]
-    out += analyze_commands(gemmperf, session_dir)
+    out += analyze_commands(gemmperf, session_dir, before)
     if only == "analyze":
         return out
     out.append(Command("gemmperf --version", [*gemmperf, "--version"]))
@@ -219,11 +227,12 @@ def commands(gemmperf: list[str], session_dir: Path, only: str | None = None) ->
     return out
 
 
-def child_env(profile_imports: bool = False) -> dict[str, str]:
-    """This checkout's code, its bytecode cached as an installed package's is (pip compiles it
-    at install): ``PYTHONDONTWRITEBYTECODE`` dropped, so the untimed warm-up round writes it."""
+def child_env(profile_imports: bool = False, code: Path | None = None) -> dict[str, str]:
+    """This checkout's code (or ``code``'s), its bytecode cached as an installed package's is
+    (pip compiles it at install): ``PYTHONDONTWRITEBYTECODE`` dropped, so the untimed warm-up
+    round writes it."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(code or REPO), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTHONPROFILEIMPORTTIME", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if profile_imports:
@@ -239,6 +248,8 @@ def _children_cpu_s() -> float:
 def time_once(cmd: Command, env: dict[str, str]) -> None:
     """Wall time and the child's CPU time (user + sys: the difference in this process's
     waited-for children's usage, one child at a time)."""
+    if cmd.code is not None:
+        env = child_env(code=cmd.code)
     cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd.argv, env=env, cwd=cmd.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -253,7 +264,8 @@ def time_once(cmd: Command, env: dict[str, str]) -> None:
 
 def heavy_imports(cmd: Command) -> list[str]:
     """The heavy top-level packages ``cmd`` imported (from ``-X importtime``'s report on stderr)."""
-    proc = subprocess.run(cmd.argv, env=child_env(profile_imports=True), cwd=cmd.cwd, stdout=subprocess.DEVNULL,
+    proc = subprocess.run(cmd.argv, env=child_env(profile_imports=True, code=cmd.code), cwd=cmd.cwd,
+                          stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
     found = set()
     for line in proc.stderr.splitlines():
@@ -283,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="largest allowed best CPU time of `gemmperf analyze` of the small Kineto trace, "
                          "CPU-seconds (default 0.5)")
     ap.add_argument("--only", choices=["analyze"], help="measure `import pytest` and the analyses only")
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT",
+                    help="also run each analysis on another checkout's code (e.g. a worktree of main), "
+                         "interleaved with this one's in the same rounds")
     ap.add_argument("--gemmperf", metavar="EXE", help="gemmperf executable (default: see above)")
     args = ap.parse_args(argv)
     if args.repeat < 1:
@@ -290,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = _load()
     with tempfile.TemporaryDirectory(prefix="gemmperf-startup-") as tmp:
-        cmds = commands(gemmperf_argv(args.gemmperf), Path(tmp), args.only)
+        cmds = commands(gemmperf_argv(args.gemmperf), Path(tmp), args.only, args.before)
         env = child_env()
         for cmd in cmds:  # untimed: writes the bytecode a fresh checkout has none of
             time_once(cmd, env)
@@ -323,15 +338,15 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(cmd.label)
     if base.error:
         failed.append(base.label)
-    print(f"\n{'whole process, user + sys':44s} {'best CPU s':>10s} {'median CPU s':>12s} {'best wall s':>11s}  "
+    print(f"\n{'whole process, user + sys':56s} {'best CPU s':>10s} {'median CPU s':>12s} {'best wall s':>11s}  "
           f"scipy/torch imported")
     for cmd in analyses:
         heavy = ", ".join(cmd.heavy) if cmd.heavy else "none"
         limit = f"  (limit {args.analyze_limit:g})" if cmd.held else ""
-        print(f"{cmd.label:44s} {cmd.best_cpu:10.3f} {statistics.median(cmd.cpu):12.3f} {cmd.best:11.3f}  "
+        print(f"{cmd.label:56s} {cmd.best_cpu:10.3f} {statistics.median(cmd.cpu):12.3f} {cmd.best:11.3f}  "
               f"{heavy}{limit}" + (f"  ERROR {cmd.error}" if cmd.error else ""))
-        if cmd.error or cmd.heavy or (cmd.held and cmd.best_cpu > args.analyze_limit):
-            failed.append(cmd.label)
+        if cmd.code is None and (cmd.error or cmd.heavy or (cmd.held and cmd.best_cpu > args.analyze_limit)):
+            failed.append(cmd.label)  # the other checkout's rows are for comparison only
     helps = [c for c in cmds[1:] if not c.session and not c.analysis]
     if helps:
         worst = max(max(c.best / base.best, c.median / base.median) for c in helps)
