@@ -25,6 +25,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 
 #: values of the history setting that turn the run history off
 HISTORY_OFF = ("none", "off", "no", "false", "0")
@@ -120,14 +121,60 @@ def _repeats(text: str) -> int | str:
 
 #: the ``jobs`` value meaning "auto" (``0`` is the same: its older spelling)
 JOBS_AUTO = 0
+#: ``jobs`` schemes naming a Dask distributed scheduler: ours, and Dask's own address form
+CLUSTER_SCHEMES = ("dask", "tcp")
+#: the port a Dask scheduler listens on unless told otherwise (``dask scheduler --port``)
+DASK_DEFAULT_PORT = 8786
 
 
-def _jobs(text: str) -> int:
+@dataclass(frozen=True)
+class ClusterAddress:
+    """``jobs`` as a Dask distributed scheduler (``dask://HOST[:PORT]`` or ``tcp://HOST[:PORT]``):
+    the per-input work runs as tasks on its workers (``traces/cluster.py``)."""
+
+    host: str
+    port: int
+    #: as the user wrote it, for error lines
+    text: str
+
+    @property
+    def address(self) -> str:
+        """The scheduler's address in Dask's own form (``tcp://HOST:PORT``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"tcp://{host}:{self.port}"
+
+
+def parse_cluster_address(text: str) -> ClusterAddress | None:
+    """``dask://HOST[:PORT]`` / ``tcp://HOST[:PORT]`` -> :class:`ClusterAddress` (port
+    :data:`DASK_DEFAULT_PORT` when absent); None when ``text`` names no such scheme; a
+    ``ValueError`` (one line) for such an address without a host, with a bad port, or with a
+    path, query, fragment or user name."""
+    raw = str(text).strip()
+    scheme, sep, _ = raw.partition("://")
+    if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+        return None
+    parts = urlsplit(raw)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{raw!r}: the port must be a number 0..65535") from None
+    if not parts.hostname or parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise ValueError(f"{raw!r} is not a scheduler address: write {scheme.lower()}://HOST:PORT")
+    if port == 0:
+        raise ValueError(f"{raw!r}: port 0 names no scheduler")
+    return ClusterAddress(parts.hostname, DASK_DEFAULT_PORT if port is None else port, raw)
+
+
+def _jobs(text: str) -> int | ClusterAddress:
     """``auto`` (or ``0``) -> :data:`JOBS_AUTO`: a pool of the usable cores where the
-    estimate says it pays (``traces/parallel.py``), else serial; ``N >= 1``: at most N."""
+    estimate says it pays (``traces/parallel.py``), else serial; ``N >= 1``: at most N;
+    ``dask://HOST:PORT`` (or ``tcp://``): a Dask scheduler's workers (:class:`ClusterAddress`)."""
     if str(text).strip().lower() == "auto":
         return JOBS_AUTO
-    return _int_at_least(0, " (or auto)")(text)
+    cluster = parse_cluster_address(text)
+    if cluster is not None:
+        return cluster
+    return _int_at_least(0, " (or auto, or dask://HOST:PORT)")(text)
 
 
 #: a time budget in seconds (0: off), up to a day
@@ -297,10 +344,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shard", "string", None, "I/N", "no sharding",
             "I/N: run shard I of N of the sweep points (one CI job of a matrix), "
             "balanced by the baselines' recorded durations; also $GEMMPERF_SHARD"),
-    Setting("jobs", "string", "auto", "N|auto", "auto",
+    Setting("jobs", "string", "auto", "N|auto|dask://HOST:PORT", "auto",
             "worker processes reading a point's trace files at once (auto: the usable cores, "
             "split between pytest-xdist workers, where the input is large enough for the pool's "
-            "start-up to pay, else serial; 0: auto; 1: serial, no pool); the tables do not "
+            "start-up to pay, else serial; 0: auto; 1: serial, no pool; dask://HOST:PORT: the "
+            "workers of that Dask scheduler, pytest-gemmperf[dask]); the tables do not "
             "depend on it", parse=_jobs, cli="--jobs"),
 )
 

@@ -125,6 +125,33 @@ def test_help_fdr_default_is_the_gates():
     assert DEFAULT_FDR == GateConfig().fdr
 
 
+# --- gemmperf analyze: the first real work runs no gate statistics ------------------------------
+
+#: what an analysis of traces must not load: the gate's statistics (scipy) and torch
+ANALYZE_HEAVY = ("scipy", "torch")
+
+
+def test_analyze_of_a_small_trace_imports_no_scipy(tmp_path):
+    """``gemmperf analyze`` (with its reports, and ``--no-report``) of a Kineto trace and of a
+    rocprofv3 CSV directory computes no gate statistics, so it loads neither scipy nor torch:
+    scipy alone is a third of a small analysis's CPU time (docs/performance.md)."""
+    fixtures = ROOT / "tests" / "fixtures"
+    calls = []
+    for i, path in enumerate((fixtures / "torch" / "rocm_sdk_rank3.pt.trace.json",
+                              fixtures / "rocprof_csv" / "v7" / "mi350-n1")):
+        calls.append(["analyze", str(path), "--out", str(tmp_path / f"report{i}")])
+        calls.append(["analyze", str(path), "--out", str(tmp_path / f"plain{i}"), "--no-report"])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", CHILD, ",".join(ANALYZE_HEAVY), json.dumps(calls)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    for argv in calls:
+        assert found[json.dumps(argv)] == [], argv
+    assert (tmp_path / "report0" / "report.html").is_file() and (tmp_path / "plain1" / "kernels.csv").is_file()
+
+
 # --- the pytest plugin: every pytest process where gemmperf is installed loads it -----------------
 
 #: what the plugin must not load before a session needs it (pytest it runs inside of)

@@ -28,7 +28,7 @@ from pytest_gemmperf.traces.discover import load
 from pytest_gemmperf.traces.schema import Trace
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
-from pytest_gemmperf.store.compare_inputs import check_lost_inputs
+from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources

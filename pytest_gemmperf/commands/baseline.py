@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="dispatches per process and kernel to drop (default: as the run recorded)")
         add_cli_option(sp, "jobs", help="worker processes reading result points at once (auto: every usable "
                                         "core where the inputs are large enough to pay for the pool, else "
-                                        "serial; 1: serial, no pool); results do not depend on it")
+                                        "serial; 1: serial, no pool; dask://HOST:PORT: a Dask cluster's "
+                                        "workers); results do not depend on it")
         add_allow_partial(sp)
 
     def from_results(name: str, help_text: str, func) -> argparse.ArgumentParser:

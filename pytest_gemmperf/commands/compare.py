@@ -77,7 +77,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                         "gemmperf_undecided, else skip)")
     add_cli_option(p, "jobs", help="worker processes reading trace files at once (auto: every usable core "
                                    "where the inputs are large enough to pay for the pool, else serial; "
-                                   "1: serial, no pool); results do not depend on it")
+                                   "1: serial, no pool; dask://HOST:PORT: a Dask cluster's "
+                                   "workers); results do not depend on it")
     add_allow_partial(p)
     p.set_defaults(func=run)
     return p

@@ -36,7 +36,6 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
@@ -121,10 +120,19 @@ def settled(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> bool
     return bool((verdicts["verdict"] == REGRESSION).any() or not suspicious(verdicts, config).any())
 
 
+def _norm_ppf(p: float) -> float:
+    """The standard normal quantile at ``p``."""
+    # suspicious() and settled(), which the reports' outcome reading uses, need no scipy
+    # lazy: only the confirmation's tests load it
+    from scipy import stats as sps
+
+    return sps.norm.ppf(p)
+
+
 def _log_est(v: pd.DataFrame, level: float) -> tuple[np.ndarray, np.ndarray]:
     """(log worse-ratio, its standard error from the CI) per row (NaN where undefined)."""
     r, lo, hi = _worse(v)
-    z = sps.norm.ppf(0.5 + level / 2)
+    z = _norm_ppf(0.5 + level / 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         d = np.log(r)
         se = (np.log(hi) - np.log(lo)) / (2 * z)
@@ -149,13 +157,13 @@ def reproduced(first: pd.DataFrame, alone: pd.DataFrame, config: ConfirmConfig |
     with np.errstate(divide="ignore", invalid="ignore"):
         z2 = d2 / s2
         zh = (d1 - d2) / np.sqrt(s1 ** 2 + s2 ** 2)
-    lean = z2 > sps.norm.ppf(1 - cfg.reproduce_p)
+    lean = z2 > _norm_ppf(1 - cfg.reproduce_p)
     # only a first look significantly *worse* than the re-runs is a transient: re-runs as bad
     # or worse reproduce it, and so do re-runs that alone lie beyond the threshold at the CI level
-    het = zh > sps.norm.ppf(1 - cfg.heterogeneity_p / 2)
+    het = zh > _norm_ppf(1 - cfg.heterogeneity_p / 2)
     thr = _thresholds(f)
     with np.errstate(invalid="ignore"):
-        alone_beyond = (d2 - np.log1p(thr)) / s2 > sps.norm.ppf(0.5 + cfg.level / 2)
+        alone_beyond = (d2 - np.log1p(thr)) / s2 > _norm_ppf(0.5 + cfg.level / 2)
     # a row the re-run cannot estimate (missing there, no CI) is not reproduced
     ok = lean & (~np.where(np.isfinite(zh), het, False) | alone_beyond)
     return pd.DataFrame({"d_first": d1, "d_rerun": d2, "z_rerun": z2, "z_het": zh,

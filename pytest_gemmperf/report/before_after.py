@@ -26,12 +26,10 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.compare import GateConfig
+from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.paths import contained_relative
-from pytest_gemmperf.store.results import results_samples
 from pytest_gemmperf.gate.headline import notable
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
-from pytest_gemmperf.gate.stats import group_median_mad
 from pytest_gemmperf.safe_io import write_parquet
 from pytest_gemmperf.traces.fileio import read_json_object
 
@@ -141,6 +139,9 @@ def _duration_values(d: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
     keys = ["point", "kernel", "unit"]
     gid = d.groupby(keys, sort=True).ngroup().to_numpy()
     n = int(gid.max()) + 1
+    # lazy: the statistics module loads scipy; a report without a comparison never gets here
+    from pytest_gemmperf.gate.stats import group_median_mad
+
     med, mad, cnt = group_median_mad(np.log(d["value"].to_numpy(float)), gid, n)
     _, first = np.unique(gid, return_index=True)
     k = d.iloc[first][keys].reset_index(drop=True)
@@ -279,6 +280,10 @@ def read_results_compared(root: str | os.PathLike, verdicts: pd.DataFrame | None
                 bases.setdefault(test, []).append(_read_baseline(path))
         except GemmperfInputError as exc:
             notes.setdefault(test if test in tests else "", []).append(str(exc))
+    # a report of a session without notable rows, or of traces alone (gemmperf analyze), reads
+    # lazy: no samples, and the store's readers load the gate's statistics (scipy)
+    from pytest_gemmperf.store.results import results_samples
+
     out = []
     for test in sorted(tests):
         cand = None

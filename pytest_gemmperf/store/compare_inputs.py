@@ -28,7 +28,7 @@ from pytest_gemmperf.run.telemetry import evidence as telemetry_evidence
 from pytest_gemmperf.traces.fileio import read_json_object
 from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
 from pytest_gemmperf.textsafe import printable
-from pytest_gemmperf.traces.skipped import SkippedInput
+from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.hardware import trace_hardware_key
 from pytest_gemmperf.traces.discover import load
@@ -207,25 +207,6 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     for note in samples.attrs.get("notes", []):
         print(printable(f"note: {p}: {note}"), file=sys.stderr)
     return {"": samples}
-
-
-def check_lost_inputs(p: Path | str, skipped: list[SkippedInput], allow_partial: bool,
-                      use: str = "compare", result: str = "the comparison") -> None:
-    """One line when part of the input could not be read (discovery's ``SkippedInput`` records
-    that are ``lost``: a directory it cannot list, a link it cannot follow, an unreadable file,
-    a FIFO named like a trace): the processes in it would be missing from ``result`` (the
-    comparison, which could then pass on what is left; an analysis, whose totals would be
-    short), unless ``allow_partial``."""
-    lost = [s.note for s in skipped if s.lost]
-    if not lost:
-        return
-    if not allow_partial:
-        more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
-        raise GemmperfInputError(p, f"part of the input could not be read, its processes would be missing "
-                                    f"from {result}: {lost[0]}{more} (--allow-partial: {use} "
-                                    "without them)")
-    for n in lost:
-        print(printable(f"note: {p}: --allow-partial: {use}d without {n}"), file=sys.stderr)
 
 
 def _note(text: str) -> None:

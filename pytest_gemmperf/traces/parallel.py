@@ -46,6 +46,10 @@ Contract:
   what it inherited out of the cyclic garbage collector when it starts (a full collection
   would walk every inherited object and write to it, copying the server's pages), and sends
   its results through a pipe that holds one source's reductions (:data:`RESULT_PIPE_BYTES`).
+* ``jobs`` a :class:`~pytest_gemmperf.config.ClusterAddress` (``--jobs dask://HOST:PORT``): the
+  same function runs as tasks of that Dask scheduler's workers instead of a local pool
+  (:mod:`pytest_gemmperf.traces.cluster`), whatever the input's size; results, ordering and the
+  first error in input order as above.
 """
 
 from __future__ import annotations
@@ -57,9 +61,11 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import forkserver
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, Union
 
+from pytest_gemmperf.config import ClusterAddress
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.cluster import map_on_cluster
 
 try:
     import fcntl
@@ -68,6 +74,8 @@ except ImportError:  # not POSIX: the result pipe keeps its default size
 
 T = TypeVar("T")
 R = TypeVar("R")
+#: a ``jobs`` setting: a worker count (None or 0: auto) or a Dask scheduler
+Jobs = Union[int, ClusterAddress, None]
 
 #: an explicit ``jobs`` N: below this many bytes of input in total, reading stays serial
 POOL_MIN_BYTES = 16 * 1024 * 1024
@@ -130,13 +138,16 @@ def resolve_jobs(jobs: int | None, *, where: str | None = None) -> int:
     return default_jobs() if jobs == 0 else jobs
 
 
-def pool_jobs(jobs: int | None, files: Iterable[os.PathLike | str], *,
-              min_bytes: int | None = None) -> int:
+def pool_jobs(jobs: Jobs, files: Iterable[os.PathLike | str], *,
+              min_bytes: int | None = None) -> int | ClusterAddress:
     """Workers worth starting for reading ``files``: ``resolve_jobs(jobs)`` capped at the number
     of files; then 1 when the pool would not pay: with ``auto`` (``jobs`` None or 0, no
     ``min_bytes``) as :func:`pool_pays` estimates, otherwise when the files total fewer than
     ``min_bytes`` (default :data:`POOL_MIN_BYTES`). A file that cannot be stat'ed counts as
-    large: its reader reports the problem."""
+    large: its reader reports the problem. A Dask scheduler is returned as given: the user
+    chose to read there."""
+    if isinstance(jobs, ClusterAddress):
+        return jobs
     files = list(files)
     n = min(resolve_jobs(jobs), len(files))
     if n <= 1:
@@ -203,14 +214,17 @@ class _Call:
             return _Failed(exc.path, exc.message, exc.line, exc.record)
 
 
-def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) -> list[R]:
-    """``[fn(x) for x in items]``, on up to ``jobs`` worker processes, in the order of ``items``.
+def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1) -> list[R]:
+    """``[fn(x) for x in items]``, on up to ``jobs`` worker processes (or a Dask scheduler's
+    workers), in the order of ``items``.
 
     ``fn`` and the items must be picklable (a module-level function or a
     ``functools.partial`` of one). ``jobs == 1`` runs in this process (errors propagate as
     raised). See the module docstring for errors and ordering.
     """
     items = list(items)
+    if isinstance(jobs, ClusterAddress):
+        return _collect(map_on_cluster(_Call(fn), items, jobs, order=submission_order(items), label=_label))
     n = min(resolve_jobs(jobs), len(items))
     if n <= 1:
         return [fn(x) for x in items]
@@ -248,6 +262,22 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = 1) 
     return out
 
 
+def _collect(results: Iterator[Any]) -> list[Any]:
+    """Results read in input order up to the first failed item, whose error is raised; the
+    iterator is closed either way (the engine stops the rest)."""
+    out = []
+    try:
+        for r in results:
+            if isinstance(r, _Failed):
+                r.raise_()
+            out.append(r)
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
+    return out
+
+
 def submission_order(items: Sequence[Any]) -> list[int]:
     """The indices of ``items`` as :func:`map_ordered` hands them to its workers: largest input
     first (:func:`input_bytes` of the files an item stands for, 0 where unknown), ties in input
@@ -257,12 +287,12 @@ def submission_order(items: Sequence[Any]) -> list[int]:
     return sorted(range(len(items)), key=lambda i: -sizes[i])
 
 
-def prestart(jobs: int | None, paths: Iterable[os.PathLike | str]) -> bool:
+def prestart(jobs: Jobs, paths: Iterable[os.PathLike | str]) -> bool:
     """Start this process's fork server now when reading ``paths`` will likely use a pool (as
     :func:`pool_jobs` decides on the regular files found within :data:`PRESTART_MAX_ENTRIES`
     entries; no link followed). A guess that only moves work earlier: a wrong one costs an
     idle server. Returns whether it started one."""
-    if START_METHOD not in multiprocessing.get_all_start_methods():
+    if START_METHOD not in multiprocessing.get_all_start_methods() or isinstance(jobs, ClusterAddress):
         return False
     try:
         if resolve_jobs(jobs) <= 1:

@@ -18,8 +18,13 @@ complete is missing from the comparison as a whole point, which the verdicts nam
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
+
+from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.textsafe import printable
 
 
 class SkipReason(Enum):
@@ -59,3 +64,22 @@ def skip(notes: list[str], skipped: list[SkippedInput] | None, path: str | os.Pa
     notes.append(note)
     if skipped is not None:
         skipped.append(SkippedInput(os.fspath(path), reason, note))
+
+
+def check_lost_inputs(p: Path | str, skipped: list[SkippedInput], allow_partial: bool,
+                      use: str = "compare", result: str = "the comparison") -> None:
+    """One line when part of the input could not be read (discovery's ``SkippedInput`` records
+    that are ``lost``: a directory it cannot list, a link it cannot follow, an unreadable file,
+    a FIFO named like a trace): the processes in it would be missing from ``result`` (the
+    comparison, which could then pass on what is left; an analysis, whose totals would be
+    short), unless ``allow_partial``."""
+    lost = [s.note for s in skipped if s.lost]
+    if not lost:
+        return
+    if not allow_partial:
+        more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
+        raise GemmperfInputError(p, f"part of the input could not be read, its processes would be missing "
+                                    f"from {result}: {lost[0]}{more} (--allow-partial: {use} "
+                                    "without them)")
+    for n in lost:
+        print(printable(f"note: {p}: --allow-partial: {use}d without {n}"), file=sys.stderr)
