@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -59,13 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet-wait", default="5", help="--gemmperf-quiet-wait for the gated runs")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
     args = ap.parse_args(argv)
-    tmp = None
-    if args.keep:
-        root = Path(args.keep).resolve()
-        root.mkdir(parents=True, exist_ok=False)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="gemmperf-busy-gate-")
-        root = Path(tmp.name)
+    root, tmp = eg.work_dir(args.keep, "gemmperf-busy-gate-")
     common = ["--gemmperf-backend", "torch", "--gemmperf-baseline-dir", str(root / "base")]
     gated = [*common, "--gemmperf-quiet-wait", args.quiet_wait]
     try:

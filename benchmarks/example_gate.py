@@ -233,6 +233,17 @@ def stop_burners(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
+def work_dir(keep: str | None, prefix: str) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    """(the folder to work in, the temporary directory to clean up, or None for ``--keep DIR``,
+    which must not exist yet)."""
+    if keep:
+        root = Path(keep).resolve()
+        root.mkdir(parents=True, exist_ok=False)
+        return root, None
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    return Path(tmp.name), tmp
+
+
 def cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -275,13 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.runs < 1:
         ap.error(f"unknown case(s) {unknown}" if unknown else "--runs must be >= 1")
 
-    tmp = None
-    if args.keep:
-        root = Path(args.keep).resolve()
-        root.mkdir(parents=True, exist_ok=False)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="gemmperf-example-gate-")
-        root = Path(tmp.name)
+    root, tmp = work_dir(args.keep, "gemmperf-example-gate-")
     try:
         copy_suite(root)
         print(f"example suite copied to {root}; {cores()} cores; load {load():.1f} "

@@ -181,23 +181,44 @@ def _bytes_pattern(values: tuple[str, ...]) -> re.Pattern[bytes] | None:
     return re.compile(b"|".join(map(re.escape, encoded))) if encoded else None
 
 
-#: passes of :func:`scrub`: a replacement next to other text can form a value again
-_PASSES = 4
+#: markers tried after :data:`REDACTED`, and the character of the last resort's
+_OTHER_MARKERS = ("[redacted]", "(redacted)", "***")
+_LAST_RESORT = "#*~^|"
 
 
-def _sub(pattern: re.Pattern, text: Any, marker: Any) -> Any:
-    for _ in range(_PASSES):
-        if pattern.search(text) is None:
-            break
-        text = pattern.sub(marker, text)
-    return text
+def _overlaps(value: Any, marker: Any) -> bool:
+    """Could ``value`` appear in a text where ``marker`` replaced something: inside the marker,
+    holding it, or straddling its start or its end?"""
+    if marker in value or value in marker:
+        return True
+    return any(value[:k] == marker[-k:] or value[-k:] == marker[:k]
+               for k in range(1, min(len(value), len(marker))))
+
+
+@functools.lru_cache(maxsize=64)
+def marker_for(values: tuple[Any, ...]) -> Any:
+    """The marker that replaces ``values`` (str or bytes): :data:`REDACTED` unless a value could
+    be formed again from it and the text beside it (a value such as ``d>aaa`` after ``d>aaa`` +
+    ``aaa``), then the first other marker none can overlap. One regex pass with such a marker
+    leaves no value in the text: every match is replaced, and no value can reach into a marker."""
+    as_bytes = bool(values) and isinstance(values[0], bytes)
+    tried = (REDACTED, *_OTHER_MARKERS) + tuple(c * 3 for c in _LAST_RESORT)
+    for m in tried:
+        mark = m.encode() if as_bytes else m
+        if not any(_overlaps(v, mark) for v in values):
+            return mark
+    # every candidate overlaps some value: a character no value holds cannot
+    used = set(b"".join(values)) if as_bytes else set("".join(values))
+    c = next(i for i in range(0x21, 0x110000) if (i if as_bytes else chr(i)) not in used)
+    return bytes([c]) * 3 if as_bytes else chr(c) * 3
 
 
 def scrub(text: str, values: Iterable[str] | None = None) -> str:
     """``text`` with every occurrence of a known secret value (:func:`known_values`, plus
-    ``values``) replaced, in one pass over the text."""
-    pattern = _pattern(tuple(_values(values)))
-    return text if pattern is None else _sub(pattern, text, REDACTED)
+    ``values``) replaced, in one pass over the text (:func:`marker_for`)."""
+    vals = tuple(_values(values))
+    pattern = _pattern(vals)
+    return text if pattern is None else pattern.sub(marker_for(vals), text)
 
 
 class StreamRedactor:
@@ -212,6 +233,7 @@ class StreamRedactor:
         vals = tuple(_values(values))
         self._write = write
         self._pattern = _bytes_pattern(vals)
+        self._marker = marker_for(tuple(v.encode("utf-8", "surrogateescape") for v in vals)) if vals else b""
         self._hold = max((len(v.encode("utf-8", "surrogateescape")) for v in vals), default=1) - 1
         self._lines_safe = not any("\n" in v for v in vals)
         self._held = b""
@@ -232,12 +254,12 @@ class StreamRedactor:
                 break
         self._held = buf[cut:]
         if cut:
-            self._write(_sub(self._pattern, buf[:cut], REDACTED.encode()))
+            self._write(self._pattern.sub(self._marker, buf[:cut]))
 
     def close(self) -> None:
         held, self._held = self._held, b""
         if held:
-            self._write(held if self._pattern is None else _sub(self._pattern, held, REDACTED.encode()))
+            self._write(held if self._pattern is None else self._pattern.sub(self._marker, held))
 
 
 def redact_env(env: Mapping[str, Any]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from pytest_gemmperf import redact
-from pytest_gemmperf.redact import (REDACTED, StreamRedactor, argv_secret_values, comparable_env, is_searchable,
+from pytest_gemmperf.redact import (REDACTED, StreamRedactor, marker_for, argv_secret_values, comparable_env, is_searchable,
                                     is_secret_name, redact_argv, redact_command, redact_env, redact_record,
                                     redact_text, remember, scrub, secret_values, text_secret_values)
 
@@ -134,10 +134,31 @@ def test_scrub_searches_the_values_given_and_those_remembered_and_in_the_environ
     assert scrub("job-tok-1 remembered-1 given-1 abc", ["given-1"]) == f"{R} {R} {R} abc"
 
 
-def test_a_value_formed_again_by_the_marker_next_to_the_text_is_replaced_too():
-    # "<redacted>" ends in "d>": replacing "d>ab" in "d>abab" forms "d>ab" once more
-    out = scrub("d>abab", ["d>ab"])
-    assert "d>ab" not in out and out.endswith(R)
+@pytest.mark.parametrize("value, text", [
+    ("d>ab", "d>abab"),  # "<redacted>" ends in "d>": "<redacted>" + "ab" would form "d>ab" again
+    ("d>aaa", "d>" + "a" * 15),  # every replacement would form it again
+    ("<redac", "x<redac<redac"),  # a value that starts like the marker
+    ("[redacted]<red", "[redacted]<red [redacted]<red"),  # overlaps two markers
+])
+def test_no_value_is_formed_again_by_a_marker_next_to_the_text(value, text):
+    out = scrub(text, [value])
+    assert value not in out and out != text
+    assert marker_for((value,)) != R or value not in f"{R}{text}{R}"
+
+
+def test_the_marker_is_redacted_unless_a_value_could_reach_into_it():
+    assert marker_for(("hunter22",)) == R and marker_for((b"hunter22",)) == R.encode()
+    assert marker_for(("d>ab",)) == "[redacted]" and marker_for(("d>ab", "d]ab")) == "(redacted)"
+    # every ready marker overlaps a value: three of a character no value holds
+    every = ("d>xx", "d]xx", "d)xx", "***x", "###x", "**x*", "~~~x", "^^^x", "|||x")
+    m = marker_for(every)
+    assert m == "!!!" and marker_for(tuple(v.encode() for v in every)) == b"!!!"
+    assert marker_for(every + ("!!!!",)) == '"""'  # the first character none holds
+    assert scrub("a d>xx b ***x c", list(every)) == f"a {m} b {m} c"
+    assert marker_for(("d>xx", "d]xx", "d)xx", "***x")) == "###"  # three of the next character
+    # one character is enough to straddle: a value that starts with the marker's last one
+    assert marker_for((">abc",)) == "[redacted]" and marker_for(("abc<",)) == "[redacted]"
+    assert scrub(">abcabc", [">abc"]) == "[redacted]abc"
 
 
 # -- byte streams --------------------------------------------------------------------------------
