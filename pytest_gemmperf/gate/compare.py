@@ -40,7 +40,6 @@ import pandas as pd
 from scipy import stats as sps
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.categories import category_of
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.durations import (  # noqa: F401 - re-exported: tests and benchmarks use them
@@ -129,7 +128,7 @@ def gated_categories(base_dur: pd.DataFrame, cand_dur: pd.DataFrame) -> set[str]
     names = set(pd.unique(base_dur["kernel"].astype(str))) | set(pd.unique(cand_dur["kernel"].astype(str)))
     if not names:
         return None
-    return {f"category:{category_of(k)}" for k in names}
+    return M.category_totals_of(names)
 
 
 def compare_stats(base: pd.DataFrame, cand: pd.DataFrame, config: GateConfig | None = None,

@@ -122,8 +122,7 @@ def settled(verdicts: pd.DataFrame, config: ConfirmConfig | None = None) -> bool
 
 def _norm_ppf(p: float) -> float:
     """The standard normal quantile at ``p``."""
-    # suspicious() and settled(), which the reports' outcome reading uses, need no scipy
-    # lazy: only the confirmation's tests load it
+    # lazy: suspicious() and settled(), which the reports' outcome reading uses, need no scipy
     from scipy import stats as sps
 
     return sps.norm.ppf(p)

@@ -26,7 +26,8 @@ from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.gate.arrays import _as_category, _codes, _nanmean_rows, _nanmedian_rows  # noqa: F401 - re-exported
 from pytest_gemmperf.gate.noise_floors import _central_quantile_var, _resolution_var, _sampling_floor
 from pytest_gemmperf.gate import stats
-from pytest_gemmperf.gate.metrics import CATEGORY_TOTAL_NS, CONTROL_NS, CV_ROBUST, DISPATCH_COUNT, DUR_NS
+from pytest_gemmperf.gate.metrics import (CATEGORY_TOTAL_NS, CONTROL_NS, CV_ROBUST, DISPATCH_COUNT, DUR_NS,
+                                         category_totals_of)
 from pytest_gemmperf.gate.verdict import MISSING, NEW
 
 
@@ -491,7 +492,7 @@ def _control_matrix(controls: tuple[pd.DataFrame, pd.DataFrame] | None, b: pd.Da
         return None
     sides = []
     gated_names = {str(k) for k in gated}
-    gated_cats = {f"category:{category_of(k, _RULES)}" for k in gated_names}
+    gated_cats = category_totals_of(gated_names)
     for d, dur in zip(controls, (b, c)):
         units = pd.Index([str(x) for x in pd.unique(dur["unit"])])
         kern = d["kernel"].astype(str)

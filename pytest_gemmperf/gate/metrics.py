@@ -35,6 +35,7 @@ from pytest_gemmperf.analysis import collectives as coll
 from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces.categories import category_of
 from pytest_gemmperf.gate.prepared import Prepared, compact_order, point_labels, points_with, unit_ids
 
 # ---------------------------------------------------------------------------------------------
@@ -230,6 +231,12 @@ def category_frame(p: Prepared) -> pd.DataFrame:
     pu, cat = uniq // n_c, uniq % n_c
     return Rows.of(CATEGORY_TOTAL_NS, p.point_of[pu], "category:" + p.categories[cat].astype(object),
                    p.unit_of[pu], tot.astype(float)).frame
+
+
+def category_totals_of(kernels: Iterable[object]) -> set[str]:
+    """The ``category_total_ns`` rows (``category:<cat>``) of the categories these kernel names
+    belong to, by the default category rules the samples are built with."""
+    return {f"category:{category_of(str(k))}" for k in kernels}
 
 
 def _category(t: BuildInput) -> Built:
