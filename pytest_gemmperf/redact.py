@@ -181,7 +181,7 @@ def _bytes_pattern(values: tuple[str, ...]) -> re.Pattern[bytes] | None:
     return re.compile(b"|".join(map(re.escape, encoded))) if encoded else None
 
 
-#: markers tried after :data:`REDACTED`, and the character of the last resort's
+#: markers tried after :data:`REDACTED`, then three of each of these characters
 _OTHER_MARKERS = ("[redacted]", "(redacted)", "***")
 _LAST_RESORT = "#*~^|"
 
@@ -233,8 +233,9 @@ class StreamRedactor:
         vals = tuple(_values(values))
         self._write = write
         self._pattern = _bytes_pattern(vals)
-        self._marker = marker_for(tuple(v.encode("utf-8", "surrogateescape") for v in vals)) if vals else b""
-        self._hold = max((len(v.encode("utf-8", "surrogateescape")) for v in vals), default=1) - 1
+        encoded = tuple(v.encode("utf-8", "surrogateescape") for v in vals)
+        self._marker = marker_for(encoded) if encoded else b""
+        self._hold = max((len(v) for v in encoded), default=1) - 1
         self._lines_safe = not any("\n" in v for v in vals)
         self._held = b""
 
