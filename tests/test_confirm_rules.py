@@ -394,6 +394,81 @@ def test_a_disturbed_point_whose_ci_reaches_beyond_the_threshold_is_undecided():
     assert out["note"].iloc[1] == ""  # context rows are not gated
 
 
+# -- apply_baseline_disturbance --------------------------------------------------------------------
+
+SLOW_BASE = Disturbance(True, ("5.0 runnable threads on 2 cores",), 2.0)
+HIDDEN = ("disturbed baseline: recorded while 5.0 runnable threads on 2 cores ({was}its processes may have "
+          "run up to x2.00 slower, so the CI reaches beyond the threshold; re-record the baseline on a quiet "
+          "machine)")
+FAKED = "was improvement, within the x2.00 the baseline's contention can explain (5.0 runnable threads on 2 cores)"
+
+
+@pytest.mark.parametrize("metric", ["dur_ns", BUSBW])
+@pytest.mark.parametrize("lo_w, hi_w, verdict, after, note", [
+    # threshold 0.25, baseline factor 2: hidden when hi_w x 2 > 1.25 (hi_w > 0.625); an
+    # improvement is real only below 0.75 / 2 = 0.375
+    (1.3, 2.1, "regression", "regression", ""),  # a slow baseline never makes a candidate slower
+    (0.9, 1.1, "unchanged", "inconclusive", HIDDEN.format(was="was unchanged, ")),
+    (0.5, 0.63, "unchanged", "inconclusive", HIDDEN.format(was="was unchanged, ")),
+    (0.5, 0.62, "unchanged", "unchanged", ""),  # x2 stays inside the threshold
+    (0.6, 1.5, "inconclusive", "inconclusive", HIDDEN.format(was="")),
+    (0.4, 0.7, "improvement", "inconclusive", HIDDEN.format(was="was improvement, ")),
+    (0.4, 0.6, "improvement", "inconclusive", FAKED),  # not hidden, but the baseline explains it
+    (0.3, 0.37, "improvement", "improvement", ""),  # far better than the contention explains
+    (0.3, 0.38, "improvement", "inconclusive", FAKED),
+])
+def test_a_disturbed_baseline_hides_a_slower_candidate(metric, lo_w, hi_w, verdict, after, note):
+    from pytest_gemmperf.gate.confirm import apply_baseline_disturbance
+
+    r = {"metric": metric, "ratio": math.sqrt(lo_w * hi_w), "ci_low": lo_w, "ci_high": hi_w}
+    if metric == BUSBW:  # the same change, stored the other way up
+        r = {"metric": metric, "ratio": 1 / r["ratio"], "ci_low": 1 / hi_w, "ci_high": 1 / lo_w}
+    v = rows(r | {"verdict": verdict, "note": ""})
+    out = apply_baseline_disturbance(v, SLOW_BASE)
+    assert out["verdict"].tolist() == [after]
+    assert out["note"].tolist() == [note]
+    assert v["verdict"].tolist() == [verdict]  # a copy
+    o = point_outcome(out)
+    assert o.outcome == ("failed" if after == "regression" else "undecided" if note.startswith("disturbed") else
+                         "passed")
+    if o.outcome == "undecided":
+        assert o.decide == "the baseline re-recorded on a quiet machine (--gemmperf-update-baselines)"
+
+
+def test_a_disturbed_baseline_leaves_context_rows_quiet_baselines_and_empty_tables_alone():
+    from pytest_gemmperf.gate.confirm import apply_baseline_disturbance
+
+    v = rows({"verdict": "unchanged", "metric": "dispatch_count", "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1},
+             {"verdict": "unchanged", "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1, "note": "first"},
+             {"verdict": "new", "ratio": NAN, "ci_low": NAN, "ci_high": NAN})
+    out = apply_baseline_disturbance(v, SLOW_BASE)
+    assert out["verdict"].tolist() == ["unchanged", "inconclusive", "new"]
+    assert out["note"].tolist() == ["", "first; " + HIDDEN.format(was="was unchanged, "), ""]
+    assert apply_baseline_disturbance(v, None) is v
+    assert apply_baseline_disturbance(v, Disturbance(False, ("x",), 3.0)) is v
+    assert apply_baseline_disturbance(v.iloc[:0], SLOW_BASE).empty
+    # factor 1 (disturbed, e.g. a GPU clock note): only rows beyond the threshold itself
+    one = Disturbance(True, ("busy",), 1.0)
+    assert apply_baseline_disturbance(v, one)["verdict"].tolist() == ["unchanged", "unchanged", "new"]
+
+
+def test_a_point_judge_applies_the_baselines_contention_after_the_candidates():
+    from pytest_gemmperf.gate.confirm import PointJudge
+
+    def compare_with(cand, cfg):  # +3 % [-5, +12]: passes on a quiet baseline
+        return rows({"verdict": "unchanged", "ratio": 1.03, "ci_low": 0.95, "ci_high": 1.12, "q_value": 0.6})
+
+    quiet = PointJudge(compare_with, pd.DataFrame({"unit": range(4)}), GateConfig(), ConfirmConfig(rounds=0))
+    assert point_outcome(quiet.verdicts).outcome == "passed"
+    judge = PointJudge(compare_with, pd.DataFrame({"unit": range(4)}), GateConfig(), ConfirmConfig(rounds=0),
+                       None, SLOW_BASE)
+    assert point_outcome(judge.verdicts).outcome == "undecided"
+    # every round keeps it: re-running the candidate cannot clean the baseline
+    judge.add_round(pd.DataFrame({"unit": range(4, 8)}), None, kind=DECIDE)
+    assert point_outcome(judge.verdicts).outcome == "undecided"
+    assert "disturbed baseline" in judge.verdicts["note"].iloc[0]
+
+
 # -- PointJudge ----------------------------------------------------------------------------------
 
 def _processes(d: float, n: int = 4) -> pd.DataFrame:

@@ -22,8 +22,9 @@ from pytest_gemmperf.errors import GemmperfInputError, failure_line
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
-    GatedPoint, _holds_runs, _is_results_dir, all_baseline_records, baseline_records, gated_points, load_history,
-    load_side, newest_run, pair_tests, replay_gate, resolve_hardware_key, results_hw_key, trace_hw_key)
+    GatedPoint, _holds_runs, _is_results_dir, all_baseline_records, baseline_disturbance, baseline_records,
+    gated_points, load_history, load_side, newest_run, pair_tests, replay_gate, resolve_hardware_key, results_hw_key, trace_hw_key)
+from pytest_gemmperf.gate.confirm import apply_baseline_disturbance
 from pytest_gemmperf.gate.outcome import FAILED, UNDECIDED, counts_text, outcome_counts, point_outcomes
 from pytest_gemmperf.gate.headline import format_verdict_table
 from pytest_gemmperf.gate.verdict import REGRESSION, VERDICTS_CSV_COLUMNS, verdicts_csv_order
@@ -34,6 +35,8 @@ from pytest_gemmperf.commands.defaults import COMPARE_OUT as DEFAULT_OUT
 from pytest_gemmperf.safe_io import write_csv
 from pytest_gemmperf.commands.history_impl import record_compare_candidate
 from pytest_gemmperf.traces.fileio import read_json_object
+from pytest_gemmperf.run.environment import Disturbance
+from pytest_gemmperf.store.results import point_disturbance
 from pytest_gemmperf.gate.benchmark_export import write_pytest_benchmark_json
 from pytest_gemmperf.report import ComparedSamples, write_reports
 
@@ -162,8 +165,9 @@ def gate(args: argparse.Namespace) -> Gated:
     except GemmperfInputError as exc:
         raise _with_store_hint(exc, args, base_recs) from None
     history = load_history(base_arg, hw, records=base_recs)
-    base_rules = {} if explicit else recorded_rules(base_arg, baseline_records(base_path, hw, base_recs)
-                                                    if base_recs is not None else None)
+    hw_recs = baseline_records(base_path, hw, base_recs) if base_recs is not None else None
+    base_rules = {} if explicit else recorded_rules(base_arg, hw_recs)
+    base_noise = recorded_disturbances(base_arg, hw_recs)
     frames = []
     cand_samples = []
     compared: list = []  # what each compare() call received: the report draws it per process
@@ -187,7 +191,7 @@ def gate(args: argparse.Namespace) -> Gated:
             rules = point_rules(test, _points(b, c), base_rules, cand_rules)
             used.setdefault(test, {}).update(rules)
             v = compare_test(b, c, cfg, test, history.get(test), rules,
-                             gated={} if changed else gated.get(test, {}))
+                             gated={} if changed else gated.get(test, {}), base_noise=base_noise.get(test))
             if keep is not None:
                 compared.append((test, b, c, label))
             if len(args.cands) > 1:
@@ -366,6 +370,35 @@ def recorded_rules(path: str, records: list | None = None) -> Rules:
     return out
 
 
+#: ``{test: {point: Disturbance}}``: the contention each baseline point was recorded under
+Disturbances = dict[str, dict[str, Disturbance]]
+
+
+def recorded_disturbances(path: str, records: list | None = None) -> Disturbances:
+    """The disturbed points of a baseline side: a record's point metadata (``records``), or a
+    results directory's ``point.json`` (its processes' contention, as a refresh would record
+    it). Undisturbed points are left out."""
+    out: Disturbances = {}
+    if records is not None:
+        for rec in records:
+            points = rec.meta.get("points") if isinstance(rec.meta, dict) else None
+            for point in points if isinstance(points, dict) else {}:
+                d = baseline_disturbance(rec.meta, point)
+                if d.disturbed:
+                    out.setdefault(str(rec.test_id), {})[str(point)] = d
+        return out
+    p = Path(path)
+    run = newest_run(p) or p
+    if not _is_results_dir(run):
+        return out
+    for pj in sorted(run.glob("*/*/point.json")):
+        doc = read_json_object(pj)
+        d = point_disturbance(doc)
+        if d.disturbed and isinstance(doc.get("test_id"), str):
+            out.setdefault(doc["test_id"], {})[str(doc.get("point") or pj.parent.name)] = d
+    return out
+
+
 def _rule(value: object, where: object) -> float | None:
     if value is None:
         return None
@@ -397,12 +430,28 @@ def point_rules(test: str, points: list[str], base: Rules, cand: Rules) -> dict[
 
 def compare_test(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str, history,
                  rules: dict[str, tuple[float | None, str]],
-                 gated: dict[str, GatedPoint] | None = None) -> pd.DataFrame:
+                 gated: dict[str, GatedPoint] | None = None,
+                 base_noise: dict[str, Disturbance] | None = None) -> pd.DataFrame:
     """:func:`compare` of one test at its own threshold where it recorded one, else at
     ``cfg.threshold``. Points whose rules differ are compared in groups of one threshold each
     (pytest gates every point on its own). ``gated``: the points pytest gated, with what the
     gate recorded (``store.compare_inputs.GatedPoint``): each is judged as the gate judged it
-    (``replay_gate``), and what cannot be reproduced is said on stderr."""
+    (``replay_gate``), and what cannot be reproduced is said on stderr. ``base_noise``: the
+    contention each baseline point was recorded under (:func:`recorded_disturbances`), allowed
+    for in the points compared anew (a replayed point uses what the gate recorded)."""
+    fresh = _compare_fresh(b, c, cfg, test, history, rules, gated)
+    if not base_noise or fresh.empty:
+        return fresh
+    point = fresh["point"].astype(str)
+    replayed = {p for p, g in (gated or {}).items() if g.compared and g.gate is not None}
+    parts = [apply_baseline_disturbance(rows, base_noise[p]) if p in base_noise and p not in replayed else rows
+             for p, rows in fresh.groupby(point, sort=False)]
+    return pd.concat(parts).loc[fresh.index] if parts else fresh
+
+
+def _compare_fresh(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str, history,
+                   rules: dict[str, tuple[float | None, str]],
+                   gated: dict[str, GatedPoint] | None) -> pd.DataFrame:
     frames = []
     replayed: set[str] = set()
     for point, g in sorted((gated or {}).items()):

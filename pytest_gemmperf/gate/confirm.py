@@ -26,7 +26,10 @@ confirmed, up to N. Sequential design, and what bounds the false-alarm rate:
 
 Contention (``run.environment``) is applied last by :func:`apply_disturbance`: a
 ``regression``/``improvement`` on a disturbed point becomes ``inconclusive`` ("noisy
-environment: ...") unless it lies far beyond what the contention can explain.
+environment: ...") unless it lies far beyond what the contention can explain. A baseline
+recorded on a disturbed machine is applied after it by :func:`apply_baseline_disturbance`: a slow
+baseline hides a slower candidate, so a gated row whose CI could reach beyond the threshold once
+the baseline's contention is allowed for is ``inconclusive`` ("disturbed baseline: ...").
 """
 
 from __future__ import annotations
@@ -244,17 +247,19 @@ class PointJudge:
     verdicts, changes, CIs, q-values and notes.
 
     ``compare_with(candidate_samples, gate_config) -> verdicts`` compares with the baseline;
-    ``disturbance``: the first look's (``run.environment.Disturbance``), applied last."""
+    ``disturbance``: the first look's (``run.environment.Disturbance``), applied last, and
+    ``baseline_disturbance``: the baseline recording run's, applied after it."""
 
     def __init__(self, compare_with: Callable[[pd.DataFrame, Any], pd.DataFrame], samples: pd.DataFrame,
-                 cfg: Any, config: ConfirmConfig, disturbance=None) -> None:
+                 cfg: Any, config: ConfirmConfig, disturbance=None, baseline_disturbance=None) -> None:
         self.compare_with = compare_with
         self.cfg = cfg
         self.config = config
         self.first = compare_with(samples, cfg)
         #: the worst disturbance of any round whose processes are in the combined sample
         self.disturbance = disturbance
-        self.verdicts = apply_disturbance(self.first, disturbance)
+        self.baseline_disturbance = baseline_disturbance
+        self.verdicts = self._environment(self.first)
         self.combined = samples
         self.reruns = samples.iloc[:0]
         #: confirmation rounds done, decide rounds done, what the last judgement changed
@@ -298,8 +303,12 @@ class PointJudge:
         # the combined sample holds every round's processes: a quiet last round does not make
         # a disturbed first look's processes clean
         self.disturbance = worst_disturbance(self.disturbance, disturbance)
-        self.verdicts = apply_disturbance(judged, self.disturbance)
+        self.verdicts = self._environment(judged)
         return self.verdicts
+
+    def _environment(self, judged: pd.DataFrame) -> pd.DataFrame:
+        """``judged`` with the candidate's contention, then the baseline's, applied."""
+        return apply_baseline_disturbance(apply_disturbance(judged, self.disturbance), self.baseline_disturbance)
 
 
 def worst_disturbance(a, b):
@@ -354,6 +363,45 @@ def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
         note[i] = _join(note[i], f"far beyond the noise of a disturbed environment (x{f:.2f}: "
                                  f"{'; '.join(disturbance.reasons)})")
     v["verdict"] = np.where(down, INCONCLUSIVE, verdict)
+    v["note"] = note
+    return v
+
+
+#: the note of a row the baseline's own contention leaves undecided (``gate.outcome`` reads it)
+DISTURBED_BASELINE = "disturbed baseline"
+
+
+def apply_baseline_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
+    """Verdicts against a baseline recorded on a disturbed machine (the recording run's
+    ``run.environment.Disturbance``, kept with the record). Its processes may have run up to
+    ``factor`` times slower: that hides a slower candidate and fakes a faster one, and never
+    makes a candidate look slower, so ``regression`` rows stay. An ``improvement`` becomes
+    ``inconclusive`` unless its whole CI lies below ``(1 - threshold) / factor``; a gated row
+    that is not a regression and whose CI's worse end times ``factor`` reaches beyond the
+    threshold is ``inconclusive`` with the reason (it leaves the point undecided: re-record the
+    baseline on a quiet machine). Returns a copy; an undisturbed baseline's table as is."""
+    if disturbance is None or not disturbance.disturbed or verdicts.empty:
+        return verdicts
+    v = verdicts.copy()
+    _, _, high_w = _worse(v)
+    thr = _thresholds(v)
+    verdict = v["verdict"].astype(str).to_numpy()
+    f = float(disturbance.factor)
+    why = "; ".join(disturbance.reasons) or "disturbed"
+    with np.errstate(invalid="ignore"):
+        masked = (np.isin(verdict, (UNCHANGED, INCONCLUSIVE, IMPROVEMENT)) & M.is_gated(v["metric"].astype(str))
+                  & (high_w * f > 1 + thr))
+        faked = (verdict == IMPROVEMENT) & ~(high_w < (1 - thr) / f)
+    note = v["note"].astype(object).where(v["note"].notna(), "").astype(str).to_numpy().copy()
+    for i in np.flatnonzero(faked & ~masked):
+        note[i] = _join(note[i], f"was improvement, within the x{f:.2f} the baseline's contention can "
+                                 f"explain ({why})")
+    for i in np.flatnonzero(masked):
+        was = f"was {verdict[i]}, " if verdict[i] != INCONCLUSIVE else ""
+        note[i] = _join(note[i], f"{DISTURBED_BASELINE}: recorded while {why} ({was}its processes may have run "
+                                 f"up to x{f:.2f} slower, so the CI reaches beyond the threshold; re-record "
+                                 "the baseline on a quiet machine)")
+    v["verdict"] = np.where(masked | faked, INCONCLUSIVE, verdict)
     v["note"] = note
     return v
 

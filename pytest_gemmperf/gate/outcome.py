@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.gate import metrics as M
-from pytest_gemmperf.gate.confirm import suspicious
+from pytest_gemmperf.gate.confirm import DISTURBED_BASELINE, suspicious
 from pytest_gemmperf.gate.headline import change_text
 from pytest_gemmperf.gate.verdict import INCONCLUSIVE, REGRESSION
 from pytest_gemmperf.textsafe import printable
@@ -71,7 +71,8 @@ _TAKEN_BACK = ("(was regression", "not reproduced by the re-run", "confirmation:
 def undecided_rows(verdicts: pd.DataFrame) -> np.ndarray:
     """Rows that leave their point undecided: ``inconclusive`` rows of gated metrics that
     could hide a regression: a regression taken back (a disturbed environment, not reproduced,
-    not confirmed), a CI beyond the threshold on a disturbed point, too few processes to judge,
+    not confirmed), a CI beyond the threshold on a disturbed point or against a disturbed
+    baseline, too few processes to judge,
     or an estimate beyond the threshold on the worse side that the confirmation screen calls
     suspicious (``confirm.suspicious``: q <= 0.5).
 
@@ -89,7 +90,10 @@ def undecided_rows(verdicts: pd.DataFrame) -> np.ndarray:
     notes = v["note"].astype(object).where(v["note"].notna(), "").astype(str)
     taken_back = notes.map(lambda n: any(t in n for t in _TAKEN_BACK)).to_numpy(bool)
     # a disturbed point's CI that reaches beyond the threshold (confirm.apply_disturbance)
-    disturbed = notes.str.contains("noisy environment", regex=False).to_numpy(bool)
+    # or one compared with a baseline recorded on a disturbed machine, which may hide a slower
+    # candidate (confirm.apply_baseline_disturbance)
+    disturbed = (notes.str.contains("noisy environment", regex=False)
+                 | notes.str.contains(DISTURBED_BASELINE, regex=False)).to_numpy(bool)
     too_few = notes.str.contains("too few processes", regex=False).to_numpy(bool)
     leaning = suspicious(v.assign(verdict=INCONCLUSIVE))
     return gated & (taken_back | disturbed | too_few | leaning)
@@ -153,6 +157,8 @@ def what_decides(notes: Iterable[Any]) -> str:
     """What would decide undecided rows, from the reasons their notes give."""
     text = [str(n) for n in notes if isinstance(n, str)]
     hints: list[str] = []
+    if any(DISTURBED_BASELINE in n for n in text):
+        hints.append("the baseline re-recorded on a quiet machine (--gemmperf-update-baselines)")
     if any("noisy environment" in n for n in text):
         hints.append("a re-run on a quiet machine")
     needs = [int(m) for n in text for m in _NEEDS.findall(n)]
@@ -177,7 +183,7 @@ def processes_needed(verdicts: pd.DataFrame) -> tuple[int, int] | None:
         return None
     notes = [n if isinstance(n, str) else "" for n in und["note"]]
     needs = [[int(m) for m in _NEEDS.findall(n)] for n in notes]
-    if not all(needs) or any("noisy environment" in n or "not reproduced" in n for n in notes):
+    if not all(needs) or any(w in n for n in notes for w in ("noisy environment", "not reproduced", DISTURBED_BASELINE)):
         return None
     n_base = int(pd.to_numeric(und["n_base"], errors="coerce").min())
     return max(max(n) for n in needs), n_base

@@ -47,7 +47,7 @@ from pytest_gemmperf.report.before_after import write_point_baseline
 from pytest_gemmperf.run.environment import Disturbance
 from pytest_gemmperf.run.results import POINT_JSON, ResultsDir, moved_test_ids, write_point_json
 from pytest_gemmperf.store.baselines import BaselineStore
-from pytest_gemmperf.store.compare_inputs import gate_evidence, round_record
+from pytest_gemmperf.store.compare_inputs import baseline_disturbance, gate_evidence, round_record
 from pytest_gemmperf.store.record import BaselineRecord
 from pytest_gemmperf.store.verdicts_file import merge_verdicts
 from pytest_gemmperf.sweep import SweepPoint, invalid_env
@@ -132,11 +132,13 @@ class GateStep:
                 history = base.history_for(self.point.id)
                 evidence = gate_evidence(cfg, ConfirmConfig(rounds=max(0, int(self.options.confirm))),
                                          self.store.path_for(self.test_id, result.hw_key), base, base_pt,
-                                         history, result.dispatches, self.reruns.assess(result.environment))
+                                         history, result.dispatches, self.reruns.assess(result.environment),
+                                         baseline_disturbance(base.meta, self.point.id))
                 judge = PointJudge(
                     lambda cand, gate_cfg: self.compare(base_pt, cand, gate_cfg, history),
                     samples, cfg, ConfirmConfig(rounds=evidence["confirm_rounds"]),
-                    Disturbance.from_dict(evidence["first"]["disturbance"]))
+                    Disturbance.from_dict(evidence["first"]["disturbance"]),
+                    Disturbance.from_dict(evidence["baseline"]["disturbance"]))
                 confirmation = self.confirm(result, judge, checked, evidence)
                 self.decide(result, judge, checked, evidence)
                 verdicts = self.verdicts(result, base_pt, judge.verdicts)
@@ -322,16 +324,17 @@ class GateStep:
         if checked.bad_env:  # a run nobody meant (NCCL_NTHREADS=abc) is no reference
             raise fail_now(f"gemmperf: {self.where}: not recorded as a baseline: invalid environment: "
                            f"{'; '.join(checked.bad_env)}")
-        path = self._save(samples, result, checked.rule)
+        noisy = self.reruns.assess(result.environment)
+        path = self._save(samples, result, checked.rule, noisy)
         updating = self.options.update_baselines and base_pt is not None and not base_pt.empty
         what = "updated" if updating else "recorded"
         if updating:
             msg = f"gemmperf: baseline of {self.where} on {result.hw_key} updated at {path}"
         else:
             msg = f"gemmperf: no baseline for {self.where} on {result.hw_key} — recorded one at {path}"
-        noisy = self.reruns.assess(result.environment)
         if noisy.disturbed:
-            msg += f" [{noisy.text}: consider re-recording on a quiet machine]"
+            msg += (f" [{noisy.text}: comparisons against it allow for x{noisy.factor:.2f} and may be "
+                    "undecided; re-record it on a quiet machine]")
         self.messages.append(msg)
         self.reporter.record(PROP_STATUS, f"baseline-{what}")
         self.reporter.record(PROP_BASELINE, str(path))
@@ -399,13 +402,16 @@ class GateStep:
                            "rootdir); not recording a second one: run from the project's directory, "
                            "or record anew with --gemmperf-update-baselines")
 
-    def _save(self, samples: pd.DataFrame, result: PointResult, rule: float | None) -> Path:
+    def _save(self, samples: pd.DataFrame, result: PointResult, rule: float | None,
+              disturbance: Disturbance) -> Path:
         # the store merges per point (BaselineStore.save(merge=True), as `baseline refresh`
         # does): the other points' samples and metadata stay
         point = {"results_dir": str(self.results.root), "env": result.env, "command": result.command,
                  "backend": result.backend.name, "device": result.backend.device}
         if rule is not None:  # the test's own threshold: `gemmperf compare` gates with it too
             point["threshold"] = rule
+        if disturbance.disturbed:  # a slow baseline hides a slower candidate: every compare allows for it
+            point["disturbance"] = disturbance.as_dict()
         seconds = sum(float(r.get("duration_s") or 0.0) for r in result.runs)
         if seconds > 0:  # what --gemmperf-shard balances the CI matrix's jobs by (shard.py)
             point["duration_s"] = round(seconds, 3)

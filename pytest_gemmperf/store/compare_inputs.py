@@ -326,15 +326,25 @@ def samples_digest(samples: pd.DataFrame | None) -> str:
     return hashlib.sha256(pd.util.hash_pandas_object(d, index=False).to_numpy().tobytes()).hexdigest()
 
 
+def baseline_disturbance(meta: object, point: str) -> Disturbance:
+    """The contention of the run that recorded ``point`` of a baseline record (its meta
+    ``points[point].disturbance``); undisturbed when the record says nothing."""
+    points = meta.get("points") if isinstance(meta, dict) else None
+    doc = points.get(point) if isinstance(points, dict) else None
+    return Disturbance.from_dict(doc.get("disturbance") if isinstance(doc, dict) else None)
+
+
 def gate_evidence(cfg: GateConfig, confirm: ConfirmConfig, record_path: Path, base, base_pt: pd.DataFrame,
-                  history: pd.DataFrame | None, dispatches: pd.DataFrame, disturbance: Disturbance) -> dict:
+                  history: pd.DataFrame | None, dispatches: pd.DataFrame, disturbance: Disturbance,
+                  base_disturbance: Disturbance | None = None) -> dict:
     """point.json ``gate`` as the first look knows it: the rule in force, the baseline's
-    identity and the variance history runs used, the first look's processes and disturbance;
-    each re-run round appends its :func:`round_record`."""
+    identity, the contention it was recorded under and the variance history runs used, the
+    first look's processes and disturbance; each re-run round appends its :func:`round_record`."""
     return {"version": GATE_EVIDENCE_VERSION, "threshold": cfg.threshold, "fdr": cfg.fdr,
             "confirm_rounds": confirm.rounds,
             "baseline": {"record": str(record_path), "generation": int(getattr(base, "generation", 0) or 0),
                          "samples_sha256": samples_digest(base_pt),
+                         "disturbance": (base_disturbance or Disturbance(False)).as_dict(),
                          "history_runs": (sorted(set(history["run"].astype(str))) if history is not None
                                           and len(history) else [])},
             "first": {"runs": runs_of(dispatches), "disturbance": disturbance.as_dict()},
@@ -424,7 +434,8 @@ def replay_gate(test: str, point: str, base_pt: pd.DataFrame, cand_pt: pd.DataFr
 
     judge = PointJudge(lambda cand, gate_cfg: compare(base_pt, cand, gate_cfg, test=test, history=hist),
                        rows(first), cfg, ConfirmConfig(rounds=int(gate.get("confirm_rounds") or 0)),
-                       Disturbance.from_dict(first.get("disturbance")))
+                       Disturbance.from_dict(first.get("disturbance")),
+                       Disturbance.from_dict(base_rec.get("disturbance")))
     for r in gate["rounds"]:
         if isinstance(r, dict):
             judge.add_round(rows(r), Disturbance.from_dict(r.get("disturbance")), kind=str(r.get("kind") or CONFIRM))

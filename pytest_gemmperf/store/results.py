@@ -19,6 +19,8 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.selection import select_kernels
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.gate.confirm import worst_disturbance
+from pytest_gemmperf.run.environment import Disturbance
 from pytest_gemmperf.run.results import COMPLETE, check_run, newest_complete_run, point_state, read_json_doc
 from pytest_gemmperf.sweep import invalid_env
 from pytest_gemmperf.store.hardware import hardware_key
@@ -215,10 +217,28 @@ def records_from_results(results_dir: str | os.PathLike, test_filter: str | None
             raise GemmperfInputError(points[0].dir, f"no samples left for {test_id!r} after warm-up removal")
         meta = {"run": run_meta, "results_dir": root.name, "refreshed_at": _now(),
                 "points": {p.point: {**{k: p.doc.get(k) for k in ("kernels", "env", "command", "backend", "threshold")
-                                        if p.doc.get(k) is not None}, **_profiled_seconds(p.doc)}
+                                        if p.doc.get(k) is not None}, **_profiled_seconds(p.doc),
+                                     **_disturbance_field(point_disturbance(p.doc))}
                            for p in points}}
         records.append(BaselineRecord(test_id=test_id, hw_key=hw, samples=samples, meta=meta))
     return records
+
+
+def point_disturbance(doc: dict) -> Disturbance:
+    """The contention a results point's processes ran under (its point.json): the worst of
+    the first look's and every re-run round's, since a baseline made from the point holds all
+    their samples."""
+    gate = doc.get("gate") if isinstance(doc.get("gate"), dict) else {}
+    rounds = [r.get("disturbance") for r in gate.get("rounds") or [] if isinstance(r, dict)]
+    worst = Disturbance(False)
+    for d in (doc.get("disturbance"), *rounds):
+        worst = worst_disturbance(worst, Disturbance.from_dict(d))
+    return worst
+
+
+def _disturbance_field(d: Disturbance) -> dict:
+    # a baseline recorded on a busy machine is allowed for by every comparison against it
+    return {"disturbance": d.as_dict()} if d.disturbed else {}
 
 
 def _profiled_seconds(doc: dict) -> dict:
