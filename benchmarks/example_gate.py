@@ -19,15 +19,10 @@ alone: the rows of the run's ``verdicts.csv`` (any ``regression`` -> *failed*; e
 passed, none failed or skipped). Prints one line per run and a table per case, with the load
 average before and after.
 
-Measured 2026-11-29 on 2 cores shared with ~7 other jobs (load 10-17; ``nice -n 10 ... --runs 2``
-plus one ``--runs 1``): A/A 3 of 3 runs undecided (``inconclusive`` rows, CIs across the 25 %
-threshold), 0 failed; the edit 3 of 3 undecided (``aten::mm`` +47 % to +491 %, confirmed by re-runs
-but within the x4-x8 the measured contention explains), 0 plain ``passed`` verdicts; pytest
-reported all six as passed (the code measured predates the ``undecided`` setting). One earlier
-manual run of the edit at load 0.8-3.9: failed (``aten::mm +151.7% [+64.1, +286.2]``). A quiet
-machine was not available: the quiet-machine figures (A/A passes 10 of 10? the edit fails >= 9
-of 10?) are still to be measured with ``--runs 10``; ``--busy`` was not run (the shared machine
-was already loaded).
+Measured figures, with their dates, loads and commands: docs/statistics.md ("Busy machines and
+undecided points") and the README's table. Run it with nothing else on the machine for the quiet
+cases: the gate measures the host's contention, and another job's load rightly makes a point
+undecided.
 
 Run: ``nice -n 10 python benchmarks/example_gate.py --runs 10 [--busy] [--cases aa,heavy]``
 (about 40 s per A/A run on a quiet 2-core machine, up to ~3 min for a run whose points re-run
@@ -217,6 +212,19 @@ def load() -> float:
         return float("nan")
 
 
+def baseline_contention(store: Path) -> str:
+    """What the store's records say their recording runs were disturbed by (every comparison
+    against a disturbed baseline allows for it), or ``none``."""
+    seen = []
+    for meta in sorted(store.glob("*/*/meta.json")):
+        points = (json.loads(meta.read_text()).get("metadata") or {}).get("points") or {}
+        for point, doc in sorted(points.items()):
+            d = (doc or {}).get("disturbance") or {}
+            if d.get("disturbed"):
+                seen.append(f"{point} x{float(d.get('factor', 1)):.2f} ({'; '.join(d.get('reasons') or [])})")
+    return ", ".join(seen) or "none"
+
+
 def start_burners(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", BURNER], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
@@ -292,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"example suite copied to {root}; {cores()} cores; load {load():.1f} "
               f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", flush=True)
         rc, _, _, secs = pytest_run(root, "baseline", args.pytest_args)
-        print(f"baseline recorded: exit {rc} ({secs:.0f} s, load {load():.1f})", flush=True)
+        print(f"baseline recorded: exit {rc} ({secs:.0f} s, load {load():.1f}; "
+              f"contention kept with it: {baseline_contention(root / STORE)})", flush=True)
         if rc != 0:
             print(f"example_gate: the baseline run failed; see {root / 'logs' / 'baseline.log'}", file=sys.stderr)
             return 2

@@ -58,3 +58,18 @@ def test_the_edit_is_the_readmes_and_is_undone(tmp_path):
     assert eg.SHAPE_AFTER in after and after.count(eg.SHAPE_AFTER) == 1
     eg.set_heavy(tmp_path, False)
     assert test_file.read_text() == before
+
+
+def test_the_baselines_contention_is_read_from_the_store(tmp_path):
+    store = tmp_path / "baselines"
+    assert eg.baseline_contention(store) == "none"  # no store yet
+    rec = store / "cpu-x" / "t.py__t"
+    rec.mkdir(parents=True)
+    points = {"th2": {"disturbance": {"disturbed": True, "reasons": ["3.1 runnable threads on 2 cores"],
+                                      "factor": 1.55}},
+              "th1": {"duration_s": 3.0}}
+    (rec / "meta.json").write_text(json.dumps({"metadata": {"points": points}}))
+    assert eg.baseline_contention(store) == "th2 x1.55 (3.1 runnable threads on 2 cores)"
+    del points["th2"]["disturbance"]
+    (rec / "meta.json").write_text(json.dumps({"metadata": {"points": points}}))
+    assert eg.baseline_contention(store) == "none"
