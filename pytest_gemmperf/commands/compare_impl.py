@@ -22,8 +22,8 @@ from pytest_gemmperf.errors import GemmperfInputError, failure_line
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
 from pytest_gemmperf.gate.compare import GateConfig, compare
 from pytest_gemmperf.store.compare_inputs import (  # noqa: F401 - load_side/load_history/results_hw_key: public here too
-    GatedPoint, _holds_runs, _is_results_dir, all_baseline_records, baseline_disturbance, baseline_records,
-    gated_points, load_history, load_side, newest_run, pair_tests, replay_gate, resolve_hardware_key, results_hw_key, trace_hw_key)
+    GatedPoint, _holds_runs, _is_results_dir, all_baseline_records, baseline_records, gated_points, load_history,
+    load_side, newest_run, pair_tests, replay_gate, resolve_hardware_key, results_hw_key, trace_hw_key)
 from pytest_gemmperf.gate.confirm import apply_baseline_disturbance
 from pytest_gemmperf.gate.outcome import FAILED, UNDECIDED, counts_text, outcome_counts, point_outcomes
 from pytest_gemmperf.gate.headline import format_verdict_table
@@ -344,29 +344,35 @@ def _kernel_threshold(regex: str, text: str) -> float:
 Rules = dict[str, dict[str, "float | None"]]
 
 
-def recorded_rules(path: str, records: list | None = None) -> Rules:
-    """Each test's own threshold (``assert_no_regression(threshold=...)``) as the input recorded
-    it: in a baseline record's point metadata (``records``), or in a results directory's
-    ``point.json`` (the newest complete run of a parent, as :func:`load_side` reads it). Only
-    points that recorded one appear (a results point always records it, None for no rule)."""
-    out: Rules = {}
+def _point_docs(path: str, records: list | None) -> Iterator[tuple[str, str, dict, object]]:
+    """(test, point, what it recorded, where) of every point of an input: a baseline record's
+    point metadata (``records``), or a results directory's ``point.json`` (the newest complete
+    run of a parent, as :func:`load_side` reads it)."""
     if records is not None:
         for rec in records:
             points = rec.meta.get("points") if isinstance(rec.meta, dict) else None
             for point, doc in (points if isinstance(points, dict) else {}).items():
-                if isinstance(doc, dict) and "threshold" in doc:
-                    out.setdefault(str(rec.test_id), {})[str(point)] = _rule(doc["threshold"], rec.test_id)
-        return out
+                if isinstance(doc, dict):
+                    yield str(rec.test_id), str(point), doc, rec.test_id
+        return
     p = Path(path)
     run = newest_run(p) or p
     if not _is_results_dir(run):
-        return out
-
+        return
     for pj in sorted(run.glob("*/*/point.json")):
         doc = read_json_object(pj)
-        if "threshold" in doc and isinstance(doc.get("test_id"), str):
-            point = str(doc.get("point") or pj.parent.name)
-            out.setdefault(doc["test_id"], {})[point] = _rule(doc["threshold"], pj)
+        if isinstance(doc.get("test_id"), str):
+            yield doc["test_id"], str(doc.get("point") or pj.parent.name), doc, pj
+
+
+def recorded_rules(path: str, records: list | None = None) -> Rules:
+    """Each test's own threshold (``assert_no_regression(threshold=...)``) as the input recorded
+    it (:func:`_point_docs`). Only points that recorded one appear (a results point always
+    records it, None for no rule)."""
+    out: Rules = {}
+    for test, point, doc, where in _point_docs(path, records):
+        if "threshold" in doc:
+            out.setdefault(test, {})[point] = _rule(doc["threshold"], where)
     return out
 
 
@@ -375,27 +381,14 @@ Disturbances = dict[str, dict[str, Disturbance]]
 
 
 def recorded_disturbances(path: str, records: list | None = None) -> Disturbances:
-    """The disturbed points of a baseline side: a record's point metadata (``records``), or a
-    results directory's ``point.json`` (its processes' contention, as a refresh would record
+    """The disturbed points of a baseline side (:func:`_point_docs`): the contention a record
+    was recorded under, or a results point's processes ran under (as a refresh would record
     it). Undisturbed points are left out."""
     out: Disturbances = {}
-    if records is not None:
-        for rec in records:
-            points = rec.meta.get("points") if isinstance(rec.meta, dict) else None
-            for point in points if isinstance(points, dict) else {}:
-                d = baseline_disturbance(rec.meta, point)
-                if d.disturbed:
-                    out.setdefault(str(rec.test_id), {})[str(point)] = d
-        return out
-    p = Path(path)
-    run = newest_run(p) or p
-    if not _is_results_dir(run):
-        return out
-    for pj in sorted(run.glob("*/*/point.json")):
-        doc = read_json_object(pj)
+    for test, point, doc, _ in _point_docs(path, records):
         d = point_disturbance(doc)
-        if d.disturbed and isinstance(doc.get("test_id"), str):
-            out.setdefault(doc["test_id"], {})[str(doc.get("point") or pj.parent.name)] = d
+        if d.disturbed:
+            out.setdefault(test, {})[point] = d
     return out
 
 

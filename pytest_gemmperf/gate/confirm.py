@@ -323,6 +323,15 @@ def worst_disturbance(a, b):
     return replace(worse, reasons=reasons)
 
 
+def _rows_to_note(verdicts: pd.DataFrame):
+    """A copy of ``verdicts`` and what a disturbance rule reads of it: the worse-oriented CI
+    (low, high), the thresholds, the verdicts and the notes (a writable array, "" for none)."""
+    v = verdicts.copy()
+    _, low_w, high_w = _worse(v)
+    note = v["note"].astype(object).where(v["note"].notna(), "").astype(str).to_numpy().copy()
+    return v, low_w, high_w, _thresholds(v), v["verdict"].astype(str).to_numpy(), note
+
+
 def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
     """Verdicts of a disturbed point (``run.environment.Disturbance``): ``regression`` /
     ``improvement`` become ``inconclusive`` with the reason, unless the whole CI lies beyond
@@ -332,10 +341,7 @@ def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
     undecided: ``gate.outcome``). Returns a copy; undisturbed tables come back as is."""
     if disturbance is None or not disturbance.disturbed or verdicts.empty:
         return verdicts
-    v = verdicts.copy()
-    _, low_w, high_w = _worse(v)
-    thr = _thresholds(v)
-    verdict = v["verdict"].astype(str).to_numpy()
+    v, low_w, high_w, thr, verdict, note = _rows_to_note(verdicts)
     f = float(disturbance.factor)
     with np.errstate(invalid="ignore"):
         far_worse = low_w > (1 + thr) * f
@@ -343,7 +349,6 @@ def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
     reg, imp = verdict == REGRESSION, verdict == IMPROVEMENT
     down = (reg & ~far_worse) | (imp & ~far_better)
     keep = (reg & far_worse) | (imp & far_better)
-    note = v["note"].astype(object).where(v["note"].notna(), "").astype(str).to_numpy().copy()
     for i in np.flatnonzero(down):
         note[i] = _join(note[i], f"{disturbance.text} (was {verdict[i]}, within the x{f:.2f} the "
                                  "contention can explain; rerun on a quiet machine)")
@@ -382,17 +387,13 @@ def apply_baseline_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFr
     baseline on a quiet machine). Returns a copy; an undisturbed baseline's table as is."""
     if disturbance is None or not disturbance.disturbed or verdicts.empty:
         return verdicts
-    v = verdicts.copy()
-    _, _, high_w = _worse(v)
-    thr = _thresholds(v)
-    verdict = v["verdict"].astype(str).to_numpy()
+    v, _, high_w, thr, verdict, note = _rows_to_note(verdicts)
     f = float(disturbance.factor)
     why = "; ".join(disturbance.reasons) or "disturbed"
     with np.errstate(invalid="ignore"):
         masked = (np.isin(verdict, (UNCHANGED, INCONCLUSIVE, IMPROVEMENT)) & M.is_gated(v["metric"].astype(str))
                   & (high_w * f > 1 + thr))
         faked = (verdict == IMPROVEMENT) & ~(high_w < (1 - thr) / f)
-    note = v["note"].astype(object).where(v["note"].notna(), "").astype(str).to_numpy().copy()
     for i in np.flatnonzero(faked & ~masked):
         note[i] = _join(note[i], f"was improvement, within the x{f:.2f} the baseline's contention can "
                                  f"explain ({why})")
