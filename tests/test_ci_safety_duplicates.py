@@ -241,6 +241,52 @@ def test_run_keys_are_the_data_not_the_row_order_or_the_compaction():
     assert run_keys(moved)["p1"] != keys["p1"]
 
 
+def _key_of_one_point(samples: pd.DataFrame) -> str:
+    """A run key as written in a stored variance history: the point's samples alone, compacted
+    and normalized, hashed column by column (the definition the stored keys were made with)."""
+    import hashlib
+
+    from pytest_gemmperf.gate.samples import compact_samples
+
+    s = record.normalize_samples(compact_samples(samples.reset_index(drop=True)))
+    h = hashlib.sha256()
+    for c in ("point", "kernel", "metric", "unit"):
+        h.update("\x1f".join(s[c].astype(str)).encode("utf-8", "surrogatepass") + b"\x1e")
+    h.update(s["value"].to_numpy(dtype="<f8").tobytes())
+    return "sha256:" + h.hexdigest()[:24]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_points_run_key_ignores_the_other_points_of_the_table(seed):
+    """Keys are made for all points at once: each is still its point's own key, whatever other
+    points (raw, already compacted with their dispatch counts, of other kernels) share the
+    table, in any row order, with or without a choice of points."""
+    from pytest_gemmperf.gate.samples import compact_samples
+
+    rng = np.random.default_rng(seed)
+    names = ["p1", "p10", "p2", "ch28-th256", "ü☃"][: rng.integers(1, 6)]
+    parts = []
+    for i, p in enumerate(names):
+        s = _samples(1000.0 * (i + 1), seed * 10 + i, points=(p,))
+        if rng.random() < 0.4:
+            s = pd.concat([s, s.assign(kernel="nccl", value=s["value"] * 3)], ignore_index=True)
+        if rng.random() < 0.5:
+            s = compact_samples(s, per_unit=int(rng.integers(1, 25)))  # a stored (compacted) point
+        parts.append(s)
+    table = pd.concat(parts, ignore_index=True).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    want = {p: _key_of_one_point(table[table["point"] == p]) for p in names}
+    assert record.run_keys(table) == want
+    some = names[:: 2]
+    assert record.run_keys(table, some + ["absent"]) == {p: want[p] for p in some}
+    assert record.run_keys(table, []) == {}
+
+
+def test_run_keys_stay_those_of_stored_histories():
+    """The key of a fixed table, as every earlier version wrote it into variance histories."""
+    assert record.run_keys(_samples(1000.0, 3, points=("p1", "p2"))) == {
+        "p1": "sha256:c7ed232bfb4bdc1a82ff9ec4", "p2": "sha256:3733aba238665abd4165670b"}
+
+
 # --------------------------------------------------------------------------------- ports
 
 def _listen_on(port: int) -> socket.socket:

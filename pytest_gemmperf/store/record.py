@@ -25,6 +25,7 @@ import yaml
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.store.hardware import sanitize
 from pytest_gemmperf.run.results import base_test_id, distinct_slug
+from pytest_gemmperf.gate.metrics import DISPATCH_COUNT
 from pytest_gemmperf.gate.samples import compact_samples
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -263,16 +264,27 @@ def run_keys(samples: pd.DataFrame, points: Iterable[str] | None = None) -> dict
     """Per point (of ``points`` when given), the identity of a run's data: a SHA-256 of its
     samples as a baseline stores them (compacted, normalized), so raw and stored samples of one
     run, in any row order, give the same key and two runs' data never do."""
-    wanted = None if points is None else set(map(str, points))
+    text = samples["point"].astype(str)
+    if points is not None:
+        wanted = text.isin(set(map(str, points))).to_numpy()
+        samples, text = samples[wanted], text[wanted]
+    if not len(samples):
+        return {}
+    # Compacted and normalized once for all points (each point's rows are what compacting and
+    # normalizing that point alone gives: compaction works per point, kernel and unit, and the
+    # normalized rows sort by point first), except that a table holding dispatch counts is
+    # taken as compacted already: points with and without them are compacted apart.
+    counted = text.isin(set(text[(samples["metric"] == DISPATCH_COUNT).to_numpy()])).to_numpy()
+    parts = [compact_samples(samples[m].reset_index(drop=True)) for m in (counted, ~counted) if m.any()]
+    s = normalize_samples(parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True))
+    columns = {c: s[c].astype(str).to_numpy(dtype=object) for c in _KEY_COLUMNS}
+    values = s["value"].to_numpy(dtype="<f8")
     out = {}
-    for point, part in samples.groupby(samples["point"].astype(str), sort=True, observed=True):
-        if wanted is not None and point not in wanted:
-            continue
-        s = normalize_samples(compact_samples(part.reset_index(drop=True)))
+    for point, rows in sorted(pd.Series(columns["point"]).groupby(columns["point"], sort=False).indices.items()):
         h = hashlib.sha256()
         for c in _KEY_COLUMNS:  # the text itself, not a writer's encoding of it
-            h.update("\x1f".join(s[c].astype(str)).encode("utf-8", "surrogatepass") + b"\x1e")
-        h.update(s["value"].to_numpy(dtype="<f8").tobytes())
+            h.update("\x1f".join(columns[c][rows]).encode("utf-8", "surrogatepass") + b"\x1e")
+        h.update(values[rows].tobytes())
         out[str(point)] = "sha256:" + h.hexdigest()[:24]
     return out
 
