@@ -202,8 +202,9 @@ def measure(cmd: list[str], code: Path = REPO) -> dict[str, float]:
     """Wall, peak RSS (bytes) and CPU seconds of ``cmd`` run in a fresh wrapper process, on the
     code of the checkout ``code``."""
     env = {**os.environ, "PYTHONPATH": str(code)}
+    # run in the checkout: ``python -m`` puts the working directory first on sys.path
     out = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True,
-                         env=env, check=True).stdout.split()
+                         env=env, check=True, cwd=str(code)).stdout.split()
     rc, wall, rss, cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
     if rc not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed with exit code {rc}")

@@ -26,7 +26,7 @@ from pytest_gemmperf.traces.torch_trace import read_torch_trace
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures"
-SHARED = Path("/work/shared/data")
+SHARED = REPO.parent / "shared" / "data"  # beside the checkout, as conftest.SHARED_DATA
 
 
 def _bench():
