@@ -79,7 +79,7 @@ def _edge_cases(tmp_path: Path) -> list[Path]:
     paths.append(_kineto(tmp_path, tie, "tie.pt.trace.json"))
     # more than one 4 MiB block of events: several runs, names and lanes numbered across them
     many = []
-    for i in range(9_000):
+    for i in range(14_000):
         many.append(_x("cpu_op", f"aten::op{i % 7}", 1000 + 10 * i, 5, pid=3 + (i % 5 == 0),
                        **{"External id": i, "Input Dims": [[i % 13, 4]]}))
         many.append(_x("cuda_runtime", "hipLaunchKernel", 1001 + 10 * i, 1, pid=3, correlation=i))
