@@ -57,7 +57,7 @@ def _edge_cases(tmp_path: Path) -> list[Path]:
         _x("cpu_op", "aten::mm", t0, 50, pid=7, External_id=1),
         _x("cuda_runtime", "cudaLaunchKernel", t0 + 1, 2, pid=9, correlation=11),
         _x("cuda_runtime", "cudaLaunchKernel", t0 + 1.5, 2, pid=9, correlation=12),
-        _x("cuda_runtime", "hipArray3DCreate", t0 + 1.7, 2, pid=8, correlation=12),
+        _x("cuda_runtime", "hipArray3DCreate", t0 + 1.7, 2, pid=9, correlation=12),
         _x("cuda_runtime", "cudaMemsetAsync", t0 + 1.8, 2, pid=8, correlation=12, grid=[1, 1, 1]),
         _x("cuda_driver", "cuLaunchKernel", t0 + 2, 2, pid=7),
         _x("user_annotation", "ProfilerStep#3", t0, 100, pid=8),
