@@ -16,9 +16,13 @@ For each size it prints the file size, events and dispatches, and
 * ``decode``: a child process that reads the file and decodes ``traceEvents`` into a typed
   ``msgspec.Struct`` of (ph, cat, name, ts, dur): its wall time and peak RSS;
 * ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
-  that size (the second a re-generation with other timings), wall and peak RSS.
+  that size (the second a re-generation with other timings), wall and peak RSS;
+* ``before`` (``--before CHECKOUT``): the same ``analyze`` on another checkout's code (a
+  change's before, in the same run and under the same load), and whether its ``kernels.csv``
+  and ``summary.json`` are byte-identical to this checkout's.
 
 Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200] [--gzip] [--compare] [--dir DIR]
+       [--before CHECKOUT]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
 system temporary directory).
@@ -194,11 +198,13 @@ print(rc, wall, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime)
 """
 
 
-def measure(cmd: list[str]) -> dict[str, float]:
-    """Wall, peak RSS (bytes) and CPU seconds of ``cmd`` run in a fresh wrapper process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def measure(cmd: list[str], code: Path = REPO) -> dict[str, float]:
+    """Wall, peak RSS (bytes) and CPU seconds of ``cmd`` run in a fresh wrapper process, on the
+    code of the checkout ``code``."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    # run in the checkout: ``python -m`` puts the working directory first on sys.path
     out = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True,
-                         env=env, check=True).stdout.split()
+                         env=env, check=True, cwd=str(code)).stdout.split()
     rc, wall, rss, cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
     if rc not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed with exit code {rc}")
@@ -216,6 +222,8 @@ def main() -> None:
     ap.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed")
     ap.add_argument("--compare", action="store_true", help="also time gemmperf compare A B")
     ap.add_argument("--dir", default=None, help="where the traces are written (deleted after)")
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT", default=None,
+                    help="also run analyze on this checkout's code (a change's before)")
     args = ap.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores")
     rows = []
@@ -241,6 +249,15 @@ def main() -> None:
                   f"peak RSS {ana['rss'] / 2**20:7,.0f} MiB, {ana['cpu_s']:.1f} CPU-s; "
                   f"wall / decode = {ana['wall_s'] / dec['wall_s']:.2f}, "
                   f"CPU / decode = {ana['cpu_s'] / dec['cpu_s']:.2f}")
+            if args.before is not None:
+                old = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
+                                       "--out", str(Path(d) / "before")), code=args.before)
+                row["before"] = old
+                same = all((Path(d) / "out" / f).read_bytes() == (Path(d) / "before" / f).read_bytes()
+                           for f in ("kernels.csv", "summary.json"))
+                print(f"  before ({args.before}):  {old['wall_s']:6.2f} s wall, "
+                      f"peak RSS {old['rss'] / 2**20:7,.0f} MiB, {old['cpu_s']:.1f} CPU-s; "
+                      f"kernels.csv and summary.json {'byte-identical' if same else 'DIFFER'}")
             if args.compare:
                 b = Path(d) / f"b{suffix}"
                 write_trace(b, n, seed=1, gz=args.gzip)
@@ -255,6 +272,8 @@ def main() -> None:
         growth = hi["analyze"]["rss"] / lo["analyze"]["rss"] - 1
         print(f"\npeak RSS growth of analyze from {lo['mb']:,.0f} MB to {hi['mb']:,.0f} MB: "
               f"{growth:+.1%}")
+        if args.before is not None:
+            print(f"the same before: {hi['before']['rss'] / lo['before']['rss'] - 1:+.1%}")
     print(f"load after: {os.getloadavg()[0]:.2f} (1-min)")
 
 

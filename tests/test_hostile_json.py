@@ -297,6 +297,21 @@ def test_hostile_input_is_one_clear_error(tmp_path, monkeypatch, kind, case, mak
     assert not caught, [str(w.message) for w in caught]
 
 
+@pytest.mark.parametrize("case, make", [(c[0], c[1]) for c in KINETO_CASES], ids=[c[0] for c in KINETO_CASES])
+def test_a_slim_read_raises_the_full_reads_error(tmp_path, monkeypatch, case, make):
+    """``gemmperf analyze --no-report`` reads a trace slim (``traces/torch_slim.py``): every
+    check of the full read is kept, in its order, so the one line is the same."""
+    from pytest_gemmperf.traces.torch_slim import SLIM_COLUMNS
+
+    monkeypatch.setenv(ENV_MAX_DECOMPRESSED, "1000000")
+    p = _file(tmp_path, "torch", case, make())
+    with alarm(), pytest.raises(GemmperfInputError) as full:
+        read_torch_trace(p)
+    with alarm(), pytest.raises(GemmperfInputError) as slim:
+        read_torch_trace(p, columns=SLIM_COLUMNS)
+    assert str(slim.value) == str(full.value)
+
+
 def test_kineto_errors_name_the_event(tmp_path):
     p = _file(tmp_path, "torch", "x", k_event("kernel", "ts", True)())
     with pytest.raises(GemmperfInputError) as ei:

@@ -55,6 +55,10 @@ TOTAL_COLUMNS = ("n_dispatches", "total_ns", "first_start_ns", "last_end_ns", "z
 AGENT_COLUMNS = ("source", "host", "pid", "gpu_index", "node_id", "logical_id", "type", "gpu_arch",
                  "product", "cu_count", "wave_size")
 _TOTAL_SCHEMA = {**{c: DISPATCH_SCHEMA[c] for c in TOTAL_KEYS}, **{c: "int64" for c in TOTAL_COLUMNS}}
+#: the dispatch columns :func:`reduce_source` reads (a reader may keep only these), and with a
+#: warm-up to drop (the processes' keys too)
+READ_COLUMNS = (*ROW_KEYS, "start_ns", "end_ns", "dur_ns", "zero_dur", "queue_overlap")
+WARMUP_READ_COLUMNS = (*READ_COLUMNS, *(c for c in PROCESS_KEYS if c not in ROW_KEYS))
 
 
 def dispatch_totals(d: pd.DataFrame) -> pd.DataFrame:
@@ -133,7 +137,8 @@ class SourceTotals:
 
 def reduce_source(src, opts: _Options) -> _Part:
     """Read one source and reduce it (runs in a worker process)."""
-    head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS)
+    head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS,
+                                 WARMUP_READ_COLUMNS if opts.warmup > 0 else READ_COLUMNS)
     out = _Part(head)
     if d is None:
         return out

@@ -30,6 +30,7 @@ one in an array, as a whole-document decode would report it.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import re
 from collections.abc import Callable, Iterator
@@ -78,6 +79,26 @@ class StreamDecodeError(Exception):
         super().__init__(message)
         self.exc = exc
         self.message = message
+
+
+def _malloc_trim() -> Callable[[], object]:
+    """glibc's ``malloc_trim(0)`` (a no-op where the C library has none)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
+
+
+#: Give the C heap's free pages back to the system. A streamed read frees each run's decoded
+#: events before the next block, but glibc keeps freed heap pages resident, and once a 4 MiB
+#: block has been freed it serves blocks of that size from the heap too (its mmap threshold
+#: rises): the small arrays a reader keeps per run then sit between the holes, and the
+#: resident set grows with the file (a 1.2 GB trace: 228 MiB peak RSS instead of 214).
+#: Called after each run; a trim costs far less than decoding the run.
+release_free_memory = _malloc_trim()
 
 
 @contextmanager

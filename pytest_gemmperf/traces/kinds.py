@@ -38,7 +38,7 @@ import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
@@ -132,6 +132,9 @@ class SourceKind:
     output_names: tuple[str, ...] = ()
     #: glob patterns, relative to a stored point's directory, of the files a replay reads
     replay_globs: tuple[str, ...] = ()
+    #: ``read`` for a caller that reads only some dispatch columns (the third argument): a
+    #: reader that keeps less while reading (None: ``read``, the table cut afterwards)
+    read_columns: Callable[[Source, list[str], Sequence[str]], Trace] | None = None
 
     def source(self, files: list[Path], root: Path | None) -> Source:
         """The Source of ``files`` (one output of this kind) with its path provenance;
@@ -335,11 +338,11 @@ def _sniff_torch(p: Probe) -> Match | None:
     return Match.WEAK if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) else None
 
 
-def _read_torch(src: Source, notes: list[str]) -> Trace:
+def _read_torch(src: Source, notes: list[str], columns: Sequence[str] | None = None) -> Trace:
     torch_trace = _reader("torch_trace")
     f = src.files[0]
     try:
-        return torch_trace.read_torch_trace(f)
+        return torch_trace.read_torch_trace(f, columns=columns)
     except NoGpuEvents:
         # a CPU-only run (the CPU example of perf_tests): operators stand in for kernels
         notes.append(f"{f}: no GPU events; reading CPU operators as dispatches")
@@ -424,7 +427,7 @@ KINDS: list[SourceKind] = [
         output_names=tuple(f"*{r}.csv" for r in _CSV_ROLES),
         replay_globs=tuple(f"**/*_{r}.csv" for r in _CSV_ROLES)),
     SourceKind(
-        name="torch", sniff=_sniff_torch, read=_read_torch,
+        name="torch", sniff=_sniff_torch, read=_read_torch, read_columns=_read_torch,
         layout_marks=("*.pt.trace.json", "*.pt.trace.json.gz"), output_names=("*.json", "*.json.gz"),
         # aorta's torch_profiler/ holds Kineto traces under any name
         replay_globs=("**/*.pt.trace.json", "**/*.pt.trace.json.gz", "torch_profiler/**/*.json*")),

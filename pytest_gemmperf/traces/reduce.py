@@ -36,11 +36,12 @@ class SourceRead:
         merge_notes(notes, self.meta_notes if self.read else None, self.read_notes, self.attach_notes)
 
 
-def read_for_reduction(src: Source, point: str | None,
-                       agent_columns: Sequence[str] | None = None) -> tuple[SourceRead, pd.DataFrame | None]:
+def read_for_reduction(src: Source, point: str | None, agent_columns: Sequence[str] | None = None,
+                       columns: Sequence[str] | None = None) -> tuple[SourceRead, pd.DataFrame | None]:
     """Read ``src`` with its provenance: its :class:`SourceRead` (agents cut to
-    ``agent_columns`` where given) and its dispatches, index reset; None when it holds none."""
-    t, read_notes, attach_notes = read_attached(src, point)
+    ``agent_columns`` where given) and its dispatches (those of ``columns`` it has, None: all),
+    index reset; None when it holds none."""
+    t, read_notes, attach_notes = read_attached(src, point, columns)
     head = SourceRead(read_notes=read_notes, attach_notes=attach_notes)
     if t is None:
         return head, None

@@ -147,7 +147,9 @@ def _missing_array(dtype: str, n: int):
     return np.zeros(n, dtype=dtype)
 
 
-def _coerce(df: pd.DataFrame, schema: dict[str, str], path: str | None) -> pd.DataFrame:
+def coerce_columns(df: pd.DataFrame, schema: dict[str, str], path: str | None) -> pd.DataFrame:
+    """``df`` with the columns of ``schema`` (missing ones all-missing) in its dtypes and order,
+    then its other columns; a value that cannot take its column's dtype is an error."""
     n = len(df)
     out: dict[str, Any] = {}
     for col, dtype in schema.items():
@@ -211,7 +213,7 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
         df["category"] = categorize_fn(df["kernel"])
     if path is not None and "file" not in df.columns:
         df["file"] = _constant_categorical(str(path), len(df))
-    out = _coerce(df, DISPATCH_SCHEMA, path)
+    out = coerce_columns(df, DISPATCH_SCHEMA, path)
     out["zero_dur"] = out["dur_ns"].to_numpy() == 0
     out["queue_overlap"] = flag_queue_overlap(out)
     return out
@@ -255,6 +257,13 @@ def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
     n = len(df)
     if n < 2:
         return np.zeros(n, dtype=bool)
+    return overlap_in_lanes(lane_ids(df), df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
+
+
+def lane_ids(df: pd.DataFrame) -> np.ndarray:
+    """One integer per row of ``df`` naming its in-order lane (:func:`flag_queue_overlap`):
+    ``file``, ``pid``, ``agent`` and ``queue`` (else ``stream``) together."""
+    n = len(df)
     codes = [_lane_codes(df[c]) for c in ("file", "pid", "agent") if c in df.columns]
     # the in-order unit is the hardware queue; sources without queues (torch) order by stream
     if "queue" in df.columns:
@@ -266,8 +275,14 @@ def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
     gid = np.zeros(n, dtype=np.int64)
     for c in codes:  # one integer lane id instead of a many-key sort
         gid = gid * (int(c.max()) + 1) + c
-    start = df["start_ns"].to_numpy()
-    end = df["end_ns"].to_numpy()
+    return gid
+
+
+def overlap_in_lanes(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """:func:`flag_queue_overlap` of rows whose lanes are ``gid`` (non-negative integers)."""
+    n = len(gid)
+    if n < 2:
+        return np.zeros(n, dtype=bool)
     # rocprofv3 writes rows in completion-buffer order, which is nearly sorted: a stable sort on
     # start (timsort runs) then a radix sort on the small lane id beats a two-key lexsort
     order = np.argsort(start, kind="stable")
@@ -287,6 +302,21 @@ def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
     flagged_sorted[1:] = same & (s_start[1:] < prev_end)
     out = np.zeros(n, dtype=bool)
     out[order] = flagged_sorted
+    return out
+
+
+def overlap_lane_by_lane(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """:func:`overlap_in_lanes`, one lane at a time: the same flags, with the sort's arrays as
+    long as one lane rather than all rows (a reader that holds millions of dispatches in a
+    few columns keeps its peak near them)."""
+    out = np.zeros(len(gid), dtype=bool)
+    order = np.argsort(gid, kind="stable")  # each lane's rows in their order
+    lanes = gid[order]
+    cuts = np.flatnonzero(lanes[1:] != lanes[:-1]) + 1
+    del lanes
+    for rows in np.split(order, cuts):
+        if len(rows) > 1:
+            out[rows] = overlap_in_lanes(np.zeros(len(rows), dtype=np.int8), start[rows], end[rows])
     return out
 
 
@@ -344,14 +374,14 @@ def finalize_counters(df: pd.DataFrame, path: str | None, *, allow_empty: bool =
             raise GemmperfInputError(path, f"counter value {float(v.iloc[i])!r} is not a finite "
                                            "number", record=f"counter row {i + 1}")
         df["value"] = v.astype("float64")
-    return _coerce(df, COUNTER_SCHEMA, path)
+    return coerce_columns(df, COUNTER_SCHEMA, path)
 
 
 def finalize_agents(df: pd.DataFrame, path: str | None) -> pd.DataFrame:
     df = df.copy(deep=False)
     if path is not None and "file" not in df.columns:
         df["file"] = path
-    return _coerce(df, AGENT_SCHEMA, path)
+    return coerce_columns(df, AGENT_SCHEMA, path)
 
 
 def validate_dispatches(df: pd.DataFrame, path: str | None = None) -> None:

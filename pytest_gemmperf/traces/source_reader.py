@@ -16,7 +16,7 @@ picklable, so a worker process can run it (``traces/parallel.py``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -26,15 +26,23 @@ from pytest_gemmperf.traces.provenance import Source
 from pytest_gemmperf.traces.schema import NoDispatches, Trace, set_columns
 
 
-def read_source(src: Source, notes: list[str] | None = None) -> Trace | None:
-    """Read one source; None (with a note) for a rocprofv3 process that recorded no GPU work."""
+def read_source(src: Source, notes: list[str] | None = None,
+                columns: Sequence[str] | None = None) -> Trace | None:
+    """Read one source; None (with a note) for a rocprofv3 process that recorded no GPU work.
+    ``columns``: the dispatch columns the caller reads (None: all); the dispatches table holds
+    those of them the source's table has, read by the kind's ``read_columns`` where it has one."""
     notes = notes if notes is not None else []
     f = src.files[0]
     kind = kinds.find(src.kind)
     if kind is None:
         raise GemmperfInputError(f, f"unknown source kind {src.kind!r}")
     try:
-        return kind.read(src, notes)
+        if columns is None:
+            return kind.read(src, notes)
+        t = (kind.read_columns(src, notes, columns) if kind.read_columns is not None
+             else kind.read(src, notes))
+        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
+        return t
     except NoDispatches as exc:
         if not kind.empty_is_launcher:
             raise
@@ -46,12 +54,14 @@ def read_source(src: Source, notes: list[str] | None = None) -> Trace | None:
 
 # --------------------------------------------------------------------------- provenance columns
 
-def read_attached(src: Source, point: str | None) -> tuple[Trace | None, list[str], list[str]]:
+def read_attached(src: Source, point: str | None,
+                  columns: Sequence[str] | None = None) -> tuple[Trace | None, list[str], list[str]]:
     """One source read with its provenance attached: (trace or None, the reader's notes, the
-    notes of attaching path information). Picklable, so a worker process can run it
+    notes of attaching path information); ``columns`` as :func:`read_source`'s (a note about
+    the rank needs ``rank`` among them). Picklable, so a worker process can run it
     (``traces/parallel.py``)."""
     notes: list[str] = []
-    t = read_source(src, notes)
+    t = read_source(src, notes, columns)
     if t is None:
         return None, notes, []
     attach: list[str] = []

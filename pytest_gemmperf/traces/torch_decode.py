@@ -22,7 +22,8 @@ from pytest_gemmperf.jsonkeys import KeyScan
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
 from pytest_gemmperf.traces.jsonstream import (JsonPath, JsonSplitter, Repeat, StreamDecodeError,
-                                                decode_error, gc_paused, refuse_repeated_key)
+                                                decode_error, gc_paused, refuse_repeated_key,
+                                                release_free_memory)
 
 TOOL_KEY = "rocprofiler-sdk-tool"
 
@@ -137,6 +138,8 @@ def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> t
                 record = _event_record(piece.items, n, hit.path) or hit.path
                 repeat = (piece.offset - 1 + hit.offset, hit.key, record)
             n += len(piece.items)
+            del piece, keys
+            release_free_memory()
     except _NotKineto:
         raise GemmperfInputError(path, _ROCPROF_GIVEN) from None
     except StreamDecodeError as exc:

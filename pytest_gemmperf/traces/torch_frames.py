@@ -259,7 +259,9 @@ def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
     return rt.reset_index(drop=True)
 
 
-def _cpu_ops_frame(cpu: list[_Event], src: _Src) -> pd.DataFrame:
+def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.DataFrame:
+    """The operators' columns, every value checked; ``shapes``: with their input shapes and
+    types (text, never checked: a reader that does not link kernels to operators skips them)."""
     args = [e.args or _NO_ARGS for e in cpu]
     start, end = _times(src, cpu)
     names = src.shared([e.name for e in cpu])
@@ -269,8 +271,9 @@ def _cpu_ops_frame(cpu: list[_Event], src: _Src) -> pd.DataFrame:
         "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
         "ts_ns": pd.array(start, dtype=INT),
         "dur_ns": pd.array(end - start, dtype=INT),
-        "input_dims": pd.Series(src.shapes([a.input_dims for a in args]), dtype=object),
-        "input_types": pd.Series(src.shapes([a.input_type for a in args]), dtype=object),
+        **({"input_dims": pd.Series(src.shapes([a.input_dims for a in args]), dtype=object),
+            "input_types": pd.Series(src.shapes([a.input_type for a in args]), dtype=object)}
+           if shapes else {}),
         "external_id": _idcol(src, cpu, [a.external_id for a in args], "args.External id"),
         "correlation": _idcol(src, cpu, [a.correlation for a in args], "args.correlation"),
     })

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -65,6 +65,8 @@ from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lo
                                                take, enclosing_ops, group_codes, self_times)
 from pytest_gemmperf.traces.torch_meta import (agents_table, base_time, flavor_of, host_name,
                                                process_pid, rank_of)
+from pytest_gemmperf.traces.torch_slim import (GpuRuns, PidCounts, RuntimeRuns, can_slim,
+                                               most_frequent_pid)
 from pytest_gemmperf.traces.categories import categorize
 
 #: imported from here by discovery, the torch backend and tests
@@ -95,11 +97,17 @@ CPU_OP_COLUMNS = ("name", "pid", "tid", "ts_ns", "dur_ns", "input_dims", "input_
 class _Reading:
     """What a reader keeps of each run of events (:func:`decode_stream`): column frames of the
     events it uses, counts and the first runtime names. Nothing proportional to the file's text
-    or to events it does not use stays in memory."""
+    or to events it does not use stays in memory. ``slim``: every value is checked as in a full
+    read, but of the GPU events and runtime calls only compact columns are kept and of CPU
+    operators and annotations only their pids' counts (:mod:`~pytest_gemmperf.traces.torch_slim`)."""
 
-    def __init__(self, path: str, gpu: bool) -> None:
+    def __init__(self, path: str, gpu: bool, slim: bool = False) -> None:
         self.path = path
         self.gpu = gpu          # the GPU reader (else the CPU-only one)
+        self.slim = slim
+        self.gpu_runs = GpuRuns()       # slim: instead of the GPU and runtime frames
+        self.rt_runs = RuntimeRuns()
+        self.pids = {"cpu": PidCounts(), "ann": PidCounts()}  # slim: instead of their frames
         self.strings: dict[str, str] = {}
         self.rounded = 0
         self.n_gpu = 0
@@ -109,6 +117,7 @@ class _Reading:
                                                      "steps": []}
         self.runtime_names: dict[str, list[str]] = {}  # first names per category (flavor_of)
         self.grid_errors: dict[int, GemmperfInputError] = {}  # by event index
+        self.grid_error_rank: dict[int, int] = {}  # the category rank of each of those events
         self.held = False  # an error was raised in a run: the rest is only counted
 
     def take(self, first: int, events: list[_Event]) -> None:
@@ -132,21 +141,33 @@ class _Reading:
     def _frames(self, src: _Src, by_cat: dict[str, list[_Event]], gpu: list[_Event],
                 gpu_rank: np.ndarray, cpu: list[_Event], cpu_rank: np.ndarray) -> None:
         # the order of a whole-file read: operators, runtime calls, annotations, GPU events
+        slim = self.slim
         if cpu:
-            self.parts["cpu"].append(_cpu_ops_frame(cpu, src).assign(_rank=cpu_rank))
+            ops = _cpu_ops_frame(cpu, src, shapes=not slim)
+            if slim:
+                self.pids["cpu"].add(ops["pid"], cpu_rank)
+            else:
+                self.parts["cpu"].append(ops.assign(_rank=cpu_rank))
         if not self.gpu:
             return
         runtime, rt_rank = _ranked(by_cat, RUNTIME_CATS)
         if runtime:
-            self.parts["rt"].append(_runtime_frame(runtime, src).assign(_rank=rt_rank))
+            rt = _runtime_frame(runtime, src)
+            if slim:
+                self.rt_runs.add(rt, rt_rank)
+            else:
+                self.parts["rt"].append(rt.assign(_rank=rt_rank))
             for cat, events in by_cat.items():
                 if cat in RUNTIME_CATS:
                     names = self.runtime_names.setdefault(cat, [])
                     names += [e.name for e in events[:_FLAVOR_EVENTS - len(names)]]
         annotations = _pick(by_cat, ANNOTATION_CATS)
         if annotations:
-            self.parts["ann_pid"].append(pd.DataFrame({"pid": _idcol(
-                src, annotations, [e.pid for e in annotations], "pid", labels_ok=True)}))
+            ann_pid = _idcol(src, annotations, [e.pid for e in annotations], "pid", labels_ok=True)
+            if slim:
+                self.pids["ann"].add(ann_pid)
+            else:
+                self.parts["ann_pid"].append(pd.DataFrame({"pid": ann_pid}))
         if gpu:
             df = _gpu_frame(gpu, src)
             df["_rank"] = gpu_rank
@@ -158,9 +179,15 @@ class _Reading:
                 for i in over.tolist():
                     self.grid_errors[int(ev[i])] = src.error(
                         gpu[i], "args.grid * args.block is outside int64")
-            self.parts["gpu"].append(df)
+                    self.grid_error_rank[int(ev[i])] = int(gpu_rank[i])
+            if slim:
+                self.gpu_runs.add(df, gpu_rank)
+            else:
+                self.parts["gpu"].append(df)
         if annotations:
-            self.parts["steps"].append(step_ranges(annotations, src))
+            steps = step_ranges(annotations, src)  # checked (and counted) in a slim read too
+            if not slim:
+                self.parts["steps"].append(steps)
 
     def frame(self, kind: str, empty: pd.DataFrame | None = None) -> pd.DataFrame:
         """The runs' frames of one kind as one frame, in a whole-file read's row order."""
@@ -196,32 +223,36 @@ def _ranked(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> tuple[list
     return events, np.concatenate([np.full(len(part), r, dtype=np.int64) for r, part in found])
 
 
-def _read(path: str, gpu: bool) -> tuple[_Reading, Any, int]:
-    reading = _Reading(path, gpu)
+def _read(path: str, gpu: bool, slim: bool = False) -> tuple[_Reading, Any, int]:
+    reading = _Reading(path, gpu, slim)
     doc, n_events = decode_stream(path, reading.take)
     return reading, doc, n_events
 
 
-def read_torch_trace(path: str | os.PathLike) -> Trace:
-    """Read one Kineto trace (``.json`` or gzip-compressed, detected by content)."""
+def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Trace:
+    """Read one Kineto trace (``.json`` or gzip-compressed, detected by content).
+
+    ``columns``: the dispatch columns the caller reads (None: every column). Where they are
+    among :data:`~pytest_gemmperf.traces.torch_slim.SLIM_COLUMNS` the trace is read slim: the
+    same checks, errors and notes, the columns equal to the full table's, but kernels are not
+    linked to their CPU operators and ``meta`` holds neither ``cpu_ops`` nor ``steps``, so
+    memory stays near the dispatches' few columns whatever the trace's CPU side holds."""
     path = os.fspath(path)
-    reading, doc, n_events = _read(path, gpu=True)
+    slim = can_slim(columns)
+    reading, doc, n_events = _read(path, gpu=True, slim=slim)
     if not reading.n_gpu:
         _refuse_device_activity(path, reading.activity)
         raise NoGpuEvents(path, f"no GPU kernel/memcpy/memset events among {n_events} "
                                        "trace events (CPU-only trace, or GPU activity not recorded)")
+    if slim:
+        return _slim_trace(reading, doc, path, n_events, columns)
     empty_src = _Src(path, [])
     cpu_ops = reading.frame("cpu", _cpu_ops_frame([], empty_src))
     rt = runtime_by_correlation(reading.frame("rt", _runtime_frame([], empty_src)))
     ann_pid = reading.frame("ann_pid", pd.DataFrame({"pid": pd.array([], dtype=INT)}))["pid"]
 
     pid = process_pid(rt["pid"], cpu_ops["pid"], ann_pid)
-    host = host_name(doc, path, pid)
-    rank = rank_of(doc.distributedInfo)
-    runtime_names = [n for cat in sorted(reading.runtime_names)
-                     for n in reading.runtime_names[cat]][:_FLAVOR_EVENTS]
-    flavor = flavor_of(doc, runtime_names)
-    agents = agents_table(doc.deviceProperties, path, host, pid)
+    host, rank, flavor, agents = _process_facts(reading, doc, path, pid)
     df = reading.frame("gpu")
     df["pid"] = pid
     df["host"] = host
@@ -256,8 +287,34 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
                                               .rename(columns={"stream": "queue"}))
     out = _order_extra_columns(out)
 
+    meta = _trace_meta(reading, doc, path, n_events, flavor, rank, host, pid, {
+        "grid_semantics": grid_rule,
+        "agent_numbering": _AGENT_NUMBERING,
+        "cpu_ops": cpu_ops[list(CPU_OP_COLUMNS)],
+        "steps": _steps_frame(reading.frame("steps", step_ranges([], empty_src)), cpu_ops)})
+    if columns is not None:
+        out = out[[c for c in columns if c in out.columns]]
+    return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
+
+
+_AGENT_NUMBERING = "torch device index (among the process's visible devices)"
+
+
+def _process_facts(reading: _Reading, doc: Any, path: str,
+                   pid: int | None) -> tuple[str | None, int | None, str, pd.DataFrame]:
+    """The traced process's host, rank, runtime flavour and GPUs (``pid``: its pid)."""
+    host = host_name(doc, path, pid)
+    rank = rank_of(doc.distributedInfo)
+    runtime_names = [n for cat in sorted(reading.runtime_names)
+                     for n in reading.runtime_names[cat]][:_FLAVOR_EVENTS]
+    flavor = flavor_of(doc, runtime_names)
+    return host, rank, flavor, agents_table(doc.deviceProperties, path, host, pid)
+
+
+def _trace_meta(reading: _Reading, doc: Any, path: str, n_events: int, flavor: str,
+                rank: int | None, host: str | None, pid: int | None, middle: dict) -> dict[str, Any]:
     src = reading.src()
-    meta: dict[str, Any] = {
+    return {
         "format": "torch",  # its kind's name (traces/kinds.py)
         "flavor": flavor,
         "versions": {k: getattr(doc, k) for k in _VERSION_KEYS if getattr(doc, k) is not None},
@@ -268,15 +325,33 @@ def read_torch_trace(path: str | os.PathLike) -> Trace:
         "rank": rank,
         "host": host,
         "pid": pid,
-        "grid_semantics": grid_rule,
-        "agent_numbering": "torch device index (among the process's visible devices)",
-        "cpu_ops": cpu_ops[list(CPU_OP_COLUMNS)],
-        "steps": _steps_frame(reading.frame("steps", step_ranges([], empty_src)), cpu_ops),
+        **middle,
         "n_events": n_events,
         "subns_rounded": src.rounded,
         "notes": src.notes(),
     }
+
+
+def _slim_trace(reading: _Reading, doc: Any, path: str, n_events: int,
+                columns: Sequence[str]) -> Trace:
+    """:func:`read_torch_trace`'s Trace from a slim reading: the checks and their order are the
+    full read's (the host process, the GPUs, a grid beyond int64, the base time)."""
+    pid = _slim_process_pid(reading)
+    host, rank, flavor, agents = _process_facts(reading, doc, path, pid)
+    if flavor != "rocprofiler-sdk" and reading.grid_errors:
+        # the first in the dispatches' order, as _apply_grid_semantics raises it
+        ranked = reading.grid_error_rank
+        raise reading.grid_errors[min(reading.grid_errors, key=lambda ev: (ranked[ev], ev))]
+    out = reading.gpu_runs.dispatches(path, {"pid": pid, "host": host, "rank": rank}, columns)
+    meta = _trace_meta(reading, doc, path, n_events, flavor, rank, host, pid,
+                       {"agent_numbering": _AGENT_NUMBERING})
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
+
+
+def _slim_process_pid(reading: _Reading) -> int | None:
+    """``process_pid`` of the columns a full read would hold (the runtime calls one per
+    correlation id, the operators, the annotations), from a slim reading."""
+    return most_frequent_pid([reading.rt_runs.host_pids(), reading.pids["cpu"], reading.pids["ann"]])
 
 
 def _refuse_device_activity(path: str, found: Counter) -> None:

@@ -1,0 +1,239 @@
+"""A Kineto trace read for a per-source reduction: only the dispatch columns it reads, in memory
+that does not grow with the trace's CPU side.
+
+``gemmperf analyze --no-report`` reduces each source to duration rows and totals
+(``analysis/source_totals.py``): per dispatch it reads the kernel, the times and two flags,
+and per trace a few constants (source, host, pid, rank). The full reader
+(:func:`~pytest_gemmperf.traces.torch_trace.read_torch_trace`) keeps every run of events as
+column frames (GPU events with some 30 columns, runtime calls, CPU operators with their input
+shapes) to link each kernel to its operator: about a kilobyte a dispatch. A slim read
+(``read_torch_trace(path, columns=...)`` with ``columns`` among :data:`SLIM_COLUMNS`) runs the
+same checks on every run of events and keeps of it:
+
+* per GPU event its kernel name's code (one string per distinct name), the code of its
+  ``(device, stream)`` lane, its start and its duration in ns (:class:`GpuRuns`): 16 bytes
+  (each in the narrowest integer type that holds a run's values);
+* per runtime call with a correlation id that id, its pid's code and whether it carries launch
+  dimensions (:class:`RuntimeRuns`: what picks the host process when calls share an id): 11
+  bytes;
+* of CPU operators and annotations only how often each pid occurs (:class:`PidCounts`).
+
+Each is kept per category, so that the runs joined category by category are in a whole-file
+read's row order without a sort. The columns it returns equal the full table's, values, dtypes
+and categories alike (the kernel categorical lists its names sorted, as ``astype("category")``
+does), and so do the host process, the errors and the notes.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.traces.categories import categorize
+from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, INT, STR, coerce_columns, lane_ids,
+                                           overlap_lane_by_lane)
+
+#: the dispatch columns a slim read makes, each equal to the full read's
+SLIM_COLUMNS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "kernel", "category",
+                "start_ns", "end_ns", "dur_ns", "zero_dur", "queue_overlap")
+
+
+def can_slim(columns: Iterable[str] | None) -> bool:
+    """Whether a slim read gives ``columns`` (None: every column, which it does not)."""
+    return columns is not None and set(columns) <= set(SLIM_COLUMNS)
+
+
+class PidCounts:
+    """How often each pid occurs among some events, in the order a whole-file read lists them
+    (category by category in ``rank`` order, each in file order): what
+    :func:`~pytest_gemmperf.traces.torch_meta.process_pid` counts, without the pid columns."""
+
+    def __init__(self) -> None:
+        self.by_rank: dict[int, dict[int, int]] = {}
+
+    def add(self, pids: pd.Series, rank: np.ndarray | None = None) -> None:
+        valid = pids.notna().to_numpy()
+        values = pids.to_numpy(dtype=np.int64, na_value=0)[valid]
+        ranks = np.zeros(len(values), np.int64) if rank is None else np.asarray(rank)[valid]
+        for r in np.unique(ranks).tolist():
+            counts = self.by_rank.setdefault(r, {})
+            uniq, first, n = np.unique(values[ranks == r], return_index=True, return_counts=True)
+            for i in np.argsort(first, kind="stable").tolist():  # first appearance first
+                pid = int(uniq[i])
+                counts[pid] = counts.get(pid, 0) + int(n[i])
+
+    def ordered(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for r in sorted(self.by_rank):
+            for pid, n in self.by_rank[r].items():
+                out[pid] = out.get(pid, 0) + n
+        return out
+
+
+def most_frequent_pid(counts: Sequence[PidCounts]) -> int | None:
+    """``process_pid`` of the columns ``counts`` stand for, in that order: the most frequent
+    pid, the first listed on a tie (pandas' ``value_counts`` sorts stably)."""
+    merged: dict[int, int] = {}
+    for c in counts:
+        for pid, n in c.ordered().items():
+            merged[pid] = merged.get(pid, 0) + n
+    return max(merged, key=merged.__getitem__) if merged else None
+
+
+class _ByRank:
+    """Columns of numpy arrays appended a run at a time, kept per category rank: joined rank by
+    rank, each in the order its runs came, they are in a whole-file read's row order."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, dict[str, list[np.ndarray]]] = {}
+
+    def append(self, rank: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+        ranks = np.unique(rank).tolist()
+        for r in ranks:
+            rows = slice(None) if len(ranks) == 1 else rank == r
+            part = self.parts.setdefault(r, {c: [] for c in columns})
+            for c, values in columns.items():
+                part[c].append(values[rows])
+
+    def pop(self, column: str, dtype: type) -> np.ndarray:
+        """One column of every run, joined; its parts are let go."""
+        arrays = [a for r in sorted(self.parts) for a in self.parts[r].pop(column)]
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+
+class GpuRuns:
+    """The GPU events of each run, compact: kernel names and lanes numbered across the file."""
+
+    def __init__(self) -> None:
+        self.kernels: dict[str, int] = {}   # kernel name -> code, in order of appearance
+        self.lanes: dict[tuple, int] = {}   # (device, stream), None for missing -> code
+        self.runs = _ByRank()
+
+    def add(self, df: pd.DataFrame, rank: np.ndarray) -> None:
+        """Keep of a run's GPU frame (``torch_frames._gpu_frame``) what a slim read returns."""
+        kernels, lanes = self.kernels, self.lanes
+        code = np.fromiter((kernels.setdefault(k, len(kernels)) for k in df["kernel"]),
+                           dtype=np.int64, count=len(df))
+        agent = df["agent"].to_numpy(dtype=object, na_value=None)
+        stream = df["stream"].to_numpy(dtype=object, na_value=None)
+        lane = np.fromiter((lanes.setdefault(k, len(lanes)) for k in zip(agent, stream)),
+                           dtype=np.int64, count=len(df))
+        start = df["start_ns"].to_numpy(dtype=np.int64)
+        self.runs.append(rank, {"code": narrow(code), "lane": narrow(lane), "start_ns": start,
+                                "dur_ns": narrow(df["end_ns"].to_numpy(dtype=np.int64) - start)})
+
+    def dispatches(self, path: str, facts: dict, columns: Sequence[str]) -> pd.DataFrame:
+        """The dispatches' ``columns`` (in a whole-file read's row order), with the trace's
+        constants (``facts``: pid, host, rank), as ``finalize_dispatches`` and the torch reader
+        make them. Built column by column in their final dtypes (a constant: one value coerced,
+        then repeated), so that no column passes through one Python object per row, and the
+        runs' parts are let go as their columns are joined."""
+        start = self.runs.pop("start_ns", np.int64)
+        dur = self.runs.pop("dur_ns", np.int64).astype(np.int64)
+        end = start + dur
+        cols: dict[str, object] = {"start_ns": start, "end_ns": end, "dur_ns": dur, "zero_dur": dur == 0}
+        lane = self.runs.pop("lane", np.int32)
+        if "queue_overlap" in columns:
+            cols["queue_overlap"] = overlap_lane_by_lane(self._lane_ids(lane), start, end)
+        del lane
+        names = pd.Series(list(self.kernels), dtype=object).astype(STR)
+        code = self.runs.pop("code", np.int32)
+        cols["kernel"] = pd.Series(pd.Categorical.from_codes(names.cat.codes.to_numpy()[code],
+                                                             dtype=names.dtype))
+        del code
+        cols["category"] = categorize(cols["kernel"])
+        one = pd.DataFrame({"source": ["torch"], "file": [path],
+                            **{c: [facts[c]] for c in ("host", "pid", "rank")}})
+        cols.update(_repeated(coerce_columns(one, _CONSTANT_SCHEMA, path), len(start)))
+        return pd.DataFrame({c: cols[c] for c in columns}, copy=False)
+
+    def _lane_ids(self, lane: np.ndarray) -> np.ndarray:
+        """Per dispatch, the in-order lane the torch reader checks (``schema.lane_ids`` of its
+        ``agent`` and ``stream`` as the queue; file and pid are one value per trace). Those ids
+        depend on which values the rows show first, so they are found on one row per
+        ``(device, stream)`` pair, taken in the order the rows first show them."""
+        if not len(lane):
+            return np.zeros(0, dtype=np.int32)
+        seen, first = np.unique(lane, return_index=True)
+        seen = seen[np.argsort(first)]
+        pairs = list(self.lanes)
+        cols = {}
+        for i, name in ((0, "agent"), (1, "queue")):
+            values = [pairs[k][i] for k in seen.tolist()]
+            cols[name] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
+                                                np.array([v is None for v in values], dtype=bool))
+        ids = np.zeros(len(pairs), dtype=np.int32)
+        ids[seen] = lane_ids(pd.DataFrame(cols))
+        return ids[lane]
+
+
+class RuntimeRuns:
+    """The runtime calls of each run that carry a correlation id: the id, the pid's code and
+    whether the call carries launch dimensions."""
+
+    def __init__(self) -> None:
+        self.pids: dict[int | None, int] = {}  # pid (None: missing) -> code
+        self.runs = _ByRank()
+
+    def add(self, rt: pd.DataFrame, rank: np.ndarray) -> None:
+        """Keep of a run's runtime frame (``torch_frames._runtime_frame``) what picks the host
+        process (``runtime_by_correlation`` drops the calls without a correlation id)."""
+        keep = rt["correlation"].notna().to_numpy()
+        pids = self.pids
+        pid = np.fromiter((pids.setdefault(p, len(pids))
+                           for p in rt["pid"].to_numpy(dtype=object, na_value=None)[keep]),
+                          dtype=np.int64, count=int(keep.sum()))
+        self.runs.append(rank[keep], {
+            "correlation": rt["correlation"].to_numpy(dtype=np.int64, na_value=0)[keep],
+            "pid": narrow(pid), "has_grid": np.asarray(rt["has_grid"].to_numpy(), dtype=bool)[keep]})
+
+    def host_pids(self) -> PidCounts:
+        """The pids ``process_pid`` counts of the runtime calls: one call per correlation id, the
+        one carrying launch dimensions first (``torch_frames.runtime_by_correlation``)."""
+        has_grid = self.runs.pop("has_grid", bool)
+        order = np.concatenate([np.flatnonzero(has_grid), np.flatnonzero(~has_grid)])  # stable
+        del has_grid
+        corr = self.runs.pop("correlation", np.int64)[order]
+        if len(corr) > 1 and not (corr[1:] > corr[:-1]).all():  # an id twice: its first call
+            order = order[np.sort(np.unique(corr, return_index=True)[1])]
+        del corr
+        code = self.runs.pop("pid", np.int32)[order]
+        values = np.array([0 if p is None else p for p in self.pids] or [0], dtype=np.int64)
+        missing = np.array([p is None for p in self.pids] or [True], dtype=bool)
+        counts = PidCounts()
+        counts.add(pd.Series(pd.arrays.IntegerArray(values[code], missing[code])))
+        return counts
+
+
+def narrow(values: np.ndarray) -> np.ndarray:
+    """Non-negative int64 ``values`` in the narrowest of int16, uint32 and int64 that holds
+    them (joined with ``np.concatenate``, runs of several types widen to one that holds all)."""
+    if len(values) and values.min() >= 0:
+        top = values.max()
+        for t in (np.int16, np.uint32):
+            if top <= np.iinfo(t).max:
+                return values.astype(t)
+    return values
+
+
+#: the dispatch columns that hold one value per Kineto trace
+_CONSTANT_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in ("source", "file", "host", "pid", "rank", "point",
+                                                      "run", "pass")}
+
+
+def _repeated(one: pd.DataFrame, n: int) -> dict[str, object]:
+    """The columns of the one-row frame ``one``, its value repeated ``n`` times, dtypes kept."""
+    out: dict[str, object] = {}
+    for c in one.columns:
+        s = one[c]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            codes = s.cat.codes.to_numpy()
+            out[c] = pd.Categorical.from_codes(np.full(n, codes[0], dtype=codes.dtype), dtype=s.dtype)
+        elif str(s.dtype) == INT:
+            out[c] = pd.arrays.IntegerArray(np.full(n, s.to_numpy(dtype=np.int64, na_value=0)[0]),
+                                            np.full(n, bool(s.isna().iloc[0])))
+        else:
+            out[c] = np.full(n, s.to_numpy()[0], dtype=s.dtype)
+    return out
