@@ -314,7 +314,8 @@ def top_oracle(job: Job, pool: gr.ga.StepPool, t: Target, rules: dict, rng: np.r
     s2m = (x["se"] ** 2 - x["resolution_var"]) / scale ** 2
     lines.append(f"  per process (sd): true {100 * per:.3f} %; the gate's (median) "
                  f"{100 * np.median(np.sqrt(s2m)):.3f} %: the larger of the kernel's own "
-                 f"{100 * np.median(np.sqrt(x['own_var'])):.3f} % moderated towards the prior's {100 * np.median(np.sqrt(x['prior_var'])):.3f} % and the sampling floor "
+                 f"{100 * np.median(np.sqrt(x['own_var'])):.3f} % moderated towards the prior's "
+                 f"{100 * np.median(np.sqrt(x['prior_var'])):.3f} % and the sampling floor "
                  f"{100 * np.nanmedian(np.sqrt(x['floor_var'])):.3f} %; plus the timer's term (in the SE) "
                  f"{100 * np.median(np.sqrt(x['resolution_var'])):.3f} %")
     g = float(np.mean(gate))
