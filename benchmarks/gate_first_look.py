@@ -26,8 +26,9 @@ target is met. Every row draws from its own seed (scenario, row), so rows run in
 Run: ``python benchmarks/gate_first_look.py [--quick] [--reps-aa 300 --reps-eff 120]
 [--scenarios ...] [--only LABEL,...] [--jobs N] [--shared-alpha A] [--seed-offset K] [--oracle]``
 (``--shared-alpha``: another level for the ``*`` rows; ``--seed-offset``: another set of
-replicates, to check that a choice is not tuned to one; ``--oracle``: the family rows with the
-simulation's true standard errors plugged in, what any valid test could reach); the table, its command and date are in
+replicates, to check that a choice is not tuned to one; ``--oracle``: the family rows and the top-GEMM
+row with the simulation's true standard errors plugged in, what any valid test could reach: ``oracle``,
+``top_oracle``); rows are printed to stderr as they finish. The table, its command and date are in
 ``docs/statistics.md`` ("First look").
 """
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -48,6 +49,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gate_regimes as gr  # noqa: E402
+from pytest_gemmperf.gate.compare import CV, SHARED  # noqa: E402
 
 DEFAULT, ZERO = "default", "threshold 0"
 DUR = "dur_ns"  # the duration rows of a compare_stats frame
@@ -196,10 +198,12 @@ def oracle(job: Job) -> str | None:
     on 6 df quantiles) and with the gate's own SE and df (significance aside)."""
     pool = _pool(job.scenario)
     t = targets(job.scenario)[job.index]
-    if pool is None or t.regime.kind != "family":
+    if pool is None or t.regime.kind not in ("family", "top"):
         return None
     rng = np.random.default_rng([3000 + gr.ga.SCENARIO_SEEDS[job.scenario] + job.seed_offset, job.index])
     rules = gr.rules_at() if job.shared_alpha is None else gr.rules_at(shared_alpha=job.shared_alpha)
+    if t.regime.kind == "top":
+        return top_oracle(job, pool, t, rules, rng)
     cfg = rules[DEFAULT]
     gemm, top = gr.gemms(pool)
     frames: list = []
@@ -247,6 +251,79 @@ def oracle(job: Job) -> str | None:
     return "\n".join(lines)
 
 
+def top_oracle(job: Job, pool: gr.ga.StepPool, t: Target, rules: dict, rng: np.random.Generator) -> str:
+    """The top-GEMM row's replicates with the simulation's truth plugged in (``--oracle``).
+
+    Its evidence is the top GEMM's change relative to the other kernels of its processes (the
+    test gates every kernel: no controls). A valid test of that one row among the ``m`` rows
+    of its family rejects at about ``a / m`` (Bonferroni; Benjamini-Hochberg with one changed
+    row is the same), ``a`` the whole budget ``fdr`` (the best any rule can give this row) or
+    the gate's share of it ``(1 - shared_alpha) fdr``. At each level: a z test with the true
+    standard error (the estimates' spread over the replicates), the power of a t whose
+    variance is estimated without bias on the kernel's own ``n_b + n_c - 2`` df or on the
+    gate's df (noncentral t, the best a test that estimates the variance on that many df can
+    do), the classic t on the kernel's own variance (the same data), and the gate's own
+    standard error and df (the gate's variance, a Bonferroni level instead of its BH); then
+    the gate's standard error against the true one, part by part (per process)."""
+    cfg = rules[DEFAULT]
+    gemm, top = gr.gemms(pool)
+    name = str(pool.names[top])
+    frames: list = []
+    gate = np.array([gr.one_test(pool, rng, t.regime, gemm, top, confirm=False, rules=rules,
+                                 stats_out=frames)[t.rule][t.measure] for _ in range(job.reps_eff)])
+    cols = ("rel", "se", "df", "m", "own_var", "prior_var", "floor_var", "resolution_var", "n_base", "n_cand")
+    rec = {c: [] for c in cols}
+    for st in frames:
+        metric, kern = st["metric"].astype(str), st["kernel"].astype(str)
+        fam = np.isfinite(st["p_value"].to_numpy(float)) & (metric != CV).to_numpy() \
+            & ~((metric == DUR) & (kern == SHARED)).to_numpy()
+        r = st[(metric == DUR) & (kern == name)].iloc[0]
+        tq = stats.t.ppf(0.5 + cfg.level / 2, float(r["df_rel"]))
+        rec["rel"].append(np.log(r["rel_ratio"]))
+        rec["se"].append((np.log(r["rel_ci_high"]) - np.log(r["rel_ci_low"])) / (2 * tq))
+        rec["df"].append(float(r["df_rel"]))
+        rec["m"].append(int(fam.sum()))
+        for c in cols[4:]:
+            rec[c].append(float(r[c]))
+    x = {c: np.asarray(v, float) for c, v in rec.items()}
+    scale = np.sqrt(1 / x["n_base"] + 1 / x["n_cand"])  # per-process variance -> the change's SE
+    true_se = float(np.std(x["rel"], ddof=1))
+    effect = float(np.mean(x["rel"]))
+    m = float(np.median(x["m"]))
+    own_df = float(np.median(x["n_base"] + x["n_cand"] - 2))
+    gate_df = float(np.median(x["df"]))
+    se_own = np.sqrt(x["own_var"]) * scale
+    share = 1 - cfg.shared_alpha
+    lines = [f"{job.scenario} | {t.label} | {job.reps_eff} replicates (seed offset {job.seed_offset}) | gate: "
+             f"{100 * np.mean(gate):.1f} %",
+             f"  relative change {100 * np.expm1(effect):+.2f} % (mean), true SE {100 * true_se:.3f} %, the gate's "
+             f"(median) {100 * np.median(x['se']):.3f} % on {gate_df:g} df; {m:g} rows in its family"]
+    best = {}
+    for label, a in (("whole budget", cfg.fdr), ("the gate's share", share * cfg.fdr)):
+        lvl = a / m / 2  # two-sided, per row
+        z = np.mean(np.abs(x["rel"]) / true_se > stats.norm.ppf(1 - lvl))
+        nct = {d: float(stats.nct.sf(stats.t.ppf(1 - lvl, d), d, effect / true_se)) for d in (own_df, gate_df)}
+        own = np.mean(np.abs(x["rel"]) / se_own > stats.t.ppf(1 - lvl, x["n_base"] + x["n_cand"] - 2))
+        mine = np.mean(np.abs(x["rel"]) / x["se"] > stats.t.ppf(1 - lvl, x["df"]))
+        best[label] = nct[gate_df]
+        lines.append(f"    {label}, {a:g} / {m:g} rows: z with the true SE {100 * z:.1f} %; t with the true SE on "
+                     f"{own_df:g} df {100 * nct[own_df]:.1f} %, on {gate_df:g} df {100 * nct[gate_df]:.1f} % "
+                     f"(noncentral t); the kernel's own variance (t on {own_df:g} df) {100 * own:.1f} %; the gate's "
+                     f"SE and df {100 * mine:.1f} %")
+    per = true_se / float(np.median(scale))
+    s2m = (x["se"] ** 2 - x["resolution_var"]) / scale ** 2
+    lines.append(f"  per process (sd): true {100 * per:.3f} %; the gate's (median) "
+                 f"{100 * np.median(np.sqrt(s2m)):.3f} %: the larger of the kernel's own "
+                 f"{100 * np.median(np.sqrt(x['own_var'])):.3f} % moderated towards the prior's "
+                 f"{100 * np.median(np.sqrt(x['prior_var'])):.3f} % and the sampling floor "
+                 f"{100 * np.nanmedian(np.sqrt(x['floor_var'])):.3f} %; plus the timer's term (in the SE) "
+                 f"{100 * np.median(np.sqrt(x['resolution_var'])):.3f} %")
+    g = float(np.mean(gate))
+    lines.append("  gate / oracle (t with the true SE on the gate's df): " + ", ".join(
+        f"{label} {g / b:.3f}" for label, b in best.items() if b > 0))
+    return "\n".join(lines)
+
+
 def table(rows: list[Row]) -> str:
     cells = [HEAD] + [r.cells() for r in rows]
     w = [max(len(r[i]) for r in cells) for i in range(len(HEAD))]
@@ -274,6 +351,13 @@ def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str], sha
     return sorted(out, key=later)
 
 
+def _completed(ex: ProcessPoolExecutor, todo: list[Job]):
+    """(job, future) of every job, in the order they finish."""
+    futures = {ex.submit(measure, job): job for job in todo}
+    for f in as_completed(futures):
+        yield futures[f], f
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps-aa", type=int, default=300)
@@ -285,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-alpha", type=float, default=None,
                     help="GateConfig.shared_alpha of both rules (default: the gate's)")
     ap.add_argument("--oracle", action="store_true",
-                    help="family rows only: the same replicates with the true standard errors plugged in")
+                    help="family and top-GEMM rows only: the same replicates with the true standard errors "
+                         "plugged in")
     ap.add_argument("--seed-offset", type=int, default=0,
                     help="added to every row's seed: another set of replicates (0: the documented table)")
     args = ap.parse_args(argv)
@@ -303,8 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     done: dict[tuple[str, int], Row | None] = {}
     with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as ex:
-        results = ex.map(measure, todo) if ex is not None else map(measure, todo)
-        for job, got in zip(todo, results):
+        # each row is printed as soon as it is measured: a run cut short keeps what it finished
+        results = ((job, f.result()) for job, f in _completed(ex, todo)) if ex is not None \
+            else ((job, measure(job)) for job in todo)
+        for job, got in results:
             for i, row in zip((job.index, *job.also), got or [None]):
                 done[job.scenario, i] = row
                 if row is not None:
