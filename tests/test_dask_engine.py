@@ -319,15 +319,16 @@ def kill_worker_plugin(marker: str | None):
 @contextmanager
 def worker_plugin(client, plugin) -> Iterator[None]:
     """``plugin`` on every worker while the block runs, and on none after it. Removing it can
-    meet a worker that the plugin is killing (the scheduler drops the plugin, then its message
-    to that worker fails): then every worker is restarted, and the new ones never had it."""
+    meet a worker that the plugin is killing, or its replacement still registering (the
+    scheduler drops the plugin, then its message to that worker fails, or finds no plugin
+    there): then every worker is restarted, and the new ones never had it."""
     client.register_plugin(plugin, name=KILL_PLUGIN)
     try:
         yield
     finally:
         try:
             client.unregister_worker_plugin(KILL_PLUGIN)
-        except OSError:  # distributed's CommClosedError
+        except (OSError, KeyError):  # distributed's CommClosedError; the worker's "no such plugin"
             client.restart()
 
 
