@@ -14,7 +14,10 @@ import os
 import signal
 import socket
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -90,10 +93,122 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-def _closed_port() -> int:
+@contextmanager
+def _refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections while the block runs: bound, never
+    listening. Held, not closed and handed out: a port closed again is free for anything else
+    on the machine to listen on (another test's server, a pytest-xdist worker's cluster), and a
+    listener there that answers nothing held the client of a test that expected a refusal."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
+
+
+class Relay:
+    """A plain TCP server on 127.0.0.1 that accepts every connection and forwards it to
+    ``target`` (host, port) until :attr:`muted` is set; muted, or without a target, it reads
+    what it gets and answers nothing, the connections left open (a stopped scheduler, another
+    service on the port)."""
+
+    def __init__(self, target: tuple[str, int] | None = None) -> None:
+        self.target = target
+        self.muted = threading.Event()
+        if target is None:
+            self.muted.set()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._socks: list[socket.socket] = [self._server]
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            upstream = None
+            if not self.muted.is_set():
+                try:
+                    upstream = socket.create_connection(self.target, timeout=10)
+                    upstream.settimeout(None)
+                except OSError:
+                    conn.close()
+                    continue
+            with self._lock:
+                self._socks += [x for x in (conn, upstream) if x is not None]
+            threading.Thread(target=self._pump, args=(conn, upstream), daemon=True).start()
+            if upstream is not None:
+                threading.Thread(target=self._pump, args=(upstream, conn), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket | None) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                return
+            if dst is None or self.muted.is_set():
+                if not data:
+                    return
+                continue  # swallowed
+            try:
+                if not data:
+                    dst.shutdown(socket.SHUT_WR)
+                    return
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        with self._lock:
+            for x in self._socks:
+                try:
+                    x.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv / accept
+                except OSError:
+                    pass
+                x.close()
+
+
+@contextmanager
+def relay(target: tuple[str, int] | None = None) -> Iterator[Relay]:
+    r = Relay(target)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def returns_within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()`` in a daemon thread: a test that fails, not a suite that hangs, when it has not
+    returned within ``seconds``."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
+            box.append((False, exc))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        pytest.fail(f"still waiting after {seconds:g} s: hung")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def analyze_fails_in_time(tmp_path: Path, capsys, port: int) -> tuple[str, str]:
+    """``gemmperf analyze --jobs dask://127.0.0.1:PORT`` exits 2 within a minute (a hang fails
+    the test) and writes no table: the address and its one error line."""
+    root = write_inputs(tmp_path / "in", hosts=2, ranks=0, n=10)
+    addr = f"dask://127.0.0.1:{port}"
+    argv = ["analyze", str(root), "--no-report", "--out", str(tmp_path / "o"), "--jobs", addr]
+    assert returns_within(60, lambda: main(argv)) == 2
+    assert not (tmp_path / "o" / "kernels.csv").exists()
+    return addr, _one_line(capsys.readouterr().err)
 
 
 # ------------------------------------------------------------------------ the address, no engine
@@ -161,11 +276,20 @@ needs_engine = pytest.mark.skipif(importlib.util.find_spec("distributed") is Non
 @needs_engine
 def test_an_unreachable_scheduler_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(engine, "CONNECT_TIMEOUT_S", 1.0)
-    root = write_inputs(tmp_path / "in", hosts=2, ranks=0, n=10)
-    addr = f"dask://127.0.0.1:{_closed_port()}"
-    assert main(["analyze", str(root), "--no-report", "--out", str(tmp_path / "o"), "--jobs", addr]) == 2
-    line = _one_line(capsys.readouterr().err)
+    with _refused_port() as port:
+        addr, line = analyze_fails_in_time(tmp_path, capsys, port)
     assert addr in line and "cannot reach the Dask scheduler" in line
+
+
+@needs_engine
+def test_a_port_that_accepts_but_never_answers_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    """Something listens on the port but never speaks Dask's protocol (a stopped scheduler,
+    another service): ``distributed`` waits for its handshake for ever; the command gives up at
+    its connection deadline."""
+    monkeypatch.setattr(engine, "CONNECT_TIMEOUT_S", 1.0)
+    with relay() as silent:
+        addr, line = analyze_fails_in_time(tmp_path, capsys, silent.port)
+    assert addr in line and "did not complete the connection within 1 s" in line
 
 
 KILL_PLUGIN = "gemmperf-test-kill"
@@ -190,6 +314,22 @@ def kill_worker_plugin(marker: str | None):
             os.kill(os.getpid(), signal.SIGKILL)
 
     return KillWorker()
+
+
+@contextmanager
+def worker_plugin(client, plugin) -> Iterator[None]:
+    """``plugin`` on every worker while the block runs, and on none after it. Removing it can
+    meet a worker that the plugin is killing, or its replacement still registering (the
+    scheduler drops the plugin, then its message to that worker fails, or finds no plugin
+    there): then every worker is restarted, and the new ones never had it."""
+    client.register_plugin(plugin, name=KILL_PLUGIN)
+    try:
+        yield
+    finally:
+        try:
+            client.unregister_worker_plugin(KILL_PLUGIN)
+        except (OSError, KeyError):  # distributed's CommClosedError; the worker's "no such plugin"
+            client.restart()
 
 
 @pytest.fixture(scope="module")
@@ -240,6 +380,17 @@ def test_analyze_on_the_cluster_writes_the_serial_bytes(tmp_path, address, input
 
 
 @needs_engine
+def test_results_slower_to_arrive_than_a_poll_are_no_error(tmp_path, monkeypatch, address, inputs):
+    """Waiting for a result has no deadline of its own while the scheduler answers: a task's
+    run and its result's transfer (a source's full tables) may take longer than a check of the
+    scheduler. Here every wait outlasts a check many times over; the bytes are the serial ones."""
+    base, _, serial, _ = inputs
+    monkeypatch.setattr(engine, "POLL_S", 0.002)
+    full = _analyze(tmp_path / "full", base, address)
+    assert full["kernels.csv"] == serial["kernels.csv"]
+
+
+@needs_engine
 def test_compare_on_the_cluster_writes_the_serial_verdicts(tmp_path, address, inputs):
     base, cand, _, verdicts = inputs
     assert _compare(tmp_path / "dask", base, cand, address) == verdicts
@@ -284,6 +435,33 @@ def test_relative_paths_and_settings_mean_what_they_mean_here(tmp_path, monkeypa
     assert dask_line == serial_line and "GEMMPERF_MAX_DECOMPRESSED_BYTES" in serial_line
 
 
+@needs_engine
+def test_a_scheduler_that_stops_answering_mid_run_is_one_line_exit_2(tmp_path, monkeypatch, dask_cluster,
+                                                                      address, capsys):
+    """The scheduler answered the connection, then says nothing more once the tasks are
+    submitted (stopped, or the network between went dark): ``distributed`` waits for its answers
+    for ever; the command gives up when a request goes unanswered for its deadline."""
+    import distributed
+
+    cluster, _ = dask_cluster
+    host, port = cluster.scheduler_address.removeprefix("tcp://").rsplit(":", 1)
+    monkeypatch.setattr(engine, "ANSWER_TIMEOUT_S", 1.0, raising=False)  # fails, not errors, without one
+    monkeypatch.setattr(engine, "POLL_S", 0.2)
+    with relay((host, int(port))) as r:
+        submit = distributed.Client.submit
+
+        def submit_then_go_silent(self, *args, **kwargs):
+            try:
+                return submit(self, *args, **kwargs)
+            finally:
+                r.muted.set()
+
+        monkeypatch.setattr(distributed.Client, "submit", submit_then_go_silent)
+        addr, line = analyze_fails_in_time(tmp_path, capsys, r.port)
+        assert r.muted.is_set()  # the silence began after the connection
+    assert addr in line and "did not answer within 1 s" in line
+
+
 # ---------------------------------------------------- dying workers (last: the nannies restart them)
 
 @needs_engine
@@ -291,11 +469,8 @@ def test_a_worker_killed_mid_run_is_retried_to_the_same_bytes(tmp_path, dask_clu
     _, client = dask_cluster
     base, _, serial, _ = inputs
     marker = tmp_path / "killed"
-    client.register_plugin(kill_worker_plugin(str(marker)), name=KILL_PLUGIN)
-    try:
+    with worker_plugin(client, kill_worker_plugin(str(marker))):
         assert _analyze(tmp_path / "dask", base, address, "--no-report") == serial
-    finally:
-        client.unregister_worker_plugin(KILL_PLUGIN)
     assert marker.exists()  # a worker did die, mid-run
 
 
@@ -303,11 +478,8 @@ def test_a_worker_killed_mid_run_is_retried_to_the_same_bytes(tmp_path, dask_clu
 def test_workers_that_keep_dying_give_one_line_exit_2(tmp_path, dask_cluster, address, capsys):
     _, client = dask_cluster
     root = write_inputs(tmp_path / "in", hosts=2, ranks=0, n=10)
-    client.register_plugin(kill_worker_plugin(None), name=KILL_PLUGIN)
-    try:
+    with worker_plugin(client, kill_worker_plugin(None)):
         assert main(["analyze", str(root), "--no-report", "--out", str(tmp_path / "o"), "--jobs", address]) == 2
-    finally:
-        client.unregister_worker_plugin(KILL_PLUGIN)
     line = _one_line(capsys.readouterr().err)
     assert "Dask workers reading this died 2 time(s)" in line and str(root / "host0") in line
     assert not (tmp_path / "o" / "kernels.csv").exists()

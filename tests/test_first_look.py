@@ -15,6 +15,8 @@ mean, the stratified variance prior, and the same variance history for the CLI a
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -269,6 +271,9 @@ def test_compare_pools_the_same_history_as_the_pytest_gate_step(one_point, pytes
         one_point("--gemmperf-learn-variance", results=r).assert_outcomes(passed=1)
     # the first look of pytest's gate step (no confirmation re-runs)
     one_point("--gemmperf-confirm", "0", results="r4")
+    for r in ("r2", "r3", "r4"):  # this machine's load is kept out (one_point): no run is disturbed
+        point = json.loads((pytester.path / r / SLUG / "ch28-th256" / "point.json").read_text())
+        assert not point["gate"]["first"]["disturbance"]["disturbed"], (r, point["environment"])
     by_pytest = pd.read_csv(pytester.path / "r4" / SLUG / "verdicts.csv")
     monkeypatch.chdir(pytester.path)
     assert main(["compare", "base", "r4", "--out", "cmp", "--no-report", "--jobs", "1"]) in (0, 1)
@@ -279,7 +284,14 @@ def test_compare_pools_the_same_history_as_the_pytest_gate_step(one_point, pytes
     b = by_cli.set_index(key).sort_index()
     assert list(a.index) == list(b.index)
     dur = a.index.get_level_values("metric") == "dur_ns"
-    assert (a.loc[dur, "history_df"] == 6).all()  # two earlier runs of 4 processes, pooled
+    # two earlier runs of 4 processes, pooled. Not by every kernel on every run: a kernel whose
+    # variance in this comparison is improbably far above its history (p < 1e-3,
+    # gate.durations.HISTORY_OUTLIER_P) ignores it, and the stand-in workload's noise is random,
+    # so one of the two kernels does so on about 0.18 % of runs, both on 0.003 % (the rule
+    # simulated with the workload's noise, 200,000 runs). The CLI must then ignore it too (the
+    # columns below are compared whole).
+    hist = a.loc[dur, "history_df"]
+    assert hist.isin([0, 6]).all() and (hist == 6).any(), hist
     for col in ("ratio", "ci_low", "ci_high", "p_value", "q_value", "history_df", "prior_df"):
         np.testing.assert_allclose(b[col].to_numpy(float), a[col].to_numpy(float), rtol=1e-12, err_msg=col)
     for col in ("verdict", "note"):

@@ -22,6 +22,16 @@ Contract:
 * A scheduler that cannot be reached within :data:`CONNECT_TIMEOUT_S`, or that has no worker for
   :data:`NO_WORKERS_TIMEOUT_S` (at the start, or later when every worker has left and none came
   back), is one line naming the address; so is a connection to it lost mid-run.
+* Nothing waits on the scheduler without a deadline: ``distributed`` itself waits for ever on a
+  peer that accepts the connection and then says nothing (its handshake and its requests have
+  no timeout), so every call into the client runs in a helper thread (:func:`_within`) and this
+  process gives up on it at the deadline. Connecting, handshake included, ends within
+  :data:`CONNECT_TIMEOUT_S` (+ :data:`GRACE_S`); while a result is awaited the scheduler must
+  answer a request every :data:`POLL_S` within :data:`ANSWER_TIMEOUT_S` (a task may run, and its
+  result travel, as long as it takes); closing takes at most :data:`CLOSE_TIMEOUT_S`. A missed
+  deadline is one line naming the address and what did not answer. A call given up on is left
+  to its thread (a daemon: it never holds the process at exit); a client that connects after
+  its deadline is closed there.
 * Each task returns, with its result, the fingerprint of the code that computed it (the package
   version and a digest of its source files, :func:`code_fingerprint`). A result from a worker
   running other code than this process is refused with one line naming the worker, never
@@ -54,12 +64,20 @@ from pytest_gemmperf.config import ClusterAddress
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.version import __version__
 
-#: seconds to wait for the scheduler to answer a connection
+#: seconds to wait for the scheduler to answer a connection (handshake included)
 CONNECT_TIMEOUT_S = 20.0
 #: seconds without any worker (at the start, or after every worker left) before giving up
 NO_WORKERS_TIMEOUT_S = 60.0
-#: seconds between checks that workers remain while a result is awaited
+#: seconds between checks that the scheduler answers and workers remain while a result is awaited
 POLL_S = 2.0
+#: seconds the scheduler may take to answer one request (a scheduler busy with a large graph
+#: answers in well under a second; one that takes this long is stopped, or not a scheduler)
+ANSWER_TIMEOUT_S = 30.0
+#: seconds closing the client may take (cancelling what is pending included)
+CLOSE_TIMEOUT_S = 10.0
+#: added to a deadline that ``distributed`` keeps itself, so that its own error, which says more,
+#: comes first where it comes at all
+GRACE_S = 2.0
 #: what installs the engine
 INSTALL = "pip install 'pytest-gemmperf[dask]'"
 #: every task's key starts with this (the scheduler's dashboard shows it)
@@ -151,6 +169,7 @@ def map_on_cluster(call: Callable[[Any], Any], items: Sequence[Any], cluster: Cl
     distributed = _engine(cluster)
     client = _connect(distributed, cluster)
     futures: list[Any] = []
+    answering = True
     try:
         _wait_for_workers(client, cluster)
         cwd, env = os.getcwd(), tuple(sorted(_settings_env().items()))
@@ -172,8 +191,75 @@ def map_on_cluster(call: Callable[[Any], Any], items: Sequence[Any], cluster: Cl
                                                        f"files at the same paths as this process (a shared "
                                                        f"file system)")
             yield result
+    except _Silent:
+        answering = False
+        raise
     finally:
-        _close(client, futures)
+        _close(client, futures, answering)
+
+
+class _NoAnswer(Exception):
+    """A call into the client did not return by its deadline (:func:`_within`)."""
+
+
+class _Silent(GemmperfInputError):
+    """The scheduler stopped answering: closing it politely would wait on it again."""
+
+
+class _Background:
+    """``call()`` started in a daemon thread: nothing can interrupt a thread blocked in
+    ``distributed``, so the caller waits on this instead, with a deadline of its own, and may
+    leave the call to finish alone (a daemon thread never holds the process at exit)."""
+
+    def __init__(self, call: Callable[[], Any], late: Callable[[Any], None] | None = None) -> None:
+        self._call, self._late = call, late
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._outcome: tuple[bool, Any] = (False, None)
+        self._abandoned = False
+        threading.Thread(target=self._run, name="gemmperf-dask-call", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, self._call())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread as raised
+            outcome = (False, exc)
+        with self._lock:
+            self._outcome = outcome
+            self._done.set()
+            abandoned = self._abandoned
+        if abandoned and outcome[0] and self._late is not None:
+            try:
+                self._late(outcome[1])
+            except Exception:  # noqa: BLE001 - nobody is left to tell
+                pass
+
+    def wait(self, seconds: float) -> bool:
+        """Whether the call has returned within ``seconds``."""
+        return self._done.wait(seconds)
+
+    def abandon(self) -> bool:
+        """Leave the call to its thread unless it has returned; ``late`` then gets its value
+        there. False when it had returned after all (read :meth:`value`)."""
+        with self._lock:
+            self._abandoned = not self._done.is_set()
+            return self._abandoned
+
+    def value(self) -> Any:
+        """The call's result, or its exception raised here (only once it has returned)."""
+        ok, got = self._outcome
+        if ok:
+            return got
+        raise got
+
+
+def _within(seconds: float, call: Callable[[], Any], *, late: Callable[[Any], None] | None = None) -> Any:
+    """``call()``'s result (or its exception, raised here), or :class:`_NoAnswer` when it has not
+    returned within ``seconds``; ``late(value)`` runs on what it returns after that."""
+    background = _Background(call, late)
+    if not background.wait(seconds) and background.abandon():
+        raise _NoAnswer(seconds)
+    return background.value()
 
 
 def _engine(cluster: ClusterAddress) -> Any:
@@ -189,16 +275,35 @@ def _engine(cluster: ClusterAddress) -> Any:
 
 
 def _connect(distributed: Any, cluster: ClusterAddress) -> Any:
+    """A client connected to the scheduler, within :data:`CONNECT_TIMEOUT_S` whatever the peer
+    does: ``distributed``'s own timeout covers reaching the port, not a peer that accepts and
+    then never completes the handshake (another service on that port, a stopped scheduler)."""
     try:
-        return distributed.Client(cluster.address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        return _within(CONNECT_TIMEOUT_S + GRACE_S,
+                       lambda: distributed.Client(cluster.address, timeout=CONNECT_TIMEOUT_S,
+                                                  set_as_default=False),
+                       late=lambda client: client.close(timeout=CLOSE_TIMEOUT_S))
+    except _NoAnswer:
+        raise GemmperfInputError(cluster.text, f"the Dask scheduler at {cluster.address} did not complete the "
+                                               f"connection within {CONNECT_TIMEOUT_S:g} s (the port accepts "
+                                               f"connections but does not answer as a Dask scheduler: a "
+                                               f"stopped scheduler, or another service on that port?)") from None
     except (OSError, TimeoutError) as exc:
         raise GemmperfInputError(cluster.text, f"cannot reach the Dask scheduler at {cluster.address} "
                                                f"within {CONNECT_TIMEOUT_S:g} s ({_first_line(exc)})") from None
 
 
+def _silent(cluster: ClusterAddress, what: str) -> _Silent:
+    return _Silent(cluster.text, f"the Dask scheduler at {cluster.address} did not answer within "
+                                 f"{ANSWER_TIMEOUT_S:g} s ({what}); is it stopped or overloaded?")
+
+
 def _wait_for_workers(client: Any, cluster: ClusterAddress) -> None:
     try:
-        client.wait_for_workers(1, timeout=NO_WORKERS_TIMEOUT_S)
+        _within(NO_WORKERS_TIMEOUT_S + ANSWER_TIMEOUT_S,
+                lambda: client.wait_for_workers(1, timeout=NO_WORKERS_TIMEOUT_S))
+    except _NoAnswer:
+        raise _silent(cluster, "asked for its workers") from None
     except (OSError, TimeoutError):
         raise GemmperfInputError(cluster.text, f"no Dask worker joined the scheduler at {cluster.address} within "
                                                f"{NO_WORKERS_TIMEOUT_S:g} s (start some: dask worker "
@@ -206,38 +311,44 @@ def _wait_for_workers(client: Any, cluster: ClusterAddress) -> None:
 
 
 def _result(distributed: Any, client: Any, fut: Any, cluster: ClusterAddress, where: str | None) -> Any:
-    """``fut``'s result, waiting while the cluster has workers; the engine's failures as one
-    line (``where``: the file the task reads), a task's own error as raised."""
+    """``fut``'s result, waited for while the scheduler answers and has workers; the engine's
+    failures as one line (``where``: the file the task reads), a task's own error as raised.
+
+    The wait (the task's run, then its result's transfer) has no deadline of its own: a large
+    trace takes what it takes. What must hold meanwhile is checked every :data:`POLL_S`."""
+    waiting = _Background(fut.result)
     alone_since: float | None = None
-    while True:
-        try:
-            return fut.result(timeout=POLL_S)
-        except distributed.KilledWorker as exc:
-            raise GemmperfInputError(where, f"the Dask workers reading this died {exc.allowed_failures + 1} "
-                                            f"time(s) (killed, or out of memory?); give the workers more "
-                                            f"memory, or rerun with --jobs 1") from None
-        except CancelledError as exc:
-            raise GemmperfInputError(where, f"the Dask scheduler at {cluster.address} cancelled this task "
-                                            f"({_first_line(exc)}); was it restarted?") from None
-        except ImportError as exc:
-            if fut.status == "error" and (exc.name or "").split(".")[0] == "pytest_gemmperf":
-                raise GemmperfInputError(cluster.text, f"a Dask worker cannot import {exc.name}: install "
-                                                       f"pytest-gemmperf (this version) on every worker") from None
-            raise
-        except (OSError, TimeoutError) as exc:
-            if fut.status == "error":
-                raise  # the task's own error (a file it could not read): as the serial path raises it
-            if fut.status != "pending" or not isinstance(exc, TimeoutError):
-                raise GemmperfInputError(cluster.text, f"lost the Dask scheduler at {cluster.address} "
-                                                       f"({_first_line(exc)})") from None
+    while not waiting.wait(POLL_S):
         alone_since = _check_workers(client, cluster, alone_since)
+    try:
+        return waiting.value()
+    except distributed.KilledWorker as exc:
+        raise GemmperfInputError(where, f"the Dask workers reading this died {exc.allowed_failures + 1} "
+                                        f"time(s) (killed, or out of memory?); give the workers more "
+                                        f"memory, or rerun with --jobs 1") from None
+    except CancelledError as exc:
+        raise GemmperfInputError(where, f"the Dask scheduler at {cluster.address} cancelled this task "
+                                        f"({_first_line(exc)}); was it restarted?") from None
+    except ImportError as exc:
+        if fut.status == "error" and (exc.name or "").split(".")[0] == "pytest_gemmperf":
+            raise GemmperfInputError(cluster.text, f"a Dask worker cannot import {exc.name}: install "
+                                                   f"pytest-gemmperf (this version) on every worker") from None
+        raise
+    except OSError as exc:  # TimeoutError included
+        if fut.status == "error":
+            raise  # the task's own error (a file it could not read): as the serial path raises it
+        raise GemmperfInputError(cluster.text, f"lost the Dask scheduler at {cluster.address} "
+                                               f"({_first_line(exc)})") from None
 
 
 def _check_workers(client: Any, cluster: ClusterAddress, alone_since: float | None) -> float | None:
-    """None while the scheduler has workers, else since when it has had none; one line once
-    that is longer than :data:`NO_WORKERS_TIMEOUT_S`."""
+    """None while the scheduler answers and has workers, else since when it has had none; one
+    line once that is longer than :data:`NO_WORKERS_TIMEOUT_S`, or when it does not answer
+    within :data:`ANSWER_TIMEOUT_S`."""
     try:
-        workers = client.nthreads()
+        workers = _within(ANSWER_TIMEOUT_S, client.nthreads)
+    except _NoAnswer:
+        raise _silent(cluster, "asked for its workers while a result was awaited") from None
     except (OSError, TimeoutError) as exc:
         raise GemmperfInputError(cluster.text, f"lost the Dask scheduler at {cluster.address} "
                                                f"({_first_line(exc)})") from None
@@ -250,18 +361,23 @@ def _check_workers(client: Any, cluster: ClusterAddress, alone_since: float | No
     return now if alone_since is None else alone_since
 
 
-def _close(client: Any, futures: list[Any]) -> None:
-    """Cancel what is still pending and close the client; a scheduler already gone is no error
-    here (the reason the run stopped is reported instead)."""
-    pending = [f for f in futures if f is not None and not f.done()]
-    try:
-        if pending:
-            client.cancel(pending)
-    except Exception:  # noqa: BLE001 - best effort while stopping
-        pass
-    try:
-        client.close(timeout=CONNECT_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - best effort while stopping
+def _close(client: Any, futures: list[Any], answering: bool) -> None:
+    """Cancel what is still pending and close the client, within :data:`CLOSE_TIMEOUT_S`; a
+    scheduler already gone, or silent, is no error here (the reason the run stopped is reported
+    instead). A silent scheduler is not asked to cancel anything (it would not answer)."""
+    pending = [f for f in futures if f is not None and not f.done()] if answering else []
+
+    def close() -> None:
+        try:
+            if pending:
+                client.cancel(pending)
+        except Exception:  # noqa: BLE001 - best effort while stopping
+            pass
+        client.close(timeout=CLOSE_TIMEOUT_S)
+
+    try:  # a silent scheduler: closing goes on in the background, nobody waits for it
+        _within(CLOSE_TIMEOUT_S + GRACE_S if answering else 0.0, close)
+    except Exception:  # noqa: BLE001 - best effort while stopping (_NoAnswer included)
         pass
 
 
