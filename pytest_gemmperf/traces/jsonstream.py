@@ -85,7 +85,7 @@ def _malloc_trim() -> Callable[[], object]:
     """glibc's ``malloc_trim(0)`` (a no-op where the C library has none)."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no such symbol, or no process handle (Windows)
         return lambda: None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
