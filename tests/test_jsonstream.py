@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_gemmperf.errors import GemmperfInputError
@@ -91,6 +91,14 @@ _DOC = json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "x
 @given(at=st.integers(0, len(_DOC) - 1), byte=st.sampled_from(list(b'{}[],:"\\x0 ')),
        how=st.sampled_from(["replace", "insert", "delete", "truncate"]),
        block=st.sampled_from([5, 97, 1 << 20]))
+# a comma or bracket with no element before it, met in a block after the last boundary:
+# "[ ," (a leading comma), "}, ," (two commas) and "}, ]" (a trailing comma)
+@example(at=108, byte=ord(","), how="replace", block=5)
+@example(at=111, byte=ord(","), how="replace", block=5)
+@example(at=225, byte=ord(","), how="insert", block=5)
+@example(at=226, byte=ord(","), how="replace", block=5)
+@example(at=225, byte=ord("]"), how="replace", block=5)
+@example(at=226, byte=ord("]"), how="insert", block=5)
 def test_damaged_document_fails_with_the_whole_document_message(at, byte, how, block):
     """A damaged document is refused at the byte a whole-document decode names (the wording may
     differ: the decoder sees one run of elements) or, where the damage leaves valid JSON, read
@@ -123,6 +131,29 @@ def test_damaged_document_fails_with_the_whole_document_message(at, byte, how, b
         pytest.fail(f"valid JSON refused: {message}")
     elif isinstance(whole, dict) and isinstance(whole.get("traceEvents"), list):
         assert items == whole["traceEvents"]
+
+
+@pytest.mark.parametrize("text", [b'{"traceEvents": [ ,{"a": 1}]}', b'{"traceEvents": [,]}',
+                                  b'{"traceEvents": [{"a": 1},  ,{"a": 2}]}',
+                                  b'{"traceEvents": [{"a": 1}, {"a": 2},\n ]}',
+                                  b'{"traceEvents": [{"a": 1},,]}'])
+def test_a_missing_element_is_refused_at_the_whole_document_byte(text):
+    """A comma or bracket with no element before it is a syntax error wherever the blocks end
+    (a block may end just after the comma before it), named at the byte a whole-document decode
+    names, by a typed decoder too (the syntax is wrong before any element's type is)."""
+    class Ev(msgspec.Struct):
+        a: int
+
+    with pytest.raises(msgspec.DecodeError) as whole:
+        msgspec.json.decode(text)
+    at_byte = re.search(r"\(byte \d+\)", str(whole.value)).group(0)
+    dec = msgspec.json.Decoder(list[Ev]).decode
+    for block in range(1, len(text) + 1):
+        sp = JsonSplitter(_blocks(text, block), lambda p: dec if p == ("traceEvents",) else None, 1)
+        with pytest.raises(StreamDecodeError) as ei:
+            list(sp.pieces())
+        assert isinstance(ei.value.exc, msgspec.DecodeError), block
+        assert at_byte in ei.value.message, (block, ei.value.message, str(whole.value))
 
 
 def test_validation_error_names_the_element_in_the_document():

@@ -238,6 +238,7 @@ class JsonSplitter:
         offset of its closing bracket."""
         index = 0
         want = 1
+        after_comma = False  # whether _buf[0] follows a comma between elements
         while True:
             if len(self._buf) < want and not self._eof:
                 self._more(want - len(self._buf))
@@ -248,6 +249,7 @@ class JsonSplitter:
                 items = _try(decode, data)
                 if items is not None:
                     self._drop(cut + 1)  # before the piece is used: one copy of the text less
+                    after_comma = True
                     yield Piece(path, index, items, data, self._buf_off - cut - 1)
                     index += len(items)
                     want = len(self._buf) + 1
@@ -262,20 +264,26 @@ class JsonSplitter:
                     raise AssertionError("unreachable: an open array decoded")
                 want = 2 * len(self._buf) + 1  # one large element: read on, rescan once
                 continue
-            if close is None or self._buf[:end].strip(_WS):
-                data = _wrap(self._buf, end)
-                items = self._decode_or_raise(decode, data, index, path)
-                if items:
-                    yield Piece(path, index, items, data, self._buf_off)
-                index += len(items)
-                del data
+            if not self._buf[:end].strip(_WS):
+                if close is not None and not after_comma:
+                    return close  # "[ ]": an empty array
+                # no element before this comma or bracket: "[ ,", ", ," or ", ]"
+                self._refuse_missing_element(end, after_comma, index, path)
+            data = _wrap(self._buf, end)
+            items = self._decode_or_raise(decode, data, index, path)
+            if items:
+                yield Piece(path, index, items, data, self._buf_off)
+            index += len(items)
+            del data
             if close is not None:
                 return close
             self._drop(end + 1)
+            after_comma = True
             want = len(self._buf) + 1
 
     def _decode_or_raise(self, decode: Callable[[bytes], list], data: bytes, index: int,
-                         path: JsonPath) -> list:
+                         path: JsonPath, prefix: int = 1) -> list:
+        """``decode(data)``, or its error in document terms (``data[prefix]`` is ``_buf[0]``)."""
         try:
             return decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError,
@@ -283,7 +291,20 @@ class JsonSplitter:
             earlier = self._frame_error()
             if earlier is not None:
                 raise earlier from None
-            raise StreamDecodeError(exc, _rewrite(exc, self._buf_off - 1, index, path)) from None
+            raise StreamDecodeError(exc, _rewrite(exc, self._buf_off - prefix, index,
+                                                  path)) from None
+
+    def _refuse_missing_element(self, end: int, after_comma: bool, index: int,
+                                path: JsonPath) -> None:
+        """Raise the decoder's error for the missing element before the comma or bracket at
+        ``_buf[end]`` (only whitespace precedes it). Decoded alone, ``[`` whitespace ``]``
+        would be an empty run, so the text is given the context the document has: the comma
+        that ``_buf`` follows, after an element. The syntax decides, not the element type,
+        so any decoder names the byte a whole-document decode names."""
+        head = b"[0," if after_comma else b"["
+        data = b"".join((head, memoryview(self._buf)[:end + 1]))
+        self._decode_or_raise(msgspec.json.decode, data, index, path, prefix=len(head))
+        raise AssertionError("unreachable: a missing element decoded")
 
     def _frame_error(self) -> StreamDecodeError | None:
         """A syntax error in the frame read so far (it comes first in the document)."""
