@@ -87,9 +87,13 @@ SUBPROCESS_CONFTEST = """
 import os
 
 from pytest_gemmperf.pytest_glue import summary
+from pytest_gemmperf.run import environment
 
 os.fsync = lambda fd: None
 summary.write_results_reports = lambda *args, **kwargs: None
+# the host's load is the test machine's (another xdist worker), not what these sessions test: a
+# baseline recorded beside it would be "disturbed" and leave every comparison undecided
+environment.read_proc_stat = lambda *args, **kwargs: None
 """
 
 
