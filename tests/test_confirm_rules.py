@@ -312,14 +312,21 @@ MASKED = ("noisy environment: load 9.0 on 2 CPUs; 2 other points (the CI reaches
     (0.5, 1.1, "inconclusive", "inconclusive", ""),  # crosses on the better side only
 ])
 def test_disturbance_downgrades_unless_far_beyond(metric, lo_w, hi_w, verdict, after, note):
+    _check_rule(apply_disturbance, LOUD, metric, lo_w, hi_w, verdict, after, note)
+
+
+def _check_rule(rule, disturbance, metric, lo_w, hi_w, verdict, after, note) -> pd.DataFrame:
+    """``rule(row, disturbance)`` of one row whose worse-oriented CI is [lo_w, hi_w] (stored the
+    other way up for a higher-is-better metric) gives ``after`` with ``note``, on a copy."""
     r = {"metric": metric, "ratio": math.sqrt(lo_w * hi_w), "ci_low": lo_w, "ci_high": hi_w}
     if metric == BUSBW:  # the same change, stored the other way up
         r = {"metric": metric, "ratio": 1 / r["ratio"], "ci_low": 1 / hi_w, "ci_high": 1 / lo_w}
     v = rows(r | {"verdict": verdict, "note": ""})
-    out = apply_disturbance(v, LOUD)
+    out = rule(v, disturbance)
     assert out["verdict"].tolist() == [after]
     assert out["note"].tolist() == [note]
     assert v["verdict"].tolist() == [verdict]  # a copy
+    return out
 
 
 def test_disturbance_joins_notes_and_reads_a_missing_threshold_as_zero():
@@ -420,14 +427,7 @@ FAKED = "was improvement, within the x2.00 the baseline's contention can explain
 def test_a_disturbed_baseline_hides_a_slower_candidate(metric, lo_w, hi_w, verdict, after, note):
     from pytest_gemmperf.gate.confirm import apply_baseline_disturbance
 
-    r = {"metric": metric, "ratio": math.sqrt(lo_w * hi_w), "ci_low": lo_w, "ci_high": hi_w}
-    if metric == BUSBW:  # the same change, stored the other way up
-        r = {"metric": metric, "ratio": 1 / r["ratio"], "ci_low": 1 / hi_w, "ci_high": 1 / lo_w}
-    v = rows(r | {"verdict": verdict, "note": ""})
-    out = apply_baseline_disturbance(v, SLOW_BASE)
-    assert out["verdict"].tolist() == [after]
-    assert out["note"].tolist() == [note]
-    assert v["verdict"].tolist() == [verdict]  # a copy
+    out = _check_rule(apply_baseline_disturbance, SLOW_BASE, metric, lo_w, hi_w, verdict, after, note)
     o = point_outcome(out)
     assert o.outcome == ("failed" if after == "regression" else "undecided" if note.startswith("disturbed") else
                          "passed")
