@@ -432,19 +432,11 @@ def compare_test(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str, h
     (``replay_gate``), and what cannot be reproduced is said on stderr. ``base_noise``: the
     contention each baseline point was recorded under (:func:`recorded_disturbances`), allowed
     for in the points compared anew (a replayed point uses what the gate recorded)."""
-    fresh = _compare_fresh(b, c, cfg, test, history, rules, gated)
-    if not base_noise or fresh.empty:
-        return fresh
-    point = fresh["point"].astype(str)
-    replayed = {p for p, g in (gated or {}).items() if g.compared and g.gate is not None}
-    parts = [apply_baseline_disturbance(rows, base_noise[p]) if p in base_noise and p not in replayed else rows
-             for p, rows in fresh.groupby(point, sort=False)]
-    return pd.concat(parts).loc[fresh.index] if parts else fresh
 
+    def anew(bg: pd.DataFrame, cg: pd.DataFrame, thr: float) -> pd.DataFrame:
+        v = compare(bg, cg, dataclasses.replace(cfg, threshold=thr), test=test, history=history)
+        return _allow_for_baseline(v, base_noise or {})
 
-def _compare_fresh(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str, history,
-                   rules: dict[str, tuple[float | None, str]],
-                   gated: dict[str, GatedPoint] | None) -> pd.DataFrame:
     frames = []
     replayed: set[str] = set()
     for point, g in sorted((gated or {}).items()):
@@ -473,12 +465,22 @@ def _compare_fresh(b: pd.DataFrame, c: pd.DataFrame, cfg: GateConfig, test: str,
         groups.setdefault(cfg.threshold if rule is None else rule, []).append(point)
     if len(groups) <= 1:
         thr = next(iter(groups), cfg.threshold)
-        frames.append(compare(b, c, dataclasses.replace(cfg, threshold=thr), test=test, history=history))
+        frames.append(anew(b, c, thr))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     for thr, points in groups.items():
         bg, cg = b[b["point"].astype(str).isin(points)], c[c["point"].astype(str).isin(points)]
-        frames.append(compare(bg, cg, dataclasses.replace(cfg, threshold=thr), test=test, history=history))
+        frames.append(anew(bg, cg, thr))
     return pd.concat(frames, ignore_index=True)
+
+
+def _allow_for_baseline(verdicts: pd.DataFrame, base_noise: dict[str, Disturbance]) -> pd.DataFrame:
+    """``verdicts`` with each point's baseline contention allowed for (``apply_baseline_disturbance``)."""
+    if verdicts.empty or not base_noise:
+        return verdicts
+    point = verdicts["point"].astype(str)
+    parts = [apply_baseline_disturbance(rows, base_noise[p]) if p in base_noise else rows
+             for p, rows in verdicts.groupby(point, sort=False)]
+    return pd.concat(parts).loc[verdicts.index]
 
 
 def threshold_line(used: dict[str, dict[str, tuple[float | None, str]]], fallback: float, origin: str) -> str:
