@@ -1,5 +1,6 @@
-"""Peak memory and wall time of ``gemmperf analyze`` on a generated Kineto trace of a given size,
-against a typed msgspec decode of the fields any reader needs, measured in the same run.
+"""Peak memory and wall time of ``gemmperf analyze`` on a generated Kineto trace (or rocprofv3
+JSON) of a given size, against a typed msgspec decode of the fields any reader needs, measured
+in the same run.
 
 The trace is written (streamed, never held) into a temporary directory and deleted afterwards:
 per dispatch a ``cpu_op`` with shapes, a ``python_function``, the runtime launch, the kernel
@@ -8,21 +9,30 @@ flow pair (``ph`` s/f), plus ``ProfilerStep#N`` annotations every 1,000 dispatch
 kernel names (long templated C++ names, as real traces have), epoch-scale timestamps in µs with
 3 fractional digits. About 2 KB of JSON per dispatch: ~600k dispatches at 1.2 GB.
 
+``--format rocprof-json``: a rocprofv3 7.x ``--output-format json`` file instead (compact, as
+rocprofv3 writes it; rocprofv3-formats.md §4): one process, 8 GPU agents and a CPU agent, 120
+kernel symbols, per dispatch a ``kernel_dispatch`` record (4 queues per GPU) and a
+``hipLaunchKernel`` record in ``hip_api``, a ``memory_copy`` record every 50 dispatches; about
+620 bytes a dispatch.
+
 For each size it prints the file size, events and dispatches, and
 
 * ``analyze``: ``gemmperf analyze FILE --no-report --jobs 1`` in a child process: its wall time
   and peak RSS (``getrusage(RUSAGE_CHILDREN)`` of a fresh wrapper process, so the figure is
   the analyze process's own maximum resident set);
 * ``decode``: a child process that reads the file and decodes ``traceEvents`` into a typed
-  ``msgspec.Struct`` of (ph, cat, name, ts, dur): its wall time and peak RSS;
+  ``msgspec.Struct`` of (ph, cat, name, ts, dur) (rocprofv3: the dispatch records' start, end,
+  kernel id, agent and queue): its wall time and peak RSS;
+* ``own schema``: the whole file decoded at once with the reader's own msgspec schema (every
+  field its checks read): what an exact reader cannot do without, in time;
 * ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
   that size (the second a re-generation with other timings), wall and peak RSS;
 * ``before`` (``--before CHECKOUT``): the same ``analyze`` on another checkout's code (a
   change's before, in the same run and under the same load), and whether its ``kernels.csv``
   and ``summary.json`` are byte-identical to this checkout's.
 
-Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200] [--gzip] [--compare] [--dir DIR]
-       [--before CHECKOUT]
+Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200] [--format torch|rocprof-json]
+       [--gzip] [--compare] [--dir DIR] [--before CHECKOUT]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
 system temporary directory).
@@ -168,6 +178,125 @@ def write_trace(path: Path, n_dispatch: int, seed: int = 0, gz: bool = False) ->
     return n_events
 
 
+#: rocprofv3 JSON bytes per dispatch (its kernel_dispatch record, a hip_api record, and a
+#: memory_copy record every 50 dispatches; measured from the generator's output)
+ROCPROF_BYTES_PER_DISPATCH = 620
+ROCPROF_EPOCH_NS = 63_857_982_592_000  # rocprofiler-sdk's timestamps: ns since boot
+
+
+def _rocprof_frame(pid: int, n_names: int = 120) -> dict:
+    """One process element of a rocprofv3 7.x JSON (rocprofv3-formats.md §4) without its
+    records: metadata, a CPU and 8 GPU agents, ``n_names`` kernel symbols (kernel_id 1..n; id 0
+    the empty placeholder real files start with) and the other sections, empty."""
+    names = kernel_names(n_names)
+    gpus = [{"size": 1072, "id": {"handle": 37946 + 13 * g}, "type": 2, "cpu_cores_count": 0,
+             "simd_count": 1024, "wave_front_size": 64, "num_xcc": 8, "cu_count": 256,
+             "array_count": 32, "simd_per_cu": 4, "max_engine_clk_fcompute": 2400,
+             "gfx_target_version": 90500, "name": "gfx950", "vendor_name": "AMD",
+             "product_name": "AMD Instinct MI350X", "model_name": "", "node_id": 2 + g,
+             "logical_node_id": 2 + g, "logical_node_type_id": g, "gpu_index": g}
+            for g in range(8)]
+    cpu = {"size": 1072, "id": {"handle": 37933}, "type": 1, "cpu_cores_count": 128,
+           "simd_count": 0, "wave_front_size": 0, "num_xcc": 0, "cu_count": 0, "name": "AMD EPYC 9575F",
+           "vendor_name": "CPU", "product_name": "AMD EPYC 9575F 64-Core Processor", "model_name": "",
+           "node_id": 0, "logical_node_id": 0, "logical_node_type_id": 0, "gpu_index": -1}
+    symbols = [{"size": 88, "kernel_id": 0, "code_object_id": 0, "kernel_name": "",
+                "formatted_kernel_name": "", "demangled_kernel_name": "", "truncated_kernel_name": ""}]
+    for k, name in enumerate(names, start=1):
+        short = name.split("(")[0].split("<")[0].replace("void ", "")
+        symbols.append({"size": 88, "kernel_id": k, "code_object_id": 1 + k % 7,
+                        "kernel_name": f"_Z{len(short)}{short.replace('::', '_')}v.kd",
+                        "kernel_object": 140341013919104 + 4096 * k, "kernarg_segment_size": 40,
+                        "kernarg_segment_alignment": 16, "group_segment_size": 0,
+                        "private_segment_size": 0, "sgpr_count": 48 + k % 16,
+                        "arch_vgpr_count": 8 * (1 + k % 32), "accum_vgpr_count": 0,
+                        "kernel_code_entry_byte_offset": 4736,
+                        "kernel_address": {"handle": 140341013923840 + 4096 * k},
+                        "formatted_kernel_name": name, "demangled_kernel_name": name,
+                        "truncated_kernel_name": short})
+    empty_lists = ("hsa_api", "marker_api", "rccl_api", "memory_allocation", "scratch_memory",
+                   "rocdecode_api", "rocjpeg_api", "pc_sample_host_trap", "pc_sample_stochastic")
+    return {
+        "metadata": {"node": {"id": 0, "hash": 0, "machine_id": "7a08373dca364ee48cb645887d6f3084",
+                              "system_name": "Linux", "hostname": "gen-node-0", "release": "5.15.0",
+                              "version": "#170-Ubuntu SMP", "hardware_name": "x86_64",
+                              "domain_name": "(none)"},
+                     "pid": pid, "init_time": ROCPROF_EPOCH_NS - 10**9, "fini_time": 0,
+                     "command": ["python3", "-u", "train.py"],
+                     "config": {"output_path": "/tmp/out", "kernel_rename": False, "group_by_queue": False}},
+        "agents": [cpu, *gpus], "counters": [],
+        "strings": {"callback_records": [], "buffer_records": [
+            {"kind": "KERNEL_DISPATCH", "operations": ["KERNEL_DISPATCH_NONE", "KERNEL_DISPATCH_ENQUEUE",
+                                                       "KERNEL_DISPATCH_COMPLETE"]}]},
+        "code_objects": [], "kernel_symbols": symbols, "host_functions": [], "summary": [],
+        "callback_records": {"counter_collection": []},
+        "buffer_records": {"kernel_dispatch": "@KD@", "hip_api": "@HIP@", "memory_copy": "@COPY@",
+                           **{k: [] for k in empty_lists}},
+    }
+
+
+def write_rocprof_json(path: Path, n_dispatch: int, seed: int = 0, gz: bool = False) -> int:
+    """Write a rocprofv3 7.x ``--output-format json`` file (compact, as rocprofv3 writes it) of
+    one process with ``n_dispatch`` kernel dispatch records on 8 GPUs (4 queues each), a
+    ``hipLaunchKernel`` record per dispatch in ``hip_api`` and a memory copy every 50
+    dispatches; returns the number of records."""
+    import random
+
+    rng = random.Random(seed)
+    pid = 908
+    frame = _rocprof_frame(pid)
+    n_names = len(frame["kernel_symbols"]) - 1
+    text = json.dumps({"rocprofiler-sdk-tool": [frame]}, separators=(",", ":"))
+    head, rest = text.split('"@KD@"')
+    middle, rest = rest.split('"@HIP@"')
+    middle2, tail = rest.split('"@COPY@"')
+    opener = gzip.open if gz else open
+    t = ROCPROF_EPOCH_NS
+    launches = []  # (corr, start, end) of each hip_api record, written after the dispatches
+    with opener(path, "wt") as fh:
+        fh.write(head + "[")
+        out: list[str] = []
+        for i in range(n_dispatch):
+            corr = i + 1
+            gpu = i % 8
+            launch = t
+            start = launch + rng.randrange(10_000, 50_000)
+            dur = rng.randrange(2_000, 400_000)
+            out.append(
+                f'{"," if i else ""}{{"size":184,"kind":11,"operation":2,"thread_id":{pid + i % 4},'
+                f'"correlation_id":{{"internal":{corr},"external":0}},"start_timestamp":{start},'
+                f'"end_timestamp":{start + dur},"dispatch_info":{{"size":72,"agent_id":{{"handle":'
+                f'{37946 + 13 * gpu}}},"queue_id":{{"handle":{16 + (i // 8) % 4}}},"kernel_id":'
+                f'{1 + rng.randrange(n_names)},"dispatch_id":{i // 8 + 1},"private_segment_size":0,'
+                f'"group_segment_size":{rng.choice((0, 65536))},"workgroup_size":{{"x":256,"y":1,"z":1}},'
+                f'"grid_size":{{"x":{256 * rng.randrange(1, 4096)},"y":1,"z":1}}}},"stream_id":{{"handle":0}}}}')
+            launches.append((corr, launch, launch + rng.randrange(3_000, 9_000)))
+            t += rng.randrange(20_000, 80_000)
+            if len(out) > 20_000:
+                fh.write("".join(out))
+                out.clear()
+        fh.write("".join(out) + "]" + middle + "[")
+        out.clear()
+        for j, (corr, s, e) in enumerate(launches):
+            out.append(f'{"," if j else ""}{{"size":64,"kind":3,"operation":53,"correlation_id":'
+                       f'{{"internal":{corr},"external":0}},"start_timestamp":{s},"end_timestamp":{e},'
+                       f'"thread_id":{pid + j % 4}}}')
+            if len(out) > 20_000:
+                fh.write("".join(out))
+                out.clear()
+        fh.write("".join(out) + "]" + middle2 + "[")
+        out.clear()
+        copies = launches[::50]
+        del launches
+        for j, (corr, s, e) in enumerate(copies):
+            out.append(f'{"," if j else ""}{{"size":80,"kind":13,"operation":1,"thread_id":{pid},'
+                       f'"correlation_id":{{"internal":{corr},"external":0}},"start_timestamp":{s},'
+                       f'"end_timestamp":{e},"dst_agent_id":{{"handle":37946}},"src_agent_id":'
+                       f'{{"handle":37933}},"bytes":{rng.randrange(4096, 1 << 26)}}}')
+        fh.write("".join(out) + "]" + tail + "\n")
+    return 2 * n_dispatch + len(copies)
+
+
 _DECODE = """
 import sys, time, msgspec
 class Ev(msgspec.Struct):
@@ -186,6 +315,50 @@ if raw[:2] == b"\\x1f\\x8b":
     raw = gzip.decompress(raw)
 doc = msgspec.json.decode(raw, type=Doc)
 print(len(doc.traceEvents), time.perf_counter() - t0)
+"""
+
+#: the same for a rocprofv3 JSON: per dispatch record its times, kernel id, agent and queue
+_DECODE_ROCPROF = """
+import sys, time, msgspec
+class H(msgspec.Struct):
+    handle: int = 0
+class Info(msgspec.Struct):
+    kernel_id: int = 0
+    agent_id: H = H()
+    queue_id: H = H()
+class D(msgspec.Struct):
+    start_timestamp: int = 0
+    end_timestamp: int = 0
+    dispatch_info: Info = Info()
+class B(msgspec.Struct):
+    kernel_dispatch: list[D] = []
+class P(msgspec.Struct):
+    buffer_records: B = B()
+class Doc(msgspec.Struct):
+    tool: list[P] = msgspec.field(default=[], name="rocprofiler-sdk-tool")
+t0 = time.perf_counter()
+with open(sys.argv[1], "rb") as fh:
+    raw = fh.read()
+if raw[:2] == b"\\x1f\\x8b":
+    import gzip
+    raw = gzip.decompress(raw)
+doc = msgspec.json.decode(raw, type=Doc)
+print(sum(len(p.buffer_records.kernel_dispatch) for p in doc.tool), time.perf_counter() - t0)
+"""
+
+#: the oracle of an exact reader: the whole file decoded at once with the reader's own typed
+#: schema (every field its checks read: ids, args, launch dimensions, ts/dur as number text)
+_DECODE_SCHEMA = """
+import sys, time
+from {module} import _DECODER
+t0 = time.perf_counter()
+with open(sys.argv[1], "rb") as fh:
+    raw = fh.read()
+if raw[:2] == b"\\x1f\\x8b":
+    import gzip
+    raw = gzip.decompress(raw)
+doc = _DECODER.decode(raw)
+print(time.perf_counter() - t0)
 """
 
 _MEASURE = """
@@ -219,36 +392,49 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, nargs="+", default=[50.0, 200.0],
                     help="trace sizes to generate, in MB of JSON (default: 50 200)")
+    ap.add_argument("--format", choices=("torch", "rocprof-json"), default="torch",
+                    help="a Kineto trace (default) or a rocprofv3 JSON")
     ap.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed")
     ap.add_argument("--compare", action="store_true", help="also time gemmperf compare A B")
     ap.add_argument("--dir", default=None, help="where the traces are written (deleted after)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT", default=None,
                     help="also run analyze on this checkout's code (a change's before)")
     args = ap.parse_args()
+    rocprof = args.format == "rocprof-json"
+    write, per_dispatch, decode = ((write_rocprof_json, ROCPROF_BYTES_PER_DISPATCH, _DECODE_ROCPROF)
+                                   if rocprof else (write_trace, BYTES_PER_DISPATCH, _DECODE))
     print(f"load: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores")
     rows = []
     for mb in args.mb:
         with tempfile.TemporaryDirectory(dir=args.dir, prefix="gemmperf-bounded-") as d:
-            n = int(mb * 1e6 / BYTES_PER_DISPATCH)
-            suffix = ".pt.trace.json" + (".gz" if args.gzip else "")
+            n = int(mb * 1e6 / per_dispatch)
+            suffix = ("_results.json" if rocprof else ".pt.trace.json") + (".gz" if args.gzip else "")
             a = Path(d) / f"a{suffix}"
             t0 = time.perf_counter()
-            n_events = write_trace(a, n, gz=args.gzip)
+            n_events = write(a, n, gz=args.gzip)
             gen_s = time.perf_counter() - t0
             size = a.stat().st_size
-            dec = measure([sys.executable, "-c", _DECODE, str(a)])
+            dec = measure([sys.executable, "-c", decode, str(a)])
+            schema = measure([sys.executable, "-c", _DECODE_SCHEMA.format(
+                module="pytest_gemmperf.traces." + ("rocprof_json_schema" if rocprof else "torch_decode")), str(a)])
             ana = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                    "--out", str(Path(d) / "out")))
             row = {"mb": size / 1e6, "events": n_events, "dispatches": n, "analyze": ana,
-                   "decode": dec}
-            print(f"\n{size / 1e6:,.0f} MB{' gzip' if args.gzip else ''}: {n_events:,} events, "
-                  f"{n:,} dispatches (generated in {gen_s:.0f} s)")
-            print(f"  typed decode (ph, cat, name, ts, dur): {dec['wall_s']:6.2f} s wall, "
+                   "decode": dec, "schema": schema}
+            print(f"\n{size / 1e6:,.0f} MB {args.format}{' gzip' if args.gzip else ''}: "
+                  f"{n_events:,} {'records' if rocprof else 'events'}, {n:,} dispatches "
+                  f"(generated in {gen_s:.0f} s)")
+            what = ("(start, end, kernel_id, agent, queue)" if rocprof
+                    else "(ph, cat, name, ts, dur)")
+            print(f"  typed decode {what}: {dec['wall_s']:6.2f} s wall, "
                   f"peak RSS {dec['rss'] / 2**20:7,.0f} MiB, {dec['cpu_s']:.1f} CPU-s")
+            print(f"  the reader's own schema, whole file:   {schema['wall_s']:6.2f} s wall, "
+                  f"peak RSS {schema['rss'] / 2**20:7,.0f} MiB, {schema['cpu_s']:.1f} CPU-s")
             print(f"  gemmperf analyze --no-report:          {ana['wall_s']:6.2f} s wall, "
                   f"peak RSS {ana['rss'] / 2**20:7,.0f} MiB, {ana['cpu_s']:.1f} CPU-s; "
                   f"wall / decode = {ana['wall_s'] / dec['wall_s']:.2f}, "
-                  f"CPU / decode = {ana['cpu_s'] / dec['cpu_s']:.2f}")
+                  f"CPU / decode = {ana['cpu_s'] / dec['cpu_s']:.2f}, "
+                  f"CPU / own-schema decode = {ana['cpu_s'] / schema['cpu_s']:.2f}")
             if args.before is not None:
                 old = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                        "--out", str(Path(d) / "before")), code=args.before)
@@ -260,7 +446,7 @@ def main() -> None:
                       f"kernels.csv and summary.json {'byte-identical' if same else 'DIFFER'}")
             if args.compare:
                 b = Path(d) / f"b{suffix}"
-                write_trace(b, n, seed=1, gz=args.gzip)
+                write(b, n, seed=1, gz=args.gzip)
                 cmp_ = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1",
                                         "--out", str(Path(d) / "cmp")))
                 row["compare"] = cmp_

@@ -271,7 +271,7 @@ def duration_rows(d: pd.DataFrame, keys: Sequence[str]) -> DurationRows:
     # a key's first row is where its code first appears: codes are numbered as they appear
     seen = np.maximum.accumulate(np.concatenate(([-1], group[:-1])))
     first = np.flatnonzero(group > seen)
-    return DurationRows(d[cols].iloc[first].reset_index(drop=True), _packed(group), _packed(dur))
+    return DurationRows(d[cols].iloc[first].reset_index(drop=True), packed(group), packed(dur))
 
 
 def _first_seen_codes(d: pd.DataFrame, cols: list[str]) -> np.ndarray:
@@ -297,7 +297,7 @@ def _first_seen_codes(d: pd.DataFrame, cols: list[str]) -> np.ndarray:
     return pd.factorize(combined)[0].astype(np.int64)
 
 
-def _packed(values: np.ndarray) -> np.ndarray:
+def packed(values: np.ndarray) -> np.ndarray:
     """Non-negative int64 ``values`` in the narrowest unsigned type that holds them (as given
     when some is negative)."""
     if len(values) == 0 or values.min() < 0:

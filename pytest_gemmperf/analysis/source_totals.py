@@ -37,9 +37,10 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, ROW_KEYS, DurationRows, concat_rows,
-                                                   drop_warmup, duration_rows)
+                                                   drop_warmup, duration_rows, packed)
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.categories import categorize
+from pytest_gemmperf.traces.coded import CodedDispatches, first_positions
 from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, no_dispatches
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
@@ -95,6 +96,62 @@ def _totals(coded: DurationRows, d: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def coded_reduction(c: CodedDispatches) -> tuple[DurationRows, pd.DataFrame]:
+    """``duration_rows(table, ROW_KEYS)`` and :func:`dispatch_totals` of ``table`` =
+    ``c.frame()``, without the table: the groups are found on the key rows (a few), each
+    dispatch's group numbered in the order the dispatches first show it (as
+    :func:`~pytest_gemmperf.analysis.kernel_stats.duration_rows` numbers them), and the totals
+    reduced from the per-dispatch numbers a slice at a time, so that nothing per dispatch is
+    made but the group index the rows keep."""
+    cols = [k for k in ROW_KEYS if k in c.keys.columns]
+    key_group = (c.keys.groupby(cols, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+                 if cols else np.zeros(len(c.keys), dtype=np.int64))
+    n_groups = int(key_group.max()) + 1 if len(key_group) else 0
+    # the first dispatch of each group: the earliest first dispatch of its key rows
+    key_first = first_positions(c.code, len(c.keys))
+    group_first = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    used = key_first >= 0
+    np.minimum.at(group_first, key_group[used], key_first[used])
+    order = np.argsort(group_first, kind="stable")
+    order = order[group_first[order] < np.iinfo(np.int64).max]  # groups no dispatch has are none
+    number = np.full(n_groups, -1, dtype=np.int64)
+    number[order] = np.arange(len(order))
+    of_key = number[key_group]
+    of_key[of_key < 0] = 0  # key rows no dispatch has (none is coded with them)
+    keys = c.keys[cols].iloc[c.code[group_first[order]]].reset_index(drop=True)
+    rows = DurationRows(keys, packed(of_key)[c.code], packed(c.dur_ns))
+    return rows, _coded_totals(rows, c)
+
+
+#: dispatches per slice of :func:`coded_reduction`'s totals: the slice's int64 copies stay small
+_SLICE = 1 << 18
+
+
+def _coded_totals(rows: DurationRows, c: CodedDispatches) -> pd.DataFrame:
+    """:func:`_totals` of ``c.frame()`` under ``rows`` (its duration rows), a slice of
+    dispatches at a time (integer sums, minima and maxima do not depend on the slicing)."""
+    n = len(rows.keys)
+    acc = {"n_dispatches": np.zeros(n, np.int64), "total_ns": np.zeros(n, np.int64),
+           "first_start_ns": np.full(n, np.iinfo(np.int64).max, np.int64),
+           "last_end_ns": np.full(n, np.iinfo(np.int64).min, np.int64),
+           "zero_dur": np.zeros(n, np.int64), "queue_overlap": np.zeros(n, np.int64)}
+    for lo in range(0, len(c), _SLICE):
+        part = slice(lo, lo + _SLICE)
+        g = rows.group[part].astype(np.intp)
+        start = c.start_ns[part].astype(np.int64, copy=False)
+        dur = c.dur_ns[part].astype(np.int64)
+        acc["n_dispatches"] += np.bincount(g, minlength=n)
+        np.add.at(acc["total_ns"], g, dur)
+        np.minimum.at(acc["first_start_ns"], g, start)
+        np.maximum.at(acc["last_end_ns"], g, start + dur)
+        acc["zero_dur"] += np.bincount(g[dur == 0], minlength=n)
+        acc["queue_overlap"] += np.bincount(g[c.queue_overlap[part]], minlength=n)
+    out = rows.keys.copy()
+    for col in TOTAL_COLUMNS:
+        out[col] = acc[col]
+    return out
+
+
 def recategorize(table: pd.DataFrame, rules: Sequence[tuple[str, str]]) -> pd.DataFrame:
     """``table`` with ``category`` from the user's ``rules`` tried before the built-in ones
     (``--categories``); unchanged without rules."""
@@ -138,9 +195,13 @@ class SourceTotals:
 def reduce_source(src, opts: _Options) -> _Part:
     """Read one source and reduce it (runs in a worker process)."""
     head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS,
-                                 WARMUP_READ_COLUMNS if opts.warmup > 0 else READ_COLUMNS)
+                                 WARMUP_READ_COLUMNS if opts.warmup > 0 else READ_COLUMNS,
+                                 coded=opts.warmup == 0)  # a warm-up's drop reads the table
     out = _Part(head)
     if d is None:
+        return out
+    if isinstance(d, CodedDispatches):
+        out.rows, out.totals = coded_reduction(d)
         return out
     coded = duration_rows(d, ROW_KEYS)
     out.totals = _totals(coded, d)

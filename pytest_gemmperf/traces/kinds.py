@@ -133,8 +133,9 @@ class SourceKind:
     #: glob patterns, relative to a stored point's directory, of the files a replay reads
     replay_globs: tuple[str, ...] = ()
     #: ``read`` for a caller that reads only some dispatch columns (the third argument): a
-    #: reader that keeps less while reading (None: ``read``, the table cut afterwards)
-    read_columns: Callable[[Source, list[str], Sequence[str]], Trace] | None = None
+    #: reader that keeps less while reading (None: ``read``, the table cut afterwards). The
+    #: fourth, ``coded``: its dispatches may come as ``traces/coded.CodedDispatches``
+    read_columns: Callable[[Source, list[str], Sequence[str], bool], Trace] | None = None
 
     def source(self, files: list[Path], root: Path | None) -> Source:
         """The Source of ``files`` (one output of this kind) with its path provenance;
@@ -243,8 +244,9 @@ def _sniff_rocprof_json(p: Probe) -> Match | None:
     return Match.WEAK if p.name.endswith(("_results.json", "_results.json.gz")) else None
 
 
-def _read_rocprof_json(src: Source, notes: list[str]) -> Trace:
-    return _reader("rocprof_json").read_rocprof_json(src.files[0])
+def _read_rocprof_json(src: Source, notes: list[str], columns: Sequence[str] | None = None,
+                       coded: bool = False) -> Trace:
+    return _reader("rocprof_json").read_rocprof_json(src.files[0], columns=columns, coded=coded)
 
 
 def _results_file(name: str) -> tuple[str, str]:
@@ -338,11 +340,12 @@ def _sniff_torch(p: Probe) -> Match | None:
     return Match.WEAK if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) else None
 
 
-def _read_torch(src: Source, notes: list[str], columns: Sequence[str] | None = None) -> Trace:
+def _read_torch(src: Source, notes: list[str], columns: Sequence[str] | None = None,
+                coded: bool = False) -> Trace:
     torch_trace = _reader("torch_trace")
     f = src.files[0]
     try:
-        return torch_trace.read_torch_trace(f, columns=columns)
+        return torch_trace.read_torch_trace(f, columns=columns, coded=coded)
     except NoGpuEvents:
         # a CPU-only run (the CPU example of perf_tests): operators stand in for kernels
         notes.append(f"{f}: no GPU events; reading CPU operators as dispatches")
@@ -409,6 +412,7 @@ _ROCPROF_JSON = ("*_results.json", "*_results.json.gz")
 KINDS: list[SourceKind] = [
     SourceKind(
         name="rocprof-json", sniff=_sniff_rocprof_json, read=_read_rocprof_json,
+        read_columns=_read_rocprof_json,
         classify=_results_file, roles=("results",), group="rocprofv3", pid_prefix=True,
         empty_is_launcher=True, layout_marks=_ROCPROF_JSON, output_names=("*.json", "*.json.gz"),
         replay_globs=tuple(f"**/{p}" for p in _ROCPROF_JSON)),

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from pytest_gemmperf.traces.coded import CodedDispatches
 from pytest_gemmperf.traces.discover import merge_notes, read_attached
 from pytest_gemmperf.traces.provenance import Source
 
@@ -37,11 +38,13 @@ class SourceRead:
 
 
 def read_for_reduction(src: Source, point: str | None, agent_columns: Sequence[str] | None = None,
-                       columns: Sequence[str] | None = None) -> tuple[SourceRead, pd.DataFrame | None]:
+                       columns: Sequence[str] | None = None, coded: bool = False
+                       ) -> tuple[SourceRead, pd.DataFrame | CodedDispatches | None]:
     """Read ``src`` with its provenance: its :class:`SourceRead` (agents cut to
     ``agent_columns`` where given) and its dispatches (those of ``columns`` it has, None: all),
-    index reset; None when it holds none."""
-    t, read_notes, attach_notes = read_attached(src, point, columns)
+    index reset, or with ``coded`` as :class:`~pytest_gemmperf.traces.coded.CodedDispatches`
+    where the reader keeps them so; None when it holds none."""
+    t, read_notes, attach_notes = read_attached(src, point, columns, coded)
     head = SourceRead(read_notes=read_notes, attach_notes=attach_notes)
     if t is None:
         return head, None
@@ -51,6 +54,7 @@ def read_for_reduction(src: Source, point: str | None, agent_columns: Sequence[s
     if t.agents is not None and len(t.agents):
         head.agents = (t.agents if agent_columns is None
                        else t.agents[[c for c in agent_columns if c in t.agents.columns]])
-    if len(t.dispatches) == 0:
+    d = t.dispatches
+    if len(d) == 0:
         return head, None
-    return head, t.dispatches.reset_index(drop=True)
+    return head, d if isinstance(d, CodedDispatches) else d.reset_index(drop=True)

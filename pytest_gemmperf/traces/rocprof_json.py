@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -36,6 +38,7 @@ from pytest_gemmperf.traces.jsonstream import (JsonSplitter, Piece, Repeat, Stre
                                                 decode_error, gc_paused, refuse_repeated_key)
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
+    DISPATCH_FIELDS,
     _MISSING,
     TOOL_KEY,
     _Agent,
@@ -44,6 +47,8 @@ from pytest_gemmperf.traces.rocprof_json_schema import (
     _Process,
     _Symbol,
 )
+from pytest_gemmperf.traces.coded import CodedDispatches
+from pytest_gemmperf.traces.rocprof_slim import SlimRuns, can_slim, coded_dispatches, lookup_sorted
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     COUNTER_SCHEMA,
@@ -57,18 +62,8 @@ from pytest_gemmperf.traces.schema import (
 )
 
 SOURCE = "rocprof-json"  # its kind's name (traces/kinds.py)
-#: dispatch fields pulled in one attrgetter pass, in this column order
-_DISPATCH_FIELDS = (
-    "start_timestamp", "end_timestamp", "thread_id", "correlation_id.internal",
-    "dispatch_info.agent_id.handle", "dispatch_info.queue_id.handle", "stream_id.handle",
-    "dispatch_info.kernel_id", "dispatch_info.dispatch_id",
-    "dispatch_info.grid_size.x", "dispatch_info.grid_size.y", "dispatch_info.grid_size.z",
-    "dispatch_info.workgroup_size.x", "dispatch_info.workgroup_size.y",
-    "dispatch_info.workgroup_size.z",
-    "dispatch_info.group_segment_size", "dispatch_info.private_segment_size",
-)
-_KERNEL_ID_COL = _DISPATCH_FIELDS.index("dispatch_info.kernel_id")
-_GET_DISPATCH = attrgetter(*_DISPATCH_FIELDS)
+_KERNEL_ID_COL = DISPATCH_FIELDS.index("dispatch_info.kernel_id")
+_GET_DISPATCH = attrgetter(*DISPATCH_FIELDS)
 
 _AGENT_TYPES = {1: "CPU", 2: "GPU"}
 
@@ -77,15 +72,57 @@ _AGENT_TYPES = {1: "CPU", 2: "GPU"}
 # Public API
 
 
-def read_rocprof_json(path: str | os.PathLike) -> Trace:
+def read_rocprof_json(path: str | os.PathLike, columns: Sequence[str] | None = None,
+                      coded: bool = False) -> Trace:
     """Read a rocprofv3 ``*_results.json`` or ``*_results.json.gz`` into a Trace.
 
     Rows of every process in the file are returned together; ``host``/``pid`` tell them apart.
     Dispatches keep the file's record order (rocprofv3 does not sort them).
+
+    ``columns``: the dispatch columns the caller reads (None: all). Where they are among
+    :data:`~pytest_gemmperf.traces.rocprof_slim.SLIM_COLUMNS` the records are read slim (the
+    same checks and errors, the columns equal to the full table's, a few bytes kept a dispatch);
+    ``coded``: a slim read's dispatches as :class:`~pytest_gemmperf.traces.coded.CodedDispatches`.
     """
     path_s = os.fspath(path)
-    processes, dispatches = decode_stream(path_s)
-    return build_trace(processes, path_s, dispatches)
+    slim = can_slim(columns)
+    processes, dispatches = decode_stream(path_s, SlimRuns if slim else _MatrixRuns)
+    t = build_trace(processes, path_s, dispatches, columns if slim else None)
+    if isinstance(t.dispatches, CodedDispatches):
+        if not coded:
+            t.dispatches = t.dispatches.frame()
+    elif columns is not None:
+        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
+    return t
+
+
+class _MatrixRuns:
+    """One process's ``kernel_dispatch`` records as int64 matrices of ``DISPATCH_FIELDS``."""
+
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
+
+    def add(self, m: np.ndarray) -> None:
+        self.runs.append(m)
+
+    def kernel_id_values(self) -> np.ndarray:
+        return np.concatenate([m[:, _KERNEL_ID_COL] for m in self.runs])
+
+    def resolve(self, agents: _Agents, symbols: _Symbols, path: str, p_idx: int) -> _Resolved:
+        mat = self.runs[0] if len(self.runs) == 1 else np.concatenate(self.runs)
+        self.runs = []
+        cols = _resolve(mat, agents, symbols, path, p_idx, "buffer_records.kernel_dispatch")
+        cols["proc"] = np.full(len(mat), p_idx, dtype=np.int64)
+        return _Resolved(cols, len(mat), bool((cols["stream"] != _MISSING).any()))
+
+
+@dataclass
+class _Resolved:
+    """One process's dispatch columns (``_resolve``'s, with its index as ``proc``)."""
+
+    cols: dict[str, np.ndarray]
+    n: int
+    streams: bool  # some record carries a stream id (a 7.x file)
 
 
 #: the arrays under a process's ``buffer_records`` / ``callback_records`` that are read a run of
@@ -111,14 +148,18 @@ class _KinetoGiven(Exception):
     pass
 
 
-def decode_stream(path: str) -> tuple[list[_Process], dict[int, list[np.ndarray]]]:
+def decode_stream(path: str, runs: Callable[[], Any] | None = None
+                  ) -> tuple[list[_Process], dict[int, Any]]:
     """Typed decode a run of records at a time (:class:`~.jsonstream.JsonSplitter`): the
-    processes without their dispatch records, and per process index the dispatch rows
-    (:data:`_DISPATCH_FIELDS` columns), in file order. Every failure is one GemmperfInputError
-    line, with the precedence of a whole-document decode: the file's syntax and types,
-    a missing or empty tool key, then a key written twice."""
+    processes without their dispatch records, and per process index its dispatch records
+    (each run's :data:`DISPATCH_FIELDS` matrix handed, in file order, to the ``add`` of a new
+    ``runs()`` per process: :class:`_MatrixRuns` keeps them, ``rocprof_slim.SlimRuns`` a few
+    columns). Every failure is one GemmperfInputError line, with the precedence of a
+    whole-document decode: the file's syntax and types, a missing or empty tool key, then a key
+    written twice."""
+    runs = runs or _MatrixRuns
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=4)
-    rows: dict[int, list[np.ndarray]] = {}
+    rows: dict[int, Any] = {}
     repeat: Repeat | None = None  # the first in the dispatch records
     try:
         with gc_paused():
@@ -127,7 +168,9 @@ def decode_stream(path: str) -> tuple[list[_Process], dict[int, list[np.ndarray]
                 if piece.path[2] == "buffer_records" and kind == "kernel_dispatch":
                     m = _dispatch_matrix(piece.items, path, p_idx)
                     if m is not None:
-                        rows.setdefault(p_idx, []).append(m)
+                        if p_idx not in rows:
+                            rows[p_idx] = runs()
+                        rows[p_idx].add(m)
                 if repeat is None:
                     repeat = _piece_repeat(piece)
     except _KinetoGiven:
@@ -186,10 +229,13 @@ def _record_of_path(json_path: str) -> str | None:
     return f"{record}, {field}" if field else record
 
 
-def build_trace(processes: list[_Process], path: str,
-                dispatch_rows: dict[int, list[np.ndarray]]) -> Trace:
+def build_trace(processes: list[_Process], path: str, dispatch_rows: dict[int, Any],
+                columns: Sequence[str] | None = None) -> Trace:
+    """The Trace of the decoded ``processes`` and their dispatch records (per process index, a
+    :class:`_MatrixRuns`; or a ``rocprof_slim.SlimRuns``, whose dispatches come out as the
+    ``columns`` of :class:`~pytest_gemmperf.traces.coded.CodedDispatches`)."""
     names = _NameTable()
-    parts: list[dict[str, np.ndarray]] = []
+    parts: list = []
     counter_parts: list[pd.DataFrame] = []
     agent_rows: list[dict[str, Any]] = []
     meta_procs: list[dict[str, Any]] = []
@@ -198,19 +244,16 @@ def build_trace(processes: list[_Process], path: str,
         md = proc.metadata
         host = md.node.hostname if md.node is not None else None
         agents = _agent_table(proc.agents, path, p_idx)
-        runs = dispatch_rows.get(p_idx, [])
-        dispatch_mat = (None if not runs else runs[0] if len(runs) == 1 else np.concatenate(runs))
-        dispatch_rows.pop(p_idx, None)
+        runs = dispatch_rows.pop(p_idx, None)
         counter_mat = _counter_matrix(proc.callback_records.counter_collection, path, p_idx)
-        used = np.unique(np.concatenate([m[:, _KERNEL_ID_COL]
-                                         for m in (dispatch_mat, counter_mat) if m is not None]
-                                        or [np.empty(0, np.int64)]))
+        used = np.unique(np.concatenate(
+            ([runs.kernel_id_values()] if runs is not None else [])
+            + ([counter_mat[:, _KERNEL_ID_COL]] if counter_mat is not None else [])
+            or [np.empty(0, np.int64)]))
         symbols = _symbol_table(proc.kernel_symbols, used, names)
-        dispatch_cols = None if dispatch_mat is None else _resolve(
-            dispatch_mat, agents, symbols, path, p_idx, "buffer_records.kernel_dispatch")
-        if dispatch_cols is not None:
-            dispatch_cols["proc"] = np.full(len(dispatch_cols["start_ns"]), p_idx, dtype=np.int64)
-            parts.append(dispatch_cols)
+        part = None if runs is None else runs.resolve(agents, symbols, path, p_idx)
+        if part is not None:
+            parts.append(part)
         counters = None if counter_mat is None else _counter_frame(
             proc, _resolve(counter_mat, agents, symbols, path, p_idx,
                            "callback_records.counter_collection"), agents, names, path, p_idx)
@@ -220,13 +263,12 @@ def build_trace(processes: list[_Process], path: str,
             counter_parts.append(counters)
         for row in agents.rows:
             agent_rows.append({**row, "host": host, "pid": md.pid})
-        layout = "7.x" if md.node is not None or (
-            dispatch_cols is not None and (dispatch_cols["stream"] != _MISSING).any()) else "6.2"
+        layout = "7.x" if md.node is not None or (part is not None and part.streams) else "6.2"
         layouts.add(layout)
         meta_procs.append({"pid": md.pid, "host": host, "init_time_ns": md.init_time,
                            "fini_time_ns": md.fini_time, "command": md.command,
                            "config": md.config, "layout": layout,
-                           "n_dispatches": 0 if dispatch_mat is None else len(dispatch_mat),
+                           "n_dispatches": 0 if part is None else part.n,
                            "n_counter_records": len(proc.callback_records.counter_collection)})
 
     counters_df = (finalize_counters(pd.concat(counter_parts, ignore_index=True), path)
@@ -237,8 +279,11 @@ def build_trace(processes: list[_Process], path: str,
                   "(was rocprofv3 run with --kernel-trace?)")
     hosts = [m["host"] for m in meta_procs]
     pids = [m["pid"] for m in meta_procs]
-    if parts:
-        df = _dispatch_frame(parts, names, hosts, pids, path)
+    if parts and columns is not None:
+        dispatches = coded_dispatches(parts, path, columns, pids,
+                                      lambda proc, kernel: _key_columns(proc, kernel, names, hosts, pids, path))
+    elif parts:
+        df = _dispatch_frame([p.cols for p in parts], names, hosts, pids, path)
         dispatches = finalize_dispatches(df, path)
     else:  # counters-only run: counter records carry the dispatch key, no trace rows
         dispatches = finalize_dispatches(pd.DataFrame({"start_ns": [], "end_ns": [], "kernel": []}),
@@ -377,18 +422,9 @@ def _symbol_table(symbols: list[_Symbol], used_ids: np.ndarray, names: _NameTabl
     return _Symbols(all_ids[keep], kernel, short, regs)
 
 
-def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of ``keys`` in ``sorted_keys`` and a mask of keys that were found."""
-    pos = np.searchsorted(sorted_keys, keys)
-    pos_c = np.minimum(pos, max(len(sorted_keys) - 1, 0))
-    found = (pos < len(sorted_keys)) & (sorted_keys[pos_c] == keys) if len(sorted_keys) else \
-        np.zeros(len(keys), dtype=bool)
-    return pos_c, found
-
-
 def _int_matrix(rows: list[tuple], path: str, what: str, p_idx: int) -> np.ndarray:
     try:
-        return np.array(rows, dtype=np.int64).reshape(len(rows), len(_DISPATCH_FIELDS))
+        return np.array(rows, dtype=np.int64).reshape(len(rows), len(DISPATCH_FIELDS))
     except OverflowError:
         raise GemmperfInputError(path, f"integer field out of int64 range in {what}",
                                  record=f"process {p_idx}") from None
@@ -418,9 +454,9 @@ def _counter_matrix(records: list[_CounterRecord], path: str, p_idx: int) -> np.
 def _resolve(a: np.ndarray, agents: _Agents, symbols: _Symbols, path: str, p_idx: int,
              what: str) -> dict[str, np.ndarray]:
     """Named, contiguous columns of a record matrix with symbols and agents looked up."""
-    col = dict(zip(_DISPATCH_FIELDS, np.ascontiguousarray(a.T)))
+    col = dict(zip(DISPATCH_FIELDS, np.ascontiguousarray(a.T)))
     kid = col["dispatch_info.kernel_id"]
-    spos, sfound = _lookup(symbols.sorted_ids, kid)
+    spos, sfound = lookup_sorted(symbols.sorted_ids, kid)
     if not sfound.all():
         i = int(np.flatnonzero(~sfound)[0])
         raise GemmperfInputError(
@@ -428,7 +464,7 @@ def _resolve(a: np.ndarray, agents: _Agents, symbols: _Symbols, path: str, p_idx
                   f"({int((~sfound).sum())} record(s) affected)",
             record=f"process {p_idx}, {what}[{i}]")
     handle = col["dispatch_info.agent_id.handle"]
-    apos, afound = _lookup(agents.sorted_handles, handle)
+    apos, afound = lookup_sorted(agents.sorted_handles, handle)
     if not afound.all():
         i = int(np.flatnonzero(~afound)[0])
         raise GemmperfInputError(path, f"agent handle {handle[i]} is not in agents[]",
@@ -481,29 +517,42 @@ def _per_process(values: list, proc: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(codes[proc], categories=pd.Index(uniques, dtype=object))
 
 
-def _dispatch_frame(parts: list[dict[str, np.ndarray]], names: _NameTable, hosts: list,
-                    pids: list, path: str) -> pd.DataFrame:
-    col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    proc = col["proc"]
+def _key_columns(proc: np.ndarray, kernel: np.ndarray, names: _NameTable, hosts: list, pids: list,
+                 path: str) -> dict[str, Any]:
+    """The dispatch columns that follow from a row's process index and kernel name code: the
+    table's, and a slim read's key rows' (``rocprof_slim.coded_dispatches``), alike."""
+    n = len(proc)
     out: dict[str, Any] = {
-        "source": pd.Categorical.from_codes(np.zeros(len(proc), dtype=np.int8), categories=[SOURCE]),
-        "file": pd.Categorical.from_codes(np.zeros(len(proc), dtype=np.int8), categories=[path]),
+        "source": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[SOURCE]),
+        "file": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[path]),
         "host": _per_process(hosts, proc),
         "pid": pd.arrays.IntegerArray(
             np.array([-1 if p is None else p for p in pids], dtype=np.int64)[proc],
             np.array([p is None for p in pids])[proc]),
+        "kernel": names.categorical(kernel),
+    }
+    # provenance that only discovery knows; typed here so finalize has nothing to convert
+    for c in ("rank", "run", "pass"):
+        out[c] = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    out["point"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=[])
+    return out
+
+
+def _dispatch_frame(parts: list[dict[str, np.ndarray]], names: _NameTable, hosts: list,
+                    pids: list, path: str) -> pd.DataFrame:
+    col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    keys = _key_columns(col["proc"], col["kernel"], names, hosts, pids, path)
+    out: dict[str, Any] = {
+        **{c: keys[c] for c in ("source", "file", "host", "pid")},
         "gpu_arch": pd.Categorical(col["_arch"]),
-        "kernel": names.categorical(col["kernel"]),
+        "kernel": keys["kernel"],
         "kernel_short": names.categorical(col["kernel_short"]),
         "start_ns": col["start_ns"], "end_ns": col["end_ns"],
     }
     for c in _INT_COLS:
         out[c] = _nullable(col[c])
-    # provenance that only discovery knows; typed here so finalize has nothing to convert
-    for c in ("rank", "run", "pass"):
-        out[c] = pd.arrays.IntegerArray(np.zeros(len(proc), dtype=np.int64),
-                                        np.ones(len(proc), dtype=bool))
-    out["point"] = pd.Categorical.from_codes(np.full(len(proc), -1, dtype=np.int8), categories=[])
+    for c in ("rank", "run", "pass", "point"):
+        out[c] = keys[c]
     return pd.DataFrame(out)
 
 

@@ -24,6 +24,17 @@ INT64_MAX = 2 ** 63 - 1
 #: naming the record and field, and booleans and floats are rejected by type (strict mode).
 U63 = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 
+#: the dispatch record fields the reader pulls into its int64 matrices, in their column order
+DISPATCH_FIELDS = (
+    "start_timestamp", "end_timestamp", "thread_id", "correlation_id.internal",
+    "dispatch_info.agent_id.handle", "dispatch_info.queue_id.handle", "stream_id.handle",
+    "dispatch_info.kernel_id", "dispatch_info.dispatch_id",
+    "dispatch_info.grid_size.x", "dispatch_info.grid_size.y", "dispatch_info.grid_size.z",
+    "dispatch_info.workgroup_size.x", "dispatch_info.workgroup_size.y",
+    "dispatch_info.workgroup_size.z",
+    "dispatch_info.group_segment_size", "dispatch_info.private_segment_size",
+)
+
 # --------------------------------------------------------------------------------------------
 # Typed schema: only the fields the reader uses. gc=False: these objects never form cycles.
 

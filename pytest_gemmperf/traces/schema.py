@@ -199,12 +199,9 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     negative = df["dur_ns"].to_numpy() < 0
     if negative.any():
         i = int(np.flatnonzero(negative)[0])
-        rec = f"dispatch row {i + 1}"
-        if "dispatch_id" in df.columns and pd.notna(df["dispatch_id"].iloc[i]):
-            rec += f", dispatch_id {df['dispatch_id'].iloc[i]}"
-        raise GemmperfInputError(
-            path, f"{int(negative.sum())} dispatch(es) end before they start "
-                  f"(first: start {df['start_ns'].iloc[i]} > end {df['end_ns'].iloc[i]})", record=rec)
+        has_id = "dispatch_id" in df.columns and pd.notna(df["dispatch_id"].iloc[i])
+        refuse_negative_durations(path, int(negative.sum()), i, df["dispatch_id"].iloc[i] if has_id else None,
+                                  df["start_ns"].iloc[i], df["end_ns"].iloc[i])
     if "kernel_short" not in df.columns:
         df["kernel_short"] = shorten_names(df["kernel"])
     if "category" not in df.columns:
@@ -217,6 +214,16 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     out["zero_dur"] = out["dur_ns"].to_numpy() == 0
     out["queue_overlap"] = flag_queue_overlap(out)
     return out
+
+
+def refuse_negative_durations(path: str | None, count: int, row: int, dispatch_id: Any,
+                              start_ns: int, end_ns: int) -> None:
+    """The error for ``count`` dispatches that end before they start, the first at table row
+    ``row`` (0-based; its ``dispatch_id``, None where it has none)."""
+    rec = f"dispatch row {row + 1}" + (f", dispatch_id {dispatch_id}" if dispatch_id is not None else "")
+    raise GemmperfInputError(
+        path, f"{count} dispatch(es) end before they start (first: start {start_ns} > end {end_ns})",
+        record=rec)
 
 
 def exact_ns(s: pd.Series, path: str | None, col: str) -> np.ndarray:
@@ -305,19 +312,36 @@ def overlap_in_lanes(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.
     return out
 
 
-def overlap_lane_by_lane(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def overlap_lane_by_lane(gid: np.ndarray, start: np.ndarray, end: np.ndarray | None = None, *,
+                         dur: np.ndarray | None = None) -> np.ndarray:
     """:func:`overlap_in_lanes`, one lane at a time: the same flags, with the sort's arrays as
     long as one lane rather than all rows (a reader that holds millions of dispatches in a
-    few columns keeps its peak near them)."""
+    few columns keeps its peak near them). The ends are ``end``, or ``start + dur`` made a lane
+    at a time."""
     out = np.zeros(len(gid), dtype=bool)
-    order = np.argsort(gid, kind="stable")  # each lane's rows in their order
-    lanes = gid[order]
-    cuts = np.flatnonzero(lanes[1:] != lanes[:-1]) + 1
-    del lanes
-    for rows in np.split(order, cuts):
+    if not len(gid):
+        return out
+    present = (np.flatnonzero(np.bincount(gid)) if gid.min() >= 0 and gid.max() < _FEW_LANES_MAX_ID
+               else None)
+    if present is not None and len(present) <= _FEW_LANES:
+        # a few lanes (streams, queues): each one's rows found by a pass over the ids, so that
+        # no index as long as all rows is made
+        groups = (np.flatnonzero(gid == lane) for lane in present.tolist())
+    else:
+        order = np.argsort(gid, kind="stable")  # each lane's rows in their order
+        lanes = gid[order]
+        groups = np.split(order, np.flatnonzero(lanes[1:] != lanes[:-1]) + 1)
+        del lanes
+    for rows in groups:
         if len(rows) > 1:
-            out[rows] = overlap_in_lanes(np.zeros(len(rows), dtype=np.int8), start[rows], end[rows])
+            lane_end = end[rows] if end is not None else start[rows] + dur[rows].astype(np.int64)
+            out[rows] = overlap_in_lanes(np.zeros(len(rows), dtype=np.int8), start[rows], lane_end)
     return out
+
+
+#: :func:`overlap_lane_by_lane` passes over the lane ids once per lane up to this many lanes
+_FEW_LANES = 64
+_FEW_LANES_MAX_ID = 1 << 20
 
 
 def _lane_codes(col: pd.Series, na: int | None = None) -> np.ndarray:

@@ -22,15 +22,18 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces import kinds
+from pytest_gemmperf.traces.coded import CodedDispatches
 from pytest_gemmperf.traces.provenance import Source
 from pytest_gemmperf.traces.schema import NoDispatches, Trace, set_columns
 
 
 def read_source(src: Source, notes: list[str] | None = None,
-                columns: Sequence[str] | None = None) -> Trace | None:
+                columns: Sequence[str] | None = None, coded: bool = False) -> Trace | None:
     """Read one source; None (with a note) for a rocprofv3 process that recorded no GPU work.
     ``columns``: the dispatch columns the caller reads (None: all); the dispatches table holds
-    those of them the source's table has, read by the kind's ``read_columns`` where it has one."""
+    those of them the source's table has, read by the kind's ``read_columns`` where it has one.
+    ``coded`` (with ``columns``): the dispatches may come as
+    :class:`~pytest_gemmperf.traces.coded.CodedDispatches` where the reader keeps them so."""
     notes = notes if notes is not None else []
     f = src.files[0]
     kind = kinds.find(src.kind)
@@ -39,9 +42,11 @@ def read_source(src: Source, notes: list[str] | None = None,
     try:
         if columns is None:
             return kind.read(src, notes)
-        t = (kind.read_columns(src, notes, columns) if kind.read_columns is not None
+        t = (kind.read_columns(src, notes, columns, coded) if kind.read_columns is not None
              else kind.read(src, notes))
-        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
+        d = t.dispatches
+        t.dispatches = (d.select(columns) if isinstance(d, CodedDispatches)
+                        else d[[c for c in columns if c in d.columns]])
         return t
     except NoDispatches as exc:
         if not kind.empty_is_launcher:
@@ -54,14 +59,14 @@ def read_source(src: Source, notes: list[str] | None = None,
 
 # --------------------------------------------------------------------------- provenance columns
 
-def read_attached(src: Source, point: str | None,
-                  columns: Sequence[str] | None = None) -> tuple[Trace | None, list[str], list[str]]:
+def read_attached(src: Source, point: str | None, columns: Sequence[str] | None = None,
+                  coded: bool = False) -> tuple[Trace | None, list[str], list[str]]:
     """One source read with its provenance attached: (trace or None, the reader's notes, the
-    notes of attaching path information); ``columns`` as :func:`read_source`'s (a note about
-    the rank needs ``rank`` among them). Picklable, so a worker process can run it
-    (``traces/parallel.py``)."""
+    notes of attaching path information); ``columns`` and ``coded`` as :func:`read_source`'s
+    (a note about the rank needs ``rank`` among the columns). Picklable, so a worker process
+    can run it (``traces/parallel.py``)."""
     notes: list[str] = []
-    t = read_source(src, notes, columns)
+    t = read_source(src, notes, columns, coded)
     if t is None:
         return None, notes, []
     attach: list[str] = []
@@ -72,7 +77,10 @@ def read_attached(src: Source, point: str | None,
     return t, notes, attach
 
 
-def _attach(df: pd.DataFrame, src: Source, point: str | None, notes: list[str]) -> pd.DataFrame:
+def _attach(df: pd.DataFrame | CodedDispatches, src: Source, point: str | None,
+            notes: list[str]) -> pd.DataFrame | CodedDispatches:
+    if isinstance(df, CodedDispatches):  # the columns are the key rows': a constant is theirs
+        return df.with_keys(_attach(df.keys, src, point, notes)) if len(df) else df
     if len(df) == 0:
         return df
     values: dict[str, Any] = {}

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.traces.categories import categorize
+from pytest_gemmperf.traces.coded import CodedDispatches, first_positions
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, INT, STR, coerce_columns, lane_ids,
                                            overlap_lane_by_lane)
 
@@ -63,6 +64,17 @@ class PidCounts:
             for i in np.argsort(first, kind="stable").tolist():  # first appearance first
                 pid = int(uniq[i])
                 counts[pid] = counts.get(pid, 0) + int(n[i])
+
+    def add_codes(self, code: np.ndarray, pids: Sequence[int | None]) -> None:
+        """:meth:`add` of the pids ``pids[code[i]]`` (None: missing), all of one rank, counted
+        on the codes: no column as long as ``code`` is made."""
+        n = np.bincount(code, minlength=len(pids))
+        first = first_positions(code, len(pids))
+        counts = self.by_rank.setdefault(0, {})
+        for k in np.argsort(first, kind="stable").tolist():  # first appearance first
+            pid = pids[k]
+            if first[k] >= 0 and pid is not None:
+                counts[pid] = counts.get(pid, 0) + int(n[k])
 
     def ordered(self) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -98,9 +110,12 @@ class _ByRank:
                 part[c].append(values[rows])
 
     def pop(self, column: str, dtype: type) -> np.ndarray:
-        """One column of every run, joined; its parts are let go."""
+        """One column of every run, joined; each part is let go once it is copied, so that the
+        column is held about once, not twice."""
         arrays = [a for r in sorted(self.parts) for a in self.parts[r].pop(column)]
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+        if not arrays:
+            return np.zeros(0, dtype=dtype)
+        return join_releasing(arrays)
 
 
 class GpuRuns:
@@ -124,30 +139,29 @@ class GpuRuns:
         self.runs.append(rank, {"code": narrow(code), "lane": narrow(lane), "start_ns": start,
                                 "dur_ns": narrow(df["end_ns"].to_numpy(dtype=np.int64) - start)})
 
-    def dispatches(self, path: str, facts: dict, columns: Sequence[str]) -> pd.DataFrame:
+    def coded(self, path: str, facts: dict, columns: Sequence[str]) -> CodedDispatches:
         """The dispatches' ``columns`` (in a whole-file read's row order), with the trace's
         constants (``facts``: pid, host, rank), as ``finalize_dispatches`` and the torch reader
-        make them. Built column by column in their final dtypes (a constant: one value coerced,
-        then repeated), so that no column passes through one Python object per row, and the
-        runs' parts are let go as their columns are joined."""
+        make them, coded: one key row per kernel name (its name, category and the constants),
+        and per dispatch its kernel's code, start, duration and in-order flag. No column is
+        made per dispatch but the in-order check's, and the runs' parts are let go as their
+        columns are joined."""
         start = self.runs.pop("start_ns", np.int64)
-        dur = self.runs.pop("dur_ns", np.int64).astype(np.int64)
-        end = start + dur
-        cols: dict[str, object] = {"start_ns": start, "end_ns": end, "dur_ns": dur, "zero_dur": dur == 0}
-        lane = self.runs.pop("lane", np.int32)
-        if "queue_overlap" in columns:
-            cols["queue_overlap"] = overlap_lane_by_lane(self._lane_ids(lane), start, end)
+        dur = self.runs.pop("dur_ns", np.uint32)
+        lane = self.runs.pop("lane", np.int16)
+        overlap = (overlap_lane_by_lane(self._lane_ids(lane), start, dur=dur) if "queue_overlap" in columns
+                   else np.zeros(len(start), dtype=bool))
         del lane
         names = pd.Series(list(self.kernels), dtype=object).astype(STR)
-        code = self.runs.pop("code", np.int32)
-        cols["kernel"] = pd.Series(pd.Categorical.from_codes(names.cat.codes.to_numpy()[code],
-                                                             dtype=names.dtype))
-        del code
-        cols["category"] = categorize(cols["kernel"])
+        keys = {"kernel": names, "category": categorize(names)}
         one = pd.DataFrame({"source": ["torch"], "file": [path],
                             **{c: [facts[c]] for c in ("host", "pid", "rank")}})
-        cols.update(_repeated(coerce_columns(one, _CONSTANT_SCHEMA, path), len(start)))
-        return pd.DataFrame({c: cols[c] for c in columns}, copy=False)
+        keys.update(_repeated(coerce_columns(one, _CONSTANT_SCHEMA, path), len(names)))
+        key_columns = [c for c in columns if c in keys]
+        return CodedDispatches(keys=pd.DataFrame({c: keys[c] for c in key_columns},
+                                                 index=pd.RangeIndex(len(names)), copy=False),
+                               code=self.runs.pop("code", np.int16), start_ns=start, dur_ns=dur,
+                               queue_overlap=overlap, columns=tuple(columns))
 
     def _lane_ids(self, lane: np.ndarray) -> np.ndarray:
         """Per dispatch, the in-order lane the torch reader checks (``schema.lane_ids`` of its
@@ -164,9 +178,9 @@ class GpuRuns:
             values = [pairs[k][i] for k in seen.tolist()]
             cols[name] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
                                                 np.array([v is None for v in values], dtype=bool))
-        ids = np.zeros(len(pairs), dtype=np.int32)
+        ids = np.zeros(len(pairs), dtype=np.int64)
         ids[seen] = lane_ids(pd.DataFrame(cols))
-        return ids[lane]
+        return narrow(ids)[lane]
 
 
 class RuntimeRuns:
@@ -186,25 +200,41 @@ class RuntimeRuns:
                            for p in rt["pid"].to_numpy(dtype=object, na_value=None)[keep]),
                           dtype=np.int64, count=int(keep.sum()))
         self.runs.append(rank[keep], {
-            "correlation": rt["correlation"].to_numpy(dtype=np.int64, na_value=0)[keep],
+            "correlation": narrow(rt["correlation"].to_numpy(dtype=np.int64, na_value=0)[keep]),
             "pid": narrow(pid), "has_grid": np.asarray(rt["has_grid"].to_numpy(), dtype=bool)[keep]})
 
     def host_pids(self) -> PidCounts:
         """The pids ``process_pid`` counts of the runtime calls: one call per correlation id, the
-        one carrying launch dimensions first (``torch_frames.runtime_by_correlation``)."""
+        one carrying launch dimensions first (``torch_frames.runtime_by_correlation``). Counted
+        on the pid codes; the calls are reordered (an index per call) only where some carry
+        launch dimensions and others do not, or an id repeats."""
         has_grid = self.runs.pop("has_grid", bool)
-        order = np.concatenate([np.flatnonzero(has_grid), np.flatnonzero(~has_grid)])  # stable
+        order = (None if has_grid.all() or not has_grid.any()  # a stable sort would keep them
+                 else np.concatenate([np.flatnonzero(has_grid), np.flatnonzero(~has_grid)]))
         del has_grid
-        corr = self.runs.pop("correlation", np.int64)[order]
+        corr = self.runs.pop("correlation", np.int64)
+        if order is not None:
+            corr = corr[order]
         if len(corr) > 1 and not (corr[1:] > corr[:-1]).all():  # an id twice: its first call
-            order = order[np.sort(np.unique(corr, return_index=True)[1])]
+            first = np.sort(np.unique(corr, return_index=True)[1])
+            order = first if order is None else order[first]
         del corr
-        code = self.runs.pop("pid", np.int32)[order]
-        values = np.array([0 if p is None else p for p in self.pids] or [0], dtype=np.int64)
-        missing = np.array([p is None for p in self.pids] or [True], dtype=bool)
+        code = self.runs.pop("pid", np.int32)
         counts = PidCounts()
-        counts.add(pd.Series(pd.arrays.IntegerArray(values[code], missing[code])))
+        counts.add_codes(code if order is None else code[order], list(self.pids))
         return counts
+
+
+def join_releasing(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(arrays)`` (the same dtype and values), each part removed from
+    ``arrays`` once copied."""
+    out = np.empty(sum(len(a) for a in arrays), dtype=np.result_type(*arrays))
+    at = 0
+    for i in range(len(arrays)):
+        part, arrays[i] = arrays[i], None
+        out[at:at + len(part)] = part
+        at += len(part)
+    return out
 
 
 def narrow(values: np.ndarray) -> np.ndarray:

@@ -229,14 +229,17 @@ def _read(path: str, gpu: bool, slim: bool = False) -> tuple[_Reading, Any, int]
     return reading, doc, n_events
 
 
-def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = None) -> Trace:
+def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = None,
+                     coded: bool = False) -> Trace:
     """Read one Kineto trace (``.json`` or gzip-compressed, detected by content).
 
     ``columns``: the dispatch columns the caller reads (None: every column). Where they are
     among :data:`~pytest_gemmperf.traces.torch_slim.SLIM_COLUMNS` the trace is read slim: the
     same checks, errors and notes, the columns equal to the full table's, but kernels are not
     linked to their CPU operators and ``meta`` holds neither ``cpu_ops`` nor ``steps``, so
-    memory stays near the dispatches' few columns whatever the trace's CPU side holds."""
+    memory stays near the dispatches' few columns whatever the trace's CPU side holds.
+    ``coded``: a slim read's dispatches as :class:`~pytest_gemmperf.traces.coded.CodedDispatches`
+    (their ``frame()`` is the table), for a reduction that needs no table."""
     path = os.fspath(path)
     slim = can_slim(columns)
     reading, doc, n_events = _read(path, gpu=True, slim=slim)
@@ -245,7 +248,7 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
         raise NoGpuEvents(path, f"no GPU kernel/memcpy/memset events among {n_events} "
                                        "trace events (CPU-only trace, or GPU activity not recorded)")
     if slim:
-        return _slim_trace(reading, doc, path, n_events, columns)
+        return _slim_trace(reading, doc, path, n_events, columns, coded)
     empty_src = _Src(path, [])
     cpu_ops = reading.frame("cpu", _cpu_ops_frame([], empty_src))
     rt = runtime_by_correlation(reading.frame("rt", _runtime_frame([], empty_src)))
@@ -333,7 +336,7 @@ def _trace_meta(reading: _Reading, doc: Any, path: str, n_events: int, flavor: s
 
 
 def _slim_trace(reading: _Reading, doc: Any, path: str, n_events: int,
-                columns: Sequence[str]) -> Trace:
+                columns: Sequence[str], coded: bool) -> Trace:
     """:func:`read_torch_trace`'s Trace from a slim reading: the checks and their order are the
     full read's (the host process, the GPUs, a grid beyond int64, the base time)."""
     pid = _slim_process_pid(reading)
@@ -342,10 +345,10 @@ def _slim_trace(reading: _Reading, doc: Any, path: str, n_events: int,
         # the first in the dispatches' order, as _apply_grid_semantics raises it
         ranked = reading.grid_error_rank
         raise reading.grid_errors[min(reading.grid_errors, key=lambda ev: (ranked[ev], ev))]
-    out = reading.gpu_runs.dispatches(path, {"pid": pid, "host": host, "rank": rank}, columns)
+    out = reading.gpu_runs.coded(path, {"pid": pid, "host": host, "rank": rank}, columns)
     meta = _trace_meta(reading, doc, path, n_events, flavor, rank, host, pid,
                        {"agent_numbering": _AGENT_NUMBERING})
-    return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
+    return Trace(dispatches=out if coded else out.frame(), agents=agents, files=[path], meta=meta)
 
 
 def _slim_process_pid(reading: _Reading) -> int | None:
