@@ -108,11 +108,15 @@ def kernel_stats(dispatches: pd.DataFrame, by: Sequence[str] = ("point", "rank",
 
 
 def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:
-    """The :data:`STATS_COLUMNS` but ``category`` of the int64 durations ``dur`` per group id
-    ``gid`` (0 .. ``n_groups`` - 1, each non-empty), in group order.
+    """The :data:`STATS_COLUMNS` but ``category`` of the integer durations ``dur`` per group id
+    ``gid`` (0 .. ``n_groups`` - 1, each non-empty), in group order. Both may come in any
+    integer type (a narrow one keeps the rows small; the arithmetic is int64 and float64).
 
     Floating-point sums run over the rows in their given order (``np.bincount``), so the
-    rows' order is part of the result's last bits: callers pass them in input order.
+    rows' order is part of the result's last bits: callers pass them in input order. The
+    arrays as long as the rows are made one at a time where they can be (the order statistics
+    before the deviations; the deviations squared in place), so that a few million dispatches
+    cost a few of them at once, not seven.
     """
     count = np.bincount(gid, minlength=n_groups)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
@@ -123,8 +127,10 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
         key = np.multiply(gid, span, dtype=np.int64)
         key += dur
         key.sort()
-        sdur = key - np.repeat(np.arange(n_groups, dtype=np.int64) * span, count)
+        sdur = np.repeat(np.arange(n_groups, dtype=np.int64) * span, count)
+        np.subtract(key, sdur, out=sdur)
     else:
+        dur = dur.astype(np.int64, copy=False)
         sdur = _sort_within_groups(gid, dur, n_groups)
 
     def quantile(sorted_vals: np.ndarray, q: float) -> np.ndarray:
@@ -132,10 +138,6 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
 
     total = np.add.reduceat(sdur, first)
     mean = total / count
-    dev = dur - mean[gid]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        std = np.sqrt(np.bincount(gid, weights=dev * dev, minlength=n_groups) / (count - 1))
-    std[count < 2] = np.nan
     median = quantile(sdur, 0.5)
     q1, q3 = quantile(sdur, 0.25), quantile(sdur, 0.75)
     iqr = q3 - q1
@@ -145,15 +147,26 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
     if keyed:
         mad = _mad_from_key(key, span, first, count, median2) / 2
         n_out = _count_above(key, span, first + count, fence)
+        del key
     else:
         absdev2 = np.abs(2 * dur - median2[gid])
         mad = quantile(_sort_within_groups(gid, absdev2, n_groups), 0.5) / 2
+        del absdev2
         n_out = np.bincount(gid, weights=dur > fence[gid], minlength=n_groups).astype(np.int64)
+    out = {"min_ns": sdur[first], "max_ns": sdur[last], "p05_ns": quantile(sdur, 0.05),
+           "p95_ns": quantile(sdur, 0.95)}
+    del sdur
+    dev = mean[gid]
+    np.subtract(dur, dev, out=dev)  # dur - mean[gid], in place
+    np.multiply(dev, dev, out=dev)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std = np.sqrt(np.bincount(gid, weights=dev, minlength=n_groups) / (count - 1))
+    del dev
+    std[count < 2] = np.nan
     with np.errstate(invalid="ignore", divide="ignore"):
         cv = std / mean
     return {"count": count.astype(np.int64), "total_ns": total.astype(np.int64), "mean_ns": mean,
-            "median_ns": median, "std_ns": std, "min_ns": sdur[first], "max_ns": sdur[last],
-            "p05_ns": quantile(sdur, 0.05), "p95_ns": quantile(sdur, 0.95), "iqr_ns": iqr, "mad_ns": mad,
+            "median_ns": median, "std_ns": std, **out, "iqr_ns": iqr, "mad_ns": mad,
             "cv": cv, "n_outliers": n_out}
 
 
@@ -249,8 +262,8 @@ class DurationRows:
     ``keys`` holds each distinct key of the rows once, in the order the rows first show it;
     ``group`` is each row's index into ``keys`` and ``dur_ns`` its duration, rows in input
     order. A worker packs both arrays into the smallest integer type that holds them
-    (a few bytes per dispatch instead of the key columns' ~20); :func:`concat_rows` widens
-    them to int64.
+    (a few bytes per dispatch instead of the key columns' ~20); :func:`concat_rows` keeps
+    them so.
     """
 
     keys: pd.DataFrame
@@ -311,15 +324,17 @@ def packed(values: np.ndarray) -> np.ndarray:
 
 def concat_rows(parts: Sequence[DurationRows]) -> DurationRows:
     """Several sources' rows as one, in order: keys concatenated (``concat_tables``, so
-    categories combine as they do for the rows' own columns), ``group`` and ``dur_ns`` as
-    int64."""
+    categories combine as they do for the rows' own columns), ``group`` and ``dur_ns`` in the
+    narrowest integer types that hold every part's (a few bytes a dispatch, as they came)."""
     keys = concat_tables([p.keys for p in parts], ROW_SCHEMA)
     n = sum(len(p) for p in parts)
-    group = np.empty(n, dtype=np.int64)
-    dur = np.empty(n, dtype=np.int64)
+    group = np.empty(n, dtype=packed(np.array([max(len(keys) - 1, 0)], dtype=np.int64)).dtype)
+    dur = np.empty(n, dtype=np.result_type(*[p.dur_ns.dtype for p in parts]) if parts else np.int64)
     row = key = 0
     for p in parts:  # each source's key indices moved past the keys before it, in one pass
-        np.add(p.group, np.int64(key), out=group[row:row + len(p)])
+        rows = group[row:row + len(p)]
+        rows[:] = p.group
+        rows += group.dtype.type(key)
         dur[row:row + len(p)] = p.dur_ns
         row += len(p)
         key += len(p.keys)
@@ -340,8 +355,8 @@ def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", 
     key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
     # the first key of a group holds its first row: keys are in the rows' first-occurrence order
     rep = np.unique(key_gid, return_index=True)[1]
-    gid = key_gid[rows.group]
-    return _stats_frame(keys, rep, by, group_statistics(gid, rows.dur_ns.astype(np.int64, copy=False), len(rep)))
+    gid = packed(key_gid)[rows.group]  # narrow: one of the few arrays as long as the rows
+    return _stats_frame(keys, rep, by, group_statistics(gid, rows.dur_ns, len(rep)))
 
 
 #: columns of rocprofv3's kernel_stats.csv (formats doc 3.3)

@@ -150,7 +150,7 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
     dev = dev.fillna(_idcol(src, gpu, [e.pid for e in gpu], "pid", labels_ok=True))
     stream = _idcol(src, gpu, [a.stream for a in args], "args.stream").fillna(
         _idcol(src, gpu, [e.tid for e in gpu], "tid", labels_ok=True))
-    df = pd.DataFrame({
+    cols = {
         "agent": dev,
         "stream": stream,
         "correlation_id": _idcol(src, gpu, [a.correlation for a in args], "args.correlation"),
@@ -159,17 +159,16 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
         "end_ns": end,
         "_ext": _idcol(src, gpu, [a.external_id for a in args], "args.External id"),
         "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
-    })
+    }
     grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
     block = _dim3(src, gpu, [a.block for a in args], "args.block")
     for i, ax in enumerate("xyz"):
-        df[f"_grid_{ax}"] = grid[i]
-        df[f"_block_{ax}"] = block[i]
+        cols[f"_grid_{ax}"] = grid[i]
+        cols[f"_block_{ax}"] = block[i]
     # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
-    for col, values in _coll_values(src, gpu, args, carrying).items():
-        df[col] = values
-    return df
+    cols.update(_coll_values(src, gpu, args, carrying))
+    return pd.DataFrame(cols)  # once: a column set on a frame costs a block copy per run
 
 
 def _coll_values(src: _Src, events: list[_Event], args: list[_Args],
@@ -265,7 +264,7 @@ def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.Data
     args = [e.args or _NO_ARGS for e in cpu]
     start, end = _times(src, cpu)
     names = src.shared([e.name for e in cpu])
-    ops = pd.DataFrame({
+    cols = {
         "name": pd.Series(names, dtype=object),
         "pid": _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
         "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
@@ -276,12 +275,11 @@ def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.Data
            if shapes else {}),
         "external_id": _idcol(src, cpu, [a.external_id for a in args], "args.External id"),
         "correlation": _idcol(src, cpu, [a.correlation for a in args], "args.correlation"),
-    })
+    }
     # collective metadata lives on record_param_comms ops only
     comms = [i for i, n in enumerate(names) if n == PARAM_COMMS_OP]
-    for col, values in _coll_values(src, cpu, args, comms).items():
-        ops[col] = values
-    return ops
+    cols.update(_coll_values(src, cpu, args, comms))
+    return pd.DataFrame(cols)
 
 
 def _check_coll_ints(src: _Src, events: list[_Event], args: list[_Args]) -> None:

@@ -170,7 +170,8 @@ class _Reading:
                 self.parts["ann_pid"].append(pd.DataFrame({"pid": ann_pid}))
         if gpu:
             df = _gpu_frame(gpu, src)
-            df["_rank"] = gpu_rank
+            if not slim:  # a slim reading keeps the ranks beside its columns
+                df["_rank"] = gpu_rank
             over = np.flatnonzero(grid_overflow(df))
             if len(over):
                 index = {id(e): i for i, e in enumerate(src.events)}
