@@ -35,7 +35,8 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import find_repeated_key
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonstream import (JsonSplitter, Piece, Repeat, StreamDecodeError,
-                                                decode_error, gc_paused, refuse_repeated_key)
+                                                decode_error, gc_paused, refuse_repeated_key,
+                                                release_free_memory)
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     DISPATCH_FIELDS,
@@ -173,6 +174,8 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
                         rows[p_idx].add(m)
                 if repeat is None:
                     repeat = _piece_repeat(piece)
+                del piece
+                release_free_memory()  # the run's freed pages back, before the next block
     except _KinetoGiven:
         raise GemmperfInputError(path, _not_rocprof_message(b'"traceEvents"')) from None
     except StreamDecodeError as exc:

@@ -80,6 +80,7 @@ class SlimRuns:
         self.kernel_ids: dict[int, int] = {}   # kernel_id -> code, in order of appearance
         self.lanes: dict[tuple[int, int, int], int] = {}  # (agent, queue, stream handle) -> code
         self.parts: dict[str, list[np.ndarray]] = {"kernel": [], "lane": [], "start_ns": [], "dur_ns": []}
+        self.bases: list[int] = []  # per run: its earliest start (``start_ns`` parts are from it)
         self.n = 0
         self.streams = False  # some record carries a stream id (a 7.x file)
         self.negative: tuple[int, int, int, int] | None = None  # first: row, dispatch_id, start, end
@@ -98,7 +99,9 @@ class SlimRuns:
         self.streams = self.streams or bool((m[:, _STREAM] != _MISSING).any())
         self.parts["kernel"].append(_codes(self.kernel_ids, m[:, _KERNEL]))
         self.parts["lane"].append(_codes(self.lanes, m[:, [_AGENT, _QUEUE, _STREAM]]))
-        self.parts["start_ns"].append(start.copy())
+        base = int(start.min())  # a run spans well under 4 s: its starts from its first fit 32 bits
+        self.bases.append(base)
+        self.parts["start_ns"].append(narrow(start - base))
         self.parts["dur_ns"].append(narrow(dur))
         self.n += len(m)
 
@@ -107,7 +110,16 @@ class SlimRuns:
         return np.fromiter(self.kernel_ids, dtype=np.int64, count=len(self.kernel_ids))
 
     def pop(self, column: str) -> np.ndarray:
-        return _joined(self.parts.pop(column))
+        parts = self.parts.pop(column)
+        if column != "start_ns":
+            return _joined(parts)
+        out = np.empty(self.n, dtype=np.int64)
+        at = 0
+        for i, base in enumerate(self.bases):  # each run's offsets back to ns, its part let go
+            part, parts[i] = parts[i], None
+            np.add(part, np.int64(base), out=out[at:at + len(part)])
+            at += len(part)
+        return out
 
     def resolve(self, agents, symbols, path: str, p_idx: int) -> SlimProcess:
         """The full read's ``_resolve`` checks on the codes (the first record naming a kernel id
