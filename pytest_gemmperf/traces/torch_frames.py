@@ -167,7 +167,8 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
         cols[f"_block_{ax}"] = block[i]
     # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
-    cols.update(_coll_values(src, gpu, args, carrying))
+    if carrying:  # else all None: left out while the runs are held (with_coll_columns)
+        cols.update(_coll_values(src, gpu, args, carrying))
     return pd.DataFrame(cols)  # once: a column set on a frame costs a block copy per run
 
 
@@ -278,8 +279,20 @@ def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.Data
     }
     # collective metadata lives on record_param_comms ops only
     comms = [i for i, n in enumerate(names) if n == PARAM_COMMS_OP]
-    cols.update(_coll_values(src, cpu, args, comms))
+    if comms:  # else all None: left out while the runs are held (with_coll_columns)
+        cols.update(_coll_values(src, cpu, args, comms))
     return pd.DataFrame(cols)
+
+
+def with_coll_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (a GPU or operator frame) with the COLL_COLUMNS a frame without collective
+    metadata leaves out (all None, as the events have none), appended in their order. A run
+    of events rarely holds any, and nine object columns are 72 bytes an event while the runs
+    are held."""
+    missing = [c for c in COLL_COLUMNS if c not in df.columns]
+    if not missing:
+        return df
+    return df.assign(**{c: np.full(len(df), None, dtype=object) for c in missing})
 
 
 def _check_coll_ints(src: _Src, events: list[_Event], args: list[_Args]) -> None:

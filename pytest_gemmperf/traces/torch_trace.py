@@ -59,7 +59,7 @@ from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, b
                                                  decode_stream)
 from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, _coll_ints,
                                                  _cpu_ops_frame, _gpu_frame, _idcol, _runtime_frame,
-                                                 _Src, _steps_frame, grid_overflow,
+                                                 _Src, _steps_frame, grid_overflow, with_coll_columns,
                                                  runtime_by_correlation, step_ranges)
 from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
                                                take, enclosing_ops, group_codes, self_times)
@@ -193,10 +193,16 @@ class _Reading:
     def frame(self, kind: str, empty: pd.DataFrame | None = None) -> pd.DataFrame:
         """The runs' frames of one kind as one frame, in a whole-file read's row order."""
         parts = self.parts[kind]
+        coll = kind in ("gpu", "cpu")  # frames that leave all-None collective columns out
         if not parts:
-            return empty if empty is not None else pd.DataFrame()
+            out = empty if empty is not None else pd.DataFrame()
+            return with_coll_columns(out) if coll else out
+        if coll and len(parts) > 1 and len({tuple(p.columns) for p in parts}) > 1:
+            parts = [with_coll_columns(p) for p in parts]  # concat would fill NaN, not None
         df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
         self.parts[kind] = []
+        if coll:
+            df = with_coll_columns(df)
         if "_rank" in df.columns:
             rank = df.pop("_rank").to_numpy()
             if len(rank) and rank.min() != rank.max():
