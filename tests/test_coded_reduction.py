@@ -95,3 +95,40 @@ def test_tiny_sources(n):
         return
     rows, totals = coded_reduction(c)
     pd.testing.assert_frame_equal(totals, dispatch_totals(c.frame()), check_exact=True)
+
+
+def test_analyze_no_report_reduces_slim_reads_without_their_table(tmp_path, monkeypatch):
+    """A Kineto trace and a rocprofv3 JSON are reduced from their codes: no dispatches table is
+    made for them (its ~40 bytes a dispatch set the peak of a 1 GB trace's run)."""
+    import shutil
+    from pathlib import Path
+
+    from pytest_gemmperf.analysis.kernel_stats import concat_rows, rows_kernel_stats
+    from pytest_gemmperf.analysis.source_totals import reduce_sources
+
+    fix = Path(__file__).parent / "fixtures"
+    root = tmp_path / "in"
+    shutil.copytree(fix / "rocprof_json", root / "json")
+    shutil.copy(fix / "torch" / "rocm_sdk_rank3.pt.trace.json", root)
+    want = reduce_sources([root], jobs=1, warmup=1)  # a warm-up's drop reads the table
+    assert want is not None
+
+    def refuse(self):
+        raise AssertionError("a dispatches table was made")
+
+    monkeypatch.setattr(CodedDispatches, "frame", refuse)
+    got = reduce_sources([root], jobs=1)
+    assert got is not None and len(got.totals) and set(got.totals["source"]) == {"rocprof-json", "torch"}
+    assert len(rows_kernel_stats(got.rows)) > 0
+
+
+def test_concat_rows_keeps_the_narrow_types():
+    """Joined rows stay a few bytes a dispatch (the statistics read them so), the group index
+    widened only as far as the joined keys need."""
+    from pytest_gemmperf.analysis.kernel_stats import DurationRows, concat_rows
+
+    keys = pd.DataFrame({"kernel": pd.Categorical(["a", "b"])})
+    part = DurationRows(keys, np.array([0, 1, 1], np.uint8), np.array([5, 7, 300], np.uint16))
+    joined = concat_rows([part] * 200)  # 400 keys: past uint8
+    assert joined.group.dtype == np.uint16 and joined.dur_ns.dtype == np.uint16
+    assert joined.group[-3:].tolist() == [398, 399, 399] and joined.dur_ns[-1] == 300

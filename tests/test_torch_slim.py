@@ -195,3 +195,20 @@ def test_analyze_no_report_memory_grows_a_few_bytes_a_dispatch(tmp_path):
 
 def test_the_reduction_reads_the_columns_a_slim_read_makes():
     assert set(WARMUP_READ_COLUMNS) <= set(SLIM_COLUMNS)
+
+
+def test_runs_without_collective_metadata_hold_no_collective_columns(tmp_path):
+    """A run of events without collective metadata keeps no all-None collective columns (72
+    bytes an event while the runs are held); the table has them, all None, as before."""
+    from pytest_gemmperf.traces.torch_frames import COLL_COLUMNS, _cpu_ops_frame, _gpu_frame, _Src
+    from pytest_gemmperf.traces.torch_decode import _EVENTS
+
+    p = FIX / "torch" / "rocm_sdk_rank3.pt.trace.json"
+    events = json.loads(p.read_text())["traceEvents"]
+    for cats, frame in ((("kernel",), _gpu_frame), (("cpu_op",), _cpu_ops_frame)):
+        picked = [e for e in events if e.get("ph") == "X" and e.get("cat") in cats
+                  and "Collective name" not in e.get("args", {}) and e.get("name") != "record_param_comms"]
+        got = frame(_EVENTS.decode(json.dumps(picked).encode()), _Src(str(p), []))
+        assert len(got) and not set(COLL_COLUMNS) & set(got.columns)
+    d = read_torch_trace(p).dispatches
+    assert set(COLL_COLUMNS) <= set(d.columns)
