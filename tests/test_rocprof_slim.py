@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import copy
 import gzip
-import importlib.util
 import json
-import tracemalloc
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from pytest_gemmperf.analysis.source_totals import READ_COLUMNS, reduce_sources
+from pytest_gemmperf.analysis.source_totals import READ_COLUMNS
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.coded import CodedDispatches
 from pytest_gemmperf.traces.fileio import BLOCK_BYTES
 from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
 from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS
+from test_torch_slim import _bench, _retained_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures" / "rocprof_json"
@@ -28,13 +27,6 @@ V7 = FIX / "v7_two_processes_counters_results.json"
 V62 = FIX / "v62_results.json"
 SHARED = REPO.parent / "shared" / "data" / "rocprofv3" / "AMD-AGI_TraceLens"
 TOOL = "rocprofiler-sdk-tool"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bounded_memory", REPO / "benchmarks" / "bounded_memory.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _write(tmp_path: Path, doc, name: str) -> Path:
@@ -143,18 +135,6 @@ def test_errors_are_the_full_reads(tmp_path, mutate):
     slim = read_rocprof_json(p, columns=SLIM_COLUMNS)
     pd.testing.assert_frame_equal(slim.dispatches, full.dispatches[list(SLIM_COLUMNS)])
     pd.testing.assert_frame_equal(slim.counters, full.counters)
-
-
-def _retained_bytes(path: Path) -> int:
-    """Peak bytes Python and numpy allocate while ``path`` is read and reduced as ``gemmperf
-    analyze --no-report --jobs 1`` does (tracemalloc)."""
-    tracemalloc.start()
-    try:
-        got = reduce_sources([path], jobs=1)
-        assert got is not None and len(got.rows) > 0
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.mark.slow  # writes and reads two files of 7 and 28 MB
