@@ -162,6 +162,7 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=4)
     rows: dict[int, Any] = {}
     repeat: Repeat | None = None  # the first in the dispatch records
+    kept = False  # the last run kept dispatch columns
     try:
         with gc_paused():
             for piece in splitter.pieces():
@@ -172,10 +173,13 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
                         if p_idx not in rows:
                             rows[p_idx] = runs()
                         rows[p_idx].add(m)
+                        kept = True
                 if repeat is None:
                     repeat = _piece_repeat(piece)
                 del piece
-                release_free_memory()  # the run's freed pages back, before the next block
+                if kept:  # the freed pages back where the run left arrays among them
+                    release_free_memory()
+                    kept = False
     except _KinetoGiven:
         raise GemmperfInputError(path, _not_rocprof_message(b'"traceEvents"')) from None
     except StreamDecodeError as exc:

@@ -66,10 +66,25 @@ def lookup_sorted(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray
 
 
 def _codes(table: dict, values: np.ndarray) -> np.ndarray:
-    """Per row of ``values`` (1-D, or 2-D rows), its code in ``table`` (new values numbered on)."""
-    uniq, inverse = np.unique(values, axis=0 if values.ndim > 1 else None, return_inverse=True)
-    keys = map(tuple, uniq.tolist()) if values.ndim > 1 else uniq.tolist()
-    codes = np.fromiter((table.setdefault(k, len(table)) for k in keys), dtype=np.int64, count=len(uniq))
+    """Per row of ``values`` (1-D, or 2-D rows), its code in ``table`` (new values numbered on).
+    Rows are numbered through their columns' own codes (a sort of each column, then one of
+    the few combinations), not by a sort of whole rows."""
+    if values.ndim == 1:
+        uniq, inverse = np.unique(values, return_inverse=True)
+        keys = uniq.tolist()
+    else:
+        columns = [np.unique(values[:, j], return_inverse=True) for j in range(values.shape[1])]
+        combined = np.zeros(len(values), dtype=np.int64)
+        for u, inv in columns:  # a few distinct handles a column: the product stays small
+            combined *= len(u)
+            combined += inv.reshape(-1)
+        uniq, inverse = np.unique(combined, return_inverse=True)
+        digits = []
+        for u, _ in reversed(columns):
+            uniq, digit = np.divmod(uniq, len(u))
+            digits.append(u[digit].tolist())
+        keys = list(zip(*reversed(digits)))
+    codes = np.fromiter((table.setdefault(k, len(table)) for k in keys), dtype=np.int64, count=len(keys))
     return narrow(codes[inverse.reshape(-1)])
 
 
