@@ -246,7 +246,10 @@ def _sniff_rocprof_json(p: Probe) -> Match | None:
 
 def _read_rocprof_json(src: Source, notes: list[str], columns: Sequence[str] | None = None,
                        coded: bool = False) -> Trace:
-    return _reader("rocprof_json").read_rocprof_json(src.files[0], columns=columns, coded=coded)
+    rocprof_json = _reader("rocprof_json")
+    if columns is None:
+        return rocprof_json.read_rocprof_json(src.files[0])
+    return rocprof_json.read_rocprof_json(src.files[0], columns=columns, coded=coded)
 
 
 def _results_file(name: str) -> tuple[str, str]:
@@ -345,7 +348,8 @@ def _read_torch(src: Source, notes: list[str], columns: Sequence[str] | None = N
     torch_trace = _reader("torch_trace")
     f = src.files[0]
     try:
-        return torch_trace.read_torch_trace(f, columns=columns, coded=coded)
+        return (torch_trace.read_torch_trace(f, columns=columns, coded=True) if coded
+                else torch_trace.read_torch_trace(f, columns=columns))
     except NoGpuEvents:
         # a CPU-only run (the CPU example of perf_tests): operators stand in for kernels
         notes.append(f"{f}: no GPU events; reading CPU operators as dispatches")
