@@ -42,7 +42,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, _packed
-from pytest_gemmperf.analysis.overlap import category_mask, display_names, gemm_overlap
+from pytest_gemmperf.analysis.overlap import category_mask, display_names, gemm_overlap_ns, overlap_fraction
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.variance import select_samples
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
@@ -124,9 +124,12 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     full; ``category`` as the reports use it)."""
     d = d.reset_index(drop=True)  # row numbers are the labels every part refers to
     dur = d["dur_ns"].to_numpy(np.int64)
+    start = d["start_ns"].to_numpy(np.int64)
+    end = d["end_ns"].to_numpy(np.int64)
+    codes = group_codes(d, GPU_KEYS)
     short, hist = short_part(d, short_us)
     part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
-                      details=_details_part(d), timeline=gpu_timeline(d))
+                      details=_details_part(d), timeline=gpu_timeline(d, codes=codes))
     if "coll_name" in d.columns and d["coll_name"].notna().any():
         part.needs_full.append("collective metadata (cross-rank matching)")
     gm = category_mask(d, None, "gemm")
@@ -134,34 +137,24 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     part.has_comm = bool(cm.any())
     if not gm.any():
         return part
-    codes = group_codes(d, GPU_KEYS)
     gi = np.flatnonzero(gm)
-    ov = gemm_overlap(d, names=False)
+    # the columns the warm-up reads, not every column of every GEMM row
+    narrow = d[[c for c in (*GPU_KEYS, "kernel", "start_ns", "category") if c in d.columns]]
     warm = np.zeros(len(d), dtype=bool)
-    warm[select_samples(d, category="gemm", warmup=warmup).index.to_numpy()] = True
+    warm[select_samples(narrow, category="gemm", warmup=warmup).index.to_numpy()] = True
     keys = [c for c in GEMM_KEYS if c in d.columns]
-    group, first = first_seen_codes(d.iloc[gi], keys)
+    group = group_codes(d[keys].iloc[gi], keys)
+    first = np.unique(group, return_index=True)[1]
     part.gemm = GemmRows(keys=d[keys].iloc[gi[first]].reset_index(drop=True), group=_packed(group),
-                         dur_ns=_packed(dur[gi]), start_ns=d["start_ns"].to_numpy(np.int64)[gi],
-                         overlap_ns=_packed(ov["overlap_ns"].to_numpy(np.int64)), warm=warm[gi],
+                         dur_ns=_packed(dur[gi]), start_ns=start[gi],
+                         overlap_ns=_packed(gemm_overlap_ns(codes, start, end, gm, cm)), warm=warm[gi],
                          gpu=_packed(codes[gi]), row=_packed(gi.astype(np.int64)))
     if part.has_comm:
         ci = np.flatnonzero(cm)
-        names = display_names(d.iloc[ci]).astype("category")
-        part.comm = CommRows(gpu=_packed(codes[ci]), start_ns=d["start_ns"].to_numpy(np.int64)[ci],
-                             end_ns=d["end_ns"].to_numpy(np.int64)[ci], name=names.array,
-                             row=_packed(ci.astype(np.int64)))
+        names = display_names(d[[c for c in ("kernel", "kernel_short") if c in d.columns]].iloc[ci])
+        part.comm = CommRows(gpu=_packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
+                             name=names.astype("category").array, row=_packed(ci.astype(np.int64)))
     return part
-
-
-def first_seen_codes(d: pd.DataFrame, cols: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``d`` the index of its ``cols`` values among the distinct ones in the order
-    the rows first show them, and the first row of each (``groupby.ngroup``, nulls kept)."""
-    if not cols or len(d) == 0:
-        return np.zeros(len(d), dtype=np.int64), np.zeros(min(1, len(d)), dtype=np.int64)
-    gid = d.groupby(list(cols), dropna=False, observed=True, sort=False).ngroup().to_numpy(np.int64)
-    _, first = np.unique(gid, return_index=True)
-    return gid, first
 
 
 # ------------------------------------------------------------------------------ short kernels
@@ -318,12 +311,6 @@ def gemm_frame(gemm: GemmRows) -> pd.DataFrame:
     return out
 
 
-def overlap_fraction(overlap_ns: np.ndarray, dur_ns: np.ndarray) -> np.ndarray:
-    """``overlap_ns / dur_ns``; NaN for a zero-length dispatch (as ``gemm_overlap``)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(dur_ns > 0, overlap_ns / np.where(dur_ns > 0, dur_ns, 1), np.nan)
-
-
 def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.DataFrame, np.ndarray]:
     """The GEMM rows ``gemm`` (a :func:`gemm_frame`) and the collectives beside them (None:
     none) as one table indexed by row number, with the mask of its collective rows: what
@@ -344,5 +331,5 @@ def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.Data
 
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
            "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "gemm_frame",
-           "merge_parts", "overlap_fraction", "report_part", "shared_gpu_groups", "short_edges",
+           "merge_parts", "report_part", "shared_gpu_groups", "short_edges",
            "short_part"]
