@@ -198,3 +198,17 @@ def test_merged_parts_give_the_views_of_the_concatenated_table(seed, warmup):
     for k in want:
         pd.testing.assert_frame_equal(got[k], want[k], check_exact=True, obj=k)
     assert len(want["top_variance"]) and len(want["overlap"])
+    # and those of the analysis functions on the full table, as the reports called them before
+    from pytest_gemmperf.analysis.overlap import gemm_overlap, overlap_by_kernel
+    from pytest_gemmperf.analysis.timeline import gpu_timeline
+    from pytest_gemmperf.analysis.variance import top_variance, with_collective_overlap, with_timestamps
+    from pytest_gemmperf.report.data import _decategorize, _object_keys
+
+    top = with_collective_overlap(with_timestamps(top_variance(full, k=5, warmup=warmup), full), full)
+    pd.testing.assert_frame_equal(got["top_variance"].drop(columns="label"),
+                                  _decategorize(top.drop(columns=["min_row", "max_row"])), check_exact=True)
+    pd.testing.assert_frame_equal(got["timeline"].drop(columns="label"), _decategorize(gpu_timeline(full)),
+                                  check_exact=True)
+    keys = ["point", "rank", "kernel"]
+    obk = _object_keys(_decategorize(overlap_by_kernel(full, overlap=gemm_overlap(full, names=False))), keys)
+    pd.testing.assert_frame_equal(got["overlap"][list(obk.columns)], obk, check_exact=True)
