@@ -280,11 +280,15 @@ class SweepReduction:
 
 def shared_gpu_groups(parts: Sequence[ReportPart]) -> bool:
     """Whether a process-GPU group (a timeline row's keys) appears in more than one part."""
+    return row_in_two(p.timeline[[c for c in GPU_KEYS if c in p.timeline.columns]] for p in parts)
+
+
+def row_in_two(frames) -> bool:
+    """Whether some row (nulls alike) appears in more than one of ``frames``."""
     seen: set[tuple] = set()
-    for p in parts:
-        keys = [c for c in GPU_KEYS if c in p.timeline.columns]
+    for f in frames:
         rows = {tuple(None if pd.isna(v) else v for v in row)
-                for row in p.timeline[keys].astype(object).itertuples(index=False, name=None)}
+                for row in f.astype(object).itertuples(index=False, name=None)}
         if seen & rows:
             return True
         seen |= rows
@@ -331,5 +335,5 @@ def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.Data
 
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
            "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "gemm_frame",
-           "merge_parts", "report_part", "shared_gpu_groups", "short_edges",
+           "merge_parts", "report_part", "row_in_two", "shared_gpu_groups", "short_edges",
            "short_part"]

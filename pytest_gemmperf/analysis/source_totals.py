@@ -20,6 +20,10 @@ the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and
   maxima of integers merge exactly;
 * the source's agents (the columns summary.json lists), notes, and the processes it holds.
 
+With the reports (``reports=True``), each worker also sends back its source's report part
+(``analysis/report_parts.py``): what the short-kernel, kernel-details, timeline, top-variance
+and overlap views read of it; the parent merges the parts in input order.
+
 Warm-up is dropped per process (``analysis/kernel_stats.drop_warmup``); that equals dropping it
 on the full table only when each process lies in one source. With a warm-up, a source kind that
 may hold part of a process (``traces/kinds.py`` ``reducible``) or a process found in two sources
@@ -39,7 +43,8 @@ import pandas as pd
 from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, ROW_KEYS, DurationRows, concat_rows,
                                                    drop_warmup, duration_rows)
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, ReportPart, ReportParts,
-                                                   SweepReduction, merge_parts, report_part, shared_gpu_groups)
+                                                   SweepReduction, merge_parts, report_part, row_in_two,
+                                                   shared_gpu_groups)
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, no_dispatches
@@ -219,11 +224,4 @@ def _reports_reducible(parts: list[_Part], live: list[_Part]) -> bool:
 
 def _shared_process(units) -> bool:
     """Whether a process (PROCESS_KEYS) appears in more than one source."""
-    seen: set[tuple] = set()
-    for u in units:
-        rows = {tuple(None if pd.isna(v) else v for v in row)
-                for row in u.astype(object).itertuples(index=False, name=None)}
-        if seen & rows:
-            return True
-        seen |= rows
-    return False
+    return row_in_two(units)

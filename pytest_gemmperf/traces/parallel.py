@@ -231,8 +231,8 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1) -> lis
         return [fn(x) for x in items]
     # lazy: a serial run (a small input, --jobs 1) starts faster without the pool's modules
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    from concurrent.futures import ProcessPoolExecutor  # lazy: as multiprocessing
+    from concurrent.futures.process import BrokenProcessPool  # lazy: as multiprocessing
 
     # forkserver is POSIX-only; spawn (also fork-free) elsewhere
     method = START_METHOD if START_METHOD in multiprocessing.get_all_start_methods() else "spawn"
@@ -315,7 +315,7 @@ def prestart(jobs: Jobs, paths: Iterable[os.PathLike | str]) -> bool:
         return False
     # lazy: a serial run (a small input, --jobs 1) starts faster without the pool's modules
     import multiprocessing
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver  # lazy: as multiprocessing
 
     if START_METHOD not in multiprocessing.get_all_start_methods():
         return False
