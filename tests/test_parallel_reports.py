@@ -212,3 +212,18 @@ def test_merged_parts_give_the_views_of_the_concatenated_table(seed, warmup):
     keys = ["point", "rank", "kernel"]
     obk = _object_keys(_decategorize(overlap_by_kernel(full, overlap=gemm_overlap(full, names=False))), keys)
     pd.testing.assert_frame_equal(got["overlap"][list(obk.columns)], obk, check_exact=True)
+
+
+def test_a_reduction_is_reported_only_with_the_settings_it_was_reduced_with():
+    """The warm-up and the short-kernel threshold were applied where each source was read: a
+    report asking for others is an error, never tables of the wrong settings."""
+    frames = _sweep(1, 2)
+    parts = [report_part(f, warmup=2, short_us=50.0) for f in frames]
+    reduced = SweepReduction(rows=concat_rows([duration_rows(drop_warmup(f, 2), ROW_KEYS) for f in frames]),
+                             totals=pd.concat([dispatch_totals(f) for f in frames]), parts=merge_parts(parts))
+    build_report_data(reduced, warmup=2)
+    for kwargs in ({"warmup": 0}, {"warmup": 2, "short_kernel_us": 10.0}):
+        with pytest.raises(ValueError, match="reduced with warm-up 2"):
+            build_report_data(reduced, **kwargs)
+    with pytest.raises(ValueError, match="different warm-ups"):
+        merge_parts([parts[0], report_part(frames[1], warmup=0)])

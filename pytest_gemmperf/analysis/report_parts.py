@@ -107,6 +107,8 @@ class ReportPart:
     short_hist: np.ndarray                # their count per bin
     total_ns: int                         # duration sum of every dispatch
     details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS + _ROW, row order
+    warmup: int                           # GEMM dispatches dropped per GPU group and kernel
+    short_us: float                       # the short-kernel threshold
     timeline: pd.DataFrame                # analysis.timeline.gpu_timeline
     gemm: GemmRows | None = None
     comm: CommRows | None = None          # only beside GEMM dispatches: what their rows read
@@ -129,7 +131,8 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     codes = group_codes(d, GPU_KEYS)
     short, hist = short_part(d, short_us)
     part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
-                      details=_details_part(d), timeline=gpu_timeline(d, codes=codes))
+                      details=_details_part(d), warmup=int(warmup), short_us=float(short_us),
+                      timeline=gpu_timeline(d, codes=codes))
     if "coll_name" in d.columns and d["coll_name"].notna().any():
         part.needs_full.append("collective metadata (cross-rank matching)")
     gm = category_mask(d, None, "gemm")
@@ -215,11 +218,15 @@ class ReportParts:
     gemm: GemmRows | None
     comm: CommRows | None
     has_comm: bool
+    warmup: int
+    short_us: float
 
 
 def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
     """The sources' parts as one sweep's, in their order."""
     parts = list(parts)
+    if len({(p.warmup, p.short_us) for p in parts}) != 1:
+        raise ValueError("report parts reduced with different warm-ups or short-kernel thresholds")
     rows = np.cumsum([0] + [p.n_dispatches for p in parts])
     gpus = np.cumsum([0] + [p.n_gpu_groups for p in parts])
     short = pd.concat([p.short for p in parts], ignore_index=True)
@@ -232,7 +239,8 @@ def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
                        short_hist=np.sum([p.short_hist for p in parts], axis=0),
                        total_ns=sum(p.total_ns for p in parts), details=details.drop(columns=_ROW),
                        timeline=concat_tables([p.timeline for p in parts], DISPATCH_SCHEMA),
-                       gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts))
+                       gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts),
+                       warmup=parts[0].warmup, short_us=parts[0].short_us)
 
 
 def _widened(arrays: list[np.ndarray], offsets: list[int]) -> np.ndarray:

@@ -384,6 +384,9 @@ def _analyse_one(label: str, d: pd.DataFrame | SweepReduction, counters: pd.Data
     table of dispatches is reduced as one part, so both give the same bytes."""
     out: dict[str, pd.DataFrame] = {}
     if isinstance(d, SweepReduction):
+        if (d.parts.warmup, d.parts.short_us) != (warmup, short_us):
+            raise ValueError(f"{label}: reduced with warm-up {d.parts.warmup} and short kernels below "
+                             f"{d.parts.short_us} µs, reported with {warmup} and {short_us}")
         kern = rows_kernel_stats(d.rows, by=("point", "rank", "kernel"))  # warm-up dropped where read
         by_category = _by_category_of_totals(d.totals)
         parts = d.parts
