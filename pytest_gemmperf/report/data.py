@@ -21,7 +21,6 @@ from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.overlap import overlap_by_kernel
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
-                                                   SHORT_HIST_BINS,
                                                    ReportParts, SweepReduction, collective_frame, gemm_frame,
                                                    merge_parts, report_part, short_edges)
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES
