@@ -18,23 +18,11 @@ import pytest
 from pytest_gemmperf.analysis.kernel_stats import ROW_KEYS, concat_rows, drop_warmup, duration_rows
 from pytest_gemmperf.analysis.report_parts import SweepReduction, merge_parts, report_part
 from pytest_gemmperf.analysis.source_totals import dispatch_totals, reduce_sources
-from pytest_gemmperf.commands import analyze_impl
 from pytest_gemmperf.report.data import build_report_data
 from pytest_gemmperf.traces import parallel
+from test_parallel_analyze import _csv_tree
 
 FIX = Path(__file__).parent / "fixtures"
-CSV_DIR = FIX / "rocprof_csv" / "v7" / "mi350-n1"
-
-
-def _csv_tree(root: Path, *, copies: int = 3, same_host: bool = False) -> Path:
-    """rocprofv3 7.x processes, one per source (``same_host``: one process in every copy)."""
-    for r in range(copies):
-        d = root / "csv" / f"copy{r}" / "mi350-n1" if same_host else root / "csv" / f"host{r}"
-        d.mkdir(parents=True)
-        pid = "5358" if same_host else str(5358 + r)
-        for f in CSV_DIR.glob("5358_*"):
-            shutil.copy(f, d / f.name.replace("5358", pid))
-    return root / "csv"
 
 
 def _report_files(out: Path) -> dict[str, bytes]:
@@ -88,22 +76,6 @@ def test_reports_of_reduced_sources_equal_the_full_tables(tmp_path, monkeypatch,
         got = _analyze(tmp_path, f"reduced{jobs}", root, "--jobs", jobs, *opts)
         assert got.keys() == full.keys()
         assert [f for f in full if got[f] != full[f]] == [], (jobs, opts)
-
-
-@pytest.mark.slow  # a process pool
-def test_reports_never_hold_the_full_table(tmp_path, monkeypatch):
-    """With reports, the parent reads no full dispatches table: each source's report part
-    comes back from its worker (before, the parent loaded and concatenated every dispatch)."""
-    monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)
-    root = _csv_tree(tmp_path)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the full dispatches table was loaded")
-
-    monkeypatch.setattr(analyze_impl, "load", refuse)
-    for jobs in ("1", "2"):
-        files = _analyze(tmp_path, f"out{jobs}", root, "--jobs", jobs)
-        assert "report.html" in files and "summary.md" in files
 
 
 def test_views_that_join_sources_read_the_full_tables(tmp_path):
