@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import os
@@ -9,8 +10,9 @@ import pkgutil
 import shutil
 import signal
 import subprocess
-import threading
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -148,6 +150,31 @@ def _temp_root_in_memory() -> None:
 
 
 _temp_root_in_memory()
+
+
+# --- the suite's cost: compiling the same modules in every process ------------------------------
+# Under PYTHONDONTWRITEBYTECODE (docker/Dockerfile sets it, as many CI images do) no process keeps
+# the bytecode it compiles, and the checkout is installed editable, so every `python -m pytest`
+# and `gemmperf` process the tests start compiled (a pytest one also assertion-rewrote) the
+# plugin's modules again: about 1.5 CPU-s a pytest process, and the suite starts hundreds. This
+# session keeps bytecode, for itself and every process it starts, in a directory of its own
+# outside the checkout (PYTHONPYCACHEPREFIX), removed when the session ends: each module is
+# compiled once a session. Nothing is written where the user asked for no bytecode, and a
+# PYTHONPYCACHEPREFIX of the user's own is left as it is.
+
+
+def _bytecode_kept_for_the_session() -> None:
+    if not sys.dont_write_bytecode or sys.pycache_prefix or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return  # bytecode is written already; or a pytest-xdist worker of such a session
+    prefix = tempfile.mkdtemp(prefix="gemmperf-pycache-", dir=os.environ.get("PYTEST_DEBUG_TEMPROOT"))
+    atexit.register(shutil.rmtree, prefix, True)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+
+
+_bytecode_kept_for_the_session()
 
 
 @pytest.fixture(scope="session", autouse=True)
