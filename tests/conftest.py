@@ -41,6 +41,13 @@ def _import_the_whole_package() -> None:
             importlib.import_module(info.name)
         except ImportError:
             pass
+    # and what it imports lazily that every inner session reaches: the run history (on by
+    # default) opens its store through fsspec, which an inner session imported anew each time
+    for name in ("fsspec", "fsspec.core", "fsspec.implementations.local"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 _import_the_whole_package()
