@@ -164,7 +164,8 @@ _temp_root_in_memory()
 # Under PYTHONDONTWRITEBYTECODE (docker/Dockerfile sets it, as many CI images do) no process keeps
 # the bytecode it compiles, and the checkout is installed editable, so every `python -m pytest`
 # and `gemmperf` process the tests start compiled (a pytest one also assertion-rewrote) the
-# plugin's modules again: about 1.5 CPU-s a pytest process, and the suite starts hundreds. This
+# plugin's modules again (measured: a `python -m pytest` of one test 2.9 CPU-s, 1.2 with its
+# bytecode kept; a `gemmperf compare` 4.8, 4.4), and the suite starts dozens of each. This
 # session keeps bytecode, for itself and every process it starts, in a directory of its own
 # outside the checkout (PYTHONPYCACHEPREFIX), removed when the session ends: each module is
 # compiled once a session. Python reads bytecode only from that directory then, so it first
