@@ -16,7 +16,10 @@
 On a 2-core machine the cluster's two workers share the cores with this script and the
 scheduler, so the wall times say what the engine costs, not what a cluster gains.
 
-Usage: python benchmarks/dask_cluster.py [--files 96] [--dispatches 5000] [--workers 2] [--keep]
+``--reports``: the analyses write their reports (the command's default) and every file they
+write is compared (report.html but its generation time, report.xlsx's sheets).
+
+Usage: python benchmarks/dask_cluster.py [--files 96] [--dispatches 5000] [--workers 2] [--reports] [--keep]
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ def _same(a: Path, b: Path, names: tuple[str, ...]) -> bool:
     return all((a / n).read_bytes() == (b / n).read_bytes() for n in names)
 
 
+def _same_reports(a: Path, b: Path) -> bool:
+    """Every file two analyze runs wrote, reports included (``scale._output_bytes``)."""
+    return scale._output_bytes(a) == scale._output_bytes(b)
+
+
 def _kill_when_busy(client, stop: threading.Event, killed: list) -> None:
     """SIGKILL the first worker seen running a gemmperf task (once)."""
     pids = client.run(os.getpid)  # worker address -> pid
@@ -88,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dispatches", type=int, default=5000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--reports", action="store_true",
+                    help="analyze with its reports (the default of the command) and compare every report file")
     args = ap.parse_args(argv)
     try:
         import distributed
@@ -114,30 +124,33 @@ def main(argv: list[str] | None = None) -> int:
               f"local cluster of {args.workers} worker processes x 1 thread at {cluster.scheduler_address}, "
               f"load {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
         rows, failed = [], []
+        no_report = [] if args.reports else ["--no-report"]
+        same_files = _same_reports if args.reports else (lambda a, b: _same(a, b, ("kernels.csv", "summary.json")))
         for jobs in ("1", address):
             tag = "serial" if jobs == "1" else "dask"
-            wall = _run(["analyze", str(base), "--no-report", "--jobs", jobs, "--out", str(tmp / f"a-{tag}")], tmp)
+            wall = _run(["analyze", str(base), *no_report, "--jobs", jobs, "--out", str(tmp / f"a-{tag}")], tmp)
             rows.append((f"analyze --jobs {'1' if jobs == '1' else 'dask://…'}", wall))
             wall = _run(["compare", str(base), str(cand), "--no-report", "--jobs", jobs,
                          "--out", str(tmp / f"c-{tag}")], tmp, ok=(1,))
             rows.append((f"compare --jobs {'1' if jobs == '1' else 'dask://…'}", wall))
-        same_a = _same(tmp / "a-serial", tmp / "a-dask", ("kernels.csv", "summary.json"))
+        same_a = same_files(tmp / "a-serial", tmp / "a-dask")
         same_c = _same(tmp / "c-serial", tmp / "c-dask", ("verdicts.csv",))
 
         client.wait_for_workers(args.workers, timeout=60)
         stop, killed = threading.Event(), []
         killer = threading.Thread(target=_kill_when_busy, args=(client, stop, killed), daemon=True)
         killer.start()
-        wall = _run(["analyze", str(base), "--no-report", "--jobs", address, "--out", str(tmp / "a-killed")], tmp)
+        wall = _run(["analyze", str(base), *no_report, "--jobs", address, "--out", str(tmp / "a-killed")], tmp)
         stop.set()
         killer.join(5)
         rows.append(("analyze --jobs dask://…, a worker SIGKILLed", wall))
-        same_k = _same(tmp / "a-serial", tmp / "a-killed", ("kernels.csv", "summary.json"))
+        same_k = same_files(tmp / "a-serial", tmp / "a-killed")
 
         print(f"{'run':48s} {'wall s':>8s}")
         for label, wall in rows:
             print(f"{label:48s} {wall:8.2f}")
-        print(f"kernels.csv + summary.json byte-identical to --jobs 1: {same_a}")
+        print(f"kernels.csv + summary.json{' + every report file' if args.reports else ''} "
+              f"byte-identical to --jobs 1: {same_a}")
         print(f"verdicts.csv byte-identical to --jobs 1: {same_c} "
               f"({(tmp / 'c-serial' / 'verdicts.csv').read_text().count('regression')} regression rows)")
         print(f"worker killed mid-run: {killed[0] if killed else 'no (the run ended first)'}; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import os
@@ -9,8 +10,10 @@ import pkgutil
 import shutil
 import signal
 import subprocess
-import threading
 import sys
+import sysconfig
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -37,6 +40,13 @@ def _import_the_whole_package() -> None:
             continue
         try:
             importlib.import_module(info.name)
+        except ImportError:
+            pass
+    # and what it imports lazily that every inner session reaches: the run history (on by
+    # default) opens its store through fsspec, which an inner session imported anew each time
+    for name in ("fsspec", "fsspec.core", "fsspec.implementations.local"):
+        try:
+            importlib.import_module(name)
         except ImportError:
             pass
 
@@ -148,6 +158,63 @@ def _temp_root_in_memory() -> None:
 
 
 _temp_root_in_memory()
+
+
+# --- the suite's cost: compiling the same modules in every process ------------------------------
+# Under PYTHONDONTWRITEBYTECODE (docker/Dockerfile sets it, as many CI images do) no process keeps
+# the bytecode it compiles, and the checkout is installed editable, so every `python -m pytest`
+# and `gemmperf` process the tests start compiled (a pytest one also assertion-rewrote) the
+# plugin's modules again (measured: a `python -m pytest` of one test 2.9 CPU-s, 1.2 with its
+# bytecode kept; a `gemmperf compare` 4.8, 4.4), and the suite starts dozens of each. This
+# session keeps bytecode, for itself and every process it starts, in a directory of its own
+# outside the checkout (PYTHONPYCACHEPREFIX), removed when the session ends: each module is
+# compiled once a session. Python reads bytecode only from that directory then, so it first
+# gets links to the bytecode the installation already has (the standard library and the
+# installed packages: else their modules were compiled once more, torch's for seconds). Nothing
+# is written where the user asked for no bytecode; a PYTHONPYCACHEPREFIX of the user's own is
+# left as it is.
+
+
+def _bytecode_kept_for_the_session() -> None:
+    if not sys.dont_write_bytecode or sys.pycache_prefix or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return  # bytecode is written already; or a pytest-xdist worker of such a session
+    prefix = tempfile.mkdtemp(prefix="gemmperf-pycache-", dir=os.environ.get("PYTEST_DEBUG_TEMPROOT"))
+    atexit.register(shutil.rmtree, prefix, True)
+    _link_installed_bytecode(Path(prefix))
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+
+
+def _link_installed_bytecode(prefix: Path) -> None:
+    """Under ``prefix``, where Python looks for the bytecode of ``DIR/name.py`` once it is the
+    pycache prefix (``prefix/DIR/name.<tag>.pyc``), a link to ``DIR/__pycache__/name.<tag>.pyc``
+    for every such file of the standard library and the installed packages. A stale one is
+    compiled again as ever, and written in the link's place: never into the installation."""
+    tag = f".{sys.implementation.cache_tag}."
+    roots: list[str] = []
+    for root in sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}):
+        if not any(root.startswith(r + os.sep) for r in roots):  # a root inside another is walked with it
+            roots.append(root)
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            if os.path.basename(dirpath) != "__pycache__":
+                continue
+            dirnames[:] = []
+            pycs = [f for f in filenames if f.endswith(".pyc") and tag in f]
+            if not pycs:
+                continue
+            dest = prefix / os.path.dirname(dirpath).lstrip(os.sep)
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in pycs:
+                try:
+                    os.symlink(os.path.join(dirpath, name), dest / name)
+                except FileExistsError:
+                    pass
+
+
+_bytecode_kept_for_the_session()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,6 +11,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -80,6 +81,11 @@ def write_inputs(root: Path, *, hosts: int = 4, ranks: int = 2, n: int = 150, sl
 def _analyze(out: Path, root: Path, jobs: str, *extra: str) -> dict[str, bytes]:
     assert main(["analyze", str(root), "--out", str(out), "--jobs", jobs, *extra]) == 0
     return {f: (out / f).read_bytes() for f in ("kernels.csv", "summary.json")}
+
+
+def _undated(text: str) -> str:
+    """A report's text without the time it was generated."""
+    return re.sub(r"generated \d{4}-\d\d-\d\dT[\d:+-]+", "", text)
 
 
 def _compare(out: Path, base: Path, cand: Path, jobs: str) -> bytes:
@@ -374,9 +380,14 @@ def inputs(tmp_path_factory):
 def test_analyze_on_the_cluster_writes_the_serial_bytes(tmp_path, address, inputs):
     base, _, serial, _ = inputs
     assert _analyze(tmp_path / "dask", base, address, "--no-report") == serial
-    # with reports the workers send each source's tables back (the report reads every dispatch)
+    # with reports the workers send back what each report reads of their sources: every report
+    # file is the serial run's (report.html but its generation time)
     full = _analyze(tmp_path / "full", base, address.replace("dask://", "tcp://"))
     assert full["kernels.csv"] == serial["kernels.csv"] and (tmp_path / "full" / "report.html").is_file()
+    _analyze(tmp_path / "serial-full", base, "1")
+    for name in ("summary.md", "top5_gemm_kernels_time_variance_with_collective_overlap.csv", "report.html"):
+        got, want = ((d / name).read_text() for d in (tmp_path / "full", tmp_path / "serial-full"))
+        assert _undated(got) == _undated(want), name
 
 
 @needs_engine

@@ -20,6 +20,8 @@ from pytest_gemmperf.gate.outcome import ERROR, FAILED, PASSED, UNDECIDED, point
 from pytest_gemmperf.run import environment
 
 pytest_plugins = ["pytester"]
+# no test here reads a session's report.html / report.xlsx (conftest.py: without_session_reports)
+pytestmark = pytest.mark.usefixtures("without_session_reports")
 
 SLUG = "test_gpsweep.py__test_gpsweep"
 ROW = ["point", "kernel", "metric"]

@@ -164,9 +164,12 @@ def test_analyze_no_report_equals_the_full_table_path(tmp_path, monkeypatch, cap
 
 
 @pytest.mark.slow  # a process pool
-def test_analyze_no_report_never_holds_the_full_table(tmp_path, monkeypatch):
-    """The parent reads no full dispatches table: the workers send back per-source reductions
-    (before, ``load`` pickled every worker's whole table back and concatenated 4.2 M rows)."""
+@pytest.mark.parametrize("report", [(), ("--no-report",)])
+def test_analyze_never_holds_the_full_table(tmp_path, monkeypatch, report):
+    """The parent reads no full dispatches table, with its reports or without: the workers
+    send back per-source reductions (before, ``load`` pickled every worker's whole table back
+    and concatenated 4.2 M rows; with reports it still did until the reports' views were
+    reduced too, ``analysis/report_parts.py``)."""
     monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)
     root = _csv_tree(tmp_path)
 
@@ -175,7 +178,8 @@ def test_analyze_no_report_never_holds_the_full_table(tmp_path, monkeypatch):
 
     monkeypatch.setattr(analyze_impl, "load", refuse)
     for jobs in ("1", "2"):
-        _analyze(tmp_path, f"out{jobs}", root, "--no-report", "--jobs", jobs)
+        _analyze(tmp_path, f"out{jobs}", root, *report, "--jobs", jobs)
+        assert (tmp_path / f"out{jobs}" / "report.html").is_file() == (not report)
 
 
 def test_a_process_in_two_sources_with_a_warmup_reads_the_full_tables(tmp_path):

@@ -155,11 +155,31 @@ def count_overlapping(qs, qe, start, end) -> np.ndarray:
 
 def group_codes(df: pd.DataFrame, keys: Sequence[str] = GPU_KEYS) -> np.ndarray:
     """Dense 0-based code per row for the combination of ``keys`` present in ``df`` (NA is a
-    value of its own)."""
+    value of its own), numbered in the order the rows first show them: ``groupby(keys,
+    sort=False, dropna=False).ngroup()``.
+
+    The columns' own integer codes (a categorical's codes, ``pd.factorize`` otherwise) are
+    combined into one number per row and that is factorized: a groupby over eight key columns
+    costs some ten times as much in fixed overhead at one trace file's size; ``groupby.ngroup``
+    where the combined number would not fit in int64."""
     keys = [k for k in keys if k in df.columns]
     if not keys or len(df) == 0:
         return np.zeros(len(df), dtype=np.int64)
-    return df.groupby(keys, observed=True, dropna=False, sort=False).ngroup().to_numpy(np.int64)
+    combined = np.zeros(len(df), dtype=np.int64)
+    size = 1
+    for c in keys:
+        col = df[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
+        else:
+            codes, uniques = pd.factorize(col, use_na_sentinel=True)
+            codes, n = codes.astype(np.int64), len(uniques)
+        size *= n + 1
+        if size >= 2**62:
+            gid = df.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+            return pd.factorize(gid)[0].astype(np.int64)
+        combined = combined * (n + 1) + (codes + 1)  # null (-1) becomes 0
+    return pd.factorize(combined)[0].astype(np.int64)
 
 
 @dataclass

@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis.intervals import group_codes
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
 
 #: the unit whose dispatch sequence warm-up removal restarts in (ARCHITECTURE "process unit")
@@ -280,37 +281,14 @@ def duration_rows(d: pd.DataFrame, keys: Sequence[str]) -> DurationRows:
     dur = d["dur_ns"].to_numpy(dtype=np.int64)
     if len(d) == 0:
         return DurationRows(d[cols].iloc[:0].reset_index(drop=True), np.empty(0, np.uint8), dur)
-    group = _first_seen_codes(d, cols)
+    group = group_codes(d, cols)
     # a key's first row is where its code first appears: codes are numbered as they appear
     seen = np.maximum.accumulate(np.concatenate(([-1], group[:-1])))
     first = np.flatnonzero(group > seen)
-    return DurationRows(d[cols].iloc[first].reset_index(drop=True), packed(group), packed(dur))
+    return DurationRows(d[cols].iloc[first].reset_index(drop=True), _packed(group), _packed(dur))
 
 
-def _first_seen_codes(d: pd.DataFrame, cols: list[str]) -> np.ndarray:
-    """One int64 code per row for its ``cols`` values (nulls a value of their own), numbered
-    0, 1, ... in the order the rows first show them. Combines the columns' own integer codes
-    (a categorical's codes, ``pd.factorize`` otherwise) into one number per row, which a
-    groupby over several columns would build with far more overhead; ``groupby.ngroup`` where
-    the combined number would not fit."""
-    combined = np.zeros(len(d), dtype=np.int64)
-    size = 1
-    for c in cols:
-        col = d[c]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
-        else:
-            codes, uniques = pd.factorize(col, use_na_sentinel=True)
-            codes, n = codes.astype(np.int64), len(uniques)
-        size *= n + 1
-        if size >= 2**62:
-            gid = d.groupby(cols, dropna=False, observed=True, sort=False).ngroup().to_numpy()
-            return pd.factorize(gid)[0].astype(np.int64)
-        combined = combined * (n + 1) + (codes + 1)  # null (-1) becomes 0
-    return pd.factorize(combined)[0].astype(np.int64)
-
-
-def packed(values: np.ndarray) -> np.ndarray:
+def _packed(values: np.ndarray) -> np.ndarray:
     """Non-negative int64 ``values`` in the narrowest unsigned type that holds them (as given
     when some is negative)."""
     if len(values) == 0 or values.min() < 0:
@@ -328,7 +306,7 @@ def concat_rows(parts: Sequence[DurationRows]) -> DurationRows:
     narrowest integer types that hold every part's (a few bytes a dispatch, as they came)."""
     keys = concat_tables([p.keys for p in parts], ROW_SCHEMA)
     n = sum(len(p) for p in parts)
-    group = np.empty(n, dtype=packed(np.array([max(len(keys) - 1, 0)], dtype=np.int64)).dtype)
+    group = np.empty(n, dtype=_packed(np.array([max(len(keys) - 1, 0)], dtype=np.int64)).dtype)
     dur = np.empty(n, dtype=np.result_type(*[p.dur_ns.dtype for p in parts]) if parts else np.int64)
     row = key = 0
     for p in parts:  # each source's key indices moved past the keys before it, in one pass
@@ -355,7 +333,7 @@ def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", 
     key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
     # the first key of a group holds its first row: keys are in the rows' first-occurrence order
     rep = np.unique(key_gid, return_index=True)[1]
-    gid = packed(key_gid)[rows.group]  # narrow: one of the few arrays as long as the rows
+    gid = _packed(key_gid)[rows.group]  # narrow: one of the few arrays as long as the rows
     return _stats_frame(keys, rep, by, group_statistics(gid, rows.dur_ns, len(rep)))
 
 

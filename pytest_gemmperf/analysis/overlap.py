@@ -77,33 +77,52 @@ def gemm_overlap(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, *,
     start = d["start_ns"].to_numpy(np.int64)
     end = d["end_ns"].to_numpy(np.int64)
     codes = group_codes(d, keys)
-    n_groups = int(codes.max()) + 1 if len(codes) else 0
-    sel = gm | cm
-    tl = GroupedTimeline.build(codes[sel], start[sel], end[sel], n_groups=n_groups)
-
+    tl, gs, ge = _gemm_axis(codes, start, end, gm, cm)
     gi = np.flatnonzero(gm)
     ci = np.flatnonzero(cm)
-    gs = tl.shift(codes[gi], start[gi])
-    ge = tl.shift(codes[gi], end[gi])
-    comm_u = grouped_union(tl, codes[ci], start[ci], end[ci])
-    overlap = covered_length(gs, ge, comm_u)
+    overlap = covered_length(gs, ge, grouped_union(tl, codes[ci], start[ci], end[ci]))
     dur = end[gi] - start[gi]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frac = np.where(dur > 0, overlap / np.where(dur > 0, dur, 1), np.nan)
     count = count_overlapping(gs, ge, tl.shift(codes[ci], start[ci]), tl.shift(codes[ci], end[ci]))
 
     cols = [c for c in (*keys, "kernel", "kernel_short", "dispatch_id", "start_ns", "end_ns")
             if c in d.columns]
-    out = d.iloc[gi][cols].copy()
+    out = d[cols].iloc[gi].copy()
     out["dur_ns"] = dur
     out["overlap_ns"] = overlap
-    out["overlap_fraction"] = frac
+    out["overlap_fraction"] = overlap_fraction(overlap, dur)
     out["overlapping_count"] = count
     if names:
         coll_names = display_names(d.iloc[ci], name_col).to_numpy(dtype=object).astype(str)
         labels = _name_sets(gs, ge, tl, codes[ci], start[ci], end[ci], coll_names)
         out["overlapping_collectives"] = pd.Series(labels, index=out.index, dtype="object")
     return out
+
+
+def _gemm_axis(codes: np.ndarray, start: np.ndarray, end: np.ndarray, gm: np.ndarray,
+               cm: np.ndarray) -> tuple[GroupedTimeline, np.ndarray, np.ndarray]:
+    """The groups' shared axis over the GEMM and collective intervals, and the GEMMs' shifted
+    starts and ends."""
+    n_groups = int(codes.max()) + 1 if len(codes) else 0
+    sel = gm | cm
+    tl = GroupedTimeline.build(codes[sel], start[sel], end[sel], n_groups=n_groups)
+    gi = np.flatnonzero(gm)
+    return tl, tl.shift(codes[gi], start[gi]), tl.shift(codes[gi], end[gi])
+
+
+def gemm_overlap_ns(codes: np.ndarray, start: np.ndarray, end: np.ndarray, gm: np.ndarray,
+                    cm: np.ndarray) -> np.ndarray:
+    """``gemm_overlap``'s ``overlap_ns`` alone, per GEMM row (``gm``) in row order, from the
+    rows' group codes and int64 intervals: the part of each GEMM the union of its group's
+    collectives (``cm``) covers."""
+    tl, gs, ge = _gemm_axis(codes, start, end, gm, cm)
+    ci = np.flatnonzero(cm)
+    return covered_length(gs, ge, grouped_union(tl, codes[ci], start[ci], end[ci]))
+
+
+def overlap_fraction(overlap_ns: np.ndarray, dur_ns: np.ndarray) -> np.ndarray:
+    """``overlap_ns / dur_ns``; NaN for a zero-length dispatch."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(dur_ns > 0, overlap_ns / np.where(dur_ns > 0, dur_ns, 1), np.nan)
 
 
 def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, *,
@@ -144,4 +163,5 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
     return out.reset_index()
 
 
-__all__ = ["category_mask", "display_names", "gemm_overlap", "overlap_by_kernel"]
+__all__ = ["category_mask", "display_names", "gemm_overlap", "gemm_overlap_ns", "overlap_by_kernel",
+           "overlap_fraction"]

@@ -20,6 +20,10 @@ the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and
   maxima of integers merge exactly;
 * the source's agents (the columns summary.json lists), notes, and the processes it holds.
 
+With the reports (``reports=True``), each worker also sends back its source's report part
+(``analysis/report_parts.py``): what the short-kernel, kernel-details, timeline, top-variance
+and overlap views read of it; the parent merges the parts in input order.
+
 Warm-up is dropped per process (``analysis/kernel_stats.drop_warmup``); that equals dropping it
 on the full table only when each process lies in one source. With a warm-up, a source kind that
 may hold part of a process (``traces/kinds.py`` ``reducible``) or a process found in two sources
@@ -37,7 +41,10 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, ROW_KEYS, DurationRows, concat_rows,
-                                                   drop_warmup, duration_rows, packed)
+                                                   _packed, drop_warmup, duration_rows)
+from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, ReportPart, ReportParts,
+                                                   SweepReduction, merge_parts, report_part, row_in_two,
+                                                   shared_gpu_groups)
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches, first_positions
@@ -119,7 +126,7 @@ def coded_reduction(c: CodedDispatches) -> tuple[DurationRows, pd.DataFrame]:
     of_key = number[key_group]
     of_key[of_key < 0] = 0  # key rows no dispatch has (none is coded with them)
     keys = c.keys[cols].iloc[c.code[group_first[order]]].reset_index(drop=True)
-    rows = DurationRows(keys, packed(of_key)[c.code], packed(c.dur_ns))
+    rows = DurationRows(keys, _packed(of_key)[c.code], _packed(c.dur_ns))
     return rows, _coded_totals(rows, c)
 
 
@@ -166,6 +173,10 @@ def recategorize(table: pd.DataFrame, rules: Sequence[tuple[str, str]]) -> pd.Da
 class _Options:
     point: str | None
     warmup: int
+    #: also reduce what the reports read (``analysis/report_parts.py``), categories by ``rules``
+    reports: bool = False
+    rules: tuple[tuple[str, str], ...] = ()
+    short_us: float = DEFAULT_SHORT_KERNEL_US
 
 
 @dataclass
@@ -176,6 +187,7 @@ class _Part:
     rows: DurationRows | None = None
     totals: pd.DataFrame | None = None
     units: pd.DataFrame | None = None      # the processes the source holds (PROCESS_KEYS; with a warm-up)
+    report: ReportPart | None = None       # what the reports read (with reports)
 
 
 @dataclass
@@ -190,19 +202,27 @@ class SourceTotals:
     skipped: list[SkippedInput]   # == load(paths).meta["skipped"]
     sources: list[dict]           # == load(paths).meta["sources"]
     workers: int = 1              # pool size used (1: serial)
+    report: ReportParts | None = None  # with reports: every source's report part, merged
+
+    def sweep(self) -> SweepReduction:
+        """The reports' view of the reduced sweep (``report/data.py``); with reports only."""
+        assert self.report is not None, "reduced without reports"
+        return SweepReduction(rows=self.rows, totals=self.totals, parts=self.report)
 
 
 def reduce_source(src, opts: _Options) -> _Part:
     """Read one source and reduce it (runs in a worker process)."""
-    head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS,
-                                 WARMUP_READ_COLUMNS if opts.warmup > 0 else READ_COLUMNS,
-                                 coded=opts.warmup == 0)  # a warm-up's drop reads the table
+    # a warm-up's drop and the reports' views read the table; the totals alone read codes
+    head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS, _read_columns(opts),
+                                 coded=opts.warmup == 0 and not opts.reports)
     out = _Part(head)
     if d is None:
         return out
     if isinstance(d, CodedDispatches):
         out.rows, out.totals = coded_reduction(d)
         return out
+    if opts.reports:
+        out.report = report_part(recategorize(d, opts.rules), warmup=opts.warmup, short_us=opts.short_us)
     coded = duration_rows(d, ROW_KEYS)
     out.totals = _totals(coded, d)
     out.rows = coded
@@ -213,17 +233,29 @@ def reduce_source(src, opts: _Options) -> _Part:
     return out
 
 
+def _read_columns(opts: _Options) -> Sequence[str] | None:
+    """The dispatch columns a source is read with: all of them for the reports (their views
+    read the GPU keys, launch shapes and extras such as the torch event category)."""
+    if opts.reports:
+        return None
+    return WARMUP_READ_COLUMNS if opts.warmup > 0 else READ_COLUMNS
+
+
 def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str | None = None,
-                   rules: Sequence[tuple[str, str]] = ()) -> SourceTotals | None:
-    """The slim columns and totals of every source under ``paths``, read on up to ``jobs``
-    workers; the same whatever ``jobs`` is. None where a warm-up cannot be dropped source by
-    source (see the module docstring): read the full tables then. Errors are ``load``'s."""
+                   rules: Sequence[tuple[str, str]] = (), reports: bool = False,
+                   short_us: float = DEFAULT_SHORT_KERNEL_US) -> SourceTotals | None:
+    """The slim columns and totals of every source under ``paths`` (with ``reports``, what the
+    reports read too: ``analysis/report_parts.py``), read on up to ``jobs`` workers; the same
+    whatever ``jobs`` is. None where a warm-up cannot be dropped source by source (see the
+    module docstring), or, with ``reports``, where a report view needs dispatches of several
+    sources at once (counters, collective metadata, one process-GPU group in two sources):
+    read the full tables then. Errors are ``load``'s."""
     found = discover_all(paths)
     if warmup > 0 and not all(kinds.reducible(s.kind) for s in found.unique):
         return None
     n_jobs = pool_jobs(jobs, [f for s in found.unique for f in s.files])
-    parts = map_ordered(functools.partial(reduce_source, opts=_Options(point, int(warmup))),
-                        found.unique, n_jobs)
+    opts = _Options(point, int(warmup), reports=reports, rules=tuple(map(tuple, rules)), short_us=short_us)
+    parts = map_ordered(functools.partial(reduce_source, opts=opts), found.unique, n_jobs)
     notes = found.notes
     for part in parts:
         part.head.merge_notes(notes)
@@ -232,22 +264,26 @@ def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str |
         raise no_dispatches(found)
     if warmup > 0 and _shared_process(p.units for p in live):
         return None
+    if reports and not _reports_reducible(parts, live):
+        return None
     rows = concat_rows([p.rows for p in live])
     rows.keys = recategorize(rows.keys, rules)
     agents = [p.head.agents for p in parts if p.head.agents is not None]
     return SourceTotals(
         rows=rows, totals=recategorize(concat_tables([p.totals for p in live], _TOTAL_SCHEMA), rules),
         agents=concat_with_extras(agents, AGENT_SCHEMA), notes=notes, skipped=found.skipped,
-        sources=[s.describe() for s in found.sources], workers=n_jobs)
+        sources=[s.describe() for s in found.sources], workers=n_jobs,
+        report=merge_parts([p.report for p in live]) if reports else None)
+
+
+def _reports_reducible(parts: list[_Part], live: list[_Part]) -> bool:
+    """Whether the reports can be built from the sources' report parts: no counters to join,
+    no collective metadata to match across ranks, no process-GPU group in two sources."""
+    if any(p.head.n_counters for p in parts) or any(p.report.needs_full for p in live):
+        return False
+    return not shared_gpu_groups([p.report for p in live])
 
 
 def _shared_process(units) -> bool:
     """Whether a process (PROCESS_KEYS) appears in more than one source."""
-    seen: set[tuple] = set()
-    for u in units:
-        rows = {tuple(None if pd.isna(v) else v for v in row)
-                for row in u.astype(object).itertuples(index=False, name=None)}
-        if seen & rows:
-            return True
-        seen |= rows
-    return False
+    return row_in_two(units)

@@ -67,21 +67,22 @@ def timeline_classes(dispatches: pd.DataFrame, *, comm_pattern: str = COMM_PATTE
 def _group_frame(d: pd.DataFrame, codes: np.ndarray, keys: Sequence[str]) -> pd.DataFrame:
     cols = [k for k in keys if k in d.columns]
     _, first = np.unique(codes, return_index=True)
-    out = d.iloc[first][cols].reset_index(drop=True)
+    out = d[cols].iloc[first].reset_index(drop=True)
     out["n_dispatches"] = np.bincount(codes, minlength=len(first))
     return out
 
 
 def gpu_timeline(dispatches: pd.DataFrame, *, keys: Sequence[str] = GPU_KEYS,
                  comm_pattern: str = COMM_PATTERN, memcpy_pattern: str = MEMCPY_PATTERN,
-                 memcpy_mask: np.ndarray | None = None) -> pd.DataFrame:
-    """TraceLens PyTorch-mode timeline, one row per process-GPU group (``*_time_ns`` int64)."""
+                 memcpy_mask: np.ndarray | None = None, codes: np.ndarray | None = None) -> pd.DataFrame:
+    """TraceLens PyTorch-mode timeline, one row per process-GPU group (``*_time_ns`` int64).
+    ``codes``: the rows' ``group_codes(dispatches, keys)`` where the caller has them."""
     d = dispatches
     if len(d) == 0:
         raise ValueError("gpu_timeline needs at least one dispatch")
     start = d["start_ns"].to_numpy(np.int64)
     end = d["end_ns"].to_numpy(np.int64)
-    codes = group_codes(d, keys)
+    codes = group_codes(d, keys) if codes is None else codes
     tl = GroupedTimeline.build(codes, start, end)
     cls = timeline_classes(d, comm_pattern=comm_pattern, memcpy_pattern=memcpy_pattern,
                            memcpy_mask=memcpy_mask)

@@ -53,13 +53,11 @@ def _impl():
 
 
 def run(args: argparse.Namespace) -> int:
-    if not getattr(args, "report", True):
-        # the pool's fork server imports the readers while this process imports the command's
-        # work (with reports the parent reads the full table anyway)
-        # lazy: a parser module imports no work at load time (stdlib only here)
-        from pytest_gemmperf.traces.parallel import prestart
+    # the pool's fork server imports the readers while this process imports the command's work
+    # lazy: a parser module imports no work at load time (stdlib only here)
+    from pytest_gemmperf.traces.parallel import prestart
 
-        prestart(getattr(args, "jobs", 0), args.paths)
+    prestart(getattr(args, "jobs", 0), args.paths)
     impl = _impl()
     # what exists now (pandas, pyarrow, the parser) outlives the command: kept out of the
     # cyclic collector's full passes while it runs, which would otherwise walk it all again

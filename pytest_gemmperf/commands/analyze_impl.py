@@ -32,6 +32,7 @@ from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources
+from pytest_gemmperf.analysis.report_parts import SweepReduction
 
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
@@ -62,7 +63,7 @@ def input_errors() -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = analyze(args, full=getattr(args, "report", True))
+    result = analyze(args, full=False, reports=getattr(args, "report", True))
     write_outputs(args, result, Path(args.out) if args.out else None, report=getattr(args, "report", True))
     for note in result.inputs.notes:
         print(printable(f"note: {note}"), file=sys.stderr)
@@ -79,18 +80,23 @@ class Analyzed:
     inputs: "Inputs"
     trace: Trace | None = None
     dispatches: pd.DataFrame | None = None
+    sweep: SweepReduction | None = None   # reduced with reports: what the reports read instead
 
 
-def analyze(args: argparse.Namespace, *, full: bool) -> Analyzed:
+def analyze(args: argparse.Namespace, *, full: bool, reports: bool = False) -> Analyzed:
     """The command's tables from its arguments (``paths``, ``warmup``, ``categories``, ``jobs``,
-    ``allow_partial``). ``full``: hold every dispatch (what the reports read); else each source is
-    reduced in a worker (kernels.csv and summary.json alike, bounded memory)."""
+    ``allow_partial``). ``full``: hold every dispatch; else each source is reduced in a worker
+    (kernels.csv and summary.json alike, bounded memory), with ``reports`` what the reports read
+    too (``analysis/report_parts.py``), unless a view needs several sources' dispatches at once
+    (``source_totals.reduce_sources``): then every dispatch is held."""
     args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
     extra_rules = _rules(args.categories)
     paths = _complete_parts(args.paths, getattr(args, "allow_partial", False))
     jobs = getattr(args, "jobs", 0)
-    # None: a warm-up that cannot be dropped source by source (one process split over sources)
-    reduced = None if full else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules)
+    # None: a warm-up that cannot be dropped source by source (one process split over sources),
+    # or a report view that reads dispatches of several sources together
+    reduced = None if full else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules,
+                                               reports=reports)
     if reduced is None:
         trace = load(paths, jobs=jobs)
         d = recategorize(trace.dispatches, extra_rules)
@@ -104,7 +110,8 @@ def analyze(args: argparse.Namespace, *, full: bool) -> Analyzed:
     _check_lost(args, reduced.skipped)
     # the warm-up was dropped where each source was read; the totals count every dispatch
     kernels = rows_kernel_table(reduced.rows, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
-    return Analyzed(kernels, build_summary(args, inputs, kernels), inputs)
+    return Analyzed(kernels, build_summary(args, inputs, kernels), inputs,
+                    sweep=reduced.sweep() if reports else None)
 
 
 def _check_lost(args: argparse.Namespace, skipped: list) -> None:
@@ -127,7 +134,9 @@ def write_outputs(args: argparse.Namespace, result: Analyzed, out: Path | None, 
     print(printable(f"gemmperf analyze: {result.summary['n_dispatches']} dispatches, {len(result.kernels)} "
                     f"kernel rows -> {out / 'kernels.csv'}, {out / 'summary.json'}"))
     if report and result.trace is not None and result.dispatches is not None:
-        _write_reports(args, result.trace, result.dispatches, out)
+        _write_reports(args, result.dispatches, result.trace.counters, result.trace.agents, out)
+    elif report and result.sweep is not None:
+        _write_reports(args, result.sweep, None, result.inputs.agents, out)
     return out
 
 
@@ -156,13 +165,14 @@ def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
     return out
 
 
-def _write_reports(args: argparse.Namespace, trace, d: pd.DataFrame, out: Path) -> None:
+def _write_reports(args: argparse.Namespace, d: pd.DataFrame | SweepReduction, counters: pd.DataFrame | None,
+                   agents: pd.DataFrame, out: Path) -> None:
     """report.html, report.xlsx, summary.md and the aorta variance CSVs beside our own files
-    (kernels.csv and summary.json stay this command's)."""
+    (kernels.csv and summary.json stay this command's), from the dispatches or their reduction."""
     # lazy: --no-report never loads the report layer and the statistics libraries it imports
     from pytest_gemmperf.report import write_reports
 
-    files = write_reports(out, dispatches=d, counters=trace.counters, agents=trace.agents,
+    files = write_reports(out, dispatches=d, counters=counters, agents=agents,
                           meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
                           skip={"kernels.csv", "summary.json"})
     if "report.html" in files:

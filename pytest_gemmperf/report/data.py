@@ -18,9 +18,12 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_names import short_names
-from pytest_gemmperf.analysis.kernel_stats import kernel_stats
-from pytest_gemmperf.analysis.overlap import gemm_overlap, overlap_by_kernel
-from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, gpu_timeline
+from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stats
+from pytest_gemmperf.analysis.overlap import overlap_by_kernel
+from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
+                                                   ReportParts, SweepReduction, collective_frame, gemm_frame,
+                                                   merge_parts, report_part, short_edges)
+from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
 from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
@@ -34,11 +37,6 @@ from pytest_gemmperf.analysis import collectives as C
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.analysis.counters import counter_summary, join_counters
 
-#: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
-DEFAULT_SHORT_KERNEL_US = 50.0
-SHORT_HIST_BINS = 20
-#: TraceLens ``--topk_kernels`` (longest single dispatches listed in kernel_details).
-KERNEL_DETAILS_TOP = 100
 #: kernels drawn in the per-kernel distribution plots
 PLOT_KERNELS = 6
 #: rows of the verdicts / kernels tables embedded in the HTML (the files hold everything)
@@ -283,47 +281,48 @@ def _kernel_summary(kern: pd.DataFrame) -> pd.DataFrame:
 
 def _by_category(d: pd.DataFrame) -> pd.DataFrame:
     g = d.groupby(["point", "rank", "category"], dropna=False, observed=True, sort=True)
-    out = g["dur_ns"].agg(["size", "sum"]).reset_index().rename(columns={"size": "count", "sum": "total_ns"})
+    return _category_shares(g["dur_ns"].agg(["size", "sum"]).reset_index()
+                            .rename(columns={"size": "count", "sum": "total_ns"}))
+
+
+def _by_category_of_totals(totals: pd.DataFrame) -> pd.DataFrame:
+    """:func:`_by_category` from ``source_totals.dispatch_totals`` rows (integer sums: exact)."""
+    g = totals.groupby(["point", "rank", "category"], dropna=False, observed=True, sort=True)
+    return _category_shares(pd.DataFrame({"count": g["n_dispatches"].sum(), "total_ns": g["total_ns"].sum()})
+                            .reset_index())
+
+
+def _category_shares(out: pd.DataFrame) -> pd.DataFrame:
+    """Count and total per (point, rank, category) with its ms and its share of the cell."""
     cell = out.groupby(["point", "rank"], dropna=False, sort=False)["total_ns"].transform("sum")
     out["total_ms"] = out["total_ns"] / 1e6
     out["percent"] = np.where(cell > 0, out["total_ns"] / cell * 100, np.nan)
     return _decategorize(out)
 
 
-def _short_kernels(d: pd.DataFrame, threshold_us: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    thr_ns = threshold_us * 1e3
-    dur = d["dur_ns"].to_numpy(np.int64)
-    short = dur < thr_ns
-    total = float(dur.sum()) or 1.0
-    names = d["kernel"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    # per-name sums over category codes: no string grouping over millions of rows
-    codes = names.cat.codes.to_numpy()[short]
-    cats = np.asarray(names.cat.categories, dtype=object)
-    keep = codes >= 0
-    codes, sdur = codes[keep], dur[short][keep]
-    count = np.bincount(codes, minlength=len(cats))
-    sums = np.bincount(codes, weights=sdur, minlength=len(cats))
-    hit = count > 0
+def _short_kernels(parts: ReportParts, threshold_us: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """TraceLens's short-kernel summary and histogram from the per-name counts and sums."""
+    total = float(parts.total_ns) or 1.0
+    sk = parts.short
+    sums = sk["sum_ns"].to_numpy(np.int64).astype(np.float64)  # integers below 2**53: exact
+    count = sk["count"].to_numpy(np.int64)
     summary = pd.DataFrame({
-        "name": cats[hit].astype(str),
-        "Short Kernel count": count[hit].astype(np.int64),
-        "Short Kernel duration (µs) sum": sums[hit] / 1e3,
-        "Short Kernel duration (µs) mean": sums[hit] / count[hit] / 1e3,
-        "Short Kernel duration (µs) percent of total time": sums[hit] / total * 100,
+        "name": sk["name"].to_numpy(dtype=object).astype(str),
+        "Short Kernel count": count,
+        "Short Kernel duration (µs) sum": sums / 1e3,
+        "Short Kernel duration (µs) mean": sums / count / 1e3,
+        "Short Kernel duration (µs) percent of total time": sums / total * 100,
     }).sort_values(["Short Kernel duration (µs) sum", "name"], ascending=[False, True], kind="stable")
-    edges = np.linspace(0.0, threshold_us, SHORT_HIST_BINS + 1)
-    counts, _ = np.histogram(dur[short] / 1e3, bins=edges)
-    hist = pd.DataFrame({"bin_start_us": edges[:-1], "bin_end_us": edges[1:], "count": counts})
+    edges = short_edges(threshold_us)
+    hist = pd.DataFrame({"bin_start_us": edges[:-1], "bin_end_us": edges[1:], "count": parts.short_hist})
     return summary.reset_index(drop=True), hist
 
 
 def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
+    """The longest dispatches of ``d`` (a sweep's rows, or a subsequence holding its longest:
+    ``ReportParts.details``), ties in row order."""
     top = d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index
-    cols = [c for c in ("point", "rank", "run", "host", "pid", "agent", "queue", "stream",
-                        "thread_id", "dispatch_id", "kernel", "category", "start_ns", "dur_ns",
-                        "grid_x", "grid_y", "grid_z", "wg_x", "wg_y", "wg_z") if c in d.columns]
+    cols = [c for c in DETAIL_COLUMNS if c in d.columns]
     out = _decategorize(d.loc[top, cols].reset_index(drop=True))
     out.insert(out.columns.get_loc("dur_ns") + 1, "dur_us", out["dur_ns"] / 1e3)
     return out
@@ -376,51 +375,71 @@ def _analyse_collectives(label: str, d: pd.DataFrame, warmup: int, notes: list[s
     return out
 
 
-def _analyse_one(label: str, d: pd.DataFrame, counters: pd.DataFrame | None,
+def _analyse_one(label: str, d: pd.DataFrame | SweepReduction, counters: pd.DataFrame | None,
                  agents: pd.DataFrame | None, *, warmup: int, top_k: int, short_us: float,
                  notes: list[str]) -> dict[str, pd.DataFrame]:
+    """Every per-sweep table of the reports from its dispatches, or from their reduction
+    (``analysis/report_parts.py``: what ``gemmperf analyze`` sends back from its workers). A
+    table of dispatches is reduced as one part, so both give the same bytes."""
     out: dict[str, pd.DataFrame] = {}
-    kern = kernel_stats(d, by=("point", "rank", "kernel"), warmup=warmup)
+    if isinstance(d, SweepReduction):
+        if (d.parts.warmup, d.parts.short_us) != (warmup, short_us):
+            raise ValueError(f"{label}: reduced with warm-up {d.parts.warmup} and short kernels below "
+                             f"{d.parts.short_us} µs, reported with {warmup} and {short_us}")
+        kern = rows_kernel_stats(d.rows, by=("point", "rank", "kernel"))  # warm-up dropped where read
+        by_category = _by_category_of_totals(d.totals)
+        parts = d.parts
+    else:
+        kern = kernel_stats(d, by=("point", "rank", "kernel"), warmup=warmup)
+        by_category = _by_category(d)
+        parts = merge_parts([report_part(d, warmup=warmup, short_us=short_us)])
     out["kernels"] = _with_label(_decategorize(kern), label)
     out["kernel_summary"] = _with_label(_kernel_summary(kern), label)
-    out["by_category"] = _with_label(_by_category(d), label)
-    sk, hist = _short_kernels(d, short_us)
+    out["by_category"] = _with_label(by_category, label)
+    sk, hist = _short_kernels(parts, short_us)
     out["short_kernels"] = _with_label(sk, label)
     out["short_histogram"] = _with_label(hist, label)
-    out["kernel_details"] = _with_label(_kernel_details(d), label)
-
-    gemm = (d["category"] == "gemm").to_numpy(dtype=bool, na_value=False)
-    comm = (d["category"] == "collective").to_numpy(dtype=bool, na_value=False)
-    if gemm.any():
-        top = top_variance(d, k=top_k, warmup=warmup)
-        top = with_timestamps(top, d)
-        top = with_collective_overlap(top, d) if comm.any() else top
-        out["top_variance"] = _with_label(_decategorize(top.drop(columns=["min_row", "max_row"])), label)
-        ov = gemm_overlap(d, names=False)  # per-dispatch collective names are not shown
-        obk = overlap_by_kernel(d, overlap=ov, by=("point", "rank", "kernel"))
-        keys = [c for c in ("point", "rank", "kernel") if c in obk.columns]
-        # group on the categorical columns; only the small result becomes text
-        med = _decategorize(ov.groupby(keys, dropna=False, observed=True, sort=False)["dur_ns"]
-                            .median().rename("median_dur_us").reset_index())
-        med["median_dur_us"] = med["median_dur_us"] / 1e3
-        obk = _object_keys(_decategorize(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
-        out["overlap"] = _with_label(_decategorize(obk), label)
-        g = d[gemm]
-        axes = _axes_of(g["point"])
-        # extension arrays, not to_numpy(): kernel stays categorical, rank nullable (no object copies)
-        g = pd.DataFrame({"kernel": g["kernel"].array, "threads": axes["threads"].array,
-                          "channel": axes["channel"].array, "rank": g["rank"].array,
-                          "dur_ns": g["dur_ns"].to_numpy()})
-        out["_gemm"] = g
+    out["kernel_details"] = _with_label(_kernel_details(parts.details), label)
+    if parts.gemm is not None:
+        out.update(_gemm_views(label, parts, top_k))
     else:
         notes.append(f"{label}: no GEMM dispatches (category 'gemm'): variance, overlap and "
                      "distribution views are empty")
-    tl = gpu_timeline(d)
-    out["timeline"] = _with_label(_decategorize(tl), label)
-    out["timeline_by_point"] = _with_label(_timeline_by_point(_decategorize(tl)), label)
+    tl = _decategorize(parts.timeline)
+    out["timeline"] = _with_label(tl, label)
+    out["timeline_by_point"] = _with_label(_timeline_by_point(tl), label)
+    if isinstance(d, SweepReduction):
+        return out  # a sweep with counters or collective metadata is reported from its dispatches
     if counters is not None and len(counters):
         out["counters"] = _with_label(_counter_table(d, counters, agents), label)
     out.update(_analyse_collectives(label, d, warmup, notes))
+    return out
+
+
+def _gemm_views(label: str, parts: ReportParts, top_k: int) -> dict[str, pd.DataFrame]:
+    """Top variance, overlap per kernel and the plotted GEMM durations, from the GEMM rows (the
+    variance's warm-up was dropped where each source was read)."""
+    out: dict[str, pd.DataFrame] = {}
+    g = gemm_frame(parts.gemm)
+    top = top_variance(g[parts.gemm.warm], k=top_k, category=None)
+    top = with_timestamps(top, g)
+    if parts.has_comm:
+        both, comm = collective_frame(g, parts.comm)
+        top = with_collective_overlap(top, both, comm, keys=("gpu",))
+    out["top_variance"] = _with_label(_decategorize(top.drop(columns=["min_row", "max_row"])), label)
+    keys = [c for c in ("point", "rank", "kernel") if c in g.columns]
+    obk = overlap_by_kernel(None, overlap=g, by=keys)
+    # group on the categorical columns; only the small result becomes text
+    med = _decategorize(g.groupby(keys, dropna=False, observed=True, sort=False)["dur_ns"]
+                        .median().rename("median_dur_us").reset_index())
+    med["median_dur_us"] = med["median_dur_us"] / 1e3
+    obk = _object_keys(_decategorize(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
+    out["overlap"] = _with_label(_decategorize(obk), label)
+    axes = _axes_of(g["point"])
+    # extension arrays, not to_numpy(): kernel stays categorical, rank nullable (no object copies)
+    out["_gemm"] = pd.DataFrame({"kernel": g["kernel"].array, "threads": axes["threads"].array,
+                                 "channel": axes["channel"].array, "rank": g["rank"].array,
+                                 "dur_ns": g["dur_ns"].to_numpy()})
     return out
 
 
@@ -541,7 +560,7 @@ def build_report_data(dispatches: pd.DataFrame | Sequence[pd.DataFrame] | Mappin
     if isinstance(dispatches, Mapping):
         labels = list(dispatches)
         frames = list(dispatches.values())
-    elif isinstance(dispatches, pd.DataFrame):
+    elif isinstance(dispatches, (pd.DataFrame, SweepReduction)):
         frames = [dispatches]
     else:
         frames = list(dispatches)

@@ -55,17 +55,15 @@ Contract:
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import forkserver
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar, Union
 
 from pytest_gemmperf.config import ClusterAddress
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.cluster import map_on_cluster
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 try:
     import fcntl
@@ -224,10 +222,18 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1) -> lis
     """
     items = list(items)
     if isinstance(jobs, ClusterAddress):
+        # lazy: the engine's module only where a scheduler is named
+        from pytest_gemmperf.traces.cluster import map_on_cluster
+
         return _collect(map_on_cluster(_Call(fn), items, jobs, order=submission_order(items), label=_label))
     n = min(resolve_jobs(jobs), len(items))
     if n <= 1:
         return [fn(x) for x in items]
+    # lazy: a serial run (a small input, --jobs 1) starts faster without the pool's modules
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor  # lazy: as multiprocessing
+    from concurrent.futures.process import BrokenProcessPool  # lazy: as multiprocessing
+
     # forkserver is POSIX-only; spawn (also fork-free) elsewhere
     method = START_METHOD if START_METHOD in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
@@ -292,7 +298,7 @@ def prestart(jobs: Jobs, paths: Iterable[os.PathLike | str]) -> bool:
     :func:`pool_jobs` decides on the regular files found within :data:`PRESTART_MAX_ENTRIES`
     entries; no link followed). A guess that only moves work earlier: a wrong one costs an
     idle server. Returns whether it started one."""
-    if START_METHOD not in multiprocessing.get_all_start_methods() or isinstance(jobs, ClusterAddress):
+    if isinstance(jobs, ClusterAddress):
         return False
     try:
         if resolve_jobs(jobs) <= 1:
@@ -306,6 +312,12 @@ def prestart(jobs: Jobs, paths: Iterable[os.PathLike | str]) -> bool:
         if budget <= 0:
             break
     if pool_jobs(jobs, files) <= 1:
+        return False
+    # lazy: a serial run (a small input, --jobs 1) starts faster without the pool's modules
+    import multiprocessing
+    from multiprocessing import forkserver  # lazy: as multiprocessing
+
+    if START_METHOD not in multiprocessing.get_all_start_methods():
         return False
     ctx = multiprocessing.get_context(START_METHOD)
     ctx.set_forkserver_preload(list(PRELOAD))

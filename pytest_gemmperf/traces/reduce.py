@@ -31,6 +31,7 @@ class SourceRead:
     meta_notes: list[str] = field(default_factory=list)
     n_dispatches: int = 0
     agents: pd.DataFrame | None = None     # the source's agents (None: it lists none)
+    n_counters: int = 0                    # counter records beside the dispatches
 
     def merge_notes(self, notes: list[str]) -> None:
         """Add this source's notes to ``notes`` in the order the serial reader writes them."""
@@ -51,6 +52,7 @@ def read_for_reduction(src: Source, point: str | None, agent_columns: Sequence[s
     head.read = True
     head.meta_notes = list(t.meta.get("notes", []))
     head.n_dispatches = len(t.dispatches)
+    head.n_counters = len(t.counters) if t.counters is not None else 0
     if t.agents is not None and len(t.agents):
         head.agents = (t.agents if agent_columns is None
                        else t.agents[[c for c in agent_columns if c in t.agents.columns]])

@@ -1,0 +1,347 @@
+"""What the reports read of the dispatches, reduced where each source is read.
+
+Besides the kernel statistics (duration rows, ``analysis/kernel_stats.DurationRows``) and the
+category totals (``analysis/source_totals.dispatch_totals``), report.html, report.xlsx and the
+report CSVs show views that each read every dispatch of a sweep. :func:`report_part` reduces
+one source's dispatches to what those views need, in a worker (``analysis/source_totals.py``),
+and :func:`merge_parts` joins the sources' parts in input order, so that the parent of
+``gemmperf analyze --jobs N`` never concatenates every dispatch:
+
+* **short kernels**: per kernel name, the count and the duration sum of the dispatches shorter
+  than the threshold, and the count per histogram bin: integers, summed exactly;
+* **kernel details**: the longest dispatches. A source's own :data:`KERNEL_DETAILS_TOP`
+  longest (ties: the earlier row) hold the sweep's: a dispatch that is not among its source's
+  has that many before it in the sweep's order too;
+* **the GPU timeline**: one row per process-GPU group (``intervals.GPU_KEYS``, which name the
+  trace ``file``): the intervals of a group lie in one source, so its row is computed where
+  that source is read and the sources' rows are concatenated. A group found in two sources
+  (one file read twice) cannot be; :func:`shared_gpu_groups` tells, and the caller reads the
+  full tables instead;
+* **GEMM dispatches**: the top-variance table (quantiles, MAD, the min and max instances), the
+  overlap table's medians and the plotted boxes are order statistics over groups that span
+  sources, which no per-source summary merges exactly. Each GEMM dispatch travels as a few
+  integers: its ``(point, rank, kernel)`` key's index, duration and start, the nanoseconds
+  its GPU's collectives cover of it (the per-GPU interval union of ``analysis/overlap.py``,
+  computed where the source is read), whether it is past its GPU group's warm-up, that
+  group's number and its row number;
+* **collective intervals** (start, end, GPU group, display name): what the top-variance rows'
+  overlap columns read of the collectives beside each row's longest instance.
+
+Collective matching across ranks (torch collective metadata) and the counter table join
+dispatches of several sources; a sweep that has them is reported from the full tables
+(:attr:`ReportPart.needs_full`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
+from pytest_gemmperf.analysis.kernel_stats import DurationRows, _packed
+from pytest_gemmperf.analysis.overlap import category_mask, display_names, gemm_overlap_ns, overlap_fraction
+from pytest_gemmperf.analysis.timeline import gpu_timeline
+from pytest_gemmperf.analysis.variance import select_samples
+from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
+
+#: TraceLens's ``--short_kernel_threshold_us`` as aorta runs it.
+DEFAULT_SHORT_KERNEL_US = 50.0
+#: bins of the short-kernel duration histogram (0 .. the threshold)
+SHORT_HIST_BINS = 20
+#: TraceLens ``--topk_kernels`` (longest single dispatches listed in kernel_details).
+KERNEL_DETAILS_TOP = 100
+#: the columns of the kernel details table, those the dispatches have
+DETAIL_COLUMNS = ("point", "rank", "run", "host", "pid", "agent", "queue", "stream", "thread_id",
+                  "dispatch_id", "kernel", "category", "start_ns", "dur_ns", "grid_x", "grid_y", "grid_z",
+                  "wg_x", "wg_y", "wg_z")
+#: the keys of a GEMM dispatch's statistics (top variance, overlap, boxes)
+GEMM_KEYS = ("point", "rank", "kernel")
+#: the row column a part's kernel details carry while they travel
+_ROW = "_row"
+
+
+@dataclass
+class GemmRows:
+    """The GEMM dispatches of a source (or of several, merged), one array entry each, in row
+    order: ``keys`` holds each distinct ``(point, rank, kernel)`` once and ``group`` each
+    dispatch's index into it; ``gpu`` numbers the process-GPU groups (as the timeline's rows);
+    ``row`` is the dispatch's row number in the source (merged: in the sweep)."""
+
+    keys: pd.DataFrame
+    group: np.ndarray
+    dur_ns: np.ndarray
+    start_ns: np.ndarray
+    overlap_ns: np.ndarray
+    warm: np.ndarray          # past its GPU group's warm-up (``variance.select_samples``)
+    gpu: np.ndarray
+    row: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.dur_ns)
+
+
+@dataclass
+class CommRows:
+    """A source's collective dispatches in row order: GPU group, interval, display name."""
+
+    gpu: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    name: pd.Categorical
+    row: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+
+@dataclass
+class ReportPart:
+    """One source's reduction for the reports (picklable: a few bytes per GEMM dispatch, a
+    small table per view); several merged by :func:`merge_parts`."""
+
+    n_dispatches: int
+    short: pd.DataFrame                   # name, count, sum_ns of the short dispatches
+    short_hist: np.ndarray                # their count per bin
+    total_ns: int                         # duration sum of every dispatch
+    details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS + _ROW, row order
+    warmup: int                           # GEMM dispatches dropped per GPU group and kernel
+    short_us: float                       # the short-kernel threshold
+    timeline: pd.DataFrame                # analysis.timeline.gpu_timeline
+    gemm: GemmRows | None = None
+    comm: CommRows | None = None          # only beside GEMM dispatches: what their rows read
+    has_comm: bool = False                # the source has collective dispatches
+    needs_full: list[str] = field(default_factory=list)  # views that need the full tables, and why
+
+    @property
+    def n_gpu_groups(self) -> int:
+        return len(self.timeline)
+
+
+def report_part(d: pd.DataFrame, *, warmup: int = 0,
+                short_us: float = DEFAULT_SHORT_KERNEL_US) -> ReportPart:
+    """The reports' reduction of the dispatches ``d`` (one source, or a whole sweep read in
+    full; ``category`` as the reports use it)."""
+    d = d.reset_index(drop=True)  # row numbers are the labels every part refers to
+    dur = d["dur_ns"].to_numpy(np.int64)
+    start = d["start_ns"].to_numpy(np.int64)
+    end = d["end_ns"].to_numpy(np.int64)
+    codes = group_codes(d, GPU_KEYS)
+    short, hist = short_part(d, short_us)
+    part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
+                      details=_details_part(d), warmup=int(warmup), short_us=float(short_us),
+                      timeline=gpu_timeline(d, codes=codes))
+    if "coll_name" in d.columns and d["coll_name"].notna().any():
+        part.needs_full.append("collective metadata (cross-rank matching)")
+    gm = category_mask(d, None, "gemm")
+    cm = category_mask(d, None, "collective")
+    part.has_comm = bool(cm.any())
+    if not gm.any():
+        return part
+    gi = np.flatnonzero(gm)
+    # the columns the warm-up reads, not every column of every GEMM row
+    narrow = d[[c for c in (*GPU_KEYS, "kernel", "start_ns", "category") if c in d.columns]]
+    warm = np.zeros(len(d), dtype=bool)
+    warm[select_samples(narrow, category="gemm", warmup=warmup).index.to_numpy()] = True
+    keys = [c for c in GEMM_KEYS if c in d.columns]
+    group = group_codes(d[keys].iloc[gi], keys)
+    first = np.unique(group, return_index=True)[1]
+    part.gemm = GemmRows(keys=d[keys].iloc[gi[first]].reset_index(drop=True), group=_packed(group),
+                         dur_ns=_packed(dur[gi]), start_ns=start[gi],
+                         overlap_ns=_packed(gemm_overlap_ns(codes, start, end, gm, cm)), warm=warm[gi],
+                         gpu=_packed(codes[gi]), row=_packed(gi.astype(np.int64)))
+    if part.has_comm:
+        ci = np.flatnonzero(cm)
+        names = display_names(d[[c for c in ("kernel", "kernel_short") if c in d.columns]].iloc[ci])
+        part.comm = CommRows(gpu=_packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
+                             name=names.astype("category").array, row=_packed(ci.astype(np.int64)))
+    return part
+
+
+# ------------------------------------------------------------------------------ short kernels
+
+def short_part(d: pd.DataFrame, threshold_us: float) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per kernel name (named rows only) the count and int64 duration sum of the dispatches
+    shorter than ``threshold_us``, and their count per histogram bin."""
+    dur = d["dur_ns"].to_numpy(np.int64)
+    short = dur < threshold_us * 1e3
+    names = d["kernel"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    # per-name sums over category codes: no string grouping over millions of rows
+    codes = names.cat.codes.to_numpy()[short]
+    cats = np.asarray(names.cat.categories, dtype=object)
+    keep = codes >= 0
+    codes, sdur = codes[keep], dur[short][keep]
+    count = np.bincount(codes, minlength=len(cats))
+    sums = np.zeros(len(cats), dtype=np.int64)
+    np.add.at(sums, codes, sdur)
+    hit = count > 0
+    table = pd.DataFrame({"name": cats[hit].astype(str), "count": count[hit].astype(np.int64),
+                          "sum_ns": sums[hit]})
+    counts, _ = np.histogram(dur[short] / 1e3, bins=short_edges(threshold_us))
+    return table, counts.astype(np.int64)
+
+
+def short_edges(threshold_us: float) -> np.ndarray:
+    """The short-kernel histogram's bin edges, µs."""
+    return np.linspace(0.0, threshold_us, SHORT_HIST_BINS + 1)
+
+
+# ------------------------------------------------------------------------------ kernel details
+
+def _details_part(d: pd.DataFrame) -> pd.DataFrame:
+    """The source's :data:`KERNEL_DETAILS_TOP` longest dispatches (ties: the earlier row), in
+    row order, with their row numbers."""
+    top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
+    cols = [c for c in DETAIL_COLUMNS if c in d.columns]
+    out = d[cols].iloc[top].reset_index(drop=True)
+    out[_ROW] = top.astype(np.int64)
+    return out
+
+
+# ------------------------------------------------------------------------------ merging
+
+@dataclass
+class ReportParts:
+    """Every source's report reduction, merged in input order (rows numbered across the
+    sweep). Built by :func:`merge_parts`; a single part is a whole sweep's."""
+
+    n_dispatches: int
+    short: pd.DataFrame
+    short_hist: np.ndarray
+    total_ns: int
+    details: pd.DataFrame       # a subsequence of the sweep's rows, in its order
+    timeline: pd.DataFrame
+    gemm: GemmRows | None
+    comm: CommRows | None
+    has_comm: bool
+    warmup: int
+    short_us: float
+
+
+def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
+    """The sources' parts as one sweep's, in their order."""
+    parts = list(parts)
+    if len({(p.warmup, p.short_us) for p in parts}) != 1:
+        raise ValueError("report parts reduced with different warm-ups or short-kernel thresholds")
+    rows = np.cumsum([0] + [p.n_dispatches for p in parts])
+    gpus = np.cumsum([0] + [p.n_gpu_groups for p in parts])
+    short = pd.concat([p.short for p in parts], ignore_index=True)
+    short = short.groupby("name", sort=True).sum().reset_index() if len(parts) > 1 else short
+    details = concat_tables([p.details.assign(**{_ROW: p.details[_ROW].to_numpy() + rows[i]})
+                             for i, p in enumerate(parts)], {**DISPATCH_SCHEMA, _ROW: "int64"})
+    gemm = _merge_gemm([(p.gemm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.gemm is not None])
+    comm = _merge_comm([(p.comm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.comm is not None])
+    return ReportParts(n_dispatches=int(rows[-1]), short=short,
+                       short_hist=np.sum([p.short_hist for p in parts], axis=0),
+                       total_ns=sum(p.total_ns for p in parts), details=details.drop(columns=_ROW),
+                       timeline=concat_tables([p.timeline for p in parts], DISPATCH_SCHEMA),
+                       gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts),
+                       warmup=parts[0].warmup, short_us=parts[0].short_us)
+
+
+def _widened(arrays: list[np.ndarray], offsets: list[int]) -> np.ndarray:
+    return np.concatenate([a.astype(np.int64) + np.int64(o) for a, o in zip(arrays, offsets)])
+
+
+def _merge_gemm(parts: list[tuple[GemmRows, int, int]]) -> GemmRows | None:
+    if not parts:
+        return None
+    key_off = np.cumsum([0] + [len(g.keys) for g, _, _ in parts])[:-1]
+    return GemmRows(
+        keys=concat_tables([g.keys for g, _, _ in parts], DISPATCH_SCHEMA),
+        group=_widened([g.group for g, _, _ in parts], list(key_off)),
+        dur_ns=_widened([g.dur_ns for g, _, _ in parts], [0] * len(parts)),
+        start_ns=np.concatenate([g.start_ns for g, _, _ in parts]),
+        overlap_ns=_widened([g.overlap_ns for g, _, _ in parts], [0] * len(parts)),
+        warm=np.concatenate([g.warm for g, _, _ in parts]),
+        gpu=_widened([g.gpu for g, _, o in parts], [o for _, _, o in parts]),
+        row=_widened([g.row for g, _, _ in parts], [r for _, r, _ in parts]))
+
+
+def _merge_comm(parts: list[tuple[CommRows, int, int]]) -> CommRows | None:
+    if not parts:
+        return None
+    names = pd.Series(pd.api.types.union_categoricals([c.name for c, _, _ in parts], ignore_order=True))
+    return CommRows(gpu=_widened([c.gpu for c, _, o in parts], [o for _, _, o in parts]),
+                    start_ns=np.concatenate([c.start_ns for c, _, _ in parts]),
+                    end_ns=np.concatenate([c.end_ns for c, _, _ in parts]), name=names.array,
+                    row=_widened([c.row for c, _, _ in parts], [r for _, r, _ in parts]))
+
+
+@dataclass
+class SweepReduction:
+    """A sweep's dispatches as the reports read them when every source was reduced where it
+    was read: the kernel statistics' duration rows (warm-up dropped), the category totals
+    (``source_totals.dispatch_totals``) and the merged report parts."""
+
+    rows: DurationRows
+    totals: pd.DataFrame
+    parts: ReportParts
+
+    def __len__(self) -> int:
+        return self.parts.n_dispatches
+
+
+def shared_gpu_groups(parts: Sequence[ReportPart]) -> bool:
+    """Whether a process-GPU group (a timeline row's keys) appears in more than one part."""
+    return row_in_two(p.timeline[[c for c in GPU_KEYS if c in p.timeline.columns]] for p in parts)
+
+
+def row_in_two(frames) -> bool:
+    """Whether some row (nulls alike) appears in more than one of ``frames``."""
+    seen: set[tuple] = set()
+    for f in frames:
+        rows = {tuple(None if pd.isna(v) else v for v in row)
+                for row in f.astype(object).itertuples(index=False, name=None)}
+        if seen & rows:
+            return True
+        seen |= rows
+    return False
+
+
+# ------------------------------------------------------------------------------ sweep frames
+
+def gemm_frame(gemm: GemmRows) -> pd.DataFrame:
+    """The GEMM dispatches as a table (``point, rank, kernel, dur_ns, start_ns, end_ns,
+    overlap_ns, overlap_fraction, gpu``) indexed by their row numbers: what the top-variance,
+    overlap and box views read of the sweep's dispatches."""
+    out = gemm.keys.iloc[gemm.group].reset_index(drop=True)
+    dur = gemm.dur_ns.astype(np.int64)
+    start = gemm.start_ns.astype(np.int64)
+    out["dur_ns"] = dur
+    out["start_ns"] = start
+    out["end_ns"] = start + dur
+    overlap = gemm.overlap_ns.astype(np.int64)
+    out["overlap_ns"] = overlap
+    out["overlap_fraction"] = overlap_fraction(overlap, dur)
+    out["gpu"] = gemm.gpu.astype(np.int64)
+    out.index = pd.Index(gemm.row.astype(np.int64))
+    return out
+
+
+def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """The GEMM rows ``gemm`` (a :func:`gemm_frame`) and the collectives beside them (None:
+    none) as one table indexed by row number, with the mask of its collective rows: what
+    ``variance.with_collective_overlap`` reads (keys ``("gpu",)``, names in ``kernel_short``)."""
+    if comm is None:
+        comm = CommRows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
+                        pd.Categorical([]), np.empty(0, np.int64))
+    names = np.asarray(comm.name, dtype=object)
+    c = pd.DataFrame({"gpu": comm.gpu.astype(np.int64), "start_ns": comm.start_ns, "end_ns": comm.end_ns,
+                      "kernel_short": names, "kernel": names}, index=pd.Index(comm.row.astype(np.int64)))
+    g = gemm[["gpu", "start_ns", "end_ns"]].assign(kernel_short=None, kernel=None)
+    both = pd.concat([g, c])
+    mask = np.zeros(len(both), dtype=bool)
+    mask[len(g):] = True
+    order = np.argsort(both.index.to_numpy(), kind="stable")  # the sweep's row order
+    return both.iloc[order], mask[order]
+
+
+__all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
+           "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "gemm_frame",
+           "merge_parts", "report_part", "row_in_two", "shared_gpu_groups", "short_edges",
+           "short_part"]
