@@ -43,6 +43,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,7 @@ from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare, c
 from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, settled, suspicious  # noqa: E402
 from pytest_gemmperf.gate import stats as gstats  # noqa: E402
 from pytest_gemmperf.gate.metrics import CONTROL_NS, DISPATCH_COUNT  # noqa: E402
-from pytest_gemmperf.gate.prepared import compacted_values, kept_quantile_positions  # noqa: E402
+from pytest_gemmperf.gate.prepared import compact_order  # noqa: E402
 
 SIGMA_PROCESS = 0.01
 #: quantiles a stored baseline keeps per (kernel, process) (``compact_samples``' default)
@@ -162,6 +163,11 @@ def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, units: rang
     return np.concatenate(ks), np.concatenate(us), np.concatenate(vs)
 
 
+def _text_rank(labels: np.ndarray) -> np.ndarray:
+    """Each label's rank in text order (what sorting a column of them gives)."""
+    return np.argsort(np.argsort(labels, kind="stable"), kind="stable")
+
+
 def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np.ndarray, value: np.ndarray,
             units: int, totals: bool = True, gated: np.ndarray | None = None) -> list[pd.DataFrame]:
     """Compacted samples of each group of ``units`` processes (baseline, candidate[, re-run]),
@@ -195,22 +201,16 @@ def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np
         parts.append((uu[keep], np.asarray("category:" + cats[ci[keep]], dtype=object), "category_total_ns",
                       tot[keep]))
     # the dispatches in compact_samples' order: kernel and unit labels as text sorts them, then
-    # value (kernels alone stay the categorical of ``names``, which sorts in that order)
-    k_rank = np.argsort(np.argsort(names_o, kind="stable"), kind="stable") if parts else np.arange(len(names))
-    u_rank = np.argsort(np.argsort(labels, kind="stable"), kind="stable")
-    idx = np.flatnonzero(is_gated)
-    idx = idx[np.lexsort((value[idx], u_rank[unit[idx]], k_rank[kernel[idx]]))]
-    g_key = k_rank[kernel[idx]].astype(np.int64) * len(labels) + u_rank[unit[idx]]
-    new = np.r_[True, g_key[1:] != g_key[:-1]] if len(idx) else np.zeros(0, bool)
-    first = np.flatnonzero(new)
-    gid = np.cumsum(new) - 1
-    n = np.diff(np.r_[first, len(idx)])[gid]
-    pos = np.arange(len(idx)) - first[gid]
-    kept = kept_quantile_positions(n, pos, COMPACT_QUANTILES)
-    vals = compacted_values(value[idx], n, pos, COMPACT_QUANTILES)
-    parts.append((unit[idx][kept], names_o[kernel[idx][kept]], "dur_ns", vals[kept]))
-    heads = idx[first]
-    parts.append((unit[heads], names_o[kernel[heads]], DISPATCH_COUNT, np.diff(np.r_[first, len(idx)]).astype(float)))
+    # value (kernels alone stay the categorical of ``names``, which sorts in that order); the
+    # gate's own compaction on codes, with the kernels in the place of its (point, unit) groups
+    k_rank = _text_rank(names_o) if parts else np.arange(len(names))
+    u_rank = _text_rank(labels)
+    by = SimpleNamespace(pu=k_rank[kernel], kernel=u_rank[unit], kernels=labels, value=value)
+    kept, vals = compact_order(by, is_gated, COMPACT_QUANTILES)
+    parts.append((unit[kept], names_o[kernel[kept]], "dur_ns", vals))
+    keys, n = np.unique(by.pu[is_gated] * len(labels) + by.kernel[is_gated], return_counts=True)
+    kr, ur = np.divmod(keys, len(labels))
+    parts.append((np.argsort(u_rank)[ur], names_o[np.argsort(k_rank)[kr]], DISPATCH_COUNT, n.astype(float)))
     u_all = np.concatenate([p[0] for p in parts]).astype(np.int64)
     k_all = np.concatenate([p[1] for p in parts])
     m_all = np.concatenate([np.full(len(p[0]), p[2], dtype=object) for p in parts])
