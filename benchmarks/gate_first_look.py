@@ -24,11 +24,12 @@ target is met. Every row draws from its own seed (scenario, row), so rows run in
 (``--jobs``) and any selection gives the same numbers.
 
 Run: ``python benchmarks/gate_first_look.py [--quick] [--reps-aa 300 --reps-eff 120]
-[--scenarios ...] [--only LABEL,...] [--jobs N] [--shared-alpha A] [--seed-offset K] [--oracle]``
+[--scenarios ...] [--only LABEL,...] [--jobs N] [--progress N] [--shared-alpha A] [--seed-offset K] [--oracle]``
 (``--shared-alpha``: another level for the ``*`` rows; ``--seed-offset``: another set of
 replicates, to check that a choice is not tuned to one; ``--oracle``: the family rows and the top-GEMM
 row with the simulation's true standard errors plugged in, what any valid test could reach: ``oracle``,
-``top_oracle``); rows are printed to stderr as they finish. The table, its command and date are in
+``top_oracle``); rows are printed to stderr as they finish (``--progress N``: and every N replicates, with
+the counts so far). The table, its command and date are in
 ``docs/statistics.md`` ("First look").
 """
 
@@ -152,6 +153,8 @@ class Job:
     seed_offset: int = 0
     #: further rows of the same regime, measured on the same replicates
     also: tuple[int, ...] = ()
+    #: print the rows' counts so far every this many replicates (0: only the finished rows)
+    progress: int = 0
 
 
 def measure(job: Job) -> list[Row] | None:
@@ -166,11 +169,16 @@ def measure(job: Job) -> list[Row] | None:
     gemm, top = gr.gemms(pool)
     n = job.reps_aa if ts[0].regime.kind == "aa" else job.reps_eff
     acc = [{DEFAULT: [], ZERO: []} for _ in ts]
-    for _ in range(n):
+    for i in range(n):
         out = gr.one_test(pool, rng, ts[0].regime, gemm, top, confirm=False, rules=rules)
         for t, a in zip(ts, acc):
             for rule in a:
                 a[rule].append(out[rule][t.measure])
+        if job.progress and (i + 1) % job.progress == 0 and i + 1 < n:
+            # a run cut short still says how far each row got: its first i + 1 replicates
+            for t, a in zip(ts, acc):
+                print(f"  {job.scenario} | {t.label} | {i + 1} of {n} replicates so far: "
+                      + ", ".join(f"{rule} {float(np.sum(v)):g}" for rule, v in a.items()), file=sys.stderr, flush=True)
     rows = []
     for t, a in zip(ts, acc):
         value = {rule: float(np.mean(v)) for rule, v in a.items()}
@@ -332,7 +340,7 @@ def table(rows: list[Row]) -> str:
 
 
 def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str], shared_alpha: float | None = None,
-         seed_offset: int = 0) -> list[Job]:
+         seed_offset: int = 0, progress: int = 0) -> list[Job]:
     """Every selected row, the effect rows and the candidates with other iteration counts
     first (the slowest rows and the ones most worth seeing early)."""
     out = []
@@ -342,7 +350,7 @@ def jobs(scenarios: list[str], reps_aa: int, reps_eff: int, only: list[str], sha
             if not only or any(o in t.label for o in only):
                 first.setdefault(t.regime, []).append(i)
         for i, *rest in first.values():
-            out.append(Job(name, i, reps_aa, reps_eff, shared_alpha, seed_offset, tuple(rest)))
+            out.append(Job(name, i, reps_aa, reps_eff, shared_alpha, seed_offset, tuple(rest), progress))
 
     def later(job: Job) -> bool:
         r = targets(job.scenario)[job.index].regime
@@ -371,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oracle", action="store_true",
                     help="family and top-GEMM rows only: the same replicates with the true standard errors "
                          "plugged in")
+    ap.add_argument("--progress", type=int, default=0, metavar="N",
+                    help="print each row's counts so far every N replicates (stderr; a run cut short keeps them)")
     ap.add_argument("--seed-offset", type=int, default=0,
                     help="added to every row's seed: another set of replicates (0: the documented table)")
     args = ap.parse_args(argv)
@@ -378,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         args.reps_aa, args.reps_eff = 40, 15
     only = [o for o in args.only.split(",") if o]
     scenarios = args.scenarios.split(",")
-    todo = jobs(scenarios, args.reps_aa, args.reps_eff, only, args.shared_alpha, args.seed_offset)
+    todo = jobs(scenarios, args.reps_aa, args.reps_eff, only, args.shared_alpha, args.seed_offset, args.progress)
     if args.oracle:
         for job in todo:
             text = oracle(job)

@@ -43,6 +43,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -54,10 +55,12 @@ import gate_accuracy as ga  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, assign_verdicts, compare, compare_stats  # noqa: E402
 from pytest_gemmperf.gate.confirm import ConfirmConfig, judge_round, settled, suspicious  # noqa: E402
 from pytest_gemmperf.gate import stats as gstats  # noqa: E402
-from pytest_gemmperf.gate.metrics import CONTROL_NS  # noqa: E402
-from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
+from pytest_gemmperf.gate.metrics import CONTROL_NS, DISPATCH_COUNT  # noqa: E402
+from pytest_gemmperf.gate.prepared import compact_order  # noqa: E402
 
 SIGMA_PROCESS = 0.01
+#: quantiles a stored baseline keeps per (kernel, process) (``compact_samples``' default)
+COMPACT_QUANTILES = 21
 
 
 def rules_at(**knobs) -> dict[str, GateConfig]:
@@ -160,37 +163,64 @@ def simulate(pool: ga.StepPool, rng: np.random.Generator, r: Regime, units: rang
     return np.concatenate(ks), np.concatenate(us), np.concatenate(vs)
 
 
+def _text_rank(labels: np.ndarray) -> np.ndarray:
+    """Each label's rank in text order (what sorting a column of them gives)."""
+    return np.argsort(np.argsort(labels, kind="stable"), kind="stable")
+
+
 def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np.ndarray, value: np.ndarray,
             units: int, totals: bool = True, gated: np.ndarray | None = None) -> list[pd.DataFrame]:
     """Compacted samples of each group of ``units`` processes (baseline, candidate[, re-run]),
     category totals per unit (over every kernel) unless off. ``gated``: per kernel code, whether
     the test gates it (None: all); the others' rows are ``control_ns`` (per process, the
     median of each kernel's dispatches), as ``gate_samples`` writes them for a test whose
-    regexes select a subset."""
+    regexes select a subset.
+
+    Row for row what ``compact_samples`` makes of the uncompacted table (unit-level rows in
+    their order, then the kept quantiles sorted by kernel, unit and value, then the dispatch
+    counts), built on integer codes: sorting and grouping the dispatches' text labels was
+    most of a simulated test's time (checked frame for frame against that table on every
+    scenario, with and without controls, totals and a swapped kernel's unsorted name)."""
     groups = int(unit.max()) // units + 1 if len(unit) else 2
-    labels = np.array([f"host/{u}/0/{u}" for u in range(groups * units)])
+    labels = np.array([f"host/{u}/0/{u}" for u in range(groups * units)], dtype=object)
+    names_o = np.asarray(names, dtype=object)
     is_gated = np.ones(len(kernel), bool) if gated is None else gated[kernel]
-    d = pd.DataFrame({"point": "p", "kernel": pd.Categorical.from_codes(kernel[is_gated], categories=names),
-                      "metric": "dur_ns", "unit": labels[unit[is_gated]], "value": value[is_gated]})
-    frames = [d]
+    parts: list[tuple[np.ndarray, np.ndarray, str, np.ndarray]] = []  # (unit, kernel label, metric, value)
     if not is_gated.all():
         key = unit[~is_gated].astype(np.int64) * len(names) + kernel[~is_gated]
         uniq, gid = np.unique(key, return_inverse=True)
         med, _, _ = gstats.group_median_mad(np.log(value[~is_gated]), gid.reshape(-1), len(uniq))
         uu, kk = np.divmod(uniq, len(names))
-        frames.append(pd.DataFrame({"point": "p", "kernel": np.asarray(names, dtype=object)[kk],
-                                    "metric": CONTROL_NS, "unit": labels[uu], "value": np.exp(med)}))
+        parts.append((uu, names_o[kk], CONTROL_NS, np.exp(med)))
     if totals:
         cats = np.unique(category[kernel])
         cc = np.searchsorted(cats, category[kernel])
         tot = np.bincount(unit * len(cats) + cc, weights=value, minlength=groups * units * len(cats))
         uu, ci = np.divmod(np.arange(len(tot)), len(cats))
         keep = tot > 0
-        frames.append(pd.DataFrame({"point": "p", "kernel": "category:" + cats[ci[keep]],
-                                    "metric": "category_total_ns", "unit": labels[uu[keep]], "value": tot[keep]}))
-    df = compact_samples(pd.concat(frames, ignore_index=True))  # per unit: splitting afterwards is exact
-    group = df["unit"].map({lab: i // units for i, lab in enumerate(labels)}).to_numpy()
-    return [df[group == g].reset_index(drop=True) for g in range(groups)]
+        parts.append((uu[keep], np.asarray("category:" + cats[ci[keep]], dtype=object), "category_total_ns",
+                      tot[keep]))
+    # the dispatches in compact_samples' order: kernel and unit labels as text sorts them, then
+    # value (kernels alone stay the categorical of ``names``, which sorts in that order); the
+    # gate's own compaction on codes, with the kernels in the place of its (point, unit) groups
+    k_rank = _text_rank(names_o) if parts else np.arange(len(names))
+    u_rank = _text_rank(labels)
+    by = SimpleNamespace(pu=k_rank[kernel], kernel=u_rank[unit], kernels=labels, value=value)
+    kept, vals = compact_order(by, is_gated, COMPACT_QUANTILES)
+    parts.append((unit[kept], names_o[kernel[kept]], "dur_ns", vals))
+    keys, n = np.unique(by.pu[is_gated] * len(labels) + by.kernel[is_gated], return_counts=True)
+    kr, ur = np.divmod(keys, len(labels))
+    parts.append((np.argsort(u_rank)[ur], names_o[np.argsort(k_rank)[kr]], DISPATCH_COUNT, n.astype(float)))
+    u_all = np.concatenate([p[0] for p in parts]).astype(np.int64)
+    k_all = np.concatenate([p[1] for p in parts])
+    m_all = np.concatenate([np.full(len(p[0]), p[2], dtype=object) for p in parts])
+    v_all = np.concatenate([np.asarray(p[3], float) for p in parts])
+    out = []
+    for g in range(groups):
+        sel = u_all // units == g
+        out.append(pd.DataFrame({"point": np.full(int(sel.sum()), "p", dtype=object), "kernel": k_all[sel],
+                                 "metric": m_all[sel], "unit": labels[u_all[sel]], "value": v_all[sel]}))
+    return out
 
 
 def swapped_name(name: str) -> str:

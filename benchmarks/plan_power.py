@@ -18,16 +18,24 @@ the plugin stores them).
   of 0 or 100, and more tests would not move the comparison).
 * **Kernels.** A handful of kernels of different noise: those whose per-process sd in the
   pilots is nearest to each of 0.4, 0.7, 1, 1.5 and 2 %.
+* **Category totals** (``--categories``, default ``gemm``): the total of a category is planned
+  and observed in a test that gates that category's kernels only (``kernels=[r"^Cijk_"]``): its
+  records carry the other kernels as within-process controls (``control_ns``) and every category
+  total, as ``gate_samples`` writes them. In each simulated test every kernel of the category is
+  made slower by the change (its total then grows by exactly the change); "detected" = the
+  ``category:<cat>`` row is ``regression``; predicted = the plan of that row on records of the
+  same test.
 * ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
   variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
   plan and the gate both pool: the plan's variance then rests on ~3N more df.
 
-Prints a header line with the command and date, predicted / observed [95 % interval]
-(|difference|) per (kernel, change, count), and a last line "max |diff| X points, mean Y,
-cells > 10: N of M; > 10 beyond the observed 95 % interval: K": a cell whose observed power
-rests on a few hundred tests misses by more than 10 points by chance alone now and then, so
-the count that says the model is off is K (the prediction outside the Clopper-Pearson interval
-by more than 10 points). ``--quick`` runs a small grid (a few minutes on an idle machine);
+Prints a header line with the command and date, predicted / observed [95 % interval] (|difference|)
+per (row, change, count), and per kind of row (kernels, category totals) and for all cells a line
+"within 10 points N of M cells (P %); max |diff| X points, mean Y; > 10 beyond the observed 95 %
+interval: K": a cell whose observed power rests on a few dozen or hundred tests misses by more
+than 10 points by chance alone now and then, so the count that says the model is off is K (the
+prediction outside the Clopper-Pearson interval by more than 10 points). ``--kernels 0`` or
+``--categories ''`` leaves a kind out. ``--quick`` runs a small grid (a few minutes on an idle machine);
 ``--cache FILE`` keeps the simulation (pilot records, the gate's detections and the random
 generators' states, none of which a change of the plan alters): with the same arguments only
 the prediction is re-run, and a larger ``--reps`` goes on adding tests where it stopped (the
@@ -55,46 +63,33 @@ import gate_accuracy as ga  # noqa: E402
 import gate_regimes as gr  # noqa: E402
 from pytest_gemmperf.gate import power as pw  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, compare, variance_contribution  # noqa: E402
-from pytest_gemmperf.gate.samples import compact_samples  # noqa: E402
 
 PILOT_UNITS = 4
 EFFECTS = (0.02, 0.03, 0.05, 0.08)
 COUNTS = (2, 3, 4, 6, 8)
 SDS = (0.004, 0.007, 0.01, 0.015, 0.02)
+#: categories whose totals are planned, each in a test that gates its kernels only
+CATEGORIES = ("gemm",)
 #: simulated earlier runs the variance histories are drawn from (``--history-runs``)
 HISTORY_POOL = 40
+#: the records of a test that gates every kernel (the kernels' cells)
+EVERY = ""
+DUR, TOTAL = "dur_ns", "category_total_ns"
 
 
-def draw(pool: ga.StepPool, rng: np.random.Generator, units: int) -> tuple[pd.DataFrame, pd.DataFrame, tuple]:
-    """Compacted baseline and candidate samples of ``units`` processes each, and the raw
-    candidate draw (kernel, unit, value) that :func:`slowed` needs."""
-    kernel, unit, value = gr.simulate(pool, rng, gr.Regime("plan", units=units), range(2 * units))
-    base, cand = samples(list(pool.names), pool.category, kernel, unit, value, units)
-    return base, cand, (kernel, unit, value)
+def draw(pool: ga.StepPool, rng: np.random.Generator, units: int) -> tuple:
+    """The raw draw (kernel, unit, value) of ``units`` baseline and ``units`` candidate
+    processes; :func:`sides` compacts it as one test or another records it."""
+    return gr.simulate(pool, rng, gr.Regime("plan", units=units), range(2 * units))
 
 
-def samples(names: list[str], category: np.ndarray, kernel: np.ndarray, unit: np.ndarray, value: np.ndarray,
-            units: int) -> list[pd.DataFrame]:
-    """``gate_regimes.samples`` (category totals on), frame for frame, built from one table of
-    string columns: concatenating its categorical kernels with the totals' strings was two
-    thirds of a draw's time."""
-    groups = int(unit.max()) // units + 1
-    labels = np.array([f"host/{u}/0/{u}" for u in range(groups * units)], dtype=object)
-    cats = np.unique(category[kernel])
-    cc = np.searchsorted(cats, category[kernel])
-    tot = np.bincount(unit * len(cats) + cc, weights=value, minlength=groups * units * len(cats))
-    uu, ci = np.divmod(np.arange(len(tot)), len(cats))
-    keep = tot > 0
-    every = np.array(list(names) + ["category:" + c for c in cats], dtype=object)
-    code = np.concatenate([kernel, len(names) + ci[keep]])
-    metric = np.where(np.arange(len(code)) < len(kernel), "dur_ns", "category_total_ns").astype(object)
-    d = pd.DataFrame({"point": "p", "kernel": pd.array(every[code], dtype="str"),
-                      "metric": pd.array(metric, dtype="str"),
-                      "unit": pd.array(labels[np.concatenate([unit, uu[keep]])], dtype="str"),
-                      "value": np.concatenate([value, tot[keep]])})
-    df = compact_samples(d)  # per unit: splitting afterwards is exact
-    group = df["unit"].map({lab: i // units for i, lab in enumerate(labels)}).to_numpy()
-    return [df[group == g].reset_index(drop=True) for g in range(groups)]
+def sides(pool: ga.StepPool, raw: tuple, units: int, test: str = EVERY) -> list[pd.DataFrame]:
+    """Compacted samples of each group of ``units`` processes of ``raw`` as ``test`` records
+    them: :data:`EVERY` gates every kernel; a category name gates that category's kernels only,
+    the others' rows being within-process controls (category totals on)."""
+    kernel, unit, value = raw
+    gated = None if test == EVERY else pool.category == test
+    return gr.samples(list(pool.names), pool.category, kernel, unit, value, units, gated=gated)
 
 
 def slowed(pool: ga.StepPool, cand: pd.DataFrame, raw: tuple, units: int, k: int, effect: float) -> pd.DataFrame:
@@ -107,29 +102,49 @@ def slowed(pool: ga.StepPool, cand: pd.DataFrame, raw: tuple, units: int, k: int
     labels = {f"host/{u}/0/{u}": per_unit[u] for u in range(units, 2 * units)}
     out = cand.copy()
     metric, kern = out["metric"].astype(str), out["kernel"].astype(str)
-    dur = ((metric == "dur_ns") & (kern == pool.names[k])).to_numpy()
+    dur = ((metric == DUR) & (kern == pool.names[k])).to_numpy()
     out.loc[dur, "value"] = out.loc[dur, "value"] * (1 + effect)
-    tot = ((metric == "category_total_ns") & (kern == f"category:{pool.category[k]}")).to_numpy()
+    tot = ((metric == TOTAL) & (kern == f"category:{pool.category[k]}")).to_numpy()
     out.loc[tot, "value"] = out.loc[tot, "value"] + effect * out.loc[tot, "unit"].astype(str).map(labels).to_numpy(float)
     return out
 
 
-def history_pool(pool: ga.StepPool, rng: np.random.Generator, size: int = HISTORY_POOL) -> list[pd.DataFrame]:
-    """Variance-history rows of ``size`` earlier runs of :data:`PILOT_UNITS` processes each
-    (``variance_contribution``, what a baseline keeps per run), drawn from the same model."""
-    out = []
-    for _ in range(size):
-        kernel, unit, value = gr.simulate(pool, rng, gr.Regime("history", units=PILOT_UNITS), range(PILOT_UNITS))
-        (one,) = samples(list(pool.names), pool.category, kernel, unit, value, PILOT_UNITS)
-        out.append(variance_contribution(one))
+def slowed_category(pool: ga.StepPool, cand: pd.DataFrame, category: str, effect: float) -> pd.DataFrame:
+    """``cand`` (records of a test gating ``category``) with every kernel of the category made
+    ``effect`` slower: their compacted quantiles and the category's per-process total scale
+    with it (exactly what compacting the slowed draw gives); the controls do not move."""
+    names = [n for n, c in zip(pool.names, pool.category) if c == category]
+    out = cand.copy()
+    metric, kern = out["metric"].astype(str), out["kernel"].astype(str)
+    hit = (((metric == DUR) & kern.isin(names)) | ((metric == TOTAL) & (kern == f"category:{category}"))).to_numpy()
+    out.loc[hit, "value"] = out.loc[hit, "value"] * (1 + effect)
     return out
 
 
-def pick_history(runs: list[pd.DataFrame], rng: np.random.Generator, n: int) -> pd.DataFrame | None:
-    """The history of ``n`` distinct runs of the pool (None without)."""
-    if not n:
+def history_pool(pool: ga.StepPool, rng: np.random.Generator, tests: tuple[str, ...],
+                 size: int = HISTORY_POOL) -> dict[str, list[pd.DataFrame]]:
+    """Per test (:func:`sides`), variance-history rows of ``size`` earlier runs of
+    :data:`PILOT_UNITS` processes each (``variance_contribution``, what a baseline keeps per
+    run), drawn from the same model; the tests share the runs."""
+    out: dict[str, list[pd.DataFrame]] = {t: [] for t in tests}
+    for _ in range(size):
+        raw = gr.simulate(pool, rng, gr.Regime("history", units=PILOT_UNITS), range(PILOT_UNITS))
+        for t in tests:
+            (one,) = sides(pool, raw, PILOT_UNITS, t)
+            out[t].append(variance_contribution(one))
+    return out
+
+
+def pick_history(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Indices of ``n`` distinct runs of the history pool (none without)."""
+    return rng.choice(HISTORY_POOL, n, replace=False) if n else np.zeros(0, int)
+
+
+def history_of(runs: dict[str, list[pd.DataFrame]], test: str, idx: np.ndarray) -> pd.DataFrame | None:
+    """The history of the runs ``idx`` as ``test`` keeps it (None without)."""
+    if not len(idx):
         return None
-    return pd.concat([runs[i] for i in rng.choice(len(runs), n, replace=False)], ignore_index=True)
+    return pd.concat([runs[test][i] for i in idx], ignore_index=True)
 
 
 def pick_kernels(pool: ga.StepPool, pilots: list[list[pw.RowNoise]], sds: tuple[float, ...]) -> list[int]:
@@ -138,7 +153,7 @@ def pick_kernels(pool: ga.StepPool, pilots: list[list[pw.RowNoise]], sds: tuple[
     sd = {}
     for rows in pilots:
         for r in rows:
-            if r.metric == "dur_ns":
+            if r.metric == DUR:
                 sd.setdefault(r.kernel, []).append(r.sd)
     mean = {k: float(np.mean(v)) for k, v in sd.items() if len(v) == len(pilots)}
     chosen: list[int] = []
@@ -149,16 +164,29 @@ def pick_kernels(pool: ga.StepPool, pilots: list[list[pw.RowNoise]], sds: tuple[
     return chosen
 
 
+@dataclass(frozen=True)
+class Cell:
+    """A row of the table: one kernel slowed in a test that gates every kernel, or one
+    category's kernels slowed in a test that gates that category."""
+
+    test: str  # EVERY or the category
+    kernel: int = -1  # kernel code (EVERY)
+
+    def row(self, names: list[str]) -> tuple[str, str]:
+        """(kernel, metric) of the judged row."""
+        return (names[self.kernel], DUR) if self.test == EVERY else (f"category:{self.test}", TOTAL)
+
+
 @dataclass
 class Simulated:
     """What the gate did, which no change of the plan alters: the pilot records (samples and
-    history), the kernels chosen, and per (kernel, change, count) the simulated tests run and
-    how many of them ended ``regression`` on the slowed kernel; the generators' states, so
-    that a later call with more ``--reps`` goes on where this one stopped."""
+    history) of each test, the cells, and per (cell, change, count) the simulated tests run and
+    how many of them ended ``regression`` on the judged row; the generators' states, so that a
+    later call with more ``--reps`` goes on where this one stopped."""
 
     key: tuple
-    pilots: list[tuple[pd.DataFrame, pd.DataFrame | None]]
-    kernels: list[int]
+    pilots: dict[str, list[tuple[pd.DataFrame, pd.DataFrame | None]]]
+    cells: list[Cell]
     hits: np.ndarray
     trials: np.ndarray
     rounds: int
@@ -172,7 +200,7 @@ class Simulated:
 
 def _key(args: argparse.Namespace) -> tuple:
     return (args.pilots, args.threshold, args.seed, args.history_runs, tuple(args.effects),
-            tuple(args.counts), tuple(args.sds), PILOT_UNITS, args.min_reps)
+            tuple(args.counts), tuple(args.sds), tuple(args.categories), PILOT_UNITS, args.min_reps)
 
 
 def _open(sim: Simulated, reps: int, min_reps: int) -> np.ndarray:
@@ -184,17 +212,22 @@ def _open(sim: Simulated, reps: int, min_reps: int) -> np.ndarray:
 
 
 def start(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
-    """The pilot records, the kernels and the history pool; no simulated test yet."""
+    """The pilot records of every test, the cells and the history pool; no simulated test yet."""
     cfg = GateConfig(threshold=args.threshold)
+    tests = ((EVERY,) if args.sds else ()) + tuple(args.categories)
     rng = np.random.default_rng(args.seed)
-    pilots = [draw(pool, rng, PILOT_UNITS)[0] for _ in range(args.pilots)]
-    kernels = pick_kernels(pool, [pw.row_noise(b, cfg)[0] for b in pilots], args.sds)
+    raws = [draw(pool, rng, PILOT_UNITS) for _ in range(args.pilots)]
+    pilot_sides = {t: [sides(pool, raw, PILOT_UNITS, t)[0] for raw in raws] for t in tests}
+    kernels = pick_kernels(pool, [pw.row_noise(b, cfg)[0] for b in pilot_sides[EVERY]], args.sds) \
+        if EVERY in pilot_sides else []
+    cells = [Cell(EVERY, k) for k in kernels] + [Cell(c) for c in args.categories]
     # the history's own generator: the pilots and the kernels are those of a run without one
     hrng = np.random.default_rng(args.seed + 1)
-    runs = history_pool(pool, hrng) if args.history_runs else []
-    records = [(base, pick_history(runs, hrng, args.history_runs)) for base in pilots]
-    shape = (len(kernels), len(args.effects), len(args.counts))
-    return Simulated(_key(args), records, kernels, np.zeros(shape), np.zeros(shape), 0,
+    runs = history_pool(pool, hrng, tests) if args.history_runs else {}
+    picks = [pick_history(hrng, args.history_runs) for _ in raws]
+    records = {t: [(base, history_of(runs, t, idx)) for base, idx in zip(pilot_sides[t], picks)] for t in tests}
+    shape = (len(cells), len(args.effects), len(args.counts))
+    return Simulated(_key(args), records, cells, np.zeros(shape), np.zeros(shape), 0,
                      (rng.bit_generator.state, hrng.bit_generator.state, runs), 0.0)
 
 
@@ -211,14 +244,21 @@ def simulate(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace, save=l
         for ci, n in enumerate(args.counts):
             if not todo[:, :, ci].any():
                 continue
-            base, cand, raw = draw(pool, rng, n)
-            history = pick_history(runs, hrng, args.history_runs)
-            for ki, ei in zip(*np.nonzero(todo[:, :, ci])):
-                k, e = sim.kernels[ki], args.effects[ei]
-                v = compare(base, slowed(pool, cand, raw, n, k, e), cfg, history=history)
-                row = v[(v["kernel"] == names[k]) & (v["metric"] == "dur_ns")]
-                sim.hits[ki, ei, ci] += float((row["verdict"] == "regression").any())
-                sim.trials[ki, ei, ci] += 1
+            raw = draw(pool, rng, n)
+            idx = pick_history(hrng, args.history_runs)
+            records: dict[str, tuple] = {}  # per test, built once a cell of it is open
+            for ri, ei in zip(*np.nonzero(todo[:, :, ci])):
+                cell, e = sim.cells[ri], args.effects[ei]
+                if cell.test not in records:
+                    records[cell.test] = (*sides(pool, raw, n, cell.test), history_of(runs, cell.test, idx))
+                base, cand, history = records[cell.test]
+                cand = (slowed(pool, cand, raw, n, cell.kernel, e) if cell.test == EVERY
+                        else slowed_category(pool, cand, cell.test, e))
+                v = compare(base, cand, cfg, history=history)
+                kernel, metric = cell.row(names)
+                row = v[(v["kernel"] == kernel) & (v["metric"] == metric)]
+                sim.hits[ri, ei, ci] += float((row["verdict"] == "regression").any())
+                sim.trials[ri, ei, ci] += 1
         sim.rounds += 1
         sim.state = (rng.bit_generator.state, hrng.bit_generator.state, runs)
         sim.seconds = time.perf_counter() - t0
@@ -255,24 +295,24 @@ def simulated(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
 
 
 def predict(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, list]:
-    """Per cell the mean over the pilot records of the plan's power for that kernel, change
-    and count, its sd over the pilots, and each pilot's rows."""
+    """Per cell the mean over the pilot records of the plan's power for its row, change and
+    count, its sd over the pilots, and per cell the pilots' sd of that row."""
     names = list(pool.names)
     cfg = GateConfig(threshold=args.threshold)
-    pilot_noise, pilot_m = [], []
-    for base, hist in sim.pilots:
-        noise, m = pw.row_noise(base, cfg, hist)
-        pilot_noise.append(noise)
-        pilot_m.append(m)
-    pred = np.zeros((len(sim.kernels), len(args.effects), len(args.counts)))
+    noise: dict[str, list[tuple[list[pw.RowNoise], int]]] = {
+        t: [pw.row_noise(base, cfg, hist) for base, hist in records] for t, records in sim.pilots.items()}
+    pred = np.zeros((len(sim.cells), len(args.effects), len(args.counts)))
     pred_sd = np.zeros_like(pred)
-    for ki, k in enumerate(sim.kernels):
-        rows = [[r for r in noise if r.kernel == names[k] and r.metric == "dur_ns"] for noise in pilot_noise]
+    sds = []
+    for ri, cell in enumerate(sim.cells):
+        kernel, metric = cell.row(names)
+        rows = [([r for r in rows if r.kernel == kernel and r.metric == metric], m) for rows, m in noise[cell.test]]
+        sds.append([r.sd for rs, _ in rows for r in rs])
         for ei, e in enumerate(args.effects):
             for ci, n in enumerate(args.counts):
-                p = [pw.power(r, e, n, n, pw.decision(cfg, m))[0] for r, m in zip(rows, pilot_m)]
-                pred[ki, ei, ci], pred_sd[ki, ei, ci] = np.mean(p), np.std(p)
-    return pred, pred_sd, pilot_noise
+                p = [pw.power(rs, e, n, n, pw.decision(cfg, m))[0] if rs else np.nan for rs, m in rows]
+                pred[ri, ei, ci], pred_sd[ri, ei, ci] = np.nanmean(p), np.nanstd(p)
+    return pred, pred_sd, sds
 
 
 def run(args: argparse.Namespace) -> str:
@@ -280,8 +320,8 @@ def run(args: argparse.Namespace) -> str:
         return f"skipped: {ga.REAL} absent"
     pool = ga.load_real()
     sim = simulated(pool, args)
-    pred, pred_sd, pilot_noise = predict(pool, sim, args)
-    return _table(list(pool.names), sim, pilot_noise, args, pred, pred_sd)
+    pred, pred_sd, sds = predict(pool, sim, args)
+    return _table(list(pool.names), sim, sds, args, pred, pred_sd)
 
 
 def interval(hits: np.ndarray, trials: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -293,25 +333,30 @@ def interval(hits: np.ndarray, trials: np.ndarray, level: float = 0.95) -> tuple
     return lo, hi
 
 
-def _table(names, sim: Simulated, pilot_noise, args, pred, pred_sd) -> str:
-    kernels, obs = sim.kernels, sim.observed
+def _summary(label: str, diff: np.ndarray, beyond: np.ndarray, pred: np.ndarray, hi: np.ndarray) -> str:
+    """The cells of one kind: how many the plan predicts within 10 points, and the misses."""
+    n, within = diff.size, int((diff <= 0.10).sum())
+    return (f"{label}: within 10 points {within} of {n} cells ({100 * within / max(n, 1):.0f} %); max |diff| "
+            f"{100 * diff.max():.1f} points, mean {100 * diff.mean():.1f}; > 10 beyond the observed 95 % interval: "
+            f"{int((beyond > 0.10).sum())} ({int((beyond > 0.10).sum() - (pred - hi > 0.10).sum())} predicted low)")
+
+
+def _table(names, sim: Simulated, sds: list, args, pred, pred_sd) -> str:
+    obs = sim.observed
     diff = np.abs(pred - obs)
     lo, hi = interval(sim.hits, sim.trials)
     beyond = np.fmax(lo - pred, pred - hi)  # how far the prediction lies outside the interval
-    sd_of = {}
-    for rows in pilot_noise:
-        for r in rows:
-            if r.metric == "dur_ns":
-                sd_of.setdefault(r.kernel, []).append(r.sd)
-    head = ["kernel (sd per process)", "change"] + [f"{n}/side" for n in args.counts]
+    head = ["row (sd per process)", "change"] + [f"{n}/side" for n in args.counts]
     rows = [head]
     pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
-    for ki, k in enumerate(kernels):
-        label = f"{names[k][:28]} ({100 * np.mean(sd_of[names[k]]):.2f} %)"
+    for ri, cell in enumerate(sim.cells):
+        kernel, _ = cell.row(names)
+        what = kernel[:28] if cell.test == EVERY else f"{kernel} total, {cell.test}-only test"
+        label = f"{what} ({100 * np.mean(sds[ri]):.2f} %)"
         for ei, e in enumerate(args.effects):
             rows.append([label if ei == 0 else "", f"{100 * e:g} %"]
                         + [f"{pct(pred[c])} / {pct(obs[c])} [{pct(lo[c])}-{pct(hi[c])}] ({pct(diff[c])})"
-                           for c in ((ki, ei, ci) for ci in range(len(args.counts)))])
+                           for c in ((ri, ei, ci) for ci in range(len(args.counts)))])
     w = [max(len(r[i]) for r in rows) for i in range(len(head))]
     fmt = lambda r: "| " + " | ".join(c.ljust(x) for c, x in zip(r, w)) + " |"  # noqa: E731
     hist = f", variance history of {args.history_runs} runs" if args.history_runs else ", no variance history"
@@ -326,37 +371,49 @@ def _table(names, sim: Simulated, pilot_noise, args, pred, pred_sd) -> str:
                  f"prediction {100 * pred_sd.mean():.1f} points; observed cells: {int(sim.trials.min())}-"
                  f"{int(sim.trials.max())} tests, binomial sd <= {100 * se.max():.1f} points; "
                  f"simulation {sim.seconds:.0f} s")
-    lines.append(f"max |diff| {100 * diff.max():.1f} points, mean {100 * diff.mean():.1f}, "
-                 f"cells > 10: {int((diff > 0.10).sum())} of {diff.size}; "
-                 f"> 10 beyond the observed 95 % interval: {int((beyond > 0.10).sum())} "
-                 f"({int((beyond > 0.10).sum() - (pred - hi > 0.10).sum())} predicted low)")
+    kinds = np.array([c.test == EVERY for c in sim.cells])
+    for label, sel in (("kernels", kinds), ("category totals", ~kinds)):
+        if sel.any():
+            lines.append(_summary(label, diff[sel], beyond[sel], pred[sel], hi[sel]))
+    lines.append(_summary("all cells", diff, beyond, pred, hi))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=200,
-                    help="simulated tests per (kernel, change, count) (default 200: binomial sd <= 3.5 points)")
-    ap.add_argument("--min-reps", type=int, default=40,
+    ap.add_argument("--reps", type=int, default=None,
+                    help="simulated tests per (row, change, count) (default 200: binomial sd <= 3.5 points; "
+                         "--quick 30)")
+    ap.add_argument("--min-reps", type=int, default=None,
                     help="a cell whose first N tests all agree (every one detected, or none) takes no more "
-                         "(default 40)")
-    ap.add_argument("--pilots", type=int, default=10, help="pilot baseline records the prediction averages")
+                         "(default 40; --quick 30)")
+    ap.add_argument("--pilots", type=int, default=None,
+                    help="pilot baseline records the prediction averages (default 10; --quick 3)")
     ap.add_argument("--threshold", type=float, default=0.0, help="the gate's threshold (default 0)")
     ap.add_argument("--seed", type=int, default=5000)
     ap.add_argument("--history-runs", type=int, default=0,
                     help="give every record (pilots and simulated baselines) a variance history of N "
                          "earlier runs of 4 processes, as --gemmperf-learn-variance keeps (default 0)")
+    ap.add_argument("--categories", default=",".join(CATEGORIES),
+                    help="categories whose totals are planned, each in a test that gates its kernels only "
+                         "(comma-separated; empty: none; default %(default)s)")
+    ap.add_argument("--kernels", type=int, default=len(SDS),
+                    help="kernels planned in a test that gates every kernel (nearest to per-process sds of "
+                         "0.4, 0.7, 1, 1.5, 2 %%; default all 5, 0: none)")
     ap.add_argument("--quick", action="store_true", help="changes 3, 5 %%; counts 2, 4, 8; 3 kernels; "
-                                                         "30 tests per cell, 3 pilots")
+                                                         "30 tests per cell, 3 pilots unless told")
     ap.add_argument("--cache", metavar="FILE",
                     help="keep the simulation (pilot records, the gate's detections) in FILE and reuse it "
                          "when the arguments match: re-runs only the prediction")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.effects, args.counts, args.sds = EFFECTS, COUNTS, SDS
+    args.effects, args.counts, args.sds = EFFECTS, COUNTS, SDS[:max(args.kernels, 0)]
+    args.categories = [c for c in args.categories.split(",") if c]
     if args.quick:
-        args.effects, args.counts, args.sds = (0.03, 0.05), (2, 4, 8), (0.004, 0.01, 0.02)
-        args.reps, args.min_reps, args.pilots = 30, 30, 3
+        args.effects, args.counts, args.sds = (0.03, 0.05), (2, 4, 8), (0.004, 0.01, 0.02)[:max(args.kernels, 0)]
+    for name, full, quick in (("reps", 200, 30), ("min_reps", 40, 30), ("pilots", 10, 3)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     print(run(args))
     return 0
 
