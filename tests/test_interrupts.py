@@ -30,7 +30,7 @@ from pytest_gemmperf.commands import analyze_impl
 
 
 def test_a_command_is_interrupted(monkeypatch, tmp_path):
-    def slow(args, *, full):
+    def slow(args, *, full, **options):
         Path(os.environ["INNER_READY"]).write_text("ready")
         time.sleep(60)
         raise AssertionError("not interrupted")
