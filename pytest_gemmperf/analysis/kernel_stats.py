@@ -285,10 +285,10 @@ def duration_rows(d: pd.DataFrame, keys: Sequence[str]) -> DurationRows:
     # a key's first row is where its code first appears: codes are numbered as they appear
     seen = np.maximum.accumulate(np.concatenate(([-1], group[:-1])))
     first = np.flatnonzero(group > seen)
-    return DurationRows(d[cols].iloc[first].reset_index(drop=True), _packed(group), _packed(dur))
+    return DurationRows(d[cols].iloc[first].reset_index(drop=True), packed(group), packed(dur))
 
 
-def _packed(values: np.ndarray) -> np.ndarray:
+def packed(values: np.ndarray) -> np.ndarray:
     """Non-negative int64 ``values`` in the narrowest unsigned type that holds them (as given
     when some is negative)."""
     if len(values) == 0 or values.min() < 0:
@@ -306,7 +306,7 @@ def concat_rows(parts: Sequence[DurationRows]) -> DurationRows:
     narrowest integer types that hold every part's (a few bytes a dispatch, as they came)."""
     keys = concat_tables([p.keys for p in parts], ROW_SCHEMA)
     n = sum(len(p) for p in parts)
-    group = np.empty(n, dtype=_packed(np.array([max(len(keys) - 1, 0)], dtype=np.int64)).dtype)
+    group = np.empty(n, dtype=packed(np.array([max(len(keys) - 1, 0)], dtype=np.int64)).dtype)
     dur = np.empty(n, dtype=np.result_type(*[p.dur_ns.dtype for p in parts]) if parts else np.int64)
     row = key = 0
     for p in parts:  # each source's key indices moved past the keys before it, in one pass
@@ -333,7 +333,7 @@ def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", 
     key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
     # the first key of a group holds its first row: keys are in the rows' first-occurrence order
     rep = np.unique(key_gid, return_index=True)[1]
-    gid = _packed(key_gid)[rows.group]  # narrow: one of the few arrays as long as the rows
+    gid = packed(key_gid)[rows.group]  # narrow: one of the few arrays as long as the rows
     return _stats_frame(keys, rep, by, group_statistics(gid, rows.dur_ns, len(rep)))
 
 

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
-from pytest_gemmperf.analysis.kernel_stats import DurationRows, _packed
+from pytest_gemmperf.analysis.kernel_stats import DurationRows, packed
 from pytest_gemmperf.analysis.overlap import category_mask, display_names, gemm_overlap_ns, overlap_fraction
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.variance import select_samples
@@ -148,15 +148,15 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     keys = [c for c in GEMM_KEYS if c in d.columns]
     group = group_codes(d[keys].iloc[gi], keys)
     first = np.unique(group, return_index=True)[1]
-    part.gemm = GemmRows(keys=d[keys].iloc[gi[first]].reset_index(drop=True), group=_packed(group),
-                         dur_ns=_packed(dur[gi]), start_ns=start[gi],
-                         overlap_ns=_packed(gemm_overlap_ns(codes, start, end, gm, cm)), warm=warm[gi],
-                         gpu=_packed(codes[gi]), row=_packed(gi.astype(np.int64)))
+    part.gemm = GemmRows(keys=d[keys].iloc[gi[first]].reset_index(drop=True), group=packed(group),
+                         dur_ns=packed(dur[gi]), start_ns=start[gi],
+                         overlap_ns=packed(gemm_overlap_ns(codes, start, end, gm, cm)), warm=warm[gi],
+                         gpu=packed(codes[gi]), row=packed(gi.astype(np.int64)))
     if part.has_comm:
         ci = np.flatnonzero(cm)
         names = display_names(d[[c for c in ("kernel", "kernel_short") if c in d.columns]].iloc[ci])
-        part.comm = CommRows(gpu=_packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
-                             name=names.astype("category").array, row=_packed(ci.astype(np.int64)))
+        part.comm = CommRows(gpu=packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
+                             name=names.astype("category").array, row=packed(ci.astype(np.int64)))
     return part
 
 

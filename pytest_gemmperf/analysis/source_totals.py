@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, ROW_KEYS, DurationRows, concat_rows,
-                                                   _packed, drop_warmup, duration_rows)
+                                                   packed, drop_warmup, duration_rows)
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, ReportPart, ReportParts,
                                                    SweepReduction, merge_parts, report_part, row_in_two,
                                                    shared_gpu_groups)
@@ -126,7 +126,7 @@ def coded_reduction(c: CodedDispatches) -> tuple[DurationRows, pd.DataFrame]:
     of_key = number[key_group]
     of_key[of_key < 0] = 0  # key rows no dispatch has (none is coded with them)
     keys = c.keys[cols].iloc[c.code[group_first[order]]].reset_index(drop=True)
-    rows = DurationRows(keys, _packed(of_key)[c.code], _packed(c.dur_ns))
+    rows = DurationRows(keys, packed(of_key)[c.code], packed(c.dur_ns))
     return rows, _coded_totals(rows, c)
 
 
