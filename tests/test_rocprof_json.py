@@ -312,3 +312,36 @@ def test_integers_beyond_int64_are_errors(tmp_path, value):
         read_rocprof_json(p)
     assert ei.value.record == "process 1, buffer_records.kernel_dispatch[4]"
     assert "field 'end_timestamp': Expected `int` <= 9223372036854775807" in ei.value.message
+
+
+@pytest.mark.parametrize("slim", [False, True], ids=["full", "slim"])
+@pytest.mark.parametrize("where", ["one record", "every record", "the first record"])
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "spaced"])
+def test_a_key_written_twice_in_api_records_of_one_shape_is_found(tmp_path, slim, where, compact):
+    """API record arrays (most of a file) are checked for a repeated key through one record when
+    all read the same (jsonkeys' uniform arrays): the error must be the whole-document scan's,
+    wherever the repeat is and however the file is spaced."""
+    from pytest_gemmperf.jsonkeys import find_repeated_key
+
+    sep = (",", ":") if compact else (", ", ": ")
+    twice = {"one record": {41}, "every record": set(range(60)), "the first record": {0}}[where]
+
+    def record(i: int) -> str:
+        text = json.dumps({"size": 64, "kind": 3, "operation": 37 + i % 3, "thread_id": 1066,
+                           "correlation_id": {"internal": 100 + i, "external": 0},
+                           "start_timestamp": 63855948000000 + 997 * i,
+                           "end_timestamp": 63855948000500 + 1003 * i}, separators=sep)
+        key = f'"thread_id"{sep[1]}1066{sep[0]}'
+        return text.replace(key, key + key) if i in twice else text
+
+    doc = json.loads(V7.read_text())
+    doc["rocprofiler-sdk-tool"][0]["buffer_records"]["hip_api"] = "API"
+    raw = json.dumps(doc, separators=sep).replace('"API"', "[" + sep[0].join(map(record, range(60))) + "]")
+    expected = find_repeated_key(raw.encode())
+    assert expected is not None and expected.key == "thread_id"
+    p = tmp_path / "x_results.json"
+    p.write_text(raw)
+    with pytest.raises(GemmperfInputError) as ei:
+        read_rocprof_json(p, columns=["kernel", "dur_ns"] if slim else None)
+    assert f"key 'thread_id' appears twice in one JSON object (byte {expected.offset:,})" in ei.value.message
+    assert ei.value.record.startswith(f"process 0, buffer_records.hip_api[{min(twice)}]")

@@ -100,6 +100,8 @@ def read_rocprof_json(path: str | os.PathLike, columns: Sequence[str] | None = N
 class _MatrixRuns:
     """One process's ``kernel_dispatch`` records as int64 matrices of ``DISPATCH_FIELDS``."""
 
+    FIELDS = DISPATCH_FIELDS  # the record fields each run's matrix holds, in its column order
+
     def __init__(self) -> None:
         self.runs: list[np.ndarray] = []
 
@@ -153,12 +155,13 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
                   ) -> tuple[list[_Process], dict[int, Any]]:
     """Typed decode a run of records at a time (:class:`~.jsonstream.JsonSplitter`): the
     processes without their dispatch records, and per process index its dispatch records
-    (each run's :data:`DISPATCH_FIELDS` matrix handed, in file order, to the ``add`` of a new
-    ``runs()`` per process: :class:`_MatrixRuns` keeps them, ``rocprof_slim.SlimRuns`` a few
-    columns). Every failure is one GemmperfInputError line, with the precedence of a
+    (each run's matrix of the ``runs.FIELDS`` it reads handed, in file order, to the ``add`` of
+    a new ``runs()`` per process: :class:`_MatrixRuns` keeps all of :data:`DISPATCH_FIELDS`,
+    ``rocprof_slim.SlimRuns`` the few it needs; the decoder checks every field either way). Every failure is one GemmperfInputError line, with the precedence of a
     whole-document decode: the file's syntax and types, a missing or empty tool key, then a key
     written twice."""
     runs = runs or _MatrixRuns
+    fields = attrgetter(*runs.FIELDS)
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=4)
     rows: dict[int, Any] = {}
     repeat: Repeat | None = None  # the first in the dispatch records
@@ -168,7 +171,7 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
             for piece in splitter.pieces():
                 p_idx, kind = piece.path[1], piece.path[3]
                 if piece.path[2] == "buffer_records" and kind == "kernel_dispatch":
-                    m = _dispatch_matrix(piece.items, path, p_idx)
+                    m = _dispatch_matrix(piece.items, path, p_idx, fields, len(runs.FIELDS))
                     if m is not None:
                         if p_idx not in rows:
                             rows[p_idx] = runs()
@@ -207,7 +210,7 @@ def _piece_repeat(piece: Piece) -> Repeat | None:
     name = piece.path[3]
     head = msgspec.json.encode(name) + b":"
     wrapped = b"{" + head + piece.data + b"}"
-    hit = find_repeated_key(wrapped, (_UNIFORM,) if name == _UNIFORM else ())
+    hit = find_repeated_key(wrapped, (name,))
     if hit is None:
         return None
     offset = piece.offset - 1 + hit.offset - 1 - len(head)
@@ -429,18 +432,21 @@ def _symbol_table(symbols: list[_Symbol], used_ids: np.ndarray, names: _NameTabl
     return _Symbols(all_ids[keep], kernel, short, regs)
 
 
-def _int_matrix(rows: list[tuple], path: str, what: str, p_idx: int) -> np.ndarray:
+def _int_matrix(rows: list[tuple], path: str, what: str, p_idx: int,
+                width: int = len(DISPATCH_FIELDS)) -> np.ndarray:
     try:
-        return np.array(rows, dtype=np.int64).reshape(len(rows), len(DISPATCH_FIELDS))
+        return np.array(rows, dtype=np.int64).reshape(len(rows), width)
     except OverflowError:
         raise GemmperfInputError(path, f"integer field out of int64 range in {what}",
                                  record=f"process {p_idx}") from None
 
 
-def _dispatch_matrix(records: list[_Dispatch], path: str, p_idx: int) -> np.ndarray | None:
+def _dispatch_matrix(records: list[_Dispatch], path: str, p_idx: int,
+                     fields: Callable[[_Dispatch], tuple] = _GET_DISPATCH,
+                     width: int = len(DISPATCH_FIELDS)) -> np.ndarray | None:
     if not records:
         return None
-    return _int_matrix(list(map(_GET_DISPATCH, records)), path, "kernel_dispatch", p_idx)
+    return _int_matrix(list(map(fields, records)), path, "kernel_dispatch", p_idx, width)
 
 
 def _counter_matrix(records: list[_CounterRecord], path: str, p_idx: int) -> np.ndarray | None:
