@@ -19,7 +19,10 @@ scheduler, so the wall times say what the engine costs, not what a cluster gains
 ``--reports``: the analyses write their reports (the command's default) and every file they
 write is compared (report.html but its generation time, report.xlsx's sheets).
 
-Usage: python benchmarks/dask_cluster.py [--files 96] [--dispatches 5000] [--workers 2] [--reports] [--keep]
+``--case csv96``: the rank files are ``benchmarks/scale.py --case csv96``'s (the real 43,915-dispatch
+rocprofv3 run written as 7.x CSV, one copy per rank: 4.2 M dispatches, 1.8 GB on 96 files).
+
+Usage: python benchmarks/dask_cluster.py [--files 96] [--dispatches 5000] [--case csv96] [--workers 2] [--reports] [--keep]
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,20 +46,33 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import scale  # noqa: E402  (the rank-file generator)
 
 
-def _slower(root: Path) -> None:
-    """Make the most frequent kernel of every file 30 % slower (its End_Timestamp moved)."""
-    for f in sorted(root.rglob("*_kernel_trace.csv")):
-        lines = f.read_text().splitlines()
-        out = [lines[0]]
-        for line in lines[1:]:
-            cells = line.split(",")
-            # the name is quoted and may hold commas: the columns before it count from the start,
-            # the timestamps after it from the end
+def _slower_text(text: str) -> str:
+    """A ``kernel_trace.csv`` whose most frequent kernel (by Kernel_Id) is 30 % slower: its
+    End_Timestamp moved."""
+    lines = text.splitlines()
+    # the name is quoted and may hold commas: the columns before it count from the start,
+    # the timestamps after it from the end
+    rows = [line.split(",") for line in lines[1:]]
+    ids = Counter(cells[6] for cells in rows)
+    slowed = ids.most_common(1)[0][0]
+    out = [lines[0]]
+    for cells in rows:
+        if cells[6] == slowed:
             start, end = int(cells[-13]), int(cells[-12])
-            if cells[6] == "10":  # Kernel_Id of kernel 0, the most frequent (Zipf)
-                cells[-12] = str(start + int((end - start) * 1.3))
-            out.append(",".join(cells))
-        f.write_text("\n".join(out) + "\n")
+            cells[-12] = str(start + int((end - start) * 1.3))
+        out.append(",".join(cells))
+    return "\n".join(out) + "\n"
+
+
+def _slower(root: Path) -> None:
+    """Make the most frequent kernel of every file 30 % slower (files with the same text are
+    rewritten once and copied)."""
+    done: dict[str, str] = {}
+    for f in sorted(root.rglob("*_kernel_trace.csv")):
+        text = f.read_text()
+        if text not in done:
+            done[text] = _slower_text(text)
+        f.write_text(done[text])
 
 
 def _run(argv: list[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> float:
@@ -96,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dispatches", type=int, default=5000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--case", choices=("csv96",),
+                    help="csv96: the rank files of benchmarks/scale.py --case csv96 (the real MI350X run's "
+                         "43,915 dispatches per file, 1.8 GB on 96 files) instead of generated ones")
+    ap.add_argument("--trace", type=Path, default=scale.TRACE_908, help="the rocprofv3 JSON --case csv96 copies")
     ap.add_argument("--reports", action="store_true",
                     help="analyze with its reports (the default of the command) and compare every report file")
     args = ap.parse_args(argv)
@@ -111,7 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     cluster = client = None
     try:
         base, cand = tmp / "base", tmp / "cand"
-        nbytes = scale.generate(base, "csv", args.files, args.dispatches)
+        if args.case == "csv96":
+            if not args.trace.is_file():
+                print(f"dask_cluster.py: {args.trace}: not found (--case csv96 copies this rocprofv3 JSON)",
+                      file=sys.stderr)
+                return 2
+            body, args.dispatches = scale.csv_from_rocprof_json(args.trace)
+            nbytes = scale.write_csv_dirs(base, body, args.files)
+        else:
+            nbytes = scale.generate(base, "csv", args.files, args.dispatches)
         shutil.copytree(base, cand)
         _slower(cand)
         load0 = os.getloadavg()
