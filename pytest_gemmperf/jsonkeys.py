@@ -22,7 +22,7 @@ document's structural bytes with numpy, a few passes over the buffer:
 
 Arrays of records of one shape (rocprofv3's ``kernel_dispatch``: most of a trace's keys) are
 checked through one record: with the digits dropped, every record reads the same, and that one
-text has no repeated key (:func:`_uniform_records` says why that is exact); the rest of the
+text has no repeated key (:func:`uniform_records` says why that is exact); the rest of the
 document is then scanned with those arrays written as ``[]``.
 
 The scan assumes valid JSON (call it after the parser succeeded). The error path names the key,
@@ -389,7 +389,7 @@ def _confirm(data: bytes, flagged: np.ndarray, obj: np.ndarray, key_open: np.nda
 
 
 def _without_uniform_arrays(data: bytes, names: tuple[str, ...]) -> bytes:
-    """``data`` with every ``"<name>":[...]`` array that :func:`_uniform_records` clears written
+    """``data`` with every ``"<name>":[...]`` array that :func:`uniform_records` clears written
     as ``[]`` (the rest of the document keeps its structure), or ``data`` itself.
 
     Found by plain byte search, which is sound only without backslashes: then every ``"`` is a
@@ -408,7 +408,7 @@ def _without_uniform_arrays(data: bytes, names: tuple[str, ...]) -> bytes:
             end = data.find(b"]", start) + 1
             if not end:
                 break
-            if _uniform_records(data[start:end]):
+            if uniform_records(data[start:end]):
                 parts += [data[done:start], b"[]"]
                 done = end
             # a name inside a span that failed is left to the full scan: spans never overlap,
@@ -420,9 +420,10 @@ def _without_uniform_arrays(data: bytes, names: tuple[str, ...]) -> bytes:
     return b"".join(parts)
 
 
-def _uniform_records(array: bytes) -> bool:
-    """True when ``array`` (``[`` to the first ``]``) is a JSON array of objects that all read
-    the same once digits are dropped, and that one text has no repeated key.
+def uniform_records(array: bytes) -> bool:
+    """True when ``array`` (``[`` to the first ``]``, or a whole array) is a JSON array of
+    objects that all read the same once digits are dropped, and that one text has no repeated
+    key. ``array`` must hold no backslash (then every ``"`` delimits a string).
 
     Exact: dropping digits keeps every brace, quote, colon and comma, so each record keeps its
     structure and its keys lose only their digits; two equal keys stay equal, so a record with a

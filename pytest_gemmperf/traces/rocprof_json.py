@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.jsonkeys import find_repeated_key
+from pytest_gemmperf.jsonkeys import find_repeated_key, uniform_records
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonstream import (JsonSplitter, Piece, Repeat, StreamDecodeError,
                                                 decode_error, gc_paused, refuse_repeated_key,
@@ -205,8 +205,11 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
 
 def _piece_repeat(piece: Piece) -> Repeat | None:
     """A key written twice in a run of records: its document offset, the key and the record.
-    The run is scanned as ``{"<array name>": [...]}`` so that dispatch records, all of one
-    shape, are checked through one of them (:func:`~pytest_gemmperf.jsonkeys.find_repeated_key`)."""
+    A run of records of one shape (rocprofv3 writes its dispatch and API records so) is checked
+    through one of them (:func:`~pytest_gemmperf.jsonkeys.uniform_records`); any other run is
+    scanned whole as ``{"<array name>": [...]}`` (:func:`~pytest_gemmperf.jsonkeys.find_repeated_key`)."""
+    if piece.data.find(b"\\") < 0 and uniform_records(piece.data):
+        return None  # records of one shape, that shape without a repeat: none repeats a key
     name = piece.path[3]
     head = msgspec.json.encode(name) + b":"
     wrapped = b"{" + head + piece.data + b"}"
