@@ -9,6 +9,7 @@ whole template; data never reaches the page through ``|safe`` — only the SVG p
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,11 @@ from pytest_gemmperf.textsafe import printable_lines
 TEMPLATE = "report.html.j2"
 
 
+@functools.cache
 def _env() -> jinja2.Environment:
+    """The page's Jinja environment, one per process: it keeps the compiled templates (compiling
+    report.html.j2 costs about 0.1 CPU-s), so a second page, or :func:`prepare_template` run
+    earlier, does not compile it again."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("pytest_gemmperf.report", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
@@ -45,6 +50,12 @@ def _env() -> jinja2.Environment:
     # ``{% if r.metric is time_metric %}``: nanosecond metrics are shown in µs
     env.tests["time_metric"] = lambda name: M.lookup(str(name)).unit.time
     return env
+
+
+def prepare_template() -> None:
+    """Compile the page's template now (kept by :func:`_env`), e.g. while worker processes still
+    read the inputs, instead of when the page is written."""
+    _env().get_template(TEMPLATE)
 
 
 def _visible(value: Any) -> Any:
@@ -361,4 +372,4 @@ def write_html(data: ReportData, path: Path) -> Path:
     return write_text(path, render_html(data, history_href=href))
 
 
-__all__ = ["page_kernel_labels", "render_html", "report_kernel_labels", "visible_columns", "write_html"]
+__all__ = ["page_kernel_labels", "prepare_template", "render_html", "report_kernel_labels", "visible_columns", "write_html"]
