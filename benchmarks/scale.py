@@ -619,7 +619,8 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False, rep
         load0 = os.getloadavg()
         runs: dict[str, list[dict]] = {m: [] for m in CSV_MODES}
         for rep in range(repeats):  # interleaved: a load change hits every mode alike
-            for mode in CSV_MODES:
+            # each round starts with another mode: no mode always runs right after the same one
+            for mode in CSV_MODES[rep % len(CSV_MODES):] + CSV_MODES[:rep % len(CSV_MODES)]:
                 out = tmp / f"out-j{mode}-{rep}"
                 runs[mode].append(_analyze(root, mode, out, reports))
                 print(f"# run {rep + 1}/{repeats} --jobs {mode}: {runs[mode][-1]['wall_s']:.2f} s, "
@@ -662,6 +663,12 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False, rep
           f"{'yes' if same else 'NO'} |")
     print(f"\n--jobs auto runs at {best['2'] / best['auto']:.2f}x the speed of --jobs 2 (target "
           f"{AUTO_OF_JOBS2_TARGET:.2f}x: {'met' if best['2'] / best['auto'] >= AUTO_OF_JOBS2_TARGET else 'NOT met'})")
+    med = {m: float(np.median([r["wall_s"] for r in runs[m]])) for m in CSV_MODES}
+    print(f"medians: --jobs 1 {med['1']:.2f} s, 2 {med['2']:.2f} s, auto {med['auto']:.2f} s "
+          f"({med['1'] / med['2']:.2f}x / {med['1'] / med['auto']:.2f}x; auto {med['2'] / med['auto']:.2f}x of 2)")
+    print("CPU s, least of the runs, tree / parent: " + "; ".join(
+        f"--jobs {m} {min(r['cpu_s'] for r in runs[m]):.2f} / {min(r['parent_cpu_s'] for r in runs[m]):.2f}"
+        for m in CSV_MODES))
     print("\nRSS sums each process's resident pages (a page shared by the fork server and its "
           "workers counts in each); PSS counts it once. CPU: user+sys of the tree, sampled. "
           "The speed-up needs both cores free: on a machine shared with other work it measures "

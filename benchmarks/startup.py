@@ -30,7 +30,10 @@ a memcpy - and a rocprofv3 7.x ``kernel_trace.csv``), with its reports (the defa
 ``getrusage(RUSAGE_CHILDREN)``) is what counts: best of ``--repeat``, held to
 ``--analyze-limit`` CPU-seconds (default 0.5) for the default command on the Kineto trace; their
 heavy-import check is scipy and torch only (the analysis needs pandas, numpy and pyarrow; the
-statistics of the gate do not run). ``--before CHECKOUT`` runs each analysis on another
+statistics of the gate do not run). Beside them, in the same rounds, an oracle per trace: a
+process that only imports what any pandas-based analysis must (pandas, pyarrow) and parses the
+file (``json.load``; ``pyarrow.csv.read_csv``); the script prints each analysis's CPU time over
+its oracle's (the default command's target: at most 1 / 0.9 of it). ``--before CHECKOUT`` runs each analysis on another
 checkout's code too, in the same rounds: a change's before and after under the same load.
 
 Exits 1 when a ratio, the session's time or an analysis's CPU time exceeds its limit, a
@@ -68,6 +71,13 @@ ANALYZE_HEAVY = ("scipy", "torch")
 #: the size of the traces analysed, bytes
 TRACE_BYTES = 25_000
 BASELINE = "import pytest"
+#: the small rocprofv3 trace's file name
+CSV_NAME = "5358_kernel_trace.csv"
+#: label of the oracle rows: a process that imports what any pandas-based analysis must
+#: (pandas, pyarrow) and reads (parses) the file, and nothing else
+ORACLE = "oracle: import pandas, pyarrow + parse"
+#: the default command (with its reports) against the oracle: at most 1 / 0.9 of it
+ORACLE_TARGET = 1 / 0.9
 #: what the installed ``gemmperf`` script runs, for an interpreter without one
 SCRIPT = "import sys; from pytest_gemmperf.cli import main; sys.exit(main())"
 
@@ -184,7 +194,7 @@ def rocprof_csv_trace(directory: Path, size: int = TRACE_BYTES) -> int:
         i += 1
     text = "\n".join(lines) + "\n"
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "5358_kernel_trace.csv").write_text(text, encoding="utf-8")
+    (directory / CSV_NAME).write_text(text, encoding="utf-8")
     return len(text)
 
 
@@ -197,6 +207,11 @@ def analyze_commands(gemmperf: list[str], work: Path, before: Path | None = None
     # the floor: what any pandas-based analysis pays before reading a byte
     out = [Command("python -c 'import pandas' (yardstick)", [sys.executable, "-c", "import pandas"],
                    analysis=True, forbidden=())]
+    # the oracle: that floor plus reading the file (parsed: its JSON, or its CSV by pyarrow)
+    for label, code in (("Kineto", f"import json, pandas, pyarrow; json.load(open({str(kineto)!r}, 'rb'))"),
+                        ("rocprofv3 CSV", "import pandas, pyarrow, pyarrow.csv; pyarrow.csv.read_csv("
+                                          f"{str(csv_dir / CSV_NAME)!r})")):
+        out.append(Command(f"{ORACLE} {label}", [sys.executable, "-c", code], analysis=True, forbidden=()))
     for label, path, size in (("Kineto", kineto, kb[0]), ("rocprofv3 CSV", csv_dir, kb[1])):
         for report in (True, False):
             flags = [] if report else ["--no-report"]
@@ -347,6 +362,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{heavy}{limit}" + (f"  ERROR {cmd.error}" if cmd.error else ""))
         if cmd.code is None and (cmd.error or cmd.heavy or (cmd.held and cmd.best_cpu > args.analyze_limit)):
             failed.append(cmd.label)  # the other checkout's rows are for comparison only
+    for label in ("Kineto", "rocprofv3 CSV"):
+        oracle = next((c for c in analyses if c.label == f"{ORACLE} {label}"), None)
+        for cmd in analyses:
+            if oracle is None or cmd.code is not None or not cmd.label.startswith("gemmperf analyze") \
+                    or not cmd.label.split(" --")[0].endswith(label):
+                continue
+            ratio = cmd.best_cpu / oracle.best_cpu
+            held = "" if "--no-report" in cmd.label else \
+                f" (target <= {ORACLE_TARGET:.2f}: {'met' if ratio <= ORACLE_TARGET else 'not met'})"
+            print(f"{cmd.label} / oracle: {ratio:.2f}x best CPU, "
+                  f"+{cmd.best_cpu - oracle.best_cpu:.3f} CPU-s{held}")
     helps = [c for c in cmds[1:] if not c.session and not c.analysis]
     if helps:
         worst = max(max(c.best / base.best, c.median / base.median) for c in helps)

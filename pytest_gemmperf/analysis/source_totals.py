@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -243,19 +243,21 @@ def _read_columns(opts: _Options) -> Sequence[str] | None:
 
 def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str | None = None,
                    rules: Sequence[tuple[str, str]] = (), reports: bool = False,
-                   short_us: float = DEFAULT_SHORT_KERNEL_US) -> SourceTotals | None:
+                   short_us: float = DEFAULT_SHORT_KERNEL_US,
+                   meanwhile: Callable[[], Any] | None = None) -> SourceTotals | None:
     """The slim columns and totals of every source under ``paths`` (with ``reports``, what the
     reports read too: ``analysis/report_parts.py``), read on up to ``jobs`` workers; the same
     whatever ``jobs`` is. None where a warm-up cannot be dropped source by source (see the
     module docstring), or, with ``reports``, where a report view needs dispatches of several
     sources at once (counters, collective metadata, one process-GPU group in two sources):
-    read the full tables then. Errors are ``load``'s."""
+    read the full tables then. ``meanwhile``: run while a pool reads (``map_ordered``). Errors
+    are ``load``'s."""
     found = discover_all(paths)
     if warmup > 0 and not all(kinds.reducible(s.kind) for s in found.unique):
         return None
     n_jobs = pool_jobs(jobs, [f for s in found.unique for f in s.files])
     opts = _Options(point, int(warmup), reports=reports, rules=tuple(map(tuple, rules)), short_us=short_us)
-    parts = map_ordered(functools.partial(reduce_source, opts=opts), found.unique, n_jobs)
+    parts = map_ordered(functools.partial(reduce_source, opts=opts), found.unique, n_jobs, meanwhile=meanwhile)
     notes = found.notes
     for part in parts:
         part.head.merge_notes(notes)

@@ -25,6 +25,7 @@ from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.workdir import TOOL_DIR, default_output_dir
 from pytest_gemmperf.commands.defaults import ANALYZE_OUT as DEFAULT_OUT
 from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.traces.parallel import Beside, beside
 from pytest_gemmperf.traces.schema import Trace
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
@@ -63,11 +64,37 @@ def input_errors() -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = analyze(args, full=False, reports=getattr(args, "report", True))
-    write_outputs(args, result, Path(args.out) if args.out else None, report=getattr(args, "report", True))
+    report = getattr(args, "report", True)
+    with contextlib.ExitStack() as stack:
+        # where a pool reads the inputs, a process forked beside this one writes report.xlsx; forked
+        # now, it imports the workbook's modules while the pool reads
+        beside = _beside(stack) if report else None
+        result = analyze(args, full=False, reports=report)
+        if report and beside is None:  # the pool started after all (prestart's guess was serial)
+            beside = _beside(stack)
+        write_outputs(args, result, Path(args.out) if args.out else None, report=report, beside=beside)
     for note in result.inputs.notes:
         print(printable(f"note: {note}"), file=sys.stderr)
     return 0
+
+
+#: what the process writing report.xlsx imports (``report/__init__.py``'s ``_write_excel``)
+XLSX_MODULES = ("pytest_gemmperf.report.excel",)
+
+
+def _beside(stack: contextlib.ExitStack) -> Beside | None:
+    """A process beside this one for report.xlsx where this process's fork server runs (the
+    inputs are read on a pool: forking from it costs some 20 ms), else None (written here)."""
+    helper = beside(XLSX_MODULES)
+    return stack.enter_context(helper) if helper is not None else None
+
+
+def _prepare_reports() -> None:
+    """What writing the reports needs first, done while the pool reads (``meanwhile``)."""
+    # lazy: --no-report never loads the report layer
+    from pytest_gemmperf.report import prepare_template
+
+    prepare_template()
 
 
 @dataclass(frozen=True)
@@ -96,7 +123,7 @@ def analyze(args: argparse.Namespace, *, full: bool, reports: bool = False) -> A
     # None: a warm-up that cannot be dropped source by source (one process split over sources),
     # or a report view that reads dispatches of several sources together
     reduced = None if full else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules,
-                                               reports=reports)
+                                               reports=reports, meanwhile=_prepare_reports if reports else None)
     if reduced is None:
         trace = load(paths, jobs=jobs)
         d = recategorize(trace.dispatches, extra_rules)
@@ -120,9 +147,11 @@ def _check_lost(args: argparse.Namespace, skipped: list) -> None:
                       use="analyze", result="the analysis")
 
 
-def write_outputs(args: argparse.Namespace, result: Analyzed, out: Path | None, *, report: bool) -> Path:
+def write_outputs(args: argparse.Namespace, result: Analyzed, out: Path | None, *, report: bool,
+                  beside: Beside | None = None) -> Path:
     """kernels.csv and summary.json into ``out`` (None: a new default output directory), then, when
-    ``report`` and the dispatches were read in full, the reports; returns the directory."""
+    ``report``, the reports (``beside``: a process that writes report.xlsx meanwhile); returns the
+    directory."""
     try:
         out = out or default_output_dir(DEFAULT_OUT)
         out.mkdir(parents=True, exist_ok=True)
@@ -134,9 +163,9 @@ def write_outputs(args: argparse.Namespace, result: Analyzed, out: Path | None, 
     print(printable(f"gemmperf analyze: {result.summary['n_dispatches']} dispatches, {len(result.kernels)} "
                     f"kernel rows -> {out / 'kernels.csv'}, {out / 'summary.json'}"))
     if report and result.trace is not None and result.dispatches is not None:
-        _write_reports(args, result.dispatches, result.trace.counters, result.trace.agents, out)
+        _write_reports(args, result.dispatches, result.trace.counters, result.trace.agents, out, beside)
     elif report and result.sweep is not None:
-        _write_reports(args, result.sweep, None, result.inputs.agents, out)
+        _write_reports(args, result.sweep, None, result.inputs.agents, out, beside)
     return out
 
 
@@ -166,7 +195,7 @@ def _complete_parts(paths: list[str], allow_partial: bool) -> list[str]:
 
 
 def _write_reports(args: argparse.Namespace, d: pd.DataFrame | SweepReduction, counters: pd.DataFrame | None,
-                   agents: pd.DataFrame, out: Path) -> None:
+                   agents: pd.DataFrame, out: Path, beside: Beside | None = None) -> None:
     """report.html, report.xlsx, summary.md and the aorta variance CSVs beside our own files
     (kernels.csv and summary.json stay this command's), from the dispatches or their reduction."""
     # lazy: --no-report never loads the report layer and the statistics libraries it imports
@@ -174,7 +203,7 @@ def _write_reports(args: argparse.Namespace, d: pd.DataFrame | SweepReduction, c
 
     files = write_reports(out, dispatches=d, counters=counters, agents=agents,
                           meta={"inputs": [str(p) for p in args.paths]}, warmup=args.warmup,
-                          skip={"kernels.csv", "summary.json"})
+                          skip={"kernels.csv", "summary.json"}, beside=beside)
     if "report.html" in files:
         print(printable(f"report: {files['report.html']}"))
 

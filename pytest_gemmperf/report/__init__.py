@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -20,10 +20,13 @@ from pytest_gemmperf.report.before_after import ComparedSamples, read_results_co
 from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
 from pytest_gemmperf.safe_io import unneutralise_frame
 from pytest_gemmperf.report import tables
-from pytest_gemmperf.report.excel import DEFAULT_MAX_ROWS, write_excel
-from pytest_gemmperf.report.html import write_html
+from pytest_gemmperf.report.html import prepare_template, write_html
 from pytest_gemmperf.traces.discover import load
 from pytest_gemmperf.report.telemetry import read_results_telemetry
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.traces.parallel import Beside
+
 
 #: every output; ``formats`` picks among these groups
 FORMATS = ("html", "xlsx", "csv", "json", "md")
@@ -71,7 +74,8 @@ def write_reports(out_dir: str | os.PathLike, *,
                   short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
                   max_sheet_rows: int | None = None,
                   telemetry: tuple[pd.DataFrame, pd.DataFrame, dict] | None = None,
-                  compared: Sequence[ComparedSamples] = ()) -> dict[str, Path]:
+                  compared: Sequence[ComparedSamples] = (),
+                  beside: Beside | None = None) -> dict[str, Path]:
     """Write every report into ``out_dir``; returns ``{file name: path}``.
 
     ``dispatches`` is one canonical dispatches table, a list of them (with ``labels``; the
@@ -80,7 +84,9 @@ def write_reports(out_dir: str | os.PathLike, *,
     naming the candidate sweep when several were compared. ``skip`` names files not to write
     (e.g. ``kernels.csv`` when the caller writes its own). ``compared``: the samples each
     ``compare`` call received (baseline and candidate per test), drawn per process beside the
-    forest plot for every verdict row that is not ``unchanged``.
+    forest plot for every verdict row that is not ``unchanged``. ``beside``: a process
+    (``traces.parallel.beside``, best preloading ``report.excel``) that writes report.xlsx while
+    this one writes the other files; the same bytes as written here.
     """
     formats = set(formats)
     unknown = formats - set(FORMATS)
@@ -100,28 +106,42 @@ def write_reports(out_dir: str | os.PathLike, *,
                              short_kernel_us=short_kernel_us, telemetry=telemetry, compared=compared)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return _write(data, out, formats, skip, max_sheet_rows)
+        return _write(data, out, formats, skip, max_sheet_rows, beside)
     except OSError as exc:
         raise output_error(exc, out, what="report") from None
 
 
 def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
-           max_sheet_rows: int | None) -> dict[str, Path]:
+           max_sheet_rows: int | None, beside: Beside | None = None) -> dict[str, Path]:
     files: dict[str, Path] = {}
+    xlsx = "xlsx" in formats and "report.xlsx" not in skip
+    # started first: the other process writes the workbook while this one writes the rest
+    workbook = beside.submit(_write_excel, data, out / "report.xlsx", max_sheet_rows) \
+        if xlsx and beside is not None else None
     if "csv" in formats:
         files.update(tables.write_csvs(data, out, skip))
-    if "xlsx" in formats and "report.xlsx" not in skip:
-        files["report.xlsx"] = write_excel(data, out / "report.xlsx",
-                                           max_rows=max_sheet_rows or DEFAULT_MAX_ROWS)
+    if xlsx:  # listed in this place either way
+        files["report.xlsx"] = out / "report.xlsx" if workbook else _write_excel(data, out / "report.xlsx",
+                                                                                 max_sheet_rows)
     if "html" in formats and "report.html" not in skip:
         files["report.html"] = write_html(data, out / "report.html")
     if "md" in formats and "summary.md" not in skip:
         files["summary.md"] = tables.write_summary_md(data, out / "summary.md")
+    if workbook is not None:
+        files["report.xlsx"] = workbook()
     if "json" in formats and "summary.json" not in skip:
         path = out / "summary.json"
         files["summary.json"] = path
         tables.write_summary_json(data, path, files)
     return files
+
+
+def _write_excel(data: ReportData, path: Path, max_sheet_rows: int | None) -> Path:
+    """report.xlsx (a module-level function: it runs in a process beside this one too)."""
+    # lazy: the workbook's module (xlsxwriter) only in the process that writes it
+    from pytest_gemmperf.report import excel
+
+    return excel.write_excel(data, path, max_rows=max_sheet_rows or excel.DEFAULT_MAX_ROWS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,5 +256,5 @@ def write_results_reports(results_dir: str | os.PathLike, out_dir: str | os.Path
     return Path(out_dir)
 
 
-__all__ = ["FORMATS", "ComparedSamples", "working_tree_text", "ReportData", "build_report_data", "hardware_from_agents",
+__all__ = ["FORMATS", "ComparedSamples", "prepare_template", "working_tree_text", "ReportData", "build_report_data", "hardware_from_agents",
            "read_verdict_files", "write_reports", "write_results_reports"]

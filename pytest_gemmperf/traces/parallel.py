@@ -50,11 +50,20 @@ Contract:
   same function runs as tasks of that Dask scheduler's workers instead of a local pool
   (:mod:`pytest_gemmperf.traces.cluster`), whatever the input's size; results, ordering and the
   first error in input order as above.
+* ``meanwhile`` (:func:`map_ordered`): work of this process that does not need the results
+  (importing what comes next) runs after the items were handed to the workers and before
+  their results are read, so that it shares the cores with the pool instead of running after it.
+* :func:`beside`: one process for work that can run beside this one's (a second report file
+  written while this process writes the first), forked from this process's fork server and only
+  where that server already runs: forking from it costs some 20 ms, a fresh interpreter a pandas
+  import. Its result or its GemmperfInputError come back as from a pool worker; where it died,
+  the work is done in this process instead (same result, later).
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar, Union
@@ -98,6 +107,10 @@ START_METHOD = "forkserver"
 RESULT_PIPE_BYTES = 1 << 20
 #: set by pytest-xdist in each worker: how many workers the session started
 XDIST_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
+
+#: whether this process started its fork server (:func:`prestart`, :func:`map_ordered`): it runs
+#: until this process exits, and :func:`beside` forks from it
+_fork_server_started = False
 
 
 def usable_cores() -> int:
@@ -212,13 +225,17 @@ class _Call:
             return _Failed(exc.path, exc.message, exc.line, exc.record)
 
 
-def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1) -> list[R]:
+def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1, *,
+                meanwhile: Callable[[], Any] | None = None) -> list[R]:
     """``[fn(x) for x in items]``, on up to ``jobs`` worker processes (or a Dask scheduler's
     workers), in the order of ``items``.
 
     ``fn`` and the items must be picklable (a module-level function or a
     ``functools.partial`` of one). ``jobs == 1`` runs in this process (errors propagate as
-    raised). See the module docstring for errors and ordering.
+    raised). ``meanwhile``: called in this process once a local pool has the items, before their
+    results are read (never on the serial path or a cluster, where nothing runs beside it);
+    what it raises propagates after the pool's work is cancelled. See the module docstring for
+    errors and ordering.
     """
     items = list(items)
     if isinstance(jobs, ClusterAddress):
@@ -230,16 +247,10 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1) -> lis
     if n <= 1:
         return [fn(x) for x in items]
     # lazy: a serial run (a small input, --jobs 1) starts faster without the pool's modules
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor  # lazy: as multiprocessing
-    from concurrent.futures.process import BrokenProcessPool  # lazy: as multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool  # lazy: as ProcessPoolExecutor
 
-    # forkserver is POSIX-only; spawn (also fork-free) elsewhere
-    method = START_METHOD if START_METHOD in multiprocessing.get_all_start_methods() else "spawn"
-    ctx = multiprocessing.get_context(method)
-    if method == START_METHOD:
-        # no effect once this process's fork server runs: it is started once and kept
-        ctx.set_forkserver_preload(list(PRELOAD))
+    ctx = _pool_context()
     call = _Call(fn)
     threads = worker_threads(n)
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
@@ -250,6 +261,8 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1) -> lis
             futures[i] = pool.submit(call, items[i])
         out: list[R] = []
         try:
+            if meanwhile is not None:
+                meanwhile()
             for i, fut in enumerate(futures):  # input order, not completion order
                 try:
                     r = fut.result()
@@ -266,6 +279,98 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: Jobs = 1) -> lis
                 fut.cancel()
             raise
     return out
+
+
+def _pool_context():
+    """The pool's multiprocessing context: the fork server (its preload set, noted as started:
+    the pool starts it if :func:`prestart` did not), or ``spawn`` where the platform has none
+    (also fork-free)."""
+    global _fork_server_started
+    # lazy: a serial run (a small input, --jobs 1) starts faster without the pool's modules
+    import multiprocessing
+
+    if START_METHOD not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context(START_METHOD)
+    # no effect once this process's fork server runs: it is started once and kept
+    ctx.set_forkserver_preload(list(PRELOAD))
+    _fork_server_started = True
+    return ctx
+
+
+def fork_server_started() -> bool:
+    """Whether this process has started its fork server (a pool read, or :func:`prestart`
+    expected one): a process forked from it then costs little (:func:`beside`)."""
+    return _fork_server_started
+
+
+class Beside:
+    """One worker process beside this one (:func:`beside`); a context manager that shuts it down."""
+
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self._pool = pool
+
+    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Callable[[], R]:
+        """Start ``fn(*args, **kwargs)`` in the worker (``fn`` and its arguments picklable);
+        returns the call that waits for its result (a GemmperfInputError raised as in this
+        process). Where the worker died (killed, out of memory), that call runs ``fn`` here."""
+        # lazy: as ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        call, item = _Call(_apply), (fn, args, kwargs)
+        try:
+            fut = self._pool.submit(call, item)
+        except BrokenProcessPool:
+            fut = None
+
+        def wait() -> R:
+            try:
+                r = fut.result() if fut is not None else call(item)
+            except BrokenProcessPool:
+                r = call(item)
+            if isinstance(r, _Failed):
+                r.raise_()
+            return r
+
+        return wait
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "Beside":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _apply(item: tuple[Callable[..., Any], tuple, dict]) -> Any:
+    fn, args, kwargs = item
+    return fn(*args, **kwargs)
+
+
+def beside(preload: Sequence[str] = ()) -> Beside | None:
+    """A worker process for work that can run beside this process's (:class:`Beside`), forked
+    now from this process's fork server and importing ``preload`` (module names) while this
+    process carries on; None where no fork server runs (nothing read on a pool: starting a
+    fresh interpreter would cost more than the work saves)."""
+    if not _fork_server_started:
+        return None
+    # lazy: as map_ordered
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=_pool_context(), initializer=_init_beside,
+                               initargs=(tuple(preload),))
+    pool.submit(int)  # forks the worker now: its imports run while this process works
+    return Beside(pool)
+
+
+def _init_beside(preload: Sequence[str]) -> None:
+    """A :func:`beside` worker's start: one pyarrow thread (this process keeps the others), what
+    it inherited frozen out of the collector as a pool worker's, then ``preload`` imported."""
+    _init_worker(1)
+    for name in preload:
+        importlib.import_module(name)
 
 
 def _collect(results: Iterator[Any]) -> list[Any]:
@@ -319,8 +424,7 @@ def prestart(jobs: Jobs, paths: Iterable[os.PathLike | str]) -> bool:
 
     if START_METHOD not in multiprocessing.get_all_start_methods():
         return False
-    ctx = multiprocessing.get_context(START_METHOD)
-    ctx.set_forkserver_preload(list(PRELOAD))
+    _pool_context()
     forkserver.ensure_running()
     return True
 
