@@ -280,7 +280,8 @@ def _csv_file(name: str) -> tuple[str, str]:
     return csv_role(name) or one_file(name)  # only names the sniff claimed come here
 
 
-def _read_csv_group(src: Source, notes: list[str]) -> Trace:
+def _read_csv_group(src: Source, notes: list[str], columns: Sequence[str] | None = None,
+                    coded: bool = False) -> Trace:
     rocprof_csv = _reader("rocprof_csv")
     roles = {role[0]: f for f in src.files if (role := csv_role(f.name)) is not None}
     agents = None
@@ -288,7 +289,9 @@ def _read_csv_group(src: Source, notes: list[str]) -> Trace:
         agents = _agents_of(rocprof_csv.read_agent_info_csv(roles["agent_info"]), roles["agent_info"])
     meta: dict[str, Any] = {}
     if "kernel_trace" in roles:
-        kt = rocprof_csv.read_kernel_trace_csv(roles["kernel_trace"], agents=agents)
+        kt = (rocprof_csv.read_kernel_trace_csv(roles["kernel_trace"], agents=agents) if columns is None
+              else rocprof_csv.read_kernel_trace_csv(roles["kernel_trace"], agents=agents,
+                                                     columns=columns, coded=coded))
         dispatches = (kt.dispatches if isinstance(kt, Trace)
                       else finalize_dispatches(kt, str(roles["kernel_trace"])))
         if isinstance(kt, Trace):
@@ -426,7 +429,7 @@ KINDS: list[SourceKind] = [
         empty_is_launcher=True, layout_marks=("*_results.db",), output_names=("*.db",),
         replay_globs=("**/*_results.db",)),
     SourceKind(
-        name="rocprof-csv", sniff=_sniff_rocprof_csv, read=_read_csv_group,
+        name="rocprof-csv", sniff=_sniff_rocprof_csv, read=_read_csv_group, read_columns=_read_csv_group,
         classify=_csv_file, roles=_CSV_ROLES, needs_one_of=("kernel_trace", "counter_collection"),
         incomplete="only agent_info.csv, no kernel trace or counters (a process without GPU "
                    "work, e.g. the launcher)",

@@ -65,7 +65,7 @@ def lookup_sorted(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray
     return pos_c, found
 
 
-def _codes(table: dict, values: np.ndarray) -> np.ndarray:
+def value_codes(table: dict, values: np.ndarray) -> np.ndarray:
     """Per row of ``values`` (1-D, or 2-D rows), its code in ``table`` (new values numbered on).
     Rows are numbered through their columns' own codes (a sort of each column, then one of
     the few combinations), not by a sort of whole rows."""
@@ -114,8 +114,8 @@ class SlimRuns:
                 self.negative = (self.n + i, int(m[i, _DISPATCH_ID]), int(start[i]), int(end[i]))
             self.n_negative += len(bad)
         self.streams = self.streams or bool((m[:, _STREAM] != _MISSING).any())
-        self.parts["kernel"].append(_codes(self.kernel_ids, m[:, _KERNEL]))
-        self.parts["lane"].append(_codes(self.lanes, m[:, [_AGENT, _QUEUE, _STREAM]]))
+        self.parts["kernel"].append(value_codes(self.kernel_ids, m[:, _KERNEL]))
+        self.parts["lane"].append(value_codes(self.lanes, m[:, [_AGENT, _QUEUE, _STREAM]]))
         base = int(start.min())  # a run spans well under 4 s: its starts from its first fit 32 bits
         self.bases.append(base)
         self.parts["start_ns"].append(narrow(start - base))
