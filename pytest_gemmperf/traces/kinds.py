@@ -263,8 +263,12 @@ def _sniff_rocpd(p: Probe) -> Match | None:
     return Match.STRONG if p.name.endswith(".db" if p.given else "_results.db") else None
 
 
-def _read_rocpd(src: Source, notes: list[str]) -> Trace:
-    return _reader("rocpd").read_rocpd_db(src.files[0])
+def _read_rocpd(src: Source, notes: list[str], columns: Sequence[str] | None = None,
+                coded: bool = False) -> Trace:
+    rocpd = _reader("rocpd")
+    if columns is None:
+        return rocpd.read_rocpd_db(src.files[0])
+    return rocpd.read_rocpd_db(src.files[0], columns=columns, coded=coded)
 
 
 # --------------------------------------------------------------------------- rocprofv3 CSV
@@ -424,7 +428,7 @@ KINDS: list[SourceKind] = [
         empty_is_launcher=True, layout_marks=_ROCPROF_JSON, output_names=("*.json", "*.json.gz"),
         replay_globs=tuple(f"**/{p}" for p in _ROCPROF_JSON)),
     SourceKind(
-        name="rocpd", sniff=_sniff_rocpd, read=_read_rocpd,
+        name="rocpd", sniff=_sniff_rocpd, read=_read_rocpd, read_columns=_read_rocpd,
         classify=_results_file, roles=("results",), group="rocprofv3", pid_prefix=True,
         empty_is_launcher=True, layout_marks=("*_results.db",), output_names=("*.db",),
         replay_globs=("**/*_results.db",)),
