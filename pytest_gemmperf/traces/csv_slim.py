@@ -11,8 +11,8 @@ parses, with its types, runs the full read's cell checks on each block, and keep
 
 * its kernel name's code and its lane's code (one per distinct ``(Agent_Id, Queue_Id,
   Stream_Id)``, what the in-order check groups by), numbered across the file;
-* its start and its duration, in the narrowest integer types that hold a block's values:
-  about 16 bytes a dispatch.
+* its start (from its block's earliest) and its duration, in the narrowest integer types that
+  hold a block's values: about 12 bytes a dispatch.
 
 Exactness: a value the slim read keeps is the value the full read makes of the same text, and
 it keeps nothing where the two could differ. The full read's error is the error: a block that
@@ -39,7 +39,7 @@ import pyarrow.csv as pacsv
 from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches, first_positions
 from pytest_gemmperf.traces.csv_parse import _Source
 from pytest_gemmperf.traces.csv_values import ints_from_text
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, can_slim, value_codes
+from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim, value_codes
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
 from pytest_gemmperf.traces.torch_slim import join_releasing, narrow
 
@@ -63,7 +63,8 @@ class SlimRows:
         self.kernels: dict[str, int] = {}  # kernel name -> code, in order of first appearance
         self.labels: dict[str, int] = {}   # Agent_Id label -> code, in order of first appearance
         self.lanes: dict[tuple, int] = {}  # (label code, queue, no queue, stream, no stream) -> code
-        self.parts: dict[str, list[np.ndarray]] = {"kernel": [], "lane": [], "start_ns": [], "dur_ns": []}
+        self.parts: dict[str, list[np.ndarray]] = {"kernel": [], "lane": [], "dur_ns": []}
+        self.starts = Starts()
         self.n = 0
 
     def add(self, cols: dict[str, pa.Array]) -> None:
@@ -79,11 +80,13 @@ class SlimRows:
         lane = np.column_stack([label, queue, no_queue, stream, no_stream])
         self.parts["kernel"].append(narrow(_dictionary_codes(self.kernels, cols["kernel"])))
         self.parts["lane"].append(value_codes(self.lanes, lane))
-        self.parts["start_ns"].append(start)
+        self.starts.add(start)
         self.parts["dur_ns"].append(narrow(dur))
         self.n += n
 
     def pop(self, column: str) -> np.ndarray:
+        if column == "start_ns":
+            return self.starts.join()
         parts = self.parts.pop(column)
         return parts[0] if len(parts) == 1 else join_releasing(parts)
 

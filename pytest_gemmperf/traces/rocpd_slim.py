@@ -12,8 +12,8 @@ as the full read converts its rows (``rocpd._frame``), and keeps per row (:class
 * the code of its combination of ``(guid, pid, kernel_id, agent, queue, stream)``: what its
   key columns (kernel name, host, pid) and its in-order lane follow from, and of each
   combination the first row that shows it, whole;
-* its start and its duration, in the narrowest integer types that hold a batch's values:
-  about 14 bytes a dispatch.
+* its start (from its batch's earliest) and its duration, in the narrowest integer types that
+  hold a batch's values: about 10 bytes a dispatch.
 
 At the end the full read's own joins and ``finalize_dispatches`` run on the first rows of the
 combinations (a few thousand rows), which gives the key rows and, through ``lane_ids``, each
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, can_slim
+from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
 from pytest_gemmperf.traces.torch_slim import join_releasing, narrow
 
@@ -51,7 +51,8 @@ class SlimRows:
     def __init__(self) -> None:
         self.combinations: dict[tuple, int] = {}  # COMBINATION values -> code, in order of first row
         self.firsts: list[pd.DataFrame] = []      # each combination's first row, in code order
-        self.parts: dict[str, list[np.ndarray]] = {"code": [], "start_ns": [], "dur_ns": []}
+        self.parts: dict[str, list[np.ndarray]] = {"code": [], "dur_ns": []}
+        self.starts = Starts()
         self.n = 0
 
     def __len__(self) -> int:
@@ -84,11 +85,13 @@ class SlimRows:
         if new:
             self.firsts.append(df.iloc[new])
         self.parts["code"].append(narrow(lookup[local]))
-        self.parts["start_ns"].append(start)
+        self.starts.add(start)
         self.parts["dur_ns"].append(narrow(dur))
         self.n += len(df)
 
     def pop(self, column: str) -> np.ndarray:
+        if column == "start_ns":
+            return self.starts.join()
         parts = self.parts.pop(column)
         return parts[0] if len(parts) == 1 else join_releasing(parts)
 

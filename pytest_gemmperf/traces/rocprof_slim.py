@@ -88,6 +88,35 @@ def value_codes(table: dict, values: np.ndarray) -> np.ndarray:
     return narrow(codes[inverse.reshape(-1)])
 
 
+class Starts:
+    """Start times kept a run of rows at a time as offsets from the run's earliest (a run spans
+    well under 4 s: 32 bits a row), joined back to int64 ns once (modular arithmetic: exact
+    for any int64 values)."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray | None] = []
+        self.bases: list[int] = []
+        self.n = 0
+
+    def add(self, start: np.ndarray) -> None:
+        base = int(start.min()) if len(start) else 0
+        self.bases.append(base)
+        with np.errstate(over="ignore"):
+            self.parts.append(narrow(start - np.int64(base)))
+        self.n += len(start)
+
+    def join(self) -> np.ndarray:
+        """Every run's starts in int64 ns, each part let go once it is copied."""
+        out = np.empty(self.n, dtype=np.int64)
+        at = 0
+        for i, base in enumerate(self.bases):
+            part, self.parts[i] = self.parts[i], None
+            with np.errstate(over="ignore"):
+                np.add(part, np.int64(base), out=out[at:at + len(part)], casting="unsafe")
+            at += len(part)
+        return out
+
+
 class SlimRuns:
     """One process's ``kernel_dispatch`` records, compact (see the module docstring)."""
 
@@ -96,8 +125,8 @@ class SlimRuns:
     def __init__(self) -> None:
         self.kernel_ids: dict[int, int] = {}   # kernel_id -> code, in order of appearance
         self.lanes: dict[tuple[int, int, int], int] = {}  # (agent, queue, stream handle) -> code
-        self.parts: dict[str, list[np.ndarray]] = {"kernel": [], "lane": [], "start_ns": [], "dur_ns": []}
-        self.bases: list[int] = []  # per run: its earliest start (``start_ns`` parts are from it)
+        self.parts: dict[str, list[np.ndarray]] = {"kernel": [], "lane": [], "dur_ns": []}
+        self.starts = Starts()
         self.n = 0
         self.streams = False  # some record carries a stream id (a 7.x file)
         self.negative: tuple[int, int, int, int] | None = None  # first: row, dispatch_id, start, end
@@ -116,9 +145,7 @@ class SlimRuns:
         self.streams = self.streams or bool((m[:, _STREAM] != _MISSING).any())
         self.parts["kernel"].append(value_codes(self.kernel_ids, m[:, _KERNEL]))
         self.parts["lane"].append(value_codes(self.lanes, m[:, [_AGENT, _QUEUE, _STREAM]]))
-        base = int(start.min())  # a run spans well under 4 s: its starts from its first fit 32 bits
-        self.bases.append(base)
-        self.parts["start_ns"].append(narrow(start - base))
+        self.starts.add(start)
         self.parts["dur_ns"].append(narrow(dur))
         self.n += len(m)
 
@@ -127,16 +154,7 @@ class SlimRuns:
         return np.fromiter(self.kernel_ids, dtype=np.int64, count=len(self.kernel_ids))
 
     def pop(self, column: str) -> np.ndarray:
-        parts = self.parts.pop(column)
-        if column != "start_ns":
-            return _joined(parts)
-        out = np.empty(self.n, dtype=np.int64)
-        at = 0
-        for i, base in enumerate(self.bases):  # each run's offsets back to ns, its part let go
-            part, parts[i] = parts[i], None
-            np.add(part, np.int64(base), out=out[at:at + len(part)])
-            at += len(part)
-        return out
+        return self.starts.join() if column == "start_ns" else _joined(self.parts.pop(column))
 
     def resolve(self, agents, symbols, path: str, p_idx: int) -> SlimProcess:
         """The full read's ``_resolve`` checks on the codes (the first record naming a kernel id
