@@ -337,15 +337,10 @@ def write_kernel_trace_csv(path: Path, n_dispatch: int, seed: int = 0, gz: bool 
     pid = 908
     with open(path, "w") as fh:
         fh.write(",".join(f'"{c}"' for c in KT_7X) + "\n")
-        out: list[str] = []
-        for i, gpu, queue, k, start, end in _dispatches(n_dispatch, seed):
-            out.append(f'"KERNEL_DISPATCH","Agent {2 + gpu}",{queue},0,{pid + i % 4},{i // 8 + 1},{k},'
-                       f'"{names[k - 1]}",{i + 1},{start},{end},{(k % 3) * 512},0,{8 * (1 + k % 32)},0,'
-                       f'{48 + k % 16},256,1,1,{256 * (1 + i % 4095)},1,1\n')
-            if len(out) > 20_000:
-                fh.write("".join(out))
-                out.clear()
-        fh.write("".join(out))
+        fh.writelines(f'"KERNEL_DISPATCH","Agent {2 + gpu}",{queue},0,{pid + i % 4},{i // 8 + 1},{k},'
+                      f'"{names[k - 1]}",{i + 1},{start},{end},{(k % 3) * 512},0,{8 * (1 + k % 32)},0,'
+                      f'{48 + k % 16},256,1,1,{256 * (1 + i % 4095)},1,1\n'
+                      for i, gpu, queue, k, start, end in _dispatches(n_dispatch, seed))
     return n_dispatch
 
 

@@ -63,7 +63,7 @@ def random_db(tmp_path: Path, rng: random.Random, name: str, hostile: list[str] 
 @pytest.fixture
 def small_batches(monkeypatch):
     """Batches of a few rows, so that every query is fetched in many."""
-    monkeypatch.setattr(rocpd, "_FETCH_BATCH", 16)
+    monkeypatch.setattr(rocpd, "_FETCH_BATCH", 32)
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -244,12 +244,19 @@ def _sniff_rocprof_json(p: Probe) -> Match | None:
     return Match.WEAK if p.name.endswith(("_results.json", "_results.json.gz")) else None
 
 
+def _read_one_file(module: str, function: str, src: Source, columns: Sequence[str] | None,
+                   coded: bool) -> Trace:
+    """``module.function`` of the source's file, given ``columns`` and ``coded`` where the
+    caller reads some columns only."""
+    read = getattr(_reader(module), function)
+    if columns is None:
+        return read(src.files[0])
+    return read(src.files[0], columns=columns, coded=coded)
+
+
 def _read_rocprof_json(src: Source, notes: list[str], columns: Sequence[str] | None = None,
                        coded: bool = False) -> Trace:
-    rocprof_json = _reader("rocprof_json")
-    if columns is None:
-        return rocprof_json.read_rocprof_json(src.files[0])
-    return rocprof_json.read_rocprof_json(src.files[0], columns=columns, coded=coded)
+    return _read_one_file("rocprof_json", "read_rocprof_json", src, columns, coded)
 
 
 def _results_file(name: str) -> tuple[str, str]:
@@ -265,10 +272,7 @@ def _sniff_rocpd(p: Probe) -> Match | None:
 
 def _read_rocpd(src: Source, notes: list[str], columns: Sequence[str] | None = None,
                 coded: bool = False) -> Trace:
-    rocpd = _reader("rocpd")
-    if columns is None:
-        return rocpd.read_rocpd_db(src.files[0])
-    return rocpd.read_rocpd_db(src.files[0], columns=columns, coded=coded)
+    return _read_one_file("rocpd", "read_rocpd_db", src, columns, coded)
 
 
 # --------------------------------------------------------------------------- rocprofv3 CSV

@@ -216,13 +216,15 @@ class _Budgeted:
             out.extend(batch)
         return out
 
-    def batches(self, sql: str, what: str, limit: int | None = None) -> Iterator[list[tuple]]:
-        """The rows of ``sql`` a batch at a time, with :meth:`rows`' limit."""
+    def batches(self, sql: str, what: str, limit: int | None = None,
+                size: int | None = None) -> Iterator[list[tuple]]:
+        """The rows of ``sql`` ``size`` (default :data:`_FETCH_BATCH`) at a time, with
+        :meth:`rows`' limit."""
         cap = self.max_rows if limit is None else limit
         seen = 0
         try:
             cur = self.conn.execute(sql)
-            while batch := cur.fetchmany(_FETCH_BATCH):
+            while batch := cur.fetchmany(size or _FETCH_BATCH):
                 seen += len(batch)
                 if seen > cap:
                     raise GemmperfInputError(
@@ -316,7 +318,8 @@ def _dispatch_rows(db: _Budgeted, sql: str, what: str, path: str, limit: int | N
     (a batch the full read would refuse: :class:`~pytest_gemmperf.traces.rocpd_slim.FullReadDecides`)."""
     if slim is None:
         return _frame(db.rows(sql, what, limit), _DISPATCH_COLS, path, what)
-    for batch in db.batches(sql, what, limit):
+    # a batch of rows as Python tuples is about 550 bytes a row: the slim read's working memory
+    for batch in db.batches(sql, what, limit, size=_FETCH_BATCH // 4):
         try:
             df = _frame(batch, _DISPATCH_COLS, path, what)
         except GemmperfInputError:
