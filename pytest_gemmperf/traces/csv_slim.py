@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from pytest_gemmperf.traces.jsonstream import release_free_memory
 from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches, first_positions
 from pytest_gemmperf.traces.csv_parse import _Source
 from pytest_gemmperf.traces.csv_values import ints_from_text
@@ -87,10 +88,15 @@ class SlimRows:
         self.n += n
 
     def pop(self, column: str) -> np.ndarray:
+        """One kept column, joined; its parts' heap pages given back (freed small arrays
+        otherwise stay resident beside the joined column)."""
         if column == "start_ns":
-            return self.starts.join()
-        parts = self.parts.pop(column)
-        return parts[0] if len(parts) == 1 else join_releasing(parts)
+            out = self.starts.join()
+        else:
+            parts = self.parts.pop(column)
+            out = parts[0] if len(parts) == 1 else join_releasing(parts)
+        release_free_memory()
+        return out
 
     def lane_rows(self) -> tuple[np.ndarray, list[tuple]]:
         """The lane codes in the order the rows first show them, and each one's values
@@ -204,13 +210,23 @@ def _read_rows(src: _Source, wanted: Sequence[str], names: dict[str, str],
                                              quoted_strings_can_be_null=False))
     rows = SlimRows()
     try:
-        for batch in reader:
+        for i, batch in enumerate(reader):
             rows.add(_block_columns(batch, names, types, text))
+            if i % 64 == 63:
+                _release(pa)
     except (OSError, UnicodeDecodeError):
         raise _Doubt from None
     finally:
         reader.close()
+        _release(pa)
     return rows if rows.n else None  # no rows: the full read's NoDispatches
+
+
+def _release(pa_module) -> None:
+    """Give back what parsing blocks left resident: arrow's pool keeps freed buffers for the
+    next block, and glibc the heap pages of freed small arrays between the kept ones."""
+    pa_module.default_memory_pool().release_unused()
+    release_free_memory()
 
 
 def coded_dispatches(rows: SlimRows, columns: Sequence[str],
