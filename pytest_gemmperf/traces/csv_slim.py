@@ -36,13 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from pytest_gemmperf.traces.jsonstream import release_free_memory
 from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches, first_positions
 from pytest_gemmperf.traces.csv_parse import _Source
 from pytest_gemmperf.traces.csv_values import ints_from_text
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim, value_codes
+from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim, pop_column, value_codes
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
-from pytest_gemmperf.traces.torch_slim import join_releasing, narrow
+from pytest_gemmperf.traces.jsonstream import release_free_memory
+from pytest_gemmperf.traces.torch_slim import narrow
 
 __all__ = ["BLOCK_BYTES", "SLIM_COLUMNS", "SlimRows", "can_slim", "read_rows", "coded_dispatches"]
 
@@ -88,15 +88,7 @@ class SlimRows:
         self.n += n
 
     def pop(self, column: str) -> np.ndarray:
-        """One kept column, joined; its parts' heap pages given back (freed small arrays
-        otherwise stay resident beside the joined column)."""
-        if column == "start_ns":
-            out = self.starts.join()
-        else:
-            parts = self.parts.pop(column)
-            out = parts[0] if len(parts) == 1 else join_releasing(parts)
-        release_free_memory()
-        return out
+        return pop_column(self.parts, self.starts, column)
 
     def lane_rows(self) -> tuple[np.ndarray, list[tuple]]:
         """The lane codes in the order the rows first show them, and each one's values

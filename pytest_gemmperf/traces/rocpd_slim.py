@@ -30,11 +30,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.traces.jsonstream import release_free_memory
 from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim
+from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim, pop_column
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
-from pytest_gemmperf.traces.torch_slim import join_releasing, narrow
+from pytest_gemmperf.traces.torch_slim import narrow
 
 __all__ = ["SLIM_COLUMNS", "FullReadDecides", "SlimRows", "can_slim"]
 
@@ -91,15 +90,7 @@ class SlimRows:
         self.n += len(df)
 
     def pop(self, column: str) -> np.ndarray:
-        """One kept column, joined; its parts' heap pages given back (freed small arrays
-        otherwise stay resident beside the joined column)."""
-        if column == "start_ns":
-            out = self.starts.join()
-        else:
-            parts = self.parts.pop(column)
-            out = parts[0] if len(parts) == 1 else join_releasing(parts)
-        release_free_memory()
-        return out
+        return pop_column(self.parts, self.starts, column)
 
     def coded(self, columns: Sequence[str],
               table: Callable[[pd.DataFrame], pd.DataFrame]) -> CodedDispatches:

@@ -34,6 +34,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches
+from pytest_gemmperf.traces.jsonstream import release_free_memory
 from pytest_gemmperf.traces.rocprof_json_schema import _MISSING
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, coerce_columns, overlap_lane_by_lane,
                                            refuse_negative_durations)
@@ -115,6 +116,18 @@ class Starts:
                 np.add(part, np.int64(base), out=out[at:at + len(part)], casting="unsafe")
             at += len(part)
         return out
+
+
+def pop_column(parts: dict[str, list[np.ndarray]], starts: Starts, column: str) -> np.ndarray:
+    """One column a slim read kept a block at a time, joined (``start_ns`` from ``starts``), its
+    parts let go and their heap pages given back (freed small arrays otherwise stay resident
+    beside the joined column)."""
+    if column == "start_ns":
+        out = starts.join()
+    else:
+        out = _joined(parts.pop(column))
+    release_free_memory()
+    return out
 
 
 class SlimRuns:
