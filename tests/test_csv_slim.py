@@ -209,3 +209,20 @@ def test_a_dropped_or_changed_row_is_seen(tmp_path, small_blocks, monkeypatch):
     monkeypatch.setattr(csv_slim.SlimRows, "add", drop_last)
     with pytest.raises(AssertionError):
         _same_read(p)
+
+
+def test_slim_keeps_a_few_bytes_a_dispatch(tmp_path, monkeypatch):
+    """Per row the slim read keeps a kernel code, a lane code, a start offset and a duration
+    until the file's end (the full read: a table of some 35 columns)."""
+    p = write_trace(tmp_path / "7_kernel_trace.csv", random.Random(2), "7.x", 3000)
+    seen = []
+    real = csv_slim.coded_dispatches
+
+    def spy(rows, *a):
+        kept = [x for parts in rows.parts.values() for x in parts] + rows.starts.parts
+        seen.append(sum(x.nbytes for x in kept) / rows.n)
+        return real(rows, *a)
+
+    monkeypatch.setattr(csv_slim, "coded_dispatches", spy)
+    read_kernel_trace_csv(p, columns=SLIM_COLUMNS)
+    assert seen and seen[0] <= 12
