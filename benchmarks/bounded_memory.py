@@ -15,6 +15,12 @@ kernel symbols, per dispatch a ``kernel_dispatch`` record (4 queues per GPU) and
 ``hipLaunchKernel`` record in ``hip_api``, a ``memory_copy`` record every 50 dispatches; about
 620 bytes a dispatch.
 
+``--format rocprof-csv``: a rocprofv3 7.x ``kernel_trace.csv`` (22 columns, rocprofv3-formats.md
+§3.1) of one process, 8 GPUs with 4 queues each, the same 120 kernel names; about 430 bytes a
+dispatch. ``--format rocpd``: a rocpd SQLite ``_results.db`` (§5) of one run: the dispatch,
+event, thread, symbol, process, node and agent tables the reader queries (no views, so it reads
+the tables), the same dispatches; about 160 bytes a dispatch.
+
 For each size it prints the file size, events and dispatches, and
 
 * ``analyze``: ``gemmperf analyze FILE --no-report --jobs 1`` in a child process: its wall time
@@ -23,7 +29,10 @@ For each size it prints the file size, events and dispatches, and
 * ``decode``: a child process that reads the file and decodes ``traceEvents`` into a typed
   ``msgspec.Struct`` of (ph, cat, name, ts, dur) (rocprofv3: the dispatch records' start, end,
   kernel id, agent and queue): its wall time and peak RSS;
-* ``own schema``: the whole file decoded at once with the reader's own msgspec schema (every
+  (rocprofv3 CSV: ``pyarrow.csv.read_csv`` of the columns the reader parses, with its text
+  columns dictionary-encoded; rocpd: the reader's dispatch query fetched a batch at a time and
+  dropped);
+* ``own schema`` (the JSON formats): the whole file decoded at once with the reader's own msgspec schema (every
   field its checks read): what an exact reader cannot do without, in time;
 * ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
   that size (the second a re-generation with other timings), wall and peak RSS;
@@ -31,7 +40,8 @@ For each size it prints the file size, events and dispatches, and
   change's before, in the same run and under the same load), and whether its ``kernels.csv``
   and ``summary.json`` are byte-identical to this checkout's.
 
-Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200] [--format torch|rocprof-json]
+Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200]
+       [--format torch|rocprof-json|rocprof-csv|rocpd]
        [--gzip] [--compare] [--dir DIR] [--before CHECKOUT]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
@@ -297,6 +307,134 @@ def write_rocprof_json(path: Path, n_dispatch: int, seed: int = 0, gz: bool = Fa
     return 2 * n_dispatch + len(copies)
 
 
+#: rocprofv3 kernel_trace.csv bytes per dispatch (measured from the generator's output)
+CSV_BYTES_PER_DISPATCH = 430
+#: the 7.x kernel_trace.csv header (rocprofv3-formats.md §3.1)
+KT_7X = ("Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id",
+         "Kernel_Name", "Correlation_Id", "Start_Timestamp", "End_Timestamp", "LDS_Block_Size",
+         "Scratch_Size", "VGPR_Count", "Accum_VGPR_Count", "SGPR_Count", "Workgroup_Size_X",
+         "Workgroup_Size_Y", "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z")
+
+
+def _dispatches(n_dispatch: int, seed: int):
+    """Per dispatch (index, gpu, queue, kernel id 1..120, start, end), as
+    :func:`write_rocprof_json` draws them: 8 GPUs, 4 queues each, in buffer order."""
+    import random
+
+    rng = random.Random(seed)
+    n_names = len(kernel_names())
+    t = ROCPROF_EPOCH_NS
+    for i in range(n_dispatch):
+        start = t + rng.randrange(10_000, 50_000)
+        yield i, i % 8, 1 + (i // 8) % 4, 1 + rng.randrange(n_names), start, start + rng.randrange(2_000, 400_000)
+        t += rng.randrange(20_000, 80_000)
+
+
+def write_kernel_trace_csv(path: Path, n_dispatch: int, seed: int = 0, gz: bool = False) -> int:
+    """Write a rocprofv3 7.x ``kernel_trace.csv`` of one process with ``n_dispatch`` rows on 8
+    GPUs (4 queues each); returns the number of rows."""
+    names = kernel_names()
+    pid = 908
+    with open(path, "w") as fh:
+        fh.write(",".join(f'"{c}"' for c in KT_7X) + "\n")
+        fh.writelines(f'"KERNEL_DISPATCH","Agent {2 + gpu}",{queue},0,{pid + i % 4},{i // 8 + 1},{k},'
+                      f'"{names[k - 1]}",{i + 1},{start},{end},{(k % 3) * 512},0,{8 * (1 + k % 32)},0,'
+                      f'{48 + k % 16},256,1,1,{256 * (1 + i % 4095)},1,1\n'
+                      for i, gpu, queue, k, start, end in _dispatches(n_dispatch, seed))
+    return n_dispatch
+
+
+#: rocpd bytes per dispatch (measured from the generator's output)
+ROCPD_BYTES_PER_DISPATCH = 160
+_ROCPD_UUID = "0199a1b2_c3d4_7e5f_8a9b_0c1d2e3f4a5b"
+#: the tables the rocpd reader queries, with upstream rocpd_tables.sql's columns
+_ROCPD_DDL = {
+    "rocpd_info_node": "id INTEGER PRIMARY KEY, guid TEXT, hash BIGINT, machine_id TEXT, system_name TEXT, "
+                       "hostname TEXT, release TEXT, version TEXT, hardware_name TEXT, domain_name TEXT",
+    "rocpd_info_process": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, ppid INTEGER, pid INTEGER, "
+                          "init BIGINT, fini BIGINT, start BIGINT, \"end\" BIGINT, command TEXT, "
+                          "environment JSONB, extdata JSONB",
+    "rocpd_info_thread": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, ppid INTEGER, pid INTEGER, "
+                         "tid INTEGER, name TEXT, start BIGINT, \"end\" BIGINT, extdata JSONB",
+    "rocpd_info_agent": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, pid INTEGER, type TEXT, "
+                        "absolute_index INTEGER, logical_index INTEGER, type_index INTEGER, uuid INTEGER, "
+                        "name TEXT, model_name TEXT, vendor_name TEXT, product_name TEXT, user_name TEXT, "
+                        "extdata JSONB",
+    "rocpd_info_kernel_symbol": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, pid INTEGER, "
+                                "code_object_id INTEGER, kernel_name TEXT, display_name TEXT, "
+                                "kernel_object INTEGER, kernarg_segment_size INTEGER, "
+                                "kernarg_segment_alignment INTEGER, group_segment_size INTEGER, "
+                                "private_segment_size INTEGER, sgpr_count INTEGER, arch_vgpr_count INTEGER, "
+                                "accum_vgpr_count INTEGER, extdata JSONB",
+    "rocpd_event": "id INTEGER PRIMARY KEY, guid TEXT, category_id INTEGER, stack_id INTEGER, "
+                   "parent_stack_id INTEGER, correlation_id INTEGER, call_stack JSONB, line_info JSONB, "
+                   "extdata JSONB",
+    "rocpd_kernel_dispatch": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, pid INTEGER, tid INTEGER, "
+                             "agent_id INTEGER, kernel_id INTEGER, dispatch_id INTEGER, queue_id INTEGER, "
+                             "stream_id INTEGER, start BIGINT, \"end\" BIGINT, private_segment_size INTEGER, "
+                             "group_segment_size INTEGER, workgroup_size_x INTEGER, workgroup_size_y INTEGER, "
+                             "workgroup_size_z INTEGER, grid_size_x INTEGER, grid_size_y INTEGER, "
+                             "grid_size_z INTEGER, region_name_id INTEGER, event_id INTEGER, extdata JSONB",
+}
+
+
+def write_rocpd_db(path: Path, n_dispatch: int, seed: int = 0, gz: bool = False) -> int:
+    """Write a rocpd ``_results.db`` of one run (one process, a CPU and 8 GPU agents, 120
+    kernel symbols) with ``n_dispatch`` kernel dispatches, each with its event; returns the
+    number of dispatches."""
+    import sqlite3
+
+    s, guid, pid = f"_{_ROCPD_UUID}", _ROCPD_UUID.replace("_", "-"), 908
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=OFF")
+    conn.execute("PRAGMA synchronous=OFF")
+    for table, cols in _ROCPD_DDL.items():
+        conn.execute(f'CREATE TABLE "{table}{s}" ({cols})')
+
+    def insert(table: str, rows) -> None:
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is None:
+            return
+        sql = f'INSERT INTO "{table}{s}" VALUES ({",".join("?" * len(first))})'
+        conn.execute(sql, first)
+        conn.executemany(sql, rows)
+
+    insert("rocpd_info_node", [(1, guid, 0, "7a08373dca364ee48cb645887d6f3084", "Linux", "gen-node-0",
+                                "5.15.0", "#170", "x86_64", "(none)")])
+    insert("rocpd_info_process", [(pid, guid, 1, 1, pid, ROCPROF_EPOCH_NS - 10**9, 0, 0, 0,
+                                   "python3 -u train.py", "{}", "{}")])
+    insert("rocpd_info_thread", [(pid + j, guid, 1, 1, pid, pid + j, None, None, None, "{}") for j in range(4)])
+    agents = [(0, guid, 1, pid, "CPU", 0, 0, 0, 0, "AMD EPYC 9575F", "", "CPU", "AMD EPYC 9575F", "",
+               json.dumps({"id": {"handle": 37933}, "gpu_index": -1}))]
+    for g in range(8):
+        agents.append((2 + g, guid, 1, pid, "GPU", 2 + g, 2 + g, g, 0, "gfx950", "", "AMD",
+                       "AMD Instinct MI350X", "", json.dumps({"id": {"handle": 37946 + 13 * g}, "gpu_index": g,
+                                                              "cu_count": 256, "wave_front_size": 64,
+                                                              "gfx_target_version": 90500})))
+    insert("rocpd_info_agent", agents)
+    insert("rocpd_info_kernel_symbol", [
+        (k, guid, 1, pid, 1, name + ".kd", name, 0, 40, 16, 0, 0, 48 + k % 16, 8 * (1 + k % 32), 0,
+         json.dumps({"truncated_kernel_name": name.split("(")[0].split("<")[0]}))
+        for k, name in enumerate(kernel_names(), start=1)])
+    batch: list[tuple] = []
+    events: list[tuple] = []
+    for i, gpu, queue, k, start, end in _dispatches(n_dispatch, seed):
+        events.append((i + 1, guid, 1, i + 1, 0, 0, "{}", "{}", "{}"))
+        batch.append((i + 1, guid, 1, pid, pid + i % 4, 2 + gpu, k, i // 8 + 1, 16 + queue, 0, start, end,
+                      0, (k % 3) * 512, 256, 1, 1, 256 * (1 + i % 4095), 1, 1, None, i + 1, "{}"))
+        if len(batch) >= 50_000:
+            insert("rocpd_event", events)
+            insert("rocpd_kernel_dispatch", batch)
+            batch.clear()
+            events.clear()
+    insert("rocpd_event", events)
+    insert("rocpd_kernel_dispatch", batch)
+    conn.commit()
+    conn.close()
+    return n_dispatch
+
+
 #: a child's timed part begins: the file read whole (gunzipped where it is gzip) as ``raw``
 _READ = """
 import sys, time
@@ -356,6 +494,51 @@ doc = _DECODER.decode(raw)
 print(time.perf_counter() - t0)
 """
 
+#: the plain read of a kernel_trace.csv: the columns the reader parses, its text columns
+#: dictionary-encoded, the whole file at once
+_READ_CSV = """
+import sys, time
+t0 = time.perf_counter()
+import pyarrow as pa, pyarrow.csv as pacsv
+text = pa.dictionary(pa.int32(), pa.string())
+cols = ["Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id", "Kernel_Name",
+        "Correlation_Id", "Start_Timestamp", "End_Timestamp", "LDS_Block_Size", "Scratch_Size",
+        "VGPR_Count", "Accum_VGPR_Count", "SGPR_Count", "Workgroup_Size_X", "Workgroup_Size_Y",
+        "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z"]
+t = pacsv.read_csv(sys.argv[1], convert_options=pacsv.ConvertOptions(
+    include_columns=cols, column_types={"Agent_Id": text, "Kernel_Name": text}))
+print(t.num_rows, time.perf_counter() - t0)
+"""
+
+#: the plain fetch of a rocpd file's dispatches: the reader's dispatch query, a batch at a time
+_FETCH_ROCPD = """
+import sqlite3, sys, time
+t0 = time.perf_counter()
+from pytest_gemmperf.traces.rocpd import _DISPATCH_TABLE_SQL
+conn = sqlite3.connect(sys.argv[1])
+s = conn.execute("SELECT substr(name, 22) FROM sqlite_master WHERE name LIKE 'rocpd_kernel_dispatch%'").fetchone()[0]
+cur = conn.execute(_DISPATCH_TABLE_SQL.format(s=s))
+n = 0
+while batch := cur.fetchmany(65536):
+    n += len(batch)
+print(n, time.perf_counter() - t0)
+"""
+
+#: per --format: the writer, its bytes a dispatch, the file name, the plain read it is measured
+#: against (what it prints as the decode), the reader module whose own schema decodes it whole
+FORMATS = {
+    "torch": (write_trace, BYTES_PER_DISPATCH, "a.pt.trace.json", _DECODE, "torch_decode"),
+    "rocprof-json": (write_rocprof_json, ROCPROF_BYTES_PER_DISPATCH, "a_results.json", _DECODE_ROCPROF,
+                     "rocprof_json_schema"),
+    "rocprof-csv": (write_kernel_trace_csv, CSV_BYTES_PER_DISPATCH, "gen-node/908_kernel_trace.csv",
+                    _READ_CSV, None),
+    "rocpd": (write_rocpd_db, ROCPD_BYTES_PER_DISPATCH, "gen-node/908_results.db", _FETCH_ROCPD, None),
+}
+_PLAIN = {"torch": "typed decode (ph, cat, name, ts, dur)",
+          "rocprof-json": "typed decode (start, end, kernel_id, agent, queue)",
+          "rocprof-csv": "pyarrow.csv.read_csv, same columns",
+          "rocpd": "sqlite3 fetch of the dispatch query"}
+
 _MEASURE = """
 import resource, subprocess, sys, time
 t0 = time.perf_counter()
@@ -388,50 +571,48 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, nargs="+", default=[50.0, 200.0],
                     help="trace sizes to generate, in MB of JSON (default: 50 200)")
-    ap.add_argument("--format", choices=("torch", "rocprof-json"), default="torch",
-                    help="a Kineto trace (default) or a rocprofv3 JSON")
-    ap.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed")
+    ap.add_argument("--format", choices=tuple(FORMATS), default="torch",
+                    help="a Kineto trace (default), a rocprofv3 JSON, kernel_trace.csv or rocpd .db")
+    ap.add_argument("--gzip", action="store_true", help="write the JSON traces gzip-compressed")
     ap.add_argument("--compare", action="store_true", help="also time gemmperf compare A B")
     ap.add_argument("--dir", default=None, help="where the traces are written (deleted after)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT", default=None,
                     help="also run analyze on this checkout's code (a change's before)")
     args = ap.parse_args()
-    rocprof = args.format == "rocprof-json"
-    write, per_dispatch, decode = ((write_rocprof_json, ROCPROF_BYTES_PER_DISPATCH, _DECODE_ROCPROF)
-                                   if rocprof else (write_trace, BYTES_PER_DISPATCH, _DECODE))
+    write, per_dispatch, name, decode, own_schema = FORMATS[args.format]
+    gz = args.gzip and args.format in ("torch", "rocprof-json")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores")
     rows = []
     for mb in args.mb:
         with tempfile.TemporaryDirectory(dir=args.dir, prefix="gemmperf-bounded-") as d:
             n = int(mb * 1e6 / per_dispatch)
-            suffix = ("_results.json" if rocprof else ".pt.trace.json") + (".gz" if args.gzip else "")
-            a = Path(d) / f"a{suffix}"
+            a = Path(d) / "a" / (name + (".gz" if gz else ""))
+            a.parent.mkdir(parents=True)
             t0 = time.perf_counter()
-            n_events = write(a, n, gz=args.gzip)
+            n_events = write(a, n, gz=gz)
             gen_s = time.perf_counter() - t0
             size = a.stat().st_size
             dec = measure([sys.executable, "-c", decode, str(a)], ok=(0,))
-            schema = measure([sys.executable, "-c", _DECODE_SCHEMA.format(
-                module="pytest_gemmperf.traces." + ("rocprof_json_schema" if rocprof else "torch_decode")), str(a)],
-                ok=(0,))
+            schema = (None if own_schema is None else
+                      measure([sys.executable, "-c", _DECODE_SCHEMA.format(
+                          module="pytest_gemmperf.traces." + own_schema), str(a)], ok=(0,)))
             ana = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                    "--out", str(Path(d) / "out")))
             row = {"mb": size / 1e6, "events": n_events, "dispatches": n, "analyze": ana,
                    "decode": dec, "schema": schema}
-            print(f"\n{size / 1e6:,.0f} MB {args.format}{' gzip' if args.gzip else ''}: "
-                  f"{n_events:,} {'records' if rocprof else 'events'}, {n:,} dispatches "
+            print(f"\n{size / 1e6:,.0f} MB {args.format}{' gzip' if gz else ''}: "
+                  f"{n_events:,} {'events' if args.format == 'torch' else 'records'}, {n:,} dispatches "
                   f"(generated in {gen_s:.0f} s)")
-            what = ("(start, end, kernel_id, agent, queue)" if rocprof
-                    else "(ph, cat, name, ts, dur)")
-            print(f"  typed decode {what}: {dec['wall_s']:6.2f} s wall, "
+            print(f"  {_PLAIN[args.format] + ':':<38} {dec['wall_s']:6.2f} s wall, "
                   f"peak RSS {dec['rss'] / 2**20:7,.0f} MiB, {dec['cpu_s']:.1f} CPU-s")
-            print(f"  the reader's own schema, whole file:   {schema['wall_s']:6.2f} s wall, "
-                  f"peak RSS {schema['rss'] / 2**20:7,.0f} MiB, {schema['cpu_s']:.1f} CPU-s")
+            if schema is not None:
+                print(f"  the reader's own schema, whole file:   {schema['wall_s']:6.2f} s wall, "
+                      f"peak RSS {schema['rss'] / 2**20:7,.0f} MiB, {schema['cpu_s']:.1f} CPU-s")
             print(f"  gemmperf analyze --no-report:          {ana['wall_s']:6.2f} s wall, "
                   f"peak RSS {ana['rss'] / 2**20:7,.0f} MiB, {ana['cpu_s']:.1f} CPU-s; "
-                  f"wall / decode = {ana['wall_s'] / dec['wall_s']:.2f}, "
-                  f"CPU / decode = {ana['cpu_s'] / dec['cpu_s']:.2f}, "
-                  f"CPU / own-schema decode = {ana['cpu_s'] / schema['cpu_s']:.2f}")
+                  f"wall / plain = {ana['wall_s'] / dec['wall_s']:.2f}, "
+                  f"CPU / plain = {ana['cpu_s'] / dec['cpu_s']:.2f}"
+                  + ("" if schema is None else f", CPU / own-schema decode = {ana['cpu_s'] / schema['cpu_s']:.2f}"))
             if args.before is not None:
                 old = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                        "--out", str(Path(d) / "before")), code=args.before)
@@ -442,8 +623,9 @@ def main() -> None:
                       f"peak RSS {old['rss'] / 2**20:7,.0f} MiB, {old['cpu_s']:.1f} CPU-s; "
                       f"kernels.csv and summary.json {'byte-identical' if same else 'DIFFER'}")
             if args.compare:
-                b = Path(d) / f"b{suffix}"
-                write(b, n, seed=1, gz=args.gzip)
+                b = Path(d) / "b" / (name + (".gz" if gz else ""))
+                b.parent.mkdir(parents=True)
+                write(b, n, seed=1, gz=gz)
                 cmp_ = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1",
                                         "--out", str(Path(d) / "cmp")))
                 row["compare"] = cmp_

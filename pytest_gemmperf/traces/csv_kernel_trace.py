@@ -11,13 +11,15 @@ nothing left to convert.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces import csv_slim
+from pytest_gemmperf.traces.coded import CodedDispatches
 from pytest_gemmperf.traces.csv_columns import (_STRING_COLS, SOURCE, _agent_column, _cat_col,
                                                 _column_types, _const_cat, _const_int, _int_col,
                                                 _ns_col, host_pid_from_path, map_category_values,
@@ -81,27 +83,41 @@ def _finish_dispatches(cols: dict[str, Any], n: int, path: str, host: str | None
     return finalize_dispatches(df, path)
 
 
-def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | None = None) -> Trace:
+def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | None = None,
+                          columns: Sequence[str] | None = None, coded: bool = False) -> Trace:
     """Read a rocprofv3 ``kernel_trace.csv`` (16/18/19/22 columns or rocpd-convert) or a legacy
     rocprof v1 ``results.csv`` into the canonical dispatches table.
 
     ``agents`` (a finalized agents table) maps ``Agent_Id`` to the 0-based GPU index; when it is
     None, an ``<prefix>agent_info.csv`` beside the file is used if present.
+    ``columns``: the dispatch columns the caller reads (None: all). Where they are among
+    :data:`~pytest_gemmperf.traces.csv_slim.SLIM_COLUMNS` the file is read a block at a time
+    (``traces/csv_slim.py``: the same checks and errors, the columns equal to the full table's);
+    ``coded``: then the dispatches as :class:`~pytest_gemmperf.traces.coded.CodedDispatches`.
     """
     path = os.fspath(path)
     kind = detect_csv(path)
     if kind.kind == "legacy_v1_kernel":
-        return _read_v1_kernel(path, kind)
+        return _selected(_read_v1_kernel(path, kind), columns)
     if kind.kind != "kernel_trace":
         raise GemmperfInputError(path, f"expected a kernel_trace.csv, found a {kind.kind} CSV "
                                        f"({kind.version}, {kind.n_cols} columns)")
     src = _prepare_source(path)
     wanted = [c for c in kind.known if c.lower() in _KT_MAP]
+    names = {c: _KT_MAP[c.lower()] for c in wanted}
+    types = {c: t for c, t in _column_types(kind.known).items() if c in names}
+    if csv_slim.can_slim(columns):
+        rows = csv_slim.read_rows(src, wanted, names, types)
+        if rows is not None:
+            t = _slim_trace(rows, path, kind, src, agents, columns)
+            if t is not None:
+                if not coded:
+                    t.dispatches = t.dispatches.frame()
+                return t
     table = _read_typed(src, kind, _column_types(kind.known), include=wanted)
     n = table.num_rows
     if n == 0:
         raise NoDispatches(path, "no kernel dispatches (header only)")
-    names = {c: _KT_MAP[c.lower()] for c in wanted}
     cols: dict[str, Any] = {}
     for raw, canon in names.items():
         col = table.column(raw)
@@ -116,24 +132,40 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
     del table
     _reject_negative(src, cols["start_ns"], cols["end_ns"], cols.get("dispatch_id"))
 
-    agent_file = None
-    if agents is None:
-        sib = sibling_file(path, "agent_info")
-        if sib is not None:
-            agents = read_agent_info_csv(sib)
-            agent_file = os.fspath(sib)
+    agents, agent_file = _agents_beside(path, agents)
     cols["agent"], agent_meta, arch = _agent_column(cols.pop("_agent"), agents, path)
     if arch is not None:
         cols["gpu_arch"] = arch
     host, pid = host_pid_from_path(path, kind.version)
     dispatches = _finish_dispatches(cols, n, path, host, pid)
+    return _selected(_kernel_trace(dispatches, path, kind, src, agents, agent_file, agent_meta), columns)
 
+
+def _selected(t: Trace, columns: Sequence[str] | None) -> Trace:
+    if columns is not None:
+        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
+    return t
+
+
+def _agents_beside(path: str, agents: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str | None]:
+    """``agents``, else the ``agent_info.csv`` beside the file (and its path) where there is one."""
+    if agents is not None:
+        return agents, None
+    sib = sibling_file(path, "agent_info")
+    if sib is None:
+        return None, None
+    return read_agent_info_csv(sib), os.fspath(sib)
+
+
+def _kernel_trace(dispatches: pd.DataFrame | CodedDispatches, path: str, kind: CsvKind, src: _Source,
+                  agents: pd.DataFrame | None, agent_file: str | None, agent_meta: dict[str, Any]) -> Trace:
+    """The Trace of a kernel trace's dispatches: its agents, files and meta."""
     meta: dict[str, Any] = {"format": SOURCE, "csv_kind": kind.kind,
                             "csv_version": kind.version, "n_cols": kind.n_cols,
                             "truncated_marker": src.truncated_marker, **agent_meta}
     if src.truncated_marker:
         meta["truncated_marker_line"] = src.marker_line
-    if host is not None or pid is not None:
+    if any(v is not None for v in host_pid_from_path(path, kind.version)):
         meta["host_pid_from"] = "path"
     if agent_file:
         meta["agent_info_file"] = agent_file
@@ -143,6 +175,43 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
     files = [path] + ([agent_file] if agent_file else [])
     agents_df = agents if agents is not None else empty(AGENT_SCHEMA)
     return Trace(dispatches=dispatches, agents=agents_df, files=files, meta=meta)
+
+
+def _slim_trace(rows: csv_slim.SlimRows, path: str, kind: CsvKind, src: _Source,
+                agents: pd.DataFrame | None, columns: Sequence[str]) -> Trace | None:
+    """The Trace of a slim read's rows (``traces/csv_slim.py``), its dispatches coded; None
+    where an Agent_Id cannot be mapped (the full read's error)."""
+    agents, agent_file = _agents_beside(path, agents)
+    try:
+        agent, agent_meta, _ = _agent_column(_cat_col(pa.chunked_array([pa.array(list(rows.labels))
+                                                                        .dictionary_encode()])), agents, path)
+    except GemmperfInputError:
+        return None
+    host, pid = host_pid_from_path(path, kind.version)
+    agent_of = agent.to_numpy(dtype=np.int64, na_value=0)
+    agent_na = np.asarray(agent.isna())
+
+    def key_table(names: list[str]) -> pd.DataFrame:
+        k = len(names)
+        cols = {"kernel": _cat_col(pa.chunked_array([pa.array(names, pa.string()).dictionary_encode()])),
+                "start_ns": np.zeros(k, dtype=np.int64), "end_ns": np.zeros(k, dtype=np.int64)}
+        return _finish_dispatches(cols, k, path, host, pid)
+
+    def lane_table(labels: list[str], lanes: list[tuple]) -> pd.DataFrame:
+        m = len(lanes)
+        label = np.array([lab for lab, _, _ in lanes], dtype=np.int64)
+        return pd.DataFrame({"file": _const_cat(path, m), "pid": _const_int(pid, m),
+                             "agent": pd.arrays.IntegerArray(agent_of[label], agent_na[label]),
+                             "queue": _nullable([q for _, q, _ in lanes]),
+                             "stream": _nullable([s for _, _, s in lanes])})
+
+    dispatches = csv_slim.coded_dispatches(rows, columns, key_table, lane_table)
+    return _kernel_trace(dispatches, path, kind, src, agents, agent_file, agent_meta)
+
+
+def _nullable(values: list[int | None]) -> pd.api.extensions.ExtensionArray:
+    return pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
+                                  np.array([v is None for v in values], dtype=bool))
 
 
 def _read_v1_kernel(path: str, kind: CsvKind) -> Trace:

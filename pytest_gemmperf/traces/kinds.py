@@ -244,12 +244,19 @@ def _sniff_rocprof_json(p: Probe) -> Match | None:
     return Match.WEAK if p.name.endswith(("_results.json", "_results.json.gz")) else None
 
 
+def _read_one_file(module: str, function: str, src: Source, columns: Sequence[str] | None,
+                   coded: bool) -> Trace:
+    """``module.function`` of the source's file, given ``columns`` and ``coded`` where the
+    caller reads some columns only."""
+    read = getattr(_reader(module), function)
+    if columns is None:
+        return read(src.files[0])
+    return read(src.files[0], columns=columns, coded=coded)
+
+
 def _read_rocprof_json(src: Source, notes: list[str], columns: Sequence[str] | None = None,
                        coded: bool = False) -> Trace:
-    rocprof_json = _reader("rocprof_json")
-    if columns is None:
-        return rocprof_json.read_rocprof_json(src.files[0])
-    return rocprof_json.read_rocprof_json(src.files[0], columns=columns, coded=coded)
+    return _read_one_file("rocprof_json", "read_rocprof_json", src, columns, coded)
 
 
 def _results_file(name: str) -> tuple[str, str]:
@@ -263,8 +270,9 @@ def _sniff_rocpd(p: Probe) -> Match | None:
     return Match.STRONG if p.name.endswith(".db" if p.given else "_results.db") else None
 
 
-def _read_rocpd(src: Source, notes: list[str]) -> Trace:
-    return _reader("rocpd").read_rocpd_db(src.files[0])
+def _read_rocpd(src: Source, notes: list[str], columns: Sequence[str] | None = None,
+                coded: bool = False) -> Trace:
+    return _read_one_file("rocpd", "read_rocpd_db", src, columns, coded)
 
 
 # --------------------------------------------------------------------------- rocprofv3 CSV
@@ -280,7 +288,8 @@ def _csv_file(name: str) -> tuple[str, str]:
     return csv_role(name) or one_file(name)  # only names the sniff claimed come here
 
 
-def _read_csv_group(src: Source, notes: list[str]) -> Trace:
+def _read_csv_group(src: Source, notes: list[str], columns: Sequence[str] | None = None,
+                    coded: bool = False) -> Trace:
     rocprof_csv = _reader("rocprof_csv")
     roles = {role[0]: f for f in src.files if (role := csv_role(f.name)) is not None}
     agents = None
@@ -288,7 +297,9 @@ def _read_csv_group(src: Source, notes: list[str]) -> Trace:
         agents = _agents_of(rocprof_csv.read_agent_info_csv(roles["agent_info"]), roles["agent_info"])
     meta: dict[str, Any] = {}
     if "kernel_trace" in roles:
-        kt = rocprof_csv.read_kernel_trace_csv(roles["kernel_trace"], agents=agents)
+        kt = (rocprof_csv.read_kernel_trace_csv(roles["kernel_trace"], agents=agents) if columns is None
+              else rocprof_csv.read_kernel_trace_csv(roles["kernel_trace"], agents=agents,
+                                                     columns=columns, coded=coded))
         dispatches = (kt.dispatches if isinstance(kt, Trace)
                       else finalize_dispatches(kt, str(roles["kernel_trace"])))
         if isinstance(kt, Trace):
@@ -421,12 +432,12 @@ KINDS: list[SourceKind] = [
         empty_is_launcher=True, layout_marks=_ROCPROF_JSON, output_names=("*.json", "*.json.gz"),
         replay_globs=tuple(f"**/{p}" for p in _ROCPROF_JSON)),
     SourceKind(
-        name="rocpd", sniff=_sniff_rocpd, read=_read_rocpd,
+        name="rocpd", sniff=_sniff_rocpd, read=_read_rocpd, read_columns=_read_rocpd,
         classify=_results_file, roles=("results",), group="rocprofv3", pid_prefix=True,
         empty_is_launcher=True, layout_marks=("*_results.db",), output_names=("*.db",),
         replay_globs=("**/*_results.db",)),
     SourceKind(
-        name="rocprof-csv", sniff=_sniff_rocprof_csv, read=_read_csv_group,
+        name="rocprof-csv", sniff=_sniff_rocprof_csv, read=_read_csv_group, read_columns=_read_csv_group,
         classify=_csv_file, roles=_CSV_ROLES, needs_one_of=("kernel_trace", "counter_collection"),
         incomplete="only agent_info.csv, no kernel trace or counters (a process without GPU "
                    "work, e.g. the launcher)",

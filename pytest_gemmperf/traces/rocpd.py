@@ -35,6 +35,7 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ import pandas as pd
 from pandas.api.types import infer_dtype
 
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces import rocpd_slim
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     COUNTER_SCHEMA,
@@ -209,20 +211,29 @@ class _Budgeted:
     def rows(self, sql: str, what: str, limit: int | None = None) -> list[tuple]:
         """All rows of ``sql``; more than ``limit`` (default: what the file can hold) is an
         error, found after reading at most one batch beyond it."""
-        cap = self.max_rows if limit is None else limit
         out: list[tuple] = []
+        for batch in self.batches(sql, what, limit):
+            out.extend(batch)
+        return out
+
+    def batches(self, sql: str, what: str, limit: int | None = None,
+                size: int | None = None) -> Iterator[list[tuple]]:
+        """The rows of ``sql`` ``size`` (default :data:`_FETCH_BATCH`) at a time, with
+        :meth:`rows`' limit."""
+        cap = self.max_rows if limit is None else limit
+        seen = 0
         try:
             cur = self.conn.execute(sql)
-            while batch := cur.fetchmany(_FETCH_BATCH):
-                out.extend(batch)
-                if len(out) > cap:
+            while batch := cur.fetchmany(size or _FETCH_BATCH):
+                seen += len(batch)
+                if seen > cap:
                     raise GemmperfInputError(
                         self.path, f"{what} returns more than {cap:,} rows, more than this "
                                    f"{os.path.getsize(self.path):,}-byte file can hold (a view "
                                    "that never ends, or joins that multiply rows?)")
+                yield batch
         except (sqlite3.Error, MemoryError) as exc:
             raise self.error(exc, what) from None
-        return out
 
     def error(self, exc: BaseException, what: str) -> GemmperfInputError:
         if self.spent is not None:
@@ -239,25 +250,48 @@ class QueryFailed(GemmperfInputError):
     """SQLite refused a query (a missing table, a malformed view), within the budget."""
 
 
-def read_rocpd_db(path: str | os.PathLike, budget: QueryBudget | None = None) -> Trace:
+def read_rocpd_db(path: str | os.PathLike, budget: QueryBudget | None = None,
+                  columns: Sequence[str] | None = None, coded: bool = False) -> Trace:
     """Read a rocpd ``*_results.db``; every run (UUID) in it becomes its own process rows.
 
-    ``budget`` bounds the queries' work (default: :meth:`QueryBudget.from_env`)."""
+    ``budget`` bounds the queries' work (default: :meth:`QueryBudget.from_env`).
+    ``columns``: the dispatch columns the caller reads (None: all). Where they are among
+    :data:`~pytest_gemmperf.traces.rocpd_slim.SLIM_COLUMNS` the dispatch rows are fetched and
+    kept a batch at a time (``traces/rocpd_slim.py``: the same queries, checks and errors, the
+    columns equal to the full table's); ``coded``: then the dispatches as
+    :class:`~pytest_gemmperf.traces.coded.CodedDispatches`."""
     path_s = os.fspath(path)
     _check_sqlite_file(path_s)
     budget = budget if budget is not None else QueryBudget.from_env(path_s)
+    if rocpd_slim.can_slim(columns):
+        try:
+            t = _with_db(path_s, budget, lambda db: _read(db, path_s, columns))
+        except rocpd_slim.FullReadDecides:
+            pass
+        else:
+            if not coded:
+                t.dispatches = t.dispatches.frame()
+            return t
+    t = _with_db(path_s, budget, lambda db: _read(db, path_s))
+    if columns is not None:
+        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
+    return t
+
+
+def _with_db(path: str, budget: QueryBudget, read: Callable[[_Budgeted], Trace]) -> Trace:
+    """``read`` of the database opened read-only, every query under ``budget``."""
     try:
-        conn = sqlite3.connect(f"file:{quote(str(Path(path_s).resolve()))}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{quote(str(Path(path).resolve()))}?mode=ro", uri=True)
     except sqlite3.Error as exc:
-        raise GemmperfInputError(path_s, f"cannot open SQLite database: {exc}") from None
-    db = _Budgeted(conn, path_s, budget)
+        raise GemmperfInputError(path, f"cannot open SQLite database: {exc}") from None
+    db = _Budgeted(conn, path, budget)
     heap_before = None
     try:
         # process-wide in SQLite, so the previous value is put back below
         heap_before = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
         conn.execute(f"PRAGMA hard_heap_limit={int(budget.heap_bytes)}")
         conn.execute("PRAGMA temp_store=MEMORY")  # temporary b-trees count against the heap cap
-        return _read(db, path_s)
+        return read(db)
     except (sqlite3.Error, MemoryError) as exc:
         raise db.error(exc, "reading") from None
     finally:
@@ -278,7 +312,24 @@ def _check_sqlite_file(path: str) -> None:
         raise GemmperfInputError(path, "not an SQLite database (rocpd output is SQLite 3)")
 
 
-def _read(db: _Budgeted, path: str) -> Trace:
+def _dispatch_rows(db: _Budgeted, sql: str, what: str, path: str, limit: int | None = None,
+                   slim: rocpd_slim.SlimRows | None = None) -> pd.DataFrame | rocpd_slim.SlimRows:
+    """The rows of a kernel dispatch query as a frame, or kept in ``slim`` a batch at a time
+    (a batch the full read would refuse: :class:`~pytest_gemmperf.traces.rocpd_slim.FullReadDecides`)."""
+    if slim is None:
+        return _frame(db.rows(sql, what, limit), _DISPATCH_COLS, path, what)
+    # a batch of rows as Python tuples is about 550 bytes a row: the slim read's working memory
+    for batch in db.batches(sql, what, limit, size=_FETCH_BATCH // 4):
+        try:
+            df = _frame(batch, _DISPATCH_COLS, path, what)
+        except GemmperfInputError:
+            raise rocpd_slim.FullReadDecides from None  # its row is counted over all batches
+        slim.add(df)
+    return slim
+
+
+def _read(db: _Budgeted, path: str, columns: Sequence[str] | None = None) -> Trace:
+    """The Trace of the database; with ``columns`` (a slim read) its dispatches coded."""
     objects = dict(db.rows("SELECT name, type FROM sqlite_master", "sqlite_master"))
     suffixes = sorted(m.group(1) or "" for name, kind in objects.items()
                       if kind == "table" and (m := _DISPATCH_TABLE_RX.match(name)))
@@ -293,9 +344,9 @@ def _read(db: _Budgeted, path: str) -> Trace:
     if objects.get("kernels") == "view":
         try:
             # more rows than the dispatch tables hold is generated, not read: an error
-            rows = db.rows(_KERNELS_VIEW_SQL, "kernels view",
-                           limit=table_rows if suffixes else None)
-            raw = _frame(rows, _DISPATCH_COLS, path, "kernels view")
+            raw = _dispatch_rows(db, _KERNELS_VIEW_SQL, "kernels view", path,
+                                 limit=table_rows if suffixes else None,
+                                 slim=None if columns is None else rocpd_slim.SlimRows())
         except QueryFailed:
             if db.spent is not None:
                 raise
@@ -307,10 +358,13 @@ def _read(db: _Budgeted, path: str) -> Trace:
         else:
             raw = None
     meta_sources = [""] if via == "kernels view" else suffixes
-    if raw is None:
-        raw = pd.concat([_frame(db.rows(_DISPATCH_TABLE_SQL.format(s=s), f"rocpd_kernel_dispatch{s}"),
-                                _DISPATCH_COLS, path, f"rocpd_kernel_dispatch{s}")
+    if raw is None and columns is None:
+        raw = pd.concat([_dispatch_rows(db, _DISPATCH_TABLE_SQL.format(s=s), f"rocpd_kernel_dispatch{s}", path)
                          for s in suffixes], ignore_index=True)
+    elif raw is None:
+        raw = rocpd_slim.SlimRows()  # every run's rows, in the order of the table
+        for s in suffixes:
+            _dispatch_rows(db, _DISPATCH_TABLE_SQL.format(s=s), f"rocpd_kernel_dispatch{s}", path, slim=raw)
 
     symbols = pd.concat([_frame(db.rows(_SYMBOL_SQL.format(s=s), f"rocpd_info_kernel_symbol{s}"),
                                 ("guid", "kernel_id", "display_name", "kernel_name", "vgpr", "agpr",
@@ -329,7 +383,12 @@ def _read(db: _Budgeted, path: str) -> Trace:
     if len(raw) == 0 and len(counters_raw) == 0:
         raise NoDispatches(path, f"no kernel dispatches in {max(len(suffixes), 1)} run(s)")
 
-    dispatches = _dispatch_table(raw, symbols, procs, agents, path)
+    if isinstance(raw, rocpd_slim.SlimRows):
+        if not len(raw):
+            raise rocpd_slim.FullReadDecides  # a table without rows, or NoDispatches: the full read's
+        dispatches = raw.coded(columns, lambda first: _first_rows_table(first, symbols, procs, agents, path))
+    else:
+        dispatches = _dispatch_table(raw, symbols, procs, agents, path)
     counters = _counter_table(counters_raw, symbols, procs, agents, path)
     meta = {
         "format": SOURCE,
@@ -523,6 +582,16 @@ def _dispatch_table(raw: pd.DataFrame, symbols: pd.DataFrame, procs: pd.DataFram
     df = df.rename(columns={"tid": "thread_id"})
     df["source"] = SOURCE
     return finalize_dispatches(df.drop(columns=["guid", "agent_node"]), path)
+
+
+def _first_rows_table(first: pd.DataFrame, symbols: pd.DataFrame, procs: pd.DataFrame,
+                      agents: pd.DataFrame, path: str) -> pd.DataFrame:
+    """:func:`_dispatch_table` of a slim read's first rows; where it refuses them (a kernel id
+    or agent the run does not list) the full read names the first such row of the table."""
+    try:
+        return _dispatch_table(first, symbols, procs, agents, path)
+    except GemmperfInputError:
+        raise rocpd_slim.FullReadDecides from None
 
 
 def _counter_table(raw: pd.DataFrame, symbols: pd.DataFrame, procs: pd.DataFrame,

@@ -34,6 +34,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches
+from pytest_gemmperf.traces.jsonstream import release_free_memory
 from pytest_gemmperf.traces.rocprof_json_schema import _MISSING
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, coerce_columns, overlap_lane_by_lane,
                                            refuse_negative_durations)
@@ -65,7 +66,7 @@ def lookup_sorted(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray
     return pos_c, found
 
 
-def _codes(table: dict, values: np.ndarray) -> np.ndarray:
+def value_codes(table: dict, values: np.ndarray) -> np.ndarray:
     """Per row of ``values`` (1-D, or 2-D rows), its code in ``table`` (new values numbered on).
     Rows are numbered through their columns' own codes (a sort of each column, then one of
     the few combinations), not by a sort of whole rows."""
@@ -88,6 +89,47 @@ def _codes(table: dict, values: np.ndarray) -> np.ndarray:
     return narrow(codes[inverse.reshape(-1)])
 
 
+class Starts:
+    """Start times kept a run of rows at a time as offsets from the run's earliest (a run spans
+    well under 4 s: 32 bits a row), joined back to int64 ns once (modular arithmetic: exact
+    for any int64 values)."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray | None] = []
+        self.bases: list[int] = []
+        self.n = 0
+
+    def add(self, start: np.ndarray) -> None:
+        base = int(start.min()) if len(start) else 0
+        self.bases.append(base)
+        with np.errstate(over="ignore"):
+            self.parts.append(narrow(start - np.int64(base)))
+        self.n += len(start)
+
+    def join(self) -> np.ndarray:
+        """Every run's starts in int64 ns, each part let go once it is copied."""
+        out = np.empty(self.n, dtype=np.int64)
+        at = 0
+        for i, base in enumerate(self.bases):
+            part, self.parts[i] = self.parts[i], None
+            with np.errstate(over="ignore"):
+                np.add(part, np.int64(base), out=out[at:at + len(part)], casting="unsafe")
+            at += len(part)
+        return out
+
+
+def pop_column(parts: dict[str, list[np.ndarray]], starts: Starts, column: str) -> np.ndarray:
+    """One column a slim read kept a block at a time, joined (``start_ns`` from ``starts``), its
+    parts let go and their heap pages given back (freed small arrays otherwise stay resident
+    beside the joined column)."""
+    if column == "start_ns":
+        out = starts.join()
+    else:
+        out = _joined(parts.pop(column))
+    release_free_memory()
+    return out
+
+
 class SlimRuns:
     """One process's ``kernel_dispatch`` records, compact (see the module docstring)."""
 
@@ -96,8 +138,8 @@ class SlimRuns:
     def __init__(self) -> None:
         self.kernel_ids: dict[int, int] = {}   # kernel_id -> code, in order of appearance
         self.lanes: dict[tuple[int, int, int], int] = {}  # (agent, queue, stream handle) -> code
-        self.parts: dict[str, list[np.ndarray]] = {"kernel": [], "lane": [], "start_ns": [], "dur_ns": []}
-        self.bases: list[int] = []  # per run: its earliest start (``start_ns`` parts are from it)
+        self.parts: dict[str, list[np.ndarray]] = {"kernel": [], "lane": [], "dur_ns": []}
+        self.starts = Starts()
         self.n = 0
         self.streams = False  # some record carries a stream id (a 7.x file)
         self.negative: tuple[int, int, int, int] | None = None  # first: row, dispatch_id, start, end
@@ -114,11 +156,9 @@ class SlimRuns:
                 self.negative = (self.n + i, int(m[i, _DISPATCH_ID]), int(start[i]), int(end[i]))
             self.n_negative += len(bad)
         self.streams = self.streams or bool((m[:, _STREAM] != _MISSING).any())
-        self.parts["kernel"].append(_codes(self.kernel_ids, m[:, _KERNEL]))
-        self.parts["lane"].append(_codes(self.lanes, m[:, [_AGENT, _QUEUE, _STREAM]]))
-        base = int(start.min())  # a run spans well under 4 s: its starts from its first fit 32 bits
-        self.bases.append(base)
-        self.parts["start_ns"].append(narrow(start - base))
+        self.parts["kernel"].append(value_codes(self.kernel_ids, m[:, _KERNEL]))
+        self.parts["lane"].append(value_codes(self.lanes, m[:, [_AGENT, _QUEUE, _STREAM]]))
+        self.starts.add(start)
         self.parts["dur_ns"].append(narrow(dur))
         self.n += len(m)
 
@@ -127,16 +167,7 @@ class SlimRuns:
         return np.fromiter(self.kernel_ids, dtype=np.int64, count=len(self.kernel_ids))
 
     def pop(self, column: str) -> np.ndarray:
-        parts = self.parts.pop(column)
-        if column != "start_ns":
-            return _joined(parts)
-        out = np.empty(self.n, dtype=np.int64)
-        at = 0
-        for i, base in enumerate(self.bases):  # each run's offsets back to ns, its part let go
-            part, parts[i] = parts[i], None
-            np.add(part, np.int64(base), out=out[at:at + len(part)])
-            at += len(part)
-        return out
+        return self.starts.join() if column == "start_ns" else _joined(self.parts.pop(column))
 
     def resolve(self, agents, symbols, path: str, p_idx: int) -> SlimProcess:
         """The full read's ``_resolve`` checks on the codes (the first record naming a kernel id
