@@ -261,3 +261,37 @@ def test_compare_verdicts_are_the_full_paths(tmp_path):
                    gate_samples(load([b]).dispatches, compact=False), GateConfig(threshold=0.05))
     pd.testing.assert_frame_equal(got, want, check_exact=True)
     assert file_reduce.GATE_COLUMNS == GATE_COLUMNS
+
+
+_COMPARE_PEAK = """
+import resource, sys
+import numpy as np, pandas as pd
+from pytest_gemmperf.gate.compare import GateConfig, compare
+
+def side(seed, n, names):
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, len(names), n)
+    u = rng.integers(0, 6, n)
+    return pd.DataFrame({"point": pd.Categorical(["p"] * n), "kernel": pd.Categorical.from_codes(k, names),
+                         "metric": pd.Categorical(["dur_ns"] * n), "unit": pd.Categorical.from_codes(u, [f"h/{i}/-/-" for i in range(6)]),
+                         "value": np.exp(rng.normal(10, 0.1, n) + 0.01 * k)})
+
+names = [f"void kernel_{i}<" + "x" * 600 + ">" for i in range(40)]
+a, b = side(0, 250_000, names), side(1, 250_000, names)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+v = compare(a, b, GateConfig())
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024, len(v))
+"""
+
+
+def test_compare_makes_no_text_a_dispatch():
+    """Comparing samples of one row a dispatch (a categorical kernel column, as ``gemmperf
+    compare`` loads them) makes no text per row: 2 x 250,000 rows of 600-character kernel names
+    would be ~300 MB of text; the statistics' arrays are a few tens of MB."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _COMPARE_PEAK], capture_output=True, text=True, check=True).stdout
+    growth_mib, n_rows = out.split()
+    assert int(n_rows) > 40
+    assert float(growth_mib) < 150, f"compare grew the peak RSS by {growth_mib} MiB"
