@@ -35,14 +35,16 @@ For each size it prints the file size, events and dispatches, and
 * ``own schema`` (the JSON formats): the whole file decoded at once with the reader's own msgspec schema (every
   field its checks read): what an exact reader cannot do without, in time;
 * ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
-  that size (the second a re-generation with other timings), wall and peak RSS;
+  that size (the second a re-generation with other timings), wall and peak RSS; with
+  ``--before`` also on that checkout's code, and whether the two ``verdicts.csv`` are
+  byte-identical; ``--compare-only`` measures compare alone (no decode or analyze);
 * ``before`` (``--before CHECKOUT``): the same ``analyze`` on another checkout's code (a
   change's before, in the same run and under the same load), and whether its ``kernels.csv``
   and ``summary.json`` are byte-identical to this checkout's.
 
 Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200]
        [--format torch|rocprof-json|rocprof-csv|rocpd]
-       [--gzip] [--compare] [--dir DIR] [--before CHECKOUT]
+       [--gzip] [--compare | --compare-only] [--dir DIR] [--before CHECKOUT]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
 system temporary directory).
@@ -567,6 +569,26 @@ def gemmperf(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest_gemmperf.cli", *args]
 
 
+def _compare(args: argparse.Namespace, write, a: Path, n: int, gz: bool, d: Path) -> dict[str, float]:
+    """``gemmperf compare A B --no-report --jobs 1`` of ``a`` and a re-generation of it with
+    other timings (and with ``--before``, on that checkout's code: are the verdicts the same?)."""
+    b = d / "b" / a.name
+    b.parent.mkdir(parents=True, exist_ok=True)
+    write(b, n, seed=1, gz=gz)
+    cmp_ = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1", "--out", str(d / "cmp")))
+    print(f"  gemmperf compare A B --no-report:      {cmp_['wall_s']:6.2f} s wall, "
+          f"peak RSS {cmp_['rss'] / 2**20:7,.0f} MiB, {cmp_['cpu_s']:.1f} CPU-s")
+    if args.before is not None:
+        old = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1",
+                               "--out", str(d / "cmp_before")), code=args.before)
+        same = (d / "cmp" / "verdicts.csv").read_bytes() == (d / "cmp_before" / "verdicts.csv").read_bytes()
+        print(f"  compare before ({args.before}):  {old['wall_s']:6.2f} s wall, "
+              f"peak RSS {old['rss'] / 2**20:7,.0f} MiB, {old['cpu_s']:.1f} CPU-s; "
+              f"verdicts.csv {'byte-identical' if same else 'DIFFER'}")
+    b.unlink()
+    return cmp_
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, nargs="+", default=[50.0, 200.0],
@@ -575,6 +597,8 @@ def main() -> None:
                     help="a Kineto trace (default), a rocprofv3 JSON, kernel_trace.csv or rocpd .db")
     ap.add_argument("--gzip", action="store_true", help="write the JSON traces gzip-compressed")
     ap.add_argument("--compare", action="store_true", help="also time gemmperf compare A B")
+    ap.add_argument("--compare-only", action="store_true",
+                    help="time gemmperf compare A B alone (no decode, no analyze)")
     ap.add_argument("--dir", default=None, help="where the traces are written (deleted after)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT", default=None,
                     help="also run analyze on this checkout's code (a change's before)")
@@ -592,6 +616,12 @@ def main() -> None:
             n_events = write(a, n, gz=gz)
             gen_s = time.perf_counter() - t0
             size = a.stat().st_size
+            if args.compare_only:
+                print(f"\n{size / 1e6:,.0f} MB {args.format}{' gzip' if gz else ''}: "
+                      f"{n_events:,} {'events' if args.format == 'torch' else 'records'}, {n:,} dispatches "
+                      f"(generated in {gen_s:.0f} s)")
+                rows.append({"mb": size / 1e6, "compare": _compare(args, write, a, n, gz, Path(d))})
+                continue
             dec = measure([sys.executable, "-c", decode, str(a)], ok=(0,))
             schema = (None if own_schema is None else
                       measure([sys.executable, "-c", _DECODE_SCHEMA.format(
@@ -623,16 +653,9 @@ def main() -> None:
                       f"peak RSS {old['rss'] / 2**20:7,.0f} MiB, {old['cpu_s']:.1f} CPU-s; "
                       f"kernels.csv and summary.json {'byte-identical' if same else 'DIFFER'}")
             if args.compare:
-                b = Path(d) / "b" / (name + (".gz" if gz else ""))
-                b.parent.mkdir(parents=True)
-                write(b, n, seed=1, gz=gz)
-                cmp_ = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1",
-                                        "--out", str(Path(d) / "cmp")))
-                row["compare"] = cmp_
-                print(f"  gemmperf compare A B --no-report:      {cmp_['wall_s']:6.2f} s wall, "
-                      f"peak RSS {cmp_['rss'] / 2**20:7,.0f} MiB, {cmp_['cpu_s']:.1f} CPU-s")
+                row["compare"] = _compare(args, write, a, n, gz, Path(d))
             rows.append(row)
-    if len(rows) > 1:
+    if len(rows) > 1 and not args.compare_only:
         lo, hi = rows[0], rows[-1]
         growth = hi["analyze"]["rss"] / lo["analyze"]["rss"] - 1
         print(f"\npeak RSS growth of analyze from {lo['mb']:,.0f} MB to {hi['mb']:,.0f} MB: "

@@ -125,7 +125,8 @@ def gated_categories(base_dur: pd.DataFrame, cand_dur: pd.DataFrame) -> set[str]
     A test that selects ``aten::mm`` gates the GEMM time, not the time of every other operator
     around it: those totals stay in the samples as within-process controls. None when neither
     side has a duration row (nothing tells what the test selected: every category counts)."""
-    names = set(pd.unique(base_dur["kernel"].astype(str))) | set(pd.unique(cand_dur["kernel"].astype(str)))
+    # the distinct names' text, not a text a row (a side holds one row per dispatch)
+    names = {str(k) for k in pd.unique(base_dur["kernel"])} | {str(k) for k in pd.unique(cand_dur["kernel"])}
     if not names:
         return None
     return M.category_totals_of(names)

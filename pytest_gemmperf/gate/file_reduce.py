@@ -56,11 +56,23 @@ from pytest_gemmperf.gate import samples as S
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, load, no_dispatches
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
+from pytest_gemmperf.analysis.timeline import TORCH_CAT_COLUMNS
+from pytest_gemmperf.gate.prepared import STEP_COLUMN, STEPS_COLUMN
+from pytest_gemmperf.traces.coded import CodedDispatches, NotSlim
 from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
 from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA
 from pytest_gemmperf.traces.skipped import SkippedInput
 
 STAT_KEYS = ("source", "point", "rank", "kernel")
+#: the dispatch columns the gate's process builders read (``gate/prepared.py``,
+#: ``gate/metrics.py``: units, kernels, categories, times, step counts, the process-GPU groups of
+#: the overlap and timeline metrics), and ``coll_name``, which tells whether the run builders
+#: (collectives matched across ranks) have anything to read: where it is set the source is
+#: read whole. A reader that keeps only these (``traces/torch_slim.py``,
+#: ``traces/rocprof_slim.py``) holds a few columns a dispatch, not the full table's ~40.
+GATE_COLUMNS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "agent", "unit", "kernel",
+                "category", "start_ns", "end_ns", "dur_ns", "zero_dur", STEPS_COLUMN, STEP_COLUMN,
+                *TORCH_CAT_COLUMNS, "coll_name")
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,7 @@ class _Options:
     compact: bool
     path: str | None
     stats: bool
+    categorical: bool = False
 
 
 @dataclass
@@ -103,7 +116,7 @@ class GateInputs:
 def reduce_source(src, opts: _Options) -> _Partial:
     """Read one source and reduce it (runs in a worker process)."""
 
-    head, d = read_for_reduction(src, opts.point)
+    head, d = _read_gate_columns(src, opts.point) if not opts.stats else read_for_reduction(src, opts.point)
     out = _Partial(head)
     if d is None:
         return out
@@ -114,15 +127,35 @@ def reduce_source(src, opts: _Options) -> _Partial:
     return out
 
 
+def _read_gate_columns(src, point: str | None) -> tuple[SourceRead, pd.DataFrame | None]:
+    """``src`` read for the gate's process builders: only :data:`GATE_COLUMNS` (slim where the
+    source's reader can), the dispatches table made from its codes; the whole table where
+    the source carries collective metadata (the run builders read more of it)."""
+    try:
+        head, d = read_for_reduction(src, point, columns=GATE_COLUMNS, coded=True)
+    except NotSlim:
+        return read_for_reduction(src, point)
+    if isinstance(d, CodedDispatches):
+        d = d.frame()
+    if d is not None and "coll_name" in d.columns and d["coll_name"].notna().any():
+        del d  # let go before the whole read
+        return read_for_reduction(src, point)
+    return head, d
+
+
 def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
                 kernels: Sequence[str] | None = None, warmup: int = 0, compact: bool = True,
-                path: str | os.PathLike | None = None, stats: bool = True) -> GateInputs:
+                path: str | os.PathLike | None = None, stats: bool = True,
+                categorical: bool = False) -> GateInputs:
     """Samples (and kernel statistics) of every trace under ``paths``, reduced per source.
 
     Equals ``gate_samples(load(paths, point=point).dispatches, kernels=, warmup=, compact=,
     path=)`` and ``kernel_stats(dispatches, by=stats_by, warmup=warmup)`` (``stats_by``:
     ``point, rank, kernel``, with a leading ``source`` when the inputs mix profilers, as
     ``gemmperf analyze`` groups). Errors are those ``load`` / ``gate_samples`` raise.
+    ``categorical``: the samples' text columns as categoricals of the same values (a row a
+    dispatch then holds codes, not its kernel's name). Without ``stats`` each source is read
+    with the gate's columns only (:data:`GATE_COLUMNS`).
     """
 
     t0 = time.perf_counter()
@@ -130,10 +163,10 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     sources, unique, notes = found.sources, found.unique, found.notes
     if not all(kinds.reducible(s.kind) for s in unique):  # a source may hold part of a process
         return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
-                          path=path, stats=stats)
+                          path=path, stats=stats, categorical=categorical)
     opts = _Options(point=point, kernels=tuple(str(k) for k in kernels) if kernels else None,
                     warmup=int(warmup), compact=compact, path=None if path is None else os.fspath(path),
-                    stats=stats)
+                    stats=stats, categorical=categorical)
     n_jobs = pool_jobs(jobs, [f for s in unique for f in s.files])
     t1 = time.perf_counter()
     parts = map_ordered(functools.partial(reduce_source, opts=opts), unique, n_jobs)
@@ -148,9 +181,9 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     units = np.concatenate([p.samples.units for p in live])
     if len(np.unique(units)) != len(units):  # a process in two sources: not reducible per source
         return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
-                          path=path, stats=stats)
+                          path=path, stats=stats, categorical=categorical)
     S.check_selection([p.samples for p in live], kernels, warmup, path)
-    samples = _merge_samples([p.samples for p in live], warmup)
+    samples = _merge_samples([p.samples for p in live], warmup, categorical)
     stat_table, by = _stats(live, warmup) if stats else (None, ())
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
                "workers": n_jobs}
@@ -161,7 +194,7 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
                       agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None)
 
 
-def _merge_samples(parts: list[S.Reduced], warmup: int) -> pd.DataFrame:
+def _merge_samples(parts: list[S.Reduced], warmup: int, categorical: bool = False) -> pd.DataFrame:
     """The sources' rows merged as ``gate_samples`` merges its one table's; each run builder
     works on the dispatches it gathered from every source."""
     notes: list[str] = []
@@ -171,7 +204,7 @@ def _merge_samples(parts: list[S.Reduced], warmup: int) -> pd.DataFrame:
         if gathered:
             d = concat_with_extras(gathered, DISPATCH_SCHEMA).reset_index(drop=True)
             run_frames += rb.build(d, warmup, notes)
-    return S.merge_reduced(parts, run_frames, notes)
+    return S.merge_reduced(parts, run_frames, notes, categorical)
 
 
 def _stats_by(slim: pd.DataFrame) -> tuple[str, ...]:
@@ -186,12 +219,14 @@ def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, 
     return rows_kernel_stats(rows, by=by), by
 
 
-def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats) -> GateInputs:
+def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats, categorical=False) -> GateInputs:
     """The serial reduction on the full tables (read with ``jobs`` workers)."""
 
     trace = load(paths, point=point, jobs=jobs)
     d = trace.dispatches
     samples = S.gate_samples(d, kernels=kernels, warmup=warmup, compact=compact, path=path)
+    if categorical:
+        samples = S.categorical_samples(samples)
     by = _stats_by(d) if stats else ()
     table = kernel_stats(d, by=by, warmup=warmup) if stats else None
     return GateInputs(samples=samples, kernel_stats=table, stats_by=by, notes=trace.meta["notes"],

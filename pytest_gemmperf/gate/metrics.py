@@ -167,9 +167,21 @@ ALL_KERNELS = "*"
 
 def dur_frame(p: Prepared, mask: np.ndarray, values: np.ndarray | None = None) -> pd.DataFrame:
     """``dur_ns`` rows of the kept dispatches in ``mask`` (``values``: theirs, when not the
-    dispatches' own, as compaction stores them)."""
-    return Rows.of(DUR_NS, p.point_of[p.pu[mask]], p.kernels[p.kernel[mask]], p.unit_of[p.pu[mask]],
-                   p.value[mask] if values is None else values).frame
+    dispatches' own, as compaction stores them). The text columns are categoricals over the
+    codes: a row per dispatch must not copy its kernel name (``samples`` makes them text, or
+    keeps them so for a caller that asks)."""
+    pu = p.pu[mask]
+    return pd.DataFrame({"point": _labels(pu, p.point_of), "kernel": _labels(p.kernel[mask], p.kernels),
+                         "metric": _labels(np.zeros(len(pu), np.int8), np.asarray([DUR_NS], dtype=object)),
+                         "unit": _labels(pu, p.unit_of),
+                         "value": np.asarray(p.value[mask] if values is None else values, dtype=float)})
+
+
+def _labels(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
+    """``names[codes]`` as a categorical of the names (codes index ``names``, which may repeat
+    a name: each is kept once)."""
+    uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+    return pd.Categorical.from_codes(inverse.reshape(-1)[codes], categories=pd.Index(uniq, dtype=object))
 
 
 def _dur(t: BuildInput) -> Built:

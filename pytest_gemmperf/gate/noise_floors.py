@@ -114,11 +114,14 @@ def _resolution_var(b: pd.DataFrame, c: pd.DataFrame, kernels: pd.Index) -> np.n
     memset): each side's level is uncertain by up to a tick, so the change gets
     ``(tick / median)^2 / 3`` (each side uniform on +-1 tick), whatever the number of
     processes. Negligible for kernels timed to the ns over µs; decisive for a one-tick change."""
-    d = pd.concat([b[["kernel", "unit", "value"]], c[["kernel", "unit", "value"]]], ignore_index=True)
     n_k = len(kernels)
-    k = _codes(d["kernel"], kernels)
-    u = pd.factorize(d["unit"].astype(str) + np.where(np.arange(len(d)) < len(b), "|b", "|c"))[0]
-    v = d["value"].to_numpy(float)
+    k = np.concatenate([_codes(b["kernel"], kernels), _codes(c["kernel"], kernels)])
+    # a process of each side numbered apart (its numbers only group a process's rows): from the
+    # unit columns' codes, never a text a row (a side holds one row per dispatch)
+    ub = pd.factorize(b["unit"], use_na_sentinel=False)[0]
+    uc = pd.factorize(c["unit"], use_na_sentinel=False)[0]
+    u = np.concatenate([ub, uc + (int(ub.max()) + 1 if len(ub) else 0)])
+    v = np.concatenate([b["value"].to_numpy(float), c["value"].to_numpy(float)])
     ok = (k >= 0) & np.isfinite(v) & (v > 0)
     k, u, v = k[ok], u[ok], v[ok]
     order = np.lexsort((v, u, k))

@@ -64,11 +64,59 @@ def _per_step(rows: M.Rows, p: Prepared, steps: np.ndarray) -> M.Rows:
     return replace(rows, frame=f.assign(value=f["value"].to_numpy(float) / n))
 
 
-def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
+#: the samples table's text columns
+TEXT_COLUMNS = ("point", "kernel", "metric", "unit")
+
+
+def _finish(frames: list[pd.DataFrame], categorical: bool = False) -> pd.DataFrame:
+    """The frames as one samples table, its text columns as text (``categorical``: as
+    categoricals of the values they hold, the same values; a row per dispatch then costs its
+    codes, not its kernel name's bytes)."""
+    if categorical:
+        frames = unify_categories(frames, TEXT_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
-    for c in ("point", "kernel", "metric", "unit"):
-        out[c] = out[c].astype(str)
+    for c in TEXT_COLUMNS:
+        out[c] = out[c].cat.remove_unused_categories() if categorical else out[c].astype(str)
     return out[list(SAMPLE_COLUMNS)]
+
+
+def categorical_samples(samples: pd.DataFrame) -> pd.DataFrame:
+    """``samples`` with its text columns as categoricals of the same values (``attrs`` kept)."""
+    out = _finish([samples], categorical=True)
+    out.attrs = dict(samples.attrs)
+    return out
+
+
+def unify_categories(frames: list[pd.DataFrame], columns: Sequence[str]) -> list[pd.DataFrame]:
+    """``frames`` with each of ``columns`` a categorical of one dtype in all of them (the sorted
+    text of every value any holds), so that concatenating them keeps the codes; the values as
+    ``astype(str)`` writes them."""
+    cols = [{c: _as_text_categorical(f[c]) for c in columns} for f in frames]
+    union = {}
+    for c in columns:
+        texts = [np.asarray(col[c].cat.categories, dtype=object) for col in cols]
+        union[c] = pd.Index(np.unique(np.concatenate(texts)) if texts else np.zeros(0, object), dtype=object)
+    out = []
+    for f, own in zip(frames, cols):
+        recoded = {}
+        for c, col in own.items():
+            where = union[c].get_indexer(np.asarray(col.cat.categories, dtype=object))
+            codes = col.cat.codes.to_numpy()
+            recoded[c] = pd.Categorical.from_codes(where[codes] if len(where) else codes, categories=union[c])
+        out.append(f.assign(**recoded))
+    return out
+
+
+def _as_text_categorical(s: pd.Series) -> pd.Series:
+    """``s.astype(str)`` as a categorical of its texts, without a text per row where ``s`` is a
+    categorical already (its categories' texts; distinct values of one text share it)."""
+    if s.isna().any() or not isinstance(s.dtype, pd.CategoricalDtype):
+        return s.astype(str).astype("category")
+    texts = np.asarray([str(x) for x in s.cat.categories], dtype=object)
+    uniq, inverse = np.unique(texts, return_inverse=True) if len(texts) else (texts, np.zeros(0, np.int64))
+    codes = s.cat.codes.to_numpy()
+    return pd.Series(pd.Categorical.from_codes(inverse.reshape(-1)[codes] if len(texts) else codes,
+                                               categories=pd.Index(uniq, dtype=object)), index=s.index)
 
 
 def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_unit: int | None = None,
@@ -252,10 +300,12 @@ def _pack(rows: list[M.Rows]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
     return [r.frame for r in rows if len(r.frame)], pd.concat(segs, ignore_index=True)
 
 
-def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], notes: list[str]) -> pd.DataFrame:
+def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], notes: list[str],
+                  categorical: bool = False) -> pd.DataFrame:
     """The samples table of ``parts`` (tables whose units are distinct): segments whose point
     fact holds over all parts, stable-sorted by (registry order, point, unit), then the run
-    builders' ``run_frames``; ``attrs`` notes (``notes`` first) and steps."""
+    builders' ``run_frames``; ``attrs`` notes (``notes`` first) and steps. ``categorical``: the
+    text columns as categoricals (:func:`_finish`)."""
     totals: dict[str, dict[str, float]] = {}
     for part in parts:
         _add_facts(totals, part.facts)
@@ -279,6 +329,8 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
     rank = seg["metric"].map(order).to_numpy(np.int64)
     by = np.lexsort((kcode.reshape(-1), rank))
     frames = [f for p in parts for f in p.rows]
+    if categorical:  # one dtype a column: the concatenation keeps codes, never a text a row
+        frames = unify_categories(frames, TEXT_COLUMNS)
     if frames and not (everything and (by == np.arange(len(by))).all()):
         seg = seg.iloc[by]
         lengths = (seg["stop"] - seg["start"]).to_numpy(np.int64)
@@ -287,7 +339,7 @@ def merge_reduced(parts: Sequence[Reduced], run_frames: list[pd.DataFrame], note
             + np.arange(int(lengths.sum()))
         frames = [pd.concat(frames, ignore_index=True).iloc[take].reset_index(drop=True)]
     # else: every row kept, already in order (one table whose builders write in registry order)
-    out = _finish(frames + run_frames or [pd.DataFrame(columns=list(SAMPLE_COLUMNS))])
+    out = _finish(frames + run_frames or [pd.DataFrame(columns=list(SAMPLE_COLUMNS))], categorical)
     steps = {k: [x for p in parts for x in p.steps[k]] for k in ("point", "unit", "steps", "source")}
     by_key = np.argsort(_key(np.asarray(steps["point"], dtype=object), np.asarray(steps["unit"], dtype=object)),
                         kind="stable")

@@ -156,8 +156,10 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     ``traces``, when given, receives ``{path: Trace}`` for trace inputs (the reports need the
     dispatches, not only the samples). ``jobs``: worker processes reading trace files or
     results points at once (None or 0: every usable core); without ``traces`` each trace file
-    is reduced to its samples where it is read (``gate/file_reduce.py``), so the full
-    dispatches table is never held; the samples are the same whatever ``jobs`` is.
+    is read with the gate's columns only and reduced to its samples where it is read
+    (``gate/file_reduce.py``), so the full dispatches table is never held, and the samples'
+    text columns are categoricals (a dispatch's row holds codes, not its kernel's name; the
+    gate reads them as it reads text); the samples are the same whatever ``jobs`` is.
     ``agents``, when given, receives ``{path: agents table}`` for trace inputs that list agents
     (with or without ``traces``): what names their hardware when no ``run.json`` does
     (:func:`trace_hw_key`). Results directories, baselines and samples files add nothing.
@@ -194,7 +196,8 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     if p.is_dir():
         _check_trace_dir(p)  # before any reader: an unrelated tree is one line naming it
     if traces is None:
-        inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False)
+        inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False,
+                             categorical=True)
         samples, found, skipped = inputs.samples, inputs.agents, inputs.skipped
     else:
         trace = load([p], jobs=jobs)

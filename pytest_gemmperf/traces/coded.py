@@ -20,6 +20,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+class NotSlim(Exception):
+    """A slim read cannot give the columns asked for exactly (a Kineto trace's collective
+    metadata, which a slim read does not link): read the source whole instead. Never an
+    input error: the full read of the same file says what, if anything, is wrong with it."""
+
+
 #: the per-dispatch columns :class:`CodedDispatches` holds (as numbers, not via ``keys``)
 NUMBER_COLUMNS = ("start_ns", "end_ns", "dur_ns", "zero_dur", "queue_overlap")
 

@@ -41,7 +41,7 @@ from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, coerce_columns, over
 from pytest_gemmperf.traces.torch_slim import join_releasing, narrow
 
 #: the dispatch columns a slim read makes, each equal to the full read's
-SLIM_COLUMNS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "kernel", "category",
+SLIM_COLUMNS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "agent", "kernel", "category",
                 "start_ns", "end_ns", "dur_ns", "zero_dur", "queue_overlap")
 
 #: the record fields a slim read pulls out of the decoded records (all of ``DISPATCH_FIELDS``
@@ -53,8 +53,10 @@ _START, _END, _AGENT, _QUEUE, _STREAM, _KERNEL, _DISPATCH_ID = range(len(SLIM_FI
 
 
 def can_slim(columns: Iterable[str] | None) -> bool:
-    """Whether a slim read gives ``columns`` (None: every column, which it does not)."""
-    return columns is not None and set(columns) <= set(SLIM_COLUMNS)
+    """Whether a slim read gives ``columns`` (None: every column, which it does not): each is
+    one of :data:`SLIM_COLUMNS` or one the full table never has (the dispatches' table holds
+    the columns the file has, as ``table[columns]`` keeps them)."""
+    return columns is not None and all(c in SLIM_COLUMNS or c not in DISPATCH_SCHEMA for c in columns)
 
 
 def lookup_sorted(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -237,15 +239,28 @@ def coded_dispatches(parts: list[SlimProcess], path: str, columns: Sequence[str]
         _, dispatch_id, start, end = first.negative
         refuse_negative_durations(path, sum(p.n_negative for p in parts), int(row),
                                   None if dispatch_id == _MISSING else dispatch_id, start, end)
-    key_proc, key_name, codes, lanes = [], [], [], []
+    columns = [c for c in columns if c in SLIM_COLUMNS]  # those the table has
+    key_proc, key_name, key_agent, codes, lanes = [], [], [], [], []
     lane_of: dict[tuple, int] = {}
     n_keys = 0
     for p in parts:
         used = np.unique(p.name)  # the name codes of the process's kernels: its key rows
-        codes.append(narrow((n_keys + np.searchsorted(used, p.name))[p.kernel]))
-        n_keys += len(used)
-        key_proc.append(np.full(len(used), p.p_idx, dtype=np.int64))
-        key_name.append(used)
+        name_key = np.searchsorted(used, p.name)
+        if "agent" in columns:  # a key row per (kernel name, GPU) the records show
+            gpus, gpu_of_lane = np.unique(np.array([_MISSING if g is None else g for g, _, _ in p.lane_values],
+                                                   dtype=np.int64), return_inverse=True)
+            pair, code = np.unique(name_key[p.kernel].astype(np.int64) * len(gpus)
+                                   + gpu_of_lane.reshape(-1)[p.lane], return_inverse=True)
+            codes.append(narrow(n_keys + code.reshape(-1)))
+            key_name.append(used[pair // len(gpus)])
+            key_agent.append(gpus[pair % len(gpus)])
+            n_used = len(pair)
+        else:
+            codes.append(narrow((n_keys + name_key)[p.kernel]))
+            key_name.append(used)
+            n_used = len(used)
+        n_keys += n_used
+        key_proc.append(np.full(n_used, p.p_idx, dtype=np.int64))
         pid = pids[p.p_idx]
         lane_codes = np.fromiter(
             (lane_of.setdefault((pid, gpu, ("q", q) if q != _MISSING else
@@ -262,6 +277,9 @@ def coded_dispatches(parts: list[SlimProcess], path: str, columns: Sequence[str]
     key_proc = np.concatenate(key_proc)
     cols = key_columns(key_proc, np.concatenate(key_name))
     cols["category"] = categorize(pd.Series(cols["kernel"]))
+    if key_agent:
+        agent = np.concatenate(key_agent)
+        cols["agent"] = pd.arrays.IntegerArray(agent, agent == _MISSING)
     keys = coerce_columns(pd.DataFrame({c: cols[c] for c in columns if c in cols},
                                        index=pd.RangeIndex(len(key_proc)), copy=False),
                           {c: DISPATCH_SCHEMA[c] for c in columns if c in cols}, path)

@@ -35,15 +35,31 @@ from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches, first_positions
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, INT, STR, coerce_columns, lane_ids,
                                            overlap_lane_by_lane)
+from pytest_gemmperf.traces.torch_frames import COLL_COLUMNS
 
 #: the dispatch columns a slim read makes, each equal to the full read's
-SLIM_COLUMNS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "kernel", "category",
+SLIM_COLUMNS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "agent", "kernel", "category",
                 "start_ns", "end_ns", "dur_ns", "zero_dur", "queue_overlap")
+#: the collective metadata columns (``torch_frames.COLL_COLUMNS``): a slim read gives them
+#: where no event carries any (all null, as the full table's are then), else it raises
+#: :class:`~pytest_gemmperf.traces.coded.NotSlim`
+SLIM_IF_NO_COLLECTIVES = tuple(COLL_COLUMNS)
+#: the columns of the full table (the canonical ones, the launching op's, the collectives')
+_FULL_COLUMNS = frozenset((*DISPATCH_SCHEMA, "op_name", "op_input_dims", "op_input_types", *COLL_COLUMNS))
 
 
 def can_slim(columns: Iterable[str] | None) -> bool:
-    """Whether a slim read gives ``columns`` (None: every column, which it does not)."""
-    return columns is not None and set(columns) <= set(SLIM_COLUMNS)
+    """Whether a slim read gives ``columns`` (None: every column, which it does not): each is
+    one of :data:`SLIM_COLUMNS`, a collective column (:data:`SLIM_IF_NO_COLLECTIVES`), or one the
+    full table never has (the dispatches' table holds the columns the file has)."""
+    return columns is not None and all(c in SLIM_COLUMNS or c in SLIM_IF_NO_COLLECTIVES or c not in _FULL_COLUMNS
+                                       for c in columns)
+
+
+def wants_collectives(columns: Iterable[str] | None) -> bool:
+    """Whether a slim read of ``columns`` must give collective columns (:class:`~pytest_gemmperf.
+    traces.coded.NotSlim` where the trace carries collective metadata)."""
+    return columns is not None and any(c in SLIM_IF_NO_COLLECTIVES for c in columns)
 
 
 class PidCounts:
@@ -146,22 +162,47 @@ class GpuRuns:
         and per dispatch its kernel's code, start, duration and in-order flag. No column is
         made per dispatch but the in-order check's, and the runs' parts are let go as their
         columns are joined."""
+        columns = [c for c in columns if c in SLIM_COLUMNS or c in SLIM_IF_NO_COLLECTIVES]  # the table's
         start = self.runs.pop("start_ns", np.int64)
         dur = self.runs.pop("dur_ns", np.uint32)
         lane = self.runs.pop("lane", np.int16)
         overlap = (overlap_lane_by_lane(self._lane_ids(lane), start, dur=dur) if "queue_overlap" in columns
                    else np.zeros(len(start), dtype=bool))
-        del lane
+        code = self.runs.pop("code", np.int16)
         names = pd.Series(list(self.kernels), dtype=object).astype(STR)
+        agent = None
+        if "agent" in columns:  # a key row per (kernel, device) the events show
+            code, of_key, agent = self._by_device(code, lane)
+            names = names.iloc[of_key].reset_index(drop=True)
+        del lane
         keys = {"kernel": names, "category": categorize(names)}
+        if agent is not None:
+            keys["agent"] = agent
         one = pd.DataFrame({"source": ["torch"], "file": [path],
                             **{c: [facts[c]] for c in ("host", "pid", "rank")}})
         keys.update(_repeated(coerce_columns(one, _CONSTANT_SCHEMA, path), len(names)))
+        for c in SLIM_IF_NO_COLLECTIVES:  # no event carried any (else NotSlim was raised)
+            keys[c] = _nulls(COLL_COLUMNS[c], len(names))
         key_columns = [c for c in columns if c in keys]
         return CodedDispatches(keys=pd.DataFrame({c: keys[c] for c in key_columns},
                                                  index=pd.RangeIndex(len(names)), copy=False),
-                               code=self.runs.pop("code", np.int16), start_ns=start, dur_ns=dur,
+                               code=code, start_ns=start, dur_ns=dur,
                                queue_overlap=overlap, columns=tuple(columns))
+
+    def _by_device(self, code: np.ndarray, lane: np.ndarray) -> tuple[np.ndarray, np.ndarray, pd.arrays.IntegerArray]:
+        """Per dispatch the code of its (kernel, device) pair, and per pair its kernel's code
+        and its device (the full table's ``agent``)."""
+        devices = [a for a, _ in self.lanes]  # per lane code
+        known = sorted({a for a in devices if a is not None})
+        number = {a: i for i, a in enumerate(known)}
+        n_dev = len(known) + 1  # the last: no device
+        of_lane = np.array([number.get(a, len(known)) if a is not None else len(known) for a in devices],
+                           dtype=np.int64)
+        pair, per_dispatch = np.unique(code.astype(np.int64) * n_dev + of_lane[lane], return_inverse=True)
+        device = pair % n_dev
+        values = np.array(known + [0], dtype=np.int64)[device]
+        return (narrow(per_dispatch.reshape(-1)), pair // n_dev,
+                pd.arrays.IntegerArray(values, device == len(known)))
 
     def _lane_ids(self, lane: np.ndarray) -> np.ndarray:
         """Per dispatch, the in-order lane the torch reader checks (``schema.lane_ids`` of its
@@ -251,6 +292,13 @@ def narrow(values: np.ndarray) -> np.ndarray:
 #: the dispatch columns that hold one value per Kineto trace
 _CONSTANT_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in ("source", "file", "host", "pid", "rank", "point",
                                                       "run", "pass")}
+
+
+def _nulls(dtype: str, n: int) -> object:
+    """``n`` nulls of a column of ``dtype`` (STR or INT), as the full table holds them."""
+    if dtype == INT:
+        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    return pd.Series(np.full(n, None, dtype=object)).astype(STR)
 
 
 def _repeated(one: pd.DataFrame, n: int) -> dict[str, object]:

@@ -65,8 +65,9 @@ from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lo
                                                take, enclosing_ops, group_codes, self_times)
 from pytest_gemmperf.traces.torch_meta import (agents_table, base_time, flavor_of, host_name,
                                                process_pid, rank_of)
+from pytest_gemmperf.traces.coded import NotSlim
 from pytest_gemmperf.traces.torch_slim import (GpuRuns, PidCounts, RuntimeRuns, can_slim,
-                                               most_frequent_pid)
+                                               most_frequent_pid, wants_collectives)
 from pytest_gemmperf.traces.categories import categorize
 
 #: imported from here by discovery, the torch backend and tests
@@ -101,10 +102,13 @@ class _Reading:
     read, but of the GPU events and runtime calls only compact columns are kept and of CPU
     operators and annotations only their pids' counts (:mod:`~pytest_gemmperf.traces.torch_slim`)."""
 
-    def __init__(self, path: str, gpu: bool, slim: bool = False) -> None:
+    def __init__(self, path: str, gpu: bool, slim: bool = False, collectives: bool = False) -> None:
         self.path = path
         self.gpu = gpu          # the GPU reader (else the CPU-only one)
         self.slim = slim
+        #: slim, and the caller reads the collective columns: they are all null only while no
+        #: event carries collective metadata (else NotSlim, at the first run holding one)
+        self.collectives = collectives
         self.gpu_runs = GpuRuns()       # slim: instead of the GPU and runtime frames
         self.rt_runs = RuntimeRuns()
         self.pids = {"cpu": PidCounts(), "ann": PidCounts()}  # slim: instead of their frames
@@ -144,6 +148,7 @@ class _Reading:
         slim = self.slim
         if cpu:
             ops = _cpu_ops_frame(cpu, src, shapes=not slim)
+            self._refuse_collectives(ops)
             if slim:
                 self.pids["cpu"].add(ops["pid"], cpu_rank)
             else:
@@ -170,6 +175,7 @@ class _Reading:
                 self.parts["ann_pid"].append(pd.DataFrame({"pid": ann_pid}))
         if gpu:
             df = _gpu_frame(gpu, src)
+            self._refuse_collectives(df)
             if not slim:  # a slim reading keeps the ranks beside its columns
                 df["_rank"] = gpu_rank
             over = np.flatnonzero(grid_overflow(df))
@@ -189,6 +195,13 @@ class _Reading:
             steps = step_ranges(annotations, src)  # checked (and counted) in a slim read too
             if not slim:
                 self.parts["steps"].append(steps)
+
+    def _refuse_collectives(self, frame: pd.DataFrame) -> None:
+        """NotSlim where a slim read must give the collective columns and ``frame`` (a run's
+        operators or GPU events) carries collective metadata: the frames hold the columns only
+        then (``torch_frames.with_coll_columns``), and the full table's would not all be null."""
+        if self.slim and self.collectives and any(c in frame.columns for c in COLL_COLUMNS):
+            raise NotSlim(f"{self.path}: collective metadata (a slim read does not link it)")
 
     def frame(self, kind: str, empty: pd.DataFrame | None = None) -> pd.DataFrame:
         """The runs' frames of one kind as one frame, in a whole-file read's row order."""
@@ -230,8 +243,8 @@ def _ranked(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> tuple[list
     return events, np.concatenate([np.full(len(part), r, dtype=np.int64) for r, part in found])
 
 
-def _read(path: str, gpu: bool, slim: bool = False) -> tuple[_Reading, Any, int]:
-    reading = _Reading(path, gpu, slim)
+def _read(path: str, gpu: bool, slim: bool = False, collectives: bool = False) -> tuple[_Reading, Any, int]:
+    reading = _Reading(path, gpu, slim, collectives)
     doc, n_events = decode_stream(path, reading.take)
     return reading, doc, n_events
 
@@ -246,10 +259,13 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     linked to their CPU operators and ``meta`` holds neither ``cpu_ops`` nor ``steps``, so
     memory stays near the dispatches' few columns whatever the trace's CPU side holds.
     ``coded``: a slim read's dispatches as :class:`~pytest_gemmperf.traces.coded.CodedDispatches`
-    (their ``frame()`` is the table), for a reduction that needs no table."""
+    (their ``frame()`` is the table), for a reduction that needs no table. Collective columns
+    among ``columns`` are read slim (all null) only where no event carries collective metadata;
+    where one does, :class:`~pytest_gemmperf.traces.coded.NotSlim` is raised (at the first run
+    of events holding it): the caller reads the trace whole."""
     path = os.fspath(path)
     slim = can_slim(columns)
-    reading, doc, n_events = _read(path, gpu=True, slim=slim)
+    reading, doc, n_events = _read(path, gpu=True, slim=slim, collectives=slim and wants_collectives(columns))
     if not reading.n_gpu:
         _refuse_device_activity(path, reading.activity)
         raise NoGpuEvents(path, f"no GPU kernel/memcpy/memset events among {n_events} "
