@@ -24,7 +24,11 @@ the plugin stores them).
   total, as ``gate_samples`` writes them. In each simulated test every kernel of the category is
   made slower by the change (its total then grows by exactly the change); "detected" = the
   ``category:<cat>`` row is ``regression``; predicted = the plan of that row on records of the
-  same test.
+  same test (which plans it as that change of the category: the ``*`` row moves with it and
+  opens the total at the full FDR).
+* ``--oracle-units N``: also the plan from one record of N processes per test (its variances
+  on ~N df, near the truth; the pilots' history), per cell and summarised as the pilots' plan
+  is: how close the plan comes when a 4-process record's variance estimates are not the error.
 * ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
   variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
   plan and the gate both pool: the plan's variance then rests on ~3N more df.
