@@ -23,7 +23,10 @@ with ``n`` processes per side:
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
   per-process factors, on its Welch df, unless the variance history sizes it by the relative
   change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``;
-  a change that grows the median by no more than ``abs_floor_ns`` has no power.
+  a change that grows the median by no more than ``abs_floor_ns`` has no power;
+* a category total is planned as every kernel of its category slower by ``d``: where those
+  kernels are most of the point's gated ones the ``*`` row moves with them, and its rejection
+  opens the total at the full FDR (:func:`_opened_power`).
 
 Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
 (the variance estimates and the shared movement integrated on quantile grids; the change itself
