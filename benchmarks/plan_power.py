@@ -24,7 +24,11 @@ the plugin stores them).
   total, as ``gate_samples`` writes them. In each simulated test every kernel of the category is
   made slower by the change (its total then grows by exactly the change); "detected" = the
   ``category:<cat>`` row is ``regression``; predicted = the plan of that row on records of the
-  same test.
+  same test (which plans it as that change of the category: the ``*`` row moves with it and
+  opens the total at the full FDR).
+* ``--oracle-units N``: also the plan from one record of N processes per test (its variances
+  on ~N df, near the truth; the pilots' history), per cell and summarised as the pilots' plan
+  is: how close the plan comes when a 4-process record's variance estimates are not the error.
 * ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
   variance history of N earlier runs of 4 processes (drawn from 40 simulated ones), which the
   plan and the gate both pool: the plan's variance then rests on ~3N more df.
@@ -315,13 +319,57 @@ def predict(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> tupl
     return pred, pred_sd, sds
 
 
+def oracle(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> np.ndarray:
+    """Per cell the plan's power from one record of ``--oracle-units`` processes per test (its
+    variances on ~that many df: near the truth), with a history as the pilots' where they
+    have one: what the plan reaches when the record's variance estimates are not the error.
+    Its own generator: the simulation and the pilots are those of a run without it."""
+    names = list(pool.names)
+    cfg = GateConfig(threshold=args.threshold)
+    rng = np.random.default_rng(args.seed + 2)
+    raw = draw(pool, rng, args.oracle_units)
+    out = np.full((len(sim.cells), len(args.effects), len(args.counts)), np.nan)
+    for ri, cell in enumerate(sim.cells):
+        base = sides(pool, raw, args.oracle_units, cell.test)[0]
+        hist = sim.pilots[cell.test][0][1]
+        rows, m = pw.row_noise(base, cfg, hist)
+        kernel, metric = cell.row(names)
+        mine = [r for r in rows if r.kernel == kernel and r.metric == metric]
+        for ei, e in enumerate(args.effects):
+            for ci, n in enumerate(args.counts):
+                out[ri, ei, ci] = pw.power(mine, e, n, n, pw.decision(cfg, m))[0] if mine else np.nan
+    return out
+
+
 def run(args: argparse.Namespace) -> str:
     if not ga.REAL.exists():
         return f"skipped: {ga.REAL} absent"
     pool = ga.load_real()
     sim = simulated(pool, args)
     pred, pred_sd, sds = predict(pool, sim, args)
-    return _table(list(pool.names), sim, sds, args, pred, pred_sd)
+    text = _table(list(pool.names), sim, sds, args, pred, pred_sd)
+    if args.oracle_units:
+        text += "\n" + _oracle_lines(list(pool.names), sim, args, oracle(pool, sim, args))
+    return text
+
+
+def _oracle_lines(names: list[str], sim: Simulated, args: argparse.Namespace, pred: np.ndarray) -> str:
+    """The summary lines of the plan from a record of ``--oracle-units`` processes."""
+    lo, hi = interval(sim.hits, sim.trials)
+    diff, beyond = np.abs(pred - sim.observed), np.fmax(lo - pred, pred - hi)
+    kinds = np.array([c.test == EVERY for c in sim.cells])
+    lines = [f"the plan from one record of {args.oracle_units} processes (its variances near the truth), "
+             f"per cell (change x count, % predicted):"]
+    for ri, cell in enumerate(sim.cells):
+        what = names[cell.kernel][:28] if cell.test == EVERY else f"category:{cell.test} total"
+        lines.append(f"  {what}: " + "; ".join(
+            f"{100 * e:g} %: " + " / ".join(f"{100 * pred[ri, ei, ci]:.0f}" for ci in range(len(args.counts)))
+            for ei, e in enumerate(args.effects)))
+    for label, sel in (("kernels", kinds), ("category totals", ~kinds)):
+        if sel.any():
+            lines.append("oracle " + _summary(label, diff[sel], beyond[sel], pred[sel], hi[sel]))
+    lines.append("oracle " + _summary("all cells", diff, beyond, pred, hi))
+    return "\n".join(lines)
 
 
 def interval(hits: np.ndarray, trials: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -402,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
                          "0.4, 0.7, 1, 1.5, 2 %%; default all 5, 0: none)")
     ap.add_argument("--quick", action="store_true", help="changes 3, 5 %%; counts 2, 4, 8; 3 kernels; "
                                                          "30 tests per cell, 3 pilots unless told")
+    ap.add_argument("--oracle-units", type=int, default=0, metavar="N",
+                    help="also plan from one record of N processes per test (variances near the truth) and "
+                         "print how close that plan comes (0: not)")
     ap.add_argument("--cache", metavar="FILE",
                     help="keep the simulation (pilot records, the gate's detections) in FILE and reuse it "
                          "when the arguments match: re-runs only the prediction")

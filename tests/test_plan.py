@@ -182,6 +182,98 @@ def test_the_plan_takes_the_prior_the_gate_fits_on_real_degrees_of_freedom():
     assert np.mean(plan_loc) == pytest.approx(np.mean([k["prior_var"].median() for k in gates]), rel=0.1)
 
 
+def _with_totals(samples: pd.DataFrame) -> pd.DataFrame:
+    """``samples`` with each category's per-process total, as the plugin records it."""
+    from pytest_gemmperf.traces.categories import category_of
+
+    cat = samples["kernel"].map(lambda k: f"category:{category_of(str(k))}")
+    per = samples.groupby([cat, samples["unit"]])["value"].sum()
+    totals = pd.DataFrame({"point": "p", "kernel": per.index.get_level_values(0),
+                           "metric": "category_total_ns", "unit": per.index.get_level_values(1),
+                           "value": per.to_numpy()})
+    return pd.concat([samples, totals], ignore_index=True)
+
+
+def _opened_total(sd: float = 0.01, star_sd: float = 0.01, history_df: float = 0.0, kernels: int = 10,
+                  first_pass: bool = False) -> pw.RowNoise:
+    return pw.RowNoise("p", "category:gemm", "category_total_ns", 4, sd, opens_sd=star_sd,
+                       opens_history_df=history_df, kernel_total_sds=(0.012,) * kernels,
+                       kernel_first_pass=(first_pass,) * kernels, first_pass_rows=1 + kernels * first_pass)
+
+
+def test_a_family_change_opens_the_category_total_through_the_shared_row():
+    """Every kernel of a category slower, the category's kernels most of the gated ones: the
+    ``*`` row moves with them and, once rejected at ``shared_alpha q``, opens the total at the
+    full ``q`` (the hierarchical rule's second pass). The plan counts that path: its power is
+    that of the model it states, checked by simulating it (the shared movement, the own noise
+    of the noisier of the two rows, one chi-square draw of the processes' own df and the
+    ``*`` row's history), and well above the single-change power at ``(1 - shared_alpha) q / m``."""
+    rng = np.random.default_rng(2)
+    n, d, draws, q, a_t, m = 4, math.log1p(0.04), 400_000, 0.01, 0.25, 11
+    rule = pw.Decision(threshold=0.0, alpha=(1 - a_t) * q / m, fdr=q, shared_share=a_t, rows=m)
+    row = _opened_total(sd=0.012, star_sd=0.01, history_df=12.0)
+    scale, f, h = math.sqrt(2 / n), 2 * n - 2, 12.0
+    s_t, s_s = 0.012 * scale, 0.01 * scale
+    shared = s_s * rng.standard_normal(draws)
+    x_t = d + shared + math.sqrt(s_t ** 2 - s_s ** 2) * rng.standard_normal(draws)
+    x_s = d + shared
+    w2 = rng.chisquare(f, draws) / f
+    w2_s = (f * w2 + rng.chisquare(h, draws)) / (f + h)
+    star = x_s / (s_s * np.sqrt(w2_s)) > sps.t.isf(a_t * q / 2, f + h)
+    t_t = x_t / (s_t * np.sqrt(w2))
+    # ten uncontrolled kernel totals move with it: the second pass rejects at q (11 of 11 rows)
+    total = (t_t > sps.t.isf(rule.alpha / 2, f)) | (star & (t_t > sps.t.isf(q / 2, f)))
+    predicted = float(pw.power([row], 0.04, n, n, rule)[0])
+    assert abs(predicted - total.mean()) < 0.015, (predicted, total.mean())
+    alone = float(pw.power([dataclasses.replace(row, opens_sd=0.0)], 0.04, n, n, rule)[0])
+    assert predicted > alone + 0.2, (predicted, alone)
+    # under the Simes rule no '*' row opens anything: the single change's power
+    simes = dataclasses.replace(rule, shared_share=0.0)
+    assert float(pw.power([row], 0.04, n, n, simes)[0]) == pytest.approx(alone)
+
+
+def test_the_plan_opens_a_total_only_when_its_kernels_are_most_of_the_gated_ones():
+    rng = np.random.default_rng(4)
+    gemm_only = _with_totals(_gate_draw(rng, 6))
+    (p,) = pw.plan(gemm_only, 0.03, GateConfig(threshold=0.0))
+    (tot,) = [r.noise for r in p.rows if r.noise.kernel == "category:gemm"]
+    assert tot.opens_sd > 0 and len(tot.kernel_total_sds) == 20 and tot.first_pass_rows == 1
+    # 13 of the 20 kernels another category's: a change of the 7 GEMMs leaves the '*' row
+    renamed = {f"Cijk_k{k:02d}": f"void at::native::elementwise_kernel_{k:02d}" for k in range(13)}
+    mixed = _gate_draw(rng, 6)
+    mixed = _with_totals(mixed.assign(kernel=mixed["kernel"].replace(renamed)))
+    (p,) = pw.plan(mixed, 0.03, GateConfig(threshold=0.0))
+    noise = {r.noise.kernel: r.noise for r in p.rows}
+    assert noise["category:gemm"].opens_sd == 0.0
+    assert noise["category:elementwise"].opens_sd > 0 and len(noise["category:elementwise"].kernel_total_sds) == 13
+
+
+@pytest.mark.slow  # 240 comparisons of the real gate
+def test_predicted_power_of_a_family_change_matches_the_gate():
+    """Every GEMM of a GEMM-only point slower (20 kernels sharing a per-process factor twice
+    their own noise): the plan of a 400-process record against the gate's ``category:gemm``
+    row on 80 simulated tests per cell: within 0.12 (binomial sd <= 0.056), where the
+    single-change model (the total at ``0.75 q / m``) misses by more than 0.25."""
+    cfg = GateConfig(threshold=0.0)
+    rng = np.random.default_rng(12)
+    (p,) = pw.plan(_with_totals(_gate_draw(rng, 400, own=0.006, shared=0.012)), 0.03, cfg)
+    (row,) = [r.noise for r in p.rows if r.noise.kernel == "category:gemm"]
+    cells, reps = ((3, 0.05), (4, 0.05), (6, 0.03)), 80
+    seen = []
+    for n, e in cells:
+        hits = 0
+        for _ in range(reps):
+            base = _with_totals(_gate_draw(rng, n, own=0.006, shared=0.012))
+            cand = _gate_draw(rng, n, first=100, own=0.006, shared=0.012)
+            v = compare(base, _with_totals(cand.assign(value=cand["value"] * (1 + e))), cfg)
+            hits += bool((v[v["kernel"] == "category:gemm"]["verdict"] == "regression").any())
+        seen.append(hits / reps)
+    good = np.array([pw.power([row], e, n, n, p.decision)[0] for n, e in cells])
+    alone = np.array([pw.power([dataclasses.replace(row, opens_sd=0.0)], e, n, n, p.decision)[0] for n, e in cells])
+    assert np.abs(good - seen).max() <= 0.12, (good, seen)
+    assert np.abs(alone - seen).max() > 0.25, (alone, seen)
+
+
 def test_a_change_within_the_absolute_floor_is_never_planned_as_detectable():
     """The gate calls no slowdown a regression that grows the median by ``abs_floor_ns`` or
     less (3 % of the 1 us kernel is 30 ns): the plan gives it no power at any count, and
@@ -265,6 +357,24 @@ def test_cli_plan_prints_each_kernel_and_the_counts(tmp_path, capsys):
     assert "to detect +5% in every gemm kernel:" in out and "to detect +5% in every elementwise kernel:" in out
     table = [ln for ln in out.splitlines() if ln.startswith("  ") and "MT" in ln and "%" not in ln]
     assert len(table) == 11 and all(ln.split()[1] == "gemm" for ln in table)
+
+
+def test_cli_plan_says_which_totals_a_change_of_their_kernels_opens(tmp_path, capsys):
+    store = BaselineStore(tmp_path / "baselines")
+    samples = compact_samples(_with_totals(_gate_draw(np.random.default_rng(5), 6)))
+    store.save(BaselineRecord(TEST, HW, samples))
+    rc = cli.main(["plan", "--baseline-dir", str(store.root), "--detect", "5%", "--threshold", "0"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert ("a total of gemm: planned as every kernel of it changing, most of the gated ones: the '*' row "
+            "moves with them and, significant at 0.0025, opens the total at FDR 0.01") in out
+    (p,) = pw.plan(store.load(TEST, HW).samples, 0.05, GateConfig(threshold=0.0))
+    (tot,) = [r for r in p.rows if r.noise.kernel == "category:gemm"]
+    need = str(tot.needed) if tot.needed is not None else ">16"
+    assert re.search(rf"^  \(total\)\s+gemm\s+.*\s{re.escape(need)}$", out, re.M), out
+    _store(tmp_path / "other")
+    rc = cli.main(["plan", "--baseline-dir", str(tmp_path / "other" / "baselines"), "--detect", "5%"])
+    assert rc == 0 and "a total of" not in capsys.readouterr().out
 
 
 def test_cli_plan_prints_each_rows_operating_curve(tmp_path, capsys):

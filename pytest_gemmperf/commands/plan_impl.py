@@ -114,6 +114,11 @@ def _render(test_id: str, hw_key: str, p) -> str:
              f"  detect +{_pct(p.effect)} at threshold {_pct(rule.threshold)}, FDR {rule.fdr:g}, "
              f"{100 * p.target:g}% power (the change alone among {p.rows_in_family} rows: "
              f"p <= {rule.alpha:.2g}; counts 2..{p.max_processes})"]
+    opened = sorted(r.noise.kernel.split(":", 1)[-1] for r in p.rows if r.noise.opens_sd > 0)
+    if opened and rule.shared_share > 0:
+        lines.append(f"  a total of {', '.join(opened)}: planned as every kernel of it changing, most of the gated "
+                     f"ones: the '*' row moves with them and, significant at {rule.shared_share * rule.fdr:.2g}, "
+                     f"opens the total at FDR {rule.fdr:g}")
     cats: dict[str, list] = {}
     rows = []
     for r in p.rows:

@@ -23,7 +23,10 @@ with ``n`` processes per side:
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
   per-process factors, on its Welch df, unless the variance history sizes it by the relative
   change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``;
-  a change that grows the median by no more than ``abs_floor_ns`` has no power.
+  a change that grows the median by no more than ``abs_floor_ns`` has no power;
+* a category total is planned as every kernel of its category slower by ``d``: where those
+  kernels are most of the point's gated ones the ``*`` row moves with them, and its rejection
+  opens the total at the full FDR (:func:`_opened_power`).
 
 Both conditions are evaluated exactly for normal estimates with chi-square variance estimates
 (the variance estimates and the shared movement integrated on quantile grids; the change itself
@@ -45,6 +48,7 @@ from scipy import stats as sps
 from pytest_gemmperf.config import default
 from pytest_gemmperf.gate.compare import (CV, DUR, RELATIVE_MIN_HISTORY_DF, SHARED, GateConfig,
                                           compare_stats)
+from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT
 
@@ -98,6 +102,19 @@ class RowNoise:
     #: parameters the shared part's variance is estimated after: 2 (the sides' means), 3 with
     #: within-process controls (and the regression's slope); its df is processes - this
     shared_params: int = 2
+    #: a category total whose kernels are most of the point's gated kernels: a change of them
+    #: moves the ``*`` row, whose rejection opens the total at the full FDR (the hierarchical
+    #: rule's second pass). Per-process sd of the ``*`` row's factor (0: no ``*`` row moves
+    #: with this row; the single-change model alone)
+    opens_sd: float = 0.0
+    #: df of the ``*`` row's variance history
+    opens_history_df: float = 0.0
+    #: per-process sd of each of the category's kernel totals, which change with it
+    kernel_total_sds: tuple[float, ...] = ()
+    #: which of them are tested in the first pass beside the ``*`` row (within-process controls)
+    kernel_first_pass: tuple[bool, ...] = ()
+    #: rows of the first pass: the ``*`` row and every kernel total measured against controls
+    first_pass_rows: int = 1
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,11 @@ class Decision:
     prior_df_cap: float | None = None
     #: a regression of a duration must grow its median by more than this (ns)
     abs_floor_ns: float = 0.0
+    #: the ``*`` rows' share of the FDR (``shared_alpha`` of the hierarchical rule; 0: no
+    #: ``*`` row opens anything, the Simes rule)
+    shared_share: float = 0.0
+    #: rows corrected together: the family of the relative tests and of the second pass
+    rows: int = 1
 
 
 @dataclass(frozen=True)
@@ -192,6 +214,10 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
         star = g[(g["kernel"].astype(str) == SHARED) & (g["metric"].astype(str) == DUR)]
         shared_sd = float(star["unit_sd_log"].iloc[0]) if len(star) else 0.0
         shared_sd = shared_sd if np.isfinite(shared_sd) else 0.0
+        # the '*' row's df beyond its processes' own (its variance history)
+        star_hist = float(star["df_t"].iloc[0] - (star["n_base"].iloc[0] + star["n_cand"].iloc[0] - 2)) \
+            if len(star) else 0.0
+        first = len(rows)
         for r in g.itertuples(index=False):
             m, k = str(r.metric), str(r.kernel)
             if not np.isfinite(getattr(r, "p_value", np.nan)) or k == SHARED:
@@ -207,7 +233,32 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
             elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
                 rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half,
                                      median_ns=float(r.base_median_ns)))
+        if shared_sd > 0:
+            rows[first:] = _opened_by_shared(rows[first:], shared_sd, max(star_hist, 0.0) if np.isfinite(star_hist)
+                                             else 0.0)
     return rows, int(family.sum())
+
+
+def _opened_by_shared(rows: list[RowNoise], star_sd: float, star_history_df: float) -> list[RowNoise]:
+    """The point's ``rows`` with each category total that a change of its category's kernels
+    opens through the ``*`` row: the median over the gated kernels that the ``*`` row takes
+    moves with the category when its kernels are most of them. Such a total then carries the
+    ``*`` row's noise and its category's kernel totals (tested in the same passes)."""
+    kernels = [r for r in rows if r.metric == DUR]
+    cats = [M.category_of(r.kernel) for r in kernels]
+    first_rows = 1 + sum(r.shared_params == 3 for r in kernels)
+    out = []
+    for r in rows:
+        cat = r.kernel.split(":", 1)[-1] if r.metric.startswith(TOTAL_PREFIX) else None
+        mine = [k for k, c in zip(kernels, cats) if c == cat]
+        if cat is None or 2 * len(mine) <= len(kernels):
+            out.append(r)
+            continue
+        out.append(dataclasses.replace(
+            r, opens_sd=star_sd, opens_history_df=star_history_df,
+            kernel_total_sds=tuple(math.hypot(k.sd, k.shared_sd) for k in mine),
+            kernel_first_pass=tuple(k.shared_params == 3 for k in mine), first_pass_rows=first_rows))
+    return out
 
 
 def _shared_sd(r, n: int, star_sd: float) -> float:
@@ -321,7 +372,8 @@ def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
         share = 0.5
     return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
                     threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative,
-                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None, abs_floor_ns=float(cfg.abs_floor_ns))
+                    prior_df_cap=cfg.prior_df_cap if cfg.moderate else None, abs_floor_ns=float(cfg.abs_floor_ns),
+                    shared_share=1.0 - share if cfg.multiplicity == "hierarchical" else 0.0, rows=m)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,7 +440,9 @@ def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
             "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
             "median_ns": part("median_ns"), "shared_params": part("shared_params"),
-            "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df)}
+            "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df),
+            # category totals a change of their kernels opens through the '*' row
+            "opened": [(i, r) for i, r in enumerate(noise) if r.opens_sd > 0 and np.isfinite(sd[i])]}
 
 
 def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: Decision) -> np.ndarray:
@@ -435,9 +489,76 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     with np.errstate(invalid="ignore", divide="ignore"):
         p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
     p = np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+    if rule.shared_share > 0:
+        for i, r in a["opened"]:
+            p[i] = _opened_power(r, d, n_base, n_cand, rule)
     # the gate's absolute floor: a change that grows the median by no more than it is never a
     # regression, whatever the count (the row cannot be gated at this change)
     return np.where(below_floor(a["median_ns"], d, rule), 0.0, p)
+
+
+def _opened_power(r: RowNoise, d: float, n_base: int, n_cand: int, rule: Decision) -> float:
+    """The chance a category total ends ``regression`` when every kernel of its category
+    slows by ``d`` and those kernels are most of the point's gated ones (``r.opens_sd > 0``).
+
+    The gate rejects the total in either family of the hierarchical rule (``compare_stats``):
+    in the relative tests' family at ``(1 - shared_alpha) q / m``, as a single change; or in
+    the second pass, at the full ``q``, once the ``*`` row is rejected in the first pass at
+    ``shared_alpha q``. Both Benjamini-Hochberg passes also reject the category's kernel
+    totals that change with it, which raises their step-up level: the first pass's by the
+    kernels measured against within-process controls, ``(1 + k_1) / m_1`` of its level, the
+    second's by all of them, ``(1 + k_2) / m``, each ``k`` the expected number rejected (each
+    kernel's total a normal change on its own per-process sd, solved for a fixed point).
+
+    The total and the ``*`` row measure the same per-process factor of the same kernels: the
+    one with the smaller per-process sd is taken as that shared movement, the other as it plus
+    independent noise of its own (their estimates then correlate ``s_min / s_max``: 0.85 for
+    the GEMMs of the real trace, whose estimates correlate 0.83-0.93 over simulated tests), and
+    both variance estimates as the same chi-square draw of the processes' own df, the ``*``
+    row's pooled with its history's df as well. For each variance draw and own-noise draw the
+    conditions are thresholds on the shared draw: the total is rejected when it clears the
+    relative family's bar, or the second pass's while the ``*`` row clears its own; then it
+    must be sized beyond the threshold as any row (``level`` and ``threshold_level`` on the
+    total's own interval)."""
+    scale = math.sqrt(1.0 / n_base + 1.0 / n_cand)
+    f = float(n_base + n_cand - 2)
+    s_t, s_s = r.sd * scale, r.opens_sd * scale
+    q, a_t = rule.fdr, rule.shared_share
+    sds = np.asarray(r.kernel_total_sds, float) * scale
+    first = np.asarray(r.kernel_first_pass, bool)
+
+    def rejected(level: float) -> float:  # expected controlled kernel totals at this level
+        if not first.any():
+            return 0.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return float(np.nansum(sps.nct.sf(sps.t.isf(level / 2, f), f, d / sds[first])))
+
+    m_2 = max(rule.rows, 1)
+    # kernel totals without controls carry the same per-process factor as the category's
+    # total: they clear the second pass with it (one movement, as below)
+    moving = 1.0 + float((~first).sum())
+    lvl_1, lvl_2 = a_t * q / r.first_pass_rows, q * min(moving, m_2) / m_2
+    for _ in range(4):  # the step-up levels, with the kernels each rejects
+        lvl_1 = a_t * q * min(1.0 + rejected(lvl_1), r.first_pass_rows) / r.first_pass_rows
+        lvl_2 = q * min(moving + rejected(lvl_2), m_2) / m_2
+    k1, k2, k3 = _GRID[0], _GRID[1] if r.opens_history_df > 0 else 1, _GRID[2]
+    w_t = _chi_scale(np.array(f), _midpoints(k1))[:, None, None]      # the processes' own draw
+    h = r.opens_history_df
+    w_h = _chi_scale(np.array(h), _midpoints(k2))[None, :, None] if k2 > 1 else np.ones((1, 1, 1))
+    w_s = np.sqrt((f * w_t ** 2 + h * w_h ** 2) / (f + h))             # the '*' row's, history pooled
+    # the movement both share has the smaller sd; the other adds noise of its own
+    s_f = min(s_t, s_s)
+    e = sps.norm.ppf(_midpoints(k3))[None, None, :]
+    e_t, e_s = math.sqrt(max(s_t ** 2 - s_f ** 2, 0.0)) * e, math.sqrt(max(s_s ** 2 - s_f ** 2, 0.0)) * e
+    lim = math.log1p(rule.threshold)
+    t_lv, t_th = _t_two_sided(rule.level, np.array(f)), _t_isf(1.0 - rule.threshold_level, np.array(f))
+    # each condition as the smallest standard normal draw of the shared movement that meets it
+    z_rel = (_t_isf(rule.alpha / 2, np.array(f)) * s_t * w_t - d - e_t) / s_f
+    z_second = (_t_isf(lvl_2 / 2, np.array(f)) * s_t * w_t - d - e_t) / s_f
+    z_star = (_t_isf(lvl_1 / 2, np.array(f + h)) * s_s * w_s - d - e_s) / s_f
+    z_size = (np.fmax(t_lv * s_t * w_t, lim + t_th * s_t * w_t) - d - e_t) / s_f
+    z = np.fmax(z_size, np.fmin(z_rel, np.fmax(z_star, z_second)))
+    return float(np.mean(sps.norm.sf(z)))
 
 
 def below_floor(median_ns: np.ndarray | float, d: float, rule: Decision) -> np.ndarray:
