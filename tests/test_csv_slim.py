@@ -19,7 +19,7 @@ from pytest_gemmperf.traces import csv_kernel_trace, csv_slim
 from pytest_gemmperf.traces.coded import CodedDispatches
 from pytest_gemmperf.traces.csv_layouts import _KT_62, _KT_63, _KT_7X, _KT_19
 from pytest_gemmperf.traces.rocprof_csv import read_kernel_trace_csv
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS
+from pytest_gemmperf.traces.csv_slim import SLIM_COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rocprof_csv"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "rocprofv3"

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_gemmperf.traces import rocpd, rocpd_slim
 from pytest_gemmperf.traces.rocpd import read_rocpd_db
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS
+from pytest_gemmperf.traces.rocpd_slim import SLIM_COLUMNS
 from test_csv_slim import same_read
 from test_rocpd import SYMBOLS, T0, UUID_A, UUID_B, _db
 

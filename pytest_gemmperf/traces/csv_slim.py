@@ -39,12 +39,22 @@ import pyarrow.csv as pacsv
 from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches, first_positions
 from pytest_gemmperf.traces.csv_parse import _Source
 from pytest_gemmperf.traces.csv_values import ints_from_text
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim, pop_column, value_codes
+from pytest_gemmperf.traces import rocprof_slim
+from pytest_gemmperf.traces.rocprof_slim import Starts, pop_column, value_codes
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
 from pytest_gemmperf.traces.jsonstream import release_free_memory
 from pytest_gemmperf.traces.torch_slim import narrow
 
 __all__ = ["BLOCK_BYTES", "SLIM_COLUMNS", "SlimRows", "can_slim", "read_rows", "coded_dispatches"]
+
+#: the dispatch columns this slim read makes, each equal to the full read's: the rocprofv3 JSON
+#: slim read's but ``agent`` (a GPU a key row is not kept here: asked for it, the file is read whole)
+SLIM_COLUMNS = tuple(c for c in rocprof_slim.SLIM_COLUMNS if c != "agent")
+
+
+def can_slim(columns: Sequence[str] | None) -> bool:
+    """Whether this slim read serves ``columns`` (:func:`~.rocprof_slim.can_slim`)."""
+    return rocprof_slim.can_slim(columns, SLIM_COLUMNS)
 
 #: CSV bytes parsed at a time: pyarrow's default block. Its memory pool keeps what a block
 #: used for the next, so larger blocks cost more resident memory than they save in time (16 MiB

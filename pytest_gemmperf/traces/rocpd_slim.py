@@ -31,11 +31,21 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches
-from pytest_gemmperf.traces.rocprof_slim import SLIM_COLUMNS, Starts, can_slim, pop_column
+from pytest_gemmperf.traces import rocprof_slim
+from pytest_gemmperf.traces.rocprof_slim import Starts, pop_column
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
 from pytest_gemmperf.traces.torch_slim import narrow
 
 __all__ = ["SLIM_COLUMNS", "FullReadDecides", "SlimRows", "can_slim"]
+
+#: the dispatch columns this slim read makes, each equal to the full read's: the rocprofv3 JSON
+#: slim read's but ``agent`` (a GPU a key row is not kept here: asked for it, the file is read whole)
+SLIM_COLUMNS = tuple(c for c in rocprof_slim.SLIM_COLUMNS if c != "agent")
+
+
+def can_slim(columns: Sequence[str] | None) -> bool:
+    """Whether this slim read serves ``columns`` (:func:`~.rocprof_slim.can_slim`)."""
+    return rocprof_slim.can_slim(columns, SLIM_COLUMNS)
 
 #: the query columns a row's key columns and lane follow from
 COMBINATION = ("guid", "pid", "kernel_id", "agent_node", "queue", "stream")

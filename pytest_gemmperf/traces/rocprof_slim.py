@@ -52,11 +52,12 @@ SLIM_FIELDS = ("start_timestamp", "end_timestamp", "dispatch_info.agent_id.handl
 _START, _END, _AGENT, _QUEUE, _STREAM, _KERNEL, _DISPATCH_ID = range(len(SLIM_FIELDS))
 
 
-def can_slim(columns: Iterable[str] | None) -> bool:
-    """Whether a slim read gives ``columns`` (None: every column, which it does not): each is
-    one of :data:`SLIM_COLUMNS` or one the full table never has (the dispatches' table holds
-    the columns the file has, as ``table[columns]`` keeps them)."""
-    return columns is not None and all(c in SLIM_COLUMNS or c not in DISPATCH_SCHEMA for c in columns)
+def can_slim(columns: Iterable[str] | None, gives: Sequence[str] = SLIM_COLUMNS) -> bool:
+    """Whether a slim read that ``gives`` these columns (this reader's: :data:`SLIM_COLUMNS`)
+    serves ``columns`` (None: every column, which it does not): each is one it gives or one the
+    full table never has (the dispatches' table holds the columns the file has, as
+    ``table[columns]`` keeps them)."""
+    return columns is not None and all(c in gives or c not in DISPATCH_SCHEMA for c in columns)
 
 
 def lookup_sorted(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
