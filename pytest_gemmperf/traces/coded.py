@@ -15,10 +15,14 @@ what the reader returns to a caller that wants a table, so the two can never dif
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.traces.schema import Trace
+
 
 class NotSlim(Exception):
     """A slim read cannot give the columns asked for exactly (a Kineto trace's collective
@@ -85,3 +89,16 @@ def first_positions(values: np.ndarray, n_values: int) -> np.ndarray:
         first[seen[new]] = lo + at[new]
         todo -= int(new.sum())
     return first
+
+
+def as_asked(trace: Trace, columns: Sequence[str] | None, coded: bool) -> Trace:
+    """A reader's ``trace`` as its caller asked for it: a slim read's coded dispatches as their
+    table unless ``coded``; a full table cut to ``columns`` (those it has, as ``table[columns]``)."""
+    d = trace.dispatches
+    if isinstance(d, CodedDispatches):
+        if not coded:
+            trace.dispatches = d.frame()
+    elif columns is not None:
+        trace.dispatches = d[[c for c in columns if c in d.columns]]
+    return trace
+

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces import csv_slim
-from pytest_gemmperf.traces.coded import CodedDispatches
+from pytest_gemmperf.traces.coded import CodedDispatches, as_asked
 from pytest_gemmperf.traces.csv_columns import (_STRING_COLS, SOURCE, _agent_column, _cat_col,
                                                 _column_types, _const_cat, _const_int, _int_col,
                                                 _ns_col, host_pid_from_path, map_category_values,
@@ -98,7 +98,7 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
     path = os.fspath(path)
     kind = detect_csv(path)
     if kind.kind == "legacy_v1_kernel":
-        return _selected(_read_v1_kernel(path, kind), columns)
+        return as_asked(_read_v1_kernel(path, kind), columns, coded)
     if kind.kind != "kernel_trace":
         raise GemmperfInputError(path, f"expected a kernel_trace.csv, found a {kind.kind} CSV "
                                        f"({kind.version}, {kind.n_cols} columns)")
@@ -111,9 +111,7 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
         if rows is not None:
             t = _slim_trace(rows, path, kind, src, agents, columns)
             if t is not None:
-                if not coded:
-                    t.dispatches = t.dispatches.frame()
-                return t
+                return as_asked(t, columns, coded)
     table = _read_typed(src, kind, _column_types(kind.known), include=wanted)
     n = table.num_rows
     if n == 0:
@@ -138,13 +136,7 @@ def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | Non
         cols["gpu_arch"] = arch
     host, pid = host_pid_from_path(path, kind.version)
     dispatches = _finish_dispatches(cols, n, path, host, pid)
-    return _selected(_kernel_trace(dispatches, path, kind, src, agents, agent_file, agent_meta), columns)
-
-
-def _selected(t: Trace, columns: Sequence[str] | None) -> Trace:
-    if columns is not None:
-        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
-    return t
+    return as_asked(_kernel_trace(dispatches, path, kind, src, agents, agent_file, agent_meta), columns, coded)
 
 
 def _agents_beside(path: str, agents: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str | None]:

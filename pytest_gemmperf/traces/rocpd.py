@@ -47,6 +47,7 @@ from pandas.api.types import infer_dtype
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces import rocpd_slim
+from pytest_gemmperf.traces.coded import as_asked
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
     COUNTER_SCHEMA,
@@ -269,13 +270,8 @@ def read_rocpd_db(path: str | os.PathLike, budget: QueryBudget | None = None,
         except rocpd_slim.FullReadDecides:
             pass
         else:
-            if not coded:
-                t.dispatches = t.dispatches.frame()
-            return t
-    t = _with_db(path_s, budget, lambda db: _read(db, path_s))
-    if columns is not None:
-        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
-    return t
+            return as_asked(t, columns, coded)
+    return as_asked(_with_db(path_s, budget, lambda db: _read(db, path_s)), columns, coded)
 
 
 def _with_db(path: str, budget: QueryBudget, read: Callable[[_Budgeted], Trace]) -> Trace:

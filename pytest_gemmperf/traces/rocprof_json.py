@@ -48,7 +48,7 @@ from pytest_gemmperf.traces.rocprof_json_schema import (
     _Process,
     _Symbol,
 )
-from pytest_gemmperf.traces.coded import CodedDispatches
+from pytest_gemmperf.traces.coded import as_asked
 from pytest_gemmperf.traces.rocprof_slim import SlimRuns, can_slim, coded_dispatches, lookup_sorted
 from pytest_gemmperf.traces.schema import (
     AGENT_SCHEMA,
@@ -64,7 +64,6 @@ from pytest_gemmperf.traces.schema import (
 
 SOURCE = "rocprof-json"  # its kind's name (traces/kinds.py)
 _KERNEL_ID_COL = DISPATCH_FIELDS.index("dispatch_info.kernel_id")
-_GET_DISPATCH = attrgetter(*DISPATCH_FIELDS)
 
 _AGENT_TYPES = {1: "CPU", 2: "GPU"}
 
@@ -88,13 +87,7 @@ def read_rocprof_json(path: str | os.PathLike, columns: Sequence[str] | None = N
     path_s = os.fspath(path)
     slim = can_slim(columns)
     processes, dispatches = decode_stream(path_s, SlimRuns if slim else _MatrixRuns)
-    t = build_trace(processes, path_s, dispatches, columns if slim else None)
-    if isinstance(t.dispatches, CodedDispatches):
-        if not coded:
-            t.dispatches = t.dispatches.frame()
-    elif columns is not None:
-        t.dispatches = t.dispatches[[c for c in columns if c in t.dispatches.columns]]
-    return t
+    return as_asked(build_trace(processes, path_s, dispatches, columns if slim else None), columns, coded)
 
 
 class _MatrixRuns:
@@ -133,7 +126,6 @@ class _Resolved:
 #: often most of a file) only checked as JSON and dropped
 _DISPATCHES = msgspec.json.Decoder(list[_Dispatch])
 _SKIPPED = msgspec.json.Decoder(list[msgspec.Raw])
-_UNIFORM = "kernel_dispatch"
 
 
 def _stream_at(path: tuple) -> Any:
@@ -157,9 +149,9 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
     processes without their dispatch records, and per process index its dispatch records
     (each run's matrix of the ``runs.FIELDS`` it reads handed, in file order, to the ``add`` of
     a new ``runs()`` per process: :class:`_MatrixRuns` keeps all of :data:`DISPATCH_FIELDS`,
-    ``rocprof_slim.SlimRuns`` the few it needs; the decoder checks every field either way). Every failure is one GemmperfInputError line, with the precedence of a
-    whole-document decode: the file's syntax and types, a missing or empty tool key, then a key
-    written twice."""
+    ``rocprof_slim.SlimRuns`` the few it needs; the decoder checks every field either way).
+    Every failure is one GemmperfInputError line, with the precedence of a whole-document
+    decode: the file's syntax and types, a missing or empty tool key, then a key written twice."""
     runs = runs or _MatrixRuns
     fields = attrgetter(*runs.FIELDS)
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=4)
@@ -447,8 +439,7 @@ def _int_matrix(rows: Iterable[tuple], n: int, path: str, what: str, p_idx: int,
 
 
 def _dispatch_matrix(records: list[_Dispatch], path: str, p_idx: int,
-                     fields: Callable[[_Dispatch], tuple] = _GET_DISPATCH,
-                     width: int = len(DISPATCH_FIELDS)) -> np.ndarray | None:
+                     fields: Callable[[_Dispatch], tuple], width: int) -> np.ndarray | None:
     if not records:
         return None
     return _int_matrix(map(fields, records), len(records), path, "kernel_dispatch", p_idx, width)

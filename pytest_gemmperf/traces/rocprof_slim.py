@@ -170,7 +170,7 @@ class SlimRuns:
         return np.fromiter(self.kernel_ids, dtype=np.int64, count=len(self.kernel_ids))
 
     def pop(self, column: str) -> np.ndarray:
-        return self.starts.join() if column == "start_ns" else _joined(self.parts.pop(column))
+        return pop_column(self.parts, self.starts, column)
 
     def resolve(self, agents, symbols, path: str, p_idx: int) -> SlimProcess:
         """The full read's ``_resolve`` checks on the codes (the first record naming a kernel id
