@@ -37,14 +37,16 @@ For each size it prints the file size, events and dispatches, and
 * ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
   that size (the second a re-generation with other timings), wall and peak RSS; with
   ``--before`` also on that checkout's code, and whether the two ``verdicts.csv`` are
-  byte-identical; ``--compare-only`` measures compare alone (no decode or analyze);
+  byte-identical; ``--compare-only`` measures compare alone (no decode or analyze); with
+  ``--report`` compare writes its reports (the command's default), and ``--before`` compares
+  verdicts.csv, summary.md and the report CSVs;
 * ``before`` (``--before CHECKOUT``): the same ``analyze`` on another checkout's code (a
   change's before, in the same run and under the same load), and whether its ``kernels.csv``
   and ``summary.json`` are byte-identical to this checkout's.
 
 Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200]
        [--format torch|rocprof-json|rocprof-csv|rocpd]
-       [--gzip] [--compare | --compare-only] [--dir DIR] [--before CHECKOUT]
+       [--gzip] [--compare | --compare-only] [--report] [--dir DIR] [--before CHECKOUT]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
 system temporary directory).
@@ -569,24 +571,38 @@ def gemmperf(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest_gemmperf.cli", *args]
 
 
+#: what ``--report`` compares of the two checkouts' outputs (report.html carries its
+#: generation time, so the tables and the summary stand for it)
+_REPORT_FILES = ("verdicts.csv", "kernels.csv", "summary.md", "top5_gemm_kernels_time_variance.csv",
+                 "top5_gemm_kernels_time_variance_with_timestamps.csv")
+
+
 def _compare(args: argparse.Namespace, write, a: Path, n: int, gz: bool, d: Path) -> dict[str, float]:
-    """``gemmperf compare A B --no-report --jobs 1`` of ``a`` and a re-generation of it with
-    other timings (and with ``--before``, on that checkout's code: are the verdicts the same?)."""
+    """``gemmperf compare A B --no-report --jobs 1`` (with ``--report``: with its reports, the
+    command's default) of ``a`` and a re-generation of it with other timings (and with
+    ``--before``, on that checkout's code: are the outputs the same?)."""
     b = d / "b" / a.name
     b.parent.mkdir(parents=True, exist_ok=True)
     write(b, n, seed=1, gz=gz)
-    cmp_ = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1", "--out", str(d / "cmp")))
-    print(f"  gemmperf compare A B --no-report:      {cmp_['wall_s']:6.2f} s wall, "
+    flags = [] if args.report else ["--no-report"]
+    what = "gemmperf compare A B" + ("" if args.report else " --no-report") + ":"
+    cmp_ = measure(gemmperf("compare", str(a), str(b), *flags, "--jobs", "1", "--out", str(d / "cmp")))
+    print(f"  {what:<38} {cmp_['wall_s']:6.2f} s wall, "
           f"peak RSS {cmp_['rss'] / 2**20:7,.0f} MiB, {cmp_['cpu_s']:.1f} CPU-s")
     if args.before is not None:
-        old = measure(gemmperf("compare", str(a), str(b), "--no-report", "--jobs", "1",
+        old = measure(gemmperf("compare", str(a), str(b), *flags, "--jobs", "1",
                                "--out", str(d / "cmp_before")), code=args.before)
-        same = (d / "cmp" / "verdicts.csv").read_bytes() == (d / "cmp_before" / "verdicts.csv").read_bytes()
+        files = _REPORT_FILES if args.report else ("verdicts.csv",)
+        differ = [f for f in files if _read(d / "cmp" / f) != _read(d / "cmp_before" / f)]
         print(f"  compare before ({args.before}):  {old['wall_s']:6.2f} s wall, "
               f"peak RSS {old['rss'] / 2**20:7,.0f} MiB, {old['cpu_s']:.1f} CPU-s; "
-              f"verdicts.csv {'byte-identical' if same else 'DIFFER'}")
+              + (f"{', '.join(differ)} DIFFER" if differ else f"{', '.join(files)} byte-identical"))
     b.unlink()
     return cmp_
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def main() -> None:
@@ -599,6 +615,8 @@ def main() -> None:
     ap.add_argument("--compare", action="store_true", help="also time gemmperf compare A B")
     ap.add_argument("--compare-only", action="store_true",
                     help="time gemmperf compare A B alone (no decode, no analyze)")
+    ap.add_argument("--report", action="store_true",
+                    help="compare with its reports (the command's default) instead of --no-report")
     ap.add_argument("--dir", default=None, help="where the traces are written (deleted after)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT", default=None,
                     help="also run analyze on this checkout's code (a change's before)")

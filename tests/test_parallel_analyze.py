@@ -194,12 +194,12 @@ def test_a_process_in_two_sources_with_a_warmup_reads_the_full_tables(tmp_path):
 
 def test_workers_send_back_duration_rows_and_totals(tmp_path):
     from pytest_gemmperf.analysis.kernel_stats import ROW_KEYS
-    from pytest_gemmperf.analysis.source_totals import TOTAL_KEYS, _Options, reduce_source
+    from pytest_gemmperf.analysis.source_totals import TOTAL_KEYS, ReduceOptions, reduce_source
     from pytest_gemmperf.traces.discover import discover_all, load
 
     root = _csv_tree(tmp_path, copies=1)
     src = discover_all([root]).unique[0]
-    part = reduce_source(src, _Options(point=None, warmup=0))
+    part = reduce_source(src, ReduceOptions(point=None, warmup=0))
     full = load([root]).dispatches
     assert list(part.rows.keys.columns) == list(ROW_KEYS) and len(part.rows) == len(full)
     assert len(part.rows.keys) == full.groupby(list(ROW_KEYS), dropna=False, observed=True).ngroups
@@ -223,11 +223,11 @@ def test_a_source_travels_back_in_a_few_bytes_per_dispatch(tmp_path):
     parent as slim columns (~23 bytes a dispatch), which it unpickled while the workers ran."""
     import pickle
 
-    from pytest_gemmperf.analysis.source_totals import _Options, reduce_source
+    from pytest_gemmperf.analysis.source_totals import ReduceOptions, reduce_source
     from pytest_gemmperf.traces.discover import discover_all, load
 
     root = _long_csv_tree(tmp_path, 2000)
-    part = reduce_source(discover_all([root]).unique[0], _Options(point=None, warmup=0))
+    part = reduce_source(discover_all([root]).unique[0], ReduceOptions(point=None, warmup=0))
     n = len(load([root]).dispatches)
     assert n >= 20_000
     assert len(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)) / n < 8

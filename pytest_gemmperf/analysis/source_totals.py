@@ -170,7 +170,9 @@ def recategorize(table: pd.DataFrame, rules: Sequence[tuple[str, str]]) -> pd.Da
 
 
 @dataclass(frozen=True)
-class _Options:
+class ReduceOptions:
+    """What :func:`reduce_source` computes of each source."""
+
     point: str | None
     warmup: int
     #: also reduce what the reports read (``analysis/report_parts.py``), categories by ``rules``
@@ -180,7 +182,7 @@ class _Options:
 
 
 @dataclass
-class _Part:
+class SourcePart:
     """One source's reduction (picklable; its size is the duration rows')."""
 
     head: SourceRead
@@ -210,12 +212,19 @@ class SourceTotals:
         return SweepReduction(rows=self.rows, totals=self.totals, parts=self.report)
 
 
-def reduce_source(src, opts: _Options) -> _Part:
+def reduce_source(src, opts: ReduceOptions) -> SourcePart:
     """Read one source and reduce it (runs in a worker process)."""
     # a warm-up's drop and the reports' views read the table; the totals alone read codes
     head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS, _read_columns(opts),
                                  coded=opts.warmup == 0 and not opts.reports)
-    out = _Part(head)
+    return reduce_read(head, d, opts)
+
+
+def reduce_read(head: SourceRead, d: pd.DataFrame | CodedDispatches | None, opts: ReduceOptions) -> SourcePart:
+    """The reduction of one source read as ``head`` and ``d`` (its dispatches, None: none):
+    what :func:`reduce_source` sends back, for a reducer that reads the source itself (the
+    gate's, ``gate/file_reduce.py``, with the reports of ``gemmperf compare``)."""
+    out = SourcePart(head)
     if d is None:
         return out
     if isinstance(d, CodedDispatches):
@@ -233,7 +242,7 @@ def reduce_source(src, opts: _Options) -> _Part:
     return out
 
 
-def _read_columns(opts: _Options) -> Sequence[str] | None:
+def _read_columns(opts: ReduceOptions) -> Sequence[str] | None:
     """The dispatch columns a source is read with: all of them for the reports (their views
     read the GPU keys, launch shapes and extras such as the torch event category)."""
     if opts.reports:
@@ -256,29 +265,38 @@ def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str |
     if warmup > 0 and not all(kinds.reducible(s.kind) for s in found.unique):
         return None
     n_jobs = pool_jobs(jobs, [f for s in found.unique for f in s.files])
-    opts = _Options(point, int(warmup), reports=reports, rules=tuple(map(tuple, rules)), short_us=short_us)
+    opts = ReduceOptions(point, int(warmup), reports=reports, rules=tuple(map(tuple, rules)), short_us=short_us)
     parts = map_ordered(functools.partial(reduce_source, opts=opts), found.unique, n_jobs, meanwhile=meanwhile)
     notes = found.notes
     for part in parts:
         part.head.merge_notes(notes)
-    live = [p for p in parts if p.head.n_dispatches]
-    if not live:
+    if not any(p.head.n_dispatches for p in parts):
         raise no_dispatches(found)
-    if warmup > 0 and _shared_process(p.units for p in live):
+    return merge_reduced(parts, opts, notes=notes, skipped=found.skipped,
+                         sources=[s.describe() for s in found.sources], workers=n_jobs)
+
+
+def merge_reduced(parts: Sequence[SourcePart], opts: ReduceOptions, *, notes: list[str], skipped: list[SkippedInput],
+                  sources: list[dict], workers: int = 1) -> SourceTotals | None:
+    """The sources' reductions (:func:`reduce_read`, in input order, notes already merged)
+    as one :class:`SourceTotals`; None where they cannot stand for the full tables (a warm-up
+    with a process in two sources; with reports, a view that joins sources)."""
+    live = [p for p in parts if p.head.n_dispatches]
+    if opts.warmup > 0 and _shared_process(p.units for p in live):
         return None
-    if reports and not _reports_reducible(parts, live):
+    if opts.reports and not _reports_reducible(parts, live):
         return None
     rows = concat_rows([p.rows for p in live])
-    rows.keys = recategorize(rows.keys, rules)
+    rows.keys = recategorize(rows.keys, opts.rules)
     agents = [p.head.agents for p in parts if p.head.agents is not None]
     return SourceTotals(
-        rows=rows, totals=recategorize(concat_tables([p.totals for p in live], _TOTAL_SCHEMA), rules),
-        agents=concat_with_extras(agents, AGENT_SCHEMA), notes=notes, skipped=found.skipped,
-        sources=[s.describe() for s in found.sources], workers=n_jobs,
-        report=merge_parts([p.report for p in live]) if reports else None)
+        rows=rows, totals=recategorize(concat_tables([p.totals for p in live], _TOTAL_SCHEMA), opts.rules),
+        agents=concat_with_extras(agents, AGENT_SCHEMA), notes=notes, skipped=skipped,
+        sources=sources, workers=workers,
+        report=merge_parts([p.report for p in live]) if opts.reports else None)
 
 
-def _reports_reducible(parts: list[_Part], live: list[_Part]) -> bool:
+def _reports_reducible(parts: list[SourcePart], live: list[SourcePart]) -> bool:
     """Whether the reports can be built from the sources' report parts: no counters to join,
     no collective metadata to match across ranks, no process-GPU group in two sources."""
     if any(p.head.n_counters for p in parts) or any(p.report.needs_full for p in live):

@@ -32,6 +32,15 @@ rows (``analysis/kernel_stats.DurationRows``: each distinct key once, and per di
 index and its duration, packed: a few bytes instead of the full table's row), and the parent
 computes the statistics once over them, in input order.
 
+With the reports (``reports=True``: ``gemmperf compare`` without ``--no-report``) each source is
+read whole in its worker and reduced there for the reports too, as ``gemmperf analyze`` reduces
+it (``analysis/source_totals.reduce_read``: the kernel statistics' duration rows, the category
+totals, ``analysis/report_parts.report_part``), in the same pass as the gate's rows: the parent
+holds each side's reductions, never its dispatches table. Where a report view joins sources
+(counters, collective metadata matched across ranks, one process-GPU group in two sources: see
+``source_totals.merge_reduced``) :attr:`GateInputs.sweep` is None and the caller reads the full
+tables for the reports.
+
 Check, not assumption: when some unit appears in two sources (e.g. a rocprofv3 output dir
 copied twice), the reduction would not be the serial one, so the full tables are loaded
 (``load(paths, jobs=)``) and reduced in the parent instead; ``GateInputs.reduced`` says which
@@ -49,8 +58,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis import source_totals as T
 from pytest_gemmperf.analysis.kernel_stats import (ROW_KEYS, DurationRows, concat_rows, drop_warmup,
                                                    duration_rows, kernel_stats, rows_kernel_stats)
+from pytest_gemmperf.analysis.report_parts import SweepReduction
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import samples as S
 from pytest_gemmperf.traces import kinds
@@ -60,7 +71,7 @@ from pytest_gemmperf.analysis.timeline import TORCH_CAT_COLUMNS
 from pytest_gemmperf.gate.prepared import STEP_COLUMN, STEPS_COLUMN
 from pytest_gemmperf.traces.coded import CodedDispatches, NotSlim
 from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
-from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, Trace
 from pytest_gemmperf.traces.skipped import SkippedInput
 
 STAT_KEYS = ("source", "point", "rank", "kernel")
@@ -84,6 +95,8 @@ class _Options:
     path: str | None
     stats: bool
     categorical: bool = False
+    #: also reduce what the reports read (``source_totals.reduce_read``), the source read whole
+    reports: bool = False
 
 
 @dataclass
@@ -93,6 +106,7 @@ class _Partial:
     head: SourceRead
     samples: S.Reduced | None = None        # the gate's rows of this source (None: no dispatches)
     rows: DurationRows | None = None        # the statistics' keys and durations past the warm-up
+    report: T.SourcePart | None = None      # with reports: what analyze's reduction sends back
 
 
 @dataclass
@@ -111,13 +125,21 @@ class GateInputs:
     timings: dict = field(default_factory=dict)
     #: == load(paths).agents (the hardware key of trace inputs; None: no source listed agents)
     agents: pd.DataFrame | None = None
+    #: with reports, reduced: what the reports read of the dispatches (None: a view joins
+    #: sources, the caller reads the full tables; or the full tables were read: ``trace``)
+    sweep: SweepReduction | None = None
+    #: with reports, where the full tables were read (not ``reduced``): the trace itself
+    trace: Trace | None = None
 
 
 def reduce_source(src, opts: _Options) -> _Partial:
     """Read one source and reduce it (runs in a worker process)."""
 
-    head, d = _read_gate_columns(src, opts.point) if not opts.stats else read_for_reduction(src, opts.point)
+    whole = opts.stats or opts.reports
+    head, d = read_for_reduction(src, opts.point) if whole else _read_gate_columns(src, opts.point)
     out = _Partial(head)
+    if opts.reports:  # the reports' reduction of the table the gate's rows come from
+        out.report = T.reduce_read(head, d, _report_options(opts))
     if d is None:
         return out
     if opts.stats:
@@ -125,6 +147,10 @@ def reduce_source(src, opts: _Options) -> _Partial:
     out.samples = S.reduce_table(S.gate_table(d), kernels=opts.kernels, warmup=opts.warmup,
                                  compact=opts.compact, path=opts.path, gather=True)
     return out
+
+
+def _report_options(opts: _Options) -> T.ReduceOptions:
+    return T.ReduceOptions(opts.point, opts.warmup, reports=True)
 
 
 def _read_gate_columns(src, point: str | None) -> tuple[SourceRead, pd.DataFrame | None]:
@@ -146,7 +172,7 @@ def _read_gate_columns(src, point: str | None) -> tuple[SourceRead, pd.DataFrame
 def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
                 kernels: Sequence[str] | None = None, warmup: int = 0, compact: bool = True,
                 path: str | os.PathLike | None = None, stats: bool = True,
-                categorical: bool = False) -> GateInputs:
+                categorical: bool = False, reports: bool = False) -> GateInputs:
     """Samples (and kernel statistics) of every trace under ``paths``, reduced per source.
 
     Equals ``gate_samples(load(paths, point=point).dispatches, kernels=, warmup=, compact=,
@@ -155,7 +181,9 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     ``gemmperf analyze`` groups). Errors are those ``load`` / ``gate_samples`` raise.
     ``categorical``: the samples' text columns as categoricals of the same values (a row a
     dispatch then holds codes, not its kernel's name). Without ``stats`` each source is read
-    with the gate's columns only (:data:`GATE_COLUMNS`).
+    with the gate's columns only (:data:`GATE_COLUMNS`). ``reports``: each source is read whole
+    and reduced for the reports as well (:attr:`GateInputs.sweep`; :attr:`GateInputs.trace`
+    where the full tables were read).
     """
 
     t0 = time.perf_counter()
@@ -163,10 +191,10 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     sources, unique, notes = found.sources, found.unique, found.notes
     if not all(kinds.reducible(s.kind) for s in unique):  # a source may hold part of a process
         return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
-                          path=path, stats=stats, categorical=categorical)
+                          path=path, stats=stats, categorical=categorical, reports=reports)
     opts = _Options(point=point, kernels=tuple(str(k) for k in kernels) if kernels else None,
                     warmup=int(warmup), compact=compact, path=None if path is None else os.fspath(path),
-                    stats=stats, categorical=categorical)
+                    stats=stats, categorical=categorical, reports=reports)
     n_jobs = pool_jobs(jobs, [f for s in unique for f in s.files])
     t1 = time.perf_counter()
     parts = map_ordered(functools.partial(reduce_source, opts=opts), unique, n_jobs)
@@ -181,17 +209,22 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     units = np.concatenate([p.samples.units for p in live])
     if len(np.unique(units)) != len(units):  # a process in two sources: not reducible per source
         return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
-                          path=path, stats=stats, categorical=categorical)
+                          path=path, stats=stats, categorical=categorical, reports=reports)
     S.check_selection([p.samples for p in live], kernels, warmup, path)
     samples = _merge_samples([p.samples for p in live], warmup, categorical)
     stat_table, by = _stats(live, warmup) if stats else (None, ())
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
                "workers": n_jobs}
 
+    sweep = None
+    if reports:
+        totals = T.merge_reduced([p.report for p in parts], _report_options(opts), notes=notes,
+                                 skipped=found.skipped, sources=described, workers=n_jobs)
+        sweep = totals.sweep() if totals is not None else None
     agents = [p.head.agents for p in parts if p.head.agents is not None]
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
                       skipped=found.skipped, sources=described, n_dispatches=n, reduced=True, timings=timings,
-                      agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None)
+                      agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None, sweep=sweep)
 
 
 def _merge_samples(parts: list[S.Reduced], warmup: int, categorical: bool = False) -> pd.DataFrame:
@@ -219,7 +252,8 @@ def _stats(live: list[_Partial], warmup: int) -> tuple[pd.DataFrame, tuple[str, 
     return rows_kernel_stats(rows, by=by), by
 
 
-def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats, categorical=False) -> GateInputs:
+def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats, categorical=False,
+               reports=False) -> GateInputs:
     """The serial reduction on the full tables (read with ``jobs`` workers)."""
 
     trace = load(paths, point=point, jobs=jobs)
@@ -231,4 +265,4 @@ def _full_path(paths, *, jobs, point, kernels, warmup, compact, path, stats, cat
     table = kernel_stats(d, by=by, warmup=warmup) if stats else None
     return GateInputs(samples=samples, kernel_stats=table, stats_by=by, notes=trace.meta["notes"],
                       skipped=trace.meta["skipped"], sources=trace.meta["sources"], n_dispatches=len(d), reduced=False,
-                      agents=trace.agents if len(trace.agents) else None)
+                      agents=trace.agents if len(trace.agents) else None, trace=trace if reports else None)

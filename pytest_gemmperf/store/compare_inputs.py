@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from pytest_gemmperf.analysis.report_parts import SweepReduction
+from pytest_gemmperf.analysis.source_totals import reduce_sources
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import compare
 from pytest_gemmperf.gate.confirm import CONFIRM, ConfirmConfig, PointJudge
@@ -26,7 +28,7 @@ from pytest_gemmperf.run.environment import Disturbance
 from pytest_gemmperf.run.telemetry import affected_processes, note_rows, slowest_process_notes
 from pytest_gemmperf.run.telemetry import evidence as telemetry_evidence
 from pytest_gemmperf.traces.fileio import read_json_object
-from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS, gate_samples
+from pytest_gemmperf.gate.samples import SAMPLE_COLUMNS
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.store.baselines import BaselineStore
@@ -144,6 +146,23 @@ def trace_hw_key(path: str, agents: dict) -> str | None:
     return trace_hardware_key(agents.get(path))
 
 
+@dataclass(frozen=True)
+class ReportInput:
+    """What the reports read of one side (``report.write_reports``' ``dispatches``,
+    ``counters`` and ``agents``): its dispatches reduced where each source was read
+    (``analysis/report_parts.py``), or, where a report view joins several sources' dispatches
+    (counters, torch collective metadata, one GPU's dispatches in two sources), its full tables."""
+
+    dispatches: pd.DataFrame | SweepReduction
+    counters: pd.DataFrame | None
+    agents: pd.DataFrame | None
+
+    @classmethod
+    def of(cls, trace) -> "ReportInput":
+        """The full tables of a ``traces.schema.Trace``."""
+        return cls(trace.dispatches, trace.counters, trace.agents)
+
+
 def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
               hw: str | None = None, records: list | None = None,
               jobs: int | None = 1, agents: dict | None = None,
@@ -153,12 +172,13 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     Samples come from :func:`~pytest_gemmperf.gate.samples.gate_samples`, as in pytest and
     ``baseline refresh``: a results directory per test with each point's kernel regexes and
     warm-up (``warmup`` None: the recorded one), other traces with every kernel gated.
-    ``traces``, when given, receives ``{path: Trace}`` for trace inputs (the reports need the
-    dispatches, not only the samples). ``jobs``: worker processes reading trace files or
+    ``traces``, when given, receives ``{path: ReportInput}`` for trace inputs and results
+    directories: what the reports read of the dispatches, reduced where each source is read
+    (the full tables only where a report view joins sources). ``jobs``: worker processes reading trace files or
     results points at once (None or 0: every usable core); without ``traces`` each trace file
     is read with the gate's columns only and reduced to its samples where it is read
-    (``gate/file_reduce.py``), so the full dispatches table is never held, and the samples'
-    text columns are categoricals (a dispatch's row holds codes, not its kernel's name; the
+    (``gate/file_reduce.py``; with ``traces`` read whole and reduced for the reports in the
+    same pass), so the full dispatches table is never held, and the samples' text columns are categoricals (a dispatch's row holds codes, not its kernel's name; the
     gate reads them as it reads text); the samples are the same whatever ``jobs`` is.
     ``agents``, when given, receives ``{path: agents table}`` for trace inputs that list agents
     (with or without ``traces``): what names their hardware when no ``run.json`` does
@@ -191,19 +211,15 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     if _is_results_dir(p):
         out = results_samples(p, warmup=warmup, jobs=jobs, allow_partial=allow_partial, report=_note)
         if traces is not None:
-            traces[path] = _complete_points_trace(p, jobs)
+            traces[path] = _complete_points_report(p, jobs, warmup or 0)
         return out
     if p.is_dir():
         _check_trace_dir(p)  # before any reader: an unrelated tree is one line naming it
-    if traces is None:
-        inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False,
-                             categorical=True)
-        samples, found, skipped = inputs.samples, inputs.agents, inputs.skipped
-    else:
-        trace = load([p], jobs=jobs)
-        traces[path] = trace
-        samples, found = gate_samples(trace.dispatches, warmup=warmup or 0, compact=False, path=p), trace.agents
-        skipped = trace.meta.get("skipped", [])
+    inputs = gate_inputs([p], jobs=jobs, warmup=warmup or 0, compact=False, path=p, stats=False,
+                         categorical=True, reports=traces is not None)
+    samples, found, skipped = inputs.samples, inputs.agents, inputs.skipped
+    if traces is not None:
+        traces[path] = _report_input(inputs, [p], jobs)
     check_lost_inputs(p, skipped, allow_partial)
     if agents is not None and found is not None and len(found):
         agents[path] = found
@@ -216,13 +232,24 @@ def _note(text: str) -> None:
     print(text if text.startswith("note: ") else f"note: {text}", file=sys.stderr)
 
 
-def _complete_points_trace(root: Path, jobs: int | None):
-    """The dispatches of a run's complete points only (the reports): an interrupted point's
-    raw outputs must not join them."""
+def _report_input(inputs, paths: list[Path], jobs: int | None) -> ReportInput:
+    """What the reports read of a trace side from its gate inputs (``gate_inputs(reports=True)``):
+    the reduction, else the full tables it read, else (a report view joins sources) the full
+    tables read now."""
+    if inputs.sweep is not None:
+        return ReportInput(inputs.sweep, None, inputs.agents)
+    return ReportInput.of(inputs.trace if inputs.trace is not None else load(paths, jobs=jobs))
+
+
+def _complete_points_report(root: Path, jobs: int | None, warmup: int) -> ReportInput:
+    """What the reports read of a run's complete points only (an interrupted point's raw
+    outputs must not join them), reduced point by point where the views allow."""
     state = run_state(root)
-    if state.is_complete:
-        return load([root], jobs=jobs)
-    return load([root / rel for rel in state.complete], jobs=jobs)
+    paths = [root] if state.is_complete else [root / rel for rel in state.complete]
+    reduced = reduce_sources(paths, jobs=jobs, warmup=warmup, reports=True)
+    if reduced is None:  # a view joins sources (counters, collective metadata): the full tables
+        return ReportInput.of(load(paths, jobs=jobs))
+    return ReportInput(reduced.sweep(), None, reduced.agents)
 
 
 def _check_trace_dir(p: Path) -> None:

@@ -1,0 +1,99 @@
+"""``gemmperf compare`` with its reports (the default) reduces each source where it is read, for
+the gate and for the reports in one pass (``gate/file_reduce.gate_inputs(reports=True)``,
+``analysis/report_parts.py``): no process holds a side's full dispatches table, and every report
+file is the one the full tables give, byte for byte, on random multi-source traces of every
+input kind. Where a report view joins sources (collective metadata matched across ranks,
+counters) the side is read in full for the reports, as before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.analysis.report_parts import SweepReduction
+from pytest_gemmperf.commands import compare_impl
+from pytest_gemmperf.store import compare_inputs
+from pytest_gemmperf.store.compare_inputs import ReportInput
+from pytest_gemmperf.traces.discover import load
+from test_gate_slim_samples import KINDS, _tree
+from test_parallel_reports import _report_files
+
+#: kinds whose every report view is built from the per-source reductions
+REDUCED = {"torch", "rocprof-json", "rocprof-csv", "rocpd", "tables", "results"}
+
+
+def _results(root: Path, seed: int) -> Path:
+    """A finished pytest run (results layout) of two tests, its points' dispatch tables from
+    generated Kineto traces."""
+    src = _tree("torch", root.parent / f"{root.name}-src", seed)
+    root.mkdir(parents=True)
+    (root / "run.json").write_text(json.dumps({"start_time": "2026-11-20T10:00:00+00:00"}))
+    for i, f in enumerate(sorted(src.rglob("*.pt.trace.json"))):
+        test = f"perf_tests/test_gemm.py::test_{i}"
+        pdir = root / f"perf_tests__test_gemm.py__test_{i}" / "th256"
+        pdir.mkdir(parents=True)
+        (pdir / "point.json").write_text(json.dumps({"test_id": test, "point": "th256", "status": "ok"}))
+        load([f]).dispatches.to_parquet(pdir / "dispatches.parquet")
+    return root
+
+
+def _input(kind: str, root: Path, seed: int) -> Path:
+    return _results(root, seed) if kind == "results" else _tree(kind, root, seed)
+
+
+def _compare(tmp_path: Path, inputs: list[Path], *extra: str) -> tuple[dict[str, bytes], list]:
+    """The report files of ``gemmperf compare INPUTS``, and the dispatches each report side got
+    (written into the same directory each time: summary.json names the files it lists)."""
+    from pytest_gemmperf.cli import main
+
+    out = tmp_path / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    got: list = []
+    real = compare_impl.write_reports
+
+    def spy(out_dir, **kw):
+        got.extend(kw["dispatches"])
+        return real(out_dir, **kw)
+
+    compare_impl.write_reports = spy
+    try:
+        assert main(["compare", *map(str, inputs), "--out", str(out), "--jobs", "1", *extra]) in (0, 1, 4)
+    finally:
+        compare_impl.write_reports = real
+    return _report_files(out), got
+
+
+def _full_tables(monkeypatch) -> None:
+    """The reports from each side's full tables, as ``gemmperf compare`` built them before."""
+    monkeypatch.setattr(compare_inputs, "_report_input",
+                        lambda inputs, paths, jobs: ReportInput.of(load(paths, jobs=jobs)))
+    monkeypatch.setattr(compare_inputs, "_complete_points_report",
+                        lambda root, jobs, warmup: ReportInput.of(load([root], jobs=jobs)))
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "results"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_reports_of_reductions_equal_the_full_tables(tmp_path, monkeypatch, capsys, kind, seed):
+    """Every report file of a compare (one or two candidates, with and without a warm-up) is
+    the full tables' on random multi-source traces of each kind; a kind whose views join
+    sources (Kineto with collective metadata) is reported from its full tables."""
+    inputs = [_input(kind, tmp_path / f"in{i}", 10 * seed + i) for i in range(2 + seed)]
+    # two candidates: labelled (the path names may repeat), a warm-up dropped
+    extra = ("--warmup", "2", "--labels", "c1", "c2") if seed else ()
+    reduced, sides = _compare(tmp_path, inputs, *extra)
+    assert len(sides) == len(inputs)
+    want = SweepReduction if kind in REDUCED else pd.DataFrame
+    assert all(isinstance(s, want) for s in sides), [type(s) for s in sides]
+    with monkeypatch.context() as m:
+        _full_tables(m)
+        full, sides = _compare(tmp_path, inputs, *extra)
+    assert all(isinstance(s, pd.DataFrame) for s in sides)
+    assert "report.html" in full and "summary.md" in full
+    assert reduced.keys() == full.keys()
+    assert [f for f in full if reduced[f] != full[f]] == []
