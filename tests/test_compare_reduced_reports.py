@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -97,3 +98,60 @@ def test_reports_of_reductions_equal_the_full_tables(tmp_path, monkeypatch, caps
     assert "report.html" in full and "summary.md" in full
     assert reduced.keys() == full.keys()
     assert [f for f in full if reduced[f] != full[f]] == []
+
+
+# ------------------------------------------------------------------- bounded memory
+
+def _tables(root: Path, sources: int, rows: int, seed: int) -> Path:
+    """A side of ``sources`` processes (one dispatches table each) of ``rows`` dispatches,
+    resampled from a generated rocprofv3 CSV process at new times."""
+    from test_gate_slim_samples import write_csv_process
+
+    rng = np.random.default_rng(seed)
+    write_csv_process(root / "src", rng, 5358, 200)
+    one = load([root / "src"]).dispatches
+    side = root / "side"
+    for i in range(sources):
+        d = one.iloc[rng.integers(0, len(one), rows)].reset_index(drop=True)
+        start = 1_700_000_000_000_000_000 + np.cumsum(rng.integers(1_000, 20_000, rows))
+        dur = d["dur_ns"].to_numpy(np.int64) + rng.integers(0, 500, rows)
+        d["start_ns"], d["end_ns"], d["dur_ns"] = start, start + dur, dur
+        d["pid"] = pd.array([100 + i] * rows, dtype="Int64")
+        # a text a dispatch beside the canonical columns, as real tables carry (launch args,
+        # stacks): the full table holds it, no reduction does
+        d["args"] = [f"{{'seq': {j}, 'stack': '{'x' * 500}'}}" for j in range(rows)]
+        (side / f"rank{i}").mkdir(parents=True)
+        d.to_parquet(side / f"rank{i}" / "dispatches.parquet")
+    return side
+
+
+_PEAK = """
+import resource, sys
+from pytest_gemmperf.cli import main
+rc = main(["compare", *sys.argv[1:], "--jobs", "1"])
+print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def _peak(tmp_path: Path, a: Path, b: Path) -> int:
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(a), str(b), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, check=True).stdout.splitlines()[-1].split()
+    assert out[0] in ("0", "1", "4")
+    return int(out[1])
+
+
+#: sources a side, dispatches a source
+SOURCES, ROWS = 3, 5_000
+
+
+def test_compare_with_reports_holds_no_full_table(tmp_path, capsys):
+    """The peak of a compare with its reports grows with what it keeps of each dispatch (the
+    gate's samples and the reports' reductions, a few hundred bytes at most with the statistics'
+    arrays), not with the dispatches table (here some 1,500 bytes a row with its text column,
+    held for both sides before: about 2,400 bytes a dispatch of growth): sides of three sources
+    against sides of one."""
+    small = [_tables(tmp_path / f"s{s}", 1, ROWS, s) for s in (0, 1)]
+    large = [_tables(tmp_path / f"l{s}", SOURCES, ROWS, s) for s in (0, 1)]
+    added = 2 * (SOURCES - 1) * ROWS
+    growth = _peak(tmp_path, *large) - _peak(tmp_path, *small)
+    assert growth / added < 1200, f"{growth / 2**20:.0f} MiB more for {added:,} more dispatches"
