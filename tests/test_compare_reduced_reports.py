@@ -79,7 +79,7 @@ def _full_tables(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("kind", [*KINDS, "results"])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # 1: three sides, a warm-up
 def test_reports_of_reductions_equal_the_full_tables(tmp_path, monkeypatch, capsys, kind, seed):
     """Every report file of a compare (one or two candidates, with and without a warm-up) is
     the full tables' on random multi-source traces of each kind; a kind whose views join

@@ -408,6 +408,20 @@ def test_compare_on_the_cluster_writes_the_serial_verdicts(tmp_path, address, in
 
 
 @needs_engine
+def test_compare_with_reports_on_the_cluster_writes_the_serial_reports(tmp_path, address, inputs):
+    """With its reports, compare's workers send back each source's report reduction beside its
+    gate rows (``gate_inputs(reports=True)``): every report file is the serial run's."""
+    base, cand, _, verdicts = inputs
+    for name, jobs in (("dask", address), ("serial", "1")):
+        assert main(["compare", str(base), str(cand), "--out", str(tmp_path / name), "--jobs", jobs]) == 1
+    assert (tmp_path / "dask" / "verdicts.csv").read_bytes() == verdicts
+    for name in ("summary.md", "kernels.csv", "top5_gemm_kernels_time_variance_with_collective_overlap.csv",
+                 "report.html"):
+        got, want = ((tmp_path / d / name).read_text() for d in ("dask", "serial"))
+        assert _undated(got) == _undated(want), name
+
+
+@needs_engine
 def test_a_bad_input_read_on_a_worker_is_the_serial_line(tmp_path, address, capsys):
     root = write_inputs(tmp_path / "in", ranks=0, n=20)
     bad = root / "host2" / "5002_kernel_trace.csv"
