@@ -35,7 +35,7 @@ dispatches of several sources; a sweep that has them is reported from the full t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -114,6 +114,7 @@ class ReportPart:
     comm: CommRows | None = None          # only beside GEMM dispatches: what their rows read
     has_comm: bool = False                # the source has collective dispatches
     needs_full: list[str] = field(default_factory=list)  # views that need the full tables, and why
+    gpu_groups: frozenset[tuple] | None = None  # the timeline rows' keys (:func:`gpu_group_keys`)
 
     @property
     def n_gpu_groups(self) -> int:
@@ -133,6 +134,7 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
                       details=_details_part(d), warmup=int(warmup), short_us=float(short_us),
                       timeline=gpu_timeline(d, codes=codes))
+    part.gpu_groups = gpu_group_keys(part.timeline)  # found here: the parent only compares sets
     if "coll_name" in d.columns and d["coll_name"].notna().any():
         part.needs_full.append("collective metadata (cross-rank matching)")
     gm = category_mask(d, None, "gemm")
@@ -231,8 +233,7 @@ def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
     gpus = np.cumsum([0] + [p.n_gpu_groups for p in parts])
     short = pd.concat([p.short for p in parts], ignore_index=True)
     short = short.groupby("name", sort=True).sum().reset_index() if len(parts) > 1 else short
-    details = concat_tables([p.details.assign(**{_ROW: p.details[_ROW].to_numpy() + rows[i]})
-                             for i, p in enumerate(parts)], {**DISPATCH_SCHEMA, _ROW: "int64"})
+    details = _merge_details([p.details for p in parts], rows[:-1])
     gemm = _merge_gemm([(p.gemm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.gemm is not None])
     comm = _merge_comm([(p.comm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.comm is not None])
     return ReportParts(n_dispatches=int(rows[-1]), short=short,
@@ -241,6 +242,28 @@ def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
                        timeline=concat_tables([p.timeline for p in parts], DISPATCH_SCHEMA),
                        gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts),
                        warmup=parts[0].warmup, short_us=parts[0].short_us)
+
+
+def _merge_details(frames: list[pd.DataFrame], offsets: np.ndarray) -> pd.DataFrame:
+    """The parts' kernel details as one table holding the sweep's :data:`KERNEL_DETAILS_TOP`
+    longest dispatches (ties: the earlier row), in row order, with the columns every part's
+    rows have (a column no kept row has is null there). Picked before the tables are joined:
+    joining costs a fixed price per table and column, and most parts hold none of them."""
+    dur = np.concatenate([f["dur_ns"].to_numpy(np.int64) for f in frames])
+    row = np.concatenate([f[_ROW].to_numpy(np.int64) + np.int64(o) for f, o in zip(frames, offsets)])
+    # longest first, ties by row: the rows ``nlargest`` keeps of the joined table
+    keep = np.zeros(len(dur), dtype=bool)
+    keep[np.lexsort((row, -dur))[:KERNEL_DETAILS_TOP]] = True
+    bounds = np.cumsum([0] + [len(f) for f in frames])
+    kept, seen = [], set()
+    for i, f in enumerate(frames):
+        mine = keep[bounds[i]:bounds[i + 1]]
+        # an empty slice still brings its columns, and two tables at least are joined as many
+        # are (categories as text)
+        if mine.any() or not seen.issuperset(f.columns) or (len(kept) < 2 and i >= len(frames) - 2 + len(kept)):
+            kept.append(f.iloc[np.flatnonzero(mine)].assign(**{_ROW: row[bounds[i]:bounds[i + 1]][mine]}))
+            seen.update(f.columns)
+    return concat_tables(kept, {**DISPATCH_SCHEMA, _ROW: "int64"})
 
 
 def _widened(arrays: list[np.ndarray], offsets: list[int]) -> np.ndarray:
@@ -281,26 +304,63 @@ class SweepReduction:
     rows: DurationRows
     totals: pd.DataFrame
     parts: ReportParts
+    #: views of the reports already being computed elsewhere (``report/data.py``'s
+    #: ``views_beside``): what they were asked with, and the call that returns them
+    ahead: tuple[Any, Callable[[], Any]] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return self.parts.n_dispatches
 
 
+def gpu_group_keys(timeline: pd.DataFrame) -> frozenset[tuple]:
+    """The process-GPU groups of a part's timeline, as the rows of its :data:`GPU_KEYS` columns
+    (Python values, nulls as None)."""
+    return frozenset(_row_set(timeline[[c for c in GPU_KEYS if c in timeline.columns]]))
+
+
 def shared_gpu_groups(parts: Sequence[ReportPart]) -> bool:
     """Whether a process-GPU group (a timeline row's keys) appears in more than one part."""
-    return row_in_two(p.timeline[[c for c in GPU_KEYS if c in p.timeline.columns]] for p in parts)
+    seen: set[tuple] = set()
+    for p in parts:
+        rows = p.gpu_groups if p.gpu_groups is not None else gpu_group_keys(p.timeline)
+        if seen & rows:
+            return True
+        seen |= rows
+    return False
 
 
 def row_in_two(frames) -> bool:
     """Whether some row (nulls alike) appears in more than one of ``frames``."""
     seen: set[tuple] = set()
     for f in frames:
-        rows = {tuple(None if pd.isna(v) else v for v in row)
-                for row in f.astype(object).itertuples(index=False, name=None)}
+        rows = _row_set(f)
         if seen & rows:
             return True
         seen |= rows
     return False
+
+
+def _row_set(f: pd.DataFrame) -> set[tuple]:
+    """The rows of ``f`` as tuples of Python values, every null as None. Column by column
+    (``tolist``): a frame's ``astype(object)`` costs pandas' fixed price per column and frame,
+    which for one small frame per source summed to a tenth of a second on 24 sources."""
+    if not len(f.columns):
+        return {()} if len(f) else set()
+    return set(zip(*(_values(f[c]) for c in f.columns)))
+
+
+def _values(col: pd.Series) -> list:
+    """A column's values as Python objects, every null as None (a categorical's through its
+    codes: its ``tolist`` converts the whole column first)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories.tolist()
+        return [cats[i] if i >= 0 else None for i in col.cat.codes.tolist()]
+    return [None if _null(v) else v for v in col.tolist()]
+
+
+def _null(v) -> bool:
+    """A scalar null as ``tolist`` gives it: None, NaN, pd.NA, NaT."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
 
 
 # ------------------------------------------------------------------------------ sweep frames
@@ -343,5 +403,5 @@ def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.Data
 
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
            "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "gemm_frame",
-           "merge_parts", "report_part", "row_in_two", "shared_gpu_groups", "short_edges",
+           "gpu_group_keys", "merge_parts", "report_part", "row_in_two", "shared_gpu_groups", "short_edges",
            "short_part"]
