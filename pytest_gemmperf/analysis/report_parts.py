@@ -107,9 +107,10 @@ class ReportPart:
     short_hist: np.ndarray                # their count per bin
     total_ns: int                         # duration sum of every dispatch
     details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS + _ROW, row order
+                                          # (text columns as text: :func:`decategorized`)
     warmup: int                           # GEMM dispatches dropped per GPU group and kernel
     short_us: float                       # the short-kernel threshold
-    timeline: pd.DataFrame                # analysis.timeline.gpu_timeline
+    timeline: pd.DataFrame                # analysis.timeline.gpu_timeline, text as text
     gemm: GemmRows | None = None
     comm: CommRows | None = None          # only beside GEMM dispatches: what their rows read
     has_comm: bool = False                # the source has collective dispatches
@@ -131,10 +132,13 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     end = d["end_ns"].to_numpy(np.int64)
     codes = group_codes(d, GPU_KEYS)
     short, hist = short_part(d, short_us)
+    timeline = gpu_timeline(d, codes=codes)
+    # the tables travel with their text as text: the parent joins them with one pd.concat (joining
+    # categoricals of many small tables costs a fixed price per table and column), and the
+    # reports show them as text
     part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
-                      details=_details_part(d), warmup=int(warmup), short_us=float(short_us),
-                      timeline=gpu_timeline(d, codes=codes))
-    part.gpu_groups = gpu_group_keys(part.timeline)  # found here: the parent only compares sets
+                      details=decategorized(_details_part(d)), warmup=int(warmup), short_us=float(short_us),
+                      timeline=decategorized(timeline), gpu_groups=gpu_group_keys(timeline))
     if "coll_name" in d.columns and d["coll_name"].notna().any():
         part.needs_full.append("collective metadata (cross-rank matching)")
     gm = category_mask(d, None, "gemm")
@@ -233,37 +237,36 @@ def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
     gpus = np.cumsum([0] + [p.n_gpu_groups for p in parts])
     short = pd.concat([p.short for p in parts], ignore_index=True)
     short = short.groupby("name", sort=True).sum().reset_index() if len(parts) > 1 else short
-    details = _merge_details([p.details for p in parts], rows[:-1])
+    details = _joined([p.details.assign(**{_ROW: p.details[_ROW].to_numpy() + rows[i]}) if i else p.details
+                       for i, p in enumerate(parts)])
     gemm = _merge_gemm([(p.gemm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.gemm is not None])
     comm = _merge_comm([(p.comm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.comm is not None])
     return ReportParts(n_dispatches=int(rows[-1]), short=short,
                        short_hist=np.sum([p.short_hist for p in parts], axis=0),
                        total_ns=sum(p.total_ns for p in parts), details=details.drop(columns=_ROW),
-                       timeline=concat_tables([p.timeline for p in parts], DISPATCH_SCHEMA),
+                       timeline=_joined([p.timeline for p in parts]),
                        gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts),
                        warmup=parts[0].warmup, short_us=parts[0].short_us)
 
 
-def _merge_details(frames: list[pd.DataFrame], offsets: np.ndarray) -> pd.DataFrame:
-    """The parts' kernel details as one table holding the sweep's :data:`KERNEL_DETAILS_TOP`
-    longest dispatches (ties: the earlier row), in row order, with the columns every part's
-    rows have (a column no kept row has is null there). Picked before the tables are joined:
-    joining costs a fixed price per table and column, and most parts hold none of them."""
-    dur = np.concatenate([f["dur_ns"].to_numpy(np.int64) for f in frames])
-    row = np.concatenate([f[_ROW].to_numpy(np.int64) + np.int64(o) for f, o in zip(frames, offsets)])
-    # longest first, ties by row: the rows ``nlargest`` keeps of the joined table
-    keep = np.zeros(len(dur), dtype=bool)
-    keep[np.lexsort((row, -dur))[:KERNEL_DETAILS_TOP]] = True
-    bounds = np.cumsum([0] + [len(f) for f in frames])
-    kept, seen = [], set()
-    for i, f in enumerate(frames):
-        mine = keep[bounds[i]:bounds[i + 1]]
-        # an empty slice still brings its columns, and two tables at least are joined as many
-        # are (categories as text)
-        if mine.any() or not seen.issuperset(f.columns) or (len(kept) < 2 and i >= len(frames) - 2 + len(kept)):
-            kept.append(f.iloc[np.flatnonzero(mine)].assign(**{_ROW: row[bounds[i]:bounds[i + 1]][mine]}))
-            seen.update(f.columns)
-    return concat_tables(kept, {**DISPATCH_SCHEMA, _ROW: "int64"})
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts' tables (text columns as text) one after the other, with a new index."""
+    if len(frames) == 1:
+        return frames[0]
+    kept = [f for f in frames if len(f)] or frames[:1]  # an empty table adds no row, only warnings
+    return pd.concat(kept, ignore_index=True)
+
+
+def decategorized(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its categorical columns as object columns (None for missing): text is what
+    the reports show, and categoricals of different tables have different categories."""
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if not cats:
+        return df
+    df = df.copy()
+    for c in cats:
+        df[c] = df[c].astype(object).where(df[c].notna(), None)
+    return df
 
 
 def _widened(arrays: list[np.ndarray], offsets: list[int]) -> np.ndarray:
@@ -402,6 +405,6 @@ def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.Data
 
 
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
-           "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "gemm_frame",
+           "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "decategorized", "gemm_frame",
            "gpu_group_keys", "merge_parts", "report_part", "row_in_two", "shared_gpu_groups", "short_edges",
            "short_part"]

@@ -22,8 +22,8 @@ from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stat
 from pytest_gemmperf.analysis.overlap import overlap_by_kernel
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
                                                    CommRows, GemmRows, ReportParts, SweepReduction,
-                                                   collective_frame, gemm_frame, merge_parts, report_part,
-                                                   short_edges)
+                                                   collective_frame, decategorized, gemm_frame, merge_parts,
+                                                   report_part, short_edges)
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
@@ -176,14 +176,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _decategorize(df: pd.DataFrame) -> pd.DataFrame:
-    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
-    if not cats:
-        return df
-    df = df.copy()
-    for c in cats:
-        df[c] = df[c].astype(object).where(df[c].notna(), None)
-    return df
+_decategorize = decategorized
 
 
 def _object_keys(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
