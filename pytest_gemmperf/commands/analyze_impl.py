@@ -236,7 +236,8 @@ def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
     """``kernel_table`` of the table ``rows`` stands for (``analysis/kernel_stats.DurationRows``),
     warm-up already dropped: the keys' nulls filled on the keys alone."""
     by = ("source",) + KEYS if mixed else KEYS
-    filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns)
+    # the same rows: the reports' statistics of them (nulls kept) reuse these (kernel_stats)
+    filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns, rows.stats_cache)
     return _ordered(_restore_keys(rows_kernel_stats(filled, by=by)), by, rows.keys)
 
 
