@@ -15,8 +15,9 @@ and :func:`merge_parts` joins the sources' parts in input order, so that the par
 * **the GPU timeline**: one row per process-GPU group (``intervals.GPU_KEYS``, which name the
   trace ``file``): the intervals of a group lie in one source, so its row is computed where
   that source is read and the sources' rows are concatenated. A group found in two sources
-  (one file read twice) cannot be; :func:`shared_gpu_groups` tells, and the caller reads the
-  full tables instead;
+  (one file read twice) cannot be; :func:`shared_gpu_groups` tells (from the groups each part
+  names where it is read, :func:`gpu_group_keys`), and the caller reads the full tables
+  instead. The details and the timeline travel with their text as text (:func:`decategorized`);
 * **GEMM dispatches**: the top-variance table (quantiles, MAD, the min and max instances), the
   overlap table's medians and the plotted boxes are order statistics over groups that span
   sources, which no per-source summary merges exactly. Each GEMM dispatch travels as a few
@@ -405,6 +406,6 @@ def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.Data
 
 
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
-           "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "decategorized", "gemm_frame",
-           "gpu_group_keys", "merge_parts", "report_part", "row_in_two", "shared_gpu_groups", "short_edges",
-           "short_part"]
+           "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "decategorized",
+           "gemm_frame", "gpu_group_keys", "merge_parts", "report_part", "row_in_two", "shared_gpu_groups",
+           "short_edges", "short_part"]
