@@ -62,6 +62,7 @@ def test_gemm_views_computed_beside_are_those_computed_here(seed, monkeypatch):
 @pytest.mark.slow  # a process pool and a process beside it
 def test_the_command_computes_the_gemm_views_and_the_workbook_beside(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)  # the pool on small fixtures
+    monkeypatch.setattr(parallel, "_fork_server_started", False)  # as in a command's own process
     given: list[str] = []
     submit = parallel.Beside.submit
 
