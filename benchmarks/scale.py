@@ -40,7 +40,8 @@ every run's ``kernels.csv`` and ``summary.json`` are byte-identical.
 
 Usage: python benchmarks/scale.py [--sizes 256x20000,1024x5000] [--formats csv,json,kineto]
        [--jobs N] [--quick] [--keep]
-       python benchmarks/scale.py --case csv96 [--files 96] [--repeats 3] [--keep]
+       python benchmarks/scale.py --case csv96 [--files 96] [--repeats 3] [--keep] [--reports]
+                                  [--before CHECKOUT]
 """
 
 from __future__ import annotations
@@ -407,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="--case: run the command with its reports (the default) instead of --no-report, "
                          "and compare every report file across modes")
     ap.add_argument("--trace", type=Path, default=TRACE_908, help="--case: the rocprofv3 JSON the files copy")
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT",
+                    help="--case: also run each mode on another checkout's code (the code before a change), "
+                         "interleaved in the same rounds, and compare CPU, wall and every output byte")
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -414,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         measure(args.measure, args.jobs or usable_cores(), args.result, legacy=args.legacy)
         return 0
     if args.case == "csv96":
-        return csv_case(args.files or 96, args.repeats, args.trace, keep=args.keep, reports=args.reports)
+        return csv_case(args.files or 96, args.repeats, args.trace, keep=args.keep, reports=args.reports,
+                        before=args.before)
     if args.quick:
         sizes = [(32, 2000)]
     elif args.files or args.dispatches:
@@ -548,15 +553,15 @@ def _machine_busy_s() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _analyze(root: Path, jobs: str, out: Path, reports: bool = False) -> dict:
+def _analyze(root: Path, jobs: str, out: Path, reports: bool = False, code: Path = REPO) -> dict:
     """One ``gemmperf analyze ROOT --no-report --jobs N`` (``reports``: with its reports, the
-    default) in a fresh process: wall seconds,
+    default) in a fresh process running ``code``'s package: wall seconds,
     peak RSS of its process tree (MiB), CPU seconds of the tree (sampled: a lower bound), and
     the cores other processes kept busy meanwhile (the machine's CPU time less the tree's,
     over the wall time: a run to trust has close to 0)."""
     cmd = [sys.executable, "-m", "pytest_gemmperf.cli", "analyze", str(root), *([] if reports else ["--no-report"]),
            "--jobs", str(jobs), "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(code))
     busy0 = _machine_busy_s()
     own0 = time.process_time()  # this process's monitor thread, not the command
     t0 = time.perf_counter()
@@ -602,10 +607,13 @@ def _same_outputs(a: Path, b: Path) -> bool:
 CSV_MODES = ("1", "2", "auto")
 
 
-def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False, reports: bool = False) -> int:
+def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False, reports: bool = False,
+             before: Path | None = None) -> int:
     """``--case csv96``: see the module docstring. Exit 0 when the outputs are identical (the
     speed-up is printed against its target, not enforced: it needs a quiet machine).
-    ``reports``: the command with its reports (the default), every report file compared."""
+    ``reports``: the command with its reports (the default), every report file compared.
+    ``before``: another checkout whose code runs each mode too, right after this code's run of
+    it (CPU seconds of the parent and the tree, load-independent, compared in the same rounds)."""
     if not trace.is_file():
         print(f"scale.py: {trace}: not found (the case copies this rocprofv3 JSON; "
               f"../shared/data beside the checkout, or --trace PATH)", file=sys.stderr)
@@ -618,17 +626,23 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False, rep
         nbytes = write_csv_dirs(root, body, n_files)
         load0 = os.getloadavg()
         runs: dict[str, list[dict]] = {m: [] for m in CSV_MODES}
+        old_runs: dict[str, list[dict]] = {}
         for rep in range(repeats):  # interleaved: a load change hits every mode alike
             # each round starts with another mode: no mode always runs right after the same one
             for mode in CSV_MODES[rep % len(CSV_MODES):] + CSV_MODES[:rep % len(CSV_MODES)]:
                 out = tmp / f"out-j{mode}-{rep}"
                 runs[mode].append(_analyze(root, mode, out, reports))
+                if before is not None:
+                    old_runs.setdefault(mode, []).append(
+                        _analyze(root, mode, tmp / f"before-j{mode}-{rep}", reports, code=before.resolve()))
                 print(f"# run {rep + 1}/{repeats} --jobs {mode}: {runs[mode][-1]['wall_s']:.2f} s, "
                       f"tree peak {runs[mode][-1]['tree_peak_mib']:.0f} MiB, "
                       f"workers {runs[mode][-1]['workers_seen']}, "
                       f"other load {runs[mode][-1]['other_cores']:.2f} cores, this monitor "
                       f"{runs[mode][-1]['monitor_cores']:.2f}", file=sys.stderr, flush=True)
         same = all(_same_outputs(tmp / "out-j1-0", tmp / f"out-j{m}-{r}") for m in CSV_MODES for r in range(repeats))
+        same_before = before is None or all(_same_outputs(tmp / "out-j1-0", tmp / f"before-j{m}-{r}")
+                                            for m in CSV_MODES for r in range(repeats))
         load1 = os.getloadavg()
     finally:
         if keep:
@@ -676,7 +690,35 @@ def csv_case(n_files: int, repeats: int, trace: Path, *, keep: bool = False, rep
           "less the tree's, over the wall time; trust a speed-up whose runs show close to 0.")
     print("\nall runs (wall s, other load in cores): " + "; ".join(
         f"jobs {m} " + ", ".join(f"{r['wall_s']:.2f} ({r['other_cores']:.2f})" for r in runs[m]) for m in CSV_MODES))
-    return 0 if same else 1
+    if before is not None:
+        _print_before(runs, old_runs, before, same_before)
+    return 0 if same and same_before else 1
+
+
+def _print_before(runs: dict[str, list[dict]], old_runs: dict[str, list[dict]], before: Path, same: bool) -> None:
+    """This code against ``before``'s, mode by mode, run right after each other in every round:
+    CPU seconds (least of the runs), the tree's and the parent's, and wall (best, median)."""
+    print(f"\nthis code vs {before} (each mode run by both, one after the other, in every round):\n")
+    print("| jobs | CPU s tree, this / before | CPU s parent, this / before | wall s best, this / before "
+          "| wall s median, this / before |")
+    print("|---|---:|---:|---:|---:|")
+    def least(rs: list[dict], key: str) -> float:
+        return min(r[key] for r in rs)
+
+    def median(rs: list[dict]) -> float:
+        return float(np.median([r["wall_s"] for r in rs]))
+
+    for m in CSV_MODES:
+        new, old = runs[m], old_runs[m]
+        print(f"| {m} | {least(new, 'cpu_s'):.2f} / {least(old, 'cpu_s'):.2f} | "
+              f"{least(new, 'parent_cpu_s'):.2f} / {least(old, 'parent_cpu_s'):.2f} | "
+              f"{least(new, 'wall_s'):.2f} / {least(old, 'wall_s'):.2f} | {median(new):.2f} / {median(old):.2f} |")
+    print(f"\nspeed-up --jobs 2 over --jobs 1, best walls: this {least_ratio(runs):.2f}x, before "
+          f"{least_ratio(old_runs):.2f}x; every output byte the same as before's: {'yes' if same else 'NO'}")
+
+
+def least_ratio(runs: dict[str, list[dict]]) -> float:
+    return min(r["wall_s"] for r in runs["1"]) / min(r["wall_s"] for r in runs["2"])
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ counts are read off that sorted key by ``searchsorted``, not by sorting the devi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -270,6 +270,10 @@ class DurationRows:
     keys: pd.DataFrame
     group: np.ndarray
     dur_ns: np.ndarray
+    #: :func:`rows_kernel_stats`'s statistics by the group numbers of the keys they were computed
+    #: for; rows sharing ``group`` and ``dur_ns`` may share it (the same rows under keys written
+    #: differently, e.g. nulls filled), so that a grouping is computed once
+    stats_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.dur_ns)
@@ -333,8 +337,20 @@ def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", 
     key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
     # the first key of a group holds its first row: keys are in the rows' first-occurrence order
     rep = np.unique(key_gid, return_index=True)[1]
-    gid = packed(key_gid)[rows.group]  # narrow: one of the few arrays as long as the rows
-    return _stats_frame(keys, rep, by, group_statistics(gid, rows.dur_ns, len(rep)))
+    return _stats_frame(keys, rep, by, _cached_statistics(rows, key_gid, len(rep)))
+
+
+def _cached_statistics(rows: DurationRows, key_gid: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:
+    """:func:`group_statistics` of ``rows`` grouped by ``key_gid`` (a group number per key),
+    from ``rows.stats_cache`` where the same groups, numbered alike, were computed before (the
+    numbers are part of the result: a quantile's position counts the rows of the groups before
+    it, and its interpolation's last bits follow)."""
+    key = key_gid.astype(np.int64).tobytes()
+    stats = rows.stats_cache.get(key)
+    if stats is None:
+        gid = packed(key_gid)[rows.group]  # narrow: one of the few arrays as long as the rows
+        stats = rows.stats_cache[key] = group_statistics(gid, rows.dur_ns, n_groups)
+    return {c: v.copy() for c, v in stats.items()}  # never the cache's own arrays
 
 
 #: columns of rocprofv3's kernel_stats.csv (formats doc 3.3)

@@ -15,8 +15,9 @@ and :func:`merge_parts` joins the sources' parts in input order, so that the par
 * **the GPU timeline**: one row per process-GPU group (``intervals.GPU_KEYS``, which name the
   trace ``file``): the intervals of a group lie in one source, so its row is computed where
   that source is read and the sources' rows are concatenated. A group found in two sources
-  (one file read twice) cannot be; :func:`shared_gpu_groups` tells, and the caller reads the
-  full tables instead;
+  (one file read twice) cannot be; :func:`shared_gpu_groups` tells (from the groups each part
+  names where it is read, :func:`gpu_group_keys`), and the caller reads the full tables
+  instead. The details and the timeline travel with their text as text (:func:`decategorized`);
 * **GEMM dispatches**: the top-variance table (quantiles, MAD, the min and max instances), the
   overlap table's medians and the plotted boxes are order statistics over groups that span
   sources, which no per-source summary merges exactly. Each GEMM dispatch travels as a few
@@ -35,7 +36,7 @@ dispatches of several sources; a sweep that has them is reported from the full t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -107,13 +108,15 @@ class ReportPart:
     short_hist: np.ndarray                # their count per bin
     total_ns: int                         # duration sum of every dispatch
     details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS + _ROW, row order
+                                          # (text columns as text: :func:`decategorized`)
     warmup: int                           # GEMM dispatches dropped per GPU group and kernel
     short_us: float                       # the short-kernel threshold
-    timeline: pd.DataFrame                # analysis.timeline.gpu_timeline
+    timeline: pd.DataFrame                # analysis.timeline.gpu_timeline, text as text
     gemm: GemmRows | None = None
     comm: CommRows | None = None          # only beside GEMM dispatches: what their rows read
     has_comm: bool = False                # the source has collective dispatches
     needs_full: list[str] = field(default_factory=list)  # views that need the full tables, and why
+    gpu_groups: frozenset[tuple] | None = None  # the timeline rows' keys (:func:`gpu_group_keys`)
 
     @property
     def n_gpu_groups(self) -> int:
@@ -130,9 +133,13 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     end = d["end_ns"].to_numpy(np.int64)
     codes = group_codes(d, GPU_KEYS)
     short, hist = short_part(d, short_us)
+    timeline = gpu_timeline(d, codes=codes)
+    # the tables travel with their text as text: the parent joins them with one pd.concat (joining
+    # categoricals of many small tables costs a fixed price per table and column), and the
+    # reports show them as text
     part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
-                      details=_details_part(d), warmup=int(warmup), short_us=float(short_us),
-                      timeline=gpu_timeline(d, codes=codes))
+                      details=decategorized(_details_part(d)), warmup=int(warmup), short_us=float(short_us),
+                      timeline=decategorized(timeline), gpu_groups=gpu_group_keys(timeline))
     if "coll_name" in d.columns and d["coll_name"].notna().any():
         part.needs_full.append("collective metadata (cross-rank matching)")
     gm = category_mask(d, None, "gemm")
@@ -231,16 +238,36 @@ def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
     gpus = np.cumsum([0] + [p.n_gpu_groups for p in parts])
     short = pd.concat([p.short for p in parts], ignore_index=True)
     short = short.groupby("name", sort=True).sum().reset_index() if len(parts) > 1 else short
-    details = concat_tables([p.details.assign(**{_ROW: p.details[_ROW].to_numpy() + rows[i]})
-                             for i, p in enumerate(parts)], {**DISPATCH_SCHEMA, _ROW: "int64"})
+    details = _joined([p.details.assign(**{_ROW: p.details[_ROW].to_numpy() + rows[i]}) if i else p.details
+                       for i, p in enumerate(parts)])
     gemm = _merge_gemm([(p.gemm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.gemm is not None])
     comm = _merge_comm([(p.comm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.comm is not None])
     return ReportParts(n_dispatches=int(rows[-1]), short=short,
                        short_hist=np.sum([p.short_hist for p in parts], axis=0),
                        total_ns=sum(p.total_ns for p in parts), details=details.drop(columns=_ROW),
-                       timeline=concat_tables([p.timeline for p in parts], DISPATCH_SCHEMA),
+                       timeline=_joined([p.timeline for p in parts]),
                        gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts),
                        warmup=parts[0].warmup, short_us=parts[0].short_us)
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts' tables (text columns as text) one after the other, with a new index."""
+    if len(frames) == 1:
+        return frames[0]
+    kept = [f for f in frames if len(f)] or frames[:1]  # an empty table adds no row, only warnings
+    return pd.concat(kept, ignore_index=True)
+
+
+def decategorized(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its categorical columns as object columns (None for missing): text is what
+    the reports show, and categoricals of different tables have different categories."""
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if not cats:
+        return df
+    df = df.copy()
+    for c in cats:
+        df[c] = df[c].astype(object).where(df[c].notna(), None)
+    return df
 
 
 def _widened(arrays: list[np.ndarray], offsets: list[int]) -> np.ndarray:
@@ -281,26 +308,63 @@ class SweepReduction:
     rows: DurationRows
     totals: pd.DataFrame
     parts: ReportParts
+    #: views of the reports already being computed elsewhere (``report/data.py``'s
+    #: ``views_beside``): what they were asked with, and the call that returns them
+    ahead: tuple[Any, Callable[[], Any]] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return self.parts.n_dispatches
 
 
+def gpu_group_keys(timeline: pd.DataFrame) -> frozenset[tuple]:
+    """The process-GPU groups of a part's timeline, as the rows of its :data:`GPU_KEYS` columns
+    (Python values, nulls as None)."""
+    return frozenset(_row_set(timeline[[c for c in GPU_KEYS if c in timeline.columns]]))
+
+
 def shared_gpu_groups(parts: Sequence[ReportPart]) -> bool:
     """Whether a process-GPU group (a timeline row's keys) appears in more than one part."""
-    return row_in_two(p.timeline[[c for c in GPU_KEYS if c in p.timeline.columns]] for p in parts)
+    seen: set[tuple] = set()
+    for p in parts:
+        rows = p.gpu_groups if p.gpu_groups is not None else gpu_group_keys(p.timeline)
+        if seen & rows:
+            return True
+        seen |= rows
+    return False
 
 
 def row_in_two(frames) -> bool:
     """Whether some row (nulls alike) appears in more than one of ``frames``."""
     seen: set[tuple] = set()
     for f in frames:
-        rows = {tuple(None if pd.isna(v) else v for v in row)
-                for row in f.astype(object).itertuples(index=False, name=None)}
+        rows = _row_set(f)
         if seen & rows:
             return True
         seen |= rows
     return False
+
+
+def _row_set(f: pd.DataFrame) -> set[tuple]:
+    """The rows of ``f`` as tuples of Python values, every null as None. Column by column
+    (``tolist``): a frame's ``astype(object)`` costs pandas' fixed price per column and frame,
+    which for one small frame per source summed to a tenth of a second on 24 sources."""
+    if not len(f.columns):
+        return {()} if len(f) else set()
+    return set(zip(*(_values(f[c]) for c in f.columns)))
+
+
+def _values(col: pd.Series) -> list:
+    """A column's values as Python objects, every null as None (a categorical's through its
+    codes: its ``tolist`` converts the whole column first)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories.tolist()
+        return [cats[i] if i >= 0 else None for i in col.cat.codes.tolist()]
+    return [None if _null(v) else v for v in col.tolist()]
+
+
+def _null(v) -> bool:
+    """A scalar null as ``tolist`` gives it: None, NaN, pd.NA, NaT."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
 
 
 # ------------------------------------------------------------------------------ sweep frames
@@ -342,6 +406,6 @@ def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.Data
 
 
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
-           "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "gemm_frame",
-           "merge_parts", "report_part", "row_in_two", "shared_gpu_groups", "short_edges",
-           "short_part"]
+           "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "collective_frame", "decategorized",
+           "gemm_frame", "gpu_group_keys", "merge_parts", "report_part", "row_in_two", "shared_gpu_groups",
+           "short_edges", "short_part"]

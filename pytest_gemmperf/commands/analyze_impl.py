@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         # where a pool reads the inputs, a process forked beside this one writes report.xlsx; forked
         # now, it imports the workbook's modules while the pool reads
         beside = _beside(stack) if report else None
-        result = analyze(args, full=False, reports=report)
+        result = analyze(args, full=False, reports=report, beside=beside)
         if report and beside is None:  # the pool started after all (prestart's guess was serial)
             beside = _beside(stack)
         write_outputs(args, result, Path(args.out) if args.out else None, report=report, beside=beside)
@@ -110,12 +110,15 @@ class Analyzed:
     sweep: SweepReduction | None = None   # reduced with reports: what the reports read instead
 
 
-def analyze(args: argparse.Namespace, *, full: bool, reports: bool = False) -> Analyzed:
+def analyze(args: argparse.Namespace, *, full: bool, reports: bool = False,
+            beside: Beside | None = None) -> Analyzed:
     """The command's tables from its arguments (``paths``, ``warmup``, ``categories``, ``jobs``,
     ``allow_partial``). ``full``: hold every dispatch; else each source is reduced in a worker
     (kernels.csv and summary.json alike, bounded memory), with ``reports`` what the reports read
     too (``analysis/report_parts.py``), unless a view needs several sources' dispatches at once
-    (``source_totals.reduce_sources``): then every dispatch is held."""
+    (``source_totals.reduce_sources``): then every dispatch is held. ``beside``: a process that
+    computes the reports' GEMM views of a reduced sweep while this one computes kernels.csv's
+    rows, summary.json and the other tables (``report.data.views_beside``)."""
     args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
     extra_rules = _rules(args.categories)
     paths = _complete_parts(args.paths, getattr(args, "allow_partial", False))
@@ -135,10 +138,15 @@ def analyze(args: argparse.Namespace, *, full: bool, reports: bool = False) -> A
     inputs = Inputs(totals=reduced.totals, agents=reduced.agents, notes=reduced.notes,
                     sources=reduced.sources)
     _check_lost(args, reduced.skipped)
+    sweep = reduced.sweep() if reports else None
+    if sweep is not None and beside is not None:
+        # lazy: --no-report never loads the report layer
+        from pytest_gemmperf.report.data import views_beside
+
+        sweep = views_beside(sweep, beside)  # started first: computed while the rest is
     # the warm-up was dropped where each source was read; the totals count every dispatch
     kernels = rows_kernel_table(reduced.rows, mixed=reduced.totals["source"].nunique(dropna=True) > 1)
-    return Analyzed(kernels, build_summary(args, inputs, kernels), inputs,
-                    sweep=reduced.sweep() if reports else None)
+    return Analyzed(kernels, build_summary(args, inputs, kernels), inputs, sweep=sweep)
 
 
 def _check_lost(args: argparse.Namespace, skipped: list) -> None:
@@ -228,7 +236,8 @@ def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
     """``kernel_table`` of the table ``rows`` stands for (``analysis/kernel_stats.DurationRows``),
     warm-up already dropped: the keys' nulls filled on the keys alone."""
     by = ("source",) + KEYS if mixed else KEYS
-    filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns)
+    # the same rows: the reports' statistics of them (nulls kept) reuse these (kernel_stats)
+    filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns, rows.stats_cache)
     return _ordered(_restore_keys(rows_kernel_stats(filled, by=by)), by, rows.keys)
 
 

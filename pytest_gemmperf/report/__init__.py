@@ -17,7 +17,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError, output_error
 from pytest_gemmperf.paths import contained, contained_glob
 from pytest_gemmperf.report.before_after import ComparedSamples, read_results_compared
-from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data
+from pytest_gemmperf.report.data import DEFAULT_SHORT_KERNEL_US, ReportData, build_report_data, report_kernel_labels
 from pytest_gemmperf.safe_io import unneutralise_frame
 from pytest_gemmperf.report import tables
 from pytest_gemmperf.report.html import prepare_template, write_html
@@ -115,6 +115,8 @@ def _write(data: ReportData, out: Path, formats: set[str], skip: set[str],
            max_sheet_rows: int | None, beside: Beside | None = None) -> dict[str, Path]:
     files: dict[str, Path] = {}
     xlsx = "xlsx" in formats and "report.xlsx" not in skip
+    if xlsx and beside is not None:
+        report_kernel_labels(data)  # computed once, here: the workbook's process gets them with the data
     # started first: the other process writes the workbook while this one writes the rest
     workbook = beside.submit(_write_excel, data, out / "report.xlsx", max_sheet_rows) \
         if xlsx and beside is not None else None

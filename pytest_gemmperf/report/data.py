@@ -11,8 +11,8 @@ Units are part of the column names (``*_ns``, ``*_us``, ``*_ms``); conversions h
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,8 +21,9 @@ from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.overlap import overlap_by_kernel
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
-                                                   ReportParts, SweepReduction, collective_frame, gemm_frame,
-                                                   merge_parts, report_part, short_edges)
+                                                   CommRows, GemmRows, ReportParts, SweepReduction,
+                                                   collective_frame, decategorized, gemm_frame, merge_parts,
+                                                   report_part, short_edges)
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
                                                with_collective_overlap, with_timestamps)
@@ -36,6 +37,9 @@ from pytest_gemmperf.report.before_after import BeforeAfter, ComparedSamples, be
 from pytest_gemmperf.analysis import collectives as C
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.analysis.counters import counter_summary, join_counters
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.traces.parallel import Beside
 
 #: kernels drawn in the per-kernel distribution plots
 PLOT_KERNELS = 6
@@ -89,6 +93,8 @@ class ReportData:
     telemetry_meta: dict[str, dict] = field(default_factory=dict)
     #: per notable verdict row, both sides' per-process values (report/before_after.py)
     before_after: BeforeAfter = field(default_factory=BeforeAfter)
+    #: :func:`report_kernel_labels` once computed (every writer reads the same labels)
+    _kernel_labels: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_collectives(self) -> bool:
@@ -170,14 +176,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _decategorize(df: pd.DataFrame) -> pd.DataFrame:
-    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
-    if not cats:
-        return df
-    df = df.copy()
-    for c in cats:
-        df[c] = df[c].astype(object).where(df[c].notna(), None)
-    return df
+_decategorize = decategorized
 
 
 def _object_keys(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -401,7 +400,10 @@ def _analyse_one(label: str, d: pd.DataFrame | SweepReduction, counters: pd.Data
     out["short_histogram"] = _with_label(hist, label)
     out["kernel_details"] = _with_label(_kernel_details(parts.details), label)
     if parts.gemm is not None:
-        out.update(_gemm_views(label, parts, top_k))
+        ahead = d.ahead if isinstance(d, SweepReduction) else None
+        views = ahead[1]() if ahead is not None and ahead[0] == top_k else \
+            gemm_views(parts.gemm, parts.comm, parts.has_comm, top_k)
+        out.update({k: v if k == "_gemm" else _with_label(v, label) for k, v in views.items()})
     else:
         notes.append(f"{label}: no GEMM dispatches (category 'gemm'): variance, overlap and "
                      "distribution views are empty")
@@ -416,17 +418,33 @@ def _analyse_one(label: str, d: pd.DataFrame | SweepReduction, counters: pd.Data
     return out
 
 
-def _gemm_views(label: str, parts: ReportParts, top_k: int) -> dict[str, pd.DataFrame]:
-    """Top variance, overlap per kernel and the plotted GEMM durations, from the GEMM rows (the
-    variance's warm-up was dropped where each source was read)."""
+def views_beside(sweep: SweepReduction, beside: Beside, top_k: int = 5) -> SweepReduction:
+    """``sweep`` with its GEMM views (:func:`gemm_views`, the largest share of the report's
+    tables) started in the process ``beside`` (``traces.parallel.beside``): this process builds
+    the other tables meanwhile, and :func:`build_report_data` (with the same ``top_k``) takes
+    them from there. The same tables as computed here."""
+    parts = sweep.parts
+    if parts.gemm is None:
+        return sweep
+    return replace(sweep, ahead=(top_k, beside.submit(gemm_views, parts.gemm, parts.comm, parts.has_comm, top_k)))
+
+
+def gemm_views(gemm: GemmRows, comm: CommRows | None, has_comm: bool, top_k: int) -> dict[str, pd.DataFrame]:
+    """Top variance, overlap per kernel (without their label column) and the plotted GEMM
+    durations, from the GEMM rows (the variance's warm-up was dropped where each source was
+    read) and the collectives beside them. A module-level function of picklable arguments: it
+    also runs in a process beside this one (:func:`views_beside`)."""
     out: dict[str, pd.DataFrame] = {}
-    g = gemm_frame(parts.gemm)
-    top = top_variance(g[parts.gemm.warm], k=top_k, category=None)
+    g = gemm_frame(gemm)
+    top = top_variance(g[gemm.warm], k=top_k, category=None)
     top = with_timestamps(top, g)
-    if parts.has_comm:
-        both, comm = collective_frame(g, parts.comm)
-        top = with_collective_overlap(top, both, comm, keys=("gpu",))
-    out["top_variance"] = _with_label(_decategorize(top.drop(columns=["min_row", "max_row"])), label)
+    if has_comm:
+        # the overlap reads each row's longest instance and the collectives, none of the other
+        # GEMM dispatches: the table it searches holds only those (the same rows, in row order)
+        longest = g.loc[np.unique(top["max_row"].to_numpy(np.int64))]
+        both, comm_mask = collective_frame(longest, comm)
+        top = with_collective_overlap(top, both, comm_mask, keys=("gpu",))
+    out["top_variance"] = _decategorize(top.drop(columns=["min_row", "max_row"])).reset_index(drop=True)
     keys = [c for c in ("point", "rank", "kernel") if c in g.columns]
     obk = overlap_by_kernel(None, overlap=g, by=keys)
     # group on the categorical columns; only the small result becomes text
@@ -434,7 +452,7 @@ def _gemm_views(label: str, parts: ReportParts, top_k: int) -> dict[str, pd.Data
                         .median().rename("median_dur_us").reset_index())
     med["median_dur_us"] = med["median_dur_us"] / 1e3
     obk = _object_keys(_decategorize(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
-    out["overlap"] = _with_label(_decategorize(obk), label)
+    out["overlap"] = _decategorize(obk).reset_index(drop=True)
     axes = _axes_of(g["point"])
     # extension arrays, not to_numpy(): kernel stays categorical, rank nullable (no object copies)
     out["_gemm"] = pd.DataFrame({"kernel": g["kernel"].array, "threads": axes["threads"].array,
@@ -634,7 +652,14 @@ def page_kernel_labels(names_per_table: list[Any]) -> dict[str, str]:
 def report_kernel_labels(data: ReportData) -> dict[str, str]:
     """Short labels for every kernel of the report (verdicts, kernel statistics, variance,
     overlap, counters, plotted boxes): one mapping for report.html and report.xlsx alike, so a
-    kernel reads the same in both and no two kernels share a label anywhere."""
+    kernel reads the same in both and no two kernels share a label anywhere. Computed once per
+    report (the page, the workbook and summary.md each ask)."""
+    if data._kernel_labels is None:
+        data._kernel_labels = _kernel_labels(data)
+    return dict(data._kernel_labels)
+
+
+def _kernel_labels(data: ReportData) -> dict[str, str]:
     cols: list[Any] = []
     if data.verdicts is not None and "kernel" in data.verdicts.columns:
         cols.append(data.verdicts["kernel"])
@@ -649,7 +674,7 @@ def report_kernel_labels(data: ReportData) -> dict[str, str]:
 
 
 __all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",
-           "build_report_data", "finite", "normalize_verdicts", "overall_status", "page_kernel_labels",
+           "build_report_data", "finite", "gemm_views", "normalize_verdicts", "overall_status", "page_kernel_labels",
            "point_outcome_counts",
            "report_kernel_labels", "sweep_fact",
-           "verdict_counts"]
+           "verdict_counts", "views_beside"]
