@@ -487,13 +487,101 @@ doc = msgspec.json.decode(raw, type=Doc)
 print(sum(len(p.buffer_records.kernel_dispatch) for p in doc.tool), time.perf_counter() - t0)
 """
 
-#: the oracle of an exact reader: the whole file decoded at once with the reader's own typed
-#: schema (every field its checks read: ids, args, launch dimensions, ts/dur as number text)
+#: the whole file decoded at once with the reader's own typed schema (every field its checks
+#: read: ids, args, launch dimensions, ts/dur as number text), the collector off as in the reader
 _DECODE_SCHEMA = """
+import gc
+gc.disable()
 from {module} import _DECODER
 """ + _READ + """
 doc = _DECODER.decode(raw)
 print(time.perf_counter() - t0)
+"""
+
+#: The least an exact reader of a Kineto trace must do for ``analyze --no-report``'s outputs
+#: (kernels.csv, summary.json), the whole file at once. What those outputs read, per event kind:
+#: every event's ``ph`` and ``cat`` (which kind it is; the device categories a trace without
+#: kernels holds); of GPU events (kernel, memcpy, memset) the name, ``ts`` and ``dur`` in exact
+#: ns (statistics, first start and last end, the in-order check) and the lane (``args.device``
+#: else ``pid``, ``args.stream`` else ``tid``); of runtime calls ``pid``, ``args.correlation``
+#: and whether ``args.grid`` is there (one call per correlation id, the launch first: its pid
+#: counts for the host process) and the name (the runtime's flavour); of CPU operators and
+#: annotations ``pid``; flows and Python functions nothing past ``ph``/``cat``. Epoch-scale µs
+#: with a fraction do not fit a float (multiples of 256 ns at 1.7e18 ns), so ``ts``/``dur`` are
+#: number text (``msgspec.Raw``, the cheapest exact capture: ``args`` as Raw and decoded again
+#: for GPU and runtime events measured no cheaper) turned into ns by the vectorised parse; the
+#: ids are exact ints. And every object's keys checked for a repeat (a JSON decoder keeps the
+#: last of ``"dur"`` twice silently): printed as its own line. It prints the CPU seconds of
+#: each step; the measured process is the whole child (start, read, steps).
+_ORACLE_TORCH = """
+import gc
+from operator import attrgetter
+from typing import Any
+import msgspec
+from pytest_gemmperf.jsonkeys import find_repeated_key
+from pytest_gemmperf.traces.jsonnum import exact_ints, us_text_to_ns
+gc.disable()  # as the reader: millions of objects and no cycles
+RAW = msgspec.Raw(b"")
+class Args(msgspec.Struct):
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    grid: msgspec.Raw = RAW
+class Ev(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = RAW
+    dur: msgspec.Raw = RAW
+    args: Args | None = None
+class Doc(msgspec.Struct):
+    traceEvents: list[Ev] = []
+NO_ARGS = Args()
+GPU = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+RUNTIME = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
+HOST = {"cpu_op", "Operator", "user_annotation"}
+""" + _READ + """
+c0 = time.process_time()
+events = msgspec.json.decode(raw, type=Doc).traceEvents
+c1 = time.process_time()
+kinds = {}
+for e in events:
+    if e.ph == "X":
+        kinds.setdefault(e.cat, []).append(e)
+gpu = [e for c in GPU if c in kinds for e in kinds[c]]
+rt = [e for c in RUNTIME if c in kinds for e in kinds[c]]
+host = [e for c in HOST if c in kinds for e in kinds[c]]
+ts, s1 = us_text_to_ns(list(map(attrgetter("ts"), gpu)))
+dur, s2 = us_text_to_ns(list(map(attrgetter("dur"), gpu)))
+names = list(map(attrgetter("name"), gpu))
+ga = [e.args or NO_ARGS for e in gpu]
+lane = (exact_ints(list(map(attrgetter("device"), ga))), exact_ints(list(map(attrgetter("pid"), gpu)), True),
+        exact_ints(list(map(attrgetter("stream"), ga))), exact_ints(list(map(attrgetter("tid"), gpu)), True))
+ra = [e.args or NO_ARGS for e in rt]
+corr = exact_ints(list(map(attrgetter("correlation"), ra)))
+launch = [len(a.grid) > 0 for a in ra]
+rt_pid = exact_ints(list(map(attrgetter("pid"), rt)), True)
+rt_names = list(map(attrgetter("name"), rt[:200]))
+host_pid = exact_ints(list(map(attrgetter("pid"), host)), True)
+c2 = time.process_time()
+del events, kinds, gpu, rt, host, ga, ra
+c3 = time.process_time()
+# the array a run of events at a time (the scan of one 4 MB run stays in cache: a third cheaper
+# than the whole file at once), cut where the generator starts an event line, and the frame
+head = raw.index(b"[", raw.index(b'"traceEvents"')) + 1
+tail = raw.rindex(b"]")
+hit = find_repeated_key(raw[:head] + raw[tail:])
+at = head
+while hit is None and at < tail:
+    cut = raw.find(b",\\n  {", at + (4 << 20), tail)
+    cut = tail if cut < 0 else cut
+    hit = find_repeated_key(b"[" + raw[at:cut] + b"]")
+    at = cut + 1
+c4 = time.process_time()
+assert hit is None, hit
+print(len(ts), c1 - c0 + c3 - c2, c2 - c1, c4 - c3, file=sys.stderr)  # the wrapper drops stdout
 """
 
 #: the plain read of a kernel_trace.csv: the columns the reader parses, its text columns
@@ -565,6 +653,22 @@ def measure(cmd: list[str], code: Path = REPO, ok: tuple[int, ...] = (0, 1, 4)) 
     return {"wall_s": wall, "rss": rss, "cpu_s": cpu}
 
 
+def measure_oracle(path: Path) -> dict[str, float]:
+    """:data:`_ORACLE_TORCH` on ``path``: the whole child (wall, peak RSS, CPU seconds) and its
+    steps' CPU seconds (decode and free, the fields, the repeated-key scan; the rest is the
+    start and the read)."""
+    run = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-c", _ORACLE_TORCH, str(path)],
+                         capture_output=True, text=True, check=True, cwd=str(REPO),
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    rc, wall, rss, cpu = run.stdout.split()
+    if int(rc):
+        raise SystemExit(f"the oracle failed on {path}: {run.stderr.strip()[-500:]}")
+    wall, rss, cpu = float(wall), int(rss), float(cpu)
+    decode, fields, keys = (float(x) for x in run.stderr.split()[-3:])
+    return {"wall_s": wall, "rss": rss, "cpu_s": cpu, "decode_cpu_s": decode, "fields_cpu_s": fields,
+            "keys_cpu_s": keys, "rest_cpu_s": cpu - decode - fields - keys}
+
+
 def gemmperf(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest_gemmperf.cli", *args]
 
@@ -626,10 +730,11 @@ def main() -> None:
             schema = (None if own_schema is None else
                       measure([sys.executable, "-c", _DECODE_SCHEMA.format(
                           module="pytest_gemmperf.traces." + own_schema), str(a)], ok=(0,)))
+            oracle = (measure_oracle(a) if args.format == "torch" else None)
             ana = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                    "--out", str(Path(d) / "out")))
             row = {"mb": size / 1e6, "events": n_events, "dispatches": n, "analyze": ana,
-                   "decode": dec, "schema": schema}
+                   "decode": dec, "schema": schema, "oracle": oracle}
             print(f"\n{size / 1e6:,.0f} MB {args.format}{' gzip' if gz else ''}: "
                   f"{n_events:,} {'events' if args.format == 'torch' else 'records'}, {n:,} dispatches "
                   f"(generated in {gen_s:.0f} s)")
@@ -638,11 +743,19 @@ def main() -> None:
             if schema is not None:
                 print(f"  the reader's own schema, whole file:   {schema['wall_s']:6.2f} s wall, "
                       f"peak RSS {schema['rss'] / 2**20:7,.0f} MiB, {schema['cpu_s']:.1f} CPU-s")
+            if oracle is not None:
+                print(f"  minimal-fields exact oracle:           {oracle['wall_s']:6.2f} s wall, "
+                      f"peak RSS {oracle['rss'] / 2**20:7,.0f} MiB, {oracle['cpu_s']:.1f} CPU-s "
+                      f"(decode {oracle['decode_cpu_s']:.1f}, fields {oracle['fields_cpu_s']:.1f}, "
+                      f"start and read {oracle['rest_cpu_s']:.1f})")
+                print(f"    of which the repeated-key scan:      {oracle['keys_cpu_s']:.1f} CPU-s")
             print(f"  gemmperf analyze --no-report:          {ana['wall_s']:6.2f} s wall, "
                   f"peak RSS {ana['rss'] / 2**20:7,.0f} MiB, {ana['cpu_s']:.1f} CPU-s; "
                   f"wall / plain = {ana['wall_s'] / dec['wall_s']:.2f}, "
                   f"CPU / plain = {ana['cpu_s'] / dec['cpu_s']:.2f}"
-                  + ("" if schema is None else f", CPU / own-schema decode = {ana['cpu_s'] / schema['cpu_s']:.2f}"))
+                  + ("" if schema is None else f", CPU / own-schema decode = {ana['cpu_s'] / schema['cpu_s']:.2f}")
+                  + ("" if oracle is None else f", CPU / oracle = {ana['cpu_s'] / oracle['cpu_s']:.2f}, "
+                                               f"wall / oracle = {ana['wall_s'] / oracle['wall_s']:.2f}"))
             if args.before is not None:
                 old = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                        "--out", str(Path(d) / "before")), code=args.before)
