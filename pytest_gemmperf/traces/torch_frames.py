@@ -141,7 +141,11 @@ def _idcol(src: _Src, events: list[_Event], values: list, field: str,
     return pd.Series(pd.arrays.IntegerArray(v, missing))
 
 
-def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
+def _gpu_frame(gpu: list[_Event], src: _Src, checked: bool = False) -> pd.DataFrame:
+    """The GPU events' columns, every value checked. ``checked``: the events decoded with the
+    checked types (``torch_decode.checked``), whose ids and launch dimensions pass those checks:
+    only the columns a slim read keeps (lanes, kernel, times), with the same checks of the
+    times in the same order."""
     args = [e.args or _NO_ARGS for e in gpu]
     start, end = _times(src, gpu)
     names = src.shared([e.name or e.cat for e in gpu])
@@ -153,18 +157,19 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
     cols = {
         "agent": dev,
         "stream": stream,
-        "correlation_id": _idcol(src, gpu, [a.correlation for a in args], "args.correlation"),
         "kernel": pd.Series(names, dtype=object),
         "start_ns": start,
         "end_ns": end,
-        "_ext": _idcol(src, gpu, [a.external_id for a in args], "args.External id"),
-        "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
     }
-    grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
-    block = _dim3(src, gpu, [a.block for a in args], "args.block")
-    for i, ax in enumerate("xyz"):
-        cols[f"_grid_{ax}"] = grid[i]
-        cols[f"_block_{ax}"] = block[i]
+    if not checked:
+        cols["correlation_id"] = _idcol(src, gpu, [a.correlation for a in args], "args.correlation")
+        cols["_ext"] = _idcol(src, gpu, [a.external_id for a in args], "args.External id")
+        cols["_is_kernel"] = [e.cat in ("kernel", "Kernel") for e in gpu]
+        grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
+        block = _dim3(src, gpu, [a.block for a in args], "args.block")
+        for i, ax in enumerate("xyz"):
+            cols[f"_grid_{ax}"] = grid[i]
+            cols[f"_block_{ax}"] = block[i]
     # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
     if carrying:  # else all None: left out while the runs are held (with_coll_columns)
@@ -233,10 +238,19 @@ def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.
     return [arr[c].astype(INT) for c in ("x", "y", "z")]
 
 
-def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
+def _runtime_frame(runtime: list[_Event], src: _Src, checked: bool = False) -> pd.DataFrame:
     """Runtime calls in event order (:func:`runtime_by_correlation` keeps one per correlation
-    id once every run of events is in)."""
+    id once every run of events is in). ``checked`` (as for :func:`_gpu_frame`): only what
+    picks the host process (pid, correlation id, launch dimensions or not), the start still
+    read and checked."""
     args = [e.args or _NO_ARGS for e in runtime]
+    if checked:
+        ts_ns = _us_field(src, runtime, "ts")[0]
+        return pd.DataFrame({
+            "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
+            "ts_ns": ts_ns,
+            "correlation": _idcol(src, runtime, [a.correlation for a in args], "args.correlation"),
+            "has_grid": [a.grid is not None for a in args]})
     rt = pd.DataFrame({
         "name": pd.Series(src.shared([e.name for e in runtime]), dtype=object),
         "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
@@ -259,15 +273,19 @@ def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
     return rt.reset_index(drop=True)
 
 
-def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.DataFrame:
+def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True,
+                   checked: bool = False) -> pd.DataFrame:
     """The operators' columns, every value checked; ``shapes``: with their input shapes and
-    types (text, never checked: a reader that does not link kernels to operators skips them)."""
+    types (text, never checked: a reader that does not link kernels to operators skips them).
+    ``checked`` (as for :func:`_gpu_frame`): only the names and pids, the times still read and
+    checked."""
     args = [e.args or _NO_ARGS for e in cpu]
     start, end = _times(src, cpu)
     names = src.shared([e.name for e in cpu])
-    cols = {
+    pid = _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True)
+    cols = {"name": pd.Series(names, dtype=object), "pid": pid} if checked else {
         "name": pd.Series(names, dtype=object),
-        "pid": _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
+        "pid": pid,
         "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
         "ts_ns": pd.array(start, dtype=INT),
         "dur_ns": pd.array(end - start, dtype=INT),

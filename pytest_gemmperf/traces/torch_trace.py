@@ -57,6 +57,7 @@ from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finaliz
                                            flag_queue_overlap, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
+from pytest_gemmperf.traces.torch_decode import checked as is_checked
 from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, _coll_ints,
                                                  _cpu_ops_frame, _gpu_frame, _idcol, _runtime_frame,
                                                  _Src, _steps_frame, grid_overflow, with_coll_columns,
@@ -146,8 +147,10 @@ class _Reading:
                 gpu_rank: np.ndarray, cpu: list[_Event], cpu_rank: np.ndarray) -> None:
         # the order of a whole-file read: operators, runtime calls, annotations, GPU events
         slim = self.slim
+        # a slim read of events decoded with the checked types skips the checks they passed
+        checked = slim and is_checked(src.events)
         if cpu:
-            ops = _cpu_ops_frame(cpu, src, shapes=not slim)
+            ops = _cpu_ops_frame(cpu, src, shapes=not slim, checked=checked)
             self._refuse_collectives(ops)
             if slim:
                 self.pids["cpu"].add(ops["pid"], cpu_rank)
@@ -157,7 +160,7 @@ class _Reading:
             return
         runtime, rt_rank = _ranked(by_cat, RUNTIME_CATS)
         if runtime:
-            rt = _runtime_frame(runtime, src)
+            rt = _runtime_frame(runtime, src, checked=checked)
             if slim:
                 self.rt_runs.add(rt, rt_rank)
             else:
@@ -174,11 +177,12 @@ class _Reading:
             else:
                 self.parts["ann_pid"].append(pd.DataFrame({"pid": ann_pid}))
         if gpu:
-            df = _gpu_frame(gpu, src)
+            df = _gpu_frame(gpu, src, checked=checked)
             self._refuse_collectives(df)
             if not slim:  # a slim reading keeps the ranks beside its columns
                 df["_rank"] = gpu_rank
-            over = np.flatnonzero(grid_overflow(df))
+            # checked launch dimensions are each below 2**31: their products fit int64
+            over = np.zeros(0, dtype=np.int64) if checked else np.flatnonzero(grid_overflow(df))
             if len(over):
                 index = {id(e): i for i, e in enumerate(src.events)}
                 ev = np.array([src.first + index[id(gpu[i])] for i in range(len(gpu))])
@@ -245,7 +249,7 @@ def _ranked(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> tuple[list
 
 def _read(path: str, gpu: bool, slim: bool = False, collectives: bool = False) -> tuple[_Reading, Any, int]:
     reading = _Reading(path, gpu, slim, collectives)
-    doc, n_events = decode_stream(path, reading.take)
+    doc, n_events = decode_stream(path, reading.take, slim=slim)
     return reading, doc, n_events
 
 
