@@ -506,7 +506,9 @@ print(time.perf_counter() - t0)
 #: else ``pid``, ``args.stream`` else ``tid``); of runtime calls ``pid``, ``args.correlation``
 #: and whether ``args.grid`` is there (one call per correlation id, the launch first: its pid
 #: counts for the host process) and the name (the runtime's flavour); of CPU operators and
-#: annotations ``pid``; flows and Python functions nothing past ``ph``/``cat``. Epoch-scale µs
+#: annotations ``pid``; flows and Python functions nothing past ``ph``/``cat``; and the text of
+#: every time the reader reads (GPU events', runtime calls' ``ts``, operators' and profiler
+#: steps' ``ts``/``dur``), whose digits below 1 ns summary.json's notes count. Epoch-scale µs
 #: with a fraction do not fit a float (multiples of 256 ns at 1.7e18 ns), so ``ts``/``dur`` are
 #: number text (``msgspec.Raw``, the cheapest exact capture: ``args`` as Raw and decoded again
 #: for GPU and runtime events measured no cheaper) turned into ns by the vectorised parse; the
@@ -515,7 +517,6 @@ print(time.perf_counter() - t0)
 #: each step; the measured process is the whole child (start, read, steps).
 _ORACLE_TORCH = """
 import gc
-from operator import attrgetter
 from typing import Any
 import msgspec
 from pytest_gemmperf.jsonkeys import find_repeated_key
@@ -541,7 +542,8 @@ class Doc(msgspec.Struct):
 NO_ARGS = Args()
 GPU = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
-HOST = {"cpu_op", "Operator", "user_annotation"}
+OPS = {"cpu_op", "Operator"}
+HOST = OPS | {"user_annotation"}
 """ + _READ + """
 c0 = time.process_time()
 events = msgspec.json.decode(raw, type=Doc).traceEvents
@@ -552,21 +554,25 @@ for e in events:
         kinds.setdefault(e.cat, []).append(e)
 gpu = [e for c in GPU if c in kinds for e in kinds[c]]
 rt = [e for c in RUNTIME if c in kinds for e in kinds[c]]
-host = [e for c in HOST if c in kinds for e in kinds[c]]
-ts, s1 = us_text_to_ns(list(map(attrgetter("ts"), gpu)))
-dur, s2 = us_text_to_ns(list(map(attrgetter("dur"), gpu)))
-names = list(map(attrgetter("name"), gpu))
+ops = [e for c in OPS if c in kinds for e in kinds[c]]
+notes = [e for e in kinds.get("user_annotation", ()) if e.name.startswith("ProfilerStep#")]
+ts, s1 = us_text_to_ns([e.ts for e in gpu])
+dur, s2 = us_text_to_ns([e.dur for e in gpu])
+# the note on ts/dur with digits below 1 ns counts every time the reader reads
+rounded = [us_text_to_ns(x)[1] for x in ([e.ts for e in rt], [e.ts for e in ops], [e.dur for e in ops],
+                                        [e.ts for e in notes], [e.dur for e in notes])]
+names = [e.name for e in gpu]
 ga = [e.args or NO_ARGS for e in gpu]
-lane = (exact_ints(list(map(attrgetter("device"), ga))), exact_ints(list(map(attrgetter("pid"), gpu)), True),
-        exact_ints(list(map(attrgetter("stream"), ga))), exact_ints(list(map(attrgetter("tid"), gpu)), True))
+lane = (exact_ints([a.device for a in ga]), exact_ints([e.pid for e in gpu], True),
+        exact_ints([a.stream for a in ga]), exact_ints([e.tid for e in gpu], True))
 ra = [e.args or NO_ARGS for e in rt]
-corr = exact_ints(list(map(attrgetter("correlation"), ra)))
+corr = exact_ints([a.correlation for a in ra])
 launch = [len(a.grid) > 0 for a in ra]
-rt_pid = exact_ints(list(map(attrgetter("pid"), rt)), True)
-rt_names = list(map(attrgetter("name"), rt[:200]))
-host_pid = exact_ints(list(map(attrgetter("pid"), host)), True)
+rt_pid = exact_ints([e.pid for e in rt], True)
+rt_names = [e.name for e in rt[:200]]
+host_pid = exact_ints([e.pid for c in HOST if c in kinds for e in kinds[c]], True)
 c2 = time.process_time()
-del events, kinds, gpu, rt, host, ga, ra
+del events, kinds, gpu, rt, ops, notes, ga, ra
 c3 = time.process_time()
 # the array a run of events at a time (the scan of one 4 MB run stays in cache: a third cheaper
 # than the whole file at once), cut where the generator starts an event line, and the frame

@@ -141,11 +141,7 @@ def _idcol(src: _Src, events: list[_Event], values: list, field: str,
     return pd.Series(pd.arrays.IntegerArray(v, missing))
 
 
-def _gpu_frame(gpu: list[_Event], src: _Src, checked: bool = False) -> pd.DataFrame:
-    """The GPU events' columns, every value checked. ``checked``: the events decoded with the
-    checked types (``torch_decode.checked``), whose ids and launch dimensions pass those checks:
-    only the columns a slim read keeps (lanes, kernel, times), with the same checks of the
-    times in the same order."""
+def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
     args = [e.args or _NO_ARGS for e in gpu]
     start, end = _times(src, gpu)
     names = src.shared([e.name or e.cat for e in gpu])
@@ -157,19 +153,18 @@ def _gpu_frame(gpu: list[_Event], src: _Src, checked: bool = False) -> pd.DataFr
     cols = {
         "agent": dev,
         "stream": stream,
+        "correlation_id": _idcol(src, gpu, [a.correlation for a in args], "args.correlation"),
         "kernel": pd.Series(names, dtype=object),
         "start_ns": start,
         "end_ns": end,
+        "_ext": _idcol(src, gpu, [a.external_id for a in args], "args.External id"),
+        "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
     }
-    if not checked:
-        cols["correlation_id"] = _idcol(src, gpu, [a.correlation for a in args], "args.correlation")
-        cols["_ext"] = _idcol(src, gpu, [a.external_id for a in args], "args.External id")
-        cols["_is_kernel"] = [e.cat in ("kernel", "Kernel") for e in gpu]
-        grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
-        block = _dim3(src, gpu, [a.block for a in args], "args.block")
-        for i, ax in enumerate("xyz"):
-            cols[f"_grid_{ax}"] = grid[i]
-            cols[f"_block_{ax}"] = block[i]
+    grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
+    block = _dim3(src, gpu, [a.block for a in args], "args.block")
+    for i, ax in enumerate("xyz"):
+        cols[f"_grid_{ax}"] = grid[i]
+        cols[f"_block_{ax}"] = block[i]
     # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
     if carrying:  # else all None: left out while the runs are held (with_coll_columns)
@@ -238,19 +233,10 @@ def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.
     return [arr[c].astype(INT) for c in ("x", "y", "z")]
 
 
-def _runtime_frame(runtime: list[_Event], src: _Src, checked: bool = False) -> pd.DataFrame:
+def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
     """Runtime calls in event order (:func:`runtime_by_correlation` keeps one per correlation
-    id once every run of events is in). ``checked`` (as for :func:`_gpu_frame`): only what
-    picks the host process (pid, correlation id, launch dimensions or not), the start still
-    read and checked."""
+    id once every run of events is in)."""
     args = [e.args or _NO_ARGS for e in runtime]
-    if checked:
-        ts_ns = _us_field(src, runtime, "ts")[0]
-        return pd.DataFrame({
-            "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
-            "ts_ns": ts_ns,
-            "correlation": _idcol(src, runtime, [a.correlation for a in args], "args.correlation"),
-            "has_grid": [a.grid is not None for a in args]})
     rt = pd.DataFrame({
         "name": pd.Series(src.shared([e.name for e in runtime]), dtype=object),
         "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
@@ -263,6 +249,56 @@ def _runtime_frame(runtime: list[_Event], src: _Src, checked: bool = False) -> p
     return rt
 
 
+# --------------------------------------------------------------------------- checked runs
+# A slim read of a run of events decoded with the checked types (``torch_decode.checked``):
+# its ids are int64 integers (pid/tid: or labels) and its launch dimensions' products fit
+# int64, so of the checks only the times' remain, in the order the frames above run them;
+# what is kept comes out as numpy columns, without the frames.
+
+
+def checked_ids(values: list, labels_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """int64 values and missing mask of checked ids (labels, where ``labels_ok``, missing)."""
+    v, missing, _ = exact_ints(values, labels_ok)
+    return v, missing
+
+
+def checked_gpu_columns(gpu: list[_Event], src: _Src) -> dict[str, Any]:
+    """What a slim read keeps of checked GPU events, as :func:`_gpu_frame` makes it: kernel
+    names, device and stream (each its ``args`` value, else the event's pid/tid), start and
+    end (checked as there); ``collectives``: whether one carries collective metadata."""
+    args = [e.args or _NO_ARGS for e in gpu]
+    start, end = _times(src, gpu)
+    lanes = {}
+    for col, own, event in (("agent", [a.device for a in args], [e.pid for e in gpu]),
+                            ("stream", [a.stream for a in args], [e.tid for e in gpu])):
+        v, missing = checked_ids(own)
+        if missing.any():  # GPU events carry the device in pid and the stream in tid
+            v2, missing2 = checked_ids(event, labels_ok=True)
+            v = np.where(missing, v2, v)
+            missing &= missing2
+        lanes[col] = (v, missing)
+    return {"kernel": [e.name or e.cat for e in gpu], **lanes, "start_ns": start, "end_ns": end,
+            "collectives": any(a.coll_name is not None or a.pg_name is not None for a in args)}
+
+
+def checked_runtime_columns(runtime: list[_Event], src: _Src) -> dict[str, Any]:
+    """What picks the host process of checked runtime calls (as :func:`_runtime_frame` makes
+    it: pid, correlation id, launch dimensions or not), their starts read and checked."""
+    _us_field(src, runtime, "ts")
+    args = [e.args or _NO_ARGS for e in runtime]
+    return {"pid": checked_ids([e.pid for e in runtime], labels_ok=True),
+            "correlation": checked_ids([a.correlation for a in args]),
+            "has_grid": np.array([a.grid is not None for a in args], dtype=bool)}
+
+
+def checked_cpu_pids(cpu: list[_Event], src: _Src) -> tuple[tuple[np.ndarray, np.ndarray], bool]:
+    """The pids of checked operators, their times read and checked (as :func:`_cpu_ops_frame`),
+    and whether one is a ``record_param_comms`` (collective metadata)."""
+    _times(src, cpu)
+    return (checked_ids([e.pid for e in cpu], labels_ok=True),
+            any(e.name == PARAM_COMMS_OP for e in cpu))
+
+
 def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
     """One runtime call per correlation id. ROCm Kineto can emit two records per id (e.g. a
     spurious hipArray3DCreate beside hipMemsetAsync); the one carrying launch dimensions wins.
@@ -273,19 +309,15 @@ def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
     return rt.reset_index(drop=True)
 
 
-def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True,
-                   checked: bool = False) -> pd.DataFrame:
+def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.DataFrame:
     """The operators' columns, every value checked; ``shapes``: with their input shapes and
-    types (text, never checked: a reader that does not link kernels to operators skips them).
-    ``checked`` (as for :func:`_gpu_frame`): only the names and pids, the times still read and
-    checked."""
+    types (text, never checked: a reader that does not link kernels to operators skips them)."""
     args = [e.args or _NO_ARGS for e in cpu]
     start, end = _times(src, cpu)
     names = src.shared([e.name for e in cpu])
-    pid = _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True)
-    cols = {"name": pd.Series(names, dtype=object), "pid": pid} if checked else {
+    cols = {
         "name": pd.Series(names, dtype=object),
-        "pid": pid,
+        "pid": _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
         "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
         "ts_ns": pd.array(start, dtype=INT),
         "dur_ns": pd.array(end - start, dtype=INT),

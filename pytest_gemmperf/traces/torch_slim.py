@@ -71,8 +71,12 @@ class PidCounts:
         self.by_rank: dict[int, dict[int, int]] = {}
 
     def add(self, pids: pd.Series, rank: np.ndarray | None = None) -> None:
-        valid = pids.notna().to_numpy()
-        values = pids.to_numpy(dtype=np.int64, na_value=0)[valid]
+        self.add_values(pids.to_numpy(dtype=np.int64, na_value=0), pids.isna().to_numpy(), rank)
+
+    def add_values(self, pids: np.ndarray, missing: np.ndarray, rank: np.ndarray | None = None) -> None:
+        """:meth:`add` of int64 ``pids`` with their ``missing`` mask."""
+        valid = ~missing
+        values = pids[valid]
         ranks = np.zeros(len(values), np.int64) if rank is None else np.asarray(rank)[valid]
         for r in np.unique(ranks).tolist():
             counts = self.by_rank.setdefault(r, {})
@@ -144,16 +148,19 @@ class GpuRuns:
 
     def add(self, df: pd.DataFrame, rank: np.ndarray) -> None:
         """Keep of a run's GPU frame (``torch_frames._gpu_frame``) what a slim read returns."""
-        kernels, lanes = self.kernels, self.lanes
-        code = np.fromiter((kernels.setdefault(k, len(kernels)) for k in df["kernel"]),
-                           dtype=np.int64, count=len(df))
-        agent = df["agent"].to_numpy(dtype=object, na_value=None)
-        stream = df["stream"].to_numpy(dtype=object, na_value=None)
-        lane = np.fromiter((lanes.setdefault(k, len(lanes)) for k in zip(agent, stream)),
-                           dtype=np.int64, count=len(df))
-        start = df["start_ns"].to_numpy(dtype=np.int64)
+        self.add_columns({"kernel": df["kernel"].tolist(), "start_ns": df["start_ns"].to_numpy(dtype=np.int64),
+                          "end_ns": df["end_ns"].to_numpy(dtype=np.int64),
+                          **{c: (df[c].to_numpy(dtype=np.int64, na_value=0), df[c].isna().to_numpy())
+                             for c in ("agent", "stream")}}, rank)
+
+    def add_columns(self, cols: dict, rank: np.ndarray) -> None:
+        """:meth:`add` of a run's columns (``torch_frames.checked_gpu_columns``: kernel names, device
+        and stream as int64 values and missing masks, start and end)."""
+        code = first_seen_codes(self.kernels, *pd.factorize(np.array(cols["kernel"], dtype=object)))
+        lane = first_seen_codes(self.lanes, *_id_pairs(*cols["agent"], *cols["stream"]))
+        start = cols["start_ns"]
         self.runs.append(rank, {"code": narrow(code), "lane": narrow(lane), "start_ns": start,
-                                "dur_ns": narrow(df["end_ns"].to_numpy(dtype=np.int64) - start)})
+                                "dur_ns": narrow(cols["end_ns"] - start)})
 
     def coded(self, path: str, facts: dict, columns: Sequence[str]) -> CodedDispatches:
         """The dispatches' ``columns`` (in a whole-file read's row order), with the trace's
@@ -235,14 +242,18 @@ class RuntimeRuns:
     def add(self, rt: pd.DataFrame, rank: np.ndarray) -> None:
         """Keep of a run's runtime frame (``torch_frames._runtime_frame``) what picks the host
         process (``runtime_by_correlation`` drops the calls without a correlation id)."""
-        keep = rt["correlation"].notna().to_numpy()
-        pids = self.pids
-        pid = np.fromiter((pids.setdefault(p, len(pids))
-                           for p in rt["pid"].to_numpy(dtype=object, na_value=None)[keep]),
-                          dtype=np.int64, count=int(keep.sum()))
-        self.runs.append(rank[keep], {
-            "correlation": narrow(rt["correlation"].to_numpy(dtype=np.int64, na_value=0)[keep]),
-            "pid": narrow(pid), "has_grid": np.asarray(rt["has_grid"].to_numpy(), dtype=bool)[keep]})
+        self.add_columns({c: (rt[c].to_numpy(dtype=np.int64, na_value=0), rt[c].isna().to_numpy())
+                          for c in ("pid", "correlation")}
+                         | {"has_grid": np.asarray(rt["has_grid"].to_numpy(), dtype=bool)}, rank)
+
+    def add_columns(self, cols: dict, rank: np.ndarray) -> None:
+        """:meth:`add` of a run's columns (``torch_frames.checked_runtime_columns``: pid and
+        correlation id as int64 values and missing masks, launch dimensions or not)."""
+        keep = ~cols["correlation"][1]
+        pid_v, pid_missing = cols["pid"]
+        pid = first_seen_codes(self.pids, *_ids(pid_v[keep], pid_missing[keep]))
+        self.runs.append(rank[keep], {"correlation": narrow(cols["correlation"][0][keep]),
+                                      "pid": narrow(pid), "has_grid": cols["has_grid"][keep]})
 
     def host_pids(self) -> PidCounts:
         """The pids ``process_pid`` counts of the runtime calls: one call per correlation id, the
@@ -264,6 +275,43 @@ class RuntimeRuns:
         counts = PidCounts()
         counts.add_codes(code if order is None else code[order], list(self.pids))
         return counts
+
+
+def first_seen_codes(known: dict, codes: np.ndarray, uniques: Sequence) -> np.ndarray:
+    """Per item its key's number in ``known`` (key -> number, in order of first appearance
+    across runs), given the run's ``codes`` into its distinct keys ``uniques`` (numbered in
+    the order the run first shows them): new keys are numbered as one item at a time would."""
+    lut = np.fromiter((known.setdefault(k, len(known)) for k in uniques), dtype=np.int64,
+                      count=len(uniques))
+    return lut[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+
+
+def _id_pairs(a: np.ndarray, a_missing: np.ndarray, b: np.ndarray,
+              b_missing: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
+    """Codes of the ``(a, b)`` id pairs (None for missing), numbered in order of first
+    appearance, and the pairs (Python ints) in that order."""
+    rows = np.stack([np.where(a_missing, 0, a), a_missing, np.where(b_missing, 0, b), b_missing], axis=1)
+    codes, uniques = _row_codes(rows)
+    return codes, [(None if am else int(av), None if bm else int(bv)) for av, am, bv, bm in uniques.tolist()]
+
+
+def _ids(v: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, list]:
+    """Codes of the ids (None for missing), numbered in order of first appearance, and the ids
+    (Python ints) in that order."""
+    codes, uniques = _row_codes(np.stack([np.where(missing, 0, v), missing], axis=1))
+    return codes, [None if m else int(x) for x, m in uniques.tolist()]
+
+
+def _row_codes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the int64 matrix its number among the distinct rows, numbered in order of
+    first appearance, and those rows in that order."""
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64), rows
+    uniq, first, inverse = np.unique(rows.astype(np.int64), axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], uniq[order]
 
 
 def join_releasing(arrays: list[np.ndarray]) -> np.ndarray:
