@@ -523,12 +523,12 @@ from pytest_gemmperf.jsonkeys import find_repeated_key
 from pytest_gemmperf.traces.jsonnum import exact_ints, us_text_to_ns
 gc.disable()  # as the reader: millions of objects and no cycles
 RAW = msgspec.Raw(b"")
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, gc=False):  # no cycles in decoded JSON: untracked, as the reader's
     device: Any = None
     stream: Any = None
     correlation: Any = None
     grid: msgspec.Raw = RAW
-class Ev(msgspec.Struct):
+class Ev(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""

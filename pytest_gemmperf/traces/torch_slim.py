@@ -289,29 +289,19 @@ def first_seen_codes(known: dict, codes: np.ndarray, uniques: Sequence) -> np.nd
 def _id_pairs(a: np.ndarray, a_missing: np.ndarray, b: np.ndarray,
               b_missing: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
     """Codes of the ``(a, b)`` id pairs (None for missing), numbered in order of first
-    appearance, and the pairs (Python ints) in that order."""
-    rows = np.stack([np.where(a_missing, 0, a), a_missing, np.where(b_missing, 0, b), b_missing], axis=1)
-    codes, uniques = _row_codes(rows)
-    return codes, [(None if am else int(av), None if bm else int(bv)) for av, am, bv, bm in uniques.tolist()]
+    appearance, and the pairs (Python ints) in that order: each column numbered on its own,
+    then the pairs of numbers (hash tables, no sort)."""
+    ca, ua = _ids(a, a_missing)
+    cb, ub = _ids(b, b_missing)
+    codes, pairs = pd.factorize(ca * len(ub) + cb)
+    return codes, [(ua[p // len(ub)], ub[p % len(ub)]) for p in pairs.tolist()]
 
 
 def _ids(v: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, list]:
     """Codes of the ids (None for missing), numbered in order of first appearance, and the ids
     (Python ints) in that order."""
-    codes, uniques = _row_codes(np.stack([np.where(missing, 0, v), missing], axis=1))
-    return codes, [None if m else int(x) for x, m in uniques.tolist()]
-
-
-def _row_codes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of the int64 matrix its number among the distinct rows, numbered in order of
-    first appearance, and those rows in that order."""
-    if not len(rows):
-        return np.zeros(0, dtype=np.int64), rows
-    uniq, first, inverse = np.unique(rows.astype(np.int64), axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[inverse.reshape(-1)], uniq[order]
+    codes, uniques = pd.factorize(pd.arrays.IntegerArray(v, missing), use_na_sentinel=False)
+    return codes.astype(np.int64), [None if x is pd.NA else int(x) for x in uniques]
 
 
 def join_releasing(arrays: list[np.ndarray]) -> np.ndarray:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from itertools import chain
 from typing import Any, Sequence
 
 import numpy as np
@@ -278,7 +279,7 @@ def _ranked(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> tuple[list
     found = [(r, by_cat[c]) for r, c in enumerate(sorted(cats)) if c in by_cat]
     if not found:
         return [], np.zeros(0, dtype=np.int64)
-    events = found[0][1] if len(found) == 1 else [e for _, part in found for e in part]
+    events = found[0][1] if len(found) == 1 else list(chain.from_iterable(part for _, part in found))
     return events, np.concatenate([np.full(len(part), r, dtype=np.int64) for r, part in found])
 
 
