@@ -53,29 +53,6 @@ class _Args(msgspec.Struct):
 _NO_ARGS = _Args()
 
 
-class _SlimArgs(msgspec.Struct):
-    """:class:`_Args` less what only a full read uses (operators' input shapes and types, the
-    process labels): a slim read checks every other key and skips these as msgspec skips any
-    key a schema does not name (their JSON still checked, their text still scanned for a
-    repeated key), without building their nested lists."""
-
-    device: Any = None
-    stream: Any = None
-    correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    grid: Any = None
-    block: Any = None
-    coll_name: Any = msgspec.field(default=None, name="Collective name")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    coll_dtype: Any = msgspec.field(default=None, name="dtype")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    in_split: Any = msgspec.field(default=None, name="In split size")
-    out_split: Any = msgspec.field(default=None, name="Out split size")
-
-
 #: an id the readers take: a JSON integer in int64 (:func:`~pytest_gemmperf.traces.jsonnum.exact_ints`)
 _Int64 = Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)]
 #: launch dimensions whose products (grid * block) stay in int64: each below 2**31
@@ -83,11 +60,14 @@ _Dims = Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=2 ** 31 - 1)]], msgs
 
 
 class _CheckedArgs(msgspec.Struct, gc=False):
-    """:class:`_SlimArgs` with the types the readers' checks ask for (ids int64 JSON integers,
-    launch dimensions lists of up to 3 integers whose products fit int64): an event that
-    decodes so passes each of those checks, wherever it is, so a slim read skips them.
-    Untracked by the cyclic collector (``gc=False``): decoded JSON holds no cycles, and
-    tracking each of millions of events costs a tenth of their decode and release."""
+    """:class:`_Args` for a slim read: less what only a full read uses (operators' input shapes
+    and types, process labels: skipped as msgspec skips any key a schema does not name, their
+    JSON still checked and their text still scanned for a repeated key), and typed as the
+    readers' checks ask (ids int64 JSON integers, launch dimensions lists of up to 3 integers
+    whose products fit int64): an event that decodes so passes each of those checks, wherever
+    it is, so a slim read skips them. Untracked by the cyclic collector (``gc=False``): decoded
+    JSON holds no cycles, and tracking millions of events costs a tenth of their decode and
+    release."""
 
     device: _Int64 | None = None
     stream: _Int64 | None = None
@@ -107,7 +87,7 @@ class _CheckedArgs(msgspec.Struct, gc=False):
 
 
 class _CheckedEvent(msgspec.Struct, gc=False):
-    """:class:`_SlimEvent` typed as the checks ask (``pid``/``tid``: an int64 or a label)."""
+    """:class:`_Event` typed as the checks ask (``pid``/``tid``: an int64 or a label)."""
 
     ph: str = ""
     cat: str = ""
@@ -129,19 +109,6 @@ class _Event(msgspec.Struct):
     ts: msgspec.Raw = ABSENT_RAW
     dur: msgspec.Raw = ABSENT_RAW
     args: _Args | None = None
-
-
-class _SlimEvent(msgspec.Struct):
-    """:class:`_Event` for a slim read (its ``args`` :class:`_SlimArgs`)."""
-
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Any = None
-    tid: Any = None
-    ts: msgspec.Raw = ABSENT_RAW
-    dur: msgspec.Raw = ABSENT_RAW
-    args: _SlimArgs | None = None
 
 
 class _Doc(msgspec.Struct):
@@ -167,19 +134,18 @@ class _Doc(msgspec.Struct):
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])
 _EVENTS = msgspec.json.Decoder(list[_Event])
-_SLIM_EVENTS = msgspec.json.Decoder(list[_SlimEvent])
 _CHECKED_EVENTS = msgspec.json.Decoder(list[_CheckedEvent])
 _DECODER_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError)
 
 
 def _decode_slim(data: bytes) -> list:
     """A run of events for a slim read: as :class:`_CheckedEvent` where every value has the
-    checked types (:func:`checked`), else as :class:`_SlimEvent`, whose decode (or its error)
-    is then the answer: a stricter decode that fails says nothing about the text."""
+    checked types (:func:`checked`), else as :class:`_Event`, whose decode (or its error) is
+    then the answer: a stricter decode that fails says nothing about the text."""
     try:
         return _CHECKED_EVENTS.decode(data)
     except _DECODER_ERRORS:
-        return _SLIM_EVENTS.decode(data)
+        return _EVENTS.decode(data)
 
 
 def checked(events: list) -> bool:
@@ -213,7 +179,7 @@ def decode_stream(path: str, consume: Callable[[int, list[_Event]], None],
     """Decode the Kineto trace at ``path`` a run of events at a time, calling
     ``consume(first, events)`` for each (``events[0]`` is ``traceEvents[first]``); returns the
     metadata (its ``traceEvents`` empty) and the number of events. ``slim``: the events as
-    :class:`_CheckedEvent` or :class:`_SlimEvent` (without the operators' shapes, see
+    :class:`_CheckedEvent` where they have its types (without the operators' shapes, see
     :func:`_decode_slim`).
 
     Every check of a whole-document decode is kept, in its order of precedence: the file's
