@@ -34,6 +34,9 @@ For each size it prints the file size, events and dispatches, and
   dropped);
 * ``own schema`` (the JSON formats): the whole file decoded at once with the reader's own msgspec schema (every
   field its checks read): what an exact reader cannot do without, in time;
+* ``oracle`` (Kineto): the least an exact reader must do for ``analyze --no-report``'s outputs
+  (:data:`_ORACLE_TORCH`: the fields they read, times as exact ns, the repeated-key scan),
+  the whole file at once in one process: wall, peak RSS, CPU seconds and each step's;
 * ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
   that size (the second a re-generation with other timings), wall and peak RSS; with
   ``--before`` also on that checkout's code, and whether the two ``verdicts.csv`` are
