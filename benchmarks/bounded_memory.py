@@ -34,6 +34,9 @@ For each size it prints the file size, events and dispatches, and
   dropped);
 * ``own schema`` (the JSON formats): the whole file decoded at once with the reader's own msgspec schema (every
   field its checks read): what an exact reader cannot do without, in time;
+* ``oracle`` (Kineto): the least an exact reader must do for ``analyze --no-report``'s outputs
+  (:data:`_ORACLE_TORCH`: the fields they read, times as exact ns, the repeated-key scan),
+  the whole file at once in one process: wall, peak RSS, CPU seconds and each step's;
 * ``compare`` (``--compare``): ``gemmperf compare A B --no-report --jobs 1`` of two traces of
   that size (the second a re-generation with other timings), wall and peak RSS; with
   ``--before`` also on that checkout's code, and whether the two ``verdicts.csv`` are
@@ -489,13 +492,107 @@ doc = msgspec.json.decode(raw, type=Doc)
 print(sum(len(p.buffer_records.kernel_dispatch) for p in doc.tool), time.perf_counter() - t0)
 """
 
-#: the oracle of an exact reader: the whole file decoded at once with the reader's own typed
-#: schema (every field its checks read: ids, args, launch dimensions, ts/dur as number text)
+#: the whole file decoded at once with the reader's own typed schema (every field its checks
+#: read: ids, args, launch dimensions, ts/dur as number text), the collector off as in the reader
 _DECODE_SCHEMA = """
+import gc
+gc.disable()
 from {module} import _DECODER
 """ + _READ + """
 doc = _DECODER.decode(raw)
 print(time.perf_counter() - t0)
+"""
+
+#: The least an exact reader of a Kineto trace must do for ``analyze --no-report``'s outputs
+#: (kernels.csv, summary.json), the whole file at once. What those outputs read, per event kind:
+#: every event's ``ph`` and ``cat`` (which kind it is; the device categories a trace without
+#: kernels holds); of GPU events (kernel, memcpy, memset) the name, ``ts`` and ``dur`` in exact
+#: ns (statistics, first start and last end, the in-order check) and the lane (``args.device``
+#: else ``pid``, ``args.stream`` else ``tid``); of runtime calls ``pid``, ``args.correlation``
+#: and whether ``args.grid`` is there (one call per correlation id, the launch first: its pid
+#: counts for the host process) and the name (the runtime's flavour); of CPU operators and
+#: annotations ``pid``; flows and Python functions nothing past ``ph``/``cat``; and the text of
+#: every time the reader reads (GPU events', runtime calls' ``ts``, operators' and profiler
+#: steps' ``ts``/``dur``), whose digits below 1 ns summary.json's notes count. Epoch-scale µs
+#: with a fraction do not fit a float (multiples of 256 ns at 1.7e18 ns), so ``ts``/``dur`` are
+#: number text (``msgspec.Raw``, the cheapest exact capture: ``args`` as Raw and decoded again
+#: for GPU and runtime events measured no cheaper) turned into ns by the vectorised parse; the
+#: ids are exact ints. And every object's keys checked for a repeat (a JSON decoder keeps the
+#: last of ``"dur"`` twice silently): printed as its own line. It prints the CPU seconds of
+#: each step; the measured process is the whole child (start, read, steps).
+_ORACLE_TORCH = """
+import gc
+from typing import Any
+import msgspec
+from pytest_gemmperf.jsonkeys import find_repeated_key
+from pytest_gemmperf.traces.jsonnum import exact_ints, us_text_to_ns
+gc.disable()  # as the reader: millions of objects and no cycles
+RAW = msgspec.Raw(b"")
+class Args(msgspec.Struct, gc=False):  # no cycles in decoded JSON: untracked, as the reader's
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    grid: msgspec.Raw = RAW
+class Ev(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = RAW
+    dur: msgspec.Raw = RAW
+    args: Args | None = None
+class Doc(msgspec.Struct):
+    traceEvents: list[Ev] = []
+NO_ARGS = Args()
+GPU = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+RUNTIME = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
+OPS = {"cpu_op", "Operator"}
+HOST = OPS | {"user_annotation"}
+""" + _READ + """
+c0 = time.process_time()
+events = msgspec.json.decode(raw, type=Doc).traceEvents
+c1 = time.process_time()
+kinds = {}
+for e in events:
+    if e.ph == "X":
+        kinds.setdefault(e.cat, []).append(e)
+gpu = [e for c in GPU if c in kinds for e in kinds[c]]
+rt = [e for c in RUNTIME if c in kinds for e in kinds[c]]
+ops = [e for c in OPS if c in kinds for e in kinds[c]]
+notes = [e for e in kinds.get("user_annotation", ()) if e.name.startswith("ProfilerStep#")]
+ts, s1 = us_text_to_ns([e.ts for e in gpu])
+dur, s2 = us_text_to_ns([e.dur for e in gpu])
+# the note on ts/dur with digits below 1 ns counts every time the reader reads
+rounded = [us_text_to_ns(x)[1] for x in ([e.ts for e in rt], [e.ts for e in ops], [e.dur for e in ops],
+                                        [e.ts for e in notes], [e.dur for e in notes])]
+names = [e.name for e in gpu]
+ga = [e.args or NO_ARGS for e in gpu]
+lane = (exact_ints([a.device for a in ga]), exact_ints([e.pid for e in gpu], True),
+        exact_ints([a.stream for a in ga]), exact_ints([e.tid for e in gpu], True))
+ra = [e.args or NO_ARGS for e in rt]
+corr = exact_ints([a.correlation for a in ra])
+launch = [len(a.grid) > 0 for a in ra]
+rt_pid = exact_ints([e.pid for e in rt], True)
+rt_names = [e.name for e in rt[:200]]
+host_pid = exact_ints([e.pid for c in HOST if c in kinds for e in kinds[c]], True)
+c2 = time.process_time()
+del events, kinds, gpu, rt, ops, notes, ga, ra
+c3 = time.process_time()
+# the array a run of events at a time (the scan of one 4 MB run stays in cache: a third cheaper
+# than the whole file at once), cut where the generator starts an event line, and the frame
+head = raw.index(b"[", raw.index(b'"traceEvents"')) + 1
+tail = raw.rindex(b"]")
+hit = find_repeated_key(raw[:head] + raw[tail:])
+at = head
+while hit is None and at < tail:
+    cut = raw.find(b",\\n  {", at + (4 << 20), tail)
+    cut = tail if cut < 0 else cut
+    hit = find_repeated_key(b"[" + raw[at:cut] + b"]")
+    at = cut + 1
+c4 = time.process_time()
+assert hit is None, hit
+print(len(ts), c1 - c0 + c3 - c2, c2 - c1, c4 - c3, file=sys.stderr)  # the wrapper drops stdout
 """
 
 #: the plain read of a kernel_trace.csv: the columns the reader parses, its text columns
@@ -565,6 +662,22 @@ def measure(cmd: list[str], code: Path = REPO, ok: tuple[int, ...] = (0, 1, 4)) 
     if rc not in ok:
         raise SystemExit(f"{' '.join(cmd)} failed with exit code {rc}")
     return {"wall_s": wall, "rss": rss, "cpu_s": cpu}
+
+
+def measure_oracle(path: Path) -> dict[str, float]:
+    """:data:`_ORACLE_TORCH` on ``path``: the whole child (wall, peak RSS, CPU seconds) and its
+    steps' CPU seconds (decode and free, the fields, the repeated-key scan; the rest is the
+    start and the read)."""
+    run = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-c", _ORACLE_TORCH, str(path)],
+                         capture_output=True, text=True, check=True, cwd=str(REPO),
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    rc, wall, rss, cpu = run.stdout.split()
+    if int(rc):
+        raise SystemExit(f"the oracle failed on {path}: {run.stderr.strip()[-500:]}")
+    wall, rss, cpu = float(wall), int(rss), float(cpu)
+    decode, fields, keys = (float(x) for x in run.stderr.split()[-3:])
+    return {"wall_s": wall, "rss": rss, "cpu_s": cpu, "decode_cpu_s": decode, "fields_cpu_s": fields,
+            "keys_cpu_s": keys, "rest_cpu_s": cpu - decode - fields - keys}
 
 
 def gemmperf(*args: str) -> list[str]:
@@ -644,10 +757,11 @@ def main() -> None:
             schema = (None if own_schema is None else
                       measure([sys.executable, "-c", _DECODE_SCHEMA.format(
                           module="pytest_gemmperf.traces." + own_schema), str(a)], ok=(0,)))
+            oracle = (measure_oracle(a) if args.format == "torch" else None)
             ana = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                    "--out", str(Path(d) / "out")))
             row = {"mb": size / 1e6, "events": n_events, "dispatches": n, "analyze": ana,
-                   "decode": dec, "schema": schema}
+                   "decode": dec, "schema": schema, "oracle": oracle}
             print(f"\n{size / 1e6:,.0f} MB {args.format}{' gzip' if gz else ''}: "
                   f"{n_events:,} {'events' if args.format == 'torch' else 'records'}, {n:,} dispatches "
                   f"(generated in {gen_s:.0f} s)")
@@ -656,11 +770,19 @@ def main() -> None:
             if schema is not None:
                 print(f"  the reader's own schema, whole file:   {schema['wall_s']:6.2f} s wall, "
                       f"peak RSS {schema['rss'] / 2**20:7,.0f} MiB, {schema['cpu_s']:.1f} CPU-s")
+            if oracle is not None:
+                print(f"  minimal-fields exact oracle:           {oracle['wall_s']:6.2f} s wall, "
+                      f"peak RSS {oracle['rss'] / 2**20:7,.0f} MiB, {oracle['cpu_s']:.1f} CPU-s "
+                      f"(decode {oracle['decode_cpu_s']:.1f}, fields {oracle['fields_cpu_s']:.1f}, "
+                      f"start and read {oracle['rest_cpu_s']:.1f})")
+                print(f"    of which the repeated-key scan:      {oracle['keys_cpu_s']:.1f} CPU-s")
             print(f"  gemmperf analyze --no-report:          {ana['wall_s']:6.2f} s wall, "
                   f"peak RSS {ana['rss'] / 2**20:7,.0f} MiB, {ana['cpu_s']:.1f} CPU-s; "
                   f"wall / plain = {ana['wall_s'] / dec['wall_s']:.2f}, "
                   f"CPU / plain = {ana['cpu_s'] / dec['cpu_s']:.2f}"
-                  + ("" if schema is None else f", CPU / own-schema decode = {ana['cpu_s'] / schema['cpu_s']:.2f}"))
+                  + ("" if schema is None else f", CPU / own-schema decode = {ana['cpu_s'] / schema['cpu_s']:.2f}")
+                  + ("" if oracle is None else f", CPU / oracle = {ana['cpu_s'] / oracle['cpu_s']:.2f}, "
+                                               f"wall / oracle = {ana['wall_s'] / oracle['wall_s']:.2f}"))
             if args.before is not None:
                 old = measure(gemmperf("analyze", str(a), "--no-report", "--jobs", "1",
                                        "--out", str(Path(d) / "before")), code=args.before)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from itertools import chain
+from typing import Annotated, Any
 
 import msgspec
 
@@ -52,6 +53,52 @@ class _Args(msgspec.Struct):
 _NO_ARGS = _Args()
 
 
+#: an id the readers take: a JSON integer in int64 (:func:`~pytest_gemmperf.traces.jsonnum.exact_ints`)
+_Int64 = Annotated[int, msgspec.Meta(ge=-2 ** 63, le=2 ** 63 - 1)]
+#: launch dimensions whose products (grid * block) stay in int64: each below 2**31
+_Dims = Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=2 ** 31 - 1)]], msgspec.Meta(max_length=3)]
+
+
+class _CheckedArgs(msgspec.Struct, gc=False):
+    """:class:`_Args` for a slim read: less what only a full read uses (operators' input shapes
+    and types, process labels: skipped as msgspec skips any key a schema does not name, their
+    JSON still checked and their text still scanned for a repeated key), and typed as the
+    readers' checks ask (ids int64 JSON integers, launch dimensions lists of up to 3 integers
+    whose products fit int64): an event that decodes so passes each of those checks, wherever
+    it is, so a slim read skips them. Untracked by the cyclic collector (``gc=False``): decoded
+    JSON holds no cycles, and tracking millions of events costs a tenth of their decode and
+    release."""
+
+    device: _Int64 | None = None
+    stream: _Int64 | None = None
+    correlation: _Int64 | None = None
+    external_id: _Int64 | None = msgspec.field(default=None, name="External id")
+    grid: _Dims | None = None
+    block: _Dims | None = None
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    group_size: _Int64 | None = msgspec.field(default=None, name="Group size")
+    coll_dtype: Any = msgspec.field(default=None, name="dtype")
+    in_nelems: _Int64 | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: _Int64 | None = msgspec.field(default=None, name="Out msg nelems")
+    in_split: Any = msgspec.field(default=None, name="In split size")
+    out_split: Any = msgspec.field(default=None, name="Out split size")
+
+
+class _CheckedEvent(msgspec.Struct, gc=False):
+    """:class:`_Event` typed as the checks ask (``pid``/``tid``: an int64 or a label)."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: _Int64 | str | None = None
+    tid: _Int64 | str | None = None
+    ts: msgspec.Raw = ABSENT_RAW
+    dur: msgspec.Raw = ABSENT_RAW
+    args: _CheckedArgs | None = None
+
+
 class _Event(msgspec.Struct):
     ph: str = ""
     cat: str = ""
@@ -87,40 +134,65 @@ class _Doc(msgspec.Struct):
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])
 _EVENTS = msgspec.json.Decoder(list[_Event])
+_CHECKED_EVENTS = msgspec.json.Decoder(list[_CheckedEvent])
+_DECODER_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError)
+
+
+def _decode_slim(data: bytes) -> list:
+    """A run of events for a slim read: as :class:`_CheckedEvent` where every value has the
+    checked types (:func:`checked`), else as :class:`_Event`, whose decode (or its error) is
+    then the answer: a stricter decode that fails says nothing about the text."""
+    try:
+        return _CHECKED_EVENTS.decode(data)
+    except _DECODER_ERRORS:
+        return _EVENTS.decode(data)
+
+
+def checked(events: list) -> bool:
+    """Whether a run of events decoded with the checked types (:class:`_CheckedEvent`): its ids
+    are int64 integers (or pid/tid labels) and its launch dimensions' products fit int64."""
+    return bool(events) and type(events[0]) is _CheckedEvent
 #: the runtime/profiler version keys copied into ``meta["versions"]``
 _VERSION_KEYS = ("schemaVersion", "roctracer_version", "rocprofiler_sdk_version",
                  "hip_runtime_version", "hip_driver_version", "cuda_runtime_version",
                  "cuda_driver_version", "cupti_version")
 
 
-def _stream_at(path: JsonPath) -> Callable[[bytes], list] | None:
-    """The arrays read a run of events at a time: ``traceEvents``, or a bare top-level array."""
-    if path == ("traceEvents",) or path == ():
-        return _EVENTS.decode
-    if path == (TOOL_KEY,):  # refused before its (large) process records are read
-        raise _NotKineto()
-    return None
+def _stream_at(decode: Callable[[bytes], list]) -> Callable[[JsonPath], Callable[[bytes], list] | None]:
+    """Where the events are (``traceEvents``, or a bare top-level array: read a run of events at
+    a time with ``decode``)."""
+    def at(path: JsonPath) -> Callable[[bytes], list] | None:
+        if path == ("traceEvents",) or path == ():
+            return decode
+        if path == (TOOL_KEY,):  # refused before its (large) process records are read
+            raise _NotKineto()
+        return None
+    return at
 
 
 class _NotKineto(Exception):
     pass
 
 
-def decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tuple[_Doc, int]:
+def decode_stream(path: str, consume: Callable[[int, list[_Event]], None],
+                  slim: bool = False) -> tuple[_Doc, int]:
     """Decode the Kineto trace at ``path`` a run of events at a time, calling
     ``consume(first, events)`` for each (``events[0]`` is ``traceEvents[first]``); returns the
-    metadata (its ``traceEvents`` empty) and the number of events.
+    metadata (its ``traceEvents`` empty) and the number of events. ``slim``: the events as
+    :class:`_CheckedEvent` where they have its types (without the operators' shapes, see
+    :func:`_decode_slim`).
 
     Every check of a whole-document decode is kept, in its order of precedence: the file's
     syntax and types first (wherever in the file), a rocprofv3 JSON or a missing
     ``traceEvents``, a key written twice anywhere, and only then the first error ``consume``
     raised (held until the file was read to its end)."""
     with gc_paused():
-        return _decode_stream(path, consume)
+        return _decode_stream(path, consume, _decode_slim if slim else _EVENTS.decode)
 
 
-def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None]) -> tuple[_Doc, int]:
-    splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=1)
+def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None],
+                   decode: Callable[[bytes], list]) -> tuple[_Doc, int]:
+    splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at(decode), shallow=1)
     held: GemmperfInputError | None = None
     repeat: Repeat | None = None  # the first in the events
     n = 0
@@ -217,4 +289,4 @@ def bucket_events(events: list[_Event], uncounted: frozenset[str],
 
 def _pick(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> list[_Event]:
     found = [by_cat[c] for c in sorted(cats) if c in by_cat]
-    return found[0] if len(found) == 1 else [e for part in found for e in part]
+    return found[0] if len(found) == 1 else list(chain.from_iterable(found))

@@ -249,6 +249,56 @@ def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
     return rt
 
 
+# --------------------------------------------------------------------------- checked runs
+# A slim read of a run of events decoded with the checked types (``torch_decode.checked``):
+# its ids are int64 integers (pid/tid: or labels) and its launch dimensions' products fit
+# int64, so of the checks only the times' remain, in the order the frames above run them;
+# what is kept comes out as numpy columns, without the frames.
+
+
+def checked_ids(values: list, labels_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """int64 values and missing mask of checked ids (labels, where ``labels_ok``, missing)."""
+    v, missing, _ = exact_ints(values, labels_ok)
+    return v, missing
+
+
+def checked_gpu_columns(gpu: list[_Event], src: _Src) -> dict[str, Any]:
+    """What a slim read keeps of checked GPU events, as :func:`_gpu_frame` makes it: kernel
+    names, device and stream (each its ``args`` value, else the event's pid/tid), start and
+    end (checked as there); ``collectives``: whether one carries collective metadata."""
+    args = [e.args or _NO_ARGS for e in gpu]
+    start, end = _times(src, gpu)
+    lanes = {}
+    for col, own, event in (("agent", [a.device for a in args], [e.pid for e in gpu]),
+                            ("stream", [a.stream for a in args], [e.tid for e in gpu])):
+        v, missing = checked_ids(own)
+        if missing.any():  # GPU events carry the device in pid and the stream in tid
+            v2, missing2 = checked_ids(event, labels_ok=True)
+            v = np.where(missing, v2, v)
+            missing &= missing2
+        lanes[col] = (v, missing)
+    return {"kernel": [e.name or e.cat for e in gpu], **lanes, "start_ns": start, "end_ns": end,
+            "collectives": any(a.coll_name is not None or a.pg_name is not None for a in args)}
+
+
+def checked_runtime_columns(runtime: list[_Event], src: _Src) -> dict[str, Any]:
+    """What picks the host process of checked runtime calls (as :func:`_runtime_frame` makes
+    it: pid, correlation id, launch dimensions or not), their starts read and checked."""
+    _us_field(src, runtime, "ts")
+    args = [e.args or _NO_ARGS for e in runtime]
+    return {"pid": checked_ids([e.pid for e in runtime], labels_ok=True),
+            "correlation": checked_ids([a.correlation for a in args]),
+            "has_grid": np.array([a.grid is not None for a in args], dtype=bool)}
+
+
+def checked_cpu_pids(cpu: list[_Event], src: _Src) -> tuple[tuple[np.ndarray, np.ndarray], bool]:
+    """The pids of checked operators, their times read and checked (as :func:`_cpu_ops_frame`),
+    and whether one is a ``record_param_comms`` (collective metadata)."""
+    _times(src, cpu)
+    return (checked_ids([e.pid for e in cpu], labels_ok=True),
+            any(e.name == PARAM_COMMS_OP for e in cpu))
+
+
 def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
     """One runtime call per correlation id. ROCm Kineto can emit two records per id (e.g. a
     spurious hipArray3DCreate beside hipMemsetAsync); the one carrying launch dimensions wins.

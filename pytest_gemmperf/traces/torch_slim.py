@@ -71,8 +71,12 @@ class PidCounts:
         self.by_rank: dict[int, dict[int, int]] = {}
 
     def add(self, pids: pd.Series, rank: np.ndarray | None = None) -> None:
-        valid = pids.notna().to_numpy()
-        values = pids.to_numpy(dtype=np.int64, na_value=0)[valid]
+        self.add_values(pids.to_numpy(dtype=np.int64, na_value=0), pids.isna().to_numpy(), rank)
+
+    def add_values(self, pids: np.ndarray, missing: np.ndarray, rank: np.ndarray | None = None) -> None:
+        """:meth:`add` of int64 ``pids`` with their ``missing`` mask."""
+        valid = ~missing
+        values = pids[valid]
         ranks = np.zeros(len(values), np.int64) if rank is None else np.asarray(rank)[valid]
         for r in np.unique(ranks).tolist():
             counts = self.by_rank.setdefault(r, {})
@@ -144,16 +148,19 @@ class GpuRuns:
 
     def add(self, df: pd.DataFrame, rank: np.ndarray) -> None:
         """Keep of a run's GPU frame (``torch_frames._gpu_frame``) what a slim read returns."""
-        kernels, lanes = self.kernels, self.lanes
-        code = np.fromiter((kernels.setdefault(k, len(kernels)) for k in df["kernel"]),
-                           dtype=np.int64, count=len(df))
-        agent = df["agent"].to_numpy(dtype=object, na_value=None)
-        stream = df["stream"].to_numpy(dtype=object, na_value=None)
-        lane = np.fromiter((lanes.setdefault(k, len(lanes)) for k in zip(agent, stream)),
-                           dtype=np.int64, count=len(df))
-        start = df["start_ns"].to_numpy(dtype=np.int64)
+        self.add_columns({"kernel": df["kernel"].tolist(), "start_ns": df["start_ns"].to_numpy(dtype=np.int64),
+                          "end_ns": df["end_ns"].to_numpy(dtype=np.int64),
+                          **{c: (df[c].to_numpy(dtype=np.int64, na_value=0), df[c].isna().to_numpy())
+                             for c in ("agent", "stream")}}, rank)
+
+    def add_columns(self, cols: dict, rank: np.ndarray) -> None:
+        """:meth:`add` of a run's columns (``torch_frames.checked_gpu_columns``: kernel names, device
+        and stream as int64 values and missing masks, start and end)."""
+        code = first_seen_codes(self.kernels, *pd.factorize(np.array(cols["kernel"], dtype=object)))
+        lane = first_seen_codes(self.lanes, *_id_pairs(*cols["agent"], *cols["stream"]))
+        start = cols["start_ns"]
         self.runs.append(rank, {"code": narrow(code), "lane": narrow(lane), "start_ns": start,
-                                "dur_ns": narrow(df["end_ns"].to_numpy(dtype=np.int64) - start)})
+                                "dur_ns": narrow(cols["end_ns"] - start)})
 
     def coded(self, path: str, facts: dict, columns: Sequence[str]) -> CodedDispatches:
         """The dispatches' ``columns`` (in a whole-file read's row order), with the trace's
@@ -235,14 +242,18 @@ class RuntimeRuns:
     def add(self, rt: pd.DataFrame, rank: np.ndarray) -> None:
         """Keep of a run's runtime frame (``torch_frames._runtime_frame``) what picks the host
         process (``runtime_by_correlation`` drops the calls without a correlation id)."""
-        keep = rt["correlation"].notna().to_numpy()
-        pids = self.pids
-        pid = np.fromiter((pids.setdefault(p, len(pids))
-                           for p in rt["pid"].to_numpy(dtype=object, na_value=None)[keep]),
-                          dtype=np.int64, count=int(keep.sum()))
-        self.runs.append(rank[keep], {
-            "correlation": narrow(rt["correlation"].to_numpy(dtype=np.int64, na_value=0)[keep]),
-            "pid": narrow(pid), "has_grid": np.asarray(rt["has_grid"].to_numpy(), dtype=bool)[keep]})
+        self.add_columns({c: (rt[c].to_numpy(dtype=np.int64, na_value=0), rt[c].isna().to_numpy())
+                          for c in ("pid", "correlation")}
+                         | {"has_grid": np.asarray(rt["has_grid"].to_numpy(), dtype=bool)}, rank)
+
+    def add_columns(self, cols: dict, rank: np.ndarray) -> None:
+        """:meth:`add` of a run's columns (``torch_frames.checked_runtime_columns``: pid and
+        correlation id as int64 values and missing masks, launch dimensions or not)."""
+        keep = ~cols["correlation"][1]
+        pid_v, pid_missing = cols["pid"]
+        pid = first_seen_codes(self.pids, *_ids(pid_v[keep], pid_missing[keep]))
+        self.runs.append(rank[keep], {"correlation": narrow(cols["correlation"][0][keep]),
+                                      "pid": narrow(pid), "has_grid": cols["has_grid"][keep]})
 
     def host_pids(self) -> PidCounts:
         """The pids ``process_pid`` counts of the runtime calls: one call per correlation id, the
@@ -264,6 +275,33 @@ class RuntimeRuns:
         counts = PidCounts()
         counts.add_codes(code if order is None else code[order], list(self.pids))
         return counts
+
+
+def first_seen_codes(known: dict, codes: np.ndarray, uniques: Sequence) -> np.ndarray:
+    """Per item its key's number in ``known`` (key -> number, in order of first appearance
+    across runs), given the run's ``codes`` into its distinct keys ``uniques`` (numbered in
+    the order the run first shows them): new keys are numbered as one item at a time would."""
+    lut = np.fromiter((known.setdefault(k, len(known)) for k in uniques), dtype=np.int64,
+                      count=len(uniques))
+    return lut[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+
+
+def _id_pairs(a: np.ndarray, a_missing: np.ndarray, b: np.ndarray,
+              b_missing: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
+    """Codes of the ``(a, b)`` id pairs (None for missing), numbered in order of first
+    appearance, and the pairs (Python ints) in that order: each column numbered on its own,
+    then the pairs of numbers (hash tables, no sort)."""
+    ca, ua = _ids(a, a_missing)
+    cb, ub = _ids(b, b_missing)
+    codes, pairs = pd.factorize(ca * len(ub) + cb)
+    return codes, [(ua[p // len(ub)], ub[p % len(ub)]) for p in pairs.tolist()]
+
+
+def _ids(v: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, list]:
+    """Codes of the ids (None for missing), numbered in order of first appearance, and the ids
+    (Python ints) in that order."""
+    codes, uniques = pd.factorize(pd.arrays.IntegerArray(v, missing), use_na_sentinel=False)
+    return codes.astype(np.int64), [None if x is pd.NA else int(x) for x in uniques]
 
 
 def join_releasing(arrays: list[np.ndarray]) -> np.ndarray:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from itertools import chain
 from typing import Any, Sequence
 
 import numpy as np
@@ -57,9 +58,12 @@ from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finaliz
                                            flag_queue_overlap, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
-from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, _coll_ints,
+from pytest_gemmperf.traces.torch_decode import checked as is_checked
+from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, STEP_RE, _coll_ints,
                                                  _cpu_ops_frame, _gpu_frame, _idcol, _runtime_frame,
-                                                 _Src, _steps_frame, grid_overflow, with_coll_columns,
+                                                 _Src, _steps_frame, _times, checked_cpu_pids,
+                                                 checked_gpu_columns, checked_ids,
+                                                 checked_runtime_columns, grid_overflow, with_coll_columns,
                                                  runtime_by_correlation, step_ranges)
 from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
                                                take, enclosing_ops, group_codes, self_times)
@@ -146,6 +150,9 @@ class _Reading:
                 gpu_rank: np.ndarray, cpu: list[_Event], cpu_rank: np.ndarray) -> None:
         # the order of a whole-file read: operators, runtime calls, annotations, GPU events
         slim = self.slim
+        if slim and is_checked(src.events):
+            self._checked(src, by_cat, gpu, gpu_rank, cpu, cpu_rank)
+            return
         if cpu:
             ops = _cpu_ops_frame(cpu, src, shapes=not slim)
             self._refuse_collectives(ops)
@@ -162,10 +169,7 @@ class _Reading:
                 self.rt_runs.add(rt, rt_rank)
             else:
                 self.parts["rt"].append(rt.assign(_rank=rt_rank))
-            for cat, events in by_cat.items():
-                if cat in RUNTIME_CATS:
-                    names = self.runtime_names.setdefault(cat, [])
-                    names += [e.name for e in events[:_FLAVOR_EVENTS - len(names)]]
+            self._runtime_names(by_cat)
         annotations = _pick(by_cat, ANNOTATION_CATS)
         if annotations:
             ann_pid = _idcol(src, annotations, [e.pid for e in annotations], "pid", labels_ok=True)
@@ -196,12 +200,48 @@ class _Reading:
             if not slim:
                 self.parts["steps"].append(steps)
 
+    def _checked(self, src: _Src, by_cat: dict[str, list[_Event]], gpu: list[_Event],
+                 gpu_rank: np.ndarray, cpu: list[_Event], cpu_rank: np.ndarray) -> None:
+        """:meth:`_frames` of a slim read for a run decoded with the checked types: the same
+        steps in the same order, but of the checks only the times' can fail (its ids and
+        launch dimensions passed theirs in the decoder), and no frame is made."""
+        if cpu:
+            (pid, missing), comms = checked_cpu_pids(cpu, src)
+            self._refuse_collectives_if(comms)
+            self.pids["cpu"].add_values(pid, missing, cpu_rank)
+        if not self.gpu:
+            return
+        runtime, rt_rank = _ranked(by_cat, RUNTIME_CATS)
+        if runtime:
+            self.rt_runs.add_columns(checked_runtime_columns(runtime, src), rt_rank)
+            self._runtime_names(by_cat)
+        annotations = _pick(by_cat, ANNOTATION_CATS)
+        if annotations:
+            self.pids["ann"].add_values(*checked_ids([e.pid for e in annotations], labels_ok=True))
+        if gpu:
+            cols = checked_gpu_columns(gpu, src)
+            self._refuse_collectives_if(cols["collectives"])
+            self.gpu_runs.add_columns(cols, gpu_rank)
+        if annotations:  # the steps' times checked and counted
+            _times(src, [e for e in annotations if STEP_RE.match(e.name)])
+
+    def _runtime_names(self, by_cat: dict[str, list[_Event]]) -> None:
+        """The first runtime calls' names per category (``flavor_of``)."""
+        for cat, events in by_cat.items():
+            if cat in RUNTIME_CATS:
+                names = self.runtime_names.setdefault(cat, [])
+                names += [e.name for e in events[:_FLAVOR_EVENTS - len(names)]]
+
+    def _refuse_collectives_if(self, carried: bool) -> None:
+        """:meth:`_refuse_collectives` of a run whose events ``carried`` collective metadata or not."""
+        if self.slim and self.collectives and carried:
+            raise NotSlim(f"{self.path}: collective metadata (a slim read does not link it)")
+
     def _refuse_collectives(self, frame: pd.DataFrame) -> None:
         """NotSlim where a slim read must give the collective columns and ``frame`` (a run's
         operators or GPU events) carries collective metadata: the frames hold the columns only
         then (``torch_frames.with_coll_columns``), and the full table's would not all be null."""
-        if self.slim and self.collectives and any(c in frame.columns for c in COLL_COLUMNS):
-            raise NotSlim(f"{self.path}: collective metadata (a slim read does not link it)")
+        self._refuse_collectives_if(any(c in frame.columns for c in COLL_COLUMNS))
 
     def frame(self, kind: str, empty: pd.DataFrame | None = None) -> pd.DataFrame:
         """The runs' frames of one kind as one frame, in a whole-file read's row order."""
@@ -239,13 +279,13 @@ def _ranked(by_cat: dict[str, list[_Event]], cats: frozenset[str]) -> tuple[list
     found = [(r, by_cat[c]) for r, c in enumerate(sorted(cats)) if c in by_cat]
     if not found:
         return [], np.zeros(0, dtype=np.int64)
-    events = found[0][1] if len(found) == 1 else [e for _, part in found for e in part]
+    events = found[0][1] if len(found) == 1 else list(chain.from_iterable(part for _, part in found))
     return events, np.concatenate([np.full(len(part), r, dtype=np.int64) for r, part in found])
 
 
 def _read(path: str, gpu: bool, slim: bool = False, collectives: bool = False) -> tuple[_Reading, Any, int]:
     reading = _Reading(path, gpu, slim, collectives)
-    doc, n_events = decode_stream(path, reading.take)
+    doc, n_events = decode_stream(path, reading.take, slim=slim)
     return reading, doc, n_events
 
 
