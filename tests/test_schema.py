@@ -8,9 +8,10 @@ import pytest
 
 from pytest_gemmperf.traces.categories import category_of
 from pytest_gemmperf.errors import GemmperfInputError
+from pytest_gemmperf.traces import schema
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, concat_tables, finalize_dispatches,
-                                           flag_queue_overlap, set_columns, short_name,
-                                           validate_dispatches)
+                                           flag_queue_overlap, overlap_in_lanes, overlap_lane_by_lane,
+                                           set_columns, short_name, validate_dispatches)
 
 
 def _brute_force_flags(df: pd.DataFrame) -> np.ndarray:
@@ -42,6 +43,52 @@ def test_queue_overlap_flags_match_brute_force(seed):
         "start_ns": start, "end_ns": start + rng.integers(0, 40, n),  # zero-length and nested
     })
     np.testing.assert_array_equal(flag_queue_overlap(df), _brute_force_flags(df))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_lane_by_lane_flags_equal_the_whole_sort_in_blocks(seed, monkeypatch):
+    """Each lane is flagged a block at a time in the order of its starts (the row order where
+    they rise, else their stable sort) with the latest end carried across blocks: the
+    whole-table sort's flags, with ties in start, nested and zero-length dispatches, an end
+    carried over several blocks, rows out of order across a block boundary."""
+    monkeypatch.setattr(schema, "_LANE_BLOCK", int(np.random.default_rng(seed).integers(1, 9)))
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 400))
+    gid = rng.integers(0, 1 + seed % 4, n).astype(np.int16)
+    start = np.sort(rng.integers(0, 60 * n, n))  # rising in row order: the block path
+    if seed % 3 == 0:  # some rows out of order: that lane is taken in its sorted order
+        swap = rng.choice(n, size=min(n, 6), replace=False)
+        start[swap] = start[swap[::-1]]
+    dur = rng.integers(0, 200, n).astype(np.uint32)
+    dur[rng.random(n) < 0.05] = 20 * n  # a long dispatch whose end covers later blocks
+    want = overlap_in_lanes(gid.astype(np.int64), start, start + dur.astype(np.int64))
+    np.testing.assert_array_equal(overlap_lane_by_lane(gid, start, dur=dur), want)
+    np.testing.assert_array_equal(overlap_lane_by_lane(gid, start, start + dur.astype(np.int64)), want)
+
+
+@pytest.mark.parametrize("descents", [0, 3])
+def test_a_long_lane_is_flagged_in_a_blocks_memory(descents):
+    """One lane of 2 M dispatches, in start order or with a few rows out of it: the flags cost
+    the row index and the start order beyond the columns, not the whole sort's tens of bytes
+    a row."""
+    import tracemalloc
+
+    n = 2_000_000
+    start = np.arange(n, dtype=np.int64) * 10
+    dur = np.full(n, 12, dtype=np.uint32)
+    start[[1000, 500_000, 1_500_000][:descents]] -= 35
+    gid = np.zeros(n, dtype=np.int8)
+    want = overlap_in_lanes(gid, start, start + dur.astype(np.int64)) if descents else None
+    tracemalloc.start()
+    flags = overlap_lane_by_lane(gid, start, dur=dur)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    if want is None:
+        assert flags[1:].all() and not flags[0]
+    else:
+        np.testing.assert_array_equal(flags, want)
+    # the row index (8), its starts (8), the flags (1) and, out of order, the start order (8)
+    assert peak < n * (20 if not descents else 30), f"{peak / n:.1f} bytes a row"
 
 
 def test_finalize_keeps_and_flags_artefacts_and_rejects_negative_durations():
