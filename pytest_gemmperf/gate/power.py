@@ -486,23 +486,30 @@ def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
             "opened": [(i, r) for i, r in enumerate(noise) if r.opens_sd > 0 and np.isfinite(sd[i])]}
 
 
-#: per-process timer terms within this factor of each other are one level of the mixture
+#: per-process timer terms within this factor of each other are one level of the mixture, and
+#: so are terms that differ by less than this share of the kernel's change variance at 16
+#: processes per side (the largest count planned): they move no power
 _TIMER_LEVEL_RATIO = 1.5
+_TIMER_NEGLIGIBLE = 1e-3
 
 
 def _timer_levels(noise: Sequence[RowNoise]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The timer term's levels per row (rows x levels, ascending; padded with weight-0 levels):
     (variance, first and past-last rank of the record's processes in the level, processes).
-    Processes whose terms lie within :data:`_TIMER_LEVEL_RATIO` of the level's smallest are one
-    level at that smallest (the least of several draws from it); processes that bound no tick
-    are the last level, 0 (the gate's term when none of its processes bounds one)."""
+    Processes whose terms lie within :data:`_TIMER_LEVEL_RATIO` of the level's smallest (or
+    negligibly above it) are one level at that smallest (the least of several draws from it);
+    processes that bound no tick are the last level, 0 (the gate's term when none of its
+    processes bounds one)."""
     per_row = []
     for r in noise:
         terms = np.sort(np.asarray(r.resolution_vars, float)) if r.resolution_vars else \
             np.array([r.resolution_var if np.isfinite(r.resolution_var) else 0.0])
+        own = r.own_sd if np.isfinite(r.own_sd) else r.sd
+        tol = _TIMER_NEGLIGIBLE * (own ** 2 / 8 if np.isfinite(own) else 0.0)
         levels, start = [], 0
         for i in range(1, len(terms) + 1):
-            if i == len(terms) or not terms[i] <= _TIMER_LEVEL_RATIO * terms[start]:
+            if i == len(terms) or not (terms[i] <= _TIMER_LEVEL_RATIO * terms[start]
+                                       or terms[i] - terms[start] <= tol):
                 levels.append((terms[start] if np.isfinite(terms[start]) else 0.0, start, i))
                 start = i
         per_row.append((levels, len(terms)))
@@ -599,7 +606,7 @@ def _prior_df_at(a: dict[str, np.ndarray], f: np.ndarray, chi: np.ndarray, rule:
     fit = a["prior_fit"]
     if rule.prior_df_cap is not None:         # the gate bounds the prior's df by the own df
         d0 = np.fmin(d0, (rule.prior_df_cap * f)[:, None])
-        fit = np.fmin(fit, rule.prior_df_cap * f)
+        fit = np.minimum(fit, rule.prior_df_cap * f)  # NaN stays NaN: no prior's df known
     if not rule.robust_prior:
         return d0
     for i in np.flatnonzero(fit > 0):
