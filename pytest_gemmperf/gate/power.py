@@ -17,9 +17,11 @@ with ``n`` processes per side:
   the test divides the change by the variance the gate will estimate at ``n``, rebuilt from
   its parts on the record's kernel row: the prior's location (whose df the gate bounds by the
   comparison's own, ``prior_df_cap``) and the kernel's own variance, a chi-square on
-  ``2n - 2`` (+ history) df, moderated, then floored by the median's sampling variance, plus
-  the timer's term, which no count averages away (the record's self-comparison counts its
-  processes twice; :func:`_variance_parts` says how that is undone);
+  ``2n - 2`` (+ history) df, moderated (the robust prior's df lowered for that draw as the
+  gate lowers an upper outlier's), then floored by the median's sampling variance, plus the
+  timer's term, which no count averages away: the smallest of the ``2n`` compared processes'
+  ticks, drawn from the record's processes (the record's self-comparison counts its processes
+  twice; :func:`_variance_parts` says how that is undone);
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
   per-process factors, on its Welch df, unless the variance history sizes it by the relative
   change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``;
