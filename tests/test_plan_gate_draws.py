@@ -16,6 +16,7 @@ from pytest_gemmperf.gate import power as pw
 from pytest_gemmperf.gate import stats
 from pytest_gemmperf.gate.compare import GateConfig, compare, compare_stats
 from pytest_gemmperf.gate.noise_floors import _resolution_var
+from test_plan import _spread_draw  # samples whose kernels vary by given sds
 
 TIMED = "Cijk_timed"
 
@@ -150,17 +151,6 @@ def test_the_quadrature_follows_the_robust_prior_on_each_variance_draw():
             assert simulated - fixed > 0.1, (effect, n, fixed)
 
 
-def _spread(rng: np.random.Generator, sds: np.ndarray, units: int, first: int = 0) -> pd.DataFrame:
-    """Samples of ``units`` processes whose kernel ``k`` varies by ``sds[k]`` between them."""
-    names = [f"Cijk_k{k:02d}" for k in range(len(sds))]
-    level = np.log(1000.0 * (1 + np.arange(len(sds))))
-    logs = (level[None, :, None] + rng.normal(0, 1, (units, len(sds)))[:, :, None] * sds[None, :, None]
-            + rng.normal(0, 0.002, (units, len(sds), 30)))
-    unit = np.repeat([f"h/{first + i}/0/{first + i}" for i in range(units)], len(sds) * 30)
-    return pd.DataFrame({"point": "p", "kernel": np.tile(np.repeat(names, 30), units), "metric": "dur_ns",
-                         "unit": unit, "value": np.exp(logs).ravel()})
-
-
 @pytest.mark.slow  # 200 comparisons of the real gate
 def test_the_plan_of_a_kernel_far_above_its_prior_matches_the_gate():
     """Against the real gate: one kernel of 30 varies 4 times as much as the others. A
@@ -172,13 +162,13 @@ def test_the_plan_of_a_kernel_far_above_its_prior_matches_the_gate():
     sds = np.full(30, 0.005)
     sds[0] = 0.02
     cfg = GateConfig(threshold=0.0)
-    (p,) = pw.plan(_spread(rng, sds, 96), 0.07, cfg)
+    (p,) = pw.plan(_spread_draw(rng, sds, 96), 0.07, cfg)
     row = next(r.noise for r in p.kernels if r.noise.kernel == "Cijk_k00")
     effect, reps = 0.07, 100
     for n in (3, 4):
         hits = 0
         for _ in range(reps):
-            base, cand = _spread(rng, sds, n), _spread(rng, sds, n, first=100)
+            base, cand = _spread_draw(rng, sds, n), _spread_draw(rng, sds, n, first=100)
             slow = (cand["kernel"] == "Cijk_k00").to_numpy()
             v = compare(base, cand.assign(value=np.where(slow, cand["value"] * (1 + effect), cand["value"])), cfg)
             hits += bool((v[(v["kernel"] == "Cijk_k00") & (v["metric"] == "dur_ns")]["verdict"] == "regression").any())
