@@ -114,13 +114,26 @@ def _resolution_var(b: pd.DataFrame, c: pd.DataFrame, kernels: pd.Index) -> np.n
     memset): each side's level is uncertain by up to a tick, so the change gets
     ``(tick / median)^2 / 3`` (each side uniform on +-1 tick), whatever the number of
     processes. Negligible for kernels timed to the ns over µs; decisive for a one-tick change."""
+    tick, med = process_ticks(b, c, kernels)
+    tick = tick.min(axis=1, initial=np.inf)
+    return np.where(np.isfinite(tick) & (med > 0), (tick / med) ** 2 / 3, 0.0)
+
+
+def process_ticks(b: pd.DataFrame, c: pd.DataFrame, kernels: pd.Index) -> tuple[np.ndarray, np.ndarray]:
+    """(the tick each process of the two sides bounds, per kernel x process: its smallest
+    positive gap between two durations and the largest power of ten dividing them all, inf
+    where neither exists; the median duration per kernel over both sides). The tick the gate
+    uses is the smallest over the comparison's processes (:func:`_resolution_var`), so it
+    depends on how many processes it compares (``gate/power.py`` plans it per count)."""
     n_k = len(kernels)
     k = np.concatenate([_codes(b["kernel"], kernels), _codes(c["kernel"], kernels)])
     # a process of each side numbered apart (its numbers only group a process's rows): from the
     # unit columns' codes, never a text a row (a side holds one row per dispatch)
     ub = pd.factorize(b["unit"], use_na_sentinel=False)[0]
     uc = pd.factorize(c["unit"], use_na_sentinel=False)[0]
-    u = np.concatenate([ub, uc + (int(ub.max()) + 1 if len(ub) else 0)])
+    n_ub = int(ub.max()) + 1 if len(ub) else 0
+    u = np.concatenate([ub, uc + n_ub])
+    n_u = n_ub + (int(uc.max()) + 1 if len(uc) else 0)
     v = np.concatenate([b["value"].to_numpy(float), c["value"].to_numpy(float)])
     ok = (k >= 0) & np.isfinite(v) & (v > 0)
     k, u, v = k[ok], u[ok], v[ok]
@@ -128,20 +141,18 @@ def _resolution_var(b: pd.DataFrame, c: pd.DataFrame, kernels: pd.Index) -> np.n
     k, u, v = k[order], u[order], v[order]
     gap = np.diff(v)
     within = (k[1:] == k[:-1]) & (u[1:] == u[:-1]) & (gap > 0)
-    tick = np.full(n_k, np.inf)
-    np.minimum.at(tick, k[1:][within], gap[within])
+    tick = np.full(n_k * n_u, np.inf)
+    np.minimum.at(tick, (k * n_u + u)[1:][within], gap[within])
     # decimal resolution: 10^j divides every duration of the kernel (integers in ns)
     integral = np.isclose(v, np.round(v), rtol=0, atol=1e-6)
     iv = np.round(v).astype(np.int64)
     dec = np.ones(len(v))
     for j in range(1, 10):
         dec = np.where(integral & (iv % 10 ** j == 0), 10.0 ** j, dec)
-    res = np.full(n_k, np.inf)
-    np.minimum.at(res, k, np.where(integral, dec, np.inf))
-    tick = np.fmin(tick, res)
+    np.minimum.at(tick, k * n_u + u, np.where(integral, dec, np.inf))
     med = np.full(n_k, np.nan)
     if len(k):
         starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
         ends = np.r_[starts[1:], len(k)]
         med[k[starts]] = np.array([np.median(v[a:e]) for a, e in zip(starts, ends)])
-    return np.where(np.isfinite(tick) & (med > 0), (tick / med) ** 2 / 3, 0.0)
+    return tick.reshape(n_k, n_u), med

@@ -17,9 +17,11 @@ with ``n`` processes per side:
   the test divides the change by the variance the gate will estimate at ``n``, rebuilt from
   its parts on the record's kernel row: the prior's location (whose df the gate bounds by the
   comparison's own, ``prior_df_cap``) and the kernel's own variance, a chi-square on
-  ``2n - 2`` (+ history) df, moderated, then floored by the median's sampling variance, plus
-  the timer's term, which no count averages away (the record's self-comparison counts its
-  processes twice; :func:`_variance_parts` says how that is undone);
+  ``2n - 2`` (+ history) df, moderated (the robust prior's df lowered for that draw as the
+  gate lowers an upper outlier's), then floored by the median's sampling variance, plus the
+  timer's term, which no count averages away: the smallest of the ``2n`` compared processes'
+  ticks, drawn from the record's processes (the record's self-comparison counts its processes
+  twice; :func:`_variance_parts` says how that is undone);
 * and the two-part rule: the interval that sizes it (the total change's, with the sides' mean
   per-process factors, on its Welch df, unless the variance history sizes it by the relative
   change) must exclude 1 at ``level`` and lie above ``1 + threshold`` at ``threshold_level``;
@@ -50,6 +52,7 @@ from pytest_gemmperf.gate.compare import (CV, DUR, RELATIVE_MIN_HISTORY_DF, SHAR
                                           compare_stats)
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import stats
+from pytest_gemmperf.gate.noise_floors import process_ticks
 from pytest_gemmperf.gate.samples import DISPATCH_COUNT
 
 #: per-process totals the plan sizes like kernels (one value per process, plain t-test)
@@ -97,8 +100,16 @@ class RowNoise:
     own_sd: float = math.nan
     #: per-process sd the gate never goes below: the median's sampling floor (NaN: none)
     floor_sd: float = math.nan
-    #: variance (log scale) the timer's resolution adds to the change at any count
+    #: the prior's df before the robust prior's outlier rule (NaN: ``prior_df`` at every
+    #: count): the gate lowers a kernel's share of it by how improbable the kernel's own
+    #: variance is under the prior, which at another count is another chi-square draw
+    prior_fit_df: float = math.nan
+    #: variance (log scale) the timer's resolution adds to the change at any count: the record's
     resolution_var: float = 0.0
+    #: the same term from the tick each of the record's processes shows alone, ascending (inf:
+    #: none); the gate takes the smallest over the processes it compares, so the term at a count
+    #: is the smallest of that many draws (empty: ``resolution_var`` at every count)
+    resolution_vars: tuple[float, ...] = ()
     #: parameters the shared part's variance is estimated after: 2 (the sides' means), 3 with
     #: within-process controls (and the regression's slope); its df is processes - this
     shared_params: int = 2
@@ -137,6 +148,9 @@ class Decision:
     prior_df_cap: float | None = None
     #: a regression of a duration must grow its median by more than this (ns)
     abs_floor_ns: float = 0.0
+    #: the prior is the robust one (``GateConfig.prior``): a kernel whose variance is an upper
+    #: outlier of it keeps less of its df (``stats.robust_prior_df``)
+    robust_prior: bool = False
     #: the ``*`` rows' share of the FDR (``shared_alpha`` of the hierarchical rule; 0: no
     #: ``*`` row opens anything, the Simes rule)
     shared_share: float = 0.0
@@ -209,6 +223,7 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
     finite = np.isfinite(st["p_value"].to_numpy(float))
     family = finite & (kernel != SHARED).to_numpy() & ((metric != CV).to_numpy() | (not cfg.dispersion_family))
     counts = _dispatches(base)
+    ticks = _timer_terms(base)
     rows: list[RowNoise] = []
     for point, g in st.groupby(st["point"].astype(str), sort=True):
         star = g[(g["kernel"].astype(str) == SHARED) & (g["metric"].astype(str) == DUR)]
@@ -229,6 +244,8 @@ def row_noise(base: pd.DataFrame, config: GateConfig | None = None, history: pd.
                                       counts.get((point, k), math.nan), cfg)
                 if (getattr(r, "controls", 0) or 0) > 0:
                     noise = dataclasses.replace(noise, shared_params=3)
+                if noise.resolution_var > 0 and (point, k) in ticks:
+                    noise = dataclasses.replace(noise, resolution_vars=ticks[point, k])
                 rows.append(noise)
             elif m.startswith(TOTAL_PREFIX) and np.isfinite(r.unit_sd_log):
                 rows.append(RowNoise(point, k, m, n, float(r.unit_sd_log), ci_half=half,
@@ -327,7 +344,7 @@ def _variance_parts(noise: RowNoise, r, cfg: GateConfig) -> RowNoise:
     own = s0_2 if math.isinf(d0_post) else (d0_post * s0_2 + df_real * own_var) / (d0_post + df_real)
     floor = float(getattr(r, "floor_var", np.nan))
     res = float(getattr(r, "resolution_var", 0.0))
-    return dataclasses.replace(noise, prior_df=d0_k, prior_sd=math.sqrt(s0_2), own_sd=math.sqrt(own),
+    return dataclasses.replace(noise, prior_df=d0_k, prior_fit_df=d0, prior_sd=math.sqrt(s0_2), own_sd=math.sqrt(own),
                                floor_sd=math.sqrt(floor) if np.isfinite(floor) and floor > 0 else math.nan,
                                resolution_var=res if np.isfinite(res) and res > 0 else 0.0)
 
@@ -343,6 +360,31 @@ def _undoubled(d0: float, df_rec: float, df_real: float) -> tuple[float, float]:
     d_real = stats._d0_from_iqr(float(hi - lo), df_real)
     (mid_real,) = stats._log_f_quantiles(np.array([0.5]), df_real, d_real)
     return d_real, math.exp(float(mid - mid_real))
+
+
+def _timer_terms(samples: pd.DataFrame) -> dict[tuple[str, str], tuple[float, ...]]:
+    """Per (point, kernel) of the ``dur_ns`` rows, the timer term each process's tick gives
+    alone (``(tick / median)^2 / 3``, inf: the process bounds no tick), ascending: the smallest
+    is the record's, and a comparison of other processes finds the smallest of its own. A
+    process that shows a gap below the timer's period by chance (two durations a ns apart
+    among its kept quantiles) is rare; a record of many processes holds one more often than a
+    comparison of few, and the plan weighs it by how often that many processes would."""
+    metric = samples["metric"].astype(str)
+    d = samples[(metric == DUR).to_numpy()]
+    out: dict[tuple[str, str], tuple[float, ...]] = {}
+    for point, g in d.groupby(d["point"].astype(str), sort=True, observed=True):
+        g = g.assign(value=pd.to_numeric(g["value"], errors="coerce"))
+        kernels = pd.Index(sorted({str(x) for x in pd.unique(g["kernel"])}))
+        tick, med = process_ticks(g, g.iloc[:0], kernels)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            term = np.where(np.isfinite(tick) & (med[:, None] > 0), (tick / med[:, None]) ** 2 / 3, np.inf)
+        seen = np.zeros(tick.shape, bool)
+        units = pd.factorize(g["unit"], use_na_sentinel=False)[0]
+        kc, names = pd.factorize(g["kernel"], use_na_sentinel=False)
+        seen[kernels.get_indexer([str(x) for x in names])[kc], units] = True
+        for i, k in enumerate(kernels):
+            out[str(point), k] = tuple(float(x) for x in np.sort(term[i][seen[i]]))
+    return out
 
 
 def _dispatches(samples: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -373,6 +415,7 @@ def decision(config: GateConfig | None, rows_in_family: int) -> Decision:
     return Decision(threshold=float(cfg.threshold), alpha=share * cfg.fdr / m, fdr=float(cfg.fdr), level=cfg.level,
                     threshold_level=cfg.threshold_level, size_by_relative=cfg.size_by_relative,
                     prior_df_cap=cfg.prior_df_cap if cfg.moderate else None, abs_floor_ns=float(cfg.abs_floor_ns),
+                    robust_prior=bool(cfg.moderate and cfg.prior == "robust"),
                     shared_share=1.0 - share if cfg.multiplicity == "hierarchical" else 0.0, rows=m)
 
 
@@ -436,13 +479,59 @@ def _arrays(noise: Sequence[RowNoise], rule: Decision) -> dict[str, np.ndarray]:
     part = lambda name: np.array([getattr(r, name) for r in noise], float)  # noqa: E731
     return {"sd": sd, "prior_sd": np.where(np.isfinite(part("prior_sd")), part("prior_sd"), sd),
             "own_sd": np.where(np.isfinite(part("own_sd")), part("own_sd"), sd),
-            "floor": np.nan_to_num(part("floor_sd")) ** 2, "res": np.nan_to_num(part("resolution_var")),
+            "floor": np.nan_to_num(part("floor_sd")) ** 2, "timer": _timer_levels(noise),
             "shared": np.nan_to_num(np.array([r.shared_sd for r in noise], float)),
-            "prior_df": np.array([r.prior_df for r in noise], float), "hist": hist,
+            "prior_df": np.array([r.prior_df for r in noise], float), "prior_fit": part("prior_fit_df"), "hist": hist,
             "median_ns": part("median_ns"), "shared_params": part("shared_params"),
             "by_rel": rule.size_by_relative | (hist >= rule.relative_min_history_df),
             # category totals a change of their kernels opens through the '*' row
             "opened": [(i, r) for i, r in enumerate(noise) if r.opens_sd > 0 and np.isfinite(sd[i])]}
+
+
+#: per-process timer terms within this factor of each other are one level of the mixture, and
+#: so are terms that differ by less than this share of the kernel's change variance at 16
+#: processes per side (the largest count planned): they move no power
+_TIMER_LEVEL_RATIO = 1.5
+_TIMER_NEGLIGIBLE = 1e-3
+
+
+def _timer_levels(noise: Sequence[RowNoise]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The timer term's levels per row (rows x levels, ascending; padded with weight-0 levels):
+    (variance, first and past-last rank of the record's processes in the level, processes).
+    Processes whose terms lie within :data:`_TIMER_LEVEL_RATIO` of the level's smallest (or
+    negligibly above it) are one level at that smallest (the least of several draws from it);
+    processes that bound no tick are the last level, 0 (the gate's term when none of its
+    processes bounds one)."""
+    per_row = []
+    for r in noise:
+        terms = np.sort(np.asarray(r.resolution_vars, float)) if r.resolution_vars else \
+            np.array([r.resolution_var if np.isfinite(r.resolution_var) else 0.0])
+        own = r.own_sd if np.isfinite(r.own_sd) else r.sd
+        tol = _TIMER_NEGLIGIBLE * (own ** 2 / 8 if np.isfinite(own) else 0.0)
+        levels, start = [], 0
+        for i in range(1, len(terms) + 1):
+            if i == len(terms) or not (terms[i] <= _TIMER_LEVEL_RATIO * terms[start]
+                                       or terms[i] - terms[start] <= tol):
+                levels.append((terms[start] if np.isfinite(terms[start]) else 0.0, start, i))
+                start = i
+        per_row.append((levels, len(terms)))
+    width = max((len(lv) for lv, _ in per_row), default=1)
+    var, lo, hi = (np.zeros((len(noise), width)) for _ in range(3))
+    m = np.ones(len(noise))
+    for i, (levels, count) in enumerate(per_row):
+        m[i] = count
+        for j, (v, a, b) in enumerate(levels):
+            var[i, j], lo[i, j], hi[i, j] = v, a, b
+        lo[i, len(levels):] = hi[i, len(levels):] = count
+    return var, lo, hi, m
+
+
+def _timer_weights(timer: tuple[np.ndarray, ...], processes: int) -> np.ndarray:
+    """(rows x levels) the chance the smallest of ``processes`` draws from the record's
+    processes falls in each level: ``P(rank >= lo) - P(rank >= hi)``, ``P(rank >= j) = ((m - j)
+    / m)^processes``."""
+    _, lo, hi, m = timer
+    return ((m[:, None] - lo) / m[:, None]) ** processes - ((m[:, None] - hi) / m[:, None]) ** processes
 
 
 def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: Decision) -> np.ndarray:
@@ -453,48 +542,80 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     scale = math.sqrt(1.0 / n_base + 1.0 / n_cand)
     own_df = float(n_base + n_cand - 2)
     f = own_df + a["hist"]                    # df of the kernel's own variance (history pooled)
-    d0 = a["prior_df"]
-    if rule.prior_df_cap is not None:         # the gate bounds the prior's df by the own df
-        d0 = np.fmin(d0, rule.prior_df_cap * f)
-    f1 = f + d0                               # the test's df
     # the kernel's true per-process variance: its own, never below the median's sampling floor
     true_var = np.fmax(a["own_sd"] ** 2, a["floor"])
     sr = np.sqrt(true_var) * scale           # sd of the kernel's (relative) change
     ss = a["shared"] * scale                  # sd of the sides' mean shared factor
     has_shared = (ss > 0) & ~a["by_rel"]      # sized by the total: the shared part counts
-    c1 = _t_isf(rule.alpha / 2, f1)
     k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
     col = (slice(None), None, None, None)
+    # the kernel's variance estimate at this count: a chi-square draw on f df (row, node)
+    chi = _chi_scale(f[:, None], _midpoints(k1)[None, :]) ** 2
+    d0 = _prior_df_at(a, f, chi, rule)        # (row, node): the prior's df the gate gives it
+    f1 = f[:, None] + d0                      # the test's df
+    c1 = _t_isf(rule.alpha / 2, f1)[:, :, None, None]
     # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the prior's location fixed (fitted
-    # on every kernel of the comparison), the own share a chi-square draw on f df around the
-    # kernel's variance; then the gate's floor and the timer's term (which no count averages)
-    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[col]
-    chi = _chi_scale(f[:, None], _midpoints(k1)[None, :])[:, :, None, None] ** 2
-    moderated = w * a["prior_sd"][col] ** 2 + (1 - w) * a["own_sd"][col] ** 2 * chi
-    var_rel = np.fmax(moderated, a["floor"][col]) * scale ** 2 + a["res"][col]
+    # on every kernel of the comparison), the own share the draw around the kernel's variance;
+    # then the gate's floor and the timer's term (which no count averages)
+    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[:, :, None, None]
+    f1 = f1[:, :, None, None]
+    moderated = w * a["prior_sd"][col] ** 2 + (1 - w) * a["own_sd"][col] ** 2 * chi[:, :, None, None]
+    counted = np.fmax(moderated, a["floor"][col]) * scale ** 2
     # the shared part's variance: on the processes' df less its parameters (2 without controls)
     sh_df = np.fmax(float(n_base + n_cand) - a["shared_params"], 1.0)[col]
     q2 = _chi_scale(sh_df, _midpoints(k2)[None, None, :, None]) if k2 > 1 else np.ones((1, 1, 1, 1))
     z = sps.norm.ppf(_midpoints(k3))[None, None, None, :] if k3 > 1 else np.zeros((1, 1, 1, 1))
     var_shift = np.where(has_shared[col], (ss[col] * q2) ** 2, 0.0)
-    se_size = np.sqrt(var_rel + var_shift)
-    # the total's df as the gate takes it: Welch-Satterthwaite, at least the smaller part's
-    welch = stats.welch_df(var_rel, f1[col], var_shift, sh_df)
-    df_size = np.where(has_shared[col], np.fmax(np.fmin(f1[col], sh_df), welch), f1[col])
-    t_lv = _t_two_sided(rule.level, df_size)
-    t_th = _t_isf(1.0 - rule.threshold_level, df_size)
     shift = np.where(has_shared[col], ss[col] * z, 0.0)
-    need_sig = c1[col] * np.sqrt(var_rel)
-    need_size = np.fmax(t_lv * se_size, math.log1p(rule.threshold) + t_th * se_size) - shift
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col])
-    p = np.where(np.isfinite(sr), p.mean(axis=(1, 2, 3)), np.nan)
+    # the timer's term is the smallest over the compared processes' ticks: a mixture over the
+    # levels the record's processes show, weighted by how often that many processes reach each
+    timer_var = a["timer"][0]
+    weights = _timer_weights(a["timer"], n_base + n_cand)
+    p = np.zeros(len(sr))
+    for j in range(timer_var.shape[1]):
+        if not (weights[:, j] > 0).any():
+            continue
+        var_rel = counted + timer_var[:, j][col]
+        se_size = np.sqrt(var_rel + var_shift)
+        # the total's df as the gate takes it: Welch-Satterthwaite, at least the smaller part's
+        welch = stats.welch_df(var_rel, f1, var_shift, sh_df)
+        df_size = np.where(has_shared[col], np.fmax(np.fmin(f1, sh_df), welch), f1)
+        t_lv = _t_two_sided(rule.level, df_size)
+        t_th = _t_isf(1.0 - rule.threshold_level, df_size)
+        need_sig = c1 * np.sqrt(var_rel)
+        need_size = np.fmax(t_lv * se_size, math.log1p(rule.threshold) + t_th * se_size) - shift
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pj = sps.norm.sf((np.fmax(need_sig, need_size) - d) / sr[col]).mean(axis=(1, 2, 3))
+        p += np.where(weights[:, j] > 0, weights[:, j] * np.nan_to_num(pj), 0.0)
+    p = np.where(np.isfinite(sr), p, np.nan)
     if rule.shared_share > 0:
         for i, r in a["opened"]:
             p[i] = _opened_power(r, d, n_base, n_cand, rule)
     # the gate's absolute floor: a change that grows the median by no more than it is never a
     # regression, whatever the count (the row cannot be gated at this change)
     return np.where(below_floor(a["median_ns"], d, rule), 0.0, p)
+
+
+def _prior_df_at(a: dict[str, np.ndarray], f: np.ndarray, chi: np.ndarray, rule: Decision) -> np.ndarray:
+    """(row, node) the prior's df the gate gives a kernel whose own variance estimate on ``f``
+    df is ``own_sd^2 chi`` (``chi``: chi-square nodes over their df): the prior's df, bounded
+    by ``prior_df_cap`` times the own df, then, for the robust prior, lowered as
+    ``stats.robust_prior_df`` lowers an upper outlier's. A kernel far above its prior keeps
+    its own variance in the draws that show it and the prior's df in those that do not; the
+    record's own judgement (``prior_df``) stands where the prior's df before the rule is
+    unknown."""
+    d0 = np.repeat(a["prior_df"][:, None], chi.shape[1], axis=1)
+    fit = a["prior_fit"]
+    if rule.prior_df_cap is not None:         # the gate bounds the prior's df by the own df
+        d0 = np.fmin(d0, (rule.prior_df_cap * f)[:, None])
+        fit = np.minimum(fit, rule.prior_df_cap * f)  # NaN stays NaN: no prior's df known
+    if not rule.robust_prior:
+        return d0
+    for i in np.flatnonzero(fit > 0):
+        s2 = a["own_sd"][i] ** 2 * chi[i]
+        d0[i] = stats.robust_prior_df(s2, np.full(len(s2), f[i]), float(fit[i]),
+                                      np.full(len(s2), a["prior_sd"][i] ** 2))
+    return d0
 
 
 def _opened_power(r: RowNoise, d: float, n_base: int, n_cand: int, rule: Decision) -> float:
