@@ -174,15 +174,16 @@ def test_merged_parts_give_the_views_of_the_concatenated_table(seed, warmup):
     from pytest_gemmperf.analysis.overlap import gemm_overlap, overlap_by_kernel
     from pytest_gemmperf.analysis.timeline import gpu_timeline
     from pytest_gemmperf.analysis.variance import top_variance, with_collective_overlap, with_timestamps
-    from pytest_gemmperf.report.data import _decategorize, _object_keys
+    from pytest_gemmperf.analysis.report_parts import decategorized
+    from pytest_gemmperf.report.data import _object_keys
 
     top = with_collective_overlap(with_timestamps(top_variance(full, k=5, warmup=warmup), full), full)
     pd.testing.assert_frame_equal(got["top_variance"].drop(columns="label"),
-                                  _decategorize(top.drop(columns=["min_row", "max_row"])), check_exact=True)
-    pd.testing.assert_frame_equal(got["timeline"].drop(columns="label"), _decategorize(gpu_timeline(full)),
+                                  decategorized(top.drop(columns=["min_row", "max_row"])), check_exact=True)
+    pd.testing.assert_frame_equal(got["timeline"].drop(columns="label"), decategorized(gpu_timeline(full)),
                                   check_exact=True)
     keys = ["point", "rank", "kernel"]
-    obk = _object_keys(_decategorize(overlap_by_kernel(full, overlap=gemm_overlap(full, names=False))), keys)
+    obk = _object_keys(decategorized(overlap_by_kernel(full, overlap=gemm_overlap(full, names=False))), keys)
     pd.testing.assert_frame_equal(got["overlap"][list(obk.columns)], obk, check_exact=True)
 
 

@@ -324,20 +324,19 @@ def gpu_group_keys(timeline: pd.DataFrame) -> frozenset[tuple]:
 
 def shared_gpu_groups(parts: Sequence[ReportPart]) -> bool:
     """Whether a process-GPU group (a timeline row's keys) appears in more than one part."""
-    seen: set[tuple] = set()
-    for p in parts:
-        rows = p.gpu_groups if p.gpu_groups is not None else gpu_group_keys(p.timeline)
-        if seen & rows:
-            return True
-        seen |= rows
-    return False
+    return _in_two(p.gpu_groups if p.gpu_groups is not None else gpu_group_keys(p.timeline) for p in parts)
 
 
 def row_in_two(frames) -> bool:
     """Whether some row (nulls alike) appears in more than one of ``frames``."""
+    return _in_two(_row_set(f) for f in frames)
+
+
+def _in_two(row_sets) -> bool:
+    """Whether some row appears in more than one of ``row_sets`` (taken one at a time, so that
+    a hit stops before the rest are made)."""
     seen: set[tuple] = set()
-    for f in frames:
-        rows = _row_set(f)
+    for rows in row_sets:
         if seen & rows:
             return True
         seen |= rows

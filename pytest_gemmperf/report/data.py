@@ -172,11 +172,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame({"label": pd.Series(dtype=object)})
     # categoricals of different sweeps have different categories; text is what reports need
-    frames = [_decategorize(f) for f in frames]
+    frames = [decategorized(f) for f in frames]
     return pd.concat(frames, ignore_index=True)
-
-
-_decategorize = decategorized
 
 
 def _object_keys(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -218,7 +215,7 @@ def _grouped_boxes(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     _, first = np.unique(gid, return_index=True)
     keys = d[by].iloc[first].reset_index(drop=True)
     keys.index = gid[first]
-    return pd.concat([_decategorize(keys).sort_index().reset_index(drop=True), stats], axis=1)
+    return pd.concat([decategorized(keys).sort_index().reset_index(drop=True), stats], axis=1)
 
 
 def _axes_of(points: pd.Series) -> pd.DataFrame:
@@ -296,7 +293,7 @@ def _category_shares(out: pd.DataFrame) -> pd.DataFrame:
     cell = out.groupby(["point", "rank"], dropna=False, sort=False)["total_ns"].transform("sum")
     out["total_ms"] = out["total_ns"] / 1e6
     out["percent"] = np.where(cell > 0, out["total_ns"] / cell * 100, np.nan)
-    return _decategorize(out)
+    return decategorized(out)
 
 
 def _short_kernels(parts: ReportParts, threshold_us: float) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -322,7 +319,7 @@ def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
     ``ReportParts.details``), ties in row order."""
     top = d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index
     cols = [c for c in DETAIL_COLUMNS if c in d.columns]
-    out = _decategorize(d.loc[top, cols].reset_index(drop=True))
+    out = decategorized(d.loc[top, cols].reset_index(drop=True))
     out.insert(out.columns.get_loc("dur_ns") + 1, "dur_us", out["dur_ns"] / 1e3)
     return out
 
@@ -358,8 +355,8 @@ def _analyse_collectives(label: str, d: pd.DataFrame, warmup: int, notes: list[s
     try:
         match = C.match_collectives(d, warmup=warmup, strict=False)
         summary = C.collective_summary(match.collectives)
-        out = {"collectives": _with_label(_decategorize(_collective_table(summary)), label),
-               "stragglers": _with_label(_decategorize(C.straggler_summary(match).rename(
+        out = {"collectives": _with_label(decategorized(_collective_table(summary)), label),
+               "stragglers": _with_label(decategorized(C.straggler_summary(match).rename(
                    columns={"pct_arrived_last": "arrived_last (%)"})), label),
                "nccl_master": _with_label(C.nccl_master_table(match), label)}
         try:
@@ -392,7 +389,7 @@ def _analyse_one(label: str, d: pd.DataFrame | SweepReduction, counters: pd.Data
         kern = kernel_stats(d, by=("point", "rank", "kernel"), warmup=warmup)
         by_category = _by_category(d)
         parts = merge_parts([report_part(d, warmup=warmup, short_us=short_us)])
-    out["kernels"] = _with_label(_decategorize(kern), label)
+    out["kernels"] = _with_label(decategorized(kern), label)
     out["kernel_summary"] = _with_label(_kernel_summary(kern), label)
     out["by_category"] = _with_label(by_category, label)
     sk, hist = _short_kernels(parts, short_us)
@@ -407,7 +404,7 @@ def _analyse_one(label: str, d: pd.DataFrame | SweepReduction, counters: pd.Data
     else:
         notes.append(f"{label}: no GEMM dispatches (category 'gemm'): variance, overlap and "
                      "distribution views are empty")
-    tl = _decategorize(parts.timeline)
+    tl = decategorized(parts.timeline)
     out["timeline"] = _with_label(tl, label)
     out["timeline_by_point"] = _with_label(_timeline_by_point(tl), label)
     if isinstance(d, SweepReduction):
@@ -444,15 +441,15 @@ def gemm_views(gemm: GemmRows, comm: CommRows | None, has_comm: bool, top_k: int
         longest = g.loc[np.unique(top["max_row"].to_numpy(np.int64))]
         both, comm_mask = collective_frame(longest, comm)
         top = with_collective_overlap(top, both, comm_mask, keys=("gpu",))
-    out["top_variance"] = _decategorize(top.drop(columns=["min_row", "max_row"])).reset_index(drop=True)
+    out["top_variance"] = decategorized(top.drop(columns=["min_row", "max_row"])).reset_index(drop=True)
     keys = [c for c in ("point", "rank", "kernel") if c in g.columns]
     obk = overlap_by_kernel(None, overlap=g, by=keys)
     # group on the categorical columns; only the small result becomes text
-    med = _decategorize(g.groupby(keys, dropna=False, observed=True, sort=False)["dur_ns"]
+    med = decategorized(g.groupby(keys, dropna=False, observed=True, sort=False)["dur_ns"]
                         .median().rename("median_dur_us").reset_index())
     med["median_dur_us"] = med["median_dur_us"] / 1e3
-    obk = _object_keys(_decategorize(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
-    out["overlap"] = _decategorize(obk).reset_index(drop=True)
+    obk = _object_keys(decategorized(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
+    out["overlap"] = decategorized(obk).reset_index(drop=True)
     axes = _axes_of(g["point"])
     # extension arrays, not to_numpy(): kernel stays categorical, rank nullable (no object copies)
     out["_gemm"] = pd.DataFrame({"kernel": g["kernel"].array, "threads": axes["threads"].array,
@@ -472,7 +469,7 @@ def _counter_table(d: pd.DataFrame, counters: pd.DataFrame, agents: pd.DataFrame
     summ = counter_summary(joined, by=("point", "kernel"))
     if "dur_ns" in summ.columns:
         summ["median_dur_us"] = summ.pop("dur_ns").astype(float) / 1e3
-    return _decategorize(summ)
+    return decategorized(summ)
 
 
 # ---------------------------------------------------------------------------------------------

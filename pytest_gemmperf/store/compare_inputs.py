@@ -174,11 +174,12 @@ def load_side(path: str, warmup: int | None = 0, traces: dict | None = None,
     warm-up (``warmup`` None: the recorded one), other traces with every kernel gated.
     ``traces``, when given, receives ``{path: ReportInput}`` for trace inputs and results
     directories: what the reports read of the dispatches, reduced where each source is read
-    (the full tables only where a report view joins sources). ``jobs``: worker processes reading trace files or
-    results points at once (None or 0: every usable core); without ``traces`` each trace file
-    is read with the gate's columns only and reduced to its samples where it is read
-    (``gate/file_reduce.py``; with ``traces`` read whole and reduced for the reports in the
-    same pass), so the full dispatches table is never held, and the samples' text columns are categoricals (a dispatch's row holds codes, not its kernel's name; the
+    (the full tables only where a report view joins sources). ``jobs``: worker processes
+    reading trace files or results points at once (None or 0: every usable core); without
+    ``traces`` each trace file is read with the gate's columns only and reduced to its samples
+    where it is read (``gate/file_reduce.py``; with ``traces`` read whole and reduced for the
+    reports in the same pass), so the full dispatches table is never held, and the samples'
+    text columns are categoricals (a dispatch's row holds codes, not its kernel's name; the
     gate reads them as it reads text); the samples are the same whatever ``jobs`` is.
     ``agents``, when given, receives ``{path: agents table}`` for trace inputs that list agents
     (with or without ``traces``): what names their hardware when no ``run.json`` does
