@@ -54,3 +54,49 @@ def test_a_cache_that_cannot_be_used_costs_only_the_compile(tmp_path, compiles):
                              bytecode_cache=html._TemplateCache(str(not_a_dir)), autoescape=True)
     assert env.get_template("history.html.j2") is not None and compiles == [1]
     assert not_a_dir.read_text().startswith("a file")
+
+
+def _page_env(cache_dir, **options) -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.DictLoader({"page.j2": "<p>\n  {% if x %}\n    {{ x }}\n  {% endif %}\n</p>\n"}),
+                              bytecode_cache=html._TemplateCache(str(cache_dir)), **{"autoescape": True, **options})
+
+
+@pytest.mark.parametrize("options", [dict(trim_blocks=True, lstrip_blocks=True), dict(autoescape=False),
+                                     dict(finalize=str.upper)])
+def test_code_compiled_under_other_options_is_not_served(tmp_path, compiles, options):
+    """The same template text compiled under other compile-time options (an upgrade that changes
+    the page's environment) is compiled anew, never loaded from the cache as it was."""
+    before = _page_env(tmp_path).get_template("page.j2").render(x="<b>")
+    after_env = _page_env(tmp_path, **options)
+    fresh = jinja2.Environment(loader=after_env.loader, **{"autoescape": True, **options})
+    compiles.clear()
+    page = after_env.get_template("page.j2").render(x="<b>")
+    assert compiles == [1]
+    assert page == fresh.get_template("page.j2").render(x="<b>") != before
+
+
+def test_code_compiled_by_another_version_is_not_served(tmp_path, compiles, monkeypatch):
+    """An upgrade of Jinja or of this package compiles the templates once more: the cache never
+    serves code another version's compiler wrote."""
+    _page_env(tmp_path).get_template("page.j2")
+    compiles.clear()
+    _page_env(tmp_path).get_template("page.j2")
+    assert compiles == []  # same versions, same options: loaded
+    monkeypatch.setattr(html, "__version__", "99.0")
+    _page_env(tmp_path).get_template("page.j2")
+    assert compiles == [1]
+    monkeypatch.setattr(jinja2, "__version__", "99.0")
+    _page_env(tmp_path).get_template("page.j2")
+    assert compiles == [1, 1]
+
+
+def test_the_cache_directory_is_the_users_own():
+    """The default cache directory is private to the user (Jinja's check: owned by this user,
+    mode 0700, not a link): no other user can plant compiled code in it."""
+    import os
+    import stat
+
+    cache = html._template_cache()
+    assert cache is not None
+    st = os.lstat(cache.directory)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700

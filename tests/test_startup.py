@@ -152,6 +152,35 @@ def test_analyze_of_a_small_trace_imports_no_scipy(tmp_path):
     assert (tmp_path / "report0" / "report.html").is_file() and (tmp_path / "plain1" / "kernels.csv").is_file()
 
 
+#: what an analysis of traces (no --categories file, no results directory) has no use for: a
+#: YAML parser (category rules) and the results writers' file lock
+ANALYZE_UNNEEDED = ("yaml", "filelock")
+
+
+def test_analyze_imports_only_what_its_input_needs(tmp_path):
+    """``gemmperf analyze`` of a Kineto trace and of a rocprofv3 CSV directory, with and without
+    reports, starts without the modules only other inputs need; a --categories file loads the
+    YAML parser it needs."""
+    fixtures = ROOT / "tests" / "fixtures"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("gemm: ['^Cijk_']\n", encoding="utf-8")
+    calls = []
+    for i, path in enumerate((fixtures / "torch" / "rocm_sdk_rank3.pt.trace.json",
+                              fixtures / "rocprof_csv" / "v7" / "mi350-n1")):
+        calls.append(["analyze", str(path), "--out", str(tmp_path / f"report{i}")])
+        calls.append(["analyze", str(path), "--out", str(tmp_path / f"plain{i}"), "--no-report"])
+    with_rules = ["analyze", calls[0][1], "--out", str(tmp_path / "rules"), "--no-report", "--categories", str(rules)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", CHILD, ",".join(ANALYZE_UNNEEDED), json.dumps(calls + [with_rules])],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    for argv in calls:
+        assert found[json.dumps(argv)] == [], argv
+    assert found[json.dumps(with_rules)] == ["yaml"]
+
+
 # --- the pytest plugin: every pytest process where gemmperf is installed loads it -----------------
 
 #: what the plugin must not load before a session needs it (pytest it runs inside of)

@@ -39,9 +39,15 @@ TEMPLATE = "report.html.j2"
 class _TemplateCache(jinja2.FileSystemBytecodeCache):
     """Jinja's per-user cache of compiled templates (a directory of the user's own, mode 0700,
     under the temporary directory; an entry is keyed by the template's name and the checksum of
-    its text, and written whole or not at all): compiling report.html.j2 costs about 0.1 CPU-s,
-    a tenth of writing a small sweep's reports. A cache that cannot be read or written is
-    skipped: the template is compiled as without one."""
+    its text and of what compiled it (:func:`compiled_by`), and written whole or not at all):
+    compiling report.html.j2 costs about 0.1 CPU-s, a tenth of writing a small sweep's reports.
+    A cache that cannot be read or written is skipped: the template is compiled as without one."""
+
+    def get_bucket(self, environment: jinja2.Environment, name: str, filename: str | None,
+                   source: str) -> jinja2.bccache.Bucket:
+        # Jinja checks the template's text only: code compiled by another version of Jinja or of
+        # this package, or under other options, would be served as if current
+        return super().get_bucket(environment, name, filename, compiled_by(environment) + "\0" + source)
 
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
@@ -54,6 +60,26 @@ class _TemplateCache(jinja2.FileSystemBytecodeCache):
             super().dump_bytecode(bucket)
         except OSError:
             pass
+
+
+def compiled_by(env: jinja2.Environment) -> str:
+    """What a template's compiled code depends on besides its text: the versions of Jinja and of
+    this package, and the environment's compile-time options (the lexer's, autoescaping,
+    ``finalize``, the undefined type, extensions, the optimizer, the filter and test names the
+    compiler checks). Callables by their qualified names: stable from one process to the next."""
+
+    def named(x: Any) -> str:
+        if not callable(x):
+            return repr(x)
+        return f"{getattr(x, '__module__', None) or type(x).__module__}." \
+               f"{getattr(x, '__qualname__', type(x).__qualname__)}"
+
+    options = (env.block_start_string, env.block_end_string, env.variable_start_string,
+               env.variable_end_string, env.comment_start_string, env.comment_end_string,
+               env.line_statement_prefix, env.line_comment_prefix, env.trim_blocks, env.lstrip_blocks,
+               env.newline_sequence, env.keep_trailing_newline, env.optimized, env.is_async)
+    return repr((jinja2.__version__, __version__, options, named(env.autoescape), named(env.finalize),
+                 named(env.undefined), sorted(env.extensions), sorted(env.filters), sorted(env.tests)))
 
 
 def _template_cache() -> jinja2.BytecodeCache | None:
@@ -398,4 +424,4 @@ def write_html(data: ReportData, path: Path) -> Path:
     return write_text(path, render_html(data, history_href=href))
 
 
-__all__ = ["page_kernel_labels", "prepare_template", "render_html", "report_kernel_labels", "visible_columns", "write_html"]
+__all__ = ["compiled_by", "page_kernel_labels", "prepare_template", "render_html", "report_kernel_labels", "visible_columns", "write_html"]

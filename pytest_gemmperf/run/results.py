@@ -37,8 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from filelock import FileLock
-
 from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.numbers import tidy_json
@@ -586,4 +584,7 @@ def link_latest(results_root: Path) -> None:
 def file_lock(path: Path):
     """The writers' lock of a shared results file (``run.json``, a test's ``verdicts.csv``):
     xdist workers of one session write them in turn."""
+    # lazy: only writers lock; readers of results (gemmperf analyze) start without filelock
+    from filelock import FileLock
+
     return FileLock(str(path), timeout=600)

@@ -19,7 +19,6 @@ import re
 from typing import Iterable, Sequence
 
 import pandas as pd
-import yaml
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categorical import map_categories
@@ -149,6 +148,9 @@ def categorize(names: pd.Series, rules: Sequence[tuple[str, str]] | None = None,
 
 def load_rules(path) -> list[tuple[str, str]]:
     """Read user rules from YAML: ``{category: [regex, ...]}`` in priority order."""
+    # lazy: only a --categories file needs a YAML parser (30 ms of every analysis's start-up)
+    import yaml
+
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
