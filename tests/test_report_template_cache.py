@@ -57,7 +57,8 @@ def test_a_cache_that_cannot_be_used_costs_only_the_compile(tmp_path, compiles):
 
 
 def _page_env(cache_dir, **options) -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.DictLoader({"page.j2": "<p>\n  {% if x %}\n    {{ x }}\n  {% endif %}\n</p>\n"}),
+    page = "<p>\n  {% if x %}\n    {{ x }}\n  {% endif %}\n</p>\n"
+    return jinja2.Environment(loader=jinja2.DictLoader({"page.j2": page}),
                               bytecode_cache=html._TemplateCache(str(cache_dir)), **{"autoescape": True, **options})
 
 

@@ -22,7 +22,7 @@ from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stat
 from pytest_gemmperf.analysis.overlap import overlap_by_kernel
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
                                                    CommRows, GemmRows, ReportParts, SweepReduction,
-                                                   collective_frame, decategorized, gemm_frame, merge_parts,
+                                                   as_objects, collective_frame, decategorized, gemm_frame, merge_parts,
                                                    report_part, short_edges)
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES
 from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
@@ -180,7 +180,7 @@ def _object_keys(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """Key columns as object with None for missing, so all-null keys of any dtype still join."""
     df = df.copy()
     for k in keys:
-        df[k] = df[k].astype(object).where(df[k].notna(), None)
+        df[k] = as_objects(df[k])
     return df
 
 

@@ -29,6 +29,7 @@ from pytest_gemmperf.numbers import tidy_float
 from pytest_gemmperf.safe_io import write_bytes
 from pytest_gemmperf.report.data import report_kernel_labels
 from pytest_gemmperf.analysis.variance import parse_point_axes
+from pytest_gemmperf.analysis.report_parts import as_objects
 
 DEFAULT_MAX_ROWS = 50_000
 #: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
@@ -139,7 +140,7 @@ class _Book:
     def _write_column(self, ws, row0: int, col: int, s: pd.Series, spec: _Col) -> None:
         fmt = self.fmt[spec.kind if spec.kind in self.fmt else "float"]
         if spec.kind in ("text", "bool"):
-            values = s.astype(object).where(s.notna(), None).tolist()
+            values = as_objects(s).tolist()
             for i, v in enumerate(values):
                 if isinstance(v, (bool, np.bool_)):  # a boolean cell, not the text 'False'
                     ws.write_boolean(row0 + i, col, bool(v), fmt)
@@ -148,7 +149,7 @@ class _Book:
                 elif v is not None:
                     ws.write_string(row0 + i, col, str(v), fmt)
             return
-        arr = pd.to_numeric(s, errors="coerce").astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+        arr = _float64(s)
         if spec.scale != 1.0:
             arr = arr * spec.scale
         for i in np.flatnonzero(np.isfinite(arr)):
@@ -157,6 +158,14 @@ class _Book:
 
     def close(self) -> None:
         self.wb.close()
+
+
+def _float64(s: pd.Series) -> np.ndarray:
+    """A number column's values as float64, NaN where missing or not a number; a NumPy integer or
+    float column converts directly (the same values, without pandas' three passes)."""
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iuf":
+        return s.to_numpy(dtype=np.float64)
+    return pd.to_numeric(s, errors="coerce").astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _col_index(cols, name: str) -> int | None:

@@ -424,4 +424,5 @@ def write_html(data: ReportData, path: Path) -> Path:
     return write_text(path, render_html(data, history_href=href))
 
 
-__all__ = ["compiled_by", "page_kernel_labels", "prepare_template", "render_html", "report_kernel_labels", "visible_columns", "write_html"]
+__all__ = ["compiled_by", "page_kernel_labels", "prepare_template", "render_html", "report_kernel_labels",
+           "visible_columns", "write_html"]
