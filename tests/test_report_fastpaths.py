@@ -53,3 +53,58 @@ def test_a_workbook_number_column_reads_as_to_numeric_does(name):
     want = pd.to_numeric(s, errors="coerce").astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     got = _float64(s)
     assert got.dtype == np.float64 and np.array_equal(got, want, equal_nan=True)
+
+
+def test_page_rows_are_what_to_dict_gives_of_the_object_frame():
+    """report.html's table rows: the same values, of the same Python types, as
+    ``df.astype(object).where(df.notna(), None).to_dict("records")``, NumPy scalars in object
+    columns included."""
+    from pytest_gemmperf.report.html import _records
+
+    df = pd.DataFrame({name: s.reindex(range(5)) for name, s in SERIES.items() if len(s)})
+    df["numpy scalars"] = pd.Series([np.float32(1.5), np.int64(3), np.bool_(True), np.datetime64("2020-01-01"),
+                                     np.str_("x")], dtype=object)
+    df["text"] = ["=1+1", None, "a", "b", "c"]
+    for frame, limit in [(df, 0), (df, 2), (df, 10), (df[["object", "text"]], 5), (df[["float64"]], 5)]:
+        want = frame.head(limit).astype(object).where(frame.head(limit).notna(), None).to_dict("records")
+        got = _records(frame, limit)
+        assert got == want
+        assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in want]
+    for empty in (pd.DataFrame(), pd.DataFrame(index=range(3)), df.iloc[:0]):
+        assert _records(empty) == empty.astype(object).where(empty.notna(), None).to_dict("records")
+
+
+@pytest.mark.parametrize("name", list(SERIES))
+def test_object_values_never_share_the_columns_memory(name):
+    """The values are a new array: setting a cell never writes into the table they came from."""
+    from pytest_gemmperf.analysis.report_parts import object_values
+
+    s = SERIES[name].copy()
+    before = s.copy()
+    values = object_values(s)
+    values[:] = "x"
+    pd.testing.assert_series_equal(s, before)
+
+
+def test_pivot_first_is_pandas_pivot_table():
+    """The workbook's pivot sheets: the same cells, rows and columns in the same order, as
+    pandas' ``pivot_table(aggfunc="first", sort=False)``, for tables with missing keys, missing
+    values and pairs that never get one (300 random tables)."""
+    import random
+
+    from pytest_gemmperf.report.excel import pivot_first
+
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(1, 25)
+        df = pd.DataFrame({"full_config": [rng.choice(["x", "y", "all", "z", None]) for _ in range(n)],
+                           "type": [rng.choice(["a", "b", "c", "d", None]) for _ in range(n)],
+                           "v": [rng.choice([1.5, 2.25, np.nan, 0.0, -3.0, 1e-9]) for _ in range(n)]})
+        want = df.pivot_table(index="type", columns="full_config", values="v", aggfunc="first",
+                              sort=False).reset_index()
+        got = pivot_first(df, "type", "full_config", "v")
+        assert [str(c) for c in want.columns] == [str(c) for c in got.columns], df
+        assert want["type"].tolist() == got["type"].tolist(), df
+        for j in range(1, want.shape[1]):
+            assert got.iloc[:, j].dtype == want.iloc[:, j].dtype == np.float64
+            assert np.array_equal(got.iloc[:, j].to_numpy(), want.iloc[:, j].to_numpy(), equal_nan=True), df

@@ -29,7 +29,7 @@ from pytest_gemmperf.numbers import tidy_float
 from pytest_gemmperf.safe_io import write_bytes
 from pytest_gemmperf.report.data import report_kernel_labels
 from pytest_gemmperf.analysis.variance import parse_point_axes
-from pytest_gemmperf.analysis.report_parts import as_objects
+from pytest_gemmperf.analysis.report_parts import object_values
 
 DEFAULT_MAX_ROWS = 50_000
 #: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
@@ -140,7 +140,7 @@ class _Book:
     def _write_column(self, ws, row0: int, col: int, s: pd.Series, spec: _Col) -> None:
         fmt = self.fmt[spec.kind if spec.kind in self.fmt else "float"]
         if spec.kind in ("text", "bool"):
-            values = as_objects(s).tolist()
+            values = object_values(s).tolist()
             for i, v in enumerate(values):
                 if isinstance(v, (bool, np.bool_)):  # a boolean cell, not the text 'False'
                     ws.write_boolean(row0 + i, col, bool(v), fmt)
@@ -347,8 +347,7 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
                "process-GPU groups (ranks) of the config")
     for name, value in (("Pivot_Time_ms", "time ms"), ("Pivot_Percent", "percent")):
         if len(all_data):
-            piv = all_data.pivot_table(index="type", columns="full_config", values=value, aggfunc="first",
-                                       sort=False).reset_index()
+            piv = pivot_first(all_data, "type", "full_config", value)
             piv.columns = [str(c) if c == "type" else f"{c} ({'ms' if value == 'time ms' else '%'})"
                            for c in piv.columns]
         else:
@@ -382,6 +381,43 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
         chart.set_title({"name": "kernel time per config"})
         chart.set_y_axis({"name": "time (ms)"})
         ws.insert_chart(hdr + n + 3, 0, chart, {"x_scale": 1.5, "y_scale": 1.2})
+
+
+def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.DataFrame:
+    """``df.pivot_table(index=index, columns=columns, values=value, aggfunc="first",
+    sort=False).reset_index()`` of a float ``value`` column, from one pass over the rows (pandas'
+    groupby and unstack cost some milliseconds a sheet, whatever its size): each cell the first
+    non-missing value of its (index, column) pair, rows and columns without any value left out.
+    Their order is pandas': each key in the order it first appears in its own column where every
+    such key keeps a value, else in the order of the first appearance of the pairs that keep one."""
+    first: dict[tuple[Any, Any], float] = {}
+    seen: dict[tuple[Any, Any], None] = {}  # every pair, in order of first appearance
+    rows: dict[Any, None] = {}
+    cols: dict[Any, None] = {}
+    for r, c, v in zip(df[index].tolist(), df[columns].tolist(), df[value].tolist()):
+        if not _missing(r):
+            rows.setdefault(r, None)
+        if not _missing(c):
+            cols.setdefault(c, None)
+        if _missing(r) or _missing(c):
+            continue
+        seen.setdefault((r, c), None)
+        if not _missing(v) and (r, c) not in first:
+            first[(r, c)] = v
+    kept = [pair for pair in seen if pair in first]
+    by_pair = (list(dict.fromkeys(r for r, _ in kept)), list(dict.fromkeys(c for _, c in kept)))
+    kept_rows = list(rows) if len(by_pair[0]) == len(rows) else by_pair[0]
+    kept_cols = list(cols) if len(by_pair[1]) == len(cols) else by_pair[1]
+    table = {0: pd.Series(kept_rows, dtype=df[index].dtype)}
+    for j, c in enumerate(kept_cols, start=1):
+        table[j] = pd.Series([first.get((r, c), np.nan) for r in kept_rows], dtype=np.float64)
+    out = pd.DataFrame(table)
+    out.columns = [index, *kept_cols]  # by position: a column key may equal the index's name
+    return out
+
+
+def _missing(x: Any) -> bool:
+    return x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
 
 
 def _point_axes(point: str | None) -> dict[str, int | None]:
@@ -493,4 +529,4 @@ def _fill(book: "_Book", data: ReportData) -> None:
                    "point's telemetry.parquet")
 
 
-__all__ = ["DEFAULT_MAX_ROWS", "write_book", "write_excel"]
+__all__ = ["DEFAULT_MAX_ROWS", "pivot_first", "write_book", "write_excel"]

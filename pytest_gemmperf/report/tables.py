@@ -87,7 +87,8 @@ def write_csvs(data: ReportData, out_dir: Path, skip: set[str] = frozenset()) ->
         # formula cells neutralised; written via a private temp file + rename (safe_io)
         written[name] = write_csv(df, out_dir / name)
 
-    put("kernels.csv", public(data.kernels, data))
+    if "kernels.csv" not in skip:  # gemmperf analyze writes its own
+        put("kernels.csv", public(data.kernels, data))
     if data.verdicts is not None:
         put("verdicts.csv", public(data.verdicts, data))
     for name, df in variance_tables(data).items():
