@@ -273,10 +273,11 @@ def _event_record(events: list[_Event], first: int, json_path: str) -> str | Non
             + (f", {inner}" if inner else ""))
 
 
-def bucket_events(events: list[_Event], uncounted: frozenset[str],
-                  quiet_phases: frozenset[str]) -> tuple[dict[str, list[_Event]], Counter]:
-    """Complete ("X") events bucketed by category (each in event order), and the number of
-    events per category outside ``uncounted`` whose phase is not in ``quiet_phases``."""
+def bucket_events(events: list[_Event], uncounted: frozenset[str], quiet_phases: frozenset[str],
+                  count: bool = True) -> tuple[dict[str, list[_Event]], Counter]:
+    """Complete ("X") events bucketed by category (each in event order), and (``count``; else
+    an empty Counter) the number of events per category outside ``uncounted`` whose phase is
+    not in ``quiet_phases``."""
     buckets: dict[str, list[_Event]] = {}
     for e in events:
         if e.ph == "X":
@@ -285,6 +286,8 @@ def bucket_events(events: list[_Event], uncounted: frozenset[str],
                 buckets[e.cat] = [e]
             else:
                 b.append(e)
+    if not count:
+        return buckets, Counter()
     return buckets, Counter(e.cat for e in events
                             if e.ph not in quiet_phases and e.cat not in uncounted)
 
