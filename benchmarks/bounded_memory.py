@@ -45,11 +45,14 @@ For each size it prints the file size, events and dispatches, and
   verdicts.csv, summary.md and the report CSVs;
 * ``before`` (``--before CHECKOUT``): the same ``analyze`` on another checkout's code (a
   change's before, in the same run and under the same load), and whether its ``kernels.csv``
-  and ``summary.json`` are byte-identical to this checkout's.
+  and ``summary.json`` are byte-identical to this checkout's;
+* ``stages`` (``--stages``, Kineto): ``analyze`` once more with its stages timed (:data:`_STAGES`:
+  start and imports, file blocks, cutting the runs, decode, the repeated-key scan, number text,
+  the runs' columns, heap trims, after the read, the outputs), CPU seconds each.
 
 Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200]
        [--format torch|rocprof-json|rocprof-csv|rocpd]
-       [--gzip] [--compare | --compare-only] [--report] [--dir DIR] [--before CHECKOUT]
+       [--gzip] [--compare | --compare-only] [--report] [--dir DIR] [--before CHECKOUT] [--stages]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
 system temporary directory).
