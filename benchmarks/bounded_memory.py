@@ -45,11 +45,14 @@ For each size it prints the file size, events and dispatches, and
   verdicts.csv, summary.md and the report CSVs;
 * ``before`` (``--before CHECKOUT``): the same ``analyze`` on another checkout's code (a
   change's before, in the same run and under the same load), and whether its ``kernels.csv``
-  and ``summary.json`` are byte-identical to this checkout's.
+  and ``summary.json`` are byte-identical to this checkout's;
+* ``stages`` (``--stages``, Kineto): ``analyze`` once more with its stages timed (:data:`_STAGES`:
+  start and imports, file blocks, cutting the runs, decode, the repeated-key scan, number text,
+  the runs' columns, heap trims, after the read, the outputs), CPU seconds each.
 
 Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200]
        [--format torch|rocprof-json|rocprof-csv|rocpd]
-       [--gzip] [--compare | --compare-only] [--report] [--dir DIR] [--before CHECKOUT]
+       [--gzip] [--compare | --compare-only] [--report] [--dir DIR] [--before CHECKOUT] [--stages]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
 system temporary directory).
@@ -650,6 +653,78 @@ print(rc, wall, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime)
 """
 
 
+#: ``gemmperf analyze FILE --no-report --jobs 1`` in this process with its stages timed: each
+#: wrapped function's own CPU (its thread's, less the wrapped functions it calls), the
+#: repeated-key scan on its worker thread, and the process's total; printed as JSON
+_STAGES = """
+import json, resource, sys, threading, time
+from collections import defaultdict
+own = defaultdict(float)
+inner = []
+def wrap(owner, name, label):
+    f = getattr(owner, name)
+    def g(*a, **k):
+        if threading.current_thread() is not threading.main_thread():
+            t = time.thread_time()
+            try:
+                return f(*a, **k)
+            finally:
+                own[label] += time.thread_time() - t
+        t = time.thread_time()
+        inner.append(0.0)
+        try:
+            return f(*a, **k)
+        finally:
+            d = time.thread_time() - t
+            own[label] += d - inner.pop()
+            if inner:
+                inner[-1] += d
+    setattr(owner, name, g)
+from pytest_gemmperf import cli, jsonkeys
+from pytest_gemmperf.commands import analyze_impl
+from pytest_gemmperf.traces import jsonstream, torch_decode, torch_frames, torch_trace
+ru = resource.getrusage(resource.RUSAGE_SELF)
+own["start and imports"] = ru.ru_utime + ru.ru_stime
+for owner, name, label in [
+        (jsonkeys, "find_repeated_key", "repeated-key scan (its thread)"),
+        (torch_decode, "decode_stream", "the read loop's rest (events freed, splitter)"),
+        (jsonstream.JsonSplitter, "_next_block", "file blocks"),
+        (jsonstream.JsonSplitter, "_more", "file blocks"),
+        (jsonstream.JsonSplitter, "_piece_through", "a run's text cut and copied"),
+        (jsonstream, "_wrap", "a run's text cut and copied"),
+        (jsonstream, "_tokens", "a run's text cut and copied"),
+        (torch_decode, "_decode_slim", "msgspec decode"),
+        (jsonstream.FreeMemory, "after_run", "heap trims"),
+        (jsonstream.FreeMemory, "finish", "heap trims"),
+        (torch_decode, "bucket_events", "events bucketed by category"),
+        (torch_frames, "_us_field", "ts/dur number text to ns"),
+        (torch_trace._Reading, "take", "columns of a run (ids, codes, pid counts)"),
+        (torch_trace, "_slim_trace", "after the read: host pid, coded columns, in-order check"),
+        (analyze_impl, "analyze", "reduction, statistics"),
+        (analyze_impl, "write_outputs", "kernels.csv, summary.json")]:
+    wrap(owner, name, label)
+# torch_trace calls these by the names it imported
+torch_trace.bucket_events = torch_decode.bucket_events
+torch_trace.decode_stream = torch_decode.decode_stream
+try:
+    cli.main(["analyze", *sys.argv[1:], "--no-report", "--jobs", "1"])
+except SystemExit:
+    pass
+ru = resource.getrusage(resource.RUSAGE_SELF)
+own["process"] = ru.ru_utime + ru.ru_stime
+own["of it: system (page faults, reads)"] = ru.ru_stime
+print(json.dumps(own), file=sys.stderr)
+"""
+
+
+def measure_stages(path: Path, out: Path) -> dict[str, float]:
+    """:data:`_STAGES` on ``path``: CPU seconds by stage of ``analyze --no-report``."""
+    run = subprocess.run([sys.executable, "-c", _STAGES, str(path), "--out", str(out)],
+                         capture_output=True, text=True, check=True, cwd=str(REPO),
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    return json.loads(run.stderr.strip().splitlines()[-1])
+
+
 def measure(cmd: list[str], code: Path = REPO, ok: tuple[int, ...] = (0, 1, 4)) -> dict[str, float]:
     """Wall, peak RSS (bytes) and CPU seconds of ``cmd`` run in a fresh wrapper process, on the
     code of the checkout ``code``; an exit status outside ``ok`` stops the benchmark (a gemmperf
@@ -733,6 +808,8 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where the traces are written (deleted after)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT", default=None,
                     help="also run analyze on this checkout's code (a change's before)")
+    ap.add_argument("--stages", action="store_true",
+                    help="(Kineto) also run analyze with its stages timed: CPU seconds by stage")
     args = ap.parse_args()
     write, per_dispatch, name, decode, own_schema = FORMATS[args.format]
     gz = args.gzip and args.format in ("torch", "rocprof-json")
@@ -792,6 +869,12 @@ def main() -> None:
                 print(f"  before ({args.before}):  {old['wall_s']:6.2f} s wall, "
                       f"peak RSS {old['rss'] / 2**20:7,.0f} MiB, {old['cpu_s']:.1f} CPU-s; "
                       f"kernels.csv and summary.json {'byte-identical' if same else 'DIFFER'}")
+            if args.stages and args.format == "torch":
+                stages = measure_stages(a, Path(d) / "stages")
+                row["stages"] = stages
+                print("  analyze --no-report by stage (CPU-s; the key scan runs on a thread beside the rest):")
+                for label, cpu in stages.items():
+                    print(f"    {label:<58} {cpu:6.2f}")
             if args.compare:
                 row["compare"] = _compare(args, write, a, n, gz, Path(d))
             rows.append(row)

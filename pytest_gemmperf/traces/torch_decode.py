@@ -22,9 +22,9 @@ from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import KeyScan
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
-from pytest_gemmperf.traces.jsonstream import (JsonPath, JsonSplitter, Repeat, StreamDecodeError,
-                                                decode_error, gc_paused, refuse_repeated_key,
-                                                release_free_memory)
+from pytest_gemmperf.traces.jsonstream import (FreeMemory, JsonPath, JsonSplitter, Repeat,
+                                                StreamDecodeError, decode_error, gc_paused,
+                                                refuse_repeated_key)
 
 TOOL_KEY = "rocprofiler-sdk-tool"
 
@@ -195,6 +195,7 @@ def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None],
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at(decode), shallow=1)
     held: GemmperfInputError | None = None
     repeat: Repeat | None = None  # the first in the events
+    free = FreeMemory()
     n = 0
     try:
         for piece in splitter.pieces():
@@ -211,7 +212,8 @@ def _decode_stream(path: str, consume: Callable[[int, list[_Event]], None],
                 repeat = (piece.offset - 1 + hit.offset, hit.key, record)
             n += len(piece.items)
             del piece, keys
-            release_free_memory()
+            free.after_run()
+        free.finish()
     except _NotKineto:
         raise GemmperfInputError(path, _ROCPROF_GIVEN) from None
     except StreamDecodeError as exc:
@@ -271,10 +273,11 @@ def _event_record(events: list[_Event], first: int, json_path: str) -> str | Non
             + (f", {inner}" if inner else ""))
 
 
-def bucket_events(events: list[_Event], uncounted: frozenset[str],
-                  quiet_phases: frozenset[str]) -> tuple[dict[str, list[_Event]], Counter]:
-    """Complete ("X") events bucketed by category (each in event order), and the number of
-    events per category outside ``uncounted`` whose phase is not in ``quiet_phases``."""
+def bucket_events(events: list[_Event], uncounted: frozenset[str], quiet_phases: frozenset[str],
+                  count: bool = True) -> tuple[dict[str, list[_Event]], Counter]:
+    """Complete ("X") events bucketed by category (each in event order), and (``count``; else
+    an empty Counter) the number of events per category outside ``uncounted`` whose phase is
+    not in ``quiet_phases``."""
     buckets: dict[str, list[_Event]] = {}
     for e in events:
         if e.ph == "X":
@@ -283,6 +286,8 @@ def bucket_events(events: list[_Event], uncounted: frozenset[str],
                 buckets[e.cat] = [e]
             else:
                 b.append(e)
+    if not count:
+        return buckets, Counter()
     return buckets, Counter(e.cat for e in events
                             if e.ph not in quiet_phases and e.cat not in uncounted)
 

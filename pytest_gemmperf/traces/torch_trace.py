@@ -129,7 +129,10 @@ class _Reading:
         self.held = False  # an error was raised in a run: the rest is only counted
 
     def take(self, first: int, events: list[_Event]) -> None:
-        by_cat, activity = bucket_events(events, HOST_CATS, _NOT_ACTIVITY)
+        # the categories of activity tell why a trace without GPU events is refused: once the
+        # GPU reader has seen one, its counts are never read
+        by_cat, activity = bucket_events(events, HOST_CATS, _NOT_ACTIVITY,
+                                         count=not self.gpu or not self.n_gpu)
         self.activity.update(activity)
         gpu, gpu_rank = _ranked(by_cat, GPU_CATS)
         cpu, cpu_rank = _ranked(by_cat, CPU_OP_CATS)
