@@ -633,7 +633,8 @@ def _opened_power(r: RowNoise, d: float, n_base: int, n_cand: int, rule: Decisio
     totals that change with it, which raises their step-up level: the first pass's by the
     kernels measured against within-process controls, ``(1 + k_1) / m_1`` of its level, the
     second's by all of them, ``(1 + k_2) / m``, each ``k`` the expected number rejected (each
-    kernel's total a normal change on its own per-process sd, solved for a fixed point).
+    kernel's total tested as the gate tests it, :func:`_kernel_totals_rejected`, solved for a
+    fixed point).
 
     The total and the ``*`` row measure the same per-process factor of the same kernels: the
     one with the smaller per-process sd is taken as that shared movement, the other as it plus
