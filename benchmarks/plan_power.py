@@ -26,10 +26,17 @@ the plugin stores them).
   ``category:<cat>`` row is ``regression``; predicted = the plan of that row on records of the
   same test (which plans it as that change of the category: the ``*`` row moves with it and
   opens the total at the full FDR).
-* ``--oracle-units N``: also the plan from one record of N processes per test (its variances
-  on ~N df, near the truth; the pilots' history), per cell and summarised as the pilots' plan
-  is: how close the plan comes when a 4-process record's variance estimates are not the error
-  (128: each variance within ~6 % in sd, the timer ticks as often as processes show them).
+* ``--oracle-units N``, the true-variance oracle: the plan's rows from one record of N processes
+  per test (its variances on ~N df: the truth, as near as the step pool gives it; 128: each
+  variance within ~6 % in sd, the timer ticks as often as processes show them), planned with
+  each pilot's df structure (its history's df, the ``*`` row's, its family size) and averaged
+  over the pilots as the plan is: the plan's model error alone, fresh and with history alike.
+* ``--oracle-reps N``, the estimated-variance oracle (``plan_oracle.py``): the real gate in the
+  world each pilot record describes (its processes moved to levels drawn with the record's
+  covariance, each kernel's own part at the sd the plan reads for it, histories from the same
+  world), N simulated tests per pilot and cell (10 where all agree), averaged over the pilots:
+  the best any planner reaches that must trust the pilot's estimates. Kept in ``--cache`` +
+  ``.oracle`` per pilot.
 * Under each table: the share of cells a perfect predictor (each cell's true power) would
   place within 10 points of the observed, from the binomial noise of the observed power alone.
 * ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
