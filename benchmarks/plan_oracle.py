@@ -42,10 +42,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from pytest_gemmperf.gate.compare import GateConfig, compare, variance_contribution
+from pytest_gemmperf.gate.compare import SHARED, GateConfig, compare, variance_contribution
 from pytest_gemmperf.gate.durations import HISTORY_OUTLIER_P, _shared_offsets
 from pytest_gemmperf.gate.metrics import CATEGORY_TOTAL_NS, CONTROL_NS, DISPATCH_COUNT, DUR_NS
-from pytest_gemmperf.gate.compare import SHARED
 
 
 @dataclass(frozen=True)

@@ -615,8 +615,9 @@ def _controlled_draw(rng: np.random.Generator, units: int, first: int = 0, slowe
                          "unit": np.repeat(unit, len(own) * 8), "value": np.exp(logs).ravel()})
     ctl = np.exp(np.log(500.0 * (1 + np.arange(controls)))[None, :] + factor[:, None]
                  + rng.normal(0, 0.003, (units, controls)))
-    control = pd.DataFrame({"point": "p", "kernel": np.tile([f"void elementwise_{c:02d}" for c in range(controls)], units),
-                            "metric": "control_ns", "unit": np.repeat(unit, controls), "value": ctl.ravel()})
+    others = [f"void elementwise_{c:02d}" for c in range(controls)]
+    control = pd.DataFrame({"point": "p", "kernel": np.tile(others, units), "metric": "control_ns",
+                            "unit": np.repeat(unit, controls), "value": ctl.ravel()})
     totals = pd.DataFrame({"point": "p", "kernel": np.repeat(["category:gemm", "category:elementwise"], units),
                            "metric": "category_total_ns", "unit": unit * 2,
                            "value": np.concatenate([np.exp(logs).sum(axis=(1, 2)), 20.0 * ctl.sum(axis=1)])})
