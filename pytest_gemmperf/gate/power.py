@@ -650,7 +650,6 @@ def _opened_power(r: RowNoise, d: float, n_base: int, n_cand: int, rule: Decisio
     f = float(n_base + n_cand - 2)
     s_t, s_s = r.sd * scale, r.opens_sd * scale
     q, a_t = rule.fdr, rule.shared_share
-    sds = np.asarray(r.kernel_total_sds, float) * scale
     first = np.asarray(r.kernel_first_pass, bool)
 
     def rejected(level: float) -> float:  # expected controlled kernel totals at this level
@@ -684,7 +683,8 @@ def _opened_power(r: RowNoise, d: float, n_base: int, n_cand: int, rule: Decisio
     return float(np.mean(sps.norm.sf(z)))
 
 
-def _kernel_totals_rejected(r: RowNoise, d: float, level: float, n_base: int, n_cand: int, rule: Decision) -> float:
+def _kernel_totals_rejected(r: RowNoise, d: float, level: float, n_base: int, n_cand: int,
+                            rule: Decision) -> float:
     """The expected number of the category's kernel totals measured against within-process
     controls that a two-sided test at ``level`` rejects when every kernel slows by ``d``, each
     tested as the gate tests it: its change net of the controls' prediction over the square root
@@ -694,7 +694,7 @@ def _kernel_totals_rejected(r: RowNoise, d: float, level: float, n_base: int, n_
     two, at least the smaller part's. Taking the kernel totals' tests as plain t's on ``2n - 2``
     df counted too few of them rejected beside the ``*`` row, whose first-pass level rises with
     each (a GEMM-only test's GEMM total at 4 per side, +5 %: 55 % planned from near-true
-    variances where the gate finds 75 %). Rows built without the kernels' parts
+    variances where the gate finds 76 %). Rows built without the kernels' parts
     (``kernel_rows`` empty): each total a noncentral t on the processes' df."""
     first = np.asarray(r.kernel_first_pass, bool)
     if not first.any():
