@@ -26,10 +26,17 @@ the plugin stores them).
   ``category:<cat>`` row is ``regression``; predicted = the plan of that row on records of the
   same test (which plans it as that change of the category: the ``*`` row moves with it and
   opens the total at the full FDR).
-* ``--oracle-units N``: also the plan from one record of N processes per test (its variances
-  on ~N df, near the truth; the pilots' history), per cell and summarised as the pilots' plan
-  is: how close the plan comes when a 4-process record's variance estimates are not the error
-  (128: each variance within ~6 % in sd, the timer ticks as often as processes show them).
+* ``--oracle-units N``, the true-variance oracle: the plan's rows from one record of N processes
+  per test (its variances on ~N df: the truth, as near as the step pool gives it; 128: each
+  variance within ~6 % in sd, the timer ticks as often as processes show them), planned with
+  each pilot's df structure (its history's df, the ``*`` row's, its family size) and averaged
+  over the pilots as the plan is: the plan's model error alone, fresh and with history alike.
+* ``--oracle-reps N``, the estimated-variance oracle (``plan_oracle.py``): the real gate in the
+  world each pilot record describes (its processes moved to levels drawn with the record's
+  covariance, each kernel's own part at the sd the plan reads for it, histories from the same
+  world), N simulated tests per pilot and cell (10 where all agree), averaged over the pilots:
+  the best any planner reaches that must trust the pilot's estimates. Kept in ``--cache`` +
+  ``.oracle`` per pilot.
 * Under each table: the share of cells a perfect predictor (each cell's true power) would
   place within 10 points of the observed, from the binomial noise of the observed power alone.
 * ``--history-runs N``: every record, the pilots' and each simulated test's baseline, carries a
@@ -53,6 +60,7 @@ are in ``docs/statistics.md`` ("Planning: how many processes").
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pickle
 import sys
 import time
@@ -68,6 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gate_accuracy as ga  # noqa: E402
 import gate_regimes as gr  # noqa: E402
+import plan_oracle as po  # noqa: E402
 from pytest_gemmperf.gate import power as pw  # noqa: E402
 from pytest_gemmperf.gate.compare import GateConfig, compare, variance_contribution  # noqa: E402
 
@@ -301,13 +310,17 @@ def simulated(pool: ga.StepPool, args: argparse.Namespace) -> Simulated:
     return simulate(pool, sim or start(pool, args), args, save)
 
 
+def pilot_noise(sim: Simulated, cfg: GateConfig) -> dict[str, list[tuple[list[pw.RowNoise], int]]]:
+    """Per test, each pilot record's rows as the plan reads them, and its family size."""
+    return {t: [pw.row_noise(base, cfg, hist) for base, hist in records] for t, records in sim.pilots.items()}
+
+
 def predict(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, list]:
     """Per cell the mean over the pilot records of the plan's power for its row, change and
     count, its sd over the pilots, and per cell the pilots' sd of that row."""
     names = list(pool.names)
     cfg = GateConfig(threshold=args.threshold)
-    noise: dict[str, list[tuple[list[pw.RowNoise], int]]] = {
-        t: [pw.row_noise(base, cfg, hist) for base, hist in records] for t, records in sim.pilots.items()}
+    noise = pilot_noise(sim, cfg)
     pred = np.zeros((len(sim.cells), len(args.effects), len(args.counts)))
     pred_sd = np.zeros_like(pred)
     sds = []
@@ -323,25 +336,85 @@ def predict(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> tupl
 
 
 def oracle(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> np.ndarray:
-    """Per cell the plan's power from one record of ``--oracle-units`` processes per test (its
-    variances on ~that many df: near the truth), with a history as the pilots' where they
-    have one: what the plan reaches when the record's variance estimates are not the error.
-    Its own generator: the simulation and the pilots are those of a run without it."""
+    """The true-variance oracle: per cell the plan's power from the rows of one record of
+    ``--oracle-units`` processes per test (its variances on ~that many df: the truth, as near as
+    the step pool gives it; its processes' timer ticks as often as processes show them), without
+    a history, given each pilot's df structure (its variance history's df, the ``*`` row's, and
+    its family size), averaged over the pilots as the plan's cells are: the plan's model error
+    alone, with history as without. Its own generator: the simulation and the pilots are those
+    of a run without it."""
     names = list(pool.names)
     cfg = GateConfig(threshold=args.threshold)
     rng = np.random.default_rng(args.seed + 2)
     raw = draw(pool, rng, args.oracle_units)
+    noise = pilot_noise(sim, cfg)
     out = np.full((len(sim.cells), len(args.effects), len(args.counts)), np.nan)
     for ri, cell in enumerate(sim.cells):
-        base = sides(pool, raw, args.oracle_units, cell.test)[0]
-        hist = sim.pilots[cell.test][0][1]
-        rows, m = pw.row_noise(base, cfg, hist)
         kernel, metric = cell.row(names)
-        mine = [r for r in rows if r.kernel == kernel and r.metric == metric]
-        for ei, e in enumerate(args.effects):
-            for ci, n in enumerate(args.counts):
-                out[ri, ei, ci] = pw.power(mine, e, n, n, pw.decision(cfg, m))[0] if mine else np.nan
+        truth, _ = pw.row_noise(sides(pool, raw, args.oracle_units, cell.test)[0], cfg)
+        true = [r for r in truth if r.kernel == kernel and r.metric == metric]
+        per_pilot = []
+        for rows, m in noise[cell.test]:
+            mine = [r for r in rows if r.kernel == kernel and r.metric == metric]
+            if not (true and mine):
+                continue
+            row = dataclasses.replace(true[0], history_df=mine[0].history_df,
+                                      opens_history_df=mine[0].opens_history_df)
+            per_pilot.append([[pw.power([row], e, n, n, pw.decision(cfg, m))[0] for n in args.counts]
+                              for e in args.effects])
+        if per_pilot:
+            out[ri] = np.mean(per_pilot, axis=0)
     return out
+
+
+#: a pilot's world cell stops at this many tests when they all agree (``--oracle-reps``)
+ORACLE_MIN_REPS = 10
+
+
+def estimated_oracle(pool: ga.StepPool, sim: Simulated, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+    """The estimated-variance oracle (``plan_oracle``): per cell the mean over the pilots of the
+    real gate's power in the world each pilot record describes, and the tests run per cell. Each
+    pilot's world is kept in ``--cache`` + ``.oracle`` once simulated (same arguments: reused)."""
+    names = list(pool.names)
+    cfg = GateConfig(threshold=args.threshold)
+    path = Path(args.cache + ".oracle") if args.cache else None
+    key = (_key(args), args.oracle_reps, ORACLE_MIN_REPS)
+    done: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    if path is not None and path.exists():
+        with path.open("rb") as fh:
+            kept = pickle.load(fh)
+        done = kept[1] if kept[0] == key else {}
+    shape = (len(sim.cells), len(args.effects), len(args.counts))
+    power, tests = np.zeros(shape), np.zeros(shape)
+    t0 = time.perf_counter()
+    noise = pilot_noise(sim, cfg)
+    for ti, test in enumerate(sim.pilots):
+        rows = [ri for ri, c in enumerate(sim.cells) if c.test == test]
+        jobs = []
+        for ri in rows:
+            cell = sim.cells[ri]
+            kernel, metric = cell.row(names)
+            slow = ((lambda cand, e, k=cell.kernel: po.slowed_kernel(cand, names[k], pool.category[k], e))
+                    if test == EVERY else (lambda cand, e, c=test: slowed_category(pool, cand, c, e)))
+            jobs.append(po.Job(kernel, metric, slow))
+        for i, (base, hist) in enumerate(sim.pilots[test]):
+            if (test, i) not in done:
+                rng = np.random.default_rng([args.seed, 3, ti, i])
+                own = {r.kernel: r.own_sd for r in noise[test][i][0] if r.metric == DUR}
+                done[test, i] = po.run_world(po.world(base, hist, cfg, own), rng, jobs, tuple(args.effects),
+                                             tuple(args.counts), cfg, args.oracle_reps, ORACLE_MIN_REPS,
+                                             args.history_runs, HISTORY_POOL, PILOT_UNITS)
+                print(f"  oracle world {test or 'every kernel'} {i + 1}/{len(sim.pilots[test])} "
+                      f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+                if path is not None:
+                    tmp = path.with_name(path.name + ".tmp")
+                    with tmp.open("wb") as fh:
+                        pickle.dump((key, done), fh)
+                    tmp.replace(path)
+            hits, trials = done[test, i]
+            power[rows] += hits / np.maximum(trials, 1) / len(sim.pilots[test])
+            tests[rows] += trials
+    return power, tests
 
 
 def run(args: argparse.Namespace) -> str:
@@ -352,17 +425,27 @@ def run(args: argparse.Namespace) -> str:
     pred, pred_sd, sds = predict(pool, sim, args)
     text = _table(list(pool.names), sim, sds, args, pred, pred_sd)
     if args.oracle_units:
-        text += "\n" + _oracle_lines(list(pool.names), sim, args, oracle(pool, sim, args))
+        text += "\n" + _oracle_lines(
+            list(pool.names), sim, args, oracle(pool, sim, args),
+            f"the true-variance oracle: the plan from the rows of one record of {args.oracle_units} processes, "
+            f"given each pilot's df structure, mean over the pilots", "true-variance oracle")
+    if args.oracle_reps:
+        est, tests = estimated_oracle(pool, sim, args)
+        text += "\n" + _oracle_lines(
+            list(pool.names), sim, args, est,
+            f"the estimated-variance oracle: the real gate in each pilot's world, {args.oracle_reps} tests "
+            f"per pilot ({ORACLE_MIN_REPS} where all agree; {int(tests.min())}-{int(tests.max())} a cell), "
+            f"mean over the pilots", "estimated-variance oracle")
     return text
 
 
-def _oracle_lines(names: list[str], sim: Simulated, args: argparse.Namespace, pred: np.ndarray) -> str:
-    """The summary lines of the plan from a record of ``--oracle-units`` processes."""
+def _oracle_lines(names: list[str], sim: Simulated, args: argparse.Namespace, pred: np.ndarray, title: str,
+                  prefix: str) -> str:
+    """An oracle's cells and its summary lines against the observed."""
     lo, hi = interval(sim.hits, sim.trials)
     diff, beyond = np.abs(pred - sim.observed), np.fmax(lo - pred, pred - hi)
     kinds = np.array([c.test == EVERY for c in sim.cells])
-    lines = [f"the plan from one record of {args.oracle_units} processes (its variances near the truth), "
-             f"per cell (change x count, % predicted):"]
+    lines = [f"{title}, per cell (change x count, %):"]
     for ri, cell in enumerate(sim.cells):
         what = names[cell.kernel][:28] if cell.test == EVERY else f"category:{cell.test} total"
         lines.append(f"  {what}: " + "; ".join(
@@ -370,8 +453,8 @@ def _oracle_lines(names: list[str], sim: Simulated, args: argparse.Namespace, pr
             for ei, e in enumerate(args.effects)))
     for label, sel in (("kernels", kinds), ("category totals", ~kinds)):
         if sel.any():
-            lines.append("oracle " + _summary(label, diff[sel], beyond[sel], pred[sel], hi[sel]))
-    lines.append("oracle " + _summary("all cells", diff, beyond, pred, hi))
+            lines.append(f"{prefix} " + _summary(label, diff[sel], beyond[sel], pred[sel], hi[sel]))
+    lines.append(f"{prefix} " + _summary("all cells", diff, beyond, pred, hi))
     return "\n".join(lines)
 
 
@@ -479,6 +562,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oracle-units", type=int, default=0, metavar="N",
                     help="also plan from one record of N processes per test (variances near the truth) and "
                          "print how close that plan comes (0: not)")
+    ap.add_argument("--oracle-reps", type=int, default=0, metavar="N",
+                    help="also run the estimated-variance oracle: the real gate in the world each pilot record "
+                         "describes, N tests per pilot and cell (0: not)")
     ap.add_argument("--cache", metavar="FILE",
                     help="keep the simulation (pilot records, the gate's detections) in FILE and reuse it "
                          "when the arguments match: re-runs only the prediction")

@@ -596,3 +596,59 @@ def test_pytest_repeats_auto_needs_the_change_to_detect(gp):
              "--collect-only")
     assert out.ret == pytest.ExitCode.USAGE_ERROR
     out.stderr.fnmatch_lines(["*--gemmperf-max-repeats must be >= 2, got 1*"])
+
+
+def _controlled_draw(rng: np.random.Generator, units: int, first: int = 0, slower: float = 0.0,
+                     own: tuple[float, ...] = (0.01, 0.015, 0.02, 0.025, 0.03) * 3,
+                     controls: int = 30, shared: float = 0.01) -> pd.DataFrame:
+    """A GEMM-only test's records: GEMMs whose per-process medians vary by ``own`` (one sd a
+    kernel) on a factor of sd ``shared`` every kernel of a process shares, the process's other
+    kernels as within-process controls (``control_ns``: a median each, 0.3 % noise of their
+    own), and the category totals, as ``gate_samples`` writes them; every GEMM ``slower``."""
+    names = [f"Cijk_k{k:02d}" for k in range(len(own))]
+    level = np.log(1000.0 * (1 + np.arange(len(own))))
+    factor = rng.normal(0, shared, units)
+    logs = (level[None, :, None] + factor[:, None, None] + rng.normal(0, 1, (units, len(own)))[:, :, None]
+            * np.asarray(own)[None, :, None] + rng.normal(0, 0.001, (units, len(own), 8)) + math.log1p(slower))
+    unit = [f"h/{first + i}/0/{first + i}" for i in range(units)]
+    gemm = pd.DataFrame({"point": "p", "kernel": np.tile(np.repeat(names, 8), units), "metric": "dur_ns",
+                         "unit": np.repeat(unit, len(own) * 8), "value": np.exp(logs).ravel()})
+    ctl = np.exp(np.log(500.0 * (1 + np.arange(controls)))[None, :] + factor[:, None]
+                 + rng.normal(0, 0.003, (units, controls)))
+    others = [f"void elementwise_{c:02d}" for c in range(controls)]
+    control = pd.DataFrame({"point": "p", "kernel": np.tile(others, units), "metric": "control_ns",
+                            "unit": np.repeat(unit, controls), "value": ctl.ravel()})
+    totals = pd.DataFrame({"point": "p", "kernel": np.repeat(["category:gemm", "category:elementwise"], units),
+                           "metric": "category_total_ns", "unit": unit * 2,
+                           "value": np.concatenate([np.exp(logs).sum(axis=(1, 2)), 20.0 * ctl.sum(axis=1)])})
+    return pd.concat([gemm, control, totals], ignore_index=True)
+
+
+@pytest.mark.slow  # 160 comparisons of the real gate
+def test_a_category_total_opened_beside_controlled_kernel_totals_matches_the_gate():
+    """A GEMM-only test with within-process controls: the GEMMs' own totals, measured against
+    the controls, are tested in the first pass beside the ``*`` row, and each one rejected
+    raises the level the ``*`` row (which opens the category total) is tested at. The gate
+    tests each kernel total on its moderated variance (the prior's df beside the processes')
+    plus the controls' residual part, on their Welch df: about twice the processes' df. Planned
+    so, the category total from a 400-process record lies within 0.12 of the gate on 80
+    simulated tests per cell (binomial sd <= 0.056); planned with the kernel totals as plain
+    t's on the processes' ``2n - 2`` df (the rows without their kernels' parts), it misses by
+    more than 0.15."""
+    cfg = GateConfig(threshold=0.0)
+    rng = np.random.default_rng(31)
+    (p,) = pw.plan(_controlled_draw(rng, 400), 0.05, cfg)
+    (row,) = [r.noise for r in p.rows if r.noise.kernel == "category:gemm"]
+    assert row.opens_sd > 0 and all(row.kernel_first_pass) and len(row.kernel_rows) == 15
+    cells, reps = ((3, 0.07), (4, 0.05)), 80
+    seen = []
+    for n, e in cells:
+        hits = 0
+        for _ in range(reps):
+            v = compare(_controlled_draw(rng, n), _controlled_draw(rng, n, first=100, slower=e), cfg)
+            hits += bool((v[v["kernel"] == "category:gemm"]["verdict"] == "regression").any())
+        seen.append(hits / reps)
+    planned = np.array([pw.power([row], e, n, n, p.decision)[0] for n, e in cells])
+    plain = np.array([pw.power([dataclasses.replace(row, kernel_rows=())], e, n, n, p.decision)[0] for n, e in cells])
+    assert np.abs(planned - seen).max() <= 0.12, (planned, seen)
+    assert np.abs(plain - seen).max() > 0.15, (plain, seen)
