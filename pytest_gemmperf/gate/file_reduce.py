@@ -23,7 +23,11 @@ the parent from small per-source facts:
   collectives, timeline rows on points with communication) are kept or dropped on the sums;
 * the kernel selection errors (no kernel matches, nothing left after warm-up);
 * run builders (collective metrics, matched across ranks): workers return the dispatches each
-  one gathers (a small share), the parent builds their rows as ``gate_samples`` does.
+  one gathers (a small share), the parent builds their rows as ``gate_samples`` does. What a
+  builder reads of one source may depend on the others (``metrics.RunBuilder.rest``: the
+  collective kernels of a rank without collective metadata join the matching once some rank
+  carries it), so where some source gave rows, the sources holding such rows are read again,
+  whole, for them (a second read only of those sources, only in such a mix).
 
 Kernel statistics: per (point, rank, kernel) groups do span sources (ranks without a rank
 number, repeated runs), and exact quantiles cannot be merged from per-source summaries; workers
@@ -211,6 +215,7 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
         return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
                           path=path, stats=stats, categorical=categorical, reports=reports)
     S.check_selection([p.samples for p in live], kernels, warmup, path)
+    _gather_rest(parts, unique, opts, n_jobs)
     samples = _merge_samples([p.samples for p in live], warmup, categorical)
     stat_table, by = _stats(live, warmup) if stats else (None, ())
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
@@ -225,6 +230,30 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
                       skipped=found.skipped, sources=described, n_dispatches=n, reduced=True, timings=timings,
                       agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None, sweep=sweep)
+
+
+def _gather_rest(parts: list[_Partial], unique, opts: _Options, n_jobs: int) -> None:
+    """Where a run builder gathered dispatches of some source, what it reads of the sources
+    whose ``gather`` gave none (``metrics.RunBuilder.rest``: the collective kernels of a rank
+    without collective metadata beside ranks with it), as the full table gives them: those
+    sources read again, whole (a slim first read lacks columns the builder reads)."""
+    n = len(M.run_builders())
+    used = [any(p.samples is not None and p.samples.gathered[i] is not None for p in parts) for i in range(n)]
+    again = [j for j, p in enumerate(parts)
+             if p.samples is not None and any(u and w for u, w in zip(used, p.samples.pending))]
+    if not again:
+        return
+    rests = map_ordered(functools.partial(rest_source, opts=opts), [unique[j] for j in again], n_jobs)
+    for j, rest in zip(again, rests):
+        got = parts[j].samples
+        got.gathered = [r if u and w else g for g, r, u, w in zip(got.gathered, rest, used, got.pending)]
+
+
+def rest_source(src, opts: _Options) -> list:
+    """Per run builder, ``rest`` of ``src`` read whole (runs in a worker process)."""
+    _, d = read_for_reduction(src, opts.point)
+    d = S.gate_table(d) if d is not None else None
+    return [None if d is None else rb.rest(d) for rb in M.run_builders()]
 
 
 def _merge_samples(parts: list[S.Reduced], warmup: int, categorical: bool = False) -> pd.DataFrame:

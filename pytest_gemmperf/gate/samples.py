@@ -211,6 +211,8 @@ class Reduced:
     units: np.ndarray | None = None   # point\x1funit of every unit, sorted
     steps: dict | None = None         # attrs["steps"] lists, in unit order
     gathered: list = field(default_factory=list)  # per run builder: its dispatches here, or None
+    #: per run builder: it gathered none here but reads some once another table gives any (``rest``)
+    pending: list = field(default_factory=list)
 
 
 def _key(point_of: np.ndarray, unit_of: np.ndarray) -> np.ndarray:
@@ -243,7 +245,9 @@ def reduce_table(d: pd.DataFrame, *, kernels: Sequence[str] | None, warmup: int,
     out.steps = {"point": [str(x) for x in p.point_of], "unit": [str(x) for x in p.unit_of],
                  "steps": [float(x) for x in steps], "source": [str(x) for x in source]}
     if gather:
-        out.gathered = [rb.gather(d) for rb in M.run_builders()]
+        builders = M.run_builders()
+        out.gathered = [rb.gather(d) for rb in builders]
+        out.pending = [g is None and rb.rest(d) is not None for g, rb in zip(out.gathered, builders)]
     return out
 
 
