@@ -242,11 +242,28 @@ def _report_input(inputs, paths: list[Path], jobs: int | None) -> ReportInput:
     return ReportInput.of(inputs.trace if inputs.trace is not None else load(paths, jobs=jobs))
 
 
-def _complete_points_report(root: Path, jobs: int | None, warmup: int) -> ReportInput:
-    """What the reports read of a run's complete points only (an interrupted point's raw
-    outputs must not join them), reduced point by point where the views allow."""
+def _complete_points(root: Path) -> list[Path]:
+    """A run's complete points (an interrupted point's raw outputs must not join them): the run
+    itself when it is complete."""
     state = run_state(root)
-    paths = [root] if state.is_complete else [root / rel for rel in state.complete]
+    return [root] if state.is_complete else [root / rel for rel in state.complete]
+
+
+def results_agents(path: str, jobs: int | None = 1) -> pd.DataFrame | None:
+    """The agents of the complete points of the results run ``path`` names (a parent's newest
+    complete run), as the reports read them; None for any other input or where none are listed:
+    what names a run's hardware when its ``run.json`` does not."""
+    p = newest_run(Path(path)) or Path(path)
+    if not _is_results_dir(p):
+        return None
+    found = reduce_sources(_complete_points(p), jobs=jobs).agents
+    return found if len(found) else None
+
+
+def _complete_points_report(root: Path, jobs: int | None, warmup: int) -> ReportInput:
+    """What the reports read of a run's complete points only, reduced point by point where the
+    views allow."""
+    paths = _complete_points(root)
     reduced = reduce_sources(paths, jobs=jobs, warmup=warmup, reports=True)
     if reduced is None:  # a view joins sources (counters, collective metadata): the full tables
         return ReportInput.of(load(paths, jobs=jobs))
