@@ -102,21 +102,58 @@ def unify_categories(frames: list[pd.DataFrame], columns: Sequence[str]) -> list
         for c, col in own.items():
             where = union[c].get_indexer(np.asarray(col.cat.categories, dtype=object))
             codes = col.cat.codes.to_numpy()
-            recoded[c] = pd.Categorical.from_codes(where[codes] if len(where) else codes, categories=union[c])
+            # a missing value (code -1) stays missing
+            recoded[c] = pd.Categorical.from_codes(np.where(codes >= 0, where[codes], -1) if len(where) else codes,
+                                                   categories=union[c])
         out.append(f.assign(**recoded))
     return out
 
 
 def _as_text_categorical(s: pd.Series) -> pd.Series:
-    """``s.astype(str)`` as a categorical of its texts, without a text per row where ``s`` is a
-    categorical already (its categories' texts; distinct values of one text share it)."""
+    """``s.astype(str)`` as a categorical of its texts, without a text per row: where ``s`` is a
+    categorical already, its categories' texts (distinct values of one text share it); else
+    :func:`_texts_of_distinct` (a text per distinct value and per missing row)."""
     if s.isna().any() or not isinstance(s.dtype, pd.CategoricalDtype):
-        return s.astype(str).astype("category")
+        return _texts_of_distinct(s)
     texts = np.asarray([str(x) for x in s.cat.categories], dtype=object)
     uniq, inverse = np.unique(texts, return_inverse=True) if len(texts) else (texts, np.zeros(0, np.int64))
     codes = s.cat.codes.to_numpy()
     return pd.Series(pd.Categorical.from_codes(inverse.reshape(-1)[codes] if len(texts) else codes,
                                                categories=pd.Index(uniq, dtype=object)), index=s.index)
+
+
+def _texts_of_distinct(s: pd.Series) -> pd.Series:
+    """``s.astype(str).astype("category")``, the texts made for one row of each distinct value
+    and for the missing rows only (all of them in an object column, whose ``None``, ``nan`` and
+    ``NA`` may read differently; else the first): the rest take their value's codes. Where
+    equal values may write different texts (``1`` and ``1.0`` in an object column, ``0.0`` and
+    ``-0.0``), every row is written."""
+    if not _equal_values_write_alike(s):
+        return s.astype(str).astype("category")
+    codes, _ = pd.factorize(s, use_na_sentinel=True)  # in the order values first show
+    missing = np.flatnonzero(codes < 0)
+    valid = codes >= 0
+    # each value's first row: where a code exceeds every code before it
+    first = np.flatnonzero(codes > np.maximum.accumulate(np.r_[-1, codes[:-1]])) if len(codes) else codes
+    written = missing if s.dtype == object else missing[:1]
+    few = s.iloc[np.concatenate([first, written])].astype(str).astype("category")
+    few_codes = few.cat.codes.to_numpy()
+    rows = np.empty(len(s), dtype=few_codes.dtype)
+    rows[valid] = few_codes[codes[valid]]
+    rows[missing] = few_codes[len(first):] if s.dtype == object else few_codes[len(first):len(first) + 1]
+    return pd.Series(pd.Categorical.from_codes(rows, dtype=few.dtype), index=s.index, name=s.name)
+
+
+def _equal_values_write_alike(s: pd.Series) -> bool:
+    """Whether values ``pd.factorize`` finds equal are written alike by ``astype(str)``: not so
+    for an object column holding anything but text, or floats holding both zeros."""
+    if s.dtype == object:
+        return pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty")
+    if pd.api.types.is_float_dtype(s.dtype):
+        v = s.to_numpy(dtype=float, na_value=np.nan)
+        sign = np.signbit(v[v == 0])
+        return bool(sign.all() or not sign.any())
+    return True
 
 
 def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_unit: int | None = None,
