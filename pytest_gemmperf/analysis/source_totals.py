@@ -22,7 +22,10 @@ the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and
 
 With the reports (``reports=True``), each worker also sends back its source's report part
 (``analysis/report_parts.py``): what the short-kernel, kernel-details, timeline, top-variance
-and overlap views read of it; the parent merges the parts in input order.
+and overlap views read of it; the parent merges the parts in input order. Where a view joins
+sources (counters, collective metadata, one process-GPU group in two sources) the reports read
+the full tables: :func:`reduce_or_read` gives them with no source read twice where it can be
+(the sources that force it send their whole reads back: :func:`whole_reads`).
 
 Warm-up is dropped per process (``analysis/kernel_stats.drop_warmup``); that equals dropping it
 on the full table only when each process lies in one source. With a warm-up, a source kind that

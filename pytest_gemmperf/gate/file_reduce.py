@@ -42,8 +42,9 @@ it (``analysis/source_totals.reduce_read``: the kernel statistics' duration rows
 totals, ``analysis/report_parts.report_part``), in the same pass as the gate's rows: the parent
 holds each side's reductions, never its dispatches table. Where a report view joins sources
 (counters, collective metadata matched across ranks, one process-GPU group in two sources: see
-``source_totals.merge_reduced``) :attr:`GateInputs.sweep` is None and the caller reads the full
-tables for the reports.
+``source_totals.merge_reduced``) :attr:`GateInputs.sweep` is None and :attr:`GateInputs.trace`
+holds the full tables for the reports, no source read twice where it can be: the sources that
+force it keep their whole reads (``source_totals.whole_reads``), only the others are read again.
 
 Check, not assumption: when some unit appears in two sources (e.g. a rocprofv3 output dir
 copied twice), the reduction would not be the serial one, so the full tables are loaded
@@ -130,9 +131,10 @@ class GateInputs:
     #: == load(paths).agents (the hardware key of trace inputs; None: no source listed agents)
     agents: pd.DataFrame | None = None
     #: with reports, reduced: what the reports read of the dispatches (None: a view joins
-    #: sources, the caller reads the full tables; or the full tables were read: ``trace``)
+    #: sources, or the full tables were read: ``trace``)
     sweep: SweepReduction | None = None
-    #: with reports, where the full tables were read (not ``reduced``): the trace itself
+    #: with reports, where the reports read the full tables (a view joins sources) or the full
+    #: tables were read (not ``reduced``): the trace itself
     trace: Trace | None = None
 
 
