@@ -4,11 +4,14 @@ value and per missing row rather than once per row, identical for every dtype a 
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_gemmperf.gate import samples
 from pytest_gemmperf.gate.samples import _as_text_categorical, unify_categories
 
 TEXTS = ["gemm", "k<1>", "", " ", "ü", "nan", "None", "1", "1.0", "True", "a\x1fb"]
@@ -67,18 +70,22 @@ def columns(draw):
 @settings(max_examples=400, deadline=None)
 @given(columns())
 def test_texts_are_astype_str_for_every_dtype(s):
-    got = _as_text_categorical(s)
     want = s.astype(str).astype("category")
-    assert list(got.astype(object).where(got.notna(), None)) == list(want.astype(object).where(want.notna(), None))
-    if not isinstance(s.dtype, pd.CategoricalDtype) or s.isna().any():  # the texts' own categories
-        pd.testing.assert_series_equal(got, want, check_exact=True)
+    for few in (samples._FEW_ROWS, 0):  # short columns are written a row at a time: both ways
+        with mock.patch.object(samples, "_FEW_ROWS", few):
+            got = _as_text_categorical(s)
+        assert list(got.astype(object).where(got.notna(), None)) == \
+            list(want.astype(object).where(want.notna(), None))
+        if not isinstance(s.dtype, pd.CategoricalDtype) or s.isna().any():  # the texts' own categories
+            pd.testing.assert_series_equal(got, want, check_exact=True)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(columns(), min_size=1, max_size=4))
 def test_unified_columns_hold_the_texts_of_each_frame(cols):
     frames = [pd.DataFrame({"c": s.reset_index(drop=True)}) for s in cols]
-    out = unify_categories(frames, ["c"])
+    with mock.patch.object(samples, "_FEW_ROWS", 0):
+        out = unify_categories(frames, ["c"])
     assert len({f["c"].dtype for f in out}) == 1
     for f, s in zip(out, cols):
         want = s.reset_index(drop=True).astype(str)

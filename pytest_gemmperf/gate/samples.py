@@ -125,10 +125,21 @@ def _as_text_categorical(s: pd.Series) -> pd.Series:
 def _texts_of_distinct(s: pd.Series) -> pd.Series:
     """``s.astype(str).astype("category")``, the texts made for one row of each distinct value
     and for the missing rows only (all of them in an object column, whose ``None``, ``nan`` and
-    ``NA`` may read differently; else the first): the rest take their value's codes. Where
-    equal values may write different texts (``1`` and ``1.0`` in an object column, ``0.0`` and
-    ``-0.0``), every row is written."""
-    if not _equal_values_write_alike(s):
+    ``NA`` may read differently; else the first): the rest take their value's codes. Text
+    without missing values is its own text: its distinct values are sorted, no row written.
+    Where equal values may write different texts (``1`` and ``1.0`` in an object column,
+    ``0.0`` and ``-0.0``), and in a short column (pandas' fixed costs outweigh the rows'),
+    every row is written."""
+    if _is_text(s) and not s.isna().any():  # each value is its own text
+        codes, uniq = pd.factorize(s)
+        texts = np.asarray(uniq, dtype=object)
+        order = np.argsort(texts, kind="stable")
+        rank = np.empty(len(order), dtype=np.intp)
+        rank[order] = np.arange(len(order))
+        dtype = pd.CategoricalDtype(pd.Index(texts[order], dtype=_TEXT_DTYPE))
+        return pd.Series(pd.Categorical.from_codes(rank[codes], dtype=dtype, validate=False),
+                         index=s.index, name=s.name)
+    if len(s) < _FEW_ROWS or not _equal_values_write_alike(s):
         return s.astype(str).astype("category")
     codes, _ = pd.factorize(s, use_na_sentinel=True)  # in the order values first show
     missing = np.flatnonzero(codes < 0)
@@ -142,6 +153,19 @@ def _texts_of_distinct(s: pd.Series) -> pd.Series:
     rows[valid] = few_codes[codes[valid]]
     rows[missing] = few_codes[len(first):] if s.dtype == object else few_codes[len(first):len(first) + 1]
     return pd.Series(pd.Categorical.from_codes(rows, dtype=few.dtype), index=s.index, name=s.name)
+
+
+#: the dtype ``astype(str)`` gives (pandas 3: ``str``; 2: object)
+_TEXT_DTYPE = pd.Series(["x"], dtype=object).astype(str).dtype
+#: below this many rows a column is written a row at a time: fewer calls into pandas
+_FEW_ROWS = 2048
+
+
+def _is_text(s: pd.Series) -> bool:
+    """Whether every value of ``s`` is text already (missing values aside)."""
+    if isinstance(s.dtype, pd.StringDtype):
+        return True
+    return s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty")
 
 
 def _equal_values_write_alike(s: pd.Series) -> bool:
