@@ -19,6 +19,7 @@ import pytest
 
 from pytest_gemmperf.analysis.report_parts import SweepReduction
 from pytest_gemmperf.commands import compare_impl
+from pytest_gemmperf.gate import file_reduce
 from pytest_gemmperf.store import compare_inputs
 from pytest_gemmperf.store.compare_inputs import ReportInput
 from pytest_gemmperf.traces.discover import load
@@ -26,7 +27,7 @@ from test_gate_slim_samples import KINDS, _tree
 from test_parallel_reports import _report_files
 
 #: kinds whose every report view is built from the per-source reductions
-REDUCED = {"torch", "rocprof-json", "rocprof-csv", "rocpd", "tables", "results"}
+REDUCED = {"torch", "mixed-profilers", "rocprof-json", "rocprof-csv", "rocpd", "tables", "results"}
 
 
 def _results(root: Path, seed: int) -> Path:
@@ -71,7 +72,10 @@ def _compare(tmp_path: Path, inputs: list[Path], *extra: str) -> tuple[dict[str,
 
 
 def _full_tables(monkeypatch) -> None:
-    """The reports from each side's full tables, as ``gemmperf compare`` built them before."""
+    """The reports and the gate's samples from each side's full tables, as ``gemmperf compare``
+    built them before."""
+    monkeypatch.setattr(compare_inputs, "gate_inputs",
+                        lambda paths, **kw: file_reduce._full_path(paths, point=None, kernels=None, **kw))
     monkeypatch.setattr(compare_inputs, "_report_input",
                         lambda inputs, paths, jobs: ReportInput.of(load(paths, jobs=jobs)))
     monkeypatch.setattr(compare_inputs, "_complete_points_report",
@@ -82,8 +86,10 @@ def _full_tables(monkeypatch) -> None:
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # 1: three sides, a warm-up
 def test_reports_of_reductions_equal_the_full_tables(tmp_path, monkeypatch, capsys, kind, seed):
     """Every report file of a compare (one or two candidates, with and without a warm-up) is
-    the full tables' on random multi-source traces of each kind; a kind whose views join
-    sources (Kineto with collective metadata) is reported from its full tables."""
+    the full tables' (the gate's samples and the reports' views) on random multi-source traces
+    of each kind and of mixes (profilers in one side; Kineto ranks with and without collective
+    metadata); a kind whose views join sources (Kineto with collective metadata) is reported
+    from its full tables."""
     inputs = [_input(kind, tmp_path / f"in{i}", 10 * seed + i) for i in range(2 + seed)]
     # two candidates: labelled (the path names may repeat), a warm-up dropped
     extra = ("--warmup", "2", "--labels", "c1", "c2") if seed else ()

@@ -170,6 +170,23 @@ def _tree(kind: str, root: Path, seed: int) -> Path:
         # every rank carries the metadata (the ranks of one run record it alike): read whole
         write_kineto(root / "rank0" / "trace.pt.trace.json", rng, pid=4000, rank=0, n=n, collectives=True)
         write_kineto(root / "rank1" / "trace.pt.trace.json", rng, pid=4001, rank=1, n=n, collectives=True)
+    elif kind == "torch-mixed-collectives":
+        # ranks with and without the metadata in one side (an aorta sweep: a point whose ranks
+        # mix, one profiled without record_param_comms): the metadata-free ranks' collective
+        # kernels join the matching (by stream order), as in one table
+        for t, metadata in ((256, (True, False, True)), (512, (False, False))):
+            for r, coll in enumerate(metadata):
+                write_kineto(root / f"{t}thread" / "nccl_4channels" / f"rank{r}" / "trace.pt.trace.json", rng,
+                             pid=4000 + t + r, rank=r, n=n, collectives=coll)
+    elif kind == "mixed-profilers":
+        # one side of several profilers' sources: a Kineto rank, rocprofv3 JSON, CSV and tables
+        write_kineto(root / "rank0" / "trace.pt.trace.json", rng, pid=4000, rank=0, n=n)
+        write_rocprof_json(root / "rank1" / "a_results.json", rng, [1001], n)
+        write_csv_process(root / "rank2" / "mi350-n1", rng, 5358, n)
+        src = write_kineto(root.parent / f"{root.name}-src" / "t.pt.trace.json", rng, pid=4003, rank=3, n=n)
+        (root / "rank3").mkdir(parents=True)
+        load([src]).dispatches.to_parquet(root / "rank3" / "dispatches.parquet")
+        shutil.rmtree(src.parent)
     elif kind == "rocprof-json":
         write_rocprof_json(root / "rank0" / "a_results.json", rng, [1001, 1002], n)
         write_rocprof_json(root / "rank1" / "b_results.json", rng, [2001], n)
@@ -189,7 +206,8 @@ def _tree(kind: str, root: Path, seed: int) -> Path:
     return root
 
 
-KINDS = ["torch", "torch-collectives", "rocprof-json", "rocprof-csv", "rocpd", "tables"]
+KINDS = ["torch", "torch-collectives", "torch-mixed-collectives", "mixed-profilers", "rocprof-json", "rocprof-csv",
+         "rocpd", "tables"]
 
 
 def _text(samples: pd.DataFrame) -> pd.DataFrame:

@@ -22,7 +22,10 @@ the CSV files of one rocprofv3 process) in a worker (``traces/parallel.py``) and
 
 With the reports (``reports=True``), each worker also sends back its source's report part
 (``analysis/report_parts.py``): what the short-kernel, kernel-details, timeline, top-variance
-and overlap views read of it; the parent merges the parts in input order.
+and overlap views read of it; the parent merges the parts in input order. Where a view joins
+sources (counters, collective metadata, one process-GPU group in two sources) the reports read
+the full tables: :func:`reduce_or_read` gives them with no source read twice where it can be
+(the sources that force it send their whole reads back: :func:`whole_reads`).
 
 Warm-up is dropped per process (``analysis/kernel_stats.drop_warmup``); that equals dropping it
 on the full table only when each process lies in one source. With a warm-up, a source kind that
@@ -48,10 +51,11 @@ from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, Repo
 from pytest_gemmperf.traces import kinds
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches, first_positions
-from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, no_dispatches
+from pytest_gemmperf.traces.discover import (Found, combine_traces, concat_with_extras, discover_all, load,
+                                            no_dispatches, read_attached)
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 from pytest_gemmperf.traces.reduce import SourceRead, read_for_reduction
-from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, concat_tables
+from pytest_gemmperf.traces.schema import AGENT_SCHEMA, DISPATCH_SCHEMA, Trace, concat_tables
 from pytest_gemmperf.traces.skipped import SkippedInput
 
 #: the groups of :func:`dispatch_totals`: the duration rows' keys, so that a worker numbers a
@@ -216,14 +220,17 @@ def reduce_source(src, opts: ReduceOptions) -> SourcePart:
     """Read one source and reduce it (runs in a worker process)."""
     # a warm-up's drop and the reports' views read the table; the totals alone read codes
     head, d = read_for_reduction(src, opts.point, AGENT_COLUMNS, _read_columns(opts),
-                                 coded=opts.warmup == 0 and not opts.reports)
+                                 coded=opts.warmup == 0 and not opts.reports, keep=opts.reports)
     return reduce_read(head, d, opts)
 
 
 def reduce_read(head: SourceRead, d: pd.DataFrame | CodedDispatches | None, opts: ReduceOptions) -> SourcePart:
     """The reduction of one source read as ``head`` and ``d`` (its dispatches, None: none):
     what :func:`reduce_source` sends back, for a reducer that reads the source itself (the
-    gate's, ``gate/file_reduce.py``, with the reports of ``gemmperf compare``)."""
+    gate's, ``gate/file_reduce.py``, with the reports of ``gemmperf compare``). A whole read the
+    head keeps (``head.trace``) goes back only where this source alone makes the reports read
+    the full tables (counters, collective metadata; one without dispatches is small): then the
+    parent reads no source twice (:func:`whole_reads`)."""
     out = SourcePart(head)
     if d is None:
         return out
@@ -232,6 +239,8 @@ def reduce_read(head: SourceRead, d: pd.DataFrame | CodedDispatches | None, opts
         return out
     if opts.reports:
         out.report = report_part(recategorize(d, opts.rules), warmup=opts.warmup, short_us=opts.short_us)
+    if head.trace is not None and not (head.n_counters or (out.report is not None and out.report.needs_full)):
+        head.trace = None
     coded = duration_rows(d, ROW_KEYS)
     out.totals = _totals(coded, d)
     out.rows = coded
@@ -261,19 +270,73 @@ def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str |
     sources at once (counters, collective metadata, one process-GPU group in two sources):
     read the full tables then. ``meanwhile``: run while a pool reads (``map_ordered``). Errors
     are ``load``'s."""
+    read = _reduce_all(paths, jobs=jobs, warmup=warmup, point=point, rules=rules, reports=reports,
+                       short_us=short_us, meanwhile=meanwhile)
+    return None if read is None else read.merged()
+
+
+def reduce_or_read(paths, *, jobs: int | None = 1, warmup: int = 0, point: str | None = None,
+                   reports: bool = True) -> SourceTotals | Trace:
+    """:func:`reduce_sources`, else the full tables (``load(paths)``), each source read once
+    where it can be: where the reductions cannot stand for the tables after the sources were
+    read, those that forced it handed their whole reads back and only the others are read
+    again (:func:`whole_reads`)."""
+    read = _reduce_all(paths, jobs=jobs, warmup=warmup, point=point, reports=reports)
+    merged = None if read is None else read.merged()
+    if merged is not None:
+        return merged
+    if read is None:  # decided before anything was read
+        return load(paths, point=point, jobs=jobs)
+    return combine_traces([t for t in whole_reads([p.head for p in read.parts], read.found, point, jobs)
+                           if t is not None], read.found)
+
+
+@dataclass
+class _Read:
+    """Every source's reduction under some paths, not yet merged."""
+
+    found: Found
+    parts: list[SourcePart]
+    opts: ReduceOptions
+    workers: int
+
+    def merged(self) -> SourceTotals | None:
+        return merge_reduced(self.parts, self.opts, notes=self.found.notes, skipped=self.found.skipped,
+                             sources=[s.describe() for s in self.found.sources], workers=self.workers)
+
+
+def _reduce_all(paths, *, jobs, warmup, point, rules=(), reports=False, short_us=DEFAULT_SHORT_KERNEL_US,
+                meanwhile=None) -> _Read | None:
+    """Each source under ``paths`` read and reduced (notes merged); None where a warm-up
+    cannot be dropped source by source whatever they hold (a kind that may hold part of a
+    process)."""
     found = discover_all(paths)
     if warmup > 0 and not all(kinds.reducible(s.kind) for s in found.unique):
         return None
     n_jobs = pool_jobs(jobs, [f for s in found.unique for f in s.files])
     opts = ReduceOptions(point, int(warmup), reports=reports, rules=tuple(map(tuple, rules)), short_us=short_us)
     parts = map_ordered(functools.partial(reduce_source, opts=opts), found.unique, n_jobs, meanwhile=meanwhile)
-    notes = found.notes
     for part in parts:
-        part.head.merge_notes(notes)
+        part.head.merge_notes(found.notes)
     if not any(p.head.n_dispatches for p in parts):
         raise no_dispatches(found)
-    return merge_reduced(parts, opts, notes=notes, skipped=found.skipped,
-                         sources=[s.describe() for s in found.sources], workers=n_jobs)
+    return _Read(found, parts, opts, n_jobs)
+
+
+def whole_reads(heads: Sequence[SourceRead], found: Found, point: str | None, jobs: int | None
+                ) -> list[Trace | None]:
+    """Per source ``found`` (in order, their notes merged), whose reads gave ``heads``, what
+    ``load`` reads of it (``read_attached``; None: its reader gave nothing): the head's whole
+    read where it kept one (``read_for_reduction(keep=True)``), else the source read again.
+    ``discover.combine_traces`` of them is ``load(paths)``."""
+    again = [i for i, h in enumerate(heads) if h.read and h.trace is None]
+    srcs = [found.unique[i] for i in again]
+    reread = map_ordered(functools.partial(read_attached, point=point), srcs,
+                         pool_jobs(jobs, [f for s in srcs for f in s.files]))
+    traces = [h.trace for h in heads]
+    for i, (t, _, _) in zip(again, reread):  # the notes were merged from the first read
+        traces[i] = t
+    return traces
 
 
 def merge_reduced(parts: Sequence[SourcePart], opts: ReduceOptions, *, notes: list[str], skipped: list[SkippedInput],

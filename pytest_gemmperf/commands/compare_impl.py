@@ -9,10 +9,11 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pandas as pd
 
@@ -141,9 +142,7 @@ def gate(args: argparse.Namespace) -> Gated:
     if mistake is not None:
         raise mistake
     base_arg = _base(args)
-    labels = args.labels or [Path(c).name or str(c) for c in args.cands]
-    if len(labels) != len(args.cands):
-        raise GemmperfInputError(None, f"--labels needs {len(args.cands)} label(s), got {len(labels)}")
+    labels = candidate_labels(args.labels, args.cands)
     threshold = GateConfig().threshold if args.threshold is None else args.threshold
     origin = getattr(args, "setting_origins", {}).get("threshold") or Origin("default", "default")
     explicit = origin.kind == "flag"  # --threshold given: every test, whatever it recorded
@@ -199,6 +198,52 @@ def gate(args: argparse.Namespace) -> Gated:
             frames.append(v)
     verdicts = pd.concat(frames, ignore_index=True)
     return Gated(verdicts, labels, threshold, origin, used, damaged, base, cand_samples, traces, compared)
+
+
+def candidate_labels(given: Sequence[str] | None, cands: Sequence[str]) -> list[str]:
+    """The candidates' labels: ``--labels`` (one each, no two alike: the verdicts and the report
+    tell candidates apart by them), else :func:`path_labels` of their paths."""
+    if not given:
+        return path_labels(cands)
+    if len(given) != len(cands):
+        raise GemmperfInputError(None, f"--labels needs {len(cands)} label(s), got {len(given)}")
+    twice = sorted({x for x in given if list(given).count(x) > 1})
+    if twice:
+        raise GemmperfInputError(None, f"--labels: {', '.join(map(repr, twice))} given for more than one "
+                                       "candidate: each needs its own label")
+    return list(given)
+
+
+def path_labels(paths: Sequence[str]) -> list[str]:
+    """Distinct labels for ``paths``: each one's shortest trailing part that no other path ends in
+    at that depth (``run`` where the names differ; ``a/run`` and ``b/run`` for two ``run``
+    directories), numbered where two paths read alike (``run``, ``run (2)``)."""
+    parts = [Path(p).parts or (str(p),) for p in paths]
+    labels = []
+    for own in parts:
+        k = 1
+        while k < len(own) and any(other[-k:] == own[-k:] for other in parts if other != own):
+            k += 1
+        labels.append(str(Path(*own[-k:])))
+    return numbered(labels)
+
+
+def numbered(labels: Sequence[str], taken: Sequence[str] = ()) -> list[str]:
+    """``labels`` with each repeat (and each one in ``taken``) given the first ``" (n)"`` suffix,
+    n = 2, 3, ..., that names no other: no two alike and none in ``taken``; the first of each is
+    kept as it is."""
+    used = set(taken) | set(labels)
+    seen: set[str] = set()
+    out = []
+    for label in labels:
+        name, n = label, 1
+        while name in seen or (name != label and name in used) or name in taken:
+            n += 1
+            name = f"{label} ({n})"
+        seen.add(name)
+        used.add(name)
+        out.append(name)
+    return out
 
 
 def write_outputs(args: argparse.Namespace, g: Gated, out: Path | None, *,
@@ -509,8 +554,11 @@ def _export(target: str, base: dict[str, pd.DataFrame], cands: list[tuple[str, d
     t = Path(target)
     stem = t.name[:-5] if t.name.endswith(".json") else t.name
     write_pytest_benchmark_json(t.with_name(f"{stem}-base.json"), pd.concat(list(base.values()), ignore_index=True))
-    for label, cand in cands:
-        name = t.name if len(cands) == 1 else f"{stem}-{label}.json"
+    # one file a candidate, beside FILE-base.json: a label's path separators (``a/run``) kept out
+    # of the name, and no two names alike
+    names = [t.name] if len(cands) == 1 else [f"{n}.json" for n in numbered(
+        [f"{stem}-{label.replace('/', '_').replace(os.sep, '_')}" for label, _ in cands], taken=[f"{stem}-base"])]
+    for name, (_, cand) in zip(names, cands):
         write_pytest_benchmark_json(t.with_name(name), pd.concat(list(cand.values()), ignore_index=True))
 
 
@@ -521,7 +569,8 @@ def _write_reports(args: argparse.Namespace, labels: list[str], verdicts: pd.Dat
     it was, or when there is none to write): the caller prints it after the verdicts.
     ``compared``: (test, baseline samples, candidate samples, label) of each compare() call."""
 
-    sides = [(args.base, "base" if "base" not in labels else "baseline")] + list(zip(args.cands, labels))
+    base = "base" if "base" not in labels else numbered(["baseline"], labels)[0]
+    sides = [(args.base, base)] + list(zip(args.cands, labels))
     sides = [(path, label) for path, label in sides if path in traces]
     if not sides:
         print(printable("note: no report: the inputs are samples or baselines, not traces"), file=sys.stderr)

@@ -11,7 +11,7 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ from pytest_gemmperf.store.hardware import hardware_key
 from pytest_gemmperf.history.store import HistoryStore
 from pytest_gemmperf.history.values import history_values
 import uuid
-from pytest_gemmperf.store.compare_inputs import load_side
+from pytest_gemmperf.store.compare_inputs import load_side, results_agents
 from pytest_gemmperf.history.changepoints import CHANGE_COLUMNS, detect_changes, recent_regressions
 from pytest_gemmperf.history.changepoints import format_changes, write_changes_csv
 from pytest_gemmperf.report.history_page import write_history_reports
@@ -49,10 +49,12 @@ SERIES = ["hw_key", "test", "point", "kernel", "metric"]
 
 
 def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, branch: str | None = None,
-                 time: str | None = None, hw: str | None = None, traces: dict | None = None):
+                 time: str | None = None, hw: str | None = None, traces: dict | None = None,
+                 agents: Callable[[], pd.DataFrame | None] | None = None):
     """The :class:`RunInfo` of an input: the arguments first, then what a results directory's
     ``run.json`` recorded (creation time, git commit, hardware key, versions), then the traces'
-    agents for the hardware key."""
+    agents for the hardware key (``traces``' tables, else what ``agents()`` gives: called only
+    when nothing before named the hardware)."""
 
     doc: dict[str, Any] = {}
     p = newest_run(Path(path)) or Path(path)  # .gemmperf/results: the run load_side read
@@ -66,9 +68,13 @@ def run_info_for(path: str | Path, *, run_id: str, commit: str | None = None, br
         hw = doc.get("hardware_key")
     if hw is None and traces:
 
-        agents = [t.agents for t in traces.values() if t.agents is not None and len(t.agents)]
-        if agents:
-            hw = hardware_key(pd.concat(agents, ignore_index=True))
+        tables = [t.agents for t in traces.values() if t.agents is not None and len(t.agents)]
+        if tables:
+            hw = hardware_key(pd.concat(tables, ignore_index=True))
+    elif hw is None and agents is not None:
+        found = agents()
+        if found is not None and len(found):
+            hw = hardware_key(found)
     versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
     meta = {"source": str(path), "versions": versions, "host": doc.get("host")}
     return RunInfo(run_id=run_id, time=time or doc.get("created"), commit=commit or doc.get("git_commit"),
@@ -132,10 +138,12 @@ def run_record(args: argparse.Namespace) -> int:
 
     _require_store(args)
     try:
-        traces: dict = {}
-        sides = load_side(args.path, args.warmup, traces, allow_partial=getattr(args, "allow_partial", False))
+        # the agents alone name the hardware (no report is written: nothing reduced for one)
+        agents: dict = {}
+        sides = load_side(args.path, args.warmup, agents=agents, allow_partial=getattr(args, "allow_partial", False))
         run = run_info_for(args.path, run_id=args.run_id, commit=args.commit, branch=args.branch,
-                           time=args.time, hw=args.hw, traces=traces)
+                           time=args.time, hw=args.hw,
+                           agents=lambda: agents[args.path] if args.path in agents else results_agents(args.path))
         files = record_samples(args.history, sides, run, args.test or DEFAULT_TEST_ID,
                                replace=args.replace)
     except OutputError:

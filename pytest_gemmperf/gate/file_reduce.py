@@ -23,7 +23,11 @@ the parent from small per-source facts:
   collectives, timeline rows on points with communication) are kept or dropped on the sums;
 * the kernel selection errors (no kernel matches, nothing left after warm-up);
 * run builders (collective metrics, matched across ranks): workers return the dispatches each
-  one gathers (a small share), the parent builds their rows as ``gate_samples`` does.
+  one gathers (a small share), the parent builds their rows as ``gate_samples`` does. What a
+  builder reads of one source may depend on the others (``metrics.RunBuilder.rest``: the
+  collective kernels of a rank without collective metadata join the matching once some rank
+  carries it), so where some source gave rows, the sources holding such rows are read again,
+  whole, for them (a second read only of those sources, only in such a mix).
 
 Kernel statistics: per (point, rank, kernel) groups do span sources (ranks without a rank
 number, repeated runs), and exact quantiles cannot be merged from per-source summaries; workers
@@ -38,8 +42,9 @@ it (``analysis/source_totals.reduce_read``: the kernel statistics' duration rows
 totals, ``analysis/report_parts.report_part``), in the same pass as the gate's rows: the parent
 holds each side's reductions, never its dispatches table. Where a report view joins sources
 (counters, collective metadata matched across ranks, one process-GPU group in two sources: see
-``source_totals.merge_reduced``) :attr:`GateInputs.sweep` is None and the caller reads the full
-tables for the reports.
+``source_totals.merge_reduced``) :attr:`GateInputs.sweep` is None and :attr:`GateInputs.trace`
+holds the full tables for the reports, no source read twice where it can be: the sources that
+force it keep their whole reads (``source_totals.whole_reads``), only the others are read again.
 
 Check, not assumption: when some unit appears in two sources (e.g. a rocprofv3 output dir
 copied twice), the reduction would not be the serial one, so the full tables are loaded
@@ -65,7 +70,7 @@ from pytest_gemmperf.analysis.report_parts import SweepReduction
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate import samples as S
 from pytest_gemmperf.traces import kinds
-from pytest_gemmperf.traces.discover import concat_with_extras, discover_all, load, no_dispatches
+from pytest_gemmperf.traces.discover import combine_traces, concat_with_extras, discover_all, load, no_dispatches
 from pytest_gemmperf.traces.parallel import map_ordered, pool_jobs
 from pytest_gemmperf.analysis.timeline import TORCH_CAT_COLUMNS
 from pytest_gemmperf.gate.prepared import STEP_COLUMN, STEPS_COLUMN
@@ -126,9 +131,10 @@ class GateInputs:
     #: == load(paths).agents (the hardware key of trace inputs; None: no source listed agents)
     agents: pd.DataFrame | None = None
     #: with reports, reduced: what the reports read of the dispatches (None: a view joins
-    #: sources, the caller reads the full tables; or the full tables were read: ``trace``)
+    #: sources, or the full tables were read: ``trace``)
     sweep: SweepReduction | None = None
-    #: with reports, where the full tables were read (not ``reduced``): the trace itself
+    #: with reports, where the reports read the full tables (a view joins sources) or the full
+    #: tables were read (not ``reduced``): the trace itself
     trace: Trace | None = None
 
 
@@ -136,7 +142,8 @@ def reduce_source(src, opts: _Options) -> _Partial:
     """Read one source and reduce it (runs in a worker process)."""
 
     whole = opts.stats or opts.reports
-    head, d = read_for_reduction(src, opts.point) if whole else _read_gate_columns(src, opts.point)
+    head, d = (read_for_reduction(src, opts.point, keep=opts.reports) if whole
+               else _read_gate_columns(src, opts.point))
     out = _Partial(head)
     if opts.reports:  # the reports' reduction of the table the gate's rows come from
         out.report = T.reduce_read(head, d, _report_options(opts))
@@ -211,20 +218,57 @@ def gate_inputs(paths, *, jobs: int | None = 1, point: str | None = None,
         return _full_path(paths, jobs=jobs, point=point, kernels=kernels, warmup=warmup, compact=compact,
                           path=path, stats=stats, categorical=categorical, reports=reports)
     S.check_selection([p.samples for p in live], kernels, warmup, path)
+    sweep = trace = whole = None
+    if reports:
+        totals = T.merge_reduced([p.report for p in parts], _report_options(opts), notes=notes,
+                                 skipped=found.skipped, sources=described, workers=n_jobs)
+        if totals is not None:
+            sweep = totals.sweep()
+        else:  # a view joins sources: the full tables, no source read twice where it can be
+            whole = T.whole_reads([p.head for p in parts], found, point, jobs)
+            trace = combine_traces([t for t in whole if t is not None], found)
+    _gather_rest(parts, unique, opts, n_jobs, whole)
     samples = _merge_samples([p.samples for p in live], warmup, categorical)
     stat_table, by = _stats(live, warmup) if stats else (None, ())
     timings = {"discover_s": t1 - t0, "read_reduce_s": t2 - t1, "merge_s": time.perf_counter() - t2,
                "workers": n_jobs}
-
-    sweep = None
-    if reports:
-        totals = T.merge_reduced([p.report for p in parts], _report_options(opts), notes=notes,
-                                 skipped=found.skipped, sources=described, workers=n_jobs)
-        sweep = totals.sweep() if totals is not None else None
     agents = [p.head.agents for p in parts if p.head.agents is not None]
     return GateInputs(samples=samples, kernel_stats=stat_table, stats_by=by, notes=notes,
                       skipped=found.skipped, sources=described, n_dispatches=n, reduced=True, timings=timings,
-                      agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None, sweep=sweep)
+                      agents=concat_with_extras(agents, AGENT_SCHEMA) if agents else None, sweep=sweep,
+                      trace=trace)
+
+
+def _gather_rest(parts: list[_Partial], unique, opts: _Options, n_jobs: int, whole: list | None = None) -> None:
+    """Where a run builder gathered dispatches of some source, what it reads of the sources
+    whose ``gather`` gave none (``metrics.RunBuilder.rest``: the collective kernels of a rank
+    without collective metadata beside ranks with it), as the full table gives them: from the
+    sources' whole reads where the reports hold them (``whole``), else those sources read again,
+    whole (a slim first read lacks columns the builder reads)."""
+    n = len(M.run_builders())
+    used = [any(p.samples is not None and p.samples.gathered[i] is not None for p in parts) for i in range(n)]
+    again = [j for j, p in enumerate(parts)
+             if p.samples is not None and any(u and w for u, w in zip(used, p.samples.pending))]
+    if not again:
+        return
+    if whole is not None:
+        rests = [_rests(whole[j].dispatches.reset_index(drop=True)) for j in again]
+    else:
+        rests = map_ordered(functools.partial(rest_source, opts=opts), [unique[j] for j in again], n_jobs)
+    for j, rest in zip(again, rests):
+        got = parts[j].samples
+        got.gathered = [r if u and w else g for g, r, u, w in zip(got.gathered, rest, used, got.pending)]
+
+
+def rest_source(src, opts: _Options) -> list:
+    """Per run builder, ``rest`` of ``src`` read whole (runs in a worker process)."""
+    _, d = read_for_reduction(src, opts.point)
+    return _rests(d)
+
+
+def _rests(d: pd.DataFrame | None) -> list:
+    d = S.gate_table(d) if d is not None else None
+    return [None if d is None else rb.rest(d) for rb in M.run_builders()]
 
 
 def _merge_samples(parts: list[S.Reduced], warmup: int, categorical: bool = False) -> pd.DataFrame:

@@ -138,6 +138,9 @@ class RunBuilder:
     gather: Callable[[pd.DataFrame], pd.DataFrame | None]
     #: (dispatches, warm-up, notes to append to) -> samples frames
     build: Callable[[pd.DataFrame, int, list[str]], list[pd.DataFrame]]
+    #: the dispatches ``build`` still reads of a table whose ``gather`` gave none, once another
+    #: table's gave some (None: none): what ``build`` reads of a table depends on the others
+    rest: Callable[[pd.DataFrame], pd.DataFrame | None] = lambda _d: None  # most read each table alone
 
 
 @dataclass(frozen=True)
@@ -352,9 +355,17 @@ def _timeline(t: BuildInput) -> Built:
 
 
 def _collective_input(d: pd.DataFrame) -> pd.DataFrame | None:
+    """A table's collective kernels where it carries collective metadata."""
     if "coll_name" not in d.columns or not d["coll_name"].notna().any():
         return None
     return d[coll.collective_mask(d)]
+
+
+def _collective_rest(d: pd.DataFrame) -> pd.DataFrame | None:
+    """A table's collective kernels (category ``collective``) without metadata: matched with
+    the ranks that carry it (by stream order) once any table does, as in one table."""
+    m = coll.collective_mask(d)
+    return d[m] if m.any() else None
 
 
 def _collective_frames(d: pd.DataFrame, warmup: int, notes: list[str]) -> list[pd.DataFrame]:
@@ -372,7 +383,7 @@ def _collective_frames(d: pd.DataFrame, warmup: int, notes: list[str]) -> list[p
     return [out]
 
 
-COLLECTIVES = RunBuilder(gather=_collective_input, build=_collective_frames)
+COLLECTIVES = RunBuilder(gather=_collective_input, build=_collective_frames, rest=_collective_rest)
 
 # ---------------------------------------------------------------------------------------------
 # the registry

@@ -90,33 +90,92 @@ def categorical_samples(samples: pd.DataFrame) -> pd.DataFrame:
 def unify_categories(frames: list[pd.DataFrame], columns: Sequence[str]) -> list[pd.DataFrame]:
     """``frames`` with each of ``columns`` a categorical of one dtype in all of them (the sorted
     text of every value any holds), so that concatenating them keeps the codes; the values as
-    ``astype(str)`` writes them."""
-    cols = [{c: _as_text_categorical(f[c]) for c in columns} for f in frames]
-    union = {}
+    ``astype(str)`` writes them (:func:`_texts_codes`: no text made a row)."""
+    own = [{c: _texts_codes(f[c]) for c in columns} for f in frames]
+    union, dtype = {}, {}
     for c in columns:
-        texts = [np.asarray(col[c].cat.categories, dtype=object) for col in cols]
-        union[c] = pd.Index(np.unique(np.concatenate(texts)) if texts else np.zeros(0, object), dtype=object)
+        texts = [o[c][0] for o in own]
+        union[c] = np.unique(np.concatenate(texts)) if texts else np.zeros(0, object)
+        dtype[c] = pd.CategoricalDtype(pd.Index(union[c], dtype=object))
     out = []
-    for f, own in zip(frames, cols):
-        recoded = {}
-        for c, col in own.items():
-            where = union[c].get_indexer(np.asarray(col.cat.categories, dtype=object))
-            codes = col.cat.codes.to_numpy()
-            recoded[c] = pd.Categorical.from_codes(where[codes] if len(where) else codes, categories=union[c])
+    for f, tc in zip(frames, own):
+        recoded = {c: _recoded(*tc[c], union[c], dtype[c]) for c in columns}
         out.append(f.assign(**recoded))
     return out
 
 
+def _recoded(texts: np.ndarray, codes: np.ndarray, union: np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical:
+    """Rows coded by ``codes`` into ``texts`` as a categorical of ``dtype``, whose categories
+    ``union`` (sorted) hold every text: each text's place found by binary search; a missing
+    value (code -1) stays missing."""
+    where = np.searchsorted(union, texts)
+    return pd.Categorical.from_codes(np.where(codes >= 0, where[codes], -1) if len(where) else codes,
+                                     dtype=dtype, validate=False)
+
+
 def _as_text_categorical(s: pd.Series) -> pd.Series:
-    """``s.astype(str)`` as a categorical of its texts, without a text per row where ``s`` is a
-    categorical already (its categories' texts; distinct values of one text share it)."""
-    if s.isna().any() or not isinstance(s.dtype, pd.CategoricalDtype):
-        return s.astype(str).astype("category")
-    texts = np.asarray([str(x) for x in s.cat.categories], dtype=object)
-    uniq, inverse = np.unique(texts, return_inverse=True) if len(texts) else (texts, np.zeros(0, np.int64))
-    codes = s.cat.codes.to_numpy()
-    return pd.Series(pd.Categorical.from_codes(inverse.reshape(-1)[codes] if len(texts) else codes,
-                                               categories=pd.Index(uniq, dtype=object)), index=s.index)
+    """``s.astype(str).astype("category")``, without a text made a row (:func:`_texts_codes`)."""
+    texts, codes = _texts_codes(s)
+    union = np.unique(texts)
+    return pd.Series(_recoded(texts, codes, union, pd.CategoricalDtype(pd.Index(union, dtype=_TEXT_DTYPE))),
+                     index=s.index, name=s.name)
+
+
+#: the dtype ``astype(str)`` gives (pandas 3: ``str``; 2: object)
+_TEXT_DTYPE = pd.Series(["x"], dtype=object).astype(str).dtype
+#: below this many rows a column is written a row at a time: fewer calls into pandas
+_FEW_ROWS = 2048
+
+
+def _texts_codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``s.astype(str)`` as texts (an object array; a text may repeat) and per row the position
+    of its text among them (-1: missing, as ``astype(str)`` leaves it), the texts made once per
+    distinct value: a categorical's categories; text without missing values as it is; else one
+    row of each distinct value and the missing rows (all of them in an object column, whose
+    ``None``, ``nan`` and ``NA`` may read differently; else the first), the other rows taking
+    their value's. Where equal values may write different texts (``1`` and ``1.0`` in an object
+    column, ``0.0`` and ``-0.0``), and in a short column (pandas' fixed costs outweigh the
+    rows'), every row is written."""
+    if isinstance(s.dtype, pd.CategoricalDtype) and not s.isna().any():
+        return np.asarray([str(x) for x in s.cat.categories], dtype=object), s.cat.codes.to_numpy()
+    if _is_text(s) and not s.isna().any():  # each value is its own text
+        codes, uniq = pd.factorize(s)
+        return np.asarray(uniq, dtype=object), codes
+    if len(s) < _FEW_ROWS or not _equal_values_write_alike(s):
+        codes, uniq = pd.factorize(s.astype(str), use_na_sentinel=True)
+        return np.asarray(uniq, dtype=object), codes
+    codes, _ = pd.factorize(s, use_na_sentinel=True)  # in the order values first show
+    missing = np.flatnonzero(codes < 0)
+    valid = codes >= 0
+    # each value's first row: where a code exceeds every code before it
+    first = np.flatnonzero(codes > np.maximum.accumulate(np.r_[-1, codes[:-1]])) if len(codes) else codes
+    written = missing if s.dtype == object else missing[:1]
+    texts = s.iloc[np.concatenate([first, written])].astype(str).to_numpy(dtype=object)
+    at = np.empty(len(s), dtype=np.intp)  # per row its text's position in ``texts``
+    at[valid] = codes[valid]
+    at[missing] = np.arange(len(first), len(texts)) if s.dtype == object else len(first)
+    lost = pd.isna(texts)  # a missing value astype(str) leaves missing
+    place = np.cumsum(~lost) - 1
+    return texts[~lost], np.where(lost[at], -1, place[at]) if len(at) else at
+
+
+def _is_text(s: pd.Series) -> bool:
+    """Whether every value of ``s`` is text already (missing values aside)."""
+    if isinstance(s.dtype, pd.StringDtype):
+        return True
+    return s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty")
+
+
+def _equal_values_write_alike(s: pd.Series) -> bool:
+    """Whether values ``pd.factorize`` finds equal are written alike by ``astype(str)``: not so
+    for an object column holding anything but text, or floats holding both zeros."""
+    if s.dtype == object:
+        return pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty")
+    if pd.api.types.is_float_dtype(s.dtype):
+        v = s.to_numpy(dtype=float, na_value=np.nan)
+        sign = np.signbit(v[v == 0])
+        return bool(sign.all() or not sign.any())
+    return True
 
 
 def samples_from_dispatches(dispatches: pd.DataFrame, warmup: int = 0, max_per_unit: int | None = None,
@@ -211,6 +270,8 @@ class Reduced:
     units: np.ndarray | None = None   # point\x1funit of every unit, sorted
     steps: dict | None = None         # attrs["steps"] lists, in unit order
     gathered: list = field(default_factory=list)  # per run builder: its dispatches here, or None
+    #: per run builder: it gathered none here but reads some once another table gives any (``rest``)
+    pending: list = field(default_factory=list)
 
 
 def _key(point_of: np.ndarray, unit_of: np.ndarray) -> np.ndarray:
@@ -243,7 +304,9 @@ def reduce_table(d: pd.DataFrame, *, kernels: Sequence[str] | None, warmup: int,
     out.steps = {"point": [str(x) for x in p.point_of], "unit": [str(x) for x in p.unit_of],
                  "steps": [float(x) for x in steps], "source": [str(x) for x in source]}
     if gather:
-        out.gathered = [rb.gather(d) for rb in M.run_builders()]
+        builders = M.run_builders()
+        out.gathered = [rb.gather(d) for rb in builders]
+        out.pending = [g is None and rb.rest(d) is not None for g, rb in zip(out.gathered, builders)]
     return out
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from pytest_gemmperf.analysis.report_parts import SweepReduction
-from pytest_gemmperf.analysis.source_totals import reduce_sources
+from pytest_gemmperf.analysis.source_totals import reduce_or_read, reduce_sources
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.gate.compare import compare
 from pytest_gemmperf.gate.confirm import CONFIRM, ConfirmConfig, PointJudge
@@ -34,6 +34,7 @@ from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.store.baselines import BaselineStore
 from pytest_gemmperf.store.hardware import trace_hardware_key
 from pytest_gemmperf.traces.discover import load
+from pytest_gemmperf.traces.schema import Trace
 from pytest_gemmperf.store.results import resolve_results_dir
 from pytest_gemmperf.store.results import results_samples
 from pytest_gemmperf.gate.file_reduce import gate_inputs
@@ -235,21 +236,37 @@ def _note(text: str) -> None:
 
 def _report_input(inputs, paths: list[Path], jobs: int | None) -> ReportInput:
     """What the reports read of a trace side from its gate inputs (``gate_inputs(reports=True)``):
-    the reduction, else the full tables it read, else (a report view joins sources) the full
-    tables read now."""
+    the reduction, else (a report view joins sources) the full tables it read, each source once
+    where it could."""
     if inputs.sweep is not None:
         return ReportInput(inputs.sweep, None, inputs.agents)
     return ReportInput.of(inputs.trace if inputs.trace is not None else load(paths, jobs=jobs))
 
 
-def _complete_points_report(root: Path, jobs: int | None, warmup: int) -> ReportInput:
-    """What the reports read of a run's complete points only (an interrupted point's raw
-    outputs must not join them), reduced point by point where the views allow."""
+def _complete_points(root: Path) -> list[Path]:
+    """A run's complete points (an interrupted point's raw outputs must not join them): the run
+    itself when it is complete."""
     state = run_state(root)
-    paths = [root] if state.is_complete else [root / rel for rel in state.complete]
-    reduced = reduce_sources(paths, jobs=jobs, warmup=warmup, reports=True)
-    if reduced is None:  # a view joins sources (counters, collective metadata): the full tables
-        return ReportInput.of(load(paths, jobs=jobs))
+    return [root] if state.is_complete else [root / rel for rel in state.complete]
+
+
+def results_agents(path: str, jobs: int | None = 1) -> pd.DataFrame | None:
+    """The agents of the complete points of the results run ``path`` names (a parent's newest
+    complete run), as the reports read them; None for any other input or where none are listed:
+    what names a run's hardware when its ``run.json`` does not."""
+    p = newest_run(Path(path)) or Path(path)
+    if not _is_results_dir(p):
+        return None
+    found = reduce_sources(_complete_points(p), jobs=jobs).agents
+    return found if len(found) else None
+
+
+def _complete_points_report(root: Path, jobs: int | None, warmup: int) -> ReportInput:
+    """What the reports read of a run's complete points only, reduced point by point where the
+    views allow."""
+    reduced = reduce_or_read(_complete_points(root), jobs=jobs, warmup=warmup)
+    if isinstance(reduced, Trace):  # a view joins sources (counters, collective metadata)
+        return ReportInput.of(reduced)
     return ReportInput(reduced.sweep(), None, reduced.agents)
 
 

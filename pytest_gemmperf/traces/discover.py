@@ -150,7 +150,7 @@ def load(paths: str | os.PathLike | Iterable[str | os.PathLike], *, point: str |
     found, traces = _load_all(paths, point, jobs)
     if not any(len(t.dispatches) for t in traces):
         raise no_dispatches(found)
-    return _combine(traces, found)
+    return combine_traces(traces, found)
 
 
 def load_counters(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
@@ -165,7 +165,9 @@ def load_counters(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
     return counters
 
 
-def _combine(traces: list[Trace], found: Found) -> Trace:
+def combine_traces(traces: list[Trace], found: Found) -> Trace:
+    """The Trace :func:`load` gives of ``found`` from its sources' reads (``read_attached``, in
+    input order, the readers' notes already merged into ``found.notes``)."""
     dispatches = concat_with_extras([t.dispatches for t in traces if len(t.dispatches)],
                                     DISPATCH_SCHEMA)
     counters = concat_with_extras([t.counters for t in traces if len(t.counters)], COUNTER_SCHEMA)

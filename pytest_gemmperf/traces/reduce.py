@@ -19,6 +19,7 @@ import pandas as pd
 from pytest_gemmperf.traces.coded import CodedDispatches
 from pytest_gemmperf.traces.discover import merge_notes, read_attached
 from pytest_gemmperf.traces.provenance import Source
+from pytest_gemmperf.traces.schema import Trace
 
 
 @dataclass
@@ -32,6 +33,9 @@ class SourceRead:
     n_dispatches: int = 0
     agents: pd.DataFrame | None = None     # the source's agents (None: it lists none)
     n_counters: int = 0                    # counter records beside the dispatches
+    #: the whole read (``read_for_reduction(keep=True)``), for a reducer that may find the
+    #: reductions cannot stand for the source and hand the tables on instead (None: let go)
+    trace: Trace | None = None
 
     def merge_notes(self, notes: list[str]) -> None:
         """Add this source's notes to ``notes`` in the order the serial reader writes them."""
@@ -39,17 +43,19 @@ class SourceRead:
 
 
 def read_for_reduction(src: Source, point: str | None, agent_columns: Sequence[str] | None = None,
-                       columns: Sequence[str] | None = None, coded: bool = False
+                       columns: Sequence[str] | None = None, coded: bool = False, keep: bool = False
                        ) -> tuple[SourceRead, pd.DataFrame | CodedDispatches | None]:
     """Read ``src`` with its provenance: its :class:`SourceRead` (agents cut to
     ``agent_columns`` where given) and its dispatches (those of ``columns`` it has, None: all),
     index reset, or with ``coded`` as :class:`~pytest_gemmperf.traces.coded.CodedDispatches`
-    where the reader keeps them so; None when it holds none."""
+    where the reader keeps them so; None when it holds none. ``keep``: the head keeps the
+    Trace read (:attr:`SourceRead.trace`, as ``read_attached`` gives it)."""
     t, read_notes, attach_notes = read_attached(src, point, columns, coded)
     head = SourceRead(read_notes=read_notes, attach_notes=attach_notes)
     if t is None:
         return head, None
     head.read = True
+    head.trace = t if keep else None
     head.meta_notes = list(t.meta.get("notes", []))
     head.n_dispatches = len(t.dispatches)
     head.n_counters = len(t.counters) if t.counters is not None else 0
