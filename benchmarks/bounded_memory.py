@@ -654,8 +654,8 @@ print(rc, wall, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime)
 
 
 #: ``gemmperf analyze FILE --no-report --jobs 1`` in this process with its stages timed: each
-#: wrapped function's own CPU (its thread's, less the wrapped functions it calls), the
-#: repeated-key scan on its worker thread, and the process's total; printed as JSON
+#: wrapped function's own CPU (its thread's, less the wrapped functions it calls) and the
+#: process's total; printed as JSON
 _STAGES = """
 import json, resource, sys, threading, time
 from collections import defaultdict
@@ -680,13 +680,13 @@ def wrap(owner, name, label):
             if inner:
                 inner[-1] += d
     setattr(owner, name, g)
-from pytest_gemmperf import cli, jsonkeys
+from pytest_gemmperf import cli
 from pytest_gemmperf.commands import analyze_impl
 from pytest_gemmperf.traces import jsonstream, torch_decode, torch_frames, torch_trace
 ru = resource.getrusage(resource.RUSAGE_SELF)
 own["start and imports"] = ru.ru_utime + ru.ru_stime
 for owner, name, label in [
-        (jsonkeys, "find_repeated_key", "repeated-key scan (its thread)"),
+        (torch_decode, "find_repeated_key", "repeated-key scan"),
         (torch_decode, "decode_stream", "the read loop's rest (events freed, splitter)"),
         (jsonstream.JsonSplitter, "_next_block", "file blocks"),
         (jsonstream.JsonSplitter, "_more", "file blocks"),
@@ -872,7 +872,7 @@ def main() -> None:
             if args.stages and args.format == "torch":
                 stages = measure_stages(a, Path(d) / "stages")
                 row["stages"] = stages
-                print("  analyze --no-report by stage (CPU-s; the key scan runs on a thread beside the rest):")
+                print("  analyze --no-report by stage (CPU-s):")
                 for label, cpu in stages.items():
                     print(f"    {label:<58} {cpu:6.2f}")
             if args.compare:

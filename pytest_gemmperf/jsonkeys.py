@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -135,41 +134,12 @@ def _key_values(a: np.ndarray, data: bytes, obj: np.ndarray, key_open: np.ndarra
     return v
 
 
-class KeyScan:
-    """:func:`find_repeated_key` on a worker thread, started before the parser decodes the same
-    bytes; :meth:`result` waits for it. (A parser that holds the GIL, as ``msgspec`` does,
-    leaves it little to overlap: the scan's own cost is what keeps it cheap.)"""
-
-    def __init__(self, data: bytes, uniform: tuple[str, ...] = ()) -> None:
-        self._hit: RepeatedKey | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(data, uniform),
-                                        name="gemmperf-json-keys", daemon=True)
-        self._thread.start()
-
-    def _run(self, data: bytes, uniform: tuple[str, ...]) -> None:
-        try:
-            self._hit = find_repeated_key(data, uniform)
-        except BaseException as exc:  # handed to the caller by result(), never lost
-            self._error = exc
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> RepeatedKey | None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._hit
-
-
-def check_unique_keys(data: bytes | KeyScan, path: str,
+def check_unique_keys(data: bytes, path: str,
                       record_of: Callable[[str], str | None] | None = None) -> None:
     """Raise a one-line :class:`GemmperfInputError` naming ``path``, the key and the object when
-    any object of the (valid JSON) ``data`` repeats a key (``data`` may be a :class:`KeyScan`
-    already running). ``record_of`` turns the object's JSON path into the reader's record name
+    any object of the (valid JSON) ``data`` repeats a key. ``record_of`` turns the object's JSON path into the reader's record name
     (``traceEvents[12], kernel 'gemm'``); by default the record is the JSON path itself."""
-    hit = data.result() if isinstance(data, KeyScan) else find_repeated_key(data)
+    hit = find_repeated_key(data)
     if hit is None:
         return
     record = (record_of(hit.path) if record_of is not None else None) or hit.path
