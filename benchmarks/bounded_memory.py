@@ -48,11 +48,16 @@ For each size it prints the file size, events and dispatches, and
   and ``summary.json`` are byte-identical to this checkout's;
 * ``stages`` (``--stages``, Kineto): ``analyze`` once more with its stages timed (:data:`_STAGES`:
   start and imports, file blocks, cutting the runs, decode, the repeated-key scan, number text,
-  the runs' columns, heap trims, after the read, the outputs), CPU seconds each.
+  the runs' columns, heap trims, after the read, the outputs), CPU seconds each;
+* ``paired`` (``--paired N``, Kineto): N rounds of the oracle, ``analyze`` and ``--before``'s
+  ``analyze`` one after another on the same file, each round's ratios to the oracle, their
+  median and the best against the best: on a shared or virtual machine one process's CPU time
+  moves by a fifth between runs, a round's ratio much less.
 
 Usage: python benchmarks/bounded_memory.py [--mb 100 400 1200]
        [--format torch|rocprof-json|rocprof-csv|rocpd]
        [--gzip] [--compare | --compare-only] [--report] [--dir DIR] [--before CHECKOUT] [--stages]
+       [--paired N]
 
 Needs free disk of about the sizes summed (twice with ``--compare``) in DIR (default: the
 system temporary directory).
@@ -64,6 +69,7 @@ import argparse
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -789,6 +795,30 @@ def _compare(args: argparse.Namespace, write, a: Path, n: int, gz: bool, d: Path
     return cmp_
 
 
+def paired_rounds(path: Path, work: Path, rounds: int, before: Path | None) -> list[dict[str, float]]:
+    """``rounds`` rounds of the minimal-fields oracle, ``analyze --no-report`` and (with
+    ``before``) that checkout's, one after another on ``path``; prints each round's CPU seconds
+    and ratios to the oracle's, then their median and the best against the best."""
+    out = []
+    print(f"  paired rounds (oracle, analyze{', before' if before else ''} alternately), CPU-s:")
+    for i in range(rounds):
+        r = {"oracle": measure_oracle(path)["cpu_s"],
+             "analyze": measure(gemmperf("analyze", str(path), "--no-report", "--jobs", "1",
+                                         "--out", str(work / "paired")))["cpu_s"]}
+        if before is not None:
+            r["before"] = measure(gemmperf("analyze", str(path), "--no-report", "--jobs", "1",
+                                           "--out", str(work / "paired-before")), code=before)["cpu_s"]
+        out.append(r)
+        print(f"    round {i + 1}: " + ", ".join(
+            f"{k} {v:.1f}" + ("" if k == "oracle" else f" ({v / r['oracle']:.2f}x)") for k, v in r.items()))
+    for k in [k for k in out[0] if k != "oracle"]:
+        ratios = [r[k] / r["oracle"] for r in out]
+        best = min(r[k] for r in out) / min(r["oracle"] for r in out)
+        print(f"    {k} / oracle: paired median {statistics.median(ratios):.2f}x "
+              f"(range {min(ratios):.2f}-{max(ratios):.2f}), best to best {best:.2f}x")
+    return out
+
+
 def _read(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
@@ -810,6 +840,10 @@ def main() -> None:
                     help="also run analyze on this checkout's code (a change's before)")
     ap.add_argument("--stages", action="store_true",
                     help="(Kineto) also run analyze with its stages timed: CPU seconds by stage")
+    ap.add_argument("--paired", type=int, default=0, metavar="N",
+                    help="(Kineto) then N rounds of the oracle, analyze and --before's analyze "
+                         "alternately, with each round's ratios: one process's CPU time moves "
+                         "between runs on a shared or virtual machine, a round's ratio less")
     args = ap.parse_args()
     write, per_dispatch, name, decode, own_schema = FORMATS[args.format]
     gz = args.gzip and args.format in ("torch", "rocprof-json")
@@ -875,6 +909,8 @@ def main() -> None:
                 print("  analyze --no-report by stage (CPU-s):")
                 for label, cpu in stages.items():
                     print(f"    {label:<58} {cpu:6.2f}")
+            if args.paired and args.format == "torch":
+                row["paired"] = paired_rounds(a, Path(d), args.paired, args.before)
             if args.compare:
                 row["compare"] = _compare(args, write, a, n, gz, Path(d))
             rows.append(row)
