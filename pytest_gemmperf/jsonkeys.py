@@ -137,8 +137,9 @@ def _key_values(a: np.ndarray, data: bytes, obj: np.ndarray, key_open: np.ndarra
 def check_unique_keys(data: bytes, path: str,
                       record_of: Callable[[str], str | None] | None = None) -> None:
     """Raise a one-line :class:`GemmperfInputError` naming ``path``, the key and the object when
-    any object of the (valid JSON) ``data`` repeats a key. ``record_of`` turns the object's JSON path into the reader's record name
-    (``traceEvents[12], kernel 'gemm'``); by default the record is the JSON path itself."""
+    any object of the (valid JSON) ``data`` repeats a key. ``record_of`` turns the object's JSON
+    path into the reader's record name (``traceEvents[12], kernel 'gemm'``); by default the
+    record is the JSON path itself."""
     hit = find_repeated_key(data)
     if hit is None:
         return

@@ -691,11 +691,9 @@ def _kernel_totals_rejected(r: RowNoise, d: float, level: float, n_base: int, n_
     of its moderated variance (the own variance a chi-square draw on the processes' df, history
     pooled, moderated towards the prior's location with the prior's df bounded by the own, the
     median's floor, the timer's term) plus the controls' residual part, on the Welch df of the
-    two, at least the smaller part's. Taking the kernel totals' tests as plain t's on ``2n - 2``
-    df counted too few of them rejected beside the ``*`` row, whose first-pass level rises with
-    each (a GEMM-only test's GEMM total at 4 per side, +5 %: 55 % planned from near-true
-    variances where the gate finds 76 %). Rows built without the kernels' parts
-    (``kernel_rows`` empty): each total a noncentral t on the processes' df."""
+    two, at least the smaller part's: each one rejected raises the ``*`` row's first-pass
+    level, so plain t's on ``2n - 2`` df would count too few. Rows built without the kernels'
+    parts (``kernel_rows`` empty): each total a noncentral t on the processes' df."""
     first = np.asarray(r.kernel_first_pass, bool)
     if not first.any():
         return 0.0
