@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.commands.argtypes import add_allow_partial
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option
@@ -45,9 +46,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _impl():
-    """The command's work, imported when it runs."""
-    # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
-    from pytest_gemmperf.commands import analyze_impl
+    """The command's work, imported when it runs, with the cyclic collector paused (collector.py)."""
+    with gc_paused():
+        # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
+        from pytest_gemmperf.commands import analyze_impl
 
     return analyze_impl
 
@@ -58,11 +60,13 @@ def run(args: argparse.Namespace) -> int:
     from pytest_gemmperf.traces.parallel import prestart
 
     prestart(getattr(args, "jobs", 0), args.paths)
-    impl = _impl()
-    # what exists now (pandas, pyarrow, the parser) outlives the command: kept out of the
-    # cyclic collector's full passes while it runs, which would otherwise walk it all again
-    # every few hundred thousand allocations; given back to them afterwards (in-process callers)
-    gc.freeze()
+    with gc_paused():
+        impl = _impl()
+        # what exists now (pandas, pyarrow, the parser) outlives the command: kept out of the
+        # cyclic collector's full passes while it runs, which would otherwise walk it all again
+        # every few hundred thousand allocations (the first right after the pause); given back
+        # to them afterwards (in-process callers)
+        gc.freeze()
     try:
         return impl.run(args)
     finally:

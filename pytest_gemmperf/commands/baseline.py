@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option
@@ -88,9 +89,10 @@ def _sentence(text: str) -> str:
 
 
 def _impl():
-    """The command's work, imported when it runs."""
-    # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
-    from pytest_gemmperf.commands import baseline_impl
+    """The command's work, imported when it runs, with the cyclic collector paused (collector.py)."""
+    with gc_paused():
+        # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
+        from pytest_gemmperf.commands import baseline_impl
 
     return baseline_impl
 

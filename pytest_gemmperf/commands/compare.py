@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import BY_NAME, Origin, SettingError, add_cli_option, format_threshold, parse_threshold
@@ -96,9 +97,10 @@ def _fraction(text: str) -> float:
 
 
 def _impl():
-    """The command's work, imported when it runs."""
-    # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
-    from pytest_gemmperf.commands import compare_impl
+    """The command's work, imported when it runs, with the cyclic collector paused (collector.py)."""
+    with gc_paused():
+        # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
+        from pytest_gemmperf.commands import compare_impl
 
     return compare_impl
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.commands.argtypes import add_allow_partial, non_negative, positive
 from pytest_gemmperf.config import SettingError, add_cli_option
 from pytest_gemmperf.commands.defaults import HISTORY_CHECK_OUT as CHECK_OUT
@@ -99,9 +100,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _impl():
-    """The command's work, imported when it runs."""
-    # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
-    from pytest_gemmperf.commands import history_impl
+    """The command's work, imported when it runs, with the cyclic collector paused (collector.py)."""
+    with gc_paused():
+        # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
+        from pytest_gemmperf.commands import history_impl
 
     return history_impl
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.commands.argtypes import add_allow_partial
 
 
@@ -46,9 +47,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _impl():
-    """The command's work, imported when it runs."""
-    # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
-    from pytest_gemmperf.commands import merge_impl
+    """The command's work, imported when it runs, with the cyclic collector paused (collector.py)."""
+    with gc_paused():
+        # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
+        from pytest_gemmperf.commands import merge_impl
 
     return merge_impl
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.commands.argtypes import int_at_least
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.config import add_cli_option, default, parse_threshold
@@ -76,9 +77,10 @@ def _fraction(text: str) -> float:
 
 
 def _impl():
-    """The command's work, imported when it runs."""
-    # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
-    from pytest_gemmperf.commands import plan_impl
+    """The command's work, imported when it runs, with the cyclic collector paused (collector.py)."""
+    with gc_paused():
+        # lazy: keeps gemmperf --help fast (the work loads pandas, scipy, pyarrow)
+        from pytest_gemmperf.commands import plan_impl
 
     return plan_impl
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.commands.argtypes import non_negative, positive
 from pytest_gemmperf.commands.helpfmt import command_description
 from pytest_gemmperf.commands.defaults import ROCPROF_CU_ONLY_COUNTERS as AORTA_CU_ONLY_COUNTERS
@@ -54,8 +55,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    # lazy: keeps gemmperf --help fast
-    from pytest_gemmperf.commands import rocprof_config_impl
+def _impl():
+    """The command's work, imported when it runs, with the cyclic collector paused (collector.py)."""
+    with gc_paused():
+        # lazy: keeps gemmperf --help fast
+        from pytest_gemmperf.commands import rocprof_config_impl
 
-    return rocprof_config_impl.run(args)
+    return rocprof_config_impl
+
+
+def run(args: argparse.Namespace) -> int:
+    return _impl().run(args)

@@ -33,11 +33,9 @@ one in an array, as a whole-document decode would report it.
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,20 +163,6 @@ class FreeMemory:
         self._trim()
         self.trims += 1
         self._reference = None
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block. A decode makes millions of small tracked
-    objects (events, their args, lists) and no cycles: each allocation burst would trigger
-    collections that walk every live object, about three quarters of a Kineto decode's time."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class JsonSplitter:

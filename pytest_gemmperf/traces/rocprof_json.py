@@ -31,11 +31,12 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import find_repeated_key, uniform_records
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonstream import (JsonSplitter, Piece, Repeat, StreamDecodeError,
-                                                decode_error, gc_paused, refuse_repeated_key,
+                                                decode_error, refuse_repeated_key,
                                                 release_free_memory)
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,

@@ -18,12 +18,13 @@ from typing import Annotated, Any
 
 import msgspec
 
+from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import find_repeated_key
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
 from pytest_gemmperf.traces.jsonnum import ABSENT_RAW
 from pytest_gemmperf.traces.jsonstream import (FreeMemory, JsonPath, JsonSplitter, Repeat,
-                                                StreamDecodeError, decode_error, gc_paused,
+                                                StreamDecodeError, decode_error,
                                                 refuse_repeated_key)
 
 TOOL_KEY = "rocprofiler-sdk-tool"
