@@ -276,12 +276,14 @@ def reduce_sources(paths, *, jobs: int | None = 1, warmup: int = 0, point: str |
 
 
 def reduce_or_read(paths, *, jobs: int | None = 1, warmup: int = 0, point: str | None = None,
-                   reports: bool = True) -> SourceTotals | Trace:
-    """:func:`reduce_sources`, else the full tables (``load(paths)``), each source read once
-    where it can be: where the reductions cannot stand for the tables after the sources were
-    read, those that forced it handed their whole reads back and only the others are read
-    again (:func:`whole_reads`)."""
-    read = _reduce_all(paths, jobs=jobs, warmup=warmup, point=point, reports=reports)
+                   rules: Sequence[tuple[str, str]] = (), reports: bool = True,
+                   meanwhile: Callable[[], Any] | None = None) -> SourceTotals | Trace:
+    """:func:`reduce_sources`, else the full tables (``load(paths)``, categories as read), each
+    source read once where it can be: where the reductions cannot stand for the tables after the
+    sources were read, those that forced it handed their whole reads back and only the others
+    are read again (:func:`whole_reads`)."""
+    read = _reduce_all(paths, jobs=jobs, warmup=warmup, point=point, rules=rules, reports=reports,
+                       meanwhile=meanwhile)
     merged = None if read is None else read.merged()
     if merged is not None:
         return merged

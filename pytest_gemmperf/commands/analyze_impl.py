@@ -32,7 +32,7 @@ from pytest_gemmperf.run.results import run_parts
 from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.traces.categories import load_rules
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
-from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_sources
+from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_or_read
 from pytest_gemmperf.analysis.report_parts import SweepReduction
 
 
@@ -116,19 +116,21 @@ def analyze(args: argparse.Namespace, *, full: bool, reports: bool = False,
     ``allow_partial``). ``full``: hold every dispatch; else each source is reduced in a worker
     (kernels.csv and summary.json alike, bounded memory), with ``reports`` what the reports read
     too (``analysis/report_parts.py``), unless a view needs several sources' dispatches at once
-    (``source_totals.reduce_sources``): then every dispatch is held. ``beside``: a process that
-    computes the reports' GEMM views of a reduced sweep while this one computes kernels.csv's
-    rows, summary.json and the other tables (``report.data.views_beside``)."""
+    (``source_totals.reduce_or_read``): then every dispatch is held, no source read twice where
+    it can be. ``beside``: a process that computes the reports' GEMM views of a reduced sweep
+    while this one computes kernels.csv's rows, summary.json and the other tables
+    (``report.data.views_beside``)."""
     args.warmup = args.warmup or 0  # unset: none dropped, as the gate's default
     extra_rules = _rules(args.categories)
     paths = _complete_parts(args.paths, getattr(args, "allow_partial", False))
     jobs = getattr(args, "jobs", 0)
     # None: a warm-up that cannot be dropped source by source (one process split over sources),
     # or a report view that reads dispatches of several sources together
-    reduced = None if full else reduce_sources(paths, jobs=jobs, warmup=args.warmup, rules=extra_rules,
-                                               reports=reports, meanwhile=_prepare_reports if reports else None)
-    if reduced is None:
-        trace = load(paths, jobs=jobs)
+    reduced = load(paths, jobs=jobs) if full else reduce_or_read(
+        paths, jobs=jobs, warmup=args.warmup, rules=extra_rules, reports=reports,
+        meanwhile=_prepare_reports if reports else None)
+    if isinstance(reduced, Trace):  # the sources that forced it are not read again
+        trace = reduced
         d = recategorize(trace.dispatches, extra_rules)
         inputs = Inputs(totals=dispatch_totals(d), agents=trace.agents, notes=trace.meta.get("notes", []),
                         sources=trace.meta.get("sources", []))
