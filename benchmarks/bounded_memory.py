@@ -849,6 +849,8 @@ def main() -> None:
     gz = args.gzip and args.format in ("torch", "rocprof-json")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores")
     rows = []
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     for mb in args.mb:
         with tempfile.TemporaryDirectory(dir=args.dir, prefix="gemmperf-bounded-") as d:
             n = int(mb * 1e6 / per_dispatch)

@@ -38,7 +38,10 @@ with the cyclic collector paused while it imports as ``gemmperf`` does, parses t
 this checkout's own, made once before the timed rounds): the least any such method pays. The
 script prints each analysis's CPU time over its oracle's (target: at most 1 / 0.9 of it).
 ``--before CHECKOUT`` runs each analysis on another checkout's code too, in the same rounds: a
-change's before and after under the same load.
+change's before and after under the same load. ``--hta PYTHON`` (an interpreter with
+HolisticTraceAnalysis installed, e.g. a venv of its own: ``python -m venv V && V/bin/pip install
+HolisticTraceAnalysis``) times HTA's per-kernel breakdown of the same Kineto trace in the same
+rounds: what the field's pandas-based tool costs on this machine, a reference.
 
 Exits 1 when a ratio, the session's time or an analysis's CPU time exceeds its limit, a
 command imported a heavy package or failed.
@@ -46,7 +49,7 @@ The commands run this checkout's code (``PYTHONPATH`` is set to it) through the 
 script installed beside this interpreter, or, without one, the same two lines the script runs.
 
 Usage: python benchmarks/startup.py [--repeat N] [--limit 1.5] [--session-limit 0.45] [--analyze-limit 0.5]
-                                   [--only analyze] [--before CHECKOUT] [--gemmperf EXE]
+                                   [--only analyze] [--before CHECKOUT] [--gemmperf EXE] [--hta PYTHON]
 """
 
 from __future__ import annotations
@@ -85,6 +88,9 @@ CSV_NAME = "5358_kernel_trace.csv"
 ORACLE = "oracle: imports + parse + write"
 #: each analysis against its oracle (the same input, with or without reports): at most 1 / 0.9
 ORACLE_TARGET = 1 / 0.9
+#: HTA's per-kernel breakdown of the traces in argv[1] (no files written, no plots)
+HTA_CODE = ("import sys; from hta.trace_analysis import TraceAnalysis; "
+            "TraceAnalysis(trace_dir=sys.argv[1]).get_gpu_kernel_breakdown(visualize=False)")
 #: what the installed ``gemmperf`` script runs, for an interpreter without one
 SCRIPT = "import sys; from pytest_gemmperf.cli import main; sys.exit(main())"
 
@@ -205,9 +211,12 @@ def rocprof_csv_trace(directory: Path, size: int = TRACE_BYTES) -> int:
     return len(text)
 
 
-def analyze_commands(gemmperf: list[str], work: Path, before: Path | None = None) -> list[Command]:
+def analyze_commands(gemmperf: list[str], work: Path, before: Path | None = None,
+                     hta: str | None = None) -> list[Command]:
     """``gemmperf analyze`` of the small traces, with reports and ``--no-report``; with
-    ``before``, each also run on that checkout's code, in the same rounds."""
+    ``before``, each also run on that checkout's code, in the same rounds; with ``hta`` (an
+    interpreter with HolisticTraceAnalysis installed), HTA's kernel breakdown of the Kineto trace
+    too."""
     kineto = work / "rank0.pt.trace.json"
     csv_dir = work / "rocprofv3" / "mi350-n1"
     kb = kineto_trace(kineto) / 1000, rocprof_csv_trace(csv_dir) / 1000
@@ -224,6 +233,11 @@ def analyze_commands(gemmperf: list[str], work: Path, before: Path | None = None
             out.append(Command(f"{ORACLE} {label}" + ("" if report else " --no-report"),
                                [sys.executable, "-c", oracle_code(parse[label], ref, work / "out-oracle", report)],
                                analysis=True, forbidden=()))
+    if hta is not None:  # the field's pandas-based tool on the same trace: a reference, not a target
+        (work / "hta").mkdir()
+        (work / "hta" / kineto.name).write_bytes(kineto.read_bytes())
+        out.append(Command("HTA get_gpu_kernel_breakdown, Kineto (reference)", [hta, "-c", HTA_CODE, str(work / "hta")],
+                           analysis=True, forbidden=()))
     for label, path, size in (("Kineto", kineto, kb[0]), ("rocprofv3 CSV", csv_dir, kb[1])):
         for report in (True, False):
             flags = [] if report else ["--no-report"]
@@ -247,9 +261,9 @@ def oracle_code(parse: str, ref: Path, out: Path, report: bool) -> str:
 
 
 def commands(gemmperf: list[str], session_dir: Path, only: str | None = None,
-             before: Path | None = None) -> list[Command]:
+             before: Path | None = None, hta: str | None = None) -> list[Command]:
     out = [Command(BASELINE, [sys.executable, "-c", BASELINE])]
-    out += analyze_commands(gemmperf, session_dir, before)
+    out += analyze_commands(gemmperf, session_dir, before, hta)
     if only == "analyze":
         return out
     out.append(Command("gemmperf --version", [*gemmperf, "--version"]))
@@ -335,13 +349,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run each analysis on another checkout's code (e.g. a worktree of main), "
                          "interleaved with this one's in the same rounds")
     ap.add_argument("--gemmperf", metavar="EXE", help="gemmperf executable (default: see above)")
+    ap.add_argument("--hta", metavar="PYTHON",
+                    help="an interpreter with HolisticTraceAnalysis installed: also time its kernel breakdown "
+                         "of the small Kineto trace, as a reference (e.g. a venv of its own)")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
 
     load_before = _load()
     with tempfile.TemporaryDirectory(prefix="gemmperf-startup-") as tmp:
-        cmds = commands(gemmperf_argv(args.gemmperf), Path(tmp), args.only, args.before)
+        cmds = commands(gemmperf_argv(args.gemmperf), Path(tmp), args.only, args.before, args.hta)
         env = child_env()
         for cmd in cmds:  # untimed: writes the bytecode a fresh checkout has none of
             time_once(cmd, env)

@@ -8,13 +8,16 @@ import json
 from collections import Counter
 
 import msgspec
+import numpy as np
 import pytest
 
 from pytest_gemmperf.analysis.source_totals import READ_COLUMNS
-from pytest_gemmperf.traces import fileio, jsonstream
+from pytest_gemmperf.traces import fileio, jsonstream, rocprof_json
 from pytest_gemmperf.traces.jsonstream import FreeMemory, JsonSplitter
+from pytest_gemmperf.traces.rocprof_json import read_rocprof_json
 from pytest_gemmperf.traces.torch_decode import _Event, bucket_events
 from pytest_gemmperf.traces.torch_trace import HOST_CATS, _NOT_ACTIVITY, read_torch_trace
+from test_gate_slim_samples import write_rocprof_json
 
 _ANY = msgspec.json.Decoder(list).decode
 
@@ -192,3 +195,27 @@ def test_activity_is_counted_only_when_asked():
     assert counted == Counter({"kernel": 1, "cuda_profiler_range": 1})
     same, none = bucket_events(events, HOST_CATS, _NOT_ACTIVITY, count=False)
     assert same == buckets and none == Counter()
+
+
+@pytest.mark.parametrize("columns", [None, READ_COLUMNS], ids=["full", "slim"])
+def test_a_rocprof_json_read_trims_once_its_runs_leave_the_resident_set_flat(tmp_path, monkeypatch, columns):
+    """The rocprofv3 JSON reader keeps the pages its runs reuse as the Kineto reader does: read
+    in dozens of runs with a flat resident set, it trims at the stream's end only."""
+    p = write_rocprof_json(tmp_path / "a_results.json", np.random.default_rng(3), [1001, 1002], 400)
+    whole = read_rocprof_json(p, columns=columns)
+    trims = []
+    runs = []
+    real = jsonstream.JsonSplitter.pieces
+
+    def counted(self):
+        for piece in real(self):
+            runs.append(1)
+            yield piece
+    monkeypatch.setattr(jsonstream.JsonSplitter, "pieces", counted)
+    monkeypatch.setattr(jsonstream, "release_free_memory", lambda: trims.append(1))
+    monkeypatch.setattr(rocprof_json, "release_free_memory", lambda: trims.append(1), raising=False)
+    monkeypatch.setattr(jsonstream, "resident_bytes", lambda: 200 << 20)
+    monkeypatch.setattr(fileio, "BLOCK_BYTES", 4096)
+    again = read_rocprof_json(p, columns=columns)
+    assert again.dispatches.equals(whole.dispatches)
+    assert len(runs) > 20 and len(trims) == 1, (len(runs), len(trims))

@@ -35,9 +35,8 @@ from pytest_gemmperf.collector import gc_paused
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import find_repeated_key, uniform_records
 from pytest_gemmperf.traces.fileio import iter_maybe_gzip
-from pytest_gemmperf.traces.jsonstream import (JsonSplitter, Piece, Repeat, StreamDecodeError,
-                                                decode_error, refuse_repeated_key,
-                                                release_free_memory)
+from pytest_gemmperf.traces.jsonstream import (FreeMemory, JsonSplitter, Piece, Repeat, StreamDecodeError,
+                                                decode_error, refuse_repeated_key)
 from pytest_gemmperf.traces.rocprof_json_schema import (
     _DECODER,
     DISPATCH_FIELDS,
@@ -158,7 +157,7 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
     splitter = JsonSplitter(iter_maybe_gzip(path), _stream_at, shallow=4)
     rows: dict[int, Any] = {}
     repeat: Repeat | None = None  # the first in the dispatch records
-    kept = False  # the last run kept dispatch columns
+    free = FreeMemory()
     try:
         with gc_paused():
             for piece in splitter.pieces():
@@ -169,13 +168,11 @@ def decode_stream(path: str, runs: Callable[[], Any] | None = None
                         if p_idx not in rows:
                             rows[p_idx] = runs()
                         rows[p_idx].add(m)
-                        kept = True
                 if repeat is None:
                     repeat = _piece_repeat(piece)
                 del piece
-                if kept:  # the freed pages back where the run left arrays among them
-                    release_free_memory()
-                    kept = False
+                free.after_run()
+            free.finish()
     except _KinetoGiven:
         raise GemmperfInputError(path, _not_rocprof_message(b'"traceEvents"')) from None
     except StreamDecodeError as exc:
