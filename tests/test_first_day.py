@@ -346,7 +346,9 @@ def test_no_lone_outcome_letter_between_progress_lines(project):
     # default verbosity: each letter stays behind pytest's file name, as without progress lines
     assert len(re.findall(r"^test_gpsweep\.py \.", project.out, re.M)) == 2, project.out
     _no_lone_letters(project.quiet)  # -q: the letter behind the end line
-    assert len(re.findall(r"^gemmperf ■ .*\) \.", project.quiet, re.M)) == 2, project.quiet
+    # whatever the outcome: on a busy host (another xdist worker) the comparison may rightly end
+    # undecided, skipped by default; where the letter goes is the same
+    assert len(re.findall(r"^gemmperf ■ .*\) [.s]", project.quiet, re.M)) == 2, project.quiet
     assert "\n\nresults: " not in project.out  # the summary does not open with an empty line
 
 
