@@ -32,7 +32,7 @@ PACKAGE_COMMANDS = Path("pytest_gemmperf") / "commands"
 HEAVY = ("pandas", "scipy", "pyarrow", "numpy", "torch", "pytest")
 
 #: run in a fresh interpreter: argv[1] the heavy names, argv[2] a JSON list of gemmperf argument
-#: lists; prints a JSON object: "null" -> the heavy packages loaded after importing the package
+#: lists; prints a JSON object: "null" -> the heavy packages (or modules) loaded after importing the package
 #: and the CLI module only, each argument list (as JSON) -> those loaded after ``gemmperf ARGV``
 #: in a child forked from that state (or {"error": traceback})
 CHILD = r"""
@@ -41,8 +41,8 @@ heavy = set(sys.argv[1].split(","))
 import pytest_gemmperf, pytest_gemmperf.cli
 from pytest_gemmperf.cli import main
 
-def loaded():
-    return sorted({m.split(".")[0] for m in sys.modules} & heavy)
+def loaded():  # a name counts when it, or a module below it, was imported
+    return sorted(h for h in heavy if h in sys.modules or any(m.startswith(h + ".") for m in sys.modules))
 
 out = {"null": loaded()}
 for argv in json.loads(sys.argv[2]):
@@ -180,6 +180,52 @@ def test_analyze_imports_only_what_its_input_needs(tmp_path):
     for argv in calls:
         assert found[json.dumps(argv)] == [], argv
     assert found[json.dumps(with_rules)] == ["yaml"]
+
+
+#: the modules only one family of inputs needs: the JSON readers (msgspec and the Kineto and
+#: rocprofv3 JSON modules), the CSV readers (pyarrow's CSV parser) and the rocpd reader (SQLite)
+JSON_READERS = ("msgspec", "pytest_gemmperf.traces.jsonstream", "pytest_gemmperf.traces.jsonnum",
+                "pytest_gemmperf.traces.torch_trace", "pytest_gemmperf.traces.torch_decode",
+                "pytest_gemmperf.traces.torch_frames", "pytest_gemmperf.traces.torch_slim",
+                "pytest_gemmperf.traces.rocprof_json", "pytest_gemmperf.traces.rocprof_json_schema")
+CSV_READERS = ("pyarrow.csv", "pytest_gemmperf.traces.rocprof_csv", "pytest_gemmperf.traces.csv_parse",
+               "pytest_gemmperf.traces.csv_slim")
+ROCPD_READERS = ("sqlite3", "pytest_gemmperf.traces.rocpd", "pytest_gemmperf.traces.rocpd_slim")
+
+
+def test_analyze_loads_the_readers_of_its_input_only(tmp_path):
+    """``gemmperf analyze`` of a rocprofv3 CSV directory or a rocpd database (with reports and
+    without) loads no JSON decoder and no Kineto or rocprofv3 JSON reader, and one of a Kineto
+    trace loads no CSV or rocpd reader: the readers share their helpers through neutral
+    modules (``traces/slim_arrays.py``), so an input pays for its own reader's imports only."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_rocpd import T0, UUID_A, _db  # the documented rocpd schema builder
+
+    fixtures = ROOT / "tests" / "fixtures"
+    db = _db(tmp_path, [(UUID_A, 1234, 3, T0, {})])
+    inputs = {"csv": fixtures / "rocprof_csv" / "v7" / "mi350-n1", "rocpd": db,
+              "kineto": fixtures / "torch" / "rocm_sdk_rank3.pt.trace.json"}
+    unneeded = {"csv": JSON_READERS + ROCPD_READERS, "rocpd": JSON_READERS + CSV_READERS,
+                "kineto": CSV_READERS + ROCPD_READERS}
+    calls = {}
+    for name, path in inputs.items():
+        calls[name] = [["analyze", str(path), "--out", str(tmp_path / f"{name}-report")],
+                       ["analyze", str(path), "--out", str(tmp_path / f"{name}-plain"), "--no-report"]]
+    names = sorted({m for u in unneeded.values() for m in u})
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", CHILD, ",".join(names),
+                           json.dumps([argv for c in calls.values() for argv in c])],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, argvs in calls.items():
+        for argv in argvs:
+            loaded = found[json.dumps(argv)]
+            assert isinstance(loaded, list), loaded  # else the command failed: its traceback
+            assert set(loaded).isdisjoint(unneeded[name]), (argv, loaded)
+    for name in inputs:
+        assert (tmp_path / f"{name}-plain" / "kernels.csv").is_file(), name
 
 
 # --- the pytest plugin: every pytest process where gemmperf is installed loads it -----------------

@@ -42,8 +42,7 @@ from pytest_gemmperf.traces.csv_values import ints_from_text
 from pytest_gemmperf.traces import rocprof_slim
 from pytest_gemmperf.traces.rocprof_slim import Starts, pop_column, value_codes
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
-from pytest_gemmperf.traces.jsonstream import release_free_memory
-from pytest_gemmperf.traces.torch_slim import narrow
+from pytest_gemmperf.traces.slim_arrays import narrow, release_free_memory
 
 __all__ = ["BLOCK_BYTES", "SLIM_COLUMNS", "SlimRows", "can_slim", "read_rows", "coded_dispatches"]
 

@@ -32,8 +32,6 @@ one in an array, as a whole-document decode would report it.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,6 +42,8 @@ import numpy as np
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.jsonkeys import drop_escaped_quotes, find_repeated_key
+# re-exported: the readers and tests know them here (tests substitute them)
+from pytest_gemmperf.traces.slim_arrays import release_free_memory, resident_bytes  # noqa: F401
 
 _QUOTE = 0x22
 _OPENS = (0x5B, 0x7B)  # [ {
@@ -81,49 +81,6 @@ class StreamDecodeError(Exception):
         super().__init__(message)
         self.exc = exc
         self.message = message
-
-
-def _malloc_trim() -> Callable[[], object]:
-    """glibc's ``malloc_trim(0)`` (a no-op where the C library has none)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # no such symbol, or no process handle (Windows)
-        return lambda: None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return lambda: trim(0)
-
-
-#: Give the C heap's free pages back to the system. A streamed read frees each run's decoded
-#: events before the next block, but glibc keeps freed heap pages resident, and once a 4 MiB
-#: block has been freed it serves blocks of that size from the heap too (its mmap threshold
-#: rises): the small arrays a reader keeps per run then sit between the holes, and the
-#: resident set grows with the file (a 1.2 GB trace: 228 MiB peak RSS instead of 214).
-#: Called after each run; a trim costs far less than decoding the run.
-release_free_memory = _malloc_trim()
-
-
-def _resident_bytes() -> Callable[[], int | None]:
-    """The process's resident set in bytes, read from ``/proc/self/statm`` (None where there is
-    no such file: the caller then trims after every run)."""
-    try:
-        page = os.sysconf("SC_PAGE_SIZE")
-        with open("/proc/self/statm", "rb") as fh:
-            fh.read()
-    except (OSError, ValueError, AttributeError):
-        return lambda: None
-
-    def read() -> int | None:
-        try:
-            with open("/proc/self/statm", "rb") as fh:
-                return int(fh.read().split()[1]) * page
-        except (OSError, ValueError, IndexError):
-            return None
-    return read
-
-
-#: the resident set in bytes (None where it cannot be read)
-resident_bytes = _resident_bytes()
 
 
 class FreeMemory:

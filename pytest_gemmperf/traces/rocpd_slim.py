@@ -34,7 +34,7 @@ from pytest_gemmperf.traces.coded import NUMBER_COLUMNS, CodedDispatches
 from pytest_gemmperf.traces import rocprof_slim
 from pytest_gemmperf.traces.rocprof_slim import Starts, pop_column
 from pytest_gemmperf.traces.schema import lane_ids, overlap_lane_by_lane
-from pytest_gemmperf.traces.torch_slim import narrow
+from pytest_gemmperf.traces.slim_arrays import narrow
 
 __all__ = ["SLIM_COLUMNS", "FullReadDecides", "SlimRows", "can_slim"]
 

@@ -15,8 +15,10 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Struct, field
 
+# sentinel for optional integer fields; handles and ids are never negative
+from pytest_gemmperf.traces.slim_arrays import MISSING as _MISSING
+
 TOOL_KEY = "rocprofiler-sdk-tool"
-_MISSING = -1  # sentinel for optional integer fields; handles and ids are never negative
 INT64_MAX = 2 ** 63 - 1
 #: every integer field: rocprofiler-sdk writes uint64 values (timestamps, ids, handles, sizes).
 #: The decoder checks the range in C, so a negative number (which would collide with the

@@ -34,11 +34,10 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches
-from pytest_gemmperf.traces.jsonstream import release_free_memory
-from pytest_gemmperf.traces.rocprof_json_schema import _MISSING
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, coerce_columns, overlap_lane_by_lane,
                                            refuse_negative_durations)
-from pytest_gemmperf.traces.torch_slim import join_releasing, narrow
+from pytest_gemmperf.traces.slim_arrays import MISSING as _MISSING
+from pytest_gemmperf.traces.slim_arrays import join_releasing, narrow, release_free_memory
 
 #: the dispatch columns a slim read makes, each equal to the full read's
 SLIM_COLUMNS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "agent", "kernel", "category",

@@ -35,6 +35,7 @@ from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches, first_positions
 from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, INT, STR, coerce_columns, lane_ids,
                                            overlap_lane_by_lane)
+from pytest_gemmperf.traces.slim_arrays import join_releasing, narrow
 from pytest_gemmperf.traces.torch_frames import COLL_COLUMNS
 
 #: the dispatch columns a slim read makes, each equal to the full read's
@@ -305,29 +306,6 @@ def _ids(v: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, list]:
     (Python ints) in that order."""
     codes, uniques = pd.factorize(pd.arrays.IntegerArray(v, missing), use_na_sentinel=False)
     return codes.astype(np.int64), [None if x is pd.NA else int(x) for x in uniques]
-
-
-def join_releasing(arrays: list[np.ndarray]) -> np.ndarray:
-    """``np.concatenate(arrays)`` (the same dtype and values), each part removed from
-    ``arrays`` once copied."""
-    out = np.empty(sum(len(a) for a in arrays), dtype=np.result_type(*arrays))
-    at = 0
-    for i in range(len(arrays)):
-        part, arrays[i] = arrays[i], None
-        out[at:at + len(part)] = part
-        at += len(part)
-    return out
-
-
-def narrow(values: np.ndarray) -> np.ndarray:
-    """Non-negative int64 ``values`` in the narrowest of int16, uint32 and int64 that holds
-    them (joined with ``np.concatenate``, runs of several types widen to one that holds all)."""
-    if len(values) and values.min() >= 0:
-        top = values.max()
-        for t in (np.int16, np.uint32):
-            if top <= np.iinfo(t).max:
-                return values.astype(t)
-    return values
 
 
 #: the dispatch columns that hold one value per Kineto trace
