@@ -157,21 +157,37 @@ def _missing_array(dtype: str, n: int):
     return np.zeros(n, dtype=dtype)
 
 
+def as_category(s: pd.Series) -> pd.Series:
+    """``s.astype(object).where(s.notna(), None).astype("category")``: missing values (None,
+    NaN, NA) become missing codes, the categories inferred from the rest. An object column
+    takes the cast directly (it reads every missing value as missing already): one step
+    instead of three, which on a trace of tens of dispatches are most of the cost."""
+    if s.dtype == object:
+        return s.astype(STR)
+    return s.astype("object").where(s.notna(), None).astype(STR)
+
+
 def coerce_columns(df: pd.DataFrame, schema: dict[str, str], path: str | None) -> pd.DataFrame:
     """``df`` with the columns of ``schema`` (missing ones all-missing) in its dtypes and order,
     then its other columns; a value that cannot take its column's dtype is an error."""
-    n = len(df)
+    return _coerce({c: df[c] for c in df.columns}, df.index, schema, path)
+
+
+def _coerce(columns: dict[str, pd.Series], index: pd.Index, schema: dict[str, str],
+            path: str | None) -> pd.DataFrame:
+    """:func:`coerce_columns` of a frame given as its ``columns`` (each indexed by ``index``),
+    made into a frame once."""
+    n = len(index)
     out: dict[str, Any] = {}
     for col, dtype in schema.items():
-        if col in df.columns:
-            s = df[col]
+        if col in columns:
+            s = columns[col]
         else:
-            s = pd.Series(_missing_array(dtype, n), index=df.index)
+            s = pd.Series(_missing_array(dtype, n), index=index)
         try:
             if dtype == STR:
                 if not isinstance(s.dtype, pd.CategoricalDtype):
-                    s = s.astype("object").where(s.notna(), None)
-                    s = s.astype(STR)
+                    s = as_category(s)
             elif dtype == INT:
                 if str(s.dtype) != INT:
                     s = pd.to_numeric(s, errors="raise").astype(INT)
@@ -180,11 +196,12 @@ def coerce_columns(df: pd.DataFrame, schema: dict[str, str], path: str | None) -
         except (ValueError, TypeError) as exc:
             raise GemmperfInputError(path, f"column {col!r} cannot be read as {dtype}: {exc}") from None
         out[col] = s
-    result = pd.DataFrame(out, index=df.index, copy=False)
-    extra = [c for c in df.columns if c not in schema]
-    for c in extra:  # readers may carry extra provenance columns; keep them after the canon
-        result[c] = df[c]
-    return result.reset_index(drop=True)
+    # readers may carry extra provenance columns; kept after the canon, in the one constructor
+    # (a column inserted afterwards costs a block copy each)
+    for c, s in columns.items():
+        if c not in schema:
+            out[c] = s
+    return pd.DataFrame(out, index=index, copy=False).reset_index(drop=True)
 
 
 def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool = False,
@@ -202,26 +219,34 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     if df["start_ns"].isna().any() or df["end_ns"].isna().any():
         bad = int(np.flatnonzero((df["start_ns"].isna() | df["end_ns"].isna()).to_numpy())[0])
         raise GemmperfInputError(path, "missing timestamp", record=f"dispatch row {bad + 1}")
-    df = df.copy(deep=False)
-    df["start_ns"] = exact_ns(df["start_ns"], path, "start_ns")
-    df["end_ns"] = exact_ns(df["end_ns"], path, "end_ns")
-    df["dur_ns"] = df["end_ns"] - df["start_ns"]
-    negative = df["dur_ns"].to_numpy() < 0
+    # the columns set here are made into the table once (coerce_columns' frame): on a frame
+    # each column set costs a copy of its blocks, most of the cost on a table of tens of rows
+    cols = {c: df[c] for c in df.columns}
+    start = exact_ns(df["start_ns"], path, "start_ns")
+    end = exact_ns(df["end_ns"], path, "end_ns")
+    dur = end - start
+    negative = dur < 0
     if negative.any():
         i = int(np.flatnonzero(negative)[0])
         has_id = "dispatch_id" in df.columns and pd.notna(df["dispatch_id"].iloc[i])
         refuse_negative_durations(path, int(negative.sum()), i, df["dispatch_id"].iloc[i] if has_id else None,
-                                  df["start_ns"].iloc[i], df["end_ns"].iloc[i])
-    if "kernel_short" not in df.columns:
-        df["kernel_short"] = shorten_names(df["kernel"])
-    if "category" not in df.columns:
+                                  start[i], end[i])
+    for col, values in (("start_ns", start), ("end_ns", end), ("dur_ns", dur)):
+        cols[col] = pd.Series(values, index=df.index)
+    if "kernel_short" not in cols:
+        cols["kernel_short"] = shorten_names(df["kernel"])
+    if "category" not in cols:
         if categorize_fn is None:
             categorize_fn = categorize
-        df["category"] = categorize_fn(df["kernel"])
-    if path is not None and "file" not in df.columns:
-        df["file"] = _constant_categorical(str(path), len(df))
-    out = coerce_columns(df, DISPATCH_SCHEMA, path)
-    out["zero_dur"] = out["dur_ns"].to_numpy() == 0
+        cols["category"] = categorize_fn(df["kernel"])
+    if path is not None and "file" not in cols:
+        cols["file"] = _constant_categorical(str(path), len(df))
+    given = "zero_dur" in cols  # a reader's own flags are coerced, then replaced
+    if not given:
+        cols["zero_dur"] = pd.Series(dur == 0, index=df.index)
+    out = _coerce(cols, df.index, DISPATCH_SCHEMA, path)
+    if given:
+        out["zero_dur"] = out["dur_ns"].to_numpy() == 0
     out["queue_overlap"] = flag_queue_overlap(out)
     return out
 
@@ -471,7 +496,7 @@ def _string_categorical(s: pd.Series) -> pd.Categorical:
     """A categorical with string categories (numeric categories become their text), so that
     every frame's column combines with the others'."""
     if not isinstance(s.dtype, pd.CategoricalDtype):
-        s = s.astype("object").where(s.notna(), None).astype(STR)
+        s = as_category(s)
     cats = s.cat.categories
     if len(cats) == 0 or cats.dtype.kind in "OSU" or pd.api.types.is_string_dtype(cats.dtype):
         if len(cats) == 0:

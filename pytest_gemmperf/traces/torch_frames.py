@@ -345,7 +345,9 @@ def with_coll_columns(df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in COLL_COLUMNS if c not in df.columns]
     if not missing:
         return df
-    return df.assign(**{c: np.full(len(df), None, dtype=object) for c in missing})
+    # one block of None joined once: a column set at a time costs a copy of the frame's blocks each
+    nulls = pd.DataFrame(np.full((len(df), len(missing)), None, dtype=object), index=df.index, columns=missing)
+    return pd.concat([df, nulls], axis=1)
 
 
 def _check_coll_ints(src: _Src, events: list[_Event], args: list[_Args]) -> None:

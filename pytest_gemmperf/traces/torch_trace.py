@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, finalize_dispatches,
+from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, finalize_dispatches,
                                            flag_queue_overlap, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
@@ -322,34 +322,33 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
 
     pid = process_pid(rt["pid"], cpu_ops["pid"], ann_pid)
     host, rank, flavor, agents = _process_facts(reading, doc, path, pid)
-    df = reading.frame("gpu")
-    df["pid"] = pid
-    df["host"] = host
-    df["rank"] = rank
-    df["source"] = "torch"
-    df["file"] = path
+    gpu = reading.frame("gpu")
+    # the table's columns, set and dropped as on a frame but made into one once: on a frame
+    # each column set costs a copy of its blocks, most of the read of a trace of tens of kernels
+    df: dict[str, Any] = {c: gpu[c] for c in gpu.columns}
+    df.update(pid=pid, host=host, rank=rank, source="torch", file=path)
 
-    rt_row = lookup(df["correlation_id"], rt["correlation"])
+    rt_row = lookup(gpu["correlation_id"], rt["correlation"])
     rt_ext = take(rt["external_id"], rt_row)
     df["thread_id"] = take(rt["tid"], rt_row)
-    grid_rule = _apply_grid_semantics(df, flavor, take(rt["name"], rt_row), reading.grid_errors)
+    grid_rule = _apply_grid_semantics(df, gpu, flavor, take(rt["name"], rt_row), reading.grid_errors)
 
-    op_row = link_ops(df, cpu_ops, rt, rt_row, rt_ext)
+    op_row = link_ops(gpu, cpu_ops, rt, rt_row, rt_ext)
     df["op_name"] = take(cpu_ops["name"], op_row)
     df["op_input_dims"] = take(cpu_ops["input_dims"], op_row)
     df["op_input_types"] = take(cpu_ops["input_types"], op_row)
 
-    df["kernel"] = df["kernel"].astype(STR)
-    df["category"] = categorize(df["kernel"])
+    df["kernel"] = kernel = gpu["kernel"].astype(STR)
+    df["category"] = categorize(kernel)
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole
-    short = shorten_names(df["kernel"]).astype(object)
-    df["kernel_short"] = short.where(df.pop("_is_kernel").to_numpy(), df["kernel"].astype(object))
+    short = shorten_names(kernel).astype(object)
+    df["kernel_short"] = short.where(df.pop("_is_kernel").to_numpy(), kernel.astype(object))
     _fill_collectives(df, cpu_ops, rt, rt_row, op_row)
 
     if len(agents):
         arch = dict(zip(agents["gpu_index"].dropna().astype(int), agents["gpu_arch"]))
-        df["gpu_arch"] = df["agent"].map(arch).astype(object)
-    out = finalize_dispatches(df, path)
+        df["gpu_arch"] = gpu["agent"].map(arch).astype(object)
+    out = finalize_dispatches(pd.DataFrame(df, index=gpu.index), path)
     # Kineto has no queue column; a stream runs in order like a queue, and dispatches on
     # different streams overlap legitimately, so the in-order check is per stream.
     out["queue_overlap"] = flag_queue_overlap(out[["file", "pid", "agent", "stream", "start_ns", "end_ns"]]
@@ -490,10 +489,10 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
 
 # --------------------------------------------------------------------------- collectives
 
-def _fill_collectives(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
+def _fill_collectives(df: dict[str, Any], ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
                       op_row: np.ndarray) -> None:
-    """Collective metadata from kernel args (already in ``df``), else from the enclosing
-    ``record_param_comms``."""
+    """Collective metadata from kernel args (already in ``df``, the dispatches' columns), else
+    from the enclosing ``record_param_comms``."""
     is_coll = (df["category"].astype(object) == "collective").to_numpy()
     need = is_coll & df["coll_name"].isna().to_numpy()
     if need.any() and len(ops):
@@ -502,24 +501,23 @@ def _fill_collectives(df: pd.DataFrame, ops: pd.DataFrame, rt: pd.DataFrame, rt_
         if len(comms) and (src < 0).any():
             src = np.where(src >= 0, src, enclosing_ops(comms, rt, rt_row))
         src = np.where(need, src, -1)
-        for col in COLL_COLUMNS:
-            filled = take(ops[col].astype(object), src)
-            df[col] = df[col].where(df[col].notna(), filled)
+        if (src >= 0).any():  # else no operator holds what a kernel lacks: nothing to fill
+            for col in COLL_COLUMNS:
+                filled = take(ops[col].astype(object), src)
+                df[col] = df[col].where(df[col].notna(), filled)
     for col, dtype in COLL_COLUMNS.items():
-        if dtype == INT:
-            df[col] = _coll_ints(list(df[col]))
-        else:
-            df[col] = df[col].astype(object).where(df[col].notna(), None).astype(STR)
+        df[col] = _coll_ints(list(df[col])) if dtype == INT else as_category(df[col])
 
 
-def _apply_grid_semantics(df: pd.DataFrame, flavor: str, launch_api: pd.Series,
+def _apply_grid_semantics(df: dict[str, Any], gpu: pd.DataFrame, flavor: str, launch_api: pd.Series,
                           grid_errors: dict[int, GemmperfInputError]) -> str:
+    """``grid_*`` and ``wg_*`` of the dispatches' columns ``df`` (read from ``gpu``, the GPU
+    events' frame) in place of the launch arguments, by the flavour's rule; its description."""
     if flavor != "rocprofiler-sdk" and grid_errors:
         # blocks * block beyond int64 would wrap silently in the Int64 product below
-        over = np.flatnonzero(grid_overflow(df))
-        raise grid_errors[int(df["_ev"].iloc[int(over[0])])]
-    if "_ev" in df.columns:
-        del df["_ev"]
+        over = np.flatnonzero(grid_overflow(gpu))
+        raise grid_errors[int(gpu["_ev"].iloc[int(over[0])])]
+    df.pop("_ev", None)
     g = [df.pop(f"_grid_{a}") for a in "xyz"]
     b = [df.pop(f"_block_{a}") for a in "xyz"]
     if flavor == "rocprofiler-sdk":
@@ -527,11 +525,17 @@ def _apply_grid_semantics(df: pd.DataFrame, flavor: str, launch_api: pd.Series,
             df[f"grid_{a}"], df[f"wg_{a}"] = b[i], g[i]
         return "rocprofiler-sdk: args.block = grid (work-items), args.grid = workgroup size"
     work_items = launch_api.isin(WORK_ITEM_LAUNCHES).to_numpy()
-    known = launch_api.notna().to_numpy() if flavor == "roctracer" else np.ones(len(df), bool)
+    unknown = launch_api.isna().to_numpy() if flavor == "roctracer" else np.zeros(len(gpu), bool)
     for i, a in enumerate("xyz"):
-        blocks_times = g[i] * b[i]
-        grid = blocks_times.where(pd.Series(~work_items), g[i]) if flavor == "roctracer" else blocks_times
-        df[f"grid_{a}"] = grid.mask(pd.Series(~known))
+        # the Int64 product in numpy (values and missing masks): an int64 product of factors
+        # checked above (grid_overflow) is exact, as the nullable one is
+        g_value, g_missing = g[i].to_numpy(np.int64, na_value=0), g[i].isna().to_numpy()
+        value = g_value * b[i].to_numpy(np.int64, na_value=0)
+        missing = g_missing | b[i].isna().to_numpy()
+        if flavor == "roctracer":  # the global size itself where the launch call takes one
+            value = np.where(work_items, g_value, value)
+            missing = np.where(work_items, g_missing, missing)
+        df[f"grid_{a}"] = pd.arrays.IntegerArray(value, missing | unknown)
         df[f"wg_{a}"] = b[i]
     if flavor == "roctracer":
         return ("roctracer: launch-API arguments; hipExtModuleLaunchKernel/hipHccModuleLaunchKernel "
@@ -540,11 +544,10 @@ def _apply_grid_semantics(df: pd.DataFrame, flavor: str, launch_api: pd.Series,
 
 
 def _order_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
-    drop = [c for c in df.columns if c.startswith("_")]
-    df = df.drop(columns=drop)
+    """``df`` without its working columns (``_*``), the launching op's and the collective
+    columns last, the op's as categories."""
     extras = list(OP_COLUMNS) + list(COLL_COLUMNS)
-    rest = [c for c in df.columns if c not in extras]
-    df = df[rest + extras]
+    df = df[[c for c in df.columns if not c.startswith("_") and c not in extras] + extras]
     for c in OP_COLUMNS:
-        df[c] = df[c].astype(object).where(df[c].notna(), None).astype(STR)
+        df[c] = as_category(df[c])
     return df
