@@ -157,6 +157,13 @@ def _missing_array(dtype: str, n: int):
     return np.zeros(n, dtype=dtype)
 
 
+def repeated_category(value: Any, n: int) -> pd.Categorical:
+    """``value`` (not missing) ``n`` times (``n`` >= 1): the categorical :func:`as_category`
+    makes of such a column, its one category inferred as it infers them, without the pass
+    over the rows."""
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([value]))
+
+
 def as_category(s: pd.Series) -> pd.Series:
     """``s.astype(object).where(s.notna(), None).astype("category")``: missing values (None,
     NaN, NA) become missing codes, the categories inferred from the rest. An object column

@@ -55,7 +55,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, finalize_dispatches,
-                                           flag_queue_overlap, shorten_names)
+                                           flag_queue_overlap, repeated_category, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
 from pytest_gemmperf.traces.torch_decode import checked as is_checked
@@ -326,7 +326,8 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     # the table's columns, set and dropped as on a frame but made into one once: on a frame
     # each column set costs a copy of its blocks, most of the read of a trace of tens of kernels
     df: dict[str, Any] = {c: gpu[c] for c in gpu.columns}
-    df.update(pid=pid, host=host, rank=rank, source="torch", file=path)
+    df.update(pid=pid, host=host, rank=rank, source=repeated_category("torch", len(gpu)),
+              file=repeated_category(path, len(gpu)))
 
     rt_row = lookup(gpu["correlation_id"], rt["correlation"])
     rt_ext = take(rt["external_id"], rt_row)
