@@ -212,11 +212,12 @@ def _coerce(columns: dict[str, pd.Series], index: pd.Index, schema: dict[str, st
 
 
 def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool = False,
-                        categorize_fn=None) -> pd.DataFrame:
+                        categorize_fn=None, in_order: str = "queue") -> pd.DataFrame:
     """Coerce a reader's frame to the canonical dispatches table and validate it.
 
     ``df`` must contain ``start_ns`` and ``end_ns``; ``dur_ns``, ``category``, ``kernel_short``
-    and the flags are derived here when absent.
+    and the flags are derived here when absent. ``in_order``: the column naming the in-order
+    unit of ``queue_overlap`` (:func:`lane_ids`).
     """
     if len(df) == 0 and not allow_empty:
         raise NoDispatches(path, "no kernel dispatches found")
@@ -254,7 +255,7 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     out = _coerce(cols, df.index, DISPATCH_SCHEMA, path)
     if given:
         out["zero_dur"] = out["dur_ns"].to_numpy() == 0
-    out["queue_overlap"] = flag_queue_overlap(out)
+    out["queue_overlap"] = flag_queue_overlap(out, in_order)
     return out
 
 
@@ -297,7 +298,7 @@ def exact_ns(s: pd.Series, path: str | None, col: str) -> np.ndarray:
     return out
 
 
-def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
+def flag_queue_overlap(df: pd.DataFrame, in_order: str = "queue") -> np.ndarray:
     """True where a dispatch starts before the previous one on the same queue has ended.
 
     A hardware queue executes in order, so such pairs are timestamp artefacts (real 7.x data
@@ -306,18 +307,20 @@ def flag_queue_overlap(df: pd.DataFrame) -> np.ndarray:
     n = len(df)
     if n < 2:
         return np.zeros(n, dtype=bool)
-    return overlap_in_lanes(lane_ids(df), df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
+    return overlap_in_lanes(lane_ids(df, in_order), df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
 
 
-def lane_ids(df: pd.DataFrame) -> np.ndarray:
+def lane_ids(df: pd.DataFrame, in_order: str = "queue") -> np.ndarray:
     """One integer per row of ``df`` naming its in-order lane (:func:`flag_queue_overlap`):
-    ``file``, ``pid``, ``agent`` and ``queue`` (else ``stream``) together."""
+    ``file``, ``pid``, ``agent`` and ``queue`` (else ``stream``) together; ``in_order``
+    another column than ``queue`` (a reader whose format has no queues: Kineto's ``stream``)
+    is the in-order unit alone, with no fallback."""
     n = len(df)
     codes = [_lane_codes(df[c]) for c in ("file", "pid", "agent") if c in df.columns]
     # the in-order unit is the hardware queue; sources without queues (torch) order by stream
-    if "queue" in df.columns:
-        queue = _lane_codes(df["queue"], na=-1)
-        if "stream" in df.columns and (queue < 0).any():
+    if in_order in df.columns:
+        queue = _lane_codes(df[in_order], na=-1)
+        if in_order == "queue" and "stream" in df.columns and (queue < 0).any():
             queue = np.where(queue >= 0, queue, -1 - _lane_codes(df["stream"]))
             queue = queue - queue.min()
         codes.append(np.maximum(queue, 0))

@@ -55,7 +55,7 @@ import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, finalize_dispatches,
-                                           flag_queue_overlap, repeated_category, shorten_names)
+                                           repeated_category, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
 from pytest_gemmperf.traces.torch_decode import checked as is_checked
@@ -335,9 +335,8 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     grid_rule = _apply_grid_semantics(df, gpu, flavor, take(rt["name"], rt_row), reading.grid_errors)
 
     op_row = link_ops(gpu, cpu_ops, rt, rt_row, rt_ext)
-    df["op_name"] = take(cpu_ops["name"], op_row)
-    df["op_input_dims"] = take(cpu_ops["input_dims"], op_row)
-    df["op_input_types"] = take(cpu_ops["input_types"], op_row)
+    for col, op_col in zip(OP_COLUMNS, ("name", "input_dims", "input_types")):
+        df[col] = as_category(take(cpu_ops[op_col], op_row))  # as _order_extra_columns makes them
 
     df["kernel"] = kernel = gpu["kernel"].astype(STR)
     df["category"] = categorize(kernel)
@@ -349,12 +348,10 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     if len(agents):
         arch = dict(zip(agents["gpu_index"].dropna().astype(int), agents["gpu_arch"]))
         df["gpu_arch"] = gpu["agent"].map(arch).astype(object)
-    out = finalize_dispatches(pd.DataFrame(df, index=gpu.index), path)
     # Kineto has no queue column; a stream runs in order like a queue, and dispatches on
     # different streams overlap legitimately, so the in-order check is per stream.
-    out["queue_overlap"] = flag_queue_overlap(out[["file", "pid", "agent", "stream", "start_ns", "end_ns"]]
-                                              .rename(columns={"stream": "queue"}))
-    out = _order_extra_columns(out)
+    out = finalize_dispatches(pd.DataFrame(df, index=gpu.index), path, in_order="stream")
+    out = _order_extra_columns(out, ops_categorical=True)
 
     meta = _trace_meta(reading, doc, path, n_events, flavor, rank, host, pid, {
         "grid_semantics": grid_rule,
@@ -544,11 +541,12 @@ def _apply_grid_semantics(df: dict[str, Any], gpu: pd.DataFrame, flavor: str, la
     return f"{flavor}: args.grid = blocks, grid = blocks * block, wg = block"
 
 
-def _order_extra_columns(df: pd.DataFrame) -> pd.DataFrame:
+def _order_extra_columns(df: pd.DataFrame, ops_categorical: bool = False) -> pd.DataFrame:
     """``df`` without its working columns (``_*``), the launching op's and the collective
-    columns last, the op's as categories."""
+    columns last, the op's as categories (``ops_categorical``: made so by the caller)."""
     extras = list(OP_COLUMNS) + list(COLL_COLUMNS)
     df = df[[c for c in df.columns if not c.startswith("_") and c not in extras] + extras]
-    for c in OP_COLUMNS:
-        df[c] = as_category(df[c])
+    if not ops_categorical:
+        for c in OP_COLUMNS:
+            df[c] = as_category(df[c])
     return df
