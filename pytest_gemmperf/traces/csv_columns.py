@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.csv_parse import _DICT, _Source, _at_row
+from pytest_gemmperf.traces.schema import no_categories
 
 #: the ``source`` value of every table read from a rocprofv3 CSV: its kind's name
 SOURCE = "rocprof-csv"
@@ -36,7 +37,7 @@ SOURCE = "rocprof-csv"
 
 def _const_cat(value: Any, n: int) -> pd.Categorical:
     if value is None:
-        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype="str"))
+        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), dtype=no_categories("str"))
     return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[value])
 
 

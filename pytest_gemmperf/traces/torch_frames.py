@@ -32,6 +32,7 @@ from pytest_gemmperf.traces.schema import INT, STR
 from pytest_gemmperf.traces.torch_decode import _NO_ARGS, _Args, _Event
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP_TEXT = "ProfilerStep#"  # in every name STEP_RE matches
 PARAM_COMMS_OP = "record_param_comms"
 
 #: extra dispatch columns (after the op columns): collective metadata, from the kernel's args or
@@ -386,7 +387,15 @@ def step_ranges(annotations: list[_Event], src: _Src) -> pd.DataFrame:
 def _steps_frame(annotated: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
     """Profiler steps: the annotated ranges (:func:`step_ranges`), then those some older traces
     record as cpu_op, ordered by start."""
-    old = cpu_ops[cpu_ops["name"].astype(str).str.match(STEP_RE.pattern)]
+    # the pattern tested on the names that hold its literal part only (usually none: a pass of
+    # substring tests instead of a string column made of every operator's name)
+    names = cpu_ops["name"].to_numpy(dtype=object)
+    maybe = np.fromiter((_STEP_TEXT in (n if isinstance(n, str) else str(n)) for n in names), dtype=bool,
+                        count=len(names))
+    old = cpu_ops.iloc[:0]
+    if maybe.any():
+        old = cpu_ops[maybe]
+        old = old[old["name"].astype(str).str.match(STEP_RE.pattern)]
     old_start = old["ts_ns"].to_numpy(dtype=np.int64)
     names = list(annotated["name"]) + list(old["name"])
     df = pd.DataFrame({

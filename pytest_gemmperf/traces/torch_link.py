@@ -31,6 +31,13 @@ def take(col: pd.Series, rows: np.ndarray) -> pd.Series:
     if len(col) == 0:
         dtype = col.dtype if str(col.dtype) == INT else object
         return pd.Series([None] * len(rows), dtype=dtype)
+    if col.dtype == object:  # numpy's take, None where no row (the where below, in one pass)
+        vals = col.to_numpy()[np.maximum(rows, 0)]
+        vals[rows < 0] = None
+        return pd.Series(vals, dtype=object, name=col.name)
+    if isinstance(col.array, pd.api.extensions.ExtensionArray) and not isinstance(col.array, pd.arrays.NumpyExtensionArray):
+        # nullable and string columns: the array's own take, missing where no row
+        return pd.Series(col.array.take(rows, allow_fill=True), name=col.name)
     safe = np.where(rows < 0, 0, rows)
     vals = col.iloc[safe].reset_index(drop=True)
     return vals.where(pd.Series(rows >= 0), None) if vals.dtype == object else \
