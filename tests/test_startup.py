@@ -198,7 +198,6 @@ def test_analyze_loads_the_readers_of_its_input_only(tmp_path):
     without) loads no JSON decoder and no Kineto or rocprofv3 JSON reader, and one of a Kineto
     trace loads no CSV or rocpd reader: the readers share their helpers through neutral
     modules (``traces/slim_arrays.py``), so an input pays for its own reader's imports only."""
-    sys.path.insert(0, str(ROOT / "tests"))
     from test_rocpd import T0, UUID_A, _db  # the documented rocpd schema builder
 
     fixtures = ROOT / "tests" / "fixtures"
