@@ -544,27 +544,14 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     if len(a["sd"]) == 0:
         return np.zeros(0)
     scale = math.sqrt(1.0 / n_base + 1.0 / n_cand)
-    own_df = float(n_base + n_cand - 2)
-    f = own_df + a["hist"]                    # df of the kernel's own variance (history pooled)
-    # the kernel's true per-process variance: its own, never below the median's sampling floor
-    true_var = np.fmax(a["own_sd"] ** 2, a["floor"])
-    sr = np.sqrt(true_var) * scale           # sd of the kernel's (relative) change
+    sr = _true_sd(a) * scale                  # sd of the kernel's (relative) change
     ss = a["shared"] * scale                  # sd of the sides' mean shared factor
     has_shared = (ss > 0) & ~a["by_rel"]      # sized by the total: the shared part counts
     k1, k2, k3 = _GRID if has_shared.any() else (_GRID[0], 1, 1)
     col = (slice(None), None, None, None)
-    # the kernel's variance estimate at this count: a chi-square draw on f df (row, node)
-    chi = _chi_scale(f[:, None], _midpoints(k1)[None, :]) ** 2
-    d0 = _prior_df_at(a, f, chi, rule)        # (row, node): the prior's df the gate gives it
-    f1 = f[:, None] + d0                      # the test's df
+    counted, f1 = _moderated(a, n_base, n_cand, rule, k1)
     c1 = _t_isf(rule.alpha / 2, f1)[:, :, None, None]
-    # the moderated variance (d0 s0^2 + f s^2) / (d0 + f): the prior's location fixed (fitted
-    # on every kernel of the comparison), the own share the draw around the kernel's variance;
-    # then the gate's floor and the timer's term (which no count averages)
-    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))[:, :, None, None]
-    f1 = f1[:, :, None, None]
-    moderated = w * a["prior_sd"][col] ** 2 + (1 - w) * a["own_sd"][col] ** 2 * chi[:, :, None, None]
-    counted = np.fmax(moderated, a["floor"][col]) * scale ** 2
+    counted, f1 = counted[:, :, None, None], f1[:, :, None, None]
     # the shared part's variance: on the processes' df less its parameters (2 without controls)
     sh_df = np.fmax(float(n_base + n_cand) - a["shared_params"], 1.0)[col]
     q2 = _chi_scale(sh_df, _midpoints(k2)[None, None, :, None]) if k2 > 1 else np.ones((1, 1, 1, 1))
@@ -598,6 +585,28 @@ def _power(a: dict[str, np.ndarray], d: float, n_base: int, n_cand: int, rule: D
     # the gate's absolute floor: a change that grows the median by no more than it is never a
     # regression, whatever the count (the row cannot be gated at this change)
     return np.where(below_floor(a["median_ns"], d, rule), 0.0, p)
+
+
+def _true_sd(a: dict[str, np.ndarray]) -> np.ndarray:
+    """A row's true per-process sd: its own, never below the median's sampling floor."""
+    return np.sqrt(np.fmax(a["own_sd"] ** 2, a["floor"]))
+
+
+def _moderated(a: dict[str, np.ndarray], n_base: int, n_cand: int, rule: Decision,
+               nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, node) the variance of a row's change the gate computes at this count, and its df:
+    the own variance estimate a chi-square draw on the processes' df (history pooled), moderated
+    towards the prior's location, ``(d0 s0^2 + f s^2) / (d0 + f)``, the prior's location fixed
+    (fitted on every kernel of the comparison) and its df ``d0`` as the gate gives it at that
+    draw (:func:`_prior_df_at`); then the gate's floor. The timer's term (which no count
+    averages) is added by the caller."""
+    f = float(n_base + n_cand - 2) + a["hist"]
+    chi = _chi_scale(f[:, None], _midpoints(nodes)[None, :]) ** 2
+    d0 = _prior_df_at(a, f, chi, rule)
+    f1 = f[:, None] + d0                      # the test's df
+    w = np.where(np.isinf(d0), 1.0, d0 / np.where(np.isfinite(f1) & (f1 > 0), f1, 1.0))
+    moderated = w * a["prior_sd"][:, None] ** 2 + (1 - w) * a["own_sd"][:, None] ** 2 * chi
+    return np.fmax(moderated, a["floor"][:, None]) * (1.0 / n_base + 1.0 / n_cand), f1
 
 
 def _prior_df_at(a: dict[str, np.ndarray], f: np.ndarray, chi: np.ndarray, rule: Decision) -> np.ndarray:
@@ -688,12 +697,11 @@ def _kernel_totals_rejected(r: RowNoise, d: float, level: float, n_base: int, n_
     """The expected number of the category's kernel totals measured against within-process
     controls that a two-sided test at ``level`` rejects when every kernel slows by ``d``, each
     tested as the gate tests it: its change net of the controls' prediction over the square root
-    of its moderated variance (the own variance a chi-square draw on the processes' df, history
-    pooled, moderated towards the prior's location with the prior's df bounded by the own, the
-    median's floor, the timer's term) plus the controls' residual part, on the Welch df of the
-    two, at least the smaller part's: each one rejected raises the ``*`` row's first-pass
-    level, so plain t's on ``2n - 2`` df would count too few. Rows built without the kernels'
-    parts (``kernel_rows`` empty): each total a noncentral t on the processes' df."""
+    of its moderated variance as :func:`_power` draws it (:func:`_moderated`, the timer's term a
+    mixture over the levels the record's processes show) plus the controls' residual part, on the
+    Welch df of the two, at least the smaller part's: each one rejected raises the ``*`` row's
+    first-pass level, so plain t's on ``2n - 2`` df would count too few. Rows built without the
+    kernels' parts (``kernel_rows`` empty): each total a noncentral t on the processes' df."""
     first = np.asarray(r.kernel_first_pass, bool)
     if not first.any():
         return 0.0
@@ -703,29 +711,22 @@ def _kernel_totals_rejected(r: RowNoise, d: float, level: float, n_base: int, n_
         sds = np.asarray(r.kernel_total_sds, float)[first] * math.sqrt(scale2)
         with np.errstate(invalid="ignore", divide="ignore"):
             return float(np.nansum(sps.nct.sf(sps.t.isf(level / 2, f), f, d / sds)))
-    u = _midpoints(_GRID[0])
-    total = 0.0
-    for k in (k for k, on in zip(r.kernel_rows, first) if on):
-        own_df = f + k.history_df
-        prior = k.prior_df if np.isfinite(k.prior_df) else math.inf
-        if rule.prior_df_cap is not None:  # the gate bounds the prior's df by the own df
-            prior = min(prior, rule.prior_df_cap * own_df)
-        own2 = (k.own_sd if np.isfinite(k.own_sd) else k.sd) ** 2
-        s0_2 = (k.prior_sd if np.isfinite(k.prior_sd) else k.sd) ** 2
-        floor = k.floor_sd ** 2 if np.isfinite(k.floor_sd) else 0.0
-        chi = _chi_scale(np.array(own_df), u) ** 2
-        w = 1.0 if math.isinf(prior) else prior / (prior + own_df)
-        v_rel = np.fmax(w * s0_2 + (1 - w) * own2 * chi, floor) * scale2 + k.resolution_var
-        v_part = k.shared_sd ** 2 * scale2
-        df_rel = own_df + prior
-        df_part = max(float(n_base + n_cand - k.shared_params), 1.0)
-        df_t = np.full(len(u), df_rel)
-        if v_part > 0:
-            df_t = np.fmax(min(df_rel, df_part), stats.welch_df(v_rel, np.full(len(u), df_rel), v_part, df_part))
-        crit = _t_isf(level / 2, df_t)
-        true_sd = math.sqrt(max(own2, floor) * scale2 + v_part)
-        total += float(np.mean(sps.norm.sf((crit * np.sqrt(v_rel + v_part) - d) / true_sd)))
-    return total
+    a = _arrays([k for k, on in zip(r.kernel_rows, first) if on], rule)
+    counted, df_rel = _moderated(a, n_base, n_cand, rule, _GRID[0])
+    v_part = (a["shared"] ** 2 * scale2)[:, None]
+    df_part = np.fmax(float(n_base + n_cand) - a["shared_params"], 1.0)[:, None]
+    true_sd = np.sqrt(_true_sd(a)[:, None] ** 2 * scale2 + v_part)
+    timer_var = a["timer"][0]
+    weights = _timer_weights(a["timer"], n_base + n_cand)
+    rejected = np.zeros(len(counted))
+    for j in range(timer_var.shape[1]):
+        v_rel = counted + timer_var[:, j][:, None]
+        df_t = np.where(v_part > 0, np.fmax(np.fmin(df_rel, df_part), stats.welch_df(v_rel, df_rel, v_part, df_part)),
+                        df_rel)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pj = sps.norm.sf((_t_isf(level / 2, df_t) * np.sqrt(v_rel + v_part) - d) / true_sd).mean(axis=1)
+        rejected += np.where(weights[:, j] > 0, weights[:, j] * np.nan_to_num(pj), 0.0)
+    return float(rejected.sum())
 
 
 def below_floor(median_ns: np.ndarray | float, d: float, rule: Decision) -> np.ndarray:
