@@ -26,10 +26,12 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.paths import contained_relative
 from pytest_gemmperf.gate.headline import notable
-from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
+# where the gate defines them (gate.samples re-exports them): the reports of a run nothing was
+# compared for never load the samples' builders
+from pytest_gemmperf.gate.metrics import DISPATCH_COUNT
+from pytest_gemmperf.gate.prepared import SAMPLE_COLUMNS
 from pytest_gemmperf.safe_io import write_parquet
 from pytest_gemmperf.traces.fileio import read_json_object
 
@@ -139,7 +141,9 @@ def _duration_values(d: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
     keys = ["point", "kernel", "unit"]
     gid = d.groupby(keys, sort=True).ngroup().to_numpy()
     n = int(gid.max()) + 1
-    # lazy: the statistics module loads scipy; a report without a comparison never gets here
+    # lazy: the statistics module loads scipy, and the gate's settings their parser; a report
+    # without a comparison never gets here
+    from pytest_gemmperf.gate.gate_config import GateConfig
     from pytest_gemmperf.gate.stats import group_median_mad
 
     med, mad, cnt = group_median_mad(np.log(d["value"].to_numpy(float)), gid, n)
