@@ -193,3 +193,24 @@ def test_small_table_statistics_match_the_grouped_passes_bit_for_bit(seed):
         frame = d[by + ["dur_ns", "start_ns"]].sort_values("start_ns", kind="stable")
         grp = frame.groupby(by, observed=True, dropna=False, sort=True)["dur_ns"]
         pd.testing.assert_frame_equal(V._stats(d, by), V._stats_pandas(frame, by, grp), check_exact=True)
+
+
+def test_point_axes_read_as_pandas_reads_them():
+    """Point ids parsed with ``re`` per distinct id give what pandas' ``str.extract`` and
+    ``to_numeric`` give: first match, leading zeros, missing and empty ids, categoricals, any
+    index; ids pandas reads otherwise (not text, non-ASCII or long digit runs) take its path."""
+    def pandas_axes(points):
+        text = points.astype("object").where(points.notna(), "").astype(str)
+
+        def grab(abbr):
+            found = text.str.extract(rf"(?:^|-){abbr}(\d+)(?:-|$)", expand=False)
+            return pd.to_numeric(found, errors="coerce").astype("Int64")
+
+        return pd.DataFrame({"threads": grab("th"), "channel": grab("ch")}, index=points.index)
+
+    ids = ["ch2-th256", "th4", "ch08-th0016", "x-ch3", "", None, "th-ch", "ch1-th2-th3", "thx-th5",
+           "th123456789012345", "th1234567890123456", "th٣", "ch5-th6-extra"]
+    for points in (pd.Series(ids, dtype=object), pd.Series(pd.Categorical(ids)), pd.Series(ids, dtype="str"),
+                   pd.Series(ids[:3], index=[7, 3, 5], dtype=object), pd.Series([], dtype=object),
+                   pd.Series([None, None], dtype=object), pd.Series([1.0, np.nan]), pd.Series([b"th1"], dtype=object)):
+        pd.testing.assert_frame_equal(parse_point_axes(points), pandas_axes(points), check_exact=True)

@@ -14,6 +14,7 @@ invocations, so every row also carries robust, count-independent measures:
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -141,15 +142,49 @@ def _stats_pandas(frame: pd.DataFrame, by: list[str], grp) -> pd.DataFrame:
     return out.reset_index()
 
 
+#: an axis value in a point id: ``th<T>`` / ``ch<C>`` between dashes (``ch2-th256``)
+_AXIS_RX = {axis: re.compile(rf"(?:^|-){abbr}(\d+)(?:-|$)") for axis, abbr in (("threads", "th"), ("channel", "ch"))}
+#: digits parsed as Python integers; longer ones take pandas' conversion (a float on the way)
+_AXIS_MAX_DIGITS = 15
+
+
 def parse_point_axes(points: pd.Series) -> pd.DataFrame:
     """``threads`` and ``channel`` from point ids ``ch<C>-th<T>`` (nullable Int64)."""
+    parsed = _parse_text_axes(points)
+    if parsed is not None:
+        return pd.DataFrame({axis: pd.array(values, dtype="Int64") for axis, values in parsed.items()},
+                            index=points.index)
     text = points.astype("object").where(points.notna(), "").astype(str)
 
-    def grab(abbr: str) -> pd.Series:
-        found = text.str.extract(rf"(?:^|-){abbr}(\d+)(?:-|$)", expand=False)
+    def grab(axis: str) -> pd.Series:
+        found = text.str.extract(_AXIS_RX[axis].pattern, expand=False)
         return pd.to_numeric(found, errors="coerce").astype("Int64")
 
-    return pd.DataFrame({"threads": grab("th"), "channel": grab("ch")}, index=points.index)
+    return pd.DataFrame({axis: grab(axis) for axis in _AXIS_RX}, index=points.index)
+
+
+def _parse_text_axes(points: pd.Series) -> dict[str, list[int | None]] | None:
+    """:func:`parse_point_axes`'s values, each distinct point id searched once with ``re``
+    (pandas' ``str.extract`` and ``to_numeric`` cost milliseconds whatever the length); None
+    where pandas' conversion could read otherwise: an id that is not text, or a number of
+    non-ASCII or many digits."""
+    missing = points.isna().to_numpy(dtype=bool)
+    values = points.to_numpy(dtype=object)
+    seen: dict[str, tuple[int | None, ...]] = {}
+    out: dict[str, list[int | None]] = {axis: [] for axis in _AXIS_RX}
+    for value, gone in zip(values.tolist(), missing.tolist()):
+        text = "" if gone else value
+        if not isinstance(text, str):
+            return None
+        found = seen.get(text)
+        if found is None:
+            digits = [(m.group(1) if m else None) for m in (rx.search(text) for rx in _AXIS_RX.values())]
+            if any(d is not None and not (d.isascii() and len(d) <= _AXIS_MAX_DIGITS) for d in digits):
+                return None
+            found = seen[text] = tuple(None if d is None else int(d) for d in digits)
+        for axis, number in zip(out, found):
+            out[axis].append(number)
+    return out
 
 
 def _attach_axes(top: pd.DataFrame, axes: pd.DataFrame | None) -> pd.DataFrame:
