@@ -141,10 +141,9 @@ def _duration_values(d: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
     keys = ["point", "kernel", "unit"]
     gid = d.groupby(keys, sort=True).ngroup().to_numpy()
     n = int(gid.max()) + 1
-    # lazy: the statistics module loads scipy, and the gate's settings their parser; a report
-    # without a comparison never gets here
-    from pytest_gemmperf.gate.gate_config import GateConfig
+    # lazy: the statistics module loads scipy; a report without a comparison never gets here
     from pytest_gemmperf.gate.stats import group_median_mad
+    from pytest_gemmperf.gate.gate_config import GateConfig  # lazy: as above (and its settings' parser)
 
     med, mad, cnt = group_median_mad(np.log(d["value"].to_numpy(float)), gid, n)
     _, first = np.unique(gid, return_index=True)
