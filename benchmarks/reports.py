@@ -12,13 +12,15 @@ each file.
 Targets (2-core CI machine): all reports <= 15 s, report.html <= 5 MB,
 report.xlsx <= 25 MB.
 
-``--small [--repeat N] [--before CHECKOUT]`` measures the other end: the fixed CPU cost of each
-step of the default ``gemmperf analyze`` (with its reports) of ``benchmarks/startup.py``'s 26 KB
-Kineto trace and 25 KB rocprofv3 CSV, in one process per trace and checkout, each step's
-``time.process_time()`` best of three processes' ``N`` runs each (default 10), after one untimed
-run in each (the imports are ``startup.py``'s to measure): the reading and reduction, kernels.csv and summary.json, the
-report tables, the CSVs, report.xlsx, report.html and summary.md. With ``--before`` another
-checkout's code runs the same steps, alternately with this one's, under the same load.
+``--small [--repeat N] [--rounds R] [--before CHECKOUT]`` measures the other end: the fixed CPU
+cost of each step of the default ``gemmperf analyze`` (with its reports) of
+``benchmarks/startup.py``'s 26 KB Kineto trace and 25 KB rocprofv3 CSV, in one process per trace
+and checkout: each step's ``time.process_time()``, best of ``R`` processes (default 3) of ``N``
+runs each (default 10), after one untimed run in each (the imports are ``startup.py``'s to
+measure; processes differ more than runs in one, so more rounds steady the result): the reading
+and reduction, kernels.csv and summary.json, the report tables, the CSVs, report.xlsx,
+report.html and summary.md. With ``--before`` another checkout's code runs the same steps,
+alternately with this one's, under the same load.
 """
 
 from __future__ import annotations
@@ -195,7 +197,8 @@ def main() -> None:
     if sys.argv[1:2] == ["--small"]:
         rest = sys.argv[2:]
         repeat = int(rest[rest.index("--repeat") + 1]) if "--repeat" in rest else 10
-        small(repeat, Path(rest[rest.index("--before") + 1]) if "--before" in rest else None)
+        rounds = int(rest[rest.index("--rounds") + 1]) if "--rounds" in rest else 3
+        small(repeat, Path(rest[rest.index("--before") + 1]) if "--before" in rest else None, rounds)
         return
     per_rank = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     n_points = int(sys.argv[2]) if len(sys.argv) > 2 else 8
