@@ -11,11 +11,25 @@ each file.
 
 Targets (2-core CI machine): all reports <= 15 s, report.html <= 5 MB,
 report.xlsx <= 25 MB.
+
+``--small [--repeat N] [--rounds R] [--before CHECKOUT]`` measures the other end: the fixed CPU
+cost of each step of the default ``gemmperf analyze`` (with its reports) of
+``benchmarks/startup.py``'s 26 KB Kineto trace and 25 KB rocprofv3 CSV, in one process per trace
+and checkout: each step's ``time.process_time()``, best of ``R`` processes (default 3) of ``N``
+runs each (default 10), after one untimed run in each (the imports are ``startup.py``'s to
+measure; processes differ more than runs in one, so more rounds steady the result): the reading
+and reduction, kernels.csv and summary.json, the report tables, the CSVs, report.xlsx,
+report.html and summary.md. With ``--before`` another checkout's code runs the same steps,
+alternately with this one's, under the same load.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +38,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+if "--small-child" not in sys.argv:  # --small's child runs the checkout on its PYTHONPATH
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from pytest_gemmperf.gate.samples import gate_samples  # noqa: E402
 from pytest_gemmperf.report import ComparedSamples, write_reports  # noqa: E402
@@ -100,7 +115,91 @@ def verdicts_for(d: pd.DataFrame, seed: int = 1) -> pd.DataFrame:
         "threshold": 0.05, "note": ""}))
 
 
+#: the steps of ``--small``, in the order the command runs them
+SMALL_STEPS = ("read + reduce", "kernels.csv + summary.json", "report tables", "CSVs", "report.xlsx",
+               "report.html", "summary.md")
+
+
+def small_steps(trace: str, repeat: int) -> dict[str, float]:
+    """Best-of-``repeat`` CPU seconds of each step of the default ``gemmperf analyze`` of
+    ``trace`` in this process, by the code on ``sys.path`` (``--small``'s child)."""
+    from pytest_gemmperf.cli import build_parser
+    from pytest_gemmperf.commands import analyze_impl
+    from pytest_gemmperf.jsonsafe import clean
+    from pytest_gemmperf.report import data, excel, html, prepare_template, tables
+    from pytest_gemmperf.safe_io import write_csv, write_text
+
+    prepare_template()
+    best: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+        for i in range(repeat + 1):
+            out = Path(tmp) / str(i % 2)
+            out.mkdir(exist_ok=True)
+            args = build_parser().parse_args(["analyze", trace, "--out", str(out)])
+            times = [time.process_time()]
+            result = analyze_impl.analyze(args, full=False, reports=True, beside=None)
+            times.append(time.process_time())
+            write_csv(result.kernels, out / "kernels.csv")
+            write_text(out / "summary.json", json.dumps(clean(result.summary), indent=2, allow_nan=False) + "\n")
+            times.append(time.process_time())
+            sweep = result.sweep if result.sweep is not None else result.dispatches
+            counters = None if result.trace is None else result.trace.counters
+            rd = data.build_report_data(sweep, counters=counters, agents=result.inputs.agents,
+                                        meta={"inputs": [trace]}, warmup=args.warmup)
+            times.append(time.process_time())
+            tables.write_csvs(rd, out, {"kernels.csv", "summary.json"})
+            times.append(time.process_time())
+            excel.write_excel(rd, out / "report.xlsx", max_rows=excel.DEFAULT_MAX_ROWS)
+            times.append(time.process_time())
+            html.write_html(rd, out / "report.html")
+            times.append(time.process_time())
+            tables.write_summary_md(rd, out / "summary.md")
+            times.append(time.process_time())
+            if i:  # the first run is untimed: what it imports and compiles is start-up's
+                for step, t0, t1 in zip(SMALL_STEPS, times, times[1:]):
+                    best[step] = min(best.get(step, float("inf")), t1 - t0)
+    return best
+
+
+def small(repeat: int, before: Path | None, rounds: int = 3) -> None:
+    """``--small``: the steps' CPU seconds on both small traces, this checkout (and ``before``),
+    ``rounds`` processes each, alternately."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from startup import kineto_trace, rocprof_csv_trace
+
+    trees = {"this": Path(__file__).resolve().parent.parent, **({"before": before.resolve()} if before else {})}
+    with tempfile.TemporaryDirectory() as tmp:
+        traces = {"Kineto 26 KB": Path(tmp) / "rank0.pt.trace.json", "rocprofv3 CSV 25 KB": Path(tmp) / "csv"}
+        kineto_trace(traces["Kineto 26 KB"])
+        traces["rocprofv3 CSV 25 KB"].mkdir()
+        rocprof_csv_trace(traces["rocprofv3 CSV 25 KB"])
+        for name, trace in traces.items():
+            got: dict[str, dict[str, float]] = {t: {} for t in trees}
+            for _ in range(rounds):  # the checkouts alternately: a busy spell falls on both
+                for tree_name, tree in trees.items():
+                    env = {**os.environ, "PYTHONPATH": str(tree)}
+                    env.pop("PYTHONDONTWRITEBYTECODE", None)
+                    proc = subprocess.run([sys.executable, __file__, "--small-child", str(trace), str(repeat)],
+                                          env=env, capture_output=True, text=True, cwd=tmp, check=True)
+                    for step, cpu_s in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+                        got[tree_name][step] = min(got[tree_name].get(step, float("inf")), cpu_s)
+            print(f"{name}: CPU seconds per step, best of {rounds} x {repeat} "
+                  f"(load average {os.getloadavg()[0]:.1f})")
+            for step in SMALL_STEPS:
+                print(f"  {step:28s}" + "".join(f"  {t}: {got[t][step]:.3f}" for t in trees))
+            print(f"  {'total':28s}" + "".join(f"  {t}: {sum(got[t].values()):.3f}" for t in trees))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--small-child"]:
+        print(json.dumps(small_steps(sys.argv[2], int(sys.argv[3]))))
+        return
+    if sys.argv[1:2] == ["--small"]:
+        rest = sys.argv[2:]
+        repeat = int(rest[rest.index("--repeat") + 1]) if "--repeat" in rest else 10
+        rounds = int(rest[rest.index("--rounds") + 1]) if "--rounds" in rest else 3
+        small(repeat, Path(rest[rest.index("--before") + 1]) if "--before" in rest else None, rounds)
+        return
     per_rank = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     n_points = int(sys.argv[2]) if len(sys.argv) > 2 else 8
     n_ranks = int(sys.argv[3]) if len(sys.argv) > 3 else 8

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 #: significant digits a written float keeps
 SIGNIFICANT = 12
+#: float columns up to this length are tidied value by value in Python (faster than NumPy's
+#: string formatting below some hundred values; the same text, parsed to the same double)
+_SMALL_COLUMN = 64
 
 
 def tidy_float(x: float) -> float:
@@ -65,9 +68,9 @@ def tidy_frame(df: "pd.DataFrame") -> "pd.DataFrame":
     import numpy as np
     import pandas as pd  # lazy: as numpy above
 
-    changed: dict[Any, pd.Series] = {}
-    for i, name in enumerate(df.columns):
-        s = df.iloc[:, i]
+    columns = [s for _, s in df.items()]  # by position: names may repeat
+    changed: dict[int, pd.Series] = {}
+    for i, (name, s) in enumerate(zip(df.columns, columns)):
         if pd.api.types.is_float_dtype(s.dtype):
             changed[i] = _tidy_floats(s, name, np, pd)
         elif s.dtype == object:
@@ -76,6 +79,11 @@ def tidy_frame(df: "pd.DataFrame") -> "pd.DataFrame":
                 changed[i] = fixed
     if not changed:
         return df
+    if df.index.is_unique:
+        # one new frame of every column: a column set in place costs as much as tidying it
+        out = pd.DataFrame({i: changed.get(i, s) for i, s in enumerate(columns)}, index=df.index)
+        out.columns = df.columns
+        return out
     out = df.copy(deep=False)
     for i, s in changed.items():
         out.isetitem(i, s)
@@ -96,9 +104,14 @@ def _tidy_floats(s: "pd.Series", name: object, np: Any, pd: Any) -> "pd.Series":
         return s
     out = arr.copy()
     # through text: the nearest double to a 12-digit decimal is the one whose repr is that decimal
-    out[finite] = np.char.mod(f"%.{SIGNIFICANT}g", arr[finite]).astype(np.float64)
+    if len(arr) <= _SMALL_COLUMN:  # the same text and parse, without NumPy's per-call set-up
+        out[finite] = [tidy_float(x) for x in arr[finite].tolist()]
+    else:
+        out[finite] = np.char.mod(f"%.{SIGNIFICANT}g", arr[finite]).astype(np.float64)
     if isinstance(s.dtype, pd.Float64Dtype):
         return pd.Series(pd.array(out, dtype="Float64"), index=s.index, name=s.name).mask(s.isna())
+    if s.dtype == np.float64:  # already the column's type: no conversion pass
+        return pd.Series(out, index=s.index, name=s.name)
     return pd.Series(out, index=s.index, name=s.name).astype(s.dtype)
 
 

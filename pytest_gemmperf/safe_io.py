@@ -166,6 +166,11 @@ def _has_cr(df: pd.DataFrame) -> bool:
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
             s = pd.Series(s.cat.categories, dtype=object)
+        values = _short_object_values(s)
+        if values is not None:
+            if any(isinstance(v, str) and "\r" in v for v in values):
+                return True
+            continue
         try:
             if s.str.contains("\r", regex=False).fillna(False).astype(bool).any():
                 return True
@@ -210,6 +215,20 @@ def unneutralise_cell(value: Any) -> Any:
     return value
 
 
+#: object columns up to this length are scanned value by value in Python: what pandas' ``.str``
+#: accessor does for them (Python's ``re``, non-strings never a hit), without its set-up, which
+#: costs about a millisecond a column whatever its length
+_SHORT_TEXT = 1000
+
+
+def _short_object_values(s: pd.Series) -> list | None:
+    """The values of a short object column, to scan in Python; None where pandas' ``.str``
+    accessor scans it (a long column, or text of a string dtype, which its own engine reads)."""
+    if s.dtype != object or len(s) > _SHORT_TEXT:
+        return None
+    return s.tolist()
+
+
 def _text_columns(df: pd.DataFrame) -> list:
     # lazy: keeps every pytest session fast (the plugin loads this module; only tables need pandas)
     import pandas as pd
@@ -229,11 +248,16 @@ def _map_strings(df: pd.DataFrame, pattern: re.Pattern, fix, fix_name) -> pd.Dat
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
             s = s.astype(object)
-        try:
-            hit = s.str.match(pattern.pattern)
-        except AttributeError:  # an object column without any string (e.g. all None)
-            continue
-        hit = hit.fillna(False).astype(bool)
+        values = _short_object_values(s)
+        if values is not None:
+            hit = pd.Series([isinstance(v, str) and pattern.match(v) is not None for v in values],
+                            index=s.index, dtype=bool)
+        else:
+            try:
+                hit = s.str.match(pattern.pattern)
+            except AttributeError:  # an object column without any string (e.g. all None)
+                continue
+            hit = hit.fillna(False).astype(bool)
         if not hit.any():
             continue
         if out is None:

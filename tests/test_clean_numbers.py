@@ -86,6 +86,22 @@ def test_tidy_frame_types_ns_bools_and_floats() -> None:
     assert json.dumps(clean({"a": 0.1 + 0.2, "b": [99.99999999999999]})) == '{"a": 0.3, "b": [100.0]}'
 
 
+@pytest.mark.parametrize("n", [1, 7, 64, 65, 300])
+def test_tidy_frame_short_and_long_columns_alike(n: int) -> None:
+    """A short float column is tidied value by value in Python, a long one through NumPy's
+    formatting: the same doubles either way, for any magnitude, subnormals, infinities and
+    missing values, in float64, float32 and nullable Float64 columns."""
+    rng = np.random.default_rng(n)
+    values = np.concatenate([rng.random(n) * 10.0 ** rng.integers(-310, 300, n), [np.nan, np.inf, -0.0, 5e-324]])
+    with np.errstate(over="ignore"):  # float32 holds the large ones as infinities
+        for s in (pd.Series(values, name="x"), pd.Series(values.astype(np.float32), name="x"),
+                  pd.Series(pd.array(values, dtype="Float64"), name="x")):
+            got = tidy_frame(s.to_frame())["x"]
+            text = np.char.mod(f"%.{SIGNIFICANT}g", s.to_numpy(dtype=np.float64, na_value=np.nan))
+            want = pd.Series(text.astype(np.float64), name="x").astype(s.dtype).mask(s.isna())
+            pd.testing.assert_series_equal(got, want, check_exact=True)
+
+
 def test_the_results_layouts_json_is_tidy(tmp_path: Path) -> None:
     from pytest_gemmperf.run.results import write_json
 

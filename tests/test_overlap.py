@@ -237,3 +237,38 @@ def test_908_gemm_overlap_reference(trace_908):
     per_kernel = overlap_by_kernel(d, overlap=ov)
     assert per_kernel["count"].sum() == 5350
     assert per_kernel["n_overlapped"].sum() == 4519
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_small_overlap_by_kernel_matches_the_grouped_passes_bit_for_bit(seed, monkeypatch):
+    """A small table's per-kernel overlap comes from one grouping (counts, sums and medians in
+    NumPy): the same values as pandas' grouped passes, whatever the keys (categorical, nullable,
+    missing; in any order or already sorted, where pandas sums another way), fractions (NaN,
+    infinities, any magnitude) or threshold."""
+    from pytest_gemmperf.analysis import overlap as O
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for t in range(120):
+        n = int(rng.integers(1, 60))
+        dur = rng.integers(0, [10, 10**6, 2**40][t % 3], n).astype(np.int64)
+        ovl = np.minimum(rng.integers(0, 10**6, n), dur).astype(np.int64) * (rng.random(n) < 0.6)
+        frac = O.overlap_fraction(ovl, dur)
+        if t % 5 == 0:
+            frac = rng.random(n) * 10.0 ** rng.integers(-5, 5)
+        if t % 11 == 0:
+            frac[rng.integers(0, n)] = np.inf
+        kern = rng.choice(np.array(["a", "b", "c", None], dtype=object), n)
+        df = pd.DataFrame({"point": pd.Categorical(rng.choice(np.array(["p1", "p2", None], dtype=object), n)),
+                           "rank": pd.array(rng.choice(np.array([0, 1, None], dtype=object), n), dtype="Int64"),
+                           "kernel": pd.Categorical(kern) if t % 2 else pd.Series(kern, dtype=object),
+                           "dur_ns": dur, "overlap_ns": ovl, "overlap_fraction": frac})
+        by = [("point", "rank", "kernel"), ("kernel",), ("point", "kernel")][t % 3]
+        if t % 4 == 1:  # rows already in group order, or one group: pandas' sorted-ids paths
+            df = df.sort_values(list(by), kind="stable") if t % 8 == 1 else df.assign(kernel="a", point="p1", rank=0)
+        cases.append((df, by, [0.0, 0.1][t % 2]))
+    one_pass = [O.overlap_by_kernel(None, overlap=df, by=by, threshold=thr) for df, by, thr in cases]
+    monkeypatch.setattr(O, "_ONE_PASS_MAX_ROWS", 0)  # every table through pandas' grouped passes
+    for (df, by, thr), got in zip(cases, one_pass):
+        pd.testing.assert_frame_equal(got, O.overlap_by_kernel(None, overlap=df, by=by, threshold=thr),
+                                      check_exact=True)

@@ -63,6 +63,52 @@ def test_plain_cells_are_unchanged(cell):
     assert unneutralise_cell(cell) == cell
 
 
+#: cells of every kind a text column may hold: formulas, plain numbers (signed, Unicode digits),
+#: a bare CR, text, missing values, numbers, bytes, booleans
+MIXED_CELLS = ["=1+1", "+5", "-3", "-3.5e2", "@x", "\tx", "\rx", "a\rb", "plain", "", "-", "+.5", "-\u0663",
+               "x\n=y", "'=z", " =q", None, float("nan"), 5, 2.5, b"=b", True, pd.NA]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_short_text_columns_scan_as_pandas_scans_them(seed, monkeypatch):
+    """A short object column is scanned for formulas and CRs value by value in Python, a long one
+    by pandas' ``.str`` accessor: the same cells neutralised, the same row ends, the same text,
+    in object, categorical and string columns and header names alike."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    frames = []
+    for t in range(80):
+        n = int(rng.integers(0, 10))
+        pick = [MIXED_CELLS[i] for i in rng.integers(0, len(MIXED_CELLS), n)]
+        text = [c if isinstance(c, str) else None for c in pick]
+        df = pd.DataFrame({"o": pd.Series(pick, dtype=object), "cat": pd.Categorical(text),
+                           "str": pd.Series(text, dtype="str"), "n": range(n)})
+        if t % 4 == 0:
+            df.columns = ["=o", "cat", "+str", "n"]
+        frames.append(df)
+    short = [(neutralise_frame(df), safe_io._has_cr(df), safe_io.csv_text(df)) for df in frames]
+    monkeypatch.setattr(safe_io, "_SHORT_TEXT", -1)  # every column through pandas
+    compared = 0
+    for df, (frame, cr, text) in zip(frames, short):
+        try:
+            by_pandas = neutralise_frame(df)
+        except TypeError:  # pandas refuses a column of bytes only (the next test)
+            continue
+        pd.testing.assert_frame_equal(frame, by_pandas, check_exact=True)
+        assert (cr, text) == (safe_io._has_cr(df), safe_io.csv_text(df))
+        compared += 1
+    assert compared >= 70
+
+
+def test_a_column_of_bytes_is_written_not_a_traceback(tmp_path):
+    """An object column holding only bytes has no text cell to neutralise: the table is written
+    (pandas' ``.str`` accessor refuses such a column with a TypeError)."""
+    path = safe_io.write_csv(pd.DataFrame({"kernel": ["k"], "raw": pd.Series([b"=x"], dtype=object)}),
+                             tmp_path / "t.csv")
+    assert path.read_text(encoding="utf-8") == "kernel,raw\nk,b'=x'\n"
+
+
 def test_numbers_stay_numbers_and_round_trip(tmp_path):
     df = pd.DataFrame({
         "kernel": HOSTILE + ["ok"],

@@ -227,6 +227,33 @@ def test_analyze_loads_the_readers_of_its_input_only(tmp_path):
         assert (tmp_path / f"{name}-plain" / "kernels.csv").is_file(), name
 
 
+#: what the reports of an analysis have no use for: the gate's samples builders and settings
+#: (only the before/after panels of a comparison read them) and the telemetry sampler (only a
+#: pytest results directory that sampled has telemetry to show)
+REPORT_UNNEEDED = ("pytest_gemmperf.gate.samples", "pytest_gemmperf.gate.gate_config",
+                   "pytest_gemmperf.gate.stats", "pytest_gemmperf.run.telemetry",
+                   "pytest_gemmperf.run.telemetry_sources", "pytest_gemmperf.run.procstat")
+
+
+def test_analyze_reports_load_no_comparison_or_sampler_modules(tmp_path):
+    """The default ``gemmperf analyze`` (every report written) of a Kineto trace and of a
+    rocprofv3 CSV directory loads none of the modules only a comparison's or a sampled run's
+    report reads."""
+    fixtures = ROOT / "tests" / "fixtures"
+    calls = [["analyze", str(path), "--out", str(tmp_path / f"report{i}")]
+             for i, path in enumerate((fixtures / "torch" / "rocm_sdk_rank3.pt.trace.json",
+                                       fixtures / "rocprof_csv" / "v7" / "mi350-n1"))]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", CHILD, ",".join(REPORT_UNNEEDED), json.dumps(calls)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    for i, argv in enumerate(calls):
+        assert found[json.dumps(argv)] == [], argv
+        assert (tmp_path / f"report{i}" / "report.xlsx").is_file()
+
+
 # --- the pytest plugin: every pytest process where gemmperf is installed loads it -----------------
 
 #: what the plugin must not load before a session needs it (pytest it runs inside of)

@@ -166,3 +166,53 @@ def test_908_top_variance_real(shared_data):
                                np.sort(spans.to_numpy())[::-1][:5] / 1e3)
     assert (top["max_duration_found_us"] == top["kernel_time_max_us"]).all()
     assert top["overlapping_collective_names"].isin(["", "ncclDevKernel_Generic_1"]).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_small_table_statistics_match_the_grouped_passes_bit_for_bit(seed):
+    """A small table's statistics come from one NumPy sort; they equal pandas' grouped median,
+    quantiles, MAD and first-instance idxmin/idxmax exactly, whatever the keys (categorical,
+    nullable, missing), durations (ties, equal, near 2**40) or index labels."""
+    from pytest_gemmperf.analysis import variance as V
+
+    rng = np.random.default_rng(seed)
+    for trial in range(60):
+        n = int(rng.integers(1, 80))
+        names = [f"k{i}" for i in range(int(rng.integers(1, 5)))] + ([None] if trial % 3 == 0 else [])
+        kern = rng.choice(np.array(names, dtype=object), n)
+        d = pd.DataFrame({
+            "point": pd.Categorical(rng.choice(np.array(["ch1-th2", "ch2-th4", None], dtype=object), n)),
+            "rank": pd.array(rng.choice(np.array([0, 1, None], dtype=object), n), dtype="Int64"),
+            "kernel": pd.Categorical(kern) if trial % 2 else pd.Series(kern, dtype=object),
+            "dur_ns": [rng.integers(1, 10, n), rng.integers(1, 2**40, n), np.full(n, 7)][trial % 3].astype(np.int64),
+            "start_ns": rng.integers(0, 20, n).astype(np.int64),
+        })
+        if trial % 5 == 0:
+            d.index = rng.permutation(n) + 100
+        by = [["point", "rank", "kernel"], ["kernel"], ["point", "kernel"], ["rank"]][trial % 4]
+        if trial % 6 == 1:  # one group: pandas' sorted-ids paths
+            d = d.assign(point="ch1-th2", rank=0, kernel="k0")
+        frame = d[by + ["dur_ns", "start_ns"]].sort_values("start_ns", kind="stable")
+        grp = frame.groupby(by, observed=True, dropna=False, sort=True)["dur_ns"]
+        pd.testing.assert_frame_equal(V._stats(d, by), V._stats_pandas(frame, by, grp), check_exact=True)
+
+
+def test_point_axes_read_as_pandas_reads_them():
+    """Point ids parsed with ``re`` per distinct id give what pandas' ``str.extract`` and
+    ``to_numeric`` give: first match, leading zeros, missing and empty ids, categoricals, any
+    index; ids pandas reads otherwise (not text, non-ASCII or long digit runs) take its path."""
+    def pandas_axes(points):
+        text = points.astype("object").where(points.notna(), "").astype(str)
+
+        def grab(abbr):
+            found = text.str.extract(rf"(?:^|-){abbr}(\d+)(?:-|$)", expand=False)
+            return pd.to_numeric(found, errors="coerce").astype("Int64")
+
+        return pd.DataFrame({"threads": grab("th"), "channel": grab("ch")}, index=points.index)
+
+    ids = ["ch2-th256", "th4", "ch08-th0016", "x-ch3", "", None, "th-ch", "ch1-th2-th3", "thx-th5",
+           "th123456789012345", "th1234567890123456", "th٣", "ch5-th6-extra"]
+    for points in (pd.Series(ids, dtype=object), pd.Series(pd.Categorical(ids)), pd.Series(ids, dtype="str"),
+                   pd.Series(ids[:3], index=[7, 3, 5], dtype=object), pd.Series([], dtype=object),
+                   pd.Series([None, None], dtype=object), pd.Series([1.0, np.nan]), pd.Series([b"th1"], dtype=object)):
+        pd.testing.assert_frame_equal(parse_point_axes(points), pandas_axes(points), check_exact=True)

@@ -141,6 +141,13 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
           else gemm_overlap(dispatches, gemm_mask, comm_mask, keys=keys, names=False))
     by = [c for c in by if c in ov.columns]
     is_ov = (ov["overlap_fraction"] > threshold).to_numpy(dtype=bool, na_value=False)
+    if 0 < len(ov) <= _ONE_PASS_MAX_ROWS and all(
+            isinstance(ov[c].dtype, np.dtype) and ov[c].dtype.kind == k
+            for c, k in (("dur_ns", "i"), ("overlap_ns", "i"), ("overlap_fraction", "f"))):
+        grp = ov[by + ["overlap_fraction"]].groupby(by, observed=True, dropna=False, sort=True)
+        # the mean is pandas' own: its float sum's algorithm depends on the rows' order
+        return _by_kernel_one_pass(grp.size(), grp.ngroup().to_numpy(), is_ov, ov["dur_ns"].to_numpy(),
+                                   ov["overlap_ns"].to_numpy(), grp["overlap_fraction"].mean().to_numpy())
     frame = ov[by + ["dur_ns", "overlap_ns", "overlap_fraction"]].copy()
     frame["_ov"] = is_ov
     # Both medians come from the one grouping (NaN-masked durations; median skips NaN). Grouping
@@ -161,6 +168,53 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
     out["median_dur_isolated_ns"] = grp["_dur_iso"].median().astype("float64")
     out["interference_slowdown"] = out["median_dur_overlapped_ns"] / out["median_dur_isolated_ns"]
     return out.reset_index()
+
+
+def _by_kernel_one_pass(size: pd.Series, gid: np.ndarray, is_ov: np.ndarray, dur: np.ndarray,
+                        overlap_ns: np.ndarray, mean_fraction: np.ndarray) -> pd.DataFrame:
+    """:func:`overlap_by_kernel`'s table from one pass over a small table's rows (``gid``: each
+    row's group in ``size``'s order; ``mean_fraction`` per group): pandas' grouped integer sums
+    and medians, value for value, without a grouped pass per column (each costs milliseconds
+    whatever the size)."""
+    n = len(size)
+    count = size.to_numpy(np.int64)
+    n_over = np.bincount(gid[is_ov], minlength=n)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, gid, overlap_ns.astype(np.int64))
+    durf = dur.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = pd.DataFrame({
+            "count": count,
+            "n_overlapped": n_over.astype(np.int64),
+            "mean_overlap_fraction": mean_fraction,
+            "total_overlap_ns": total,
+        }, index=size.index)
+        out["overlapped_share"] = out["n_overlapped"] / out["count"]
+        out["median_dur_overlapped_ns"] = _medians(gid[is_ov], durf[is_ov], n)
+        out["median_dur_isolated_ns"] = _medians(gid[~is_ov], durf[~is_ov], n)
+        out["interference_slowdown"] = out["median_dur_overlapped_ns"] / out["median_dur_isolated_ns"]
+    return out.reset_index()
+
+
+def _medians(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per group, the median of its ``values`` (no NaN among them): the middle value, or the
+    mean of the two middle ones, as pandas' grouped median; NaN for a group without values."""
+    out = np.full(n, np.nan)
+    if len(values) == 0:
+        return out
+    order = np.lexsort((values, gid))
+    g, v = gid[order], values[order]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    count = np.diff(np.r_[first, len(g)])
+    hi = first + count // 2
+    lo = np.where(count % 2 == 1, hi, hi - 1)
+    out[g[first]] = (v[hi] + v[lo]) / 2
+    return out
+
+
+#: up to this many GEMM rows :func:`overlap_by_kernel` takes one grouping and NumPy's passes
+#: (fixed costs dominate a small table); above it pandas' grouped passes
+_ONE_PASS_MAX_ROWS = 10_000
 
 
 __all__ = ["category_mask", "display_names", "gemm_overlap", "gemm_overlap_ns", "overlap_by_kernel",

@@ -14,6 +14,7 @@ invocations, so every row also carries robust, count-independent measures:
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -34,6 +35,9 @@ PROCESS_KEYS = ("point", "host", "pid", "rank", "run")
 _MAD_TO_SIGMA = 1.4826
 _IQR_TO_SIGMA = 1.349
 _KERNEL_KEYS = ("kernel", "kernel_short")
+#: up to this many rows :func:`_stats` sorts once in NumPy (fixed costs dominate a small table);
+#: above it pandas' grouped passes are faster (measured: even near 20,000 rows, 5x slower at 1 M)
+_ONE_SORT_MAX_ROWS = 10_000
 
 
 def select_samples(dispatches: pd.DataFrame, *, category: str | None = "gemm",
@@ -61,6 +65,64 @@ def _stats(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     (ties: earliest start)."""
     frame = d[by + ["dur_ns", "start_ns"]].sort_values("start_ns", kind="stable")
     grp = frame.groupby(by, observed=True, dropna=False, sort=True)["dur_ns"]
+    dur = frame["dur_ns"]
+    if 0 < len(frame) <= _ONE_SORT_MAX_ROWS and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i" \
+            and frame.index.dtype.kind == "i":
+        return _stats_sorted(grp.size(), grp.ngroup().to_numpy(), dur.to_numpy(np.int64), frame.index.to_numpy())
+    return _stats_pandas(frame, by, grp)
+
+
+def _stats_sorted(size: pd.Series, gid: np.ndarray, dur: np.ndarray, labels: np.ndarray) -> pd.DataFrame:
+    """:func:`_stats_pandas`'s table from one sort of integer durations by group (``gid``: the
+    groups' numbers in ``size``'s order, rows in start order): the same values, bit for bit,
+    without a grouped pass per statistic (a small report pays some milliseconds for each)."""
+    count = size.to_numpy(np.int64)
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    last = first + count - 1
+    order = np.lexsort((dur, gid))  # stable: equal durations stay in start order
+    sv = dur[order].astype(np.float64)
+    median = _sorted_median(sv, first, count)
+    # the first instance (in start order) of each group's largest duration
+    by_max = np.lexsort((-dur, gid))
+    dev = np.abs(dur.astype(np.float64) - median[gid])  # each row's distance to its group's median
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = pd.DataFrame({
+            "count": count,
+            "min_ns": dur[order[first]],
+            "max_ns": dur[order[last]],
+            "median_ns": median,
+            "mad_ns": _sorted_median(dev[np.lexsort((dev, gid))], first, count),
+            "q1_ns": _sorted_quantile(sv, first, count, 0.25),
+            "q3_ns": _sorted_quantile(sv, first, count, 0.75),
+            "min_row": labels[order[first]],
+            "max_row": labels[by_max[first]],
+        }, index=size.index)
+        out["mad_cv"] = _MAD_TO_SIGMA * out["mad_ns"] / out["median_ns"]
+        out["iqr_cv"] = (out["q3_ns"] - out["q1_ns"]) / _IQR_TO_SIGMA / out["median_ns"]
+    return out.reset_index()
+
+
+def _sorted_median(sv: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per group of ``sv`` (sorted within each group): pandas' grouped median, the middle value
+    or the mean of the two middle values."""
+    hi = first + count // 2
+    lo = np.where(count % 2 == 1, hi, hi - 1)
+    return (sv[hi] + sv[lo]) / 2
+
+
+def _sorted_quantile(sv: np.ndarray, first: np.ndarray, count: np.ndarray, q: float) -> np.ndarray:
+    """Per group of ``sv`` (sorted within each group): pandas' grouped ``quantile(q)`` (linear,
+    type 7): ``v[i] + (v[i + 1] - v[i]) * frac`` at ``q * (n - 1)``, ``v[i]`` where frac is 0."""
+    pos = q * (count - 1).astype(np.float64)
+    idx = pos.astype(np.int64)
+    frac = pos % 1
+    val = sv[first + idx]
+    nxt = sv[np.minimum(first + idx + 1, first + count - 1)]
+    return np.where(frac == 0.0, val, val + (nxt - val) * frac)
+
+
+def _stats_pandas(frame: pd.DataFrame, by: list[str], grp) -> pd.DataFrame:
+    """:func:`_stats` of any duration column (nullable, float), one grouped pass per statistic."""
     med = grp.transform("median")
     dev = (frame["dur_ns"] - med).abs()
     out = pd.DataFrame({
@@ -80,15 +142,49 @@ def _stats(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
+#: an axis value in a point id: ``th<T>`` / ``ch<C>`` between dashes (``ch2-th256``)
+_AXIS_RX = {axis: re.compile(rf"(?:^|-){abbr}(\d+)(?:-|$)") for axis, abbr in (("threads", "th"), ("channel", "ch"))}
+#: digits parsed as Python integers; longer ones take pandas' conversion (a float on the way)
+_AXIS_MAX_DIGITS = 15
+
+
 def parse_point_axes(points: pd.Series) -> pd.DataFrame:
     """``threads`` and ``channel`` from point ids ``ch<C>-th<T>`` (nullable Int64)."""
+    parsed = _parse_text_axes(points)
+    if parsed is not None:
+        return pd.DataFrame({axis: pd.array(values, dtype="Int64") for axis, values in parsed.items()},
+                            index=points.index)
     text = points.astype("object").where(points.notna(), "").astype(str)
 
-    def grab(abbr: str) -> pd.Series:
-        found = text.str.extract(rf"(?:^|-){abbr}(\d+)(?:-|$)", expand=False)
+    def grab(axis: str) -> pd.Series:
+        found = text.str.extract(_AXIS_RX[axis].pattern, expand=False)
         return pd.to_numeric(found, errors="coerce").astype("Int64")
 
-    return pd.DataFrame({"threads": grab("th"), "channel": grab("ch")}, index=points.index)
+    return pd.DataFrame({axis: grab(axis) for axis in _AXIS_RX}, index=points.index)
+
+
+def _parse_text_axes(points: pd.Series) -> dict[str, list[int | None]] | None:
+    """:func:`parse_point_axes`'s values, each distinct point id searched once with ``re``
+    (pandas' ``str.extract`` and ``to_numeric`` cost milliseconds whatever the length); None
+    where pandas' conversion could read otherwise: an id that is not text, or a number of
+    non-ASCII or many digits."""
+    missing = points.isna().to_numpy(dtype=bool)
+    values = points.to_numpy(dtype=object)
+    seen: dict[str, tuple[int | None, ...]] = {}
+    out: dict[str, list[int | None]] = {axis: [] for axis in _AXIS_RX}
+    for value, gone in zip(values.tolist(), missing.tolist()):
+        text = "" if gone else value
+        if not isinstance(text, str):
+            return None
+        found = seen.get(text)
+        if found is None:
+            digits = [(m.group(1) if m else None) for m in (rx.search(text) for rx in _AXIS_RX.values())]
+            if any(d is not None and not (d.isascii() and len(d) <= _AXIS_MAX_DIGITS) for d in digits):
+                return None
+            found = seen[text] = tuple(None if d is None else int(d) for d in digits)
+        for axis, number in zip(out, found):
+            out[axis].append(number)
+    return out
 
 
 def _attach_axes(top: pd.DataFrame, axes: pd.DataFrame | None) -> pd.DataFrame:

@@ -26,10 +26,12 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.gate.gate_config import GateConfig
 from pytest_gemmperf.paths import contained_relative
 from pytest_gemmperf.gate.headline import notable
-from pytest_gemmperf.gate.samples import DISPATCH_COUNT, SAMPLE_COLUMNS
+# where the gate defines them (gate.samples re-exports them): the reports of a run nothing was
+# compared for never load the samples' builders
+from pytest_gemmperf.gate.metrics import DISPATCH_COUNT
+from pytest_gemmperf.gate.prepared import SAMPLE_COLUMNS
 from pytest_gemmperf.safe_io import write_parquet
 from pytest_gemmperf.traces.fileio import read_json_object
 
@@ -141,6 +143,7 @@ def _duration_values(d: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
     n = int(gid.max()) + 1
     # lazy: the statistics module loads scipy; a report without a comparison never gets here
     from pytest_gemmperf.gate.stats import group_median_mad
+    from pytest_gemmperf.gate.gate_config import GateConfig  # lazy: as above (and its settings' parser)
 
     med, mad, cnt = group_median_mad(np.log(d["value"].to_numpy(float)), gid, n)
     _, first = np.unique(gid, return_index=True)

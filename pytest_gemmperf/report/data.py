@@ -443,13 +443,12 @@ def gemm_views(gemm: GemmRows, comm: CommRows | None, has_comm: bool, top_k: int
         top = with_collective_overlap(top, both, comm_mask, keys=("gpu",))
     out["top_variance"] = decategorized(top.drop(columns=["min_row", "max_row"])).reset_index(drop=True)
     keys = [c for c in ("point", "rank", "kernel") if c in g.columns]
-    obk = overlap_by_kernel(None, overlap=g, by=keys)
-    # group on the categorical columns; only the small result becomes text
-    med = decategorized(g.groupby(keys, dropna=False, observed=True, sort=False)["dur_ns"]
-                        .median().rename("median_dur_us").reset_index())
-    med["median_dur_us"] = med["median_dur_us"] / 1e3
-    obk = _object_keys(decategorized(obk), keys).merge(_object_keys(med, keys), on=keys, how="left")
-    out["overlap"] = decategorized(obk).reset_index(drop=True)
+    obk = _object_keys(decategorized(overlap_by_kernel(None, overlap=g, by=keys)), keys)
+    # its rows are the groups of this same grouping, in the same (sorted) order: each row's
+    # median lines up without a join
+    med = g.groupby(keys, dropna=False, observed=True, sort=True)["dur_ns"].median()
+    obk["median_dur_us"] = med.to_numpy(dtype=np.float64) / 1e3
+    out["overlap"] = obk
     axes = _axes_of(g["point"])
     # extension arrays, not to_numpy(): kernel stays categorical, rank nullable (no object copies)
     out["_gemm"] = pd.DataFrame({"kernel": g["kernel"].array, "threads": axes["threads"].array,

@@ -114,18 +114,20 @@ class _Book:
         """Write ``df`` with a description row, a frozen header row and an autofilter."""
         ws = ws or self.wb.add_worksheet(name)
         total = len(df)
-        shown = df.iloc[: self.max_rows]
+        shown = df if total <= self.max_rows else df.iloc[: self.max_rows]
         note = description
         if total > len(shown):
             note += (f" - showing the first {len(shown):,} of {total:,} rows"
                      + (f"; all rows are in {csv_hint}" if csv_hint else ""))
         ws.write_string(first_row, start_col, note, self.fmt["note"])
         hdr = first_row + 1
-        cols = [(c, _column(str(c), shown[c])) for c in shown.columns]
+        # each column taken out of the frame once (a column lookup costs more than its few cells)
+        series = [s for _, s in shown.items()]
+        cols = [(c, _column(str(c), s)) for c, s in zip(shown.columns, series)]
         for j, (_, spec) in enumerate(cols):
             ws.write_string(hdr, start_col + j, spec.header, self.fmt["header"])
-        for j, (c, spec) in enumerate(cols):
-            self._write_column(ws, hdr + 1, start_col + j, shown[c], spec)
+        for j, ((c, spec), s) in enumerate(zip(cols, series)):
+            self._write_column(ws, hdr + 1, start_col + j, s, spec)
             width = (widths or {}).get(str(c))
             if width is None:
                 width = 60 if spec.kind == "text" and str(c) in ("kernel", "name", "kernel_name", "note") \
@@ -162,9 +164,12 @@ class _Book:
 
 def _float64(s: pd.Series) -> np.ndarray:
     """A number column's values as float64, NaN where missing or not a number; a NumPy integer or
-    float column converts directly (the same values, without pandas' three passes)."""
+    float column, or a nullable one, converts directly (the same values, without pandas' three
+    passes)."""
     if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iuf":
         return s.to_numpy(dtype=np.float64)
+    if isinstance(s.array, (pd.arrays.IntegerArray, pd.arrays.FloatingArray)):  # nullable: NA -> NaN
+        return s.to_numpy(dtype=np.float64, na_value=np.nan)
     return pd.to_numeric(s, errors="coerce").astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
 
 

@@ -29,7 +29,6 @@ from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
 from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.report.data import report_kernel_labels
-from pytest_gemmperf.run.telemetry import evidence
 
 VARIANCE_CSV = "top5_gemm_kernels_time_variance.csv"
 #: robust columns appended after aorta's (aorta ignores extra columns)
@@ -221,6 +220,8 @@ def _telemetry_md(data: ReportData) -> list[str]:
     n = sampled_points(samples, s)
     if not n:
         return []
+    # lazy: the sampler's module only for a run that sampled (most reports have no telemetry)
+    from pytest_gemmperf.run.telemetry import evidence
 
     out = []
     for (test, point), g in (s.groupby(["test", "point"], sort=True) if len(s) else ()):

@@ -22,7 +22,6 @@ from markupsafe import Markup, escape
 
 from pytest_gemmperf.paths import contained, contained_glob
 from pytest_gemmperf.report.plots import _Svg, _num, _ticks, empty_note
-from pytest_gemmperf.run.telemetry import MIN_THROTTLE_S, read_telemetry, reasons_text
 
 #: points drawn per series (samples are bucketed by time beyond this)
 MAX_POINTS = 400
@@ -33,15 +32,18 @@ SUMMARY_COLUMNS = ("test", "point", "process", "device", "clock_min_mhz", "clock
                    "clock_max_mhz", "power_median_w", "temp_edge_max_c", "temp_hotspot_max_c",
                    "temp_mem_max_c", "throttle_s", "throttle_reasons_s", "throttle_clock_mhz",
                    "reasons_seen", "cpu_busy_median", "samples")
-#: summary fields holding {reason: seconds}, shown as text ("power cap 0.4 s"), with the
-#: shortest time shown: the judged ones as the verdict notes name them, every reason seen
-REASON_COLUMNS = {"throttle_reasons_s": MIN_THROTTLE_S, "reasons_seen": 0.0}
 
 
 def read_results_telemetry(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:
     """(samples with ``test``/``point`` columns, per-process summary rows, per-point metadata
     keyed ``test[point]``) of a pytest results directory; empty when nothing was sampled. The
     reasons' {name: seconds} fields become text, as the verdict notes write them."""
+    # lazy: the sampler's module (its device sources, sockets, threads) only where a run sampled
+    from pytest_gemmperf.run.telemetry import MIN_THROTTLE_S, read_telemetry, reasons_text
+
+    # summary fields holding {reason: seconds}, shown as text ("power cap 0.4 s"), with the
+    # shortest time shown: the judged ones as the verdict notes name them, every reason seen
+    reason_columns = {"throttle_reasons_s": MIN_THROTTLE_S, "reasons_seen": 0.0}
     frames, rows, meta = [], [], {}
     for path in contained_glob(Path(root), "*/*/telemetry.parquet"):
         pj = contained(path.parent, "point.json")
@@ -55,7 +57,7 @@ def read_results_telemetry(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict
         df = read_telemetry(path)
         frames.append(df.assign(test=test, point=point))
         for r in tele.get("summary") or []:
-            r = {**r, **{k: reasons_text(r[k], min_s=m) for k, m in REASON_COLUMNS.items() if k in r}}
+            r = {**r, **{k: reasons_text(r[k], min_s=m) for k, m in reason_columns.items() if k in r}}
             rows.append({"test": test, "point": point, **r})
         meta[f"{test}[{point}]"] = {k: tele.get(k) for k in ("processes", "interval_s", "sources",
                                                             "clock", "notes", "sampler_cpu_fraction")}
