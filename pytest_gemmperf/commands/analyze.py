@@ -62,10 +62,11 @@ def run(args: argparse.Namespace) -> int:
     prestart(getattr(args, "jobs", 0), args.paths)
     with gc_paused():
         impl = _impl()
-        # what exists now (pandas, pyarrow, the parser) outlives the command: kept out of the
-        # cyclic collector's full passes while it runs, which would otherwise walk it all again
-        # every few hundred thousand allocations (the first right after the pause); given back
-        # to them afterwards (in-process callers)
+        impl.preload(args)
+        # what exists now (pandas, pyarrow, the report layer, the parser) outlives the command:
+        # kept out of the cyclic collector's full passes while it runs, which would otherwise
+        # walk it all again every few hundred thousand allocations (the first right after the
+        # pause); given back to them afterwards (in-process callers)
         gc.freeze()
     try:
         return impl.run(args)

@@ -89,6 +89,14 @@ def _beside(stack: contextlib.ExitStack) -> Beside | None:
     return stack.enter_context(helper) if helper is not None else None
 
 
+def preload(args: argparse.Namespace) -> None:
+    """Imports the command will make once it runs: with its reports, the report layer and the
+    workbook's writer (the caller pauses the cyclic collector and then freezes what they made)."""
+    if getattr(args, "report", True):
+        # lazy: --no-report never loads the report layer
+        from pytest_gemmperf.report import excel  # noqa: F401
+
+
 def _prepare_reports() -> None:
     """What writing the reports needs first, done while the pool reads (``meanwhile``)."""
     # lazy: --no-report never loads the report layer
