@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,27 +15,13 @@ import pytest
 from pytest_gemmperf.analysis import source_totals
 from pytest_gemmperf.cli import main
 from pytest_gemmperf.commands import analyze_impl
-from pytest_gemmperf.traces import source_reader
 from pytest_gemmperf.traces.discover import load
+from test_compare_read_once import reads  # noqa: F401  (the fixture: how often each source is read)
 from test_gate_slim_samples import JSON_V7, _tree
 
 FILES = ("kernels.csv", "summary.json", "summary.md", "report.html")
 #: when a report was written (report.html says it)
 WRITTEN_AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?")
-
-
-@pytest.fixture
-def reads(monkeypatch) -> Counter:
-    """How often each source (its first file) is read."""
-    seen: Counter = Counter()
-    inner = source_reader.read_source
-
-    def counted(src, *args, **kwargs):
-        seen[str(src.files[0])] += 1
-        return inner(src, *args, **kwargs)
-
-    monkeypatch.setattr(source_reader, "read_source", counted)
-    return seen
 
 
 def _read_again(paths, *, jobs=1, warmup=0, point=None, rules=(), reports=True, meanwhile=None):

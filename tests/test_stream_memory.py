@@ -153,6 +153,19 @@ def _kineto(n: int) -> dict:
     return {"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}]}
 
 
+def _count_runs(monkeypatch) -> list:
+    """A list that gets an item for every run of elements a JSON splitter hands out."""
+    runs: list = []
+    real = jsonstream.JsonSplitter.pieces
+
+    def counted(self):
+        for piece in real(self):
+            runs.append(1)
+            yield piece
+    monkeypatch.setattr(jsonstream.JsonSplitter, "pieces", counted)
+    return runs
+
+
 @pytest.mark.parametrize("columns", [None, READ_COLUMNS], ids=["full", "slim"])
 def test_a_kineto_read_trims_once_its_runs_leave_the_resident_set_flat(tmp_path, monkeypatch, columns):
     p = tmp_path / "t.json"
@@ -175,14 +188,7 @@ def test_a_kineto_read_trims_as_its_resident_set_grows(tmp_path, monkeypatch):
     monkeypatch.setattr(jsonstream, "release_free_memory", lambda: trims.append(1))
     monkeypatch.setattr(jsonstream, "resident_bytes", lambda: next(sizes))
     monkeypatch.setattr(fileio, "BLOCK_BYTES", 4096)
-    runs = []
-    real = jsonstream.JsonSplitter.pieces
-
-    def counted(self):
-        for piece in real(self):
-            runs.append(1)
-            yield piece
-    monkeypatch.setattr(jsonstream.JsonSplitter, "pieces", counted)
+    runs = _count_runs(monkeypatch)
     read_torch_trace(p, columns=READ_COLUMNS)
     assert len(runs) > 20
     assert len(trims) == len(runs) // 3 + 1  # every third run (reference, +1.5, +3 > 2 MiB), and the end
@@ -204,14 +210,7 @@ def test_a_rocprof_json_read_trims_once_its_runs_leave_the_resident_set_flat(tmp
     p = write_rocprof_json(tmp_path / "a_results.json", np.random.default_rng(3), [1001, 1002], 400)
     whole = read_rocprof_json(p, columns=columns)
     trims = []
-    runs = []
-    real = jsonstream.JsonSplitter.pieces
-
-    def counted(self):
-        for piece in real(self):
-            runs.append(1)
-            yield piece
-    monkeypatch.setattr(jsonstream.JsonSplitter, "pieces", counted)
+    runs = _count_runs(monkeypatch)
     monkeypatch.setattr(jsonstream, "release_free_memory", lambda: trims.append(1))
     monkeypatch.setattr(rocprof_json, "release_free_memory", lambda: trims.append(1), raising=False)
     monkeypatch.setattr(jsonstream, "resident_bytes", lambda: 200 << 20)
