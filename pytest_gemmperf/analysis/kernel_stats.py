@@ -135,7 +135,7 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
         sdur = _sort_within_groups(gid, dur, n_groups)
 
     def quantile(sorted_vals: np.ndarray, q: float) -> np.ndarray:
-        return _interpolate(sorted_vals, first + q * (count - 1))
+        return sorted_quantile(sorted_vals, first, count, q)
 
     total = np.add.reduceat(sdur, first)
     mean = total / count
@@ -174,6 +174,13 @@ def group_statistics(gid: np.ndarray, dur: np.ndarray, n_groups: int) -> dict[st
 #: the sorted key ``gid * span + dur`` must stay below this (int64, and exact as float64 for
 #: the outlier fence's comparison)
 KEYED_LIMIT = 2**53
+
+
+def sorted_quantile(sorted_vals: np.ndarray, first: np.ndarray, count: np.ndarray, q: float) -> np.ndarray:
+    """Per group of ``sorted_vals`` (sorted within each group; group i at ``first[i]``, ``count[i]``
+    values, none empty): its ``q`` quantile, linear ("type 7") as numpy's and pandas' default;
+    the median is the middle value or the mean of the two middle ones."""
+    return _interpolate(sorted_vals, first + q * (count - 1))
 
 
 def _interpolate(sorted_vals: np.ndarray, pos: np.ndarray) -> np.ndarray:

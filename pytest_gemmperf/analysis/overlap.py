@@ -16,6 +16,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.intervals import (
     GPU_KEYS, GroupedTimeline, count_overlapping, covered_length, group_codes, grouped_union,
 )
+from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
 
 
 
@@ -197,18 +198,15 @@ def _by_kernel_one_pass(size: pd.Series, gid: np.ndarray, is_ov: np.ndarray, dur
 
 
 def _medians(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Per group, the median of its ``values`` (no NaN among them): the middle value, or the
-    mean of the two middle ones, as pandas' grouped median; NaN for a group without values."""
+    """Per group, the median of its ``values`` (no NaN among them), as pandas' grouped median;
+    NaN for a group without values."""
     out = np.full(n, np.nan)
     if len(values) == 0:
         return out
     order = np.lexsort((values, gid))
     g, v = gid[order], values[order]
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    count = np.diff(np.r_[first, len(g)])
-    hi = first + count // 2
-    lo = np.where(count % 2 == 1, hi, hi - 1)
-    out[g[first]] = (v[hi] + v[lo]) / 2
+    out[g[first]] = sorted_quantile(v, first, np.diff(np.r_[first, len(g)]), 0.5)
     return out
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge
+from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
 from pytest_gemmperf.analysis.overlap import category_mask, display_names
 
 AORTA_COLUMNS = ("threads", "channel", "rank", "kernel_name", "kernel_time_min_us",
@@ -81,7 +82,7 @@ def _stats_sorted(size: pd.Series, gid: np.ndarray, dur: np.ndarray, labels: np.
     last = first + count - 1
     order = np.lexsort((dur, gid))  # stable: equal durations stay in start order
     sv = dur[order].astype(np.float64)
-    median = _sorted_median(sv, first, count)
+    median = sorted_quantile(sv, first, count, 0.5)
     # the first instance (in start order) of each group's largest duration
     by_max = np.lexsort((-dur, gid))
     dev = np.abs(dur.astype(np.float64) - median[gid])  # each row's distance to its group's median
@@ -91,34 +92,15 @@ def _stats_sorted(size: pd.Series, gid: np.ndarray, dur: np.ndarray, labels: np.
             "min_ns": dur[order[first]],
             "max_ns": dur[order[last]],
             "median_ns": median,
-            "mad_ns": _sorted_median(dev[np.lexsort((dev, gid))], first, count),
-            "q1_ns": _sorted_quantile(sv, first, count, 0.25),
-            "q3_ns": _sorted_quantile(sv, first, count, 0.75),
+            "mad_ns": sorted_quantile(dev[np.lexsort((dev, gid))], first, count, 0.5),
+            "q1_ns": sorted_quantile(sv, first, count, 0.25),
+            "q3_ns": sorted_quantile(sv, first, count, 0.75),
             "min_row": labels[order[first]],
             "max_row": labels[by_max[first]],
         }, index=size.index)
         out["mad_cv"] = _MAD_TO_SIGMA * out["mad_ns"] / out["median_ns"]
         out["iqr_cv"] = (out["q3_ns"] - out["q1_ns"]) / _IQR_TO_SIGMA / out["median_ns"]
     return out.reset_index()
-
-
-def _sorted_median(sv: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """Per group of ``sv`` (sorted within each group): pandas' grouped median, the middle value
-    or the mean of the two middle values."""
-    hi = first + count // 2
-    lo = np.where(count % 2 == 1, hi, hi - 1)
-    return (sv[hi] + sv[lo]) / 2
-
-
-def _sorted_quantile(sv: np.ndarray, first: np.ndarray, count: np.ndarray, q: float) -> np.ndarray:
-    """Per group of ``sv`` (sorted within each group): pandas' grouped ``quantile(q)`` (linear,
-    type 7): ``v[i] + (v[i + 1] - v[i]) * frac`` at ``q * (n - 1)``, ``v[i]`` where frac is 0."""
-    pos = q * (count - 1).astype(np.float64)
-    idx = pos.astype(np.int64)
-    frac = pos % 1
-    val = sv[first + idx]
-    nxt = sv[np.minimum(first + idx + 1, first + count - 1)]
-    return np.where(frac == 0.0, val, val + (nxt - val) * frac)
 
 
 def _stats_pandas(frame: pd.DataFrame, by: list[str], grp) -> pd.DataFrame:

@@ -43,7 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_cli_option(p, "baseline_dir", help="baseline store compared against when BASE is not given "
                                            "(default: the project's gemmperf_baseline_dir, else baselines)",
                    in_use=lambda args: args.base is None)
-    p.add_argument("--labels", nargs="+", metavar="L", help="one label per CAND, no two alike (default: the path names, with as many parent "
+    p.add_argument("--labels", nargs="+", metavar="L",
+                   help="one label per CAND, no two alike (default: the path names, with as many parent "
                         "directories as tell them apart: a/run, b/run)")
     p.add_argument("--out", metavar="DIR",
                    help=f"output directory (default: a new .gemmperf/{DEFAULT_OUT}/<time>-<random>)")

@@ -180,8 +180,7 @@ def as_category(s: pd.Series) -> pd.Series:
     instead of three, which on a trace of tens of dispatches are most of the cost."""
     if s.dtype == object:
         if pd.isna(s.to_numpy()).all():  # all missing (most collective columns): no inference
-            missing = pd.Categorical.from_codes(np.full(len(s), -1, dtype=np.int8), dtype=no_categories(object))
-            return pd.Series(missing, index=s.index, name=s.name)
+            return pd.Series(_missing_array(STR, len(s)), index=s.index, name=s.name)
         return s.astype(STR)
     return s.astype("object").where(s.notna(), None).astype(STR)
 

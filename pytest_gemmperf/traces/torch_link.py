@@ -31,17 +31,16 @@ def take(col: pd.Series, rows: np.ndarray) -> pd.Series:
     if len(col) == 0:
         dtype = col.dtype if str(col.dtype) == INT else object
         return pd.Series([None] * len(rows), dtype=dtype)
-    if col.dtype == object:  # numpy's take, None where no row (the where below, in one pass)
+    if col.dtype == object:  # numpy's take, None where no row
         vals = col.to_numpy()[np.maximum(rows, 0)]
         vals[rows < 0] = None
         return pd.Series(vals, dtype=object, name=col.name)
-    if isinstance(col.array, pd.api.extensions.ExtensionArray) and not isinstance(col.array, pd.arrays.NumpyExtensionArray):
+    array = col.array
+    if isinstance(array, pd.api.extensions.ExtensionArray) and not isinstance(array, pd.arrays.NumpyExtensionArray):
         # nullable and string columns: the array's own take, missing where no row
-        return pd.Series(col.array.take(rows, allow_fill=True), name=col.name)
-    safe = np.where(rows < 0, 0, rows)
-    vals = col.iloc[safe].reset_index(drop=True)
-    return vals.where(pd.Series(rows >= 0), None) if vals.dtype == object else \
-        vals.mask(pd.Series(rows < 0))
+        return pd.Series(array.take(rows, allow_fill=True), name=col.name)
+    # numpy columns (numbers, booleans): missing where no row, as pandas' mask makes it
+    return col.iloc[np.where(rows < 0, 0, rows)].reset_index(drop=True).mask(pd.Series(rows < 0))
 
 
 def innermost_enclosing(op_group: np.ndarray, op_start: np.ndarray, op_end: np.ndarray,
