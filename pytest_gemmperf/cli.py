@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 
 from pytest_gemmperf.version import __version__
+from pytest_gemmperf.blas_threads import one_blas_thread
 from pytest_gemmperf.commands.helpfmt import GemmperfParser
 from pytest_gemmperf.config import (Origin, SettingError, bound_settings, find_project, resolve_cli,
                                     settings_line)
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread (an embedding program): its handlers stay
         previous = None
     try:
-        return _main(argv)
+        with one_blas_thread():
+            return _main(argv)
     except KeyboardInterrupt:
         print("gemmperf: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -25,7 +25,7 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # Layers, lowest first; a module may import its own layer and the layers below it.
 # Kept equal to the "Layers" section of docs/ARCHITECTURE.md (test_layer_order_documented).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("version", "collector", "numbers", "errors", "paths", "safe_io", "jsonsafe", "redact", "textsafe", "config", "workdir",
+    ("foundation", ("version", "collector", "blas_threads", "numbers", "errors", "paths", "safe_io", "jsonsafe", "redact", "textsafe", "config", "workdir",
                     "jsonkeys", "run.results")),
     ("sweep", ("sweep",)),
     ("traces", ("traces",)),

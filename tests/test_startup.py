@@ -355,3 +355,56 @@ def test_every_commands_work_is_imported_with_the_collector_paused():
         # none while importing; at most the one the first allocation after the pause starts
         # (the code before: over a hundred, one of them a full pass)
         assert found[name].get("enabled") is True and found[name]["collections"] <= 1, (name, found[name])
+
+
+#: run in a fresh interpreter: argv[1] a trace, argv[2] an output directory; prints the threads
+#: this process holds after ``gemmperf analyze --no-report`` and OPENBLAS_NUM_THREADS then
+ONE_BLAS_THREAD_CHILD = r"""
+import contextlib, io, json, os, sys
+from pytest_gemmperf.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main(["analyze", sys.argv[1], "--out", sys.argv[2], "--no-report"])
+print(json.dumps([rc, len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS")]))
+"""
+
+#: the same process's threads where numpy's BLAS was told to start one thread
+REFERENCE_CHILD = r"""
+import json, os
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+import pandas
+print(json.dumps(len(os.listdir("/proc/self/task"))))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir() or (os.cpu_count() or 1) < 2,
+                    reason="counts threads in /proc on a machine with two cores or more")
+def test_a_command_starts_no_blas_thread_pool_and_leaves_the_environment_as_it_was(tmp_path):
+    """``gemmperf`` imports numpy with one OpenBLAS thread (none of its own pool: a command makes
+    no BLAS call that would use one), so it holds no more threads than a process that set
+    ``OPENBLAS_NUM_THREADS=1`` itself; and it takes the variable back, so that an in-process
+    caller's later children get the user's environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                                             "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    trace = ROOT / "tests" / "fixtures" / "torch" / "rocm_sdk_rank3.pt.trace.json"
+    proc = subprocess.run([sys.executable, "-c", ONE_BLAS_THREAD_CHILD, str(trace), str(tmp_path / "out")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rc, threads, variable = json.loads(proc.stdout.strip().splitlines()[-1])
+    ref = subprocess.run([sys.executable, "-c", REFERENCE_CHILD], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    assert rc == 0 and variable is None
+    assert threads <= json.loads(ref.stdout.strip().splitlines()[-1])
+
+
+def test_a_thread_count_the_user_chose_is_kept(monkeypatch):
+    """Any of OpenBLAS's variables set by the user is left as it is."""
+    from pytest_gemmperf.blas_threads import one_blas_thread
+
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    with one_blas_thread():
+        assert "OPENBLAS_NUM_THREADS" not in os.environ
+    assert os.environ["OMP_NUM_THREADS"] == "4"
