@@ -166,6 +166,18 @@ def timeline_ms(timeline: pd.DataFrame) -> pd.DataFrame:
 
 def tracelens_sheet(row: pd.Series, mode: str = "pytorch") -> pd.DataFrame:
     """One group's timeline as TraceLens's ``gpu_timeline`` sheet: ``type, time ms, percent``."""
+    rows = tracelens_rows(row, mode)
+    return pd.DataFrame({
+        "type": [t for t, _, _ in rows],
+        "time ms": [ms for _, ms, _ in rows],
+        "percent": [pct for _, _, pct in rows],
+    })
+
+
+def tracelens_rows(row: pd.Series | dict[str, float], mode: str = "pytorch") -> list[tuple[str, float, float]]:
+    """:func:`tracelens_sheet`'s rows as ``(type, time ms, percent)`` of Python floats, from any
+    mapping of the ``*_ns`` columns (a report writes one sheet row per type and group: no frame
+    needed on the way)."""
     if mode == "pytorch":
         cols = {t: f"{t}_ns" for t in PYTORCH_TYPES}
     elif mode == "rocprof":
@@ -174,12 +186,8 @@ def tracelens_sheet(row: pd.Series, mode: str = "pytorch") -> pd.DataFrame:
         raise ValueError(f"mode must be 'pytorch' or 'rocprof', not {mode!r}")
     total = float(row[cols["total_time"]])
     values = [float(row[c]) for c in cols.values()]
-    return pd.DataFrame({
-        "type": list(cols),
-        "time ms": [v / 1e6 for v in values],
-        "percent": [100.0 * v / total if total else np.nan for v in values],
-    })
+    return [(t, v / 1e6, 100.0 * v / total if total else np.nan) for t, v in zip(cols, values)]
 
 
 __all__ = ["COMM_PATTERN", "MEMCPY_PATTERN", "gpu_timeline", "rocprof_timeline",
-           "timeline_classes", "timeline_ms", "tracelens_sheet"]
+           "timeline_classes", "timeline_ms", "tracelens_rows", "tracelens_sheet"]

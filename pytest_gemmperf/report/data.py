@@ -173,7 +173,15 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.DataFrame({"label": pd.Series(dtype=object)})
     # categoricals of different sweeps have different categories; text is what reports need
     frames = [decategorized(f) for f in frames]
+    if len(frames) == 1 and _plain_index(frames[0]):
+        return frames[0]  # one sweep's table is already what concat would copy it to
     return pd.concat(frames, ignore_index=True)
+
+
+def _plain_index(df: pd.DataFrame) -> bool:
+    """Whether ``df``'s index is an unnamed ``0 .. n-1`` (what ``ignore_index`` gives)."""
+    index = df.index
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
 
 
 def _object_keys(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import xlsxwriter
 
-from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_sheet
+from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_rows
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.tables import STATUS_TEXT, public
@@ -330,46 +330,45 @@ def _short_kernels_sheet(book: _Book, data: ReportData) -> None:
 def _timeline_sheets(book: _Book, data: ReportData) -> None:
     tp = data.timeline_by_point
     rows = []
+    summ = []
+    axes_of: dict[str | None, dict[str, int | None]] = {}  # each point id parsed once
     for r in tp.to_dict("records"):
         point = r.get("point")
         point = None if point is None or (isinstance(point, float) and math.isnan(point)) else str(point)
-        axes = _point_axes(point)
+        axes = axes_of.get(point)
+        if axes is None:
+            axes = axes_of[point] = _point_axes(point)
         config = (point or "all") if not data.multi else f"{r['label']}:{point or 'all'}"
-        ns_row = pd.Series({f"{t}_ns": r[f"{t}_ms"] * 1e6 for t in PYTORCH_TYPES})
-        sheet = tracelens_sheet(ns_row)
-        for s in sheet.itertuples(index=False):
+        # the sheet's rows in plain floats: a frame per group costs more than its eight rows
+        for kind, ms, pct in tracelens_rows({f"{t}_ns": r[f"{t}_ms"] * 1e6 for t in PYTORCH_TYPES}):
             rows.append({"full_config": config,
                          "threads_num": axes.get("threads"),
                          "thread_config": f"{axes['threads']}thread" if axes.get("threads") is not None else None,
                          "channels_num": axes.get("channel"),
                          "channel_config": f"{axes['channel']}channels" if axes.get("channel") is not None else None,
-                         "num_ranks": r["num_ranks"], "type": s.type,
-                         "time ms": s[1], "percent": s[2]})
-    all_data = pd.DataFrame(rows, columns=["full_config", "threads_num", "thread_config", "channels_num",
-                                           "channel_config", "num_ranks", "type", "time ms", "percent"])
-    book.table("gpu_timeline", all_data.rename(columns={"time ms": "time (ms)", "percent": "percent (%)"}),
-               "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
-               "process-GPU groups (ranks) of the config")
-    for name, value in (("Pivot_Time_ms", "time ms"), ("Pivot_Percent", "percent")):
-        if len(all_data):
-            piv = pivot_first(all_data, "type", "full_config", value)
-            piv.columns = [str(c) if c == "type" else f"{c} ({'ms' if value == 'time ms' else '%'})"
-                           for c in piv.columns]
-        else:
-            piv = pd.DataFrame(columns=["type"])
-        book.table(name, piv, f"aorta {name}: index type, columns full_config, values {value}")
-    summ = []
-    for r in tp.to_dict("records"):
-        point = r.get("point")
-        point = None if point is None or (isinstance(point, float) and math.isnan(point)) else str(point)
-        axes = _point_axes(point)
-        summ.append({"full_config": (point or "all") if not data.multi else f"{r['label']}:{point or 'all'}",
+                         "num_ranks": r["num_ranks"], "type": kind,
+                         "time (ms)": ms, "percent (%)": pct})
+        summ.append({"full_config": config,
                      "threads_num": axes.get("threads"), "channels_num": axes.get("channel"),
                      "num_ranks": r["num_ranks"], "computation_time_ms": r["computation_time_ms"],
                      "exposed_comm_time_ms": r["exposed_comm_time_ms"],
                      "exposed_memcpy_time_ms": r["exposed_memcpy_time_ms"],
                      "busy_time_ms": r["busy_time_ms"], "idle_time_ms": r["idle_time_ms"],
                      "total_time_ms": r["total_time_ms"]})
+    # built with the sheet's headers (no rename on the way)
+    all_data = pd.DataFrame(rows, columns=["full_config", "threads_num", "thread_config", "channels_num",
+                                           "channel_config", "num_ranks", "type", "time (ms)", "percent (%)"])
+    book.table("gpu_timeline", all_data,
+               "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
+               "process-GPU groups (ranks) of the config")
+    for name, value, column in (("Pivot_Time_ms", "time ms", "time (ms)"), ("Pivot_Percent", "percent", "percent (%)")):
+        if len(all_data):
+            piv = pivot_first(all_data, "type", "full_config", column)
+            piv.columns = [str(c) if c == "type" else f"{c} ({'ms' if value == 'time ms' else '%'})"
+                           for c in piv.columns]
+        else:
+            piv = pd.DataFrame(columns=["type"])
+        book.table(name, piv, f"aorta {name}: index type, columns full_config, values {value}")
     sdf = pd.DataFrame(summ)
     ws, hdr, cols = book.table("Summary_By_Config", sdf, "aorta Summary_By_Config: per config, mean over "
                                "ranks (ms); computation + exposed comm + exposed memcpy + idle = total")

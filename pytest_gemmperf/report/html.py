@@ -245,12 +245,27 @@ def _kernel_overview(data: ReportData, limit: int = 60) -> pd.DataFrame:
     k = data.kernels
     if len(k) == 0:
         return k
+    return _kernel_totals(k).sort_values("total_ns", ascending=False).head(limit)
+
+
+def _kernel_totals(k: pd.DataFrame) -> pd.DataFrame:
+    """Per (label, kernel), in order of appearance: category, dispatches, time and the median
+    cell's median, p95 and CV."""
+    stats = ("count", "total_ns", "median_ns", "p95_ns", "cv")
+    kinds = [k[c].dtype.kind if isinstance(k[c].dtype, np.dtype) else "" for c in stats]
+    if kinds[:2] in (["i", "i"], ["i", "f"]) and kinds[2:] == ["f"] * 3 and k["category"].dtype == object \
+            and plots.one_row_per_key(k, ("label", "kernel")):
+        # one cell per kernel (one point and rank): its sums and medians are the cell's values
+        category = k["category"].to_numpy(dtype=object, copy=True)
+        category[k["category"].isna().to_numpy(dtype=bool)] = np.nan  # first(): no value -> NaN
+        return pd.DataFrame({"label": k["label"].to_numpy(), "kernel": k["kernel"].to_numpy(),
+                             "category": category, **{c: k[c].to_numpy() for c in stats},
+                             "cells": np.ones(len(k), dtype=np.int64)})
     g = k.groupby(["label", "kernel"], sort=False)
-    out = pd.DataFrame({"category": g["category"].first(), "count": g["count"].sum(),
-                        "total_ns": g["total_ns"].sum(), "median_ns": g["median_ns"].median(),
-                        "p95_ns": g["p95_ns"].median(), "cv": g["cv"].median(),
-                        "cells": g.size()}).reset_index()
-    return out.sort_values("total_ns", ascending=False).head(limit)
+    return pd.DataFrame({"category": g["category"].first(), "count": g["count"].sum(),
+                         "total_ns": g["total_ns"].sum(), "median_ns": g["median_ns"].median(),
+                         "p95_ns": g["p95_ns"].median(), "cv": g["cv"].median(),
+                         "cells": g.size()}).reset_index()
 
 
 def _collective_context(data: ReportData) -> dict[str, Any]:

@@ -348,13 +348,45 @@ def stacked_timeline(tp: pd.DataFrame, *, multi: bool, width: int = 900) -> Mark
     return svg.markup()
 
 
+#: up to this many rows a table whose keys are all distinct skips pandas' grouping (its fixed
+#: cost, milliseconds, is the whole cost of a small report's table)
+SMALL_TABLE_ROWS = 10_000
+
+
+def one_row_per_key(df: pd.DataFrame, keys: Sequence[str]) -> bool:
+    """Whether each of ``df``'s (at most :data:`SMALL_TABLE_ROWS`) rows has a text key of its
+    own in ``keys`` (none missing, none repeated): grouped by them, each group is one row, whose
+    sum, mean, median or first value is the row's own value."""
+    if len(df) > SMALL_TABLE_ROWS:
+        return False
+    columns = [df[k].tolist() for k in keys]
+    if not all(isinstance(v, str) for col in columns for v in col):
+        return False
+    return len(set(zip(*columns))) == len(df)
+
+
+def _scatter_points(overlap: pd.DataFrame) -> pd.DataFrame:
+    """Per (label, kernel): the dispatches, mean overlap fraction and the medians of the
+    median duration and slowdown (sorted by the keys, as pandas' grouping sorts them)."""
+    values = ("count", "mean_overlap_fraction", "median_dur_us", "interference_slowdown")
+    kinds = [overlap[c].dtype.kind if isinstance(overlap[c].dtype, np.dtype) else "" for c in values]
+    if kinds == ["i", "f", "f", "f"] and one_row_per_key(overlap, ("label", "kernel")):
+        # one row per group: the group's sum, mean and medians are that row's values
+        labels, kernels = overlap["label"].tolist(), overlap["kernel"].tolist()
+        order = sorted(range(len(labels)), key=lambda i: (labels[i], kernels[i]))
+        return pd.DataFrame({"label": [labels[i] for i in order], "kernel": [kernels[i] for i in order],
+                             **{name: overlap[c].to_numpy()[order]
+                                for name, c in zip(("count", "frac", "dur", "slow"), values)}})
+    return overlap.groupby(["label", "kernel"], sort=True).agg(
+        count=("count", "sum"), frac=("mean_overlap_fraction", "mean"),
+        dur=("median_dur_us", "median"), slow=("interference_slowdown", "median")).reset_index()
+
+
 def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 340) -> Markup:
     """Per GEMM kernel: mean overlap fraction with collectives vs median duration (log x)."""
     if len(overlap) == 0:
         return empty_note("no GEMM dispatches")
-    g = overlap.groupby(["label", "kernel"], sort=True).agg(
-        count=("count", "sum"), frac=("mean_overlap_fraction", "mean"),
-        dur=("median_dur_us", "median"), slow=("interference_slowdown", "median")).reset_index()
+    g = _scatter_points(overlap)
     g = g[np.isfinite(g["dur"]) & (g["dur"] > 0)]
     if len(g) == 0:
         return empty_note("no GEMM durations")
