@@ -246,7 +246,12 @@ def _kernel_summary(kern: pd.DataFrame) -> pd.DataFrame:
     Count, total, mean, min, max and the sample std are exact (pooled from per-cell sums and
     sums of squares); the median is the dispatch-weighted median of the cell medians.
     """
-    k = kern
+    one = _one_cell_per_kernel(kern)
+    return _kernel_summary_of_cells(*one) if one is not None else _kernel_summary_pooled(kern)
+
+
+def _kernel_summary_pooled(k: pd.DataFrame) -> pd.DataFrame:
+    """:func:`_kernel_summary` through pandas' grouping (any number of cells per kernel)."""
     n = k["count"].astype(float)
     ss = (n - 1).clip(lower=0) * k["std_ns"].fillna(0.0) ** 2 + n * k["mean_ns"] ** 2
     frame = pd.DataFrame({"kernel": k["kernel"].astype(object), "category": k["category"].astype(object),
@@ -281,6 +286,56 @@ def _kernel_summary(kern: pd.DataFrame) -> pd.DataFrame:
     # cumulative share after sorting (TraceLens computes it before, so it is not monotone)
     res.insert(8, "Cumulative Percentage (%)", res["Percentage (%)"].cumsum())
     return res.reset_index(drop=True)
+
+
+#: up to this many kernel rows a table of one cell per kernel skips pandas' grouping
+SMALL_TABLE_ROWS = 10_000
+_SUMMARY_NUMBERS = ("count", "total_ns", "mean_ns", "std_ns", "min_ns", "max_ns", "median_ns")
+
+
+def _one_cell_per_kernel(k: pd.DataFrame) -> tuple[list[str], list[str], dict[str, np.ndarray]] | None:
+    """Kernel names, categories and the numbers of ``k`` (per-cell statistics) where each kernel
+    name has one cell (one point and rank: a single trace), every name and category text and
+    every number a NumPy number; else None."""
+    if not 0 < len(k) <= SMALL_TABLE_ROWS:
+        return None
+    names, cats = k["kernel"].astype(object).tolist(), k["category"].astype(object).tolist()
+    if not all(isinstance(x, str) for x in names + cats) or len(set(names)) != len(names):
+        return None
+    numbers = {c: k[c] for c in _SUMMARY_NUMBERS}
+    if not all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "iuf" for s in numbers.values()):
+        return None
+    return names, cats, {c: s.to_numpy(dtype=np.float64) for c, s in numbers.items()}
+
+
+def _kernel_summary_of_cells(names: list[str], cats: list[str], v: dict[str, np.ndarray]) -> pd.DataFrame:
+    """:func:`_kernel_summary` of one cell per kernel, value for value: each kernel's pooled
+    count, total, extremes and sum of squares are its cell's, its weighted median the cell's
+    median; the same float operations, in the same order, on the kernels sorted by name."""
+    order = np.asarray(sorted(range(len(names)), key=names.__getitem__), dtype=np.int64)
+    n, total = v["count"][order], v["total_ns"][order]
+    std, mean_ns = v["std_ns"][order], v["mean_ns"][order]
+    ss = np.maximum(n - 1, 0) * np.where(np.isnan(std), 0.0, std) ** 2 + n * mean_ns ** 2
+    mean = total / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = (ss - n * mean ** 2) / (n - 1)
+    total_all = float(total.sum()) or 1.0
+    percent = total / total_all * 100
+    by_total = np.argsort(-(total / 1e6), kind="stable")  # largest first, ties by name
+    cols = {
+        "name": pd.Index([names[i] for i in order], dtype=object).astype(str)[by_total],
+        "Count": n.astype("int64")[by_total],
+        "Mean Kernel Time (µs)": (mean / 1e3)[by_total],
+        "Median Kernel Time (µs)": (v["median_ns"][order] / 1e3)[by_total],
+        "Std Kernel Time (µs)": (np.sqrt(np.where(var < 0, 0.0, var)) / 1e3)[by_total],
+        "Min Kernel Time (µs)": (v["min_ns"][order] / 1e3)[by_total],
+        "Max Kernel Time (µs)": (v["max_ns"][order] / 1e3)[by_total],
+        "Percentage (%)": percent[by_total],
+        "Cumulative Percentage (%)": np.cumsum(percent[by_total]),
+        "Total Kernel Time (ms)": (total / 1e6)[by_total],
+        "Category": np.asarray([cats[i] for i in order], dtype=object)[by_total],
+    }
+    return pd.DataFrame(cols)
 
 
 def _by_category(d: pd.DataFrame) -> pd.DataFrame:
