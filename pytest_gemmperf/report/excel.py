@@ -331,13 +331,11 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
     tp = data.timeline_by_point
     rows = []
     summ = []
-    axes_of: dict[str | None, dict[str, int | None]] = {}  # each point id parsed once
-    for r in tp.to_dict("records"):
-        point = r.get("point")
-        point = None if point is None or (isinstance(point, float) and math.isnan(point)) else str(point)
-        axes = axes_of.get(point)
-        if axes is None:
-            axes = axes_of[point] = _point_axes(point)
+    records = tp.to_dict("records")
+    points = [_point_text(r.get("point")) for r in records]
+    axes_of = _points_axes(points)
+    for r, point in zip(records, points):
+        axes = axes_of[point]
         config = (point or "all") if not data.multi else f"{r['label']}:{point or 'all'}"
         # the sheet's rows in plain floats: a frame per group costs more than its eight rows
         for kind, ms, pct in tracelens_rows({f"{t}_ns": r[f"{t}_ms"] * 1e6 for t in PYTORCH_TYPES}):
@@ -424,11 +422,21 @@ def _missing(x: Any) -> bool:
     return x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
 
 
-def _point_axes(point: str | None) -> dict[str, int | None]:
-    if point is None:
-        return {"threads": None, "channel": None}
-    p = parse_point_axes(pd.Series([point], dtype=object)).iloc[0]
-    return {k: (None if pd.isna(p[k]) else int(p[k])) for k in ("threads", "channel")}
+def _point_text(point: Any) -> str | None:
+    return None if point is None or (isinstance(point, float) and math.isnan(point)) else str(point)
+
+
+def _points_axes(points: list[str | None]) -> dict[str | None, dict[str, int | None]]:
+    """``{point: {"threads": T, "channel": C}}`` (None where absent) of each distinct point id,
+    all parsed in one call."""
+    named = list(dict.fromkeys(p for p in points if p is not None))
+    out: dict[str | None, dict[str, int | None]] = {None: {"threads": None, "channel": None}}
+    if named:
+        parsed = parse_point_axes(pd.Series(named, dtype=object))
+        columns = {k: parsed[k].tolist() for k in ("threads", "channel")}
+        for i, point in enumerate(named):
+            out[point] = {k: (None if pd.isna(v[i]) else int(v[i])) for k, v in columns.items()}
+    return out
 
 
 def _environment_sheet(book: _Book, data: ReportData) -> None:

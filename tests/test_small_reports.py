@@ -1,0 +1,252 @@
+"""The reports of a small input take shortcuts past pandas' per-operation costs (a grouping where
+every key has one row, a frame per timeline group, a concatenation of one table): each gives
+what the long way gives, value for value, on random tables (nulls, ties, one row), and the
+long way still runs where a shortcut does not apply."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.analysis.report_parts import decategorized
+from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_rows
+from pytest_gemmperf.report import data as D
+from pytest_gemmperf.report import excel as X
+from pytest_gemmperf.report import html as H
+from pytest_gemmperf.report import plots as P
+from pytest_gemmperf.report.tables import public
+
+
+def _same_frame(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert got.columns.dtype == want.columns.dtype
+    assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes]
+    assert got.to_csv() == want.to_csv()
+
+
+def _random_table(rng: random.Random, n: int) -> pd.DataFrame:
+    return pd.DataFrame({
+        "label": ["run"] * n,
+        "kernel": pd.Categorical([rng.choice(["a", "b<c>", "=x", None]) for _ in range(n)]),
+        "rank": pd.array([rng.choice([0, 1, None]) for _ in range(n)], dtype="Int64"),
+        "dur_ns": [rng.randint(0, 10**6) for _ in range(n)],
+        "v": [rng.choice([1.5, np.nan, -0.0, 1e300, 2 / 3]) for _ in range(n)],
+        "text": pd.array([rng.choice(["x", None]) for _ in range(n)], dtype=object),
+    })
+
+
+# ------------------------------------------------------------------------------ table plumbing
+
+def test_public_slices_the_label_as_drop_removes_it():
+    rng = random.Random(1)
+    single = SimpleNamespace(multi=False)
+    for n in (0, 1, 7):
+        t = _random_table(rng, n)
+        _same_frame(public(t, single), t.drop(columns="label"))
+        moved = t[["kernel", "label", "v"]]  # label not first: the long way
+        _same_frame(public(moved, single), moved.drop(columns="label"))
+    assert public(t, SimpleNamespace(multi=True)) is t
+
+
+def test_one_sweeps_table_is_what_concat_gives(monkeypatch):
+    rng = random.Random(2)
+    for n in (0, 1, 5, 40):
+        t = D._with_label(_random_table(rng, n).drop(columns="label"), "run")
+        want = pd.concat([decategorized(t)], ignore_index=True)
+        calls = []
+        real = pd.concat
+        monkeypatch.setattr(pd, "concat", lambda *a, **k: calls.append(1) or real(*a, **k))
+        got = D._concat([t])
+        monkeypatch.setattr(pd, "concat", real)
+        _same_frame(got, want)
+        assert calls == []  # nothing to join: no copy made
+    shifted = t.set_axis(range(10, 10 + len(t)))  # an index concat would renumber
+    _same_frame(D._concat([shifted]), pd.concat([decategorized(shifted)], ignore_index=True))
+
+
+# ------------------------------------------------------------------------------ timeline sheets
+
+def _old_sheet_rows(r: dict) -> list[tuple]:
+    """The rows the workbook's timeline sheets were built from: a Series and a frame per group."""
+    row = pd.Series({f"{t}_ns": r[f"{t}_ms"] * 1e6 for t in PYTORCH_TYPES})
+    total = float(row["total_time_ns"])
+    values = [float(row[f"{t}_ns"]) for t in PYTORCH_TYPES]
+    sheet = pd.DataFrame({"type": list(PYTORCH_TYPES), "time ms": [v / 1e6 for v in values],
+                          "percent": [100.0 * v / total if total else np.nan for v in values]})
+    return [tuple(s) for s in sheet.itertuples(index=False)]
+
+
+def test_timeline_rows_are_the_old_sheets():
+    rng = random.Random(3)
+    for _ in range(300):
+        r = {f"{t}_ms": rng.choice([0.0, 1.25, 2 / 3, 1e-7, 12345.678, np.nan]) for t in PYTORCH_TYPES}
+        got = tracelens_rows({f"{t}_ns": r[f"{t}_ms"] * 1e6 for t in PYTORCH_TYPES})
+        want = _old_sheet_rows(r)
+        assert [g[0] for g in got] == [w[0] for w in want]
+        for j in (1, 2):
+            a = np.array([g[j] for g in got], dtype=np.float64)
+            b = np.array([w[j] for w in want], dtype=np.float64)
+            assert a.tobytes() == b.tobytes() or np.array_equal(a, b, equal_nan=True), r
+
+
+class _Sheet:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+class _CountingBook:
+    """The workbook's interface, counting the tables written (no xlsxwriter behind it)."""
+
+    def __init__(self):
+        self.tables = {}
+        self.wb = SimpleNamespace(add_chart=lambda *a, **k: _Sheet())
+
+    def table(self, name, df, description, **kwargs):
+        self.tables[name] = df.copy()
+        return _Sheet(), 1, [(c, None) for c in df.columns]
+
+
+def _timeline_report(points: list) -> SimpleNamespace:
+    rows = [{"label": "run", "point": p, "num_ranks": 2, "n_groups": 2,
+             **{f"{t}_ms": 1.5 * (i + 1) + j for j, t in enumerate(PYTORCH_TYPES)}} for i, p in enumerate(points)]
+    return SimpleNamespace(timeline_by_point=pd.DataFrame(rows), multi=False, labels=["run"])
+
+
+def test_timeline_sheets_build_no_frame_per_group(monkeypatch):
+    """The sheets' frames are the same few whatever the number of groups."""
+    built = []
+    real = pd.DataFrame.__init__
+
+    def counting(self, *a, **k):
+        built.append(1)
+        real(self, *a, **k)
+
+    counts = []
+    for points in (["ch2-th256"], [f"ch{c}-th{t}" for c in (2, 4) for t in (256, 512)] + [None]):
+        book = _CountingBook()
+        monkeypatch.setattr(pd.DataFrame, "__init__", counting)
+        built.clear()
+        X._timeline_sheets(book, _timeline_report(points))
+        monkeypatch.setattr(pd.DataFrame, "__init__", real)
+        counts.append(len(built))
+        sheet = book.tables["gpu_timeline"]
+        assert len(sheet) == len(points) * len(PYTORCH_TYPES)
+        want = [w for i, p in enumerate(points) for w in _old_sheet_rows(_timeline_report(points)
+                                                                         .timeline_by_point.iloc[i].to_dict())]
+        assert sheet["type"].tolist() == [w[0] for w in want]
+        assert sheet["time (ms)"].tolist() == [w[1] for w in want]
+        last = points[-1]
+        threads = sheet["thread_config"].tolist()[-1]
+        assert threads == last.split("-th")[1] + "thread" if last else pd.isna(threads)
+    assert counts[0] == counts[1]
+
+
+# ------------------------------------------------------------------------------ groupings of one row
+
+def _overlap_table(rng: random.Random, n: int, unique: bool) -> pd.DataFrame:
+    kernels = [f"k{i}" for i in range(n)] if unique else [rng.choice(["k1", "k2", "k0"]) for _ in range(n)]
+    rng.shuffle(kernels)
+    return pd.DataFrame({
+        "label": [rng.choice(["run", "b"]) for _ in range(n)], "kernel": kernels,
+        "count": [rng.randint(1, 9) for _ in range(n)],
+        "mean_overlap_fraction": [rng.choice([0.0, 0.25, 1 / 3, np.nan]) for _ in range(n)],
+        "median_dur_us": [rng.choice([0.0, 1.5, 7 / 3, 1e4, np.nan]) for _ in range(n)],
+        "interference_slowdown": [rng.choice([1.0, 1.1, np.nan]) for _ in range(n)]})
+
+
+def _pandas_scatter_points(o: pd.DataFrame) -> pd.DataFrame:
+    return o.groupby(["label", "kernel"], sort=True).agg(
+        count=("count", "sum"), frac=("mean_overlap_fraction", "mean"),
+        dur=("median_dur_us", "median"), slow=("interference_slowdown", "median")).reset_index()
+
+
+def test_scatter_points_are_the_grouped_ones(monkeypatch):
+    rng = random.Random(4)
+    for _ in range(200):
+        o = _overlap_table(rng, rng.randint(1, 12), unique=rng.random() < 0.8)
+        got, want = P._scatter_points(o), _pandas_scatter_points(o)
+        assert got["label"].tolist() == want["label"].tolist()
+        assert got["kernel"].tolist() == want["kernel"].tolist()
+        for c in ("count", "frac", "dur", "slow"):
+            assert np.array_equal(got[c].to_numpy(np.float64), want[c].to_numpy(np.float64), equal_nan=True)
+        svg = P.overlap_scatter(o)
+        monkeypatch.setattr(P, "one_row_per_key", lambda df, keys: False)
+        assert P.overlap_scatter(o) == svg  # the chart, byte for byte
+        monkeypatch.undo()
+
+
+def test_one_row_per_key():
+    assert P.one_row_per_key(pd.DataFrame({"a": ["x", "y"], "b": ["z", "z"]}), ("a", "b"))
+    assert not P.one_row_per_key(pd.DataFrame({"a": ["x", "x"], "b": ["z", "z"]}), ("a", "b"))
+    assert not P.one_row_per_key(pd.DataFrame({"a": ["x", None], "b": ["z", "z"]}), ("a", "b"))
+    assert not P.one_row_per_key(pd.DataFrame({"a": [1, 2], "b": ["z", "z"]}), ("a", "b"))
+    big = pd.DataFrame({"a": [str(i) for i in range(P.SMALL_TABLE_ROWS + 1)]})
+    assert not P.one_row_per_key(big, ("a",))  # pandas' grouping above the threshold
+
+
+def _kernels_table(rng: random.Random, n: int, unique: bool) -> pd.DataFrame:
+    kernels = [f"k{i}" for i in range(n)] if unique else [rng.choice(["k1", "k0"]) for _ in range(n)]
+    return pd.DataFrame({
+        "label": ["run"] * n, "point": [None] * n, "kernel": kernels,
+        "category": pd.array([rng.choice(["gemm", "other", None]) for _ in range(n)], dtype=object),
+        "count": [rng.randint(1, 9) for _ in range(n)],
+        "total_ns": [rng.choice([1000, 2000, rng.randint(1, 10**9)]) for _ in range(n)],
+        "median_ns": [rng.choice([1.5, 2 / 3, np.nan]) for _ in range(n)],
+        "p95_ns": [rng.choice([1.5, 1e9 / 7, np.nan]) for _ in range(n)],
+        "cv": [rng.choice([0.1, np.nan]) for _ in range(n)]})
+
+
+def test_kernel_overview_is_the_grouped_one(monkeypatch):
+    rng = random.Random(5)
+    report = SimpleNamespace()
+    for _ in range(200):
+        report.kernels = _kernels_table(rng, rng.randint(1, 12), unique=rng.random() < 0.8)
+        got = H._records(H._kernel_overview(report))
+        monkeypatch.setattr(P, "one_row_per_key", lambda df, keys: False)
+        want = H._records(H._kernel_overview(report))
+        monkeypatch.undo()
+        assert got == want
+
+
+def _cells(rng: random.Random, n: int) -> pd.DataFrame:
+    names = [f"kernel_{rng.randint(0, 10**6)}_{i}" for i in range(n)]
+    rng.shuffle(names)
+    count = [rng.randint(1, 50) for _ in range(n)]
+    return pd.DataFrame({
+        "point": [None] * n, "rank": pd.array([None] * n, dtype="Int64"),
+        "kernel": pd.Categorical(names), "count": count,
+        "total_ns": [c * rng.choice([1000, 1001, rng.randint(1, 10**6)]) for c in count],
+        "mean_ns": [rng.random() * 1e5 for _ in range(n)],
+        "std_ns": [rng.random() * 1e4 if c > 1 else np.nan for c in count],
+        "min_ns": [rng.randint(0, 1000) for _ in range(n)], "max_ns": [rng.randint(1000, 10**6) for _ in range(n)],
+        "median_ns": [rng.choice([np.nan, 1.5, 2.25, 1e3 / 3]) for _ in range(n)],
+        "category": pd.Categorical([rng.choice(["gemm", "elementwise"]) for _ in range(n)])})
+
+
+def test_kernel_summary_of_one_cell_per_kernel_is_the_pooled_one(monkeypatch):
+    rng = random.Random(6)
+    for _ in range(200):
+        k = _cells(rng, rng.randint(1, 25))
+        assert D._one_cell_per_kernel(k) is not None
+        want = D._kernel_summary_pooled(k)
+        monkeypatch.setattr(pd.DataFrame, "groupby", lambda *a, **kw: pytest.fail("grouped"))
+        got = D._kernel_summary(k)
+        monkeypatch.undo()
+        _same_frame(got, want)
+
+
+def test_kernel_summary_takes_the_long_way_otherwise():
+    rng = random.Random(7)
+    k = _cells(rng, 6)
+    repeated = pd.concat([k, k], ignore_index=True)  # two cells per kernel: pooled
+    assert D._one_cell_per_kernel(repeated) is None
+    missing = k.assign(category=k["category"].cat.add_categories(["x"]).where(k.index > 0))
+    assert D._one_cell_per_kernel(missing) is None
+    assert D._one_cell_per_kernel(k.iloc[:0]) is None
+    nullable = k.assign(count=k["count"].astype("Int64"))
+    assert D._one_cell_per_kernel(nullable) is None
+    _same_frame(D._kernel_summary(repeated), D._kernel_summary_pooled(repeated))
