@@ -250,3 +250,47 @@ def test_kernel_summary_takes_the_long_way_otherwise():
     nullable = k.assign(count=k["count"].astype("Int64"))
     assert D._one_cell_per_kernel(nullable) is None
     _same_frame(D._kernel_summary(repeated), D._kernel_summary_pooled(repeated))
+
+
+def _timeline(rng: random.Random, points: list) -> pd.DataFrame:
+    n = len(points)
+    return pd.DataFrame({"point": pd.array(points, dtype=object),
+                         "rank": pd.array([rng.choice([0, 3, None]) for _ in range(n)], dtype="Int64"),
+                         **{f"{t}_ns": (np.array([rng.randint(0, 10**12) for _ in range(n)], dtype=np.int64)
+                                        if j % 2 else np.array([rng.choice([0.0, 1.5, np.nan, 1e9 / 7])
+                                                                for _ in range(n)]))
+                            for j, t in enumerate(PYTORCH_TYPES)}})
+
+
+def test_timeline_by_point_of_one_group_per_point_is_the_grouped_one(monkeypatch):
+    rng = random.Random(8)
+    for _ in range(200):
+        pool = ["ch2-th256", "b", "a", "th512", None]
+        points = rng.sample(pool, rng.randint(1, len(pool))) if rng.random() < 0.8 else \
+            [rng.choice(pool) for _ in range(rng.randint(1, 6))]
+        tl = _timeline(rng, points)
+        got = D._timeline_by_point(tl)
+        monkeypatch.setattr(D, "_one_group_per_point", lambda *a: None)
+        want = D._timeline_by_point(tl)
+        monkeypatch.undo()
+        _same_frame(got, want)
+    assert D._one_group_per_point(_timeline(rng, ["a", "a"]), [f"{t}_ns" for t in PYTORCH_TYPES]) is None
+
+
+def test_category_times_of_one_sweep_are_the_pivoted_ones(monkeypatch):
+    """The summary sheet's time by category: names, sweeps and values in pandas' order (ties
+    where its quicksort leaves them, up to tables past numpy's insertion sort)."""
+    rng = random.Random(9)
+    names = [f"c{i}" for i in range(40)]
+    for _ in range(300):
+        n = rng.randint(1, 60)
+        cat = pd.DataFrame({"label": ["run"] * n, "category": [rng.choice(names[:rng.randint(1, 40)])
+                                                               for _ in range(n)],
+                            "total_ns": np.array([rng.choice([0, 1000, 2000, rng.randint(0, 10**12)])
+                                                  for _ in range(n)], dtype=np.int64)})
+        got = X.category_times(cat, ["run"])
+        monkeypatch.setattr(X, "_SMALL_TABLE_ROWS", -1)
+        want = X.category_times(cat, ["run"])
+        monkeypatch.undo()
+        assert got[:2] == want[:2]
+        assert np.array(got[2]).tobytes() == np.array(want[2]).tobytes()

@@ -390,6 +390,9 @@ def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
 def _timeline_by_point(tl: pd.DataFrame) -> pd.DataFrame:
     """Mean over the process-GPU groups of each point (aorta averages ranks), in ms."""
     ns_cols = [f"{t}_ns" for t in PYTORCH_TYPES]
+    one = _one_group_per_point(tl, ns_cols)
+    if one is not None:
+        return one
     g = tl.groupby("point", dropna=False, sort=True)
     out = g[ns_cols].mean() / 1e6
     out.columns = [c[:-3] + "_ms" for c in ns_cols]
@@ -397,6 +400,25 @@ def _timeline_by_point(tl: pd.DataFrame) -> pd.DataFrame:
                else g.size())
     out.insert(1, "n_groups", g.size())
     return out.reset_index()
+
+
+def _one_group_per_point(tl: pd.DataFrame, ns_cols: list[str]) -> pd.DataFrame | None:
+    """:func:`_timeline_by_point` of a small timeline whose every point (a missing one too) has
+    one process-GPU group (a single trace): each mean is the group's value, one rank, one group;
+    None otherwise."""
+    if not 0 < len(tl) <= SMALL_TABLE_ROWS or not all(
+            isinstance(tl[c].dtype, np.dtype) and tl[c].dtype.kind in "iuf" for c in ns_cols):
+        return None
+    points = tl["point"].tolist()
+    named = [p for p in points if p is not None]
+    if not all(isinstance(p, str) for p in named) or len(set(points)) != len(points):
+        return None
+    order = sorted(range(len(points)), key=lambda i: (points[i] is None, points[i] or ""))
+    # the grouping's keys: the names sorted, the missing one last as NaN (pandas infers the dtype)
+    index = pd.Index(sorted(named) + [np.nan] * (len(named) < len(points)), name="point")
+    ones = np.ones(len(points), dtype=np.int64)
+    return pd.DataFrame({"point": index, "num_ranks": ones, "n_groups": ones,
+                         **{c[:-3] + "_ms": tl[c].to_numpy(np.float64)[order] / 1e6 for c in ns_cols}})
 
 
 def _collective_table(summary: pd.DataFrame) -> pd.DataFrame:

@@ -34,6 +34,9 @@ from pytest_gemmperf.analysis.report_parts import object_values
 DEFAULT_MAX_ROWS = 50_000
 #: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
 _EXCEL_ROW_LIMIT = 1_048_000
+#: up to this many rows a one-sweep table is summed without pandas' grouping (its fixed cost is
+#: the whole cost of a small report's table)
+_SMALL_TABLE_ROWS = 10_000
 
 @dataclass
 class _Col:
@@ -154,9 +157,11 @@ class _Book:
         arr = _float64(s)
         if spec.scale != 1.0:
             arr = arr * spec.scale
-        for i in np.flatnonzero(np.isfinite(arr)):
-            # ns shown in µs: 9436846.9 ns * 1e-3 must read 9436.8469, not 9436.846899999999
-            ws.write_number(row0 + int(i), col, tidy_float(float(arr[i])), fmt)
+        # Python floats of one tolist(): a NumPy scalar per cell costs more than writing it
+        for i, x in enumerate(arr.tolist()):
+            if math.isfinite(x):
+                # ns shown in µs: 9436846.9 ns * 1e-3 must read 9436.8469, not 9436.846899999999
+                ws.write_number(row0 + i, col, tidy_float(x), fmt)
 
     def close(self) -> None:
         self.wb.close()
@@ -217,28 +222,49 @@ def _summary_sheet(book: _Book, data: ReportData) -> None:
     # time by category (all points and ranks) with a native chart
     cat = data.by_category
     if len(cat):
-        agg = cat.groupby(["label", "category"], sort=True)["total_ns"].sum().reset_index()
-        wide = agg.pivot(index="category", columns="label", values="total_ns").fillna(0) / 1e6
-        wide = wide[[lab for lab in data.labels if lab in wide.columns]]
-        wide = wide.sort_values(wide.columns[0], ascending=False)
+        names, sweeps, times = category_times(cat, data.labels)
         r0 = row + 2
         ws.write_string(r0 - 1, 0, "kernel time by category, all points and ranks (ms)", f["note"])
         ws.write_string(r0, 0, "category", f["header"])
-        for j, lab in enumerate(wide.columns):
+        for j, lab in enumerate(sweeps):
             ws.write_string(r0, 1 + j, f"{lab} time (ms)", f["header"])
-        for i, (catname, vals) in enumerate(wide.iterrows()):
+        for i, (catname, vals) in enumerate(zip(names, times)):
             ws.write_string(r0 + 1 + i, 0, str(catname))
             for j, v in enumerate(vals):
                 ws.write_number(r0 + 1 + i, 1 + j, tidy_float(float(v)), f["ms"])
         chart = book.wb.add_chart({"type": "bar"})
-        n = len(wide)
-        for j, lab in enumerate(wide.columns):
+        n = len(names)
+        for j, lab in enumerate(sweeps):
             chart.add_series({"name": f"{lab}", "categories": ["summary", r0 + 1, 0, r0 + n, 0],
                               "values": ["summary", r0 + 1, 1 + j, r0 + n, 1 + j]})
         chart.set_title({"name": "Kernel time by category"})
         chart.set_x_axis({"name": "time (ms)"})
         chart.set_legend({"position": "bottom"})
         ws.insert_chart(1, 3, chart, {"x_scale": 1.4, "y_scale": 1.3})
+
+
+def category_times(cat: pd.DataFrame, labels: list[str]) -> tuple[list[Any], list[Any], list[list[float]]]:
+    """The summary sheet's time by category: category names, sweeps and per category the ms of
+    each sweep, largest first in the first sweep (pandas' sort: a quicksort, ties as it leaves
+    them). One sweep's small table is summed in Python (integers: exact) and sorted by the same
+    NumPy call pandas makes; otherwise pandas' grouping and pivot."""
+    one = len(labels) == 1 and len(cat) <= _SMALL_TABLE_ROWS and isinstance(cat["total_ns"].dtype, np.dtype) \
+        and cat["total_ns"].dtype.kind == "i"
+    names = cat["category"].tolist() if one else []
+    if one and all(isinstance(x, str) for x in names) and set(cat["label"].tolist()) == {labels[0]}:
+        sums: dict[str, int] = {}
+        for name, total in zip(names, cat["total_ns"].tolist()):
+            sums[name] = sums.get(name, 0) + total
+        keys = sorted(sums)
+        ms = np.asarray([sums[k] for k in keys], dtype=np.int64) / 1e6
+        # DataFrame.sort_values(ascending=False)'s order: the reversed values' quicksort, reversed
+        order = np.arange(len(keys))[::-1][ms[::-1].argsort(kind="quicksort")][::-1]
+        return [keys[i] for i in order], [labels[0]], [[v] for v in ms[order].tolist()]
+    agg = cat.groupby(["label", "category"], sort=True)["total_ns"].sum().reset_index()
+    wide = agg.pivot(index="category", columns="label", values="total_ns").fillna(0) / 1e6
+    wide = wide[[lab for lab in labels if lab in wide.columns]]
+    wide = wide.sort_values(wide.columns[0], ascending=False)
+    return wide.index.tolist(), wide.columns.tolist(), wide.to_numpy(dtype=np.float64).tolist()
 
 
 def _verdicts_sheet(book: _Book, data: ReportData) -> None:
