@@ -342,7 +342,7 @@ class SweepReduction:
 def gpu_group_keys(timeline: pd.DataFrame) -> frozenset[tuple]:
     """The process-GPU groups of a part's timeline, as the rows of its :data:`GPU_KEYS` columns
     (Python values, nulls as None)."""
-    return frozenset(_row_set(timeline[[c for c in GPU_KEYS if c in timeline.columns]]))
+    return frozenset(_row_set(timeline, [c for c in GPU_KEYS if c in timeline.columns]))
 
 
 def shared_gpu_groups(parts: Sequence[ReportPart]) -> bool:
@@ -366,13 +366,15 @@ def _in_two(row_sets) -> bool:
     return False
 
 
-def _row_set(f: pd.DataFrame) -> set[tuple]:
-    """The rows of ``f`` as tuples of Python values, every null as None. Column by column
-    (``tolist``): a frame's ``astype(object)`` costs pandas' fixed price per column and frame,
-    which for one small frame per source summed to a tenth of a second on 24 sources."""
-    if not len(f.columns):
+def _row_set(f: pd.DataFrame, columns: Sequence[str] | None = None) -> set[tuple]:
+    """The rows of ``f`` (of its ``columns``, default all) as tuples of Python values, every null
+    as None. Column by column (``tolist``): a frame's ``astype(object)`` costs pandas' fixed
+    price per column and frame, which for one small frame per source summed to a tenth of a
+    second on 24 sources; the columns picked from ``f`` itself, not from a frame of them."""
+    columns = list(f.columns) if columns is None else list(columns)
+    if not columns:
         return {()} if len(f) else set()
-    return set(zip(*(_values(f[c]) for c in f.columns)))
+    return set(zip(*(_values(f[c]) for c in columns)))
 
 
 def _values(col: pd.Series) -> list:

@@ -64,12 +64,16 @@ def timeline_classes(dispatches: pd.DataFrame, *, comm_pattern: str = COMM_PATTE
     return out
 
 
-def _group_frame(d: pd.DataFrame, codes: np.ndarray, keys: Sequence[str]) -> pd.DataFrame:
+def _group_frame(d: pd.DataFrame, codes: np.ndarray, keys: Sequence[str],
+                 values: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """Per group its keys (from its first row), ``n_dispatches`` and the columns ``values``,
+    built as one frame (a column set on a small frame costs as much as building it)."""
     cols = [k for k in keys if k in d.columns]
     _, first = np.unique(codes, return_index=True)
-    out = d[cols].iloc[first].reset_index(drop=True)
-    out["n_dispatches"] = np.bincount(codes, minlength=len(first))
-    return out
+    groups = d[cols].iloc[first].reset_index(drop=True)
+    return pd.DataFrame({**{c: groups[c] for c in cols},
+                         "n_dispatches": np.bincount(codes, minlength=len(first)), **(values or {})},
+                        index=groups.index)
 
 
 def gpu_timeline(dispatches: pd.DataFrame, *, keys: Sequence[str] = GPU_KEYS,
@@ -92,17 +96,17 @@ def gpu_timeline(dispatches: pd.DataFrame, *, keys: Sequence[str] = GPU_KEYS,
     def length(pick: np.ndarray) -> np.ndarray:
         return tl.sum_by_group((s[pick], e[pick]))
 
-    out = _group_frame(d, codes, keys)
-    comp = length((m & 1) != 0)
-    out["computation_time_ns"] = comp
-    out["exposed_comm_time_ns"] = length((m & 3) == 2)
-    out["exposed_memcpy_time_ns"] = length(m == 4)
-    out["busy_time_ns"] = length(m != 0)
-    out["total_time_ns"] = tl.hi - tl.lo
-    out["idle_time_ns"] = out["total_time_ns"] - out["busy_time_ns"]
-    out["total_comm_time_ns"] = length((m & 2) != 0)
-    out["total_memcpy_time_ns"] = length((m & 4) != 0)
-    return out
+    busy = length(m != 0)
+    total = tl.hi - tl.lo
+    return _group_frame(d, codes, keys, {
+        "computation_time_ns": length((m & 1) != 0),
+        "exposed_comm_time_ns": length((m & 3) == 2),
+        "exposed_memcpy_time_ns": length(m == 4),
+        "busy_time_ns": busy,
+        "total_time_ns": total,
+        "idle_time_ns": total - busy,
+        "total_comm_time_ns": length((m & 2) != 0),
+        "total_memcpy_time_ns": length((m & 4) != 0)})
 
 
 def rocprof_timeline(dispatches: pd.DataFrame, init_ns: int | None = None,
