@@ -294,3 +294,45 @@ def test_category_times_of_one_sweep_are_the_pivoted_ones(monkeypatch):
         monkeypatch.undo()
         assert got[:2] == want[:2]
         assert np.array(got[2]).tobytes() == np.array(want[2]).tobytes()
+
+
+def _dispatches(rng: random.Random, n: int) -> pd.DataFrame:
+    return pd.DataFrame({
+        "point": pd.Categorical([rng.choice(["p1", "p0", None]) for _ in range(n)]),
+        "rank": pd.array([rng.choice([0, 1, None]) for _ in range(n)], dtype="Int64"),
+        "host": pd.array([rng.choice(["h", None]) for _ in range(n)], dtype="str"),
+        "pid": np.array([rng.randint(1, 5) for _ in range(n)], dtype=np.int64),
+        "kernel": pd.Categorical([rng.choice(["gemm_a", "=b", "c"]) for _ in range(n)]),
+        "category": pd.Categorical([rng.choice(["gemm", "collective", "other", None]) for _ in range(n)]),
+        "start_ns": np.arange(n, dtype=np.int64) * 10,
+        "dur_ns": np.array([rng.choice([5, 7, rng.randint(1, 10**6)]) for _ in range(n)], dtype=np.int64),
+        "grid_x": pd.array([rng.choice([1, None]) for _ in range(n)], dtype="Int64"),
+        "queue": np.array([rng.random() for _ in range(n)])})
+
+
+def test_details_part_is_the_decategorized_selection():
+    """A part's kernel details: the rows and values of the selection it was, text as text."""
+    from pytest_gemmperf.analysis.report_parts import DETAIL_COLUMNS, KERNEL_DETAILS_TOP, _details_part
+
+    rng = random.Random(10)
+    for n in (1, 2, 50, KERNEL_DETAILS_TOP, KERNEL_DETAILS_TOP + 1, 300):
+        d = _dispatches(rng, n)
+        top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
+        want = d[[c for c in DETAIL_COLUMNS if c in d.columns]].iloc[top].reset_index(drop=True)
+        want["_row"] = top.astype(np.int64)
+        _same_frame(_details_part(d), decategorized(want))
+
+
+def test_display_values_are_display_names():
+    from pytest_gemmperf.analysis.overlap import display_names
+    from pytest_gemmperf.analysis.report_parts import _display_values
+
+    rng = random.Random(11)
+    for n in (0, 1, 9, 40):
+        d = _dispatches(rng, n)
+        d["kernel_short"] = pd.array([rng.choice(["s", None, np.nan]) for _ in range(n)], dtype=object)
+        rows = np.array(sorted(rng.sample(range(n), n // 2)), dtype=np.int64)
+        for frame in (d, d.drop(columns="kernel_short")):
+            want = display_names(frame.iloc[rows]).astype("category").array
+            got = pd.Series(_display_values(frame, rows), dtype=object).astype("category").array
+            pd.testing.assert_extension_array_equal(got, want)

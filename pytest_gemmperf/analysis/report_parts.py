@@ -43,7 +43,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, packed
-from pytest_gemmperf.analysis.overlap import category_mask, display_names, gemm_overlap_ns, overlap_fraction
+from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap_ns, overlap_fraction
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.variance import select_samples
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
@@ -138,7 +138,7 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     # categoricals of many small tables costs a fixed price per table and column), and the
     # reports show them as text
     part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
-                      details=decategorized(_details_part(d)), warmup=int(warmup), short_us=float(short_us),
+                      details=_details_part(d), warmup=int(warmup), short_us=float(short_us),
                       timeline=decategorized(timeline), gpu_groups=gpu_group_keys(timeline))
     if "coll_name" in d.columns and d["coll_name"].notna().any():
         part.needs_full.append("collective metadata (cross-rank matching)")
@@ -161,10 +161,22 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
                          gpu=packed(codes[gi]), row=packed(gi.astype(np.int64)))
     if part.has_comm:
         ci = np.flatnonzero(cm)
-        names = display_names(d[[c for c in ("kernel", "kernel_short") if c in d.columns]].iloc[ci])
         part.comm = CommRows(gpu=packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
-                             name=names.astype("category").array, row=packed(ci.astype(np.int64)))
+                             name=pd.Series(_display_values(d, ci), dtype=object).astype("category").array,
+                             row=packed(ci.astype(np.int64)))
     return part
+
+
+def _display_values(d: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """``overlap.display_names`` of ``rows`` of ``d`` as an object array (None for missing),
+    from the two columns' values (no frame of the rows on the way)."""
+    names = object_values(d["kernel"])[rows]
+    if "kernel_short" not in d.columns:
+        return names
+    short = object_values(d["kernel_short"])[rows]
+    gone = np.fromiter((v is None for v in short.tolist()), dtype=bool, count=len(short))
+    short[gone] = names[gone]
+    return short
 
 
 # ------------------------------------------------------------------------------ short kernels
@@ -201,12 +213,20 @@ def short_edges(threshold_us: float) -> np.ndarray:
 
 def _details_part(d: pd.DataFrame) -> pd.DataFrame:
     """The source's :data:`KERNEL_DETAILS_TOP` longest dispatches (ties: the earlier row), in
-    row order, with their row numbers."""
-    top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
-    cols = [c for c in DETAIL_COLUMNS if c in d.columns]
-    out = d[cols].iloc[top].reset_index(drop=True)
-    out[_ROW] = top.astype(np.int64)
-    return out
+    row order, with their row numbers (``d`` numbered ``0 .. n-1``), text as text
+    (:func:`decategorized`). One frame built from the picked values of each column: a column
+    set, a row selection or a conversion of a small frame costs as much as building it."""
+    if len(d) <= KERNEL_DETAILS_TOP:
+        top = np.arange(len(d), dtype=np.int64)  # every dispatch is among the longest
+    else:
+        top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
+    columns = {}
+    for c in [c for c in DETAIL_COLUMNS if c in d.columns]:
+        col = d[c]
+        columns[c] = pd.Series(object_values(col)[top], dtype=object) \
+            if isinstance(col.dtype, pd.CategoricalDtype) else col.array.take(top)
+    columns[_ROW] = top.astype(np.int64)
+    return pd.DataFrame(columns)
 
 
 # ------------------------------------------------------------------------------ merging
