@@ -336,3 +336,80 @@ def test_display_values_are_display_names():
             want = display_names(frame.iloc[rows]).astype("category").array
             got = pd.Series(_display_values(frame, rows), dtype=object).astype("category").array
             pd.testing.assert_extension_array_equal(got, want)
+
+
+# ------------------------------------------------------------------------------ sorted groups, top variance
+
+def _key_column(rng: random.Random, kind: str, n: int):
+    if kind == "cat":  # categories not in text order: pandas sorts by their order
+        cats = ["z", "m", "a", "q"]
+        rng.shuffle(cats)
+        return pd.Categorical([rng.choice(cats + [None]) for _ in range(n)], categories=cats)
+    if kind == "Int64":
+        return pd.array([rng.choice([3, -1, 0, None]) for _ in range(n)], dtype="Int64")
+    if kind == "int":
+        return np.array([rng.choice([3, -1, 0]) for _ in range(n)])
+    if kind == "float":
+        return np.array([rng.choice([3.5, -0.0, 0.0, np.nan, np.inf]) for _ in range(n)])
+    if kind == "obj":
+        return pd.array([rng.choice(["b", "a", None, np.nan, "é", "Z"]) for _ in range(n)], dtype=object)
+    return pd.array([rng.choice(["b", "a", None, "é", "Z"]) for _ in range(n)], dtype="str")
+
+
+def test_sorted_group_ids_are_ngroup():
+    from pytest_gemmperf.analysis.overlap import sorted_group_ids
+
+    rng = random.Random(12)
+    kinds = ["cat", "Int64", "int", "float", "obj", "str"]
+    for _ in range(600):
+        n = rng.randint(0, 30)
+        keys = rng.sample(kinds, rng.randint(1, 3))
+        df = pd.DataFrame({k: _key_column(rng, k, n) for k in keys})
+        want = df.groupby(keys, observed=True, dropna=False, sort=True).ngroup().to_numpy()
+        assert np.array_equal(sorted_group_ids(df, keys), want), df
+
+
+def _gemm_rows(rng: random.Random, n: int) -> pd.DataFrame:
+    return pd.DataFrame({
+        "point": _key_column(rng, "cat", n).rename_categories(["ch2-th256", "th512", "x", "ch4"]),
+        "rank": pd.array([rng.choice([0, 1, None]) for _ in range(n)], dtype="Int64"),
+        "kernel": _key_column(rng, "cat", n),
+        "category": pd.Categorical([rng.choice(["gemm", "other"]) for _ in range(n)]),
+        "gpu": np.array([rng.randint(0, 2) for _ in range(n)]),
+        "start_ns": np.array([rng.choice([5, rng.randint(0, 10**6)]) for _ in range(n)], dtype=np.int64),
+        "dur_ns": np.array([rng.choice([5, 7, 100, rng.randint(1, 10**6)]) for _ in range(n)], dtype=np.int64),
+    }, index=np.array(rng.sample(range(10 * n + 1), n), dtype=np.int64))
+
+
+def test_small_top_variance_is_the_grouped_one(monkeypatch):
+    """Ties in durations, starts and ranges, missing keys, categories out of text order."""
+    from pytest_gemmperf.analysis import variance as V
+
+    rng = random.Random(13)
+    taken = 0
+    for _ in range(400):
+        d = _gemm_rows(rng, rng.randint(1, 40))
+        kw = dict(k=rng.randint(1, 5), category=rng.choice([None, "gemm"]), warmup=rng.choice([0, 0, 1]),
+                  by=rng.choice([("point", "rank", "kernel"), ("rank", "kernel"), ("kernel",), ("point", "rank")]))
+        calls = []
+        real = V._small_top
+        monkeypatch.setattr(V, "_small_top", lambda *a: calls.append(real(*a)) or calls[-1])
+        got = V.top_variance(d, **kw)
+        monkeypatch.setattr(V, "_small_top", lambda *a: None)
+        want = V.top_variance(d, **kw)
+        monkeypatch.undo()
+        taken += calls[0] is not None
+        _same_frame(got, want)
+    assert taken > 200
+
+
+def test_small_top_variance_not_taken_for_text_keys_or_large_tables():
+    from pytest_gemmperf.analysis import variance as V
+
+    d = _gemm_rows(random.Random(14), 20)
+    assert V._small_top(d, 5, ["point", "rank", "kernel"]) is not None
+    assert V._small_top(d.assign(kernel=d["kernel"].astype(object)), 5, ["point", "rank", "kernel"]) is None
+    assert V._small_top(d.assign(dur_ns=d["dur_ns"].astype(float)), 5, ["point", "rank", "kernel"]) is None
+    assert V._small_top(d, 5, ["point", "rank"]) is None  # no kernel key
+    big = pd.concat([d] * (V._ONE_SORT_MAX_ROWS // 20 + 1), ignore_index=True)
+    assert V._small_top(big, 5, ["point", "rank", "kernel"]) is None

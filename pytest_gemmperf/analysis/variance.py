@@ -22,7 +22,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge
 from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
-from pytest_gemmperf.analysis.overlap import category_mask, display_names
+from pytest_gemmperf.analysis.overlap import category_mask, display_names, sorted_group_ids
 
 AORTA_COLUMNS = ("threads", "channel", "rank", "kernel_name", "kernel_time_min_us",
                  "kernel_time_max_us", "time_diff_us")
@@ -77,7 +77,11 @@ def _stats_sorted(size: pd.Series, gid: np.ndarray, dur: np.ndarray, labels: np.
     """:func:`_stats_pandas`'s table from one sort of integer durations by group (``gid``: the
     groups' numbers in ``size``'s order, rows in start order): the same values, bit for bit,
     without a grouped pass per statistic (a small report pays some milliseconds for each)."""
-    count = size.to_numpy(np.int64)
+    return pd.DataFrame(_sorted_stats(size.to_numpy(np.int64), gid, dur, labels), index=size.index).reset_index()
+
+
+def _sorted_stats(count: np.ndarray, gid: np.ndarray, dur: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`_stats_sorted`'s columns (``count``: the rows of each group)."""
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     last = first + count - 1
     order = np.lexsort((dur, gid))  # stable: equal durations stay in start order
@@ -86,21 +90,14 @@ def _stats_sorted(size: pd.Series, gid: np.ndarray, dur: np.ndarray, labels: np.
     # the first instance (in start order) of each group's largest duration
     by_max = np.lexsort((-dur, gid))
     dev = np.abs(dur.astype(np.float64) - median[gid])  # each row's distance to its group's median
+    mad = sorted_quantile(dev[np.lexsort((dev, gid))], first, count, 0.5)
+    q1, q3 = sorted_quantile(sv, first, count, 0.25), sorted_quantile(sv, first, count, 0.75)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = pd.DataFrame({
-            "count": count,
-            "min_ns": dur[order[first]],
-            "max_ns": dur[order[last]],
-            "median_ns": median,
-            "mad_ns": sorted_quantile(dev[np.lexsort((dev, gid))], first, count, 0.5),
-            "q1_ns": sorted_quantile(sv, first, count, 0.25),
-            "q3_ns": sorted_quantile(sv, first, count, 0.75),
-            "min_row": labels[order[first]],
-            "max_row": labels[by_max[first]],
-        }, index=size.index)
-        out["mad_cv"] = _MAD_TO_SIGMA * out["mad_ns"] / out["median_ns"]
-        out["iqr_cv"] = (out["q3_ns"] - out["q1_ns"]) / _IQR_TO_SIGMA / out["median_ns"]
-    return out.reset_index()
+        # the operations of :func:`_stats_pandas`'s two columns, in their order
+        return {"count": count, "min_ns": dur[order[first]], "max_ns": dur[order[last]], "median_ns": median,
+                "mad_ns": mad, "q1_ns": q1, "q3_ns": q3,
+                "min_row": labels[order[first]], "max_row": labels[by_max[first]],
+                "mad_cv": _MAD_TO_SIGMA * mad / median, "iqr_cv": (q3 - q1) / _IQR_TO_SIGMA / median}
 
 
 def _stats_pandas(frame: pd.DataFrame, by: list[str], grp) -> pd.DataFrame:
@@ -208,6 +205,9 @@ def top_variance(dispatches: pd.DataFrame, k: int = 5,
         raise ValueError(f"sort_by must be 'range' or 'robust', not {sort_by!r}")
     by = [c for c in by if c in dispatches.columns]
     samples = select_samples(dispatches, category=category, warmup=warmup)
+    small = _small_top(samples, k, by) if sort_by == "range" and axes is None else None
+    if small is not None:
+        return small
     st = _stats(samples, by)
     st["time_diff_us"] = (st["max_ns"] - st["min_ns"]) / 1e3
     sort_cols = ["time_diff_us"] if sort_by == "range" else ["mad_cv", "iqr_cv"]
@@ -232,6 +232,62 @@ def top_variance(dispatches: pd.DataFrame, k: int = 5,
     extra = [c for c in top.columns if c.endswith("_axis") or
              (axes is not None and c in axes.columns and c not in first + rest)]
     return top[first + rest + extra + ["min_row", "max_row"]]
+
+
+def _plain_key(dtype) -> bool:
+    """A key column whose every row of a group holds the same value as the grouping's key: a
+    categorical, a nullable integer or a NumPy integer (not text, whose key pandas re-infers,
+    nor a float, whose -0.0 and 0.0 share a group)."""
+    return isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_integer_dtype(dtype)
+
+
+def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
+    """:func:`top_variance` (by range, points' own axes) of a small table, from one sort of its
+    integer durations and NumPy passes, built as one frame: the same table, value for value, as
+    pandas' grouped passes give (each costs milliseconds whatever the size). None where it does
+    not apply: a large table, no kernel key, a key of another kind, durations not integers."""
+    kernel_col = next((c for c in _KERNEL_KEYS if c in by), None)
+    if not 0 < len(d) <= _ONE_SORT_MAX_ROWS or kernel_col is None or d.index.dtype.kind != "i" or \
+            not all(isinstance(d[c].dtype, np.dtype) and d[c].dtype.kind == "i" for c in ("dur_ns", "start_ns")) or \
+            not all(_plain_key(d[c].dtype) for c in by):
+        return None
+    rows_gid = sorted_group_ids(d, by)
+    cell = [c for c in by if c not in _KERNEL_KEYS]
+    rows_cell = sorted_group_ids(d, cell) if cell else np.zeros(len(d), dtype=np.int64)
+    if rows_gid is None or rows_cell is None:
+        return None
+    order = np.argsort(d["start_ns"].to_numpy(), kind="stable")  # the rows in start order
+    gid = rows_gid[order]
+    count = np.bincount(gid)
+    st = _sorted_stats(count, gid, d["dur_ns"].to_numpy(np.int64)[order], d.index.to_numpy()[order])
+    _, first_row = np.unique(rows_gid, return_index=True)  # a row of each group: its keys
+    diff = (st["max_ns"] - st["min_ns"]) / 1e3
+    ranked = np.argsort(-diff, kind="stable")  # sort_values(ascending=False, kind="stable")
+    cells = rows_cell[first_row][ranked]
+    by_cell = np.argsort(cells, kind="stable")
+    new = np.r_[True, cells[by_cell][1:] != cells[by_cell][:-1]]
+    nth = np.empty(len(cells), dtype=np.int64)  # each row's place in its cell (cumcount)
+    nth[by_cell] = np.arange(len(cells)) - np.maximum.accumulate(np.where(new, np.arange(len(cells)), 0))
+    keep = ranked[nth < k]
+    rows = first_row[keep]
+    keys = {c: d[c].array.take(rows) for c in by}
+    na = pd.array([pd.NA] * len(keep), dtype="Int64")
+    if "point" in keys:
+        parsed = parse_point_axes(pd.Series(keys["point"]))
+        threads, channel = parsed["threads"].array, parsed["channel"].array
+    else:
+        threads, channel = na, na.copy()
+    out = {"threads": threads, "channel": channel, "rank": keys["rank"] if "rank" in keys else na.copy(),
+           "kernel_name": pd.Series(keys[kernel_col]).astype("object"),  # a Series: kept as object
+           "kernel_time_min_us": st["min_ns"][keep] / 1e3, "kernel_time_max_us": st["max_ns"][keep] / 1e3,
+           "time_diff_us": diff[keep]}
+    if "point" in keys:
+        out["point"] = keys["point"]
+    out.update({"median_us": st["median_ns"][keep] / 1e3, "mad_cv": st["mad_cv"][keep],
+                "iqr_cv": st["iqr_cv"][keep], "count": st["count"][keep]})
+    out.update({c: keys[c] for c in by if c not in out and c != kernel_col})
+    out.update({"min_row": st["min_row"][keep], "max_row": st["max_row"][keep]})
+    return pd.DataFrame(out)
 
 
 def with_timestamps(top: pd.DataFrame, dispatches: pd.DataFrame) -> pd.DataFrame:
