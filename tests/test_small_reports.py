@@ -413,3 +413,75 @@ def test_small_top_variance_not_taken_for_text_keys_or_large_tables():
     assert V._small_top(d, 5, ["point", "rank"]) is None  # no kernel key
     big = pd.concat([d] * (V._ONE_SORT_MAX_ROWS // 20 + 1), ignore_index=True)
     assert V._small_top(big, 5, ["point", "rank", "kernel"]) is None
+
+
+def _overlap_rows(rng: random.Random, n: int) -> pd.DataFrame:
+    dur = np.array([rng.choice([5, 7, 100, rng.randint(1, 10**6)]) for _ in range(n)], dtype=np.int64)
+    covered = np.array([rng.choice([0, int(x), rng.randint(0, int(x))]) for x in dur], dtype=np.int64)
+    return pd.DataFrame({
+        "point": _key_column(rng, "cat", n), "rank": _key_column(rng, "Int64", n),
+        "kernel": _key_column(rng, "cat", n), "dur_ns": dur, "overlap_ns": covered,
+        "overlap_fraction": np.where(dur > 0, covered / np.where(dur > 0, dur, 1), np.nan)})
+
+
+def test_small_overlap_by_kernel_is_the_grouped_one(monkeypatch):
+    """Rows in group order (pandas' mean then sums by runs) and not, keys missing."""
+    from pytest_gemmperf.analysis import overlap as O
+
+    rng = random.Random(15)
+    for _ in range(300):
+        ov = _overlap_rows(rng, rng.randint(1, 40))
+        if rng.random() < 0.4:
+            ov = ov.sort_values(["point", "rank", "kernel"], na_position="last", kind="stable")
+        kw = dict(overlap=ov, by=rng.choice([("point", "rank", "kernel"), ("rank", "kernel"), ("kernel",)]),
+                  threshold=rng.choice([0.0, 0.5]))
+        got = O.overlap_by_kernel(None, **kw)
+        monkeypatch.setattr(O, "plain_group_key", lambda dtype: False)  # pandas' grouping
+        want = O.overlap_by_kernel(None, **kw)
+        monkeypatch.undo()
+        _same_frame(got, want)
+
+
+def test_grouped_mean_is_pandas_mean():
+    """Both of pandas' sums: by runs where the rows are in group order without NaN, else
+    compensated, bit for bit (large and small magnitudes, infinities, NaN)."""
+    from pytest_gemmperf.analysis.overlap import grouped_mean
+
+    rng = random.Random(16)
+    pool = [0.1, 1 / 3, 2 / 3, 1e16, -1e16, 1.0, np.nan, np.inf, -np.inf, 1e-300, 0.9999999]
+    for _ in range(1500):
+        n, groups = rng.randint(1, 150), rng.randint(1, 6)
+        gid = np.array([rng.randrange(groups) for _ in range(n)])
+        if rng.random() < 0.5:
+            gid = np.sort(gid)
+        share = rng.random()
+        values = np.array([rng.choice(pool) if rng.random() < share else rng.random() for _ in range(n)])
+        with np.errstate(invalid="ignore"):
+            pandas = pd.Series(values).groupby(gid, sort=True).mean()
+        want = np.full(groups, np.nan)
+        want[pandas.index.to_numpy()] = pandas.to_numpy()
+        got = grouped_mean(gid, values, groups)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        assert got[~np.isnan(got)].tobytes() == want[~np.isnan(want)].tobytes()
+
+
+def _old_grouped_boxes(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """The boxes as pandas' grouping numbered them and a frame of the keys joined them."""
+    gid = d.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    stats = D.box_stats(d["dur_ns"].to_numpy(np.int64), gid, int(gid.max()) + 1)
+    _, first = np.unique(gid, return_index=True)
+    keys = d[by].iloc[first].reset_index(drop=True)
+    keys.index = gid[first]
+    return pd.concat([decategorized(keys).sort_index().reset_index(drop=True), stats], axis=1)
+
+
+def test_grouped_boxes_are_the_grouped_ones():
+    rng = random.Random(17)
+    for _ in range(300):
+        n = rng.randint(1, 40)
+        d = pd.DataFrame({"kernel": _key_column(rng, "cat", n),
+                          "label": pd.array([rng.choice(["run", "b"]) for _ in range(n)], dtype="str"),
+                          "threads": _key_column(rng, "Int64", n),
+                          "dur_ns": np.array([rng.choice([5, 7, rng.randint(1, 10**6)]) for _ in range(n)])})
+        by = rng.choice([["kernel", "label"], ["kernel", "label", "threads"]])
+        _same_frame(D._grouped_boxes(d, by), _old_grouped_boxes(d, by))

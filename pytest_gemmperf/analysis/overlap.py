@@ -145,6 +145,13 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
     if 0 < len(ov) <= _ONE_PASS_MAX_ROWS and all(
             isinstance(ov[c].dtype, np.dtype) and ov[c].dtype.kind == k
             for c, k in (("dur_ns", "i"), ("overlap_ns", "i"), ("overlap_fraction", "f"))):
+        gid = sorted_group_ids(ov, by) if all(plain_group_key(ov[c].dtype) for c in by) else None
+        if gid is not None:  # no grouping at all: the keys' values from a row of each group
+            _, first = np.unique(gid, return_index=True)
+            fraction = ov["overlap_fraction"].to_numpy()
+            table = _by_kernel_arrays(np.bincount(gid), gid, is_ov, ov["dur_ns"].to_numpy(),
+                                      ov["overlap_ns"].to_numpy(), grouped_mean(gid, fraction, len(first)))
+            return pd.DataFrame({**{c: ov[c].array.take(first) for c in by}, **table})
         grp = ov[by + ["overlap_fraction"]].groupby(by, observed=True, dropna=False, sort=True)
         # the mean is pandas' own: its float sum's algorithm depends on the rows' order
         return _by_kernel_one_pass(grp.size(), grp.ngroup().to_numpy(), is_ov, ov["dur_ns"].to_numpy(),
@@ -177,27 +184,60 @@ def _by_kernel_one_pass(size: pd.Series, gid: np.ndarray, is_ov: np.ndarray, dur
     row's group in ``size``'s order; ``mean_fraction`` per group): pandas' grouped integer sums
     and medians, value for value, without a grouped pass per column (each costs milliseconds
     whatever the size)."""
-    n = len(size)
-    count = size.to_numpy(np.int64)
-    n_over = np.bincount(gid[is_ov], minlength=n)
+    table = _by_kernel_arrays(size.to_numpy(np.int64), gid, is_ov, dur, overlap_ns, mean_fraction)
+    return pd.DataFrame(table, index=size.index).reset_index()
+
+
+def _by_kernel_arrays(count: np.ndarray, gid: np.ndarray, is_ov: np.ndarray, dur: np.ndarray,
+                      overlap_ns: np.ndarray, mean_fraction: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`_by_kernel_one_pass`'s columns (``count``: the rows of each group)."""
+    n = len(count)
+    n_over = np.bincount(gid[is_ov], minlength=n).astype(np.int64)
     total = np.zeros(n, dtype=np.int64)
     np.add.at(total, gid, overlap_ns.astype(np.int64))
     durf = dur.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = pd.DataFrame({
-            "count": count,
-            "n_overlapped": n_over.astype(np.int64),
-            "mean_overlap_fraction": mean_fraction,
-            "total_overlap_ns": total,
-        }, index=size.index)
-        out["overlapped_share"] = out["n_overlapped"] / out["count"]
-        out["median_dur_overlapped_ns"] = _medians(gid[is_ov], durf[is_ov], n)
-        out["median_dur_isolated_ns"] = _medians(gid[~is_ov], durf[~is_ov], n)
-        out["interference_slowdown"] = out["median_dur_overlapped_ns"] / out["median_dur_isolated_ns"]
-    return out.reset_index()
+        overlapped = group_medians(gid[is_ov], durf[is_ov], n)
+        isolated = group_medians(gid[~is_ov], durf[~is_ov], n)
+        return {"count": count, "n_overlapped": n_over, "mean_overlap_fraction": mean_fraction,
+                "total_overlap_ns": total, "overlapped_share": n_over / count,
+                "median_dur_overlapped_ns": overlapped, "median_dur_isolated_ns": isolated,
+                "interference_slowdown": overlapped / isolated}
 
 
-def _medians(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+def plain_group_key(dtype) -> bool:
+    """A key column whose every row of a group holds the group's key as pandas' grouping gives
+    it: a categorical or an integer column (not text, whose key pandas infers again, nor a
+    float, whose -0.0 and 0.0 share a group)."""
+    return isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_integer_dtype(dtype)
+
+
+def grouped_mean(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per group (``gid``, ``n`` groups) the mean of its non-NaN float ``values`` as pandas'
+    grouped mean computes it, whose sum depends on the rows' order: rows already in group order
+    without NaN are summed per run by ``np.add.reduceat`` (pandas 3's own shortcut), otherwise a
+    compensated (Kahan) sum in row order (its Cython kernel); each divided by the count, NaN for a
+    group without values. The second is a loop over the rows: for small tables only."""
+    if len(gid) and bool(np.all(gid[1:] >= gid[:-1])) and not np.isnan(values).any():
+        starts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
+        out = np.full(n, np.nan)
+        sizes = np.diff(starts, append=len(gid)).astype(np.float64)
+        out[gid[starts]] = np.add.reduceat(values.astype(np.float64), starts) / sizes
+        return out
+    sums, comp, nobs = [0.0] * n, [0.0] * n, [0] * n
+    for g, v in zip(gid.tolist(), values.tolist()):
+        if v != v:
+            continue
+        nobs[g] += 1
+        y = v - comp[g]
+        t = sums[g] + y
+        c = t - sums[g] - y
+        comp[g] = 0.0 if c != c else c  # an infinite value: no compensation (pandas GH#50367)
+        sums[g] = t
+    return np.asarray([s / k if k else np.nan for s, k in zip(sums, nobs)], dtype=np.float64)
+
+
+def group_medians(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Per group, the median of its ``values`` (no NaN among them), as pandas' grouped median;
     NaN for a group without values."""
     out = np.full(n, np.nan)
@@ -237,5 +277,5 @@ def sorted_group_ids(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray | None
 _ONE_PASS_MAX_ROWS = 10_000
 
 
-__all__ = ["category_mask", "display_names", "gemm_overlap", "gemm_overlap_ns", "overlap_by_kernel",
-           "overlap_fraction", "sorted_group_ids"]
+__all__ = ["category_mask", "display_names", "gemm_overlap", "gemm_overlap_ns", "group_medians", "grouped_mean",
+           "overlap_by_kernel", "overlap_fraction", "plain_group_key", "sorted_group_ids"]

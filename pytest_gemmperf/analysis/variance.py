@@ -22,7 +22,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge
 from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
-from pytest_gemmperf.analysis.overlap import category_mask, display_names, sorted_group_ids
+from pytest_gemmperf.analysis.overlap import category_mask, display_names, plain_group_key, sorted_group_ids
 
 AORTA_COLUMNS = ("threads", "channel", "rank", "kernel_name", "kernel_time_min_us",
                  "kernel_time_max_us", "time_diff_us")
@@ -234,13 +234,6 @@ def top_variance(dispatches: pd.DataFrame, k: int = 5,
     return top[first + rest + extra + ["min_row", "max_row"]]
 
 
-def _plain_key(dtype) -> bool:
-    """A key column whose every row of a group holds the same value as the grouping's key: a
-    categorical, a nullable integer or a NumPy integer (not text, whose key pandas re-infers,
-    nor a float, whose -0.0 and 0.0 share a group)."""
-    return isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_integer_dtype(dtype)
-
-
 def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
     """:func:`top_variance` (by range, points' own axes) of a small table, from one sort of its
     integer durations and NumPy passes, built as one frame: the same table, value for value, as
@@ -249,7 +242,7 @@ def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
     kernel_col = next((c for c in _KERNEL_KEYS if c in by), None)
     if not 0 < len(d) <= _ONE_SORT_MAX_ROWS or kernel_col is None or d.index.dtype.kind != "i" or \
             not all(isinstance(d[c].dtype, np.dtype) and d[c].dtype.kind == "i" for c in ("dur_ns", "start_ns")) or \
-            not all(_plain_key(d[c].dtype) for c in by):
+            not all(plain_group_key(d[c].dtype) for c in by):
         return None
     rows_gid = sorted_group_ids(d, by)
     cell = [c for c in by if c not in _KERNEL_KEYS]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stats
-from pytest_gemmperf.analysis.overlap import overlap_by_kernel
+from pytest_gemmperf.analysis.overlap import group_medians, overlap_by_kernel, plain_group_key, sorted_group_ids
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
                                                    CommRows, GemmRows, ReportParts, SweepReduction,
                                                    as_objects, collective_frame, decategorized, gemm_frame, merge_parts,
@@ -217,13 +217,16 @@ def box_stats(values: np.ndarray, gid: np.ndarray, n_groups: int) -> pd.DataFram
 def _grouped_boxes(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     if len(d) == 0:
         return pd.DataFrame(columns=by + list(BOX_COLUMNS))
-    gid = d.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    gid = sorted_group_ids(d, by) if len(d) <= SMALL_TABLE_ROWS else None
+    if gid is None:
+        gid = d.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
     n = int(gid.max()) + 1
     stats = box_stats(d["dur_ns"].to_numpy(np.int64), gid, n)
-    _, first = np.unique(gid, return_index=True)
-    keys = d[by].iloc[first].reset_index(drop=True)
-    keys.index = gid[first]
-    return pd.concat([decategorized(keys).sort_index().reset_index(drop=True), stats], axis=1)
+    _, first = np.unique(gid, return_index=True)  # a row of each group, in the groups' order
+    # the keys taken from those rows (text as text) and the statistics beside them, one frame
+    keys = {c: as_objects(pd.Series(col.array.take(first))) if isinstance(col.dtype, pd.CategoricalDtype)
+            else col.array.take(first) for c, col in ((c, d[c]) for c in by)}
+    return pd.DataFrame({**keys, **{c: s.to_numpy() for c, s in stats.items()}})
 
 
 def _axes_of(points: pd.Series) -> pd.DataFrame:
@@ -528,18 +531,30 @@ def gemm_views(gemm: GemmRows, comm: CommRows | None, has_comm: bool, top_k: int
         top = with_collective_overlap(top, both, comm_mask, keys=("gpu",))
     out["top_variance"] = decategorized(top.drop(columns=["min_row", "max_row"])).reset_index(drop=True)
     keys = [c for c in ("point", "rank", "kernel") if c in g.columns]
-    obk = _object_keys(decategorized(overlap_by_kernel(None, overlap=g, by=keys)), keys)
-    # its rows are the groups of this same grouping, in the same (sorted) order: each row's
-    # median lines up without a join
-    med = g.groupby(keys, dropna=False, observed=True, sort=True)["dur_ns"].median()
-    obk["median_dur_us"] = med.to_numpy(dtype=np.float64) / 1e3
-    out["overlap"] = obk
+    out["overlap"] = _overlap_table(g, keys)
     axes = _axes_of(g["point"])
     # extension arrays, not to_numpy(): kernel stays categorical, rank nullable (no object copies)
     out["_gemm"] = pd.DataFrame({"kernel": g["kernel"].array, "threads": axes["threads"].array,
                                  "channel": axes["channel"].array, "rank": g["rank"].array,
                                  "dur_ns": g["dur_ns"].to_numpy()})
     return out
+
+
+def _overlap_table(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Overlap per kernel (``overlap_by_kernel``) with each group's median duration, keys and
+    text as objects (None for missing: keys of any dtype join), built as one frame."""
+    table = overlap_by_kernel(None, overlap=g, by=keys)
+    # its rows are the groups of this same grouping, in the same (sorted) order: each row's
+    # median lines up without a join
+    gid = sorted_group_ids(g, keys) if len(g) <= SMALL_TABLE_ROWS and g["dur_ns"].dtype.kind == "i" \
+        and all(plain_group_key(g[c].dtype) for c in keys) else None
+    if gid is not None:  # integer durations: the middle values' mean is exact either way
+        med = group_medians(gid, g["dur_ns"].to_numpy(np.float64), len(table))
+    else:
+        med = g.groupby(keys, dropna=False, observed=True, sort=True)["dur_ns"].median().to_numpy(dtype=np.float64)
+    columns = {c: as_objects(s) if c in keys or isinstance(s.dtype, pd.CategoricalDtype) else s
+               for c, s in table.items()}
+    return pd.DataFrame({**columns, "median_dur_us": med / 1e3})
 
 
 def _counter_table(d: pd.DataFrame, counters: pd.DataFrame, agents: pd.DataFrame | None) -> pd.DataFrame:
