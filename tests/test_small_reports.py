@@ -485,3 +485,19 @@ def test_grouped_boxes_are_the_grouped_ones():
                           "dur_ns": np.array([rng.choice([5, 7, rng.randint(1, 10**6)]) for _ in range(n)])})
         by = rng.choice([["kernel", "label"], ["kernel", "label", "threads"]])
         _same_frame(D._grouped_boxes(d, by), _old_grouped_boxes(d, by))
+
+
+def test_small_category_totals_are_the_grouped_ones(monkeypatch):
+    rng = random.Random(18)
+    for _ in range(300):
+        n = rng.randint(1, 30)
+        totals = pd.DataFrame({
+            "point": _key_column(rng, "cat", n), "rank": _key_column(rng, "Int64", n),
+            "category": _key_column(rng, "cat", n),
+            "n_dispatches": np.array([rng.randint(0, 9) for _ in range(n)], dtype=np.int64),
+            "total_ns": np.array([rng.choice([0, rng.randint(0, 10**12)]) for _ in range(n)], dtype=np.int64)})
+        got = D._by_category_of_totals(totals)
+        monkeypatch.setattr(D, "_small_category_totals", lambda t: None)
+        want = D._by_category_of_totals(totals)
+        monkeypatch.undo()
+        _same_frame(got, want)

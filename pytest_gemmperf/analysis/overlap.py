@@ -222,7 +222,8 @@ def grouped_mean(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
         starts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
         out = np.full(n, np.nan)
         sizes = np.diff(starts, append=len(gid)).astype(np.float64)
-        out[gid[starts]] = np.add.reduceat(values.astype(np.float64), starts) / sizes
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, as pandas gives it
+            out[gid[starts]] = np.add.reduceat(values.astype(np.float64), starts) / sizes
         return out
     sums, comp, nobs = [0.0] * n, [0.0] * n, [0] * n
     for g, v in zip(gid.tolist(), values.tolist()):

@@ -349,9 +349,41 @@ def _by_category(d: pd.DataFrame) -> pd.DataFrame:
 
 def _by_category_of_totals(totals: pd.DataFrame) -> pd.DataFrame:
     """:func:`_by_category` from ``source_totals.dispatch_totals`` rows (integer sums: exact)."""
+    small = _small_category_totals(totals)
+    if small is not None:
+        return small
     g = totals.groupby(["point", "rank", "category"], dropna=False, observed=True, sort=True)
     return _category_shares(pd.DataFrame({"count": g["n_dispatches"].sum(), "total_ns": g["total_ns"].sum()})
                             .reset_index())
+
+
+def _small_category_totals(totals: pd.DataFrame) -> pd.DataFrame | None:
+    """:func:`_by_category_of_totals` of a small table of categorical or integer keys without
+    pandas' groupings: the groups numbered as they number them, integer sums, one frame; None
+    where it does not apply."""
+    keys = ["point", "rank", "category"]
+    if not 0 < len(totals) <= SMALL_TABLE_ROWS or not all(plain_group_key(totals[c].dtype) for c in keys) or \
+            not all(isinstance(totals[c].dtype, np.dtype) and totals[c].dtype.kind == "i"
+                    for c in ("n_dispatches", "total_ns")):
+        return None
+    gid, cell_of_row = sorted_group_ids(totals, keys), sorted_group_ids(totals, keys[:2])
+    if gid is None or cell_of_row is None:
+        return None
+    _, first = np.unique(gid, return_index=True)
+    count = np.zeros(len(first), dtype=np.int64)
+    total = np.zeros(len(first), dtype=np.int64)
+    np.add.at(count, gid, totals["n_dispatches"].to_numpy(np.int64))
+    np.add.at(total, gid, totals["total_ns"].to_numpy(np.int64))
+    cell = cell_of_row[first]
+    per_cell = np.zeros(int(cell.max()) + 1, dtype=np.int64)
+    np.add.at(per_cell, cell, total)
+    cell_total = per_cell[cell]
+    key_values = {c: totals[c].array.take(first) for c in keys}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        percent = np.where(cell_total > 0, total / cell_total * 100, np.nan)
+    return pd.DataFrame({c: as_objects(pd.Series(v)) if isinstance(v.dtype, pd.CategoricalDtype) else v
+                         for c, v in key_values.items()} |
+                        {"count": count, "total_ns": total, "total_ms": total / 1e6, "percent": percent})
 
 
 def _category_shares(out: pd.DataFrame) -> pd.DataFrame:
