@@ -286,17 +286,30 @@ def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
 def with_timestamps(top: pd.DataFrame, dispatches: pd.DataFrame) -> pd.DataFrame:
     """Add aorta's ``_with_timestamps`` columns from the min/max instances found by
     :func:`top_variance` (timestamps are the trace clock's ``start_ns`` in ms)."""
+    return with_columns(top, timestamp_columns(top, dispatches))
+
+
+def timestamp_columns(top: pd.DataFrame, dispatches: pd.DataFrame) -> dict[str, np.ndarray]:
+    """:func:`with_timestamps`'s columns."""
     _require_rows(top)
-    out = top.copy()
-    lo = dispatches.loc[out["min_row"].to_numpy()]
-    hi = dispatches.loc[out["max_row"].to_numpy()]
-    out["min_duration_timestamp_ms"] = lo["start_ns"].to_numpy() / 1e6
-    out["max_duration_timestamp_ms"] = hi["start_ns"].to_numpy() / 1e6
-    out["time_between_min_max_ms"] = (out["max_duration_timestamp_ms"]
-                                      - out["min_duration_timestamp_ms"]).abs()
-    out["min_duration_found_us"] = lo["dur_ns"].to_numpy() / 1e3
-    out["max_duration_found_us"] = hi["dur_ns"].to_numpy() / 1e3
-    return out
+    lo = dispatches.loc[top["min_row"].to_numpy(), ["start_ns", "dur_ns"]]
+    hi = dispatches.loc[top["max_row"].to_numpy(), ["start_ns", "dur_ns"]]
+    lo_ms, hi_ms = lo["start_ns"].to_numpy() / 1e6, hi["start_ns"].to_numpy() / 1e6
+    return {"min_duration_timestamp_ms": lo_ms, "max_duration_timestamp_ms": hi_ms,
+            "time_between_min_max_ms": np.abs(hi_ms - lo_ms),
+            "min_duration_found_us": lo["dur_ns"].to_numpy() / 1e3,
+            "max_duration_found_us": hi["dur_ns"].to_numpy() / 1e3}
+
+
+def with_columns(top: pd.DataFrame, columns: dict[str, np.ndarray | pd.Series]) -> pd.DataFrame:
+    """``top`` with ``columns`` set (a name it has keeps its place), built as one frame: a column
+    set costs as much as building a small table."""
+    if not top.index.is_unique or top.columns.has_duplicates:  # labels a dict cannot hold apart
+        out = top.copy()
+        for name, values in columns.items():
+            out[name] = values
+        return out
+    return pd.DataFrame({**dict(top.items()), **columns}, index=top.index)
 
 
 def _require_rows(top: pd.DataFrame) -> None:
@@ -314,8 +327,15 @@ def with_collective_overlap(top: pd.DataFrame, dispatches: pd.DataFrame, comm_ma
     ``max_overlap_percentage`` is the largest single-collective overlap relative to the GEMM;
     ``total_overlap_duration_ms`` is the union of the overlaps (no double counting).
     """
+    return with_columns(top, collective_overlap_columns(top, dispatches, comm_mask, keys=keys, name_col=name_col))
+
+
+def collective_overlap_columns(top: pd.DataFrame, dispatches: pd.DataFrame, comm_mask=None, *,
+                               keys: Sequence[str] = GPU_KEYS,
+                               name_col: str = "kernel_short") -> dict[str, np.ndarray | pd.Series]:
+    """:func:`with_collective_overlap`'s columns."""
     _require_rows(top)
-    out = top.copy()
+    out = top
     d = dispatches
     codes = pd.Series(group_codes(d, keys), index=d.index)
     cm = category_mask(d, comm_mask, "collective")
@@ -355,12 +375,11 @@ def with_collective_overlap(top: pd.DataFrame, dispatches: pd.DataFrame, comm_ma
         best_pct.append(float(pct[j]))
         best_name.append(str(hn[j]))
         total_ms.append(float((u[1] - u[0]).sum()) / 1e6)
-    out["overlapping_collective_count"] = np.asarray(counts, dtype=np.int64)
-    out["overlapping_collective_names"] = pd.Series(names, index=out.index, dtype="object")
-    out["max_overlap_percentage"] = np.asarray(best_pct, dtype=np.float64)
-    out["max_overlap_collective"] = pd.Series(best_name, index=out.index, dtype="object")
-    out["total_overlap_duration_ms"] = np.asarray(total_ms, dtype=np.float64)
-    return out
+    return {"overlapping_collective_count": np.asarray(counts, dtype=np.int64),
+            "overlapping_collective_names": pd.Series(names, index=out.index, dtype="object"),
+            "max_overlap_percentage": np.asarray(best_pct, dtype=np.float64),
+            "max_overlap_collective": pd.Series(best_name, index=out.index, dtype="object"),
+            "total_overlap_duration_ms": np.asarray(total_ms, dtype=np.float64)}
 
 
 def _search_pairs(codes: np.ndarray, times: np.ndarray, q_codes: np.ndarray,
@@ -417,6 +436,6 @@ def spread_across(dispatches: pd.DataFrame, across: Sequence[str] = ("rank", "po
     return out.reset_index()
 
 
-__all__ = ["AORTA_COLUMNS", "OVERLAP_COLUMNS", "TIMESTAMP_COLUMNS", "parse_point_axes",
-           "select_samples", "spread_across", "top_variance", "with_collective_overlap",
-           "with_timestamps"]
+__all__ = ["AORTA_COLUMNS", "OVERLAP_COLUMNS", "TIMESTAMP_COLUMNS", "collective_overlap_columns",
+           "parse_point_axes", "select_samples", "spread_across", "timestamp_columns", "top_variance",
+           "with_collective_overlap", "with_columns", "with_timestamps"]

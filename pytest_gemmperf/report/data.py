@@ -25,8 +25,8 @@ from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETA
                                                    as_objects, collective_frame, decategorized, gemm_frame, merge_parts,
                                                    report_part, short_edges)
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES
-from pytest_gemmperf.analysis.variance import (parse_point_axes, top_variance,
-                                               with_collective_overlap, with_timestamps)
+from pytest_gemmperf.analysis.variance import (collective_overlap_columns, parse_point_axes, timestamp_columns,
+                                               top_variance, with_columns)
 from pytest_gemmperf.gate.metrics import ALL_KERNELS, DUR_NS
 from pytest_gemmperf.gate.outcome import OUTCOMES, outcome_counts, overall, point_outcomes
 from pytest_gemmperf.gate.verdict import (IMPROVEMENT, INCONCLUSIVE, MISSING, NEW, REGRESSION,
@@ -554,14 +554,14 @@ def gemm_views(gemm: GemmRows, comm: CommRows | None, has_comm: bool, top_k: int
     out: dict[str, pd.DataFrame] = {}
     g = gemm_frame(gemm)
     top = top_variance(g[gemm.warm], k=top_k, category=None)
-    top = with_timestamps(top, g)
+    added = timestamp_columns(top, g)
     if has_comm:
         # the overlap reads each row's longest instance and the collectives, none of the other
         # GEMM dispatches: the table it searches holds only those (the same rows, in row order)
         longest = g.loc[np.unique(top["max_row"].to_numpy(np.int64))]
         both, comm_mask = collective_frame(longest, comm)
-        top = with_collective_overlap(top, both, comm_mask, keys=("gpu",))
-    out["top_variance"] = decategorized(top.drop(columns=["min_row", "max_row"])).reset_index(drop=True)
+        added |= collective_overlap_columns(top, both, comm_mask, keys=("gpu",))
+    out["top_variance"] = _top_table(top, added)
     keys = [c for c in ("point", "rank", "kernel") if c in g.columns]
     out["overlap"] = _overlap_table(g, keys)
     axes = _axes_of(g["point"])
@@ -570,6 +570,16 @@ def gemm_views(gemm: GemmRows, comm: CommRows | None, has_comm: bool, top_k: int
                                  "channel": axes["channel"].array, "rank": g["rank"].array,
                                  "dur_ns": g["dur_ns"].to_numpy()})
     return out
+
+
+def _top_table(top: pd.DataFrame, added: dict[str, Any]) -> pd.DataFrame:
+    """The report's top-variance table: ``top`` with the ``added`` columns, without its row
+    labels, text as objects (:func:`decategorized`), numbered from 0, built as one frame."""
+    if not _plain_index(top) or top.columns.has_duplicates:
+        return decategorized(with_columns(top, added).drop(columns=["min_row", "max_row"])).reset_index(drop=True)
+    columns = {c: as_objects(s) if isinstance(s.dtype, pd.CategoricalDtype) else s
+               for c, s in top.items() if c not in ("min_row", "max_row")}
+    return pd.DataFrame(columns | added, index=top.index)
 
 
 def _overlap_table(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
