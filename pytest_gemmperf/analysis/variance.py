@@ -292,13 +292,29 @@ def with_timestamps(top: pd.DataFrame, dispatches: pd.DataFrame) -> pd.DataFrame
 def timestamp_columns(top: pd.DataFrame, dispatches: pd.DataFrame) -> dict[str, np.ndarray]:
     """:func:`with_timestamps`'s columns."""
     _require_rows(top)
-    lo = dispatches.loc[top["min_row"].to_numpy(), ["start_ns", "dur_ns"]]
-    hi = dispatches.loc[top["max_row"].to_numpy(), ["start_ns", "dur_ns"]]
-    lo_ms, hi_ms = lo["start_ns"].to_numpy() / 1e6, hi["start_ns"].to_numpy() / 1e6
+    rows = (top["min_row"].to_numpy(), top["max_row"].to_numpy())
+    at = _positions(dispatches.index, *rows)
+    if at is not None:
+        start, dur = dispatches["start_ns"].to_numpy(), dispatches["dur_ns"].to_numpy()
+        (lo_start, hi_start), (lo_dur, hi_dur) = (start[at[0]], start[at[1]]), (dur[at[0]], dur[at[1]])
+    else:
+        lo, hi = dispatches.loc[rows[0]], dispatches.loc[rows[1]]
+        lo_start, hi_start = lo["start_ns"].to_numpy(), hi["start_ns"].to_numpy()
+        lo_dur, hi_dur = lo["dur_ns"].to_numpy(), hi["dur_ns"].to_numpy()
+    lo_ms, hi_ms = lo_start / 1e6, hi_start / 1e6
     return {"min_duration_timestamp_ms": lo_ms, "max_duration_timestamp_ms": hi_ms,
             "time_between_min_max_ms": np.abs(hi_ms - lo_ms),
-            "min_duration_found_us": lo["dur_ns"].to_numpy() / 1e3,
-            "max_duration_found_us": hi["dur_ns"].to_numpy() / 1e3}
+            "min_duration_found_us": lo_dur / 1e3, "max_duration_found_us": hi_dur / 1e3}
+
+
+def _positions(index: pd.Index, *rows: np.ndarray) -> list[np.ndarray] | None:
+    """The positions of each of the ``rows`` label arrays in ``index`` (unique, every label
+    found), else None (``loc`` then finds them, or raises): a label lookup per frame and column
+    costs more than the few rows it finds."""
+    if not index.is_unique:
+        return None
+    found = [index.get_indexer(r) for r in rows]
+    return found if all((p >= 0).all() for p in found) else None
 
 
 def with_columns(top: pd.DataFrame, columns: dict[str, np.ndarray | pd.Series]) -> pd.DataFrame:
@@ -337,10 +353,10 @@ def collective_overlap_columns(top: pd.DataFrame, dispatches: pd.DataFrame, comm
     _require_rows(top)
     out = top
     d = dispatches
-    codes = pd.Series(group_codes(d, keys), index=d.index)
+    codes = group_codes(d, keys)
     cm = category_mask(d, comm_mask, "collective")
     ci = np.flatnonzero(cm)
-    c_code = codes.to_numpy()[ci]
+    c_code = codes[ci]
     c_s = d["start_ns"].to_numpy(np.int64)[ci]
     c_e = d["end_ns"].to_numpy(np.int64)[ci]
     c_name = display_names(d.iloc[ci], name_col).to_numpy(dtype=object)
@@ -349,9 +365,14 @@ def collective_overlap_columns(top: pd.DataFrame, dispatches: pd.DataFrame, comm
     longest = int((c_e - c_s).max()) if len(c_s) else 0
 
     rows = out["max_row"].to_numpy()
-    g_code = codes.loc[rows].to_numpy()
-    g_s = d.loc[rows, "start_ns"].to_numpy(np.int64)
-    g_e = d.loc[rows, "end_ns"].to_numpy(np.int64)
+    at = _positions(d.index, rows)
+    if at is not None:
+        (at,) = at
+        g_code, g_s, g_e = codes[at], d["start_ns"].to_numpy(np.int64)[at], d["end_ns"].to_numpy(np.int64)[at]
+    else:
+        g_code = pd.Series(codes, index=d.index).loc[rows].to_numpy()
+        g_s = d.loc[rows, "start_ns"].to_numpy(np.int64)
+        g_e = d.loc[rows, "end_ns"].to_numpy(np.int64)
     # candidates start in [g_s - longest, g_e) within the group: searchsorted on (code, start)
     lo = _search_pairs(c_code, c_s, g_code, g_s - longest)
     hi = _search_pairs(c_code, c_s, g_code, g_e)
