@@ -501,3 +501,20 @@ def test_small_category_totals_are_the_grouped_ones(monkeypatch):
         want = D._by_category_of_totals(totals)
         monkeypatch.undo()
         _same_frame(got, want)
+
+
+def test_per_kernel_boxes_are_the_grouped_ones():
+    rng = random.Random(19)
+    for _ in range(100):
+        n = rng.randint(1, 8)
+        kernels = [f"k{i}" for i in range(n)] if rng.random() < 0.7 else [rng.choice(["a", "b"]) for _ in range(n)]
+        boxes = pd.DataFrame({"kernel": pd.array(kernels, dtype=object),
+                              "label": [rng.choice(["run", "b"]) for _ in range(n)],
+                              **{c: [rng.random() for _ in range(n)] for c in D.BOX_COLUMNS}},
+                             index=rng.sample(range(50), n))
+        got = H._per_kernel(boxes, ["label"])
+        want = [(k, g.sort_values(["label"])) for k, g in boxes.groupby("kernel", sort=False)]
+        assert [k for k, _ in got] == [k for k, _ in want]
+        for (k, a), (_, b) in zip(got, want):
+            _same_frame(a, b)
+            assert P.box_panel(a, ["label"], k) == P.box_panel(b, ["label"], k)

@@ -233,11 +233,19 @@ def _distribution_panels(data: ReportData, short: dict[str, str] | None = None) 
             b = b.assign(channel=["ch" + str(int(x)) for x in b["channel"]])
         if axis == "rank":
             b = b.assign(rank=[int(x) for x in b["rank"]])
-        panels = [plots.box_panel(grp.sort_values(group_cols), group_cols, str(kernel),
-                                  label=short.get(str(kernel)))
-                  for kernel, grp in b.groupby("kernel", sort=False)]
+        panels = [plots.box_panel(grp, group_cols, str(kernel), label=short.get(str(kernel)))
+                  for kernel, grp in _per_kernel(b, group_cols)]
         sections.append({"title": titles[axis], "panels": panels})
     return sections
+
+
+def _per_kernel(boxes: pd.DataFrame, group_cols: list[str]) -> list[tuple[Any, pd.DataFrame]]:
+    """Each kernel's boxes sorted by ``group_cols``, kernels in order of appearance: one row a
+    kernel (one sweep's boxes per kernel) is its own group, sorted as it is (no grouping)."""
+    kernels = boxes["kernel"].tolist()
+    if all(isinstance(k, str) for k in kernels) and len(set(kernels)) == len(kernels):
+        return [(k, boxes.iloc[i:i + 1]) for i, k in enumerate(kernels)]
+    return [(k, grp.sort_values(group_cols)) for k, grp in boxes.groupby("kernel", sort=False)]
 
 
 def _kernel_overview(data: ReportData, limit: int = 60) -> pd.DataFrame:
