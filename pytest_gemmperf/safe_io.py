@@ -156,6 +156,22 @@ def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
     return safe.to_csv(**kwargs)
 
 
+def csv_texts(df: pd.DataFrame, column_sets: list[list[int]], **kwargs: Any) -> list[str]:
+    """:func:`csv_text` of ``df.iloc[:, positions]`` for each of ``column_sets``, its numbers
+    tidied and its cells neutralised once (both go column by column: a column's text is the same
+    in every table holding it); each table's own CRs decide its row ends."""
+    kwargs.setdefault("index", False)
+    safe = neutralise_frame(tidy_frame(df))
+    texts = []
+    for positions in column_sets:
+        part = safe.iloc[:, list(positions)]
+        own = dict(kwargs)
+        if "lineterminator" not in own and _has_cr(part):
+            own["lineterminator"] = "\r\n"
+        texts.append(part.to_csv(**own))
+    return texts
+
+
 def _has_cr(df: pd.DataFrame) -> bool:
     # lazy: keeps every pytest session fast (the plugin loads this module; only tables need pandas)
     import pandas as pd
@@ -284,6 +300,6 @@ def unneutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
     return _map_strings(df, _PREFIXED, lambda s: s.astype(str).str.slice(1), unneutralise_cell)
 
 
-__all__ = ["FORMULA_START", "UnsafeOutputError", "atomic_open", "csv_text", "neutralise_cell",
+__all__ = ["FORMULA_START", "UnsafeOutputError", "atomic_open", "csv_text", "csv_texts", "neutralise_cell",
            "neutralise_frame", "open_append", "unneutralise_cell", "unneutralise_frame",
            "write_bytes", "write_csv", "write_parquet", "write_text"]

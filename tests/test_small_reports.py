@@ -518,3 +518,35 @@ def test_per_kernel_boxes_are_the_grouped_ones():
         for (k, a), (_, b) in zip(got, want):
             _same_frame(a, b)
             assert P.box_panel(a, ["label"], k) == P.box_panel(b, ["label"], k)
+
+
+def test_variance_csvs_are_each_tables_csv():
+    """The three variance CSVs cut from one table made safe once: each the CSV of its own table
+    (formula-like text, a CR in one table's column only, floats to tidy, ns, a second sweep)."""
+    from pytest_gemmperf.report import tables as T
+    from pytest_gemmperf.safe_io import csv_text
+
+    rng = random.Random(20)
+    for _ in range(60):
+        n = rng.randint(1, 6)
+        top = pd.DataFrame({
+            "label": ["run"] * n, "threads": pd.array([rng.choice([256, None]) for _ in range(n)], dtype="Int64"),
+            "channel": pd.array([None] * n, dtype="Int64"), "rank": pd.array([0] * n, dtype="Int64"),
+            "kernel_name": pd.array([rng.choice(["=cmd", "k\rx", "plain", "+1"]) for _ in range(n)], dtype=object),
+            "kernel_time_min_us": [rng.choice([0.1 + 0.2, 1 / 3]) for _ in range(n)],
+            "kernel_time_max_us": [2.5] * n, "time_diff_us": [rng.random() for _ in range(n)],
+            "point": pd.array([rng.choice(["ch2-th256", None]) for _ in range(n)], dtype=object),
+            "median_us": [1.0] * n, "mad_cv": [np.nan] * n, "iqr_cv": [0.5] * n, "count": [3] * n,
+            "min_duration_timestamp_ms": [1e-3 * 7] * n, "max_duration_timestamp_ms": [2.0] * n,
+            "time_between_min_max_ms": [1.993] * n, "min_duration_found_us": [0.1] * n,
+            "max_duration_found_us": [2.5] * n})
+        if rng.random() < 0.5:  # the overlap columns, one of them holding a CR
+            top = top.assign(overlapping_collective_count=1,
+                             overlapping_collective_names=pd.array([rng.choice(["a;b", "c\rd"]) for _ in range(n)],
+                                                                   dtype=object),
+                             max_overlap_percentage=12.5, max_overlap_collective="=x", total_overlap_duration_ms=0.25)
+        data = SimpleNamespace(top_variance=top, multi=rng.random() < 0.3)
+        texts = T._variance_csv_texts(data)
+        assert texts == {name: csv_text(df) for name, df in T.variance_tables(data).items()}
+    empty = SimpleNamespace(top_variance=top.iloc[:0], multi=False)
+    assert T._variance_csv_texts(empty) == {name: csv_text(df) for name, df in T.variance_tables(empty).items()}

@@ -26,7 +26,7 @@ from pytest_gemmperf.jsonsafe import clean
 from pytest_gemmperf.gate.outcome import counts_text
 from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
-from pytest_gemmperf.safe_io import write_csv, write_text
+from pytest_gemmperf.safe_io import csv_text, csv_texts, write_csv, write_text
 from pytest_gemmperf.textsafe import printable
 from pytest_gemmperf.report.data import report_kernel_labels
 
@@ -62,12 +62,12 @@ def variance_tables(data: ReportData) -> dict[str, pd.DataFrame]:
     """The three aorta-compatible top-K variance tables (label last when several sweeps)."""
     top = data.top_variance
     if len(top) == 0:
-        empty = pd.DataFrame(columns=list(AORTA_COLUMNS))
-        return {VARIANCE_CSV: empty,
-                VARIANCE_CSV.replace(".csv", "_with_timestamps.csv"): empty.reindex(
-                    columns=list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS)),
-                VARIANCE_CSV.replace(".csv", "_with_collective_overlap.csv"): empty.reindex(
-                    columns=list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS) + list(OVERLAP_COLUMNS))}
+        return _empty_variance_tables()
+    return {name: top.reindex(columns=cols) for name, cols in _variance_columns(data).items()}
+
+
+def _variance_columns(data: ReportData) -> dict[str, list[str]]:
+    """Each variance table's columns: aorta's sets, our robust columns, the label."""
     tail = ["label"] if data.multi else []
     sets = {
         VARIANCE_CSV: list(AORTA_COLUMNS),
@@ -75,11 +75,30 @@ def variance_tables(data: ReportData) -> dict[str, pd.DataFrame]:
         VARIANCE_CSV.replace(".csv", "_with_collective_overlap.csv"):
             list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS) + list(OVERLAP_COLUMNS),
     }
-    out = {}
-    for name, cols in sets.items():
-        extra = [c for c in VARIANCE_EXTRA if c in top.columns]
-        out[name] = top.reindex(columns=cols + extra + tail)
-    return out
+    extra = [c for c in VARIANCE_EXTRA if c in data.top_variance.columns]
+    return {name: cols + extra + tail for name, cols in sets.items()}
+
+
+def _variance_csv_texts(data: ReportData) -> dict[str, str]:
+    """The variance tables' CSV texts. Each is a choice of the widest table's columns: that
+    table's numbers are tidied and its cells neutralised once (``safe_io.csv_texts``)."""
+    if len(data.top_variance) == 0:
+        return {name: csv_text(df) for name, df in _empty_variance_tables().items()}
+    sets = _variance_columns(data)
+    widest = max(sets.values(), key=len)
+    wide = data.top_variance.reindex(columns=widest)
+    at = {c: i for i, c in enumerate(widest)}  # every table's columns are among the widest's
+    return dict(zip(sets, csv_texts(wide, [[at[c] for c in cols] for cols in sets.values()])))
+
+
+def _empty_variance_tables() -> dict[str, pd.DataFrame]:
+    """The variance tables of a report without GEMM kernels: aorta's headers alone."""
+    empty = pd.DataFrame(columns=list(AORTA_COLUMNS))
+    return {VARIANCE_CSV: empty,
+            VARIANCE_CSV.replace(".csv", "_with_timestamps.csv"): empty.reindex(
+                columns=list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS)),
+            VARIANCE_CSV.replace(".csv", "_with_collective_overlap.csv"): empty.reindex(
+                columns=list(AORTA_COLUMNS) + list(TIMESTAMP_COLUMNS) + list(OVERLAP_COLUMNS))}
 
 
 def write_csvs(data: ReportData, out_dir: Path, skip: set[str] = frozenset()) -> dict[str, Path]:
@@ -95,8 +114,9 @@ def write_csvs(data: ReportData, out_dir: Path, skip: set[str] = frozenset()) ->
         put("kernels.csv", public(data.kernels, data))
     if data.verdicts is not None:
         put("verdicts.csv", public(data.verdicts, data))
-    for name, df in variance_tables(data).items():
-        put(name, df)
+    for name, text in _variance_csv_texts(data).items():
+        if name not in skip:
+            written[name] = write_text(out_dir / name, text)
     return written
 
 
