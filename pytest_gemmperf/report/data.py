@@ -49,6 +49,11 @@ HTML_MAX_ROWS = 3000
 #: the label of a single sweep nobody named (a pytest session, `gemmperf analyze`)
 DEFAULT_LABEL = "run"
 
+#: up to this many rows a report table is computed without pandas' groupings where their result
+#: is known without them (one row per key, group numbers from the keys' codes): a grouping's
+#: fixed cost, milliseconds, is the whole cost of a small report's table
+SMALL_TABLE_ROWS = 10_000
+
 BOX_COLUMNS = ("count", "min_us", "p05_us", "q1_us", "median_us", "q3_us", "p95_us", "max_us")
 
 
@@ -291,8 +296,6 @@ def _kernel_summary_pooled(k: pd.DataFrame) -> pd.DataFrame:
     return res.reset_index(drop=True)
 
 
-#: up to this many kernel rows a table of one cell per kernel skips pandas' grouping
-SMALL_TABLE_ROWS = 10_000
 _SUMMARY_NUMBERS = ("count", "total_ns", "mean_ns", "std_ns", "min_ns", "max_ns", "median_ns")
 
 
@@ -588,10 +591,12 @@ def _overlap_table(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     table = overlap_by_kernel(None, overlap=g, by=keys)
     # its rows are the groups of this same grouping, in the same (sorted) order: each row's
     # median lines up without a join
-    gid = sorted_group_ids(g, keys) if len(g) <= SMALL_TABLE_ROWS and g["dur_ns"].dtype.kind == "i" \
-        and all(plain_group_key(g[c].dtype) for c in keys) else None
-    if gid is not None:  # integer durations: the middle values' mean is exact either way
-        med = group_medians(gid, g["dur_ns"].to_numpy(np.float64), len(table))
+    dur = g["dur_ns"]
+    exact = len(g) <= SMALL_TABLE_ROWS and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i" \
+        and (len(g) == 0 or int(np.abs(dur.to_numpy()).max()) < 2**52)
+    gid = sorted_group_ids(g, keys) if exact and all(plain_group_key(g[c].dtype) for c in keys) else None
+    if gid is not None:  # integers below 2**52: the two middle values' mean is exact either way
+        med = group_medians(gid, dur.to_numpy(np.float64), len(table))
     else:
         med = g.groupby(keys, dropna=False, observed=True, sort=True)["dur_ns"].median().to_numpy(dtype=np.float64)
     columns = {c: as_objects(s) if c in keys or isinstance(s.dtype, pd.CategoricalDtype) else s
