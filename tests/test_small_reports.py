@@ -307,7 +307,8 @@ def _dispatches(rng: random.Random, n: int) -> pd.DataFrame:
         "start_ns": np.arange(n, dtype=np.int64) * 10,
         "dur_ns": np.array([rng.choice([5, 7, rng.randint(1, 10**6)]) for _ in range(n)], dtype=np.int64),
         "grid_x": pd.array([rng.choice([1, None]) for _ in range(n)], dtype="Int64"),
-        "queue": np.array([rng.random() for _ in range(n)])})
+        "queue": np.array([rng.random() for _ in range(n)]),
+        "stream": pd.array([rng.choice(["s0", None, 3]) for _ in range(n)], dtype=object)})
 
 
 def test_details_part_is_the_decategorized_selection():
@@ -480,7 +481,8 @@ def test_grouped_boxes_are_the_grouped_ones():
     for _ in range(300):
         n = rng.randint(1, 40)
         d = pd.DataFrame({"kernel": _key_column(rng, "cat", n),
-                          "label": pd.array([rng.choice(["run", "b"]) for _ in range(n)], dtype="str"),
+                          "label": pd.array([rng.choice(["run", "b"]) for _ in range(n)],
+                                            dtype=rng.choice(["str", object])),
                           "threads": _key_column(rng, "Int64", n),
                           "dur_ns": np.array([rng.choice([5, 7, rng.randint(1, 10**6)]) for _ in range(n)])})
         by = rng.choice([["kernel", "label"], ["kernel", "label", "threads"]])
@@ -550,3 +552,15 @@ def test_variance_csvs_are_each_tables_csv():
         assert texts == {name: csv_text(df) for name, df in T.variance_tables(data).items()}
     empty = SimpleNamespace(top_variance=top.iloc[:0], multi=False)
     assert T._variance_csv_texts(empty) == {name: csv_text(df) for name, df in T.variance_tables(empty).items()}
+
+
+def test_kernel_details_of_a_small_table_are_the_longest_rows():
+    from pytest_gemmperf.analysis.report_parts import KERNEL_DETAILS_TOP
+
+    rng = random.Random(21)
+    for n in (1, 5, 16, 17, 40, KERNEL_DETAILS_TOP):  # ties past numpy's insertion sort too
+        d = decategorized(_dispatches(rng, n))
+        got = D._kernel_details(d)
+        # the long way (nlargest and a selection by label) where the rows are labelled otherwise
+        want = D._kernel_details(d.set_axis(pd.Index(np.arange(n, dtype=np.int64))))
+        _same_frame(got, want)

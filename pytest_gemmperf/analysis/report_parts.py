@@ -220,13 +220,20 @@ def _details_part(d: pd.DataFrame) -> pd.DataFrame:
         top = np.arange(len(d), dtype=np.int64)  # every dispatch is among the longest
     else:
         top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
-    columns = {}
-    for c in [c for c in DETAIL_COLUMNS if c in d.columns]:
-        col = d[c]
-        columns[c] = pd.Series(object_values(col)[top], dtype=object) \
-            if isinstance(col.dtype, pd.CategoricalDtype) else col.array.take(top)
+    columns = {c: taken(d[c], top, text=True) for c in DETAIL_COLUMNS if c in d.columns}
     columns[_ROW] = top.astype(np.int64)
     return pd.DataFrame(columns)
+
+
+def taken(col: pd.Series, rows: np.ndarray, *, text: bool = False) -> pd.Series | Any:
+    """``col``'s values at the positions ``rows``, of its dtype, to build a frame from (numbered
+    ``0 ..``); ``text``: a categorical as objects (:func:`as_objects`). An object column stays
+    one (a frame built from its bare values would read its text as strings)."""
+    if text and isinstance(col.dtype, pd.CategoricalDtype):
+        return pd.Series(object_values(col)[rows], dtype=object)
+    if col.dtype == object:
+        return pd.Series(col.to_numpy()[rows], dtype=object)
+    return col.array.take(rows)
 
 
 # ------------------------------------------------------------------------------ merging
@@ -452,4 +459,4 @@ def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.Data
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",
            "ReportPart", "ReportParts", "SHORT_HIST_BINS", "SweepReduction", "as_objects", "collective_frame",
            "decategorized", "gemm_frame", "gpu_group_keys", "merge_parts", "object_values", "report_part",
-           "row_in_two", "shared_gpu_groups", "short_edges", "short_part"]
+           "row_in_two", "shared_gpu_groups", "short_edges", "short_part", "taken"]

@@ -23,7 +23,7 @@ from pytest_gemmperf.analysis.overlap import group_medians, overlap_by_kernel, p
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
                                                    CommRows, GemmRows, ReportParts, SweepReduction,
                                                    as_objects, collective_frame, decategorized, gemm_frame, merge_parts,
-                                                   report_part, short_edges)
+                                                   report_part, short_edges, taken)
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES
 from pytest_gemmperf.analysis.variance import (collective_overlap_columns, parse_point_axes, timestamp_columns,
                                                top_variance, with_columns)
@@ -229,8 +229,7 @@ def _grouped_boxes(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     stats = box_stats(d["dur_ns"].to_numpy(np.int64), gid, n)
     _, first = np.unique(gid, return_index=True)  # a row of each group, in the groups' order
     # the keys taken from those rows (text as text) and the statistics beside them, one frame
-    keys = {c: as_objects(pd.Series(col.array.take(first))) if isinstance(col.dtype, pd.CategoricalDtype)
-            else col.array.take(first) for c, col in ((c, d[c]) for c in by)}
+    keys = {c: taken(d[c], first, text=True) for c in by}
     return pd.DataFrame({**keys, **{c: s.to_numpy() for c, s in stats.items()}})
 
 
@@ -418,8 +417,19 @@ def _short_kernels(parts: ReportParts, threshold_us: float) -> tuple[pd.DataFram
 def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
     """The longest dispatches of ``d`` (a sweep's rows, or a subsequence holding its longest:
     ``ReportParts.details``), ties in row order."""
-    top = d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index
     cols = [c for c in DETAIL_COLUMNS if c in d.columns]
+    dur = d["dur_ns"]
+    if len(d) <= KERNEL_DETAILS_TOP and _plain_index(d) and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i":
+        # every row, longest first (nlargest's stable descending sort), built as one frame
+        v = dur.to_numpy()
+        order = np.arange(len(v))[::-1][v[::-1].argsort(kind="stable")][::-1]
+        columns: dict[str, Any] = {}
+        for c in cols:
+            columns[c] = taken(d[c], order, text=True)
+            if c == "dur_ns":
+                columns["dur_us"] = v[order] / 1e3
+        return pd.DataFrame(columns)
+    top = dur.nlargest(KERNEL_DETAILS_TOP).index
     out = decategorized(d.loc[top, cols].reset_index(drop=True))
     out.insert(out.columns.get_loc("dur_ns") + 1, "dur_us", out["dur_ns"] / 1e3)
     return out
