@@ -170,10 +170,10 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
 def _display_values(d: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """``overlap.display_names`` of ``rows`` of ``d`` as an object array (None for missing),
     from the two columns' values (no frame of the rows on the way)."""
-    names = object_values(d["kernel"])[rows]
+    names = object_values(d["kernel"].iloc[rows])  # the rows alone converted, not the column
     if "kernel_short" not in d.columns:
         return names
-    short = object_values(d["kernel_short"])[rows]
+    short = object_values(d["kernel_short"].iloc[rows])
     gone = np.fromiter((v is None for v in short.tolist()), dtype=bool, count=len(short))
     short[gone] = names[gone]
     return short
@@ -230,7 +230,7 @@ def taken(col: pd.Series, rows: np.ndarray, *, text: bool = False) -> pd.Series 
     ``0 ..``); ``text``: a categorical as objects (:func:`as_objects`). An object column stays
     one (a frame built from its bare values would read its text as strings)."""
     if text and isinstance(col.dtype, pd.CategoricalDtype):
-        return pd.Series(object_values(col)[rows], dtype=object)
+        return pd.Series(object_values(col.iloc[rows]), dtype=object)  # the rows' codes alone converted
     if col.dtype == object:
         return pd.Series(col.to_numpy()[rows], dtype=object)
     return col.array.take(rows)
