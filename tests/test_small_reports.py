@@ -564,3 +564,30 @@ def test_kernel_details_of_a_small_table_are_the_longest_rows():
         # the long way (nlargest and a selection by label) where the rows are labelled otherwise
         want = D._kernel_details(d.set_axis(pd.Index(np.arange(n, dtype=np.int64))))
         _same_frame(got, want)
+
+
+def test_kernels_by_time_are_the_grouped_ones():
+    rng = random.Random(22)
+    for _ in range(300):
+        n = rng.randint(1, 40)  # ties past numpy's insertion sort too
+        unique = rng.random() < 0.7
+        g = pd.DataFrame({"kernel": pd.array([f"k{i}" if unique else rng.choice(["a", "b", "c"]) for i in range(n)],
+                                             dtype=object),
+                          "total_ns": np.array([rng.choice([10, 20, rng.randint(0, 10**9)]) for _ in range(n)])})
+        want = list(g.groupby("kernel")["total_ns"].sum().sort_values(ascending=False).index.astype(str))
+        assert D._kernels_by_time(g) == want
+
+
+def test_boxes_of_one_sweep_are_those_of_its_concatenation():
+    rng = random.Random(23)
+    n = 30
+    part = pd.DataFrame({"kernel": _key_column(rng, "cat", n), "threads": _key_column(rng, "Int64", n),
+                         "channel": pd.array([None] * n, dtype="Int64"), "rank": _key_column(rng, "Int64", n),
+                         "dur_ns": np.array([rng.randint(1, 10**6) for _ in range(n)]), "label": "run"},
+                        index=rng.sample(range(100), n))
+    kernels = ["q", "a", "z"]
+    got = D._boxes([part], kernels)
+    want = D._boxes([part, part.iloc[:0]], kernels)  # the long way: a concatenation (of the part and nothing)
+    assert got.keys() == want.keys() and "threads" in got
+    for axis in got:
+        _same_frame(got[axis], want[axis])

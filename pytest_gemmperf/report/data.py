@@ -643,11 +643,26 @@ def _plot_kernels(kernels: pd.DataFrame, top: pd.DataFrame, verdicts: pd.DataFra
         picked += list(top["kernel_name"].astype(str))
     g = kernels[kernels["category"].astype(str) == "gemm"]
     if len(g):
-        picked += list(g.groupby("kernel")["total_ns"].sum().sort_values(ascending=False).index.astype(str))
+        picked += _kernels_by_time(g)
     seen: dict[str, None] = {}
     for k in picked:
         seen.setdefault(k, None)
     return list(seen)[:PLOT_KERNELS]
+
+
+def _kernels_by_time(g: pd.DataFrame) -> list[str]:
+    """Kernel names by their total time, largest first (pandas' grouped sum, then its default
+    quicksort descending: ties as it leaves them). One row per kernel (a single trace): the
+    rows' own totals, sorted by name as the grouping sorts them and then by the same NumPy call
+    pandas' sort makes."""
+    names, total = g["kernel"].tolist(), g["total_ns"]
+    if len(g) <= SMALL_TABLE_ROWS and isinstance(total.dtype, np.dtype) and total.dtype.kind == "i" and \
+            all(isinstance(k, str) for k in names) and len(set(names)) == len(names):
+        by_name = sorted(range(len(names)), key=names.__getitem__)
+        v = total.to_numpy()[by_name]
+        order = np.arange(len(v))[::-1][v[::-1].argsort(kind="quicksort")][::-1]
+        return [names[by_name[i]] for i in order]
+    return list(g.groupby("kernel")["total_ns"].sum().sort_values(ascending=False).index.astype(str))
 
 
 def _boxes(gemm_parts: list[pd.DataFrame], plot_kernels: list[str]) -> dict[str, pd.DataFrame]:
@@ -663,7 +678,8 @@ def _boxes(gemm_parts: list[pd.DataFrame], plot_kernels: list[str]) -> dict[str,
         codes = per_cat[names.cat.codes.to_numpy()]
         keep = codes >= 0
         picked.append(g[keep].assign(kernel=pd.Categorical.from_codes(codes[keep], categories=plot_kernels)))
-    g = pd.concat(picked, ignore_index=True)
+    # the boxes read their rows by position: one sweep's are not copied into a new frame
+    g = pd.concat(picked, ignore_index=True) if len(picked) > 1 else picked[0]
     if len(g) == 0:
         return {}
     out = {"label": _grouped_boxes(g, ["kernel", "label"])}
