@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf.analysis import kernel_stats as ks
+from pytest_gemmperf.analysis.intervals import sorted_group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import TOTAL_COLUMNS
 from pytest_gemmperf.commands import analyze_impl
@@ -137,3 +138,39 @@ def test_a_small_summary_runs_no_grouped_aggregation(monkeypatch):
     summary = build_summary(args, inputs, pd.DataFrame({"x": [1]}))
     assert summary["agents"] == []
     assert summary["n_dispatches"] == int(t["n_dispatches"].sum())
+
+
+def _keys(seed: int, n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    pick = lambda values: [values[i] for i in rng.integers(0, len(values), n)]  # noqa: E731
+    return pd.DataFrame({
+        "source": pd.Categorical(pick(["torch", "rocprof-csv"]), categories=["torch", "x", "rocprof-csv"]),
+        "point": pd.Categorical(pick(["b", "a", None]), categories=["b", "a"]),
+        "rank": pd.array(pick([3, 0, None, -1]), dtype="Int64"),
+        "kernel": pd.Series(pick(["k2", "k1", None, "K0"]), dtype=object),
+        "name": pd.Series(pick(["z", "y", None]), dtype="str"),
+        "n": rng.integers(-2, 3, n),
+    })
+
+
+KEY_SETS = [["point", "rank", "kernel"], ["source", "point", "rank", "kernel"], ["rank"], ["name", "n"],
+            ["kernel", "source", "name", "point", "rank", "n"]]
+
+
+@pytest.mark.parametrize("keys", KEY_SETS, ids=["-".join(k) for k in KEY_SETS])
+@pytest.mark.parametrize("n", [0, 1, 7, 200])
+@pytest.mark.parametrize("seed", range(3))
+def test_sorted_group_codes_equal_a_sorted_groupby_ngroup(keys, n, seed):
+    df = _keys(seed, n)
+    want = df.groupby(keys, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    got = sorted_group_codes(df, keys)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
+def test_sorted_group_codes_too_many_combinations_take_the_groupby():
+    # five columns of 5,000 distinct values: their combined number would not fit in int64
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({c: rng.permutation(5_000) for c in "abcde"})
+    want = df.groupby(list("abcde"), sort=True).ngroup().to_numpy()
+    np.testing.assert_array_equal(sorted_group_codes(df, list("abcde")), want)

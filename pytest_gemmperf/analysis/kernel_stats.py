@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.analysis.intervals import group_codes
+from pytest_gemmperf.analysis.intervals import group_codes, sorted_group_codes
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
 
 #: the unit whose dispatch sequence warm-up removal restarts in (ARCHITECTURE "process unit")
@@ -345,7 +345,7 @@ def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", 
         raise KeyError(f"kernel_stats: dispatches lack columns {missing}")
     if len(rows) == 0:
         return _empty_stats(keys, by)
-    key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    key_gid = sorted_group_codes(keys, by)  # groupby(by, sort=True).ngroup(), without its fixed costs
     # the first key of a group holds its first row: keys are in the rows' first-occurrence order
     rep = np.unique(key_gid, return_index=True)[1]
     return _stats_frame(keys, rep, by, _cached_statistics(rows, key_gid, len(rep)))
