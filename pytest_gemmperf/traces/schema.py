@@ -138,7 +138,8 @@ def empty(schema: dict[str, str]) -> pd.DataFrame:
     key = tuple(schema.items())
     template = _EMPTY_TABLES.get(key)
     if template is None:
-        template = _EMPTY_TABLES[key] = pd.DataFrame({c: pd.Series(dtype=t) for c, t in schema.items()})
+        # from arrays: a frame of empty Series aligns their indexes, several times the cost
+        template = _EMPTY_TABLES[key] = pd.DataFrame({c: missing_array(t, 0) for c, t in schema.items()})
     return template.copy()
 
 
