@@ -174,3 +174,48 @@ def test_sorted_group_codes_too_many_combinations_take_the_groupby():
     df = pd.DataFrame({c: rng.permutation(5_000) for c in "abcde"})
     want = df.groupby(list("abcde"), sort=True).ngroup().to_numpy()
     np.testing.assert_array_equal(sorted_group_codes(df, list("abcde")), want)
+
+
+def _duration_rows(seed: int, n_keys: int, n_rows: int, *, object_point: bool = False) -> DurationRows:
+    """Random duration rows: keys repeating (two sources' keys concatenated), nulls in every
+    key column, a rank of -1 beside null ranks, tied and zero durations."""
+    rng = np.random.default_rng(seed)
+    pick = lambda values: [values[i] for i in rng.integers(0, len(values), n_keys)]  # noqa: E731
+    point = pick(["p2", "\x00no-point"] if seed % 3 == 0 else ["p2", "p1", None])
+    keys = pd.DataFrame({
+        "source": pd.Categorical(pick(["torch", "rocprof-csv", None]), categories=["torch", "x", "rocprof-csv"]),
+        "point": pd.Series(point, dtype=object) if object_point else pd.Categorical(point),
+        "rank": pd.array(pick([2, 0, None, -1, 10]), dtype="Int64"),
+        "kernel": pd.Categorical(pick(["k_b", "k_a", "k_c", None])),
+        "category": pd.Categorical(pick(["gemm", "memory", None]), categories=["memory", "gemm", "other"]),
+    })
+    # every key shows in order first, then rows of any key
+    group = np.concatenate([np.arange(n_keys), rng.integers(0, n_keys, n_rows)]).astype(np.uint16)
+    dur = ks.packed(rng.choice([0, 3, 3, 1000, 1001, 2**40 + 7], len(group)).astype(np.int64))
+    return DurationRows(keys, group, dur)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("object_point", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_small_kernel_table_equals_the_frame_by_frame_one(seed, object_point, mixed, monkeypatch):
+    rows = _duration_rows(seed, n_keys=[1, 3, 12, 40, 200, 7][seed], n_rows=[0, 5, 60, 300, 2000, 9][seed],
+                          object_point=object_point)
+    got = analyze_impl.rows_kernel_table(rows, mixed=mixed)
+    monkeypatch.setattr(analyze_impl, "SMALL_KEYS", 0)
+    want = analyze_impl.rows_kernel_table(DurationRows(rows.keys, rows.group, rows.dur_ns), mixed=mixed)
+    _same_frame(got, want)
+    assert got.to_csv() == want.to_csv()
+
+
+def test_the_small_kernel_table_sorts_no_frame_and_sets_no_column(monkeypatch):
+    # before: the statistics' frame, the keys restored on a copy of it (two column sets), its
+    # columns reordered, then sorted as a frame
+    rows = _duration_rows(1, 12, 60)
+    called = []
+    for name in ("sort_values", "__setitem__"):
+        original = getattr(pd.DataFrame, name)
+        monkeypatch.setattr(pd.DataFrame, name,
+                            lambda self, *a, _f=original, _n=name, **k: called.append(_n) or _f(self, *a, **k))
+    analyze_impl.rows_kernel_table(rows, mixed=False)
+    assert called == []

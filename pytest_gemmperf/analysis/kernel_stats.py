@@ -345,10 +345,18 @@ def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", 
         raise KeyError(f"kernel_stats: dispatches lack columns {missing}")
     if len(rows) == 0:
         return _empty_stats(keys, by)
-    key_gid = sorted_group_codes(keys, by)  # groupby(by, sort=True).ngroup(), without its fixed costs
+    rep, stats = rows_group_statistics(rows, by)
+    return _stats_frame(keys, rep, by, stats)
+
+
+def rows_group_statistics(rows: DurationRows, by: Sequence[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """What :func:`rows_kernel_stats` makes its table of (``rows`` not empty): per group of
+    ``by`` (in sorted order) the index of its first key in ``rows.keys``, and the
+    :func:`group_statistics` of its durations."""
+    key_gid = sorted_group_codes(rows.keys, by)  # groupby(by, sort=True).ngroup(), without its fixed costs
     # the first key of a group holds its first row: keys are in the rows' first-occurrence order
     rep = np.unique(key_gid, return_index=True)[1]
-    return _stats_frame(keys, rep, by, _cached_statistics(rows, key_gid, len(rep)))
+    return rep, _cached_statistics(rows, key_gid, len(rep))
 
 
 def _cached_statistics(rows: DurationRows, key_gid: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:

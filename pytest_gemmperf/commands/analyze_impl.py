@@ -32,7 +32,7 @@ from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
 from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.traces.categories import load_rules
-from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
+from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_group_statistics, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import (AGENT_COLUMNS, TOTAL_COLUMNS, dispatch_totals, recategorize,
                                                      reduce_or_read)
 from pytest_gemmperf.analysis.report_parts import SweepReduction
@@ -250,7 +250,53 @@ def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
     by = ("source",) + KEYS if mixed else KEYS
     # the same rows: the reports' statistics of them (nulls kept) reuse these (kernel_stats)
     filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns, rows.stats_cache)
+    if 0 < len(rows) and len(rows.keys) <= SMALL_KEYS:
+        return _small_kernel_table(filled, by)
     return _ordered(_restore_keys(rows_kernel_stats(filled, by=by), by), by, rows.keys)
+
+
+#: duration rows of at most this many keys (one per source and kernel) take
+#: :func:`_small_kernel_table`: on a few kernels the table's frame operations (the statistics'
+#: frame, the keys restored, the columns reordered, the sort) are most of its cost
+SMALL_KEYS = 10_000
+
+
+def _small_kernel_table(filled: DurationRows, by: tuple[str, ...]) -> pd.DataFrame:
+    """``_ordered(_restore_keys(rows_kernel_stats(filled, by)))`` made as one frame: the key
+    columns of each group's first key, the sentinels back to nulls, the statistics beside
+    them, sorted as ``_ordered`` sorts (pandas' ``lexsort_indexer``: each key's codes, nulls
+    last, the total time descending, ties in group order)."""
+    rep, stats = rows_group_statistics(filled, by)
+    keys = filled.keys
+    cols: dict[str, Any] = {c: keys[c].array.take(rep) for c in by}
+    point = np.asarray(cols["point"].astype(object), dtype=object)
+    point[pd.isna(point) | (point == _NA_POINT)] = None
+    cols["point"] = point
+    rank = pd.array(cols["rank"], dtype="Int64")
+    cols["rank"] = pd.arrays.IntegerArray(rank.to_numpy(dtype=np.int64, na_value=_NA_RANK),
+                                          rank.isna() | (rank == _NA_RANK).to_numpy(dtype=bool, na_value=True))
+    for c in ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns", "p05_ns", "p95_ns",
+              "iqr_ns", "mad_ns", "cv"):
+        cols[c] = stats[c]
+    cols["range_ns"] = stats["max_ns"] - stats["min_ns"]
+    cols["category"] = (keys["category"].array.take(rep) if "category" in keys.columns
+                        else pd.Categorical([pd.NA] * len(rep)))
+    cols["n_outliers"] = stats["n_outliers"]
+    labels = [~cols["total_ns"]] + [_sort_codes(cols[c]) for c in reversed(by) if c != "kernel"]
+    order = np.lexsort(labels)
+    # an object column stays one (a frame would infer strings of an object array)
+    return pd.DataFrame({c: pd.Series(v[order], dtype=object) if v.dtype == object else v[order]
+                         for c, v in cols.items()}, copy=False)
+
+
+def _sort_codes(values: Any) -> np.ndarray:
+    """A key column's codes as ``DataFrame.sort_values`` orders it (``Categorical(values,
+    ordered=True)``: a categorical's own categories, else its sorted values; nulls last)."""
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        values = pd.array(values, dtype=object)  # as pandas reads an object column: no inference
+    cat = pd.Categorical(values, ordered=True)
+    codes = cat.codes.astype(np.int64)
+    return np.where(codes < 0, len(cat.categories), codes)
 
 
 def _ordered(stats: pd.DataFrame, by: tuple[str, ...], d: pd.DataFrame) -> pd.DataFrame:
