@@ -241,7 +241,7 @@ def kernel_table(d: pd.DataFrame, *, warmup: int = 0, mixed: bool | None = None)
     by = KEYS
     if d["source"].nunique(dropna=True) > 1 if mixed is None else mixed:
         by = ("source",) + KEYS
-    return _ordered(_restore_keys(kernel_stats(_fill_keys(d), by=by, warmup=warmup), by), by, d)
+    return _ordered(_restore_keys(kernel_stats(_fill_keys(d), by=by, warmup=warmup)), by, d)
 
 
 def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
@@ -252,7 +252,7 @@ def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
     filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns, rows.stats_cache)
     if 0 < len(rows) and len(rows.keys) <= SMALL_KEYS:
         return _small_kernel_table(filled, by)
-    return _ordered(_restore_keys(rows_kernel_stats(filled, by=by), by), by, rows.keys)
+    return _ordered(_restore_keys(rows_kernel_stats(filled, by=by)), by, rows.keys)
 
 
 #: duration rows of at most this many keys (one per source and kernel) take
@@ -272,15 +272,14 @@ def _small_kernel_table(filled: DurationRows, by: tuple[str, ...]) -> pd.DataFra
     point = np.asarray(cols["point"].astype(object), dtype=object)
     point[pd.isna(point) | (point == _NA_POINT)] = None
     cols["point"] = point
-    rank = pd.array(cols["rank"], dtype="Int64")
-    cols["rank"] = pd.arrays.IntegerArray(rank.to_numpy(dtype=np.int64, na_value=_NA_RANK),
-                                          rank.isna() | (rank == _NA_RANK).to_numpy(dtype=bool, na_value=True))
+    rank = pd.array(cols["rank"], dtype="Int64").to_numpy(dtype=np.int64, na_value=_NA_RANK)
+    cols["rank"] = pd.arrays.IntegerArray(rank, rank == _NA_RANK)
     for c in ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns", "p05_ns", "p95_ns",
               "iqr_ns", "mad_ns", "cv"):
         cols[c] = stats[c]
     cols["range_ns"] = stats["max_ns"] - stats["min_ns"]
     cols["category"] = (keys["category"].array.take(rep) if "category" in keys.columns
-                        else pd.Categorical([pd.NA] * len(rep)))
+                        else pd.Series([pd.NA] * len(rep), dtype="category").array)
     cols["n_outliers"] = stats["n_outliers"]
     labels = [~cols["total_ns"]] + [_sort_codes(cols[c]) for c in reversed(by) if c != "kernel"]
     order = np.lexsort(labels)
@@ -307,8 +306,7 @@ def _ordered(stats: pd.DataFrame, by: tuple[str, ...], d: pd.DataFrame) -> pd.Da
         stats = stats.merge(cat, on="kernel", how="left")
     first = list(by) + [c for c in STAT_COLUMNS if c in stats.columns]
     rest = [c for c in stats.columns if c not in first]
-    if list(stats.columns) != first + rest:  # _restore_keys made them so already
-        stats = stats[first + rest]
+    stats = stats[first + rest]
     order = [c for c in by if c != "kernel"]
     stats = stats.sort_values(order + ["total_ns"], ascending=[True] * len(order) + [False],
                               kind="stable", na_position="last")
@@ -324,27 +322,22 @@ _NA_RANK = -1
 
 
 def _fill_keys(d: pd.DataFrame) -> pd.DataFrame:
-    # the table made once with its two columns replaced: each column set on a frame copies its
-    # blocks, the cost of a table of a few keys (kernels.csv's rows come from one per kernel)
-    cols = dict(d.items())
-    if cols["point"].isna().any():
-        pt = cols["point"]
+    d = d.copy(deep=False)
+    if d["point"].isna().any():
+        pt = d["point"]
         if not isinstance(pt.dtype, pd.CategoricalDtype):
             pt = pt.astype(STR_DTYPE)
-        cols["point"] = pt.cat.add_categories([_NA_POINT]).fillna(_NA_POINT)
-    cols["rank"] = cols["rank"].fillna(_NA_RANK)
-    return pd.DataFrame(cols, copy=False)
+        d["point"] = pt.cat.add_categories([_NA_POINT]).fillna(_NA_POINT)
+    d["rank"] = d["rank"].fillna(_NA_RANK)
+    return d
 
 
-def _restore_keys(stats: pd.DataFrame, by: tuple[str, ...] = KEYS) -> pd.DataFrame:
-    """``stats`` with the keys' sentinels back to nulls, its columns in kernels.csv's order
-    (``by``, STAT_COLUMNS, the rest), made into a frame once."""
-    cols = dict(stats.items())
-    point = cols["point"].astype(object)
-    cols["point"] = point.where(point != _NA_POINT, None)
-    cols["rank"] = cols["rank"].astype("Int64").mask(cols["rank"] == _NA_RANK)
-    first = list(by) + [c for c in STAT_COLUMNS if c in cols]
-    return pd.DataFrame({c: cols[c] for c in first + [c for c in cols if c not in first]})
+def _restore_keys(stats: pd.DataFrame) -> pd.DataFrame:
+    stats = stats.copy()
+    point = stats["point"].astype(object)
+    stats["point"] = point.where(point != _NA_POINT, None)
+    stats["rank"] = stats["rank"].astype("Int64").mask(stats["rank"] == _NA_RANK)
+    return stats
 
 
 def build_summary(args: argparse.Namespace, inputs: Inputs, kernels: pd.DataFrame) -> dict:
