@@ -455,8 +455,8 @@ def _labels(values: list) -> list[str]:
 
 def _small_by_source(source: pd.Series, n: np.ndarray) -> dict[str, int]:
     """Dispatches per source as ``groupby(observed=False, dropna=False).sum().sort_values(
-    ascending=False)`` gives them (every category, a null group where a row has none; the
-    order of pandas' ``nargsort``: the reversed sums sorted, then reversed)."""
+    ascending=False)`` gives them (every category, and a null group where a row has no source;
+    in the order of pandas' ``nargsort``: the reversed sums sorted, then reversed)."""
     codes, names = _category_keys(source)
     sums = np.zeros(len(names), dtype=np.int64)
     np.add.at(sums, codes, n)
