@@ -41,7 +41,6 @@ from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.numbers import tidy_json
 from pytest_gemmperf.paths import contained
-from pytest_gemmperf.redact import redact_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -539,6 +538,10 @@ def run_parts(path: Path, allow_partial: bool, report=None) -> list[Path]:
 
 
 def write_point_json(point_dir: Path, record: Mapping[str, Any]) -> Path:
+    # only the runner writes point.json: a command reading results (gemmperf analyze of a trace
+    # or of a results directory) loads no redaction patterns
+    from pytest_gemmperf.redact import redact_record  # lazy: see above
+
     path = point_dir / POINT_JSON
     # the last net for secrets of this process's environment (results are CI artifacts)
     write_json(path, redact_record(dict(record)))
