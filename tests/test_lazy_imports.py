@@ -152,3 +152,20 @@ def test_every_command_module_registers_its_typed_name():
     for module, typed in cli.COMMAND_NAMES.items():
         sub = next(a for a in cli.build_parser(typed)._actions if a.dest == "command")
         assert list(sub.choices) == [typed], module
+
+
+def test_the_built_in_category_rules_compile_and_other_rules_are_still_checked():
+    """The built-in category rules are not compiled whole at import only to check them: each
+    compiles here; a user's rule (``extra``) or a replacement table is still checked."""
+    import re
+
+    from pytest_gemmperf.traces.categories import DEFAULT_RULES, category_of, compile_rules
+
+    for _category, pattern in DEFAULT_RULES:
+        re.compile(pattern)
+    for bad in ("a(b", "[x", "x{2,1}"):
+        with pytest.raises(re.error):
+            compile_rules(extra=[("mine", bad)])
+        with pytest.raises(re.error):
+            compile_rules(rules=[("mine", bad)])
+    assert category_of("Cijk_Ailk", compile_rules()) == "gemm"
