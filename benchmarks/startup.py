@@ -33,7 +33,8 @@ heavy-import check is scipy and torch only (the analysis needs pandas, numpy and
 statistics of the gate do not run). Beside them, in the same rounds, an oracle per trace and
 mode: a process that only imports what any analysis on this project's stack must (pandas,
 which loads numpy and pyarrow; with reports also XlsxWriter and Jinja2, the reports' writers),
-with the cyclic collector paused while it imports as ``gemmperf`` does, parses the file
+with the cyclic collector paused and one OpenBLAS thread while it imports, as ``gemmperf``
+does, parses the file
 (``json.load``; ``pyarrow.csv.read_csv``) and writes the command's output files (copied from
 this checkout's own, made once before the timed rounds): the least any such method pays. The
 script prints each analysis's CPU time over its oracle's (target: at most 1 / 0.9 of it).
@@ -252,10 +253,11 @@ def analyze_commands(gemmperf: list[str], work: Path, before: Path | None = None
 
 
 def oracle_code(parse: str, ref: Path, out: Path, report: bool) -> str:
-    """The oracle's program: the stack's imports (collector paused), ``parse``, then every file
-    of ``ref`` written under ``out``."""
+    """The oracle's program: the stack's imports (collector paused, one OpenBLAS thread, as
+    ``gemmperf`` imports them), ``parse``, then every file of ``ref`` written under ``out``."""
     writers = ", xlsxwriter, jinja2" if report else ""
-    return (f"import gc; gc.disable(); import pandas, pyarrow{writers}; gc.enable()\n{parse}\n"
+    return ("import os; os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')\n"
+            f"import gc; gc.disable(); import pandas, pyarrow{writers}; gc.enable()\n{parse}\n"
             f"import pathlib; out = pathlib.Path({str(out)!r}); out.mkdir(exist_ok=True)\n"
             f"for f in pathlib.Path({str(ref)!r}).iterdir(): (out / f.name).write_bytes(f.read_bytes())\n")
 

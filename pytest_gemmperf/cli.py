@@ -34,6 +34,8 @@ from pytest_gemmperf.errors import GemmperfInputError, OutputError, output_error
 from pytest_gemmperf.textsafe import printable
 
 SUBCOMMANDS = ("analyze", "compare", "baseline", "rocprof_config", "merge", "history", "plan")
+#: each command's name as typed (the name its module's ``add_parser`` registers)
+COMMAND_NAMES = {name: name.replace("_", "-") for name in SUBCOMMANDS}
 EXIT_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
@@ -41,10 +43,12 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stop
 LOG_DIR = Path(".gemmperf") / "logs"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every command's arguments. Imports the commands' parser modules only: their work lives in
-    ``commands/<name>_impl.py``, loaded when a command runs, so ``--help`` and ``--version``
-    answer without pandas, scipy or pyarrow (``tests/test_startup.py``, ``benchmarks/startup.py``)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's arguments, or with ``command`` (a name as typed, e.g. ``rocprof-config``)
+    that command's only: what running it reads (:func:`chosen_command`). Imports the commands'
+    parser modules only: their work lives in ``commands/<name>_impl.py``, loaded when a command
+    runs, so ``--help`` and ``--version`` answer without pandas, scipy or pyarrow
+    (``tests/test_startup.py``, ``benchmarks/startup.py``)."""
     # help as a user reads it: reST stripped, defaults shown (sub-parsers inherit the class)
     parser = GemmperfParser(
         prog="gemmperf",
@@ -55,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
                "point undecided with --undecided skip; history check: a suspected newest run), 130 "
                "interrupted, 143 terminated")
     parser.add_argument("--version", action="version", version=f"gemmperf {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in SUBCOMMANDS:
+    names = SUBCOMMANDS if command is None else tuple(n for n in SUBCOMMANDS if COMMAND_NAMES[n] == command)
+    # one command's parser: the usage line (shown with a top-level error, such as an argument
+    # no parser knows) still names every command, as the whole parser's does
+    metavar = "{" + ",".join(COMMAND_NAMES[n] for n in SUBCOMMANDS) + "}" if command is not None else None
+    sub = parser.add_subparsers(dest="command", required=True, metavar=metavar)
+    for name in names:
         try:
             mod = importlib.import_module(f"pytest_gemmperf.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -65,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         mod.add_parser(sub)
     return parser
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The command ``argv`` runs when it names one first (``gemmperf analyze ...``), else None
+    (``--help``, ``--version``, a name no command has): the parser that runs it needs that
+    command's parser module and arguments alone, which spares building the six others' (a few
+    milliseconds of every run); anything else gets the whole parser (help, the choices)."""
+    if argv and argv[0] in COMMAND_NAMES.values():
+        return argv[0]
+    return None
 
 
 class Terminated(BaseException):
@@ -108,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: corrected commands keep it
+    typed = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(chosen_command(typed))
+    args = parser.parse_args(typed)
+    args.argv = typed  # as typed: corrected commands keep it
     try:
         args.setting_origins = _project_settings(args)
         return int(args.func(args) or 0)

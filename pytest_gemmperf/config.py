@@ -18,14 +18,15 @@ Standard library only: the command reads this before any subcommand imports pand
 
 from __future__ import annotations
 
-import configparser
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import configparser
 
 #: values of the history setting that turn the run history off
 HISTORY_OFF = ("none", "off", "no", "false", "0")
@@ -419,6 +420,9 @@ def _read_text(path: Path) -> str:
 
 
 def _ini_sections(path: Path) -> configparser.ConfigParser:
+    # only a project with an ini-style file reads one (the parser's module costs ~1 ms to import)
+    import configparser  # lazy: see above
+
     # as pytest's iniconfig: no interpolation, case-sensitive keys, '#'/';' whole-line comments
     cp = configparser.ConfigParser(interpolation=None, delimiters=("=", ":"),
                                    comment_prefixes=("#", ";"), inline_comment_prefixes=None)
@@ -436,6 +440,9 @@ def _section(path: Path, name: str) -> dict[str, str] | None:
 
 
 def _toml(path: Path) -> dict[str, Any]:
+    # only a project with a TOML file reads one (tomllib compiles its patterns on import: ~1.5 ms)
+    import tomllib  # lazy: see above
+
     try:
         return tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:

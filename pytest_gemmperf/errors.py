@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 from typing import Iterator
@@ -88,14 +89,17 @@ def output_error(exc: OSError, path: str | os.PathLike | None = None, *, what: s
     return OutputError(where, oserror_reason(exc), what=what, kept=kept, errno_=exc.errno)
 
 
-#: the private temporary names our atomic writers use (``.NAME.<random>.tmp``)
-_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp")
+@functools.cache
+def _temp_name() -> re.Pattern[str]:
+    """The private temporary names our atomic writers use (``.NAME.<random>.tmp``); compiled
+    when an error first needs it (module constants cost every command's start-up)."""
+    return re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp")
 
 
 def _untemp(path: str | os.PathLike) -> str:
     """The file a temporary name stands for: users know ``meta.json``, not ``.meta.json.x1.tmp``."""
     head, tail = os.path.split(os.fspath(path))
-    m = _TEMP_NAME.fullmatch(tail)
+    m = _temp_name().fullmatch(tail)
     return os.path.join(head, m["name"]) if m else os.fspath(path)
 
 

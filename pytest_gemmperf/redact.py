@@ -52,13 +52,25 @@ TEXT_FIELDS = frozenset({"error", "message"})
 
 # an environment variable's name as a dict key: upper case, so "hw_key" is not one
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-_OPTION = re.compile(r"(-{1,2}[^=\s]+)=(.*)", re.DOTALL)
-_FLAG = re.compile(r"-{1,2}[^=\s]+")
-_ASSIGNMENT = re.compile(r"([A-Za-z_][\w.-]*)=(.*)", re.DOTALL)
 # a quoted value runs to its closing quote, or to the end of an unbalanced text
 _QUOTED = r"""'[^']*(?:'|$)|"[^"]*(?:"|$)|(?!--)[^\s'"]+"""
-_TEXT_ASSIGNMENT = re.compile(r"(?<![\w-])(-{0,2}[A-Za-z_][\w.-]*)=(" + _QUOTED + ")")
-_TEXT_OPTION = re.compile(r"(?<![\w-])(-{1,2}[A-Za-z_][\w.-]*)(\s+)(" + _QUOTED + ")")
+
+
+# the patterns of command lines and free text, compiled when the first one is redacted: a
+# command that writes only metadata (gemmperf analyze's reports) never needs them
+
+@functools.cache
+def _argument_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """One argument as ``--option=VALUE``, as a bare ``--flag``, as ``NAME=VALUE``."""
+    return (re.compile(r"(-{1,2}[^=\s]+)=(.*)", re.DOTALL), re.compile(r"-{1,2}[^=\s]+"),
+            re.compile(r"([A-Za-z_][\w.-]*)=(.*)", re.DOTALL))
+
+
+@functools.cache
+def _text_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """``NAME=VALUE`` and ``--name VALUE`` in free text (a value quoted or not)."""
+    return (re.compile(r"(?<![\w-])(-{0,2}[A-Za-z_][\w.-]*)=(" + _QUOTED + ")"),
+            re.compile(r"(?<![\w-])(-{1,2}[A-Za-z_][\w.-]*)(\s+)(" + _QUOTED + ")"))
 
 
 def is_secret_name(name: Any) -> bool:
@@ -92,6 +104,7 @@ def _args(argv: Iterable[Any]) -> list[str]:
 def _named_values(args: Sequence[str]) -> list[tuple[str, str | None]]:
     """Each argument as ``(what is kept, the secret value it gives or None)``: ``--token V``
     gives ``("", V)`` for ``V``, ``--api-key=V`` and ``HF_TOKEN=V`` give ``("--api-key=", V)``."""
+    option, flag, assignment = _argument_patterns()
     out: list[tuple[str, str | None]] = []
     hide_next = False
     for arg in args:
@@ -99,12 +112,12 @@ def _named_values(args: Sequence[str]) -> list[tuple[str, str | None]]:
             out.append(("", arg))
             hide_next = False
             continue
-        opt, assign = _OPTION.fullmatch(arg), _ASSIGNMENT.fullmatch(arg)
+        opt, assign = option.fullmatch(arg), assignment.fullmatch(arg)
         named = opt if opt and is_secret_name(opt.group(1)) else \
             assign if assign and is_secret_name(assign.group(1)) else None
         # a secret-named flag's value is the next argument, unless that is another long
         # option (a switch such as --no-auth takes none)
-        hide_next = named is None and bool(_FLAG.fullmatch(arg)) and is_secret_name(arg)
+        hide_next = named is None and bool(flag.fullmatch(arg)) and is_secret_name(arg)
         out.append((named.group(1) + "=", named.group(2)) if named else (arg, None))
     return out
 
@@ -131,7 +144,7 @@ def argv_secret_values(argv: Any) -> tuple[str, ...]:
 
 def text_secret_values(text: str) -> tuple[str, ...]:
     """Values of secret-named ``NAME=VALUE`` / ``--name VALUE`` in free text, unquoted."""
-    found = [m.group(m.lastindex) for pattern in (_TEXT_ASSIGNMENT, _TEXT_OPTION)
+    found = [m.group(m.lastindex) for pattern in _text_patterns()
              for m in pattern.finditer(str(text)) if is_secret_name(m.group(1))]
     return _ordered(v for v in (_unquote(f) for f in found) if is_searchable(v))
 
@@ -297,8 +310,9 @@ def _hide_value(m: re.Match) -> str:
 def redact_text(text: str, values: Iterable[str] | None = None) -> str:
     """Free text (a log line, an error message, a command line as one string) with the values
     of secret-named ``NAME=VALUE`` / ``--name VALUE`` and of known secrets replaced."""
-    text = _TEXT_ASSIGNMENT.sub(_hide_value, str(text))
-    text = _TEXT_OPTION.sub(_hide_value, text)
+    assignment, option = _text_patterns()
+    text = assignment.sub(_hide_value, str(text))
+    text = option.sub(_hide_value, text)
     return scrub(text, _values(values))
 
 

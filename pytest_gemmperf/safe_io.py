@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import os
 import re
@@ -43,11 +44,16 @@ _FORMULA_RE = r"[=+\-@\t\r]"
 #: a plain decimal number is not a formula even when it starts with '-' or '+'
 _NUMBER_RE = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
 _DANGEROUS = re.compile(rf"(?!{_NUMBER_RE}\Z){_FORMULA_RE}")
-_PREFIXED = re.compile(rf"'(?!{_NUMBER_RE}\Z){_FORMULA_RE}")
 
 
 class UnsafeOutputError(OSError):
     """A path we were asked to write is a symbolic link (append-only files only)."""
+
+
+@functools.cache
+def _prefixed() -> re.Pattern[str]:
+    """A cell :func:`neutralise_cell` prefixed, compiled when a table is first read back."""
+    return re.compile(rf"'(?!{_NUMBER_RE}\Z){_FORMULA_RE}")
 
 
 def _umask() -> int:
@@ -226,7 +232,7 @@ def neutralise_cell(value: Any) -> Any:
 
 def unneutralise_cell(value: Any) -> Any:
     """Inverse of :func:`neutralise_cell` (for reading our own CSVs back)."""
-    if isinstance(value, str) and _PREFIXED.match(value):
+    if isinstance(value, str) and _prefixed().match(value):
         return value[1:]
     return value
 
@@ -297,7 +303,7 @@ def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 def unneutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Undo :func:`neutralise_frame` on a table read back from one of our CSVs."""
-    return _map_strings(df, _PREFIXED, lambda s: s.astype(str).str.slice(1), unneutralise_cell)
+    return _map_strings(df, _prefixed(), lambda s: s.astype(str).str.slice(1), unneutralise_cell)
 
 
 __all__ = ["FORMULA_START", "UnsafeOutputError", "atomic_open", "csv_text", "csv_texts", "neutralise_cell",

@@ -24,7 +24,9 @@ from pytest_gemmperf.pytest_glue import summary
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SHARED_DATA = REPO.parent / "shared" / "data"
+#: real profiler files: ``../shared/data`` beside the checkout, or the folder GEMMPERF_SHARED_DATA
+#: names (a worktree or a copy elsewhere), as the benchmarks read it
+SHARED_DATA = Path(os.environ.get("GEMMPERF_SHARED_DATA") or REPO.parent / "shared" / "data")
 
 
 def _import_the_whole_package() -> None:

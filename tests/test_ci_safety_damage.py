@@ -634,7 +634,7 @@ def test_interrupt_while_the_command_starts_is_one_line(monkeypatch, capsys):
     as it is later; no traceback."""
     import pytest_gemmperf.cli as cli
 
-    def interrupted():
+    def interrupted(*_command):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "build_parser", interrupted)
@@ -762,7 +762,7 @@ def test_exit_status_table_matches_what_each_failure_class_ends_with(tmp_path, m
             args, "func", lambda a: (os.kill(os.getpid(), sig.SIGTERM), __import__("time").sleep(5))) or {})
 
     def interrupt(m):
-        m.setattr(cli, "build_parser", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+        m.setattr(cli, "build_parser", lambda *_command: (_ for _ in ()).throw(KeyboardInterrupt()))
 
     cases = {
         "ok": (["compare", base, same, "--out", "o1", "--no-report"], None),

@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import SHARED_DATA
+
 from pytest_gemmperf.analysis.source_totals import READ_COLUMNS, coded_reduction, dispatch_totals
 from pytest_gemmperf.analysis.kernel_stats import ROW_KEYS, duration_rows
 from pytest_gemmperf.errors import GemmperfInputError
@@ -22,7 +24,7 @@ from pytest_gemmperf.traces.rocprof_csv import read_kernel_trace_csv
 from pytest_gemmperf.traces.csv_slim import SLIM_COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rocprof_csv"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "rocprofv3"
+SHARED = SHARED_DATA / "rocprofv3"
 AGENT_INFO = FIXTURES / "v7" / "mi350-n1" / "5358_agent_info.csv"
 #: rocpd convert's dialect as ROCm 7.1.1 spells it (rocprofv3-formats.md §5)
 _GUID = ("Guid", *(c.title() if c in ("LDS_Block_Size", "VGPR_Count", "Accum_VGPR_Count", "SGPR_Count")

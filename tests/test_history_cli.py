@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import SHARED_DATA
+
 # pytester's in-process runs drop the modules they imported afterwards; pyarrow's dataset and
 # extension types cannot be registered twice, so what the inner sessions use is imported here
 import pandas.core.arrays.arrow.extension_types  # noqa: F401
@@ -40,7 +42,7 @@ pytestmark = pytest.mark.usefixtures("without_session_reports")
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TRACE = REPO / "tests" / "fixtures" / "rocprof_json" / "v62_results.json"
 FAKE = REPO / "tests" / "fixtures" / "gemmperf_plugin" / "fake_kineto_workload.py"
-SHARED = REPO.parent / "shared" / "data"
+SHARED = SHARED_DATA
 
 
 def _samples_file(path: Path, level: float, seed: int) -> Path:

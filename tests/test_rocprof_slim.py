@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import SHARED_DATA
+
 from pytest_gemmperf.analysis.source_totals import READ_COLUMNS
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.coded import CodedDispatches
@@ -26,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures" / "rocprof_json"
 V7 = FIX / "v7_two_processes_counters_results.json"
 V62 = FIX / "v62_results.json"
-SHARED = REPO.parent / "shared" / "data" / "rocprofv3" / "AMD-AGI_TraceLens"
+SHARED = SHARED_DATA / "rocprofv3" / "AMD-AGI_TraceLens"
 TOOL = "rocprofiler-sdk-tool"
 
 
@@ -68,7 +70,7 @@ def _edge_cases(tmp_path: Path) -> list[Path]:
 
 def _files(tmp_path: Path) -> list[Path]:
     shared = [SHARED / "908_results.TRIMMED_DERIVED.json",
-              REPO.parent / "shared" / "data" / "tracelens" / "908_results.json.gz"]
+              SHARED_DATA / "tracelens" / "908_results.json.gz"]
     return [V7, V62] + [p for p in shared if p.exists()] + _edge_cases(tmp_path)
 
 

@@ -125,3 +125,24 @@ def test_take_equals_iloc_then_mask(name, seed):
     got, want = take(col, rows), _take_the_long_way(col, rows)
     pd.testing.assert_series_equal(got, want, check_exact=True)
     assert got.name == col.name
+
+
+@pytest.mark.parametrize("path", KINETO, ids=["rocm", "cuda"])
+def test_a_kineto_read_makes_no_empty_frame_of_a_kind_its_runs_hold(path, monkeypatch):
+    # the frames of no operators and no runtime calls were made on every read, then dropped
+    from pytest_gemmperf.traces import torch_trace
+
+    empty_frames = []
+    for name in ("_cpu_ops_frame", "_runtime_frame"):
+        original = getattr(torch_trace, name)
+
+        def noting(events, *a, _f=original, _n=name, **k):
+            if not events:
+                empty_frames.append(_n)
+            return _f(events, *a, **k)
+
+        monkeypatch.setattr(torch_trace, name, noting)
+    src = discover_all([path]).unique[0]
+    t, _, _ = read_attached(src, None, None, False)
+    assert len(t.dispatches) and len(t.meta["cpu_ops"])
+    assert empty_frames == []

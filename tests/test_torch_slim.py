@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import SHARED_DATA
+
 from pytest_gemmperf.analysis.source_totals import WARMUP_READ_COLUMNS, reduce_sources
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.fileio import BLOCK_BYTES
@@ -26,7 +28,7 @@ from pytest_gemmperf.traces.torch_trace import read_torch_trace
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures"
-SHARED = REPO.parent / "shared" / "data"  # beside the checkout, as conftest.SHARED_DATA
+SHARED = SHARED_DATA
 
 
 def _bench():

@@ -10,6 +10,7 @@ that process, in dispatch order).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Sequence
 
@@ -23,7 +24,6 @@ from pytest_gemmperf.traces.schema import DISPATCH_KEY
 JOIN_IDENTITY = ("point", "rank", "run", "host", "agent")
 #: Groups a table into the runs in which dispatch order (and dispatch ids) is defined.
 _RUN_KEYS = ("source", "file", "host", "pid", "rank", "point", "run", "pass", "agent")
-_COUNTER_NAME = re.compile(r"^[A-Z][A-Z0-9_]*(\[\d+\])?$")
 DERIVED = ("active_cus", "cu_utilization", "waves", "mfma_insts", "valu_insts",
            "wave_cycles_per_wave")
 
@@ -32,9 +32,16 @@ def _codes(frame: pd.DataFrame, cols: Sequence[str]) -> np.ndarray:
     return group_codes(frame, cols)
 
 
+@functools.cache
+def _counter_name() -> re.Pattern[str]:
+    """A counter column's name (``SQ_WAVES``, ``TCC_HIT[3]``), compiled when counters are first
+    joined (most inputs have none)."""
+    return re.compile(r"^[A-Z][A-Z0-9_]*(\[\d+\])?$")
+
+
 def counter_columns(frame: pd.DataFrame) -> list[str]:
     """Columns of a wide/joined table that hold raw counter values (upper-case names)."""
-    return [c for c in frame.columns if isinstance(c, str) and _COUNTER_NAME.match(c)]
+    return [c for c in frame.columns if isinstance(c, str) and _counter_name().match(c)]
 
 
 def wide_counters(counters: pd.DataFrame) -> pd.DataFrame:

@@ -182,6 +182,30 @@ def group_codes(df: pd.DataFrame, keys: Sequence[str] = GPU_KEYS) -> np.ndarray:
     return pd.factorize(combined)[0].astype(np.int64)
 
 
+def sorted_group_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
+    """:func:`group_codes` numbered in the groups' sorted order instead: ``groupby(keys,
+    sort=True, dropna=False, observed=True).ngroup()`` (each column's values ascending, a
+    categorical's in its categories' order, nulls last; the first column first). Each column's
+    sorted codes are combined into one number whose order is the columns' lexicographic one,
+    and that is numbered by ``np.unique``; ``groupby.ngroup`` where it would not fit in int64."""
+    if len(df) == 0:
+        return np.zeros(0, dtype=np.int64)
+    combined = np.zeros(len(df), dtype=np.int64)
+    size = 1
+    for c in keys:
+        col = df[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
+        else:
+            codes, uniques = pd.factorize(col, sort=True, use_na_sentinel=True)
+            codes, n = codes.astype(np.int64), len(uniques)
+        size *= n + 1
+        if size >= 2**62:
+            return df.groupby(list(keys), dropna=False, observed=True, sort=True).ngroup().to_numpy()
+        combined = combined * (n + 1) + np.where(codes < 0, n, codes)  # null (-1) last
+    return np.unique(combined, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
 @dataclass
 class GroupedTimeline:
     """Shift of each group's time axis onto a private stretch of one global axis.

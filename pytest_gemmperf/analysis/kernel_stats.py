@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.analysis.intervals import group_codes
+from pytest_gemmperf.analysis.intervals import group_codes, sorted_group_codes
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
 
 #: the unit whose dispatch sequence warm-up removal restarts in (ARCHITECTURE "process unit")
@@ -241,18 +241,22 @@ def _empty_stats(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def _stats_frame(keys: pd.DataFrame, rep: np.ndarray, by: list[str], stats: dict[str, np.ndarray]) -> pd.DataFrame:
     """The statistics table: the ``by`` keys and ``category`` of ``keys``' rows ``rep`` (one
-    per group, in group order) beside ``stats``."""
-    out = keys[by].iloc[rep].reset_index(drop=True)
+    per group, in group order) beside ``stats``, made into a frame once (each column set on a
+    frame copies its blocks: most of the cost where there are a few groups)."""
+    taken = keys[[*by, "category"] if "category" in keys.columns and "category" not in by else by]
+    taken = taken.iloc[rep].reset_index(drop=True)
+    cols: dict[str, object] = {c: taken[c] for c in by}
     for c in ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns", "p05_ns",
               "p95_ns", "iqr_ns", "mad_ns", "cv"):
-        out[c] = stats[c]
-    out["range_ns"] = out["max_ns"] - out["min_ns"]
-    out["n_outliers"] = stats["n_outliers"]
-    if "category" in keys.columns:
-        out["category"] = keys["category"].iloc[rep].reset_index(drop=True)
+        cols[c] = stats[c]
+    cols["range_ns"] = stats["max_ns"] - stats["min_ns"]
+    cols["n_outliers"] = stats["n_outliers"]
+    if "category" in taken.columns:
+        cols["category"] = taken["category"]
     else:
-        out["category"] = pd.Series([pd.NA] * len(out), dtype="category")
-    return out[by + list(STATS_COLUMNS)] if "category" not in by else out
+        cols["category"] = pd.Series([pd.NA] * len(taken), dtype="category")
+    # in the table's column order: ``by``, then STATS_COLUMNS (``category`` where ``by`` puts it)
+    return pd.DataFrame(cols)
 
 
 # ------------------------------------------------------------- durations reduced where read
@@ -341,10 +345,18 @@ def rows_kernel_stats(rows: DurationRows, by: Sequence[str] = ("point", "rank", 
         raise KeyError(f"kernel_stats: dispatches lack columns {missing}")
     if len(rows) == 0:
         return _empty_stats(keys, by)
-    key_gid = keys.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    rep, stats = rows_group_statistics(rows, by)
+    return _stats_frame(keys, rep, by, stats)
+
+
+def rows_group_statistics(rows: DurationRows, by: Sequence[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """What :func:`rows_kernel_stats` makes its table of (``rows`` not empty): per group of
+    ``by`` (in sorted order) the index of its first key in ``rows.keys``, and the
+    :func:`group_statistics` of its durations."""
+    key_gid = sorted_group_codes(rows.keys, by)  # groupby(by, sort=True).ngroup(), without its fixed costs
     # the first key of a group holds its first row: keys are in the rows' first-occurrence order
     rep = np.unique(key_gid, return_index=True)[1]
-    return _stats_frame(keys, rep, by, _cached_statistics(rows, key_gid, len(rep)))
+    return rep, _cached_statistics(rows, key_gid, len(rep))
 
 
 def _cached_statistics(rows: DurationRows, key_gid: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:

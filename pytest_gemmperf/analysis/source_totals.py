@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis.intervals import group_codes
 from pytest_gemmperf.analysis.kernel_stats import (PROCESS_KEYS, ROW_KEYS, DurationRows, concat_rows,
                                                    packed, drop_warmup, duration_rows)
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, ReportPart, ReportParts,
@@ -89,9 +90,9 @@ def dispatch_totals(d: pd.DataFrame) -> pd.DataFrame:
 
 def _totals(coded: DurationRows, d: pd.DataFrame) -> pd.DataFrame:
     """:func:`dispatch_totals` of ``d`` from ``coded``, its duration rows under TOTAL_KEYS."""
-    out = coded.keys.copy()
+    out = dict(coded.keys.items())
     group = coded.group.astype(np.intp, copy=False)
-    n = len(out)
+    n = len(coded.keys)
 
     def reduce(ufunc: np.ufunc, column: str, start: int) -> np.ndarray:
         acc = np.full(n, start, dtype=np.int64)
@@ -104,7 +105,7 @@ def _totals(coded: DurationRows, d: pd.DataFrame) -> pd.DataFrame:
     out["last_end_ns"] = reduce(np.maximum, "end_ns", np.iinfo(np.int64).min)
     out["zero_dur"] = reduce(np.add, "zero_dur", 0)
     out["queue_overlap"] = reduce(np.add, "queue_overlap", 0)
-    return out
+    return pd.DataFrame(out)  # made into a frame once: each column set on a frame copies its blocks
 
 
 def coded_reduction(c: CodedDispatches) -> tuple[DurationRows, pd.DataFrame]:
@@ -115,8 +116,7 @@ def coded_reduction(c: CodedDispatches) -> tuple[DurationRows, pd.DataFrame]:
     reduced from the per-dispatch numbers a slice at a time, so that nothing per dispatch is
     made but the group index the rows keep."""
     cols = [k for k in ROW_KEYS if k in c.keys.columns]
-    key_group = (c.keys.groupby(cols, dropna=False, observed=True, sort=False).ngroup().to_numpy()
-                 if cols else np.zeros(len(c.keys), dtype=np.int64))
+    key_group = group_codes(c.keys, cols)  # groupby(cols, sort=False).ngroup(), without its fixed costs
     n_groups = int(key_group.max()) + 1 if len(key_group) else 0
     # the first dispatch of each group: the earliest first dispatch of its key rows
     key_first = first_positions(c.code, len(c.keys))
@@ -157,10 +157,8 @@ def _coded_totals(rows: DurationRows, c: CodedDispatches) -> pd.DataFrame:
         np.maximum.at(acc["last_end_ns"], g, start + dur)
         acc["zero_dur"] += np.bincount(g[dur == 0], minlength=n)
         acc["queue_overlap"] += np.bincount(g[c.queue_overlap[part]], minlength=n)
-    out = rows.keys.copy()
-    for col in TOTAL_COLUMNS:
-        out[col] = acc[col]
-    return out
+    # made into a frame once: each column set on a frame copies its blocks
+    return pd.DataFrame({**dict(rows.keys.items()), **{col: acc[col] for col in TOTAL_COLUMNS}})
 
 
 def recategorize(table: pd.DataFrame, rules: Sequence[tuple[str, str]]) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.commands.argtypes import add_allow_partial
@@ -31,8 +32,9 @@ from pytest_gemmperf.safe_io import write_csv, write_text
 from pytest_gemmperf.run.results import run_parts
 from pytest_gemmperf.traces.skipped import check_lost_inputs
 from pytest_gemmperf.traces.categories import load_rules
-from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
-from pytest_gemmperf.analysis.source_totals import AGENT_COLUMNS, dispatch_totals, recategorize, reduce_or_read
+from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_group_statistics, rows_kernel_stats
+from pytest_gemmperf.analysis.source_totals import (AGENT_COLUMNS, TOTAL_COLUMNS, dispatch_totals, recategorize,
+                                                     reduce_or_read)
 from pytest_gemmperf.analysis.report_parts import SweepReduction
 
 
@@ -248,7 +250,52 @@ def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
     by = ("source",) + KEYS if mixed else KEYS
     # the same rows: the reports' statistics of them (nulls kept) reuse these (kernel_stats)
     filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns, rows.stats_cache)
+    if 0 < len(rows) and len(rows.keys) <= SMALL_KEYS:
+        return _small_kernel_table(filled, by)
     return _ordered(_restore_keys(rows_kernel_stats(filled, by=by)), by, rows.keys)
+
+
+#: duration rows of at most this many keys (one per source and kernel) take
+#: :func:`_small_kernel_table`: on a few kernels the table's frame operations (the statistics'
+#: frame, the keys restored, the columns reordered, the sort) are most of its cost
+SMALL_KEYS = 10_000
+
+
+def _small_kernel_table(filled: DurationRows, by: tuple[str, ...]) -> pd.DataFrame:
+    """``_ordered(_restore_keys(rows_kernel_stats(filled, by)))`` made as one frame: the key
+    columns of each group's first key, the sentinels back to nulls, the statistics beside
+    them, sorted as ``_ordered`` sorts (pandas' ``lexsort_indexer``: each key's codes, nulls
+    last, the total time descending, ties in group order)."""
+    rep, stats = rows_group_statistics(filled, by)
+    keys = filled.keys
+    cols: dict[str, Any] = {c: keys[c].array.take(rep) for c in by}
+    point = np.asarray(cols["point"].astype(object), dtype=object)
+    point[pd.isna(point) | (point == _NA_POINT)] = None
+    cols["point"] = point
+    rank = pd.array(cols["rank"], dtype="Int64").to_numpy(dtype=np.int64, na_value=_NA_RANK)
+    cols["rank"] = pd.arrays.IntegerArray(rank, rank == _NA_RANK)
+    for c in ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns", "p05_ns", "p95_ns",
+              "iqr_ns", "mad_ns", "cv"):
+        cols[c] = stats[c]
+    cols["range_ns"] = stats["max_ns"] - stats["min_ns"]
+    cols["category"] = (keys["category"].array.take(rep) if "category" in keys.columns
+                        else pd.Series([pd.NA] * len(rep), dtype="category").array)
+    cols["n_outliers"] = stats["n_outliers"]
+    labels = [~cols["total_ns"]] + [_sort_codes(cols[c]) for c in reversed(by) if c != "kernel"]
+    order = np.lexsort(labels)
+    # an object column stays one (a frame would infer strings of an object array)
+    return pd.DataFrame({c: pd.Series(v[order], dtype=object) if v.dtype == object else v[order]
+                         for c, v in cols.items()}, copy=False)
+
+
+def _sort_codes(values: Any) -> np.ndarray:
+    """A key column's codes as ``DataFrame.sort_values`` orders it (``Categorical(values,
+    ordered=True)``: a categorical's own categories, else its sorted values; nulls last)."""
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        values = pd.array(values, dtype=object)  # as pandas reads an object column: no inference
+    cat = pd.Categorical(values, ordered=True)
+    codes = cat.codes.astype(np.int64)
+    return np.where(codes < 0, len(cat.categories), codes)
 
 
 def _ordered(stats: pd.DataFrame, by: tuple[str, ...], d: pd.DataFrame) -> pd.DataFrame:
@@ -294,8 +341,32 @@ def _restore_keys(stats: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_summary(args: argparse.Namespace, inputs: Inputs, kernels: pd.DataFrame) -> dict:
-    keys = ["point", "rank"]
     t = inputs.totals
+    per_rows, by_source = (_small_summary_groups(t) if _small_totals(t) else _summary_groups(t))
+    agents = inputs.agents
+    agent_cols = [c for c in AGENT_COLUMNS if c in agents.columns]
+    return {
+        "inputs": [str(p) for p in args.paths],
+        "warmup": args.warmup,
+        "categories_file": args.categories,
+        "sources": inputs.sources,
+        "notes": inputs.notes,
+        "n_dispatches": int(t["n_dispatches"].sum()),
+        "n_kernel_rows": int(len(kernels)),
+        "dispatches_by_source": by_source,
+        "flags": {"zero_dur": int(t["zero_dur"].sum()),
+                  "queue_overlap": int(t["queue_overlap"].sum())},
+        "per_point_rank": per_rows,
+        "total_ns_by_category_note": "sums of dur_ns over all dispatches (warm-up included)",
+        # most traces list no agents (Kineto, a CSV without agent_info): no table to dedupe
+        "agents": agents[agent_cols].drop_duplicates().to_dict("records") if len(agents) else [],
+    }
+
+
+def _summary_groups(t: pd.DataFrame) -> tuple[list[dict], dict[str, int]]:
+    """summary.json's per (point, rank) records (totals, flags, duration by category) and its
+    dispatches per source (largest first) of the dispatch totals ``t``."""
+    keys = ["point", "rank"]
     g = t.groupby(keys, dropna=False, observed=True, sort=True)
     per = g.agg(n_dispatches=("n_dispatches", "sum"), total_ns=("total_ns", "sum"),
                 first_start_ns=("first_start_ns", "min"), last_end_ns=("last_end_ns", "max"),
@@ -309,26 +380,92 @@ def build_summary(args: argparse.Namespace, inputs: Inputs, kernels: pd.DataFram
             sel = sel[_same(sel[k], rec[k])]
         rec["total_ns_by_category"] = {str(c): int(v) for c, v in zip(sel["category"], sel["total_ns"])}
         per_rows.append(rec)
-    agents = inputs.agents
-    agent_cols = [c for c in AGENT_COLUMNS if c in agents.columns]
     # as value_counts orders them: by count, largest first, from the categories' order
     by_source = (t.groupby("source", dropna=False, observed=False, sort=True)["n_dispatches"].sum()
                  .sort_values(ascending=False))
-    return {
-        "inputs": [str(p) for p in args.paths],
-        "warmup": args.warmup,
-        "categories_file": args.categories,
-        "sources": inputs.sources,
-        "notes": inputs.notes,
-        "n_dispatches": int(t["n_dispatches"].sum()),
-        "n_kernel_rows": int(len(kernels)),
-        "dispatches_by_source": {str(k): int(v) for k, v in by_source.items()},
-        "flags": {"zero_dur": int(t["zero_dur"].sum()),
-                  "queue_overlap": int(t["queue_overlap"].sum())},
-        "per_point_rank": per_rows,
-        "total_ns_by_category_note": "sums of dur_ns over all dispatches (warm-up included)",
-        "agents": agents[agent_cols].drop_duplicates().to_dict("records"),
-    }
+    return per_rows, {str(k): int(v) for k, v in by_source.items()}
+
+
+#: dispatch totals of at most this many rows (one per source and kernel) take
+#: :func:`_small_summary_groups`: pandas' grouped aggregations cost milliseconds each in fixed
+#: costs, most of a small analysis' summary; larger tables take pandas' path
+SMALL_TOTALS = 10_000
+
+
+def _small_totals(t: pd.DataFrame) -> bool:
+    """Whether ``t`` takes :func:`_small_summary_groups`: a few rows, with the canonical key
+    dtypes (categorical point, category and source, nullable integer rank)."""
+    return (0 < len(t) <= SMALL_TOTALS and str(t["rank"].dtype) == "Int64"
+            and all(isinstance(t[c].dtype, pd.CategoricalDtype) for c in ("point", "category", "source")))
+
+
+def _small_summary_groups(t: pd.DataFrame) -> tuple[list[dict], dict[str, int]]:
+    """:func:`_summary_groups` of a small ``t`` in NumPy: the same groups in the same order
+    (pandas' ``groupby(sort=True, dropna=False)``: categories in their order, ranks ascending,
+    nulls last), integer sums, minima and maxima, exact as pandas'."""
+    point, point_values = _category_keys(t["point"])
+    category, category_values = _category_keys(t["category"])
+    category_names = _labels(category_values)
+    rank_na = t["rank"].isna().to_numpy()
+    rank = t["rank"].to_numpy(dtype=np.int64, na_value=0)
+    numbers = {c: t[c].to_numpy(dtype=np.int64) for c in TOTAL_COLUMNS}
+
+    groups, of_row = np.unique(np.column_stack([point, rank_na, rank]), axis=0, return_inverse=True)
+    of_row = of_row.reshape(-1)
+    n = len(groups)
+    acc = {}
+    for c in TOTAL_COLUMNS:
+        reduce, start = _REDUCERS.get(c, (np.add, 0))
+        acc[c] = np.full(n, start, dtype=np.int64)
+        reduce.at(acc[c], of_row, numbers[c])
+    # (group, category) cells sorted: each group's categories lie together, in category order
+    cells, of_cell = np.unique(np.column_stack([of_row, category]), axis=0, return_inverse=True)
+    by_cat = np.zeros(len(cells), dtype=np.int64)
+    np.add.at(by_cat, of_cell.reshape(-1), numbers["total_ns"])
+    bounds = np.searchsorted(cells[:, 0], np.arange(n + 1)).tolist()
+    cell_category, by_cat = cells[:, 1].tolist(), by_cat.tolist()
+    per_rows = []
+    for i, (p, r_na, r) in enumerate(groups.tolist()):
+        rec = {"point": point_values[p], "rank": None if r_na else r}
+        rec.update((c, int(acc[c][i])) for c in TOTAL_COLUMNS)
+        cut = slice(bounds[i], bounds[i + 1])
+        rec["total_ns_by_category"] = {category_names[c]: v for c, v in zip(cell_category[cut], by_cat[cut])}
+        per_rows.append(rec)
+    return per_rows, _small_by_source(t["source"], numbers["n_dispatches"])
+
+
+#: how the summary reduces each totals column per group (else summed)
+_REDUCERS = {"first_start_ns": (np.minimum, np.iinfo(np.int64).max),
+             "last_end_ns": (np.maximum, np.iinfo(np.int64).min)}
+
+
+def _category_keys(s: pd.Series) -> tuple[np.ndarray, list]:
+    """Per row of the categorical ``s`` its group number in pandas' sorted grouping (its
+    category's position, nulls last), and per number the value: the category (the last, for
+    nulls: None, as summary.json writes a null key value; pandas' label ``str()`` is "nan")."""
+    codes = s.cat.codes.to_numpy().astype(np.int64)
+    n_cat = len(s.cat.categories)
+    return np.where(codes < 0, n_cat, codes), [*s.cat.categories.tolist(), None]
+
+
+def _labels(values: list) -> list[str]:
+    """:func:`_category_keys`' values as pandas' group labels print (``str()``; the null: "nan")."""
+    return [str(c) for c in values[:-1]] + ["nan"]
+
+
+def _small_by_source(source: pd.Series, n: np.ndarray) -> dict[str, int]:
+    """Dispatches per source as ``groupby(observed=False, dropna=False).sum().sort_values(
+    ascending=False)`` gives them (every category, and a null group where a row has no source;
+    in the order of pandas' ``nargsort``: the reversed sums sorted, then reversed)."""
+    codes, names = _category_keys(source)
+    sums = np.zeros(len(names), dtype=np.int64)
+    np.add.at(sums, codes, n)
+    labels = _labels(names)
+    if not (codes == len(names) - 1).any():  # a null group only where a row has no source
+        labels.pop()
+    sums = sums[:len(labels)]
+    order = np.arange(len(sums))[::-1][sums[::-1].argsort(kind="quicksort")][::-1]
+    return {labels[i]: int(sums[i]) for i in order.tolist()}
 
 
 def _same(col: pd.Series, value: Any) -> pd.Series:

@@ -20,21 +20,28 @@ description: argparse prints the usage line already.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import textwrap
 
-_ROLE = re.compile(r":[A-Za-z]+(?::[A-Za-z]+)?:`~?([^`]+)`")
-_LITERAL = re.compile(r"``(.+?)``", re.S)
-_STRONG = re.compile(r"\*\*(.+?)\*\*", re.S)
 _BULLET = ("* ", "- ")
 _SYNOPSIS = re.compile(r"^``gemmperf\b[^`]*``:?\s*", re.S)
 
 
+@functools.cache
+def _markup() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """reST roles, literals and strong text: compiled when help is first shown (a command that
+    runs shows none)."""
+    return (re.compile(r":[A-Za-z]+(?::[A-Za-z]+)?:`~?([^`]+)`"), re.compile(r"``(.+?)``", re.S),
+            re.compile(r"\*\*(.+?)\*\*", re.S))
+
+
 def plain(text: str) -> str:
     """reST inline markup -> plain terminal text (see the module docstring)."""
-    text = _ROLE.sub(lambda m: f"`{m[1]}`", text)
-    text = _LITERAL.sub(lambda m: f"`{m[1]}`", text)
-    return _STRONG.sub(lambda m: m[1], text)
+    role, literal, strong = _markup()
+    text = role.sub(lambda m: f"`{m[1]}`", text)
+    text = literal.sub(lambda m: f"`{m[1]}`", text)
+    return strong.sub(lambda m: m[1], text)
 
 
 def command_description(doc: str | None) -> str | None:

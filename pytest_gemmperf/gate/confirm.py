@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.gate import metrics as M
-from pytest_gemmperf.gate.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
+from pytest_gemmperf.gate.verdict import DISTURBED_BASELINE, IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
 
 KEY = ["point", "kernel", "metric"]
 
@@ -370,10 +370,6 @@ def apply_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:
     v["verdict"] = np.where(down, INCONCLUSIVE, verdict)
     v["note"] = note
     return v
-
-
-#: the note of a row the baseline's own contention leaves undecided (``gate.outcome`` reads it)
-DISTURBED_BASELINE = "disturbed baseline"
 
 
 def apply_baseline_disturbance(verdicts: pd.DataFrame, disturbance) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,12 @@ from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.categories import category_of
-from pytest_gemmperf.gate.prepared import Prepared, compact_order, point_labels, points_with, unit_ids
+
+if TYPE_CHECKING:
+    from pytest_gemmperf.gate.prepared import Prepared
+
+# The builders import gate/prepared.py's functions where they run: the reports of an analysis,
+# which read this registry's units and names, build no samples.
 
 # ---------------------------------------------------------------------------------------------
 # units: how people read a value
@@ -188,6 +193,8 @@ def _labels(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
 
 
 def _dur(t: BuildInput) -> Built:
+    from pytest_gemmperf.gate.prepared import compact_order  # lazy: see the imports
+
     p = t.prepared
     mask, values = compact_order(p, t.gated) if t.compact else (t.gated, None)
     return Built([Rows(DUR_NS, dur_frame(p, mask, values), groups=p.pu[mask])])
@@ -265,6 +272,8 @@ def _overlap(t: BuildInput) -> Built:
     collectives. Same-GPU groups include the trace file, so a unit whose table holds no
     collective of its point has nothing covered: its ``overlap_fraction`` rows (0) are kept
     only if another table brings collectives to the point."""
+    from pytest_gemmperf.gate.prepared import points_with  # lazy: see the imports
+
     d, p = t.dispatches, t.prepared
     if "category" not in d.columns or "end_ns" not in d.columns:
         return Built([])
@@ -339,6 +348,8 @@ def _uncovered_rows(d: pd.DataFrame, p: Prepared, gm: np.ndarray, only: np.ndarr
 def _timeline(t: BuildInput) -> Built:
     """``exposed_comm_ns`` and ``computation_ns`` per unit (TraceLens definitions, whole trace:
     a timeline has no per-kernel warm-up), kept on points with communication time."""
+    from pytest_gemmperf.gate.prepared import point_labels, unit_ids  # lazy: see the imports
+
     d = t.dispatches
     if "end_ns" not in d.columns:
         return Built([])

@@ -19,6 +19,7 @@ point does to a test or to the command's exit status is the ``undecided`` settin
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -27,9 +28,8 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.gate import metrics as M
-from pytest_gemmperf.gate.confirm import DISTURBED_BASELINE, suspicious
 from pytest_gemmperf.gate.headline import change_text
-from pytest_gemmperf.gate.verdict import INCONCLUSIVE, REGRESSION
+from pytest_gemmperf.gate.verdict import DISTURBED_BASELINE, INCONCLUSIVE, REGRESSION
 from pytest_gemmperf.textsafe import printable
 
 PASSED, FAILED, UNDECIDED, ERROR = "passed", "failed", "undecided", "error"
@@ -37,7 +37,6 @@ OUTCOMES = (PASSED, FAILED, UNDECIDED, ERROR)
 #: what an undecided point does (the ``undecided`` setting): fail the test, skip it, accept it
 POLICIES = ("fail", "skip", "pass")
 
-_NEEDS = re.compile(r"needs >= (\d+) (?:processes )?per side")
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,10 @@ def undecided_rows(verdicts: pd.DataFrame) -> np.ndarray:
     disturbed = (notes.str.contains("noisy environment", regex=False)
                  | notes.str.contains(DISTURBED_BASELINE, regex=False)).to_numpy(bool)
     too_few = notes.str.contains("too few processes", regex=False).to_numpy(bool)
+    # the confirmation screen loads with the first undecided question: the reports of an
+    # analysis (no verdicts) read only this module's other names
+    from pytest_gemmperf.gate.confirm import suspicious  # lazy: see above
+
     leaning = suspicious(v.assign(verdict=INCONCLUSIVE))
     return gated & (taken_back | disturbed | too_few | leaning)
 
@@ -153,6 +156,12 @@ def overall(counts: dict[str, int]) -> str:
     return PASSED
 
 
+@functools.cache
+def _needs() -> re.Pattern[str]:
+    """A note's "needs >= N processes per side", compiled when an undecided point first asks."""
+    return re.compile(r"needs >= (\d+) (?:processes )?per side")
+
+
 def what_decides(notes: Iterable[Any]) -> str:
     """What would decide undecided rows, from the reasons their notes give."""
     text = [str(n) for n in notes if isinstance(n, str)]
@@ -161,7 +170,7 @@ def what_decides(notes: Iterable[Any]) -> str:
         hints.append("the baseline re-recorded on a quiet machine (--gemmperf-update-baselines)")
     if any("noisy environment" in n for n in text):
         hints.append("a re-run on a quiet machine")
-    needs = [int(m) for n in text for m in _NEEDS.findall(n)]
+    needs = [int(m) for n in text for m in _needs().findall(n)]
     if needs:
         n = max(needs)
         # a process is one rank of one run: --gemmperf-repeats counts runs
@@ -182,7 +191,7 @@ def processes_needed(verdicts: pd.DataFrame) -> tuple[int, int] | None:
     if und.empty:
         return None
     notes = [n if isinstance(n, str) else "" for n in und["note"]]
-    needs = [[int(m) for m in _NEEDS.findall(n)] for n in notes]
+    needs = [[int(m) for m in _needs().findall(n)] for n in notes]
     if not all(needs) or any(w in n for n in notes for w in ("noisy environment", "not reproduced", DISTURBED_BASELINE)):
         return None
     n_base = int(pd.to_numeric(und["n_base"], errors="coerce").min())

@@ -17,8 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-
-SAMPLE_COLUMNS = ("point", "kernel", "metric", "unit", "value")
+from pytest_gemmperf.gate import SAMPLE_COLUMNS  # noqa: F401 - public here too
 UNIT_PARTS = ("host", "pid", "rank", "run")
 #: optional dispatch columns telling how many steps (iterations) a unit ran; see unit_steps()
 STEPS_COLUMN = "profiler_steps"  # per dispatch: ProfilerStep#N ranges in its trace file

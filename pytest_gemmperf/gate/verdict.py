@@ -21,6 +21,9 @@ INCONCLUSIVE = "inconclusive"
 NEW = "new"
 MISSING = "missing"
 VERDICTS = (REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE, NEW, MISSING)
+#: the note of a row the baseline's own contention leaves undecided (``confirm`` writes it,
+#: ``outcome`` reads it)
+DISTURBED_BASELINE = "disturbed baseline"
 
 #: ARCHITECTURE.md column order.
 VERDICT_COLUMNS = ("test", "point", "kernel", "metric", "n_base", "n_cand", "base_median_ns",

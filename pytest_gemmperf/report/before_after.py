@@ -31,7 +31,7 @@ from pytest_gemmperf.gate.headline import notable
 # where the gate defines them (gate.samples re-exports them): the reports of a run nothing was
 # compared for never load the samples' builders
 from pytest_gemmperf.gate.metrics import DISPATCH_COUNT
-from pytest_gemmperf.gate.prepared import SAMPLE_COLUMNS
+from pytest_gemmperf.gate import SAMPLE_COLUMNS
 from pytest_gemmperf.safe_io import write_parquet
 from pytest_gemmperf.traces.fileio import read_json_object
 

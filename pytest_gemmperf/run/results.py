@@ -27,6 +27,7 @@ refused as an interrupted one is, since what it measured is no longer all there.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -41,7 +42,6 @@ from pytest_gemmperf import safe_io
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.numbers import tidy_json
 from pytest_gemmperf.paths import contained
-from pytest_gemmperf.redact import redact_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,10 +70,21 @@ _FAILED_STATUSES = frozenset({FAILED, "error", "timeout", "crashed", "killed"})
 #: what older writers called a point whose tables were written
 _OLD_COMPLETE = frozenset({COMPLETE, "ok"})
 
-_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 # ``<path>::<Class>::<function>[<parameter ids>]``: the first ``::name[`` opens the parameter
 # part (file and directory names may hold brackets, parameter ids may hold anything)
-_PARAMETRIZED = re.compile(r"^(?P<head>.*?::[A-Za-z_][A-Za-z0-9_]*)\[(?P<ids>.*)\]$", re.DOTALL)
+
+
+# the pytest runner's patterns, compiled on first use: a command reading results needs neither
+
+
+@functools.cache
+def _slug_unsafe() -> re.Pattern[str]:
+    return re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+@functools.cache
+def _parametrized() -> re.Pattern[str]:
+    return re.compile(r"^(?P<head>.*?::[A-Za-z_][A-Za-z0-9_]*)\[(?P<ids>.*)\]$", re.DOTALL)
 
 
 def base_test_id(nodeid: str) -> str:
@@ -119,7 +130,7 @@ def moved_test_ids(test_id: str, known: Iterable[str], rootdir: Path | None = No
 
 def split_nodeid(nodeid: str) -> tuple[str, str | None]:
     """``(path::Class::function, parameter ids)``; ids None for an unparametrized item."""
-    m = _PARAMETRIZED.match(nodeid)
+    m = _parametrized().match(nodeid)
     return (nodeid, None) if m is None else (m.group("head"), m.group("ids"))
 
 
@@ -139,7 +150,7 @@ def slugify_test_id(test_id: str) -> str:
     anything outside ``[A-Za-z0-9._+-]``) or the name is too long, a hash of the whole id is
     appended, so ``test_f[1]`` and ``test_f(1)`` keep apart; plain ids keep their old names."""
     plain = test_id.replace("::", "__").replace("/", "_")
-    return distinct_slug(test_id, plain, _SLUG_UNSAFE.sub("_", plain), MAX_SLUG)
+    return distinct_slug(test_id, plain, _slug_unsafe().sub("_", plain), MAX_SLUG)
 
 
 def distinct_slug(test_id: str, plain: str, cleaned: str, max_len: int, digits: int = 8) -> str:
@@ -539,6 +550,10 @@ def run_parts(path: Path, allow_partial: bool, report=None) -> list[Path]:
 
 
 def write_point_json(point_dir: Path, record: Mapping[str, Any]) -> Path:
+    # only the runner writes point.json: a command reading results (gemmperf analyze of a trace
+    # or of a results directory) loads no redaction patterns
+    from pytest_gemmperf.redact import redact_record  # lazy: see above
+
     path = point_dir / POINT_JSON
     # the last net for secrets of this process's environment (results are CI artifacts)
     write_json(path, redact_record(dict(record)))

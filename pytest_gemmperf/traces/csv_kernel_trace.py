@@ -66,21 +66,33 @@ def _reject_negative(src: _Source, start: np.ndarray, end: np.ndarray, ids: Any 
 def _finish_dispatches(cols: dict[str, Any], n: int, path: str, host: str | None,
                        pid: int | None) -> pd.DataFrame:
     """Fill every canonical column with a cheap, correctly typed array, then finalize."""
-    cols.setdefault("source", _const_cat(SOURCE, n))
-    cols.setdefault("file", _const_cat(path, n))
-    cols.setdefault("host", _const_cat(host, n))
-    if "pid" not in cols:
-        cols["pid"] = _const_int(pid, n)
-    kern = cols["kernel"]
-    cols["kernel_short"] = map_category_values(kern, short_name)
-    cols["category"] = map_category_values(kern, category_of)
-    for col, dtype in DISPATCH_SCHEMA.items():
-        if col in cols or col in ("dur_ns", "zero_dur", "queue_overlap"):
-            continue
-        cols[col] = _const_cat(None, n) if dtype == STR else _const_int(None, n)
+    cols = _typed_columns(cols, n, path, host, pid)
     order = [c for c in DISPATCH_SCHEMA if c in cols] + [c for c in cols if c not in DISPATCH_SCHEMA]
     df = pd.DataFrame({c: cols[c] for c in order}, copy=False)
     return finalize_dispatches(df, path)
+
+
+def _typed_columns(cols: dict[str, Any], n: int, path: str, host: str | None, pid: int | None,
+                   only: Sequence[str] | None = None) -> dict[str, Any]:
+    """``cols`` with every canonical column but those ``finalize_dispatches`` derives (``only``:
+    those of them among ``only``) as a cheap, correctly typed array: what the finalized table
+    holds of them (it coerces none of these dtypes)."""
+    def wanted(col: str) -> bool:
+        return only is None or col in only
+
+    for col, made in (("source", lambda: _const_cat(SOURCE, n)), ("file", lambda: _const_cat(path, n)),
+                      ("host", lambda: _const_cat(host, n)), ("pid", lambda: _const_int(pid, n))):
+        if col not in cols and wanted(col):
+            cols[col] = made()
+    kern = cols["kernel"]
+    for col, fn in (("kernel_short", short_name), ("category", category_of)):
+        if wanted(col):
+            cols[col] = map_category_values(kern, fn)
+    for col, dtype in DISPATCH_SCHEMA.items():
+        if col in cols or col in ("dur_ns", "zero_dur", "queue_overlap") or not wanted(col):
+            continue
+        cols[col] = _const_cat(None, n) if dtype == STR else _const_int(None, n)
+    return cols
 
 
 def read_kernel_trace_csv(path: str | os.PathLike, *, agents: pd.DataFrame | None = None,
@@ -183,11 +195,12 @@ def _slim_trace(rows: csv_slim.SlimRows, path: str, kind: CsvKind, src: _Source,
     agent_of = agent.to_numpy(dtype=np.int64, na_value=0)
     agent_na = np.asarray(agent.isna())
 
-    def key_table(names: list[str]) -> pd.DataFrame:
-        k = len(names)
-        cols = {"kernel": _cat_col(pa.chunked_array([pa.array(names, pa.string()).dictionary_encode()])),
-                "start_ns": np.zeros(k, dtype=np.int64), "end_ns": np.zeros(k, dtype=np.int64)}
-        return _finish_dispatches(cols, k, path, host, pid)
+    def key_table(names: list[str], key_columns: Sequence[str]) -> pd.DataFrame:
+        # the full read's columns of one row per name, only those asked for: made as
+        # _finish_dispatches makes them, which finalize_dispatches keeps as they are
+        kernel = _cat_col(pa.chunked_array([pa.array(names, pa.string()).dictionary_encode()]))
+        cols = _typed_columns({"kernel": kernel}, len(names), path, host, pid, only=key_columns)
+        return pd.DataFrame({c: cols[c] for c in key_columns if c in cols}, copy=False)
 
     def lane_table(labels: list[str], lanes: list[tuple]) -> pd.DataFrame:
         m = len(lanes)

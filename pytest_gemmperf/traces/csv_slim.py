@@ -231,10 +231,11 @@ def _release(pa_module) -> None:
 
 
 def coded_dispatches(rows: SlimRows, columns: Sequence[str],
-                     key_table: Callable[[list[str]], pd.DataFrame],
+                     key_table: Callable[[list[str], list[str]], pd.DataFrame],
                      lane_table: Callable[[list[str], list[tuple]], pd.DataFrame]) -> CodedDispatches:
     """The rows as the full table's ``columns``, coded: one key row per kernel name
-    (``key_table(names)``: the full read's columns of one row per name, in that order), and per
+    (``key_table(names, key_columns)``: the full read's columns among ``key_columns`` of one row
+    per name, in that order), and per
     row its kernel's code, start, duration and in-order flag, its lanes found by the full
     read's ``lane_ids`` on ``lane_table(labels, lanes)`` (one row per lane, in the order the
     rows first show them: the full read's lane columns of those rows)."""
@@ -247,7 +248,6 @@ def coded_dispatches(rows: SlimRows, columns: Sequence[str],
     overlap = (overlap_lane_by_lane(narrow(lane_of)[lane], start, dur=dur) if "queue_overlap" in columns
                else np.zeros(len(start), dtype=bool))
     del lane
-    table = key_table(list(rows.kernels))
-    keys = table[[c for c in columns if c not in NUMBER_COLUMNS and c in table.columns]]
+    keys = key_table(list(rows.kernels), [c for c in columns if c not in NUMBER_COLUMNS])
     return CodedDispatches(keys=keys.reset_index(drop=True), code=rows.pop("kernel"), start_ns=start,
                            dur_ns=dur, queue_overlap=overlap, columns=tuple(columns))

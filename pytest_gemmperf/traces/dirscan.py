@@ -31,6 +31,7 @@ and a typed record (``traces/skipped.py``).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
@@ -51,8 +52,12 @@ NOT_A_LAYOUT = "not a results, rocprofv3 output or sweep directory"
 #: our results layout's own files: they mark a layout and are never read as traces
 LAYOUT_FILES = frozenset({"run.json", "point.json"})
 
-_LAYOUT_DIR = re.compile(r"^(?:\d+thread|nccl_\d+channels|(?:pass|pmc)_\d+|rank_?\d+|run\d+|"
-                         r"torch_profiler|rocprof_traces)$")
+
+@functools.cache
+def _layout_dir() -> re.Pattern[str]:
+    """Directory names of the layouts we know, compiled when a scan first meets a directory."""
+    return re.compile(r"^(?:\d+thread|nccl_\d+channels|(?:pass|pmc)_\d+|rank_?\d+|run\d+|"
+                      r"torch_profiler|rocprof_traces)$")
 
 
 class NotALayout(GemmperfInputError):
@@ -97,7 +102,7 @@ def is_layout_file(name: str, depth: int) -> bool:
 
 
 def is_layout_dir(name: str) -> bool:
-    return _LAYOUT_DIR.match(name) is not None
+    return _layout_dir().match(name) is not None
 
 
 class _Budget:

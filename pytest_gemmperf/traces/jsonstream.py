@@ -32,6 +32,7 @@ one in an array, as a whole-document decode would report it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,8 +56,13 @@ _WS = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
 #: tries of the fast path's guess before the structural scan takes over
 _GUESSES = 8
-_BYTE_AT = re.compile(r"\(byte (\d+)\)")
-_ROOT_INDEX = re.compile(r"^\$\[(\d+)\]")
+
+
+@functools.cache
+def _byte_at() -> re.Pattern[str]:
+    """A decoder message's "(byte N)", compiled when an error first needs it."""
+    return re.compile(r"\(byte (\d+)\)")
+
 
 #: a path in the document: object keys and array indices from the root
 JsonPath = tuple[Any, ...]
@@ -382,7 +388,7 @@ class JsonSplitter:
         try:
             msgspec.json.decode(head)
         except msgspec.DecodeError as exc:
-            if _BYTE_AT.search(str(exc)):
+            if _byte_at().search(str(exc)):
                 return StreamDecodeError(exc, self._rewrite_skeleton(str(exc)))
         except Exception:  # noqa: BLE001 - an open frame is simply truncated here
             return None
@@ -404,7 +410,7 @@ class JsonSplitter:
         return d + offset - s
 
     def _rewrite_skeleton(self, message: str) -> str:
-        return _BYTE_AT.sub(lambda m: f"(byte {self.skeleton_offset(int(m.group(1)))})", message)
+        return _byte_at().sub(lambda m: f"(byte {self.skeleton_offset(int(m.group(1)))})", message)
 
     def skeleton_error(self, exc: BaseException) -> str:
         """A decoder message on the skeleton with its byte offsets in document terms."""
@@ -439,7 +445,7 @@ def _key(text: bytes) -> Any:
 def _rewrite(exc: BaseException, base: int, first: int, path: JsonPath) -> str:
     """``exc``'s message on a piece, in document terms: byte offsets and the element path."""
     text = str(exc)
-    text = _BYTE_AT.sub(lambda m: f"(byte {base + int(m.group(1))})", text)
+    text = _byte_at().sub(lambda m: f"(byte {base + int(m.group(1))})", text)
     where = "$" + "".join(f"[{p}]" if isinstance(p, int) else
                           (f".{p}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", str(p))
                            else f"[{msgspec.json.encode(p).decode()}]") for p in path)

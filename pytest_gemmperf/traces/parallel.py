@@ -65,8 +65,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence, TypeVar, Union
 
 from pytest_gemmperf.config import ClusterAddress
 from pytest_gemmperf.errors import GemmperfInputError
@@ -199,8 +198,12 @@ def pool_pays(workers: int, n_files: int, n_bytes: int) -> bool:
     return serial * (1 - 1 / min(workers, n_files)) > POOL_START_S
 
 
-@dataclass(frozen=True)
-class _Failed:
+# the two below are named tuples, not frozen dataclasses: every command defines them at import,
+# only a pool, a cluster or the process beside uses them (a dataclass's generated methods cost
+# ~0.4 ms each to make)
+
+
+class _Failed(NamedTuple):
     """A worker's GemmperfInputError, as plain fields (picklable whatever the constructor)."""
 
     path: str | None
@@ -212,8 +215,7 @@ class _Failed:
         raise GemmperfInputError(self.path, self.message, line=self.line, record=self.record)
 
 
-@dataclass(frozen=True)
-class _Call:
+class _Call(NamedTuple):
     """``fn(item)`` with a GemmperfInputError turned into a :class:`_Failed` value."""
 
     fn: Callable[[Any], Any]

@@ -138,7 +138,8 @@ def empty(schema: dict[str, str]) -> pd.DataFrame:
     key = tuple(schema.items())
     template = _EMPTY_TABLES.get(key)
     if template is None:
-        template = _EMPTY_TABLES[key] = pd.DataFrame({c: pd.Series(dtype=t) for c, t in schema.items()})
+        # from arrays: a frame of empty Series aligns their indexes, several times the cost
+        template = _EMPTY_TABLES[key] = pd.DataFrame({c: missing_array(t, 0) for c, t in schema.items()})
     return template.copy()
 
 
@@ -149,7 +150,7 @@ def _constant_categorical(value: str, n: int) -> pd.Categorical:
     return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([value], dtype=object))
 
 
-def _missing_array(dtype: str, n: int):
+def missing_array(dtype: str, n: int):
     """An all-missing column built without per-row Python objects."""
     if dtype == INT:
         return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
@@ -180,7 +181,7 @@ def as_category(s: pd.Series) -> pd.Series:
     instead of three, which on a trace of tens of dispatches are most of the cost."""
     if s.dtype == object:
         if pd.isna(s.to_numpy()).all():  # all missing (most collective columns): no inference
-            return pd.Series(_missing_array(STR, len(s)), index=s.index, name=s.name)
+            return pd.Series(missing_array(STR, len(s)), index=s.index, name=s.name)
         return s.astype(STR)
     return s.astype("object").where(s.notna(), None).astype(STR)
 
@@ -201,7 +202,7 @@ def _coerce(columns: dict[str, pd.Series], index: pd.Index, schema: dict[str, st
         if col in columns:
             s = columns[col]
         else:
-            s = pd.Series(_missing_array(dtype, n), index=index)
+            s = pd.Series(missing_array(dtype, n), index=index)
         try:
             if dtype == STR:
                 if not isinstance(s.dtype, pd.CategoricalDtype):

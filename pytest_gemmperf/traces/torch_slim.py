@@ -33,8 +33,8 @@ import pandas as pd
 
 from pytest_gemmperf.traces.categories import categorize
 from pytest_gemmperf.traces.coded import CodedDispatches, first_positions
-from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, INT, STR, coerce_columns, lane_ids,
-                                           overlap_lane_by_lane)
+from pytest_gemmperf.traces.schema import (DISPATCH_SCHEMA, INT, STR, coerce_columns, lane_ids, missing_array,
+                                           overlap_lane_by_lane, repeated_category)
 from pytest_gemmperf.traces.slim_arrays import join_releasing, narrow
 from pytest_gemmperf.traces.torch_frames import COLL_COLUMNS
 
@@ -186,14 +186,16 @@ class GpuRuns:
             code, of_key, agent = self._by_device(code, lane)
             names = names.iloc[of_key].reset_index(drop=True)
         del lane
-        keys = {"kernel": names, "category": categorize(names)}
+        # only the key columns asked for are made (a reduction reads seven of some twenty)
+        keys = {"kernel": names}
+        if "category" in columns:
+            keys["category"] = categorize(names)
         if agent is not None:
             keys["agent"] = agent
-        one = pd.DataFrame({"source": ["torch"], "file": [path],
-                            **{c: [facts[c]] for c in ("host", "pid", "rank")}})
-        keys.update(_repeated(coerce_columns(one, _CONSTANT_SCHEMA, path), len(names)))
+        keys.update(_constants(path, facts, [c for c in _CONSTANT_SCHEMA if c in columns], len(names)))
         for c in SLIM_IF_NO_COLLECTIVES:  # no event carried any (else NotSlim was raised)
-            keys[c] = _nulls(COLL_COLUMNS[c], len(names))
+            if c in columns:
+                keys[c] = _nulls(COLL_COLUMNS[c], len(names))
         key_columns = [c for c in columns if c in keys]
         return CodedDispatches(keys=pd.DataFrame({c: keys[c] for c in key_columns},
                                                  index=pd.RangeIndex(len(names)), copy=False),
@@ -314,10 +316,42 @@ _CONSTANT_SCHEMA = {c: DISPATCH_SCHEMA[c] for c in ("source", "file", "host", "p
 
 
 def _nulls(dtype: str, n: int) -> object:
-    """``n`` nulls of a column of ``dtype`` (STR or INT), as the full table holds them."""
-    if dtype == INT:
-        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
-    return pd.Series(np.full(n, None, dtype=object)).astype(STR)
+    """``n`` nulls of a column of ``dtype`` (STR or INT), as the full table holds them (the
+    cast of an all-None column to categories: none, of the object dtype)."""
+    return missing_array(dtype, n)
+
+
+def _constants(path: str, facts: dict, columns: Sequence[str], n: int) -> dict[str, object]:
+    """The ``columns`` of :data:`_CONSTANT_SCHEMA` (the source, the file and ``facts``' host,
+    pid and rank; no point, run or pass), each value ``n`` times, as ``coerce_columns`` makes
+    them of the one-row table of those values and :func:`_repeated` repeats them. Made from
+    the values themselves where each is a string, an int64 integer or None (a table of one row
+    costs more than the read of a small trace's kernels); any other value takes the table's
+    way, whose errors are the full read's."""
+    values = {"source": "torch", "file": path, **{c: facts[c] for c in ("host", "pid", "rank")}}
+    if not all(_plain(v, _CONSTANT_SCHEMA[c]) for c, v in values.items()):
+        one = pd.DataFrame({c: [v] for c, v in values.items()})
+        made = _repeated(coerce_columns(one, _CONSTANT_SCHEMA, path), n)
+        return {c: made[c] for c in columns}
+    out: dict[str, object] = {}
+    for c in columns:
+        v = values.get(c)
+        if v is None:  # point, run and pass too
+            out[c] = missing_array(_CONSTANT_SCHEMA[c], n)
+        elif _CONSTANT_SCHEMA[c] == STR:
+            out[c] = repeated_category(v, n)
+        else:
+            out[c] = pd.arrays.IntegerArray(np.full(n, v, dtype=np.int64), np.zeros(n, dtype=bool))
+    return out
+
+
+def _plain(value: object, dtype: str) -> bool:
+    """Whether a constant is None, or a string of a STR column, or an int64 integer of an INT one."""
+    if value is None:
+        return True
+    if dtype == STR:
+        return type(value) is str
+    return type(value) is int and -(2 ** 63) <= value < 2 ** 63
 
 
 def _repeated(one: pd.DataFrame, n: int) -> dict[str, object]:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from itertools import chain
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -246,12 +246,13 @@ class _Reading:
         then (``torch_frames.with_coll_columns``), and the full table's would not all be null."""
         self._refuse_collectives_if(any(c in frame.columns for c in COLL_COLUMNS))
 
-    def frame(self, kind: str, empty: pd.DataFrame | None = None) -> pd.DataFrame:
-        """The runs' frames of one kind as one frame, in a whole-file read's row order."""
+    def frame(self, kind: str, empty: Callable[[], pd.DataFrame] | None = None) -> pd.DataFrame:
+        """The runs' frames of one kind as one frame, in a whole-file read's row order (none:
+        ``empty()``'s frame)."""
         parts = self.parts[kind]
         coll = kind in ("gpu", "cpu")  # frames that leave all-None collective columns out
         if not parts:
-            out = empty if empty is not None else pd.DataFrame()
+            out = empty() if empty is not None else pd.DataFrame()
             return with_coll_columns(out) if coll else out
         if coll and len(parts) > 1 and len({tuple(p.columns) for p in parts}) > 1:
             parts = [with_coll_columns(p) for p in parts]  # concat would fill NaN, not None
@@ -316,9 +317,10 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     if slim:
         return _slim_trace(reading, doc, path, n_events, columns, coded)
     empty_src = _Src(path, [])
-    cpu_ops = reading.frame("cpu", _cpu_ops_frame([], empty_src))
-    rt = runtime_by_correlation(reading.frame("rt", _runtime_frame([], empty_src)))
-    ann_pid = reading.frame("ann_pid", pd.DataFrame({"pid": pd.array([], dtype=INT)}))["pid"]
+    # each kind's frame of no events made only where no run held one (most traces hold each)
+    cpu_ops = reading.frame("cpu", lambda: _cpu_ops_frame([], empty_src))
+    rt = runtime_by_correlation(reading.frame("rt", lambda: _runtime_frame([], empty_src)))
+    ann_pid = reading.frame("ann_pid", lambda: pd.DataFrame({"pid": pd.array([], dtype=INT)}))["pid"]
 
     pid = process_pid(rt["pid"], cpu_ops["pid"], ann_pid)
     host, rank, flavor, agents = _process_facts(reading, doc, path, pid)
@@ -357,7 +359,7 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
         "grid_semantics": grid_rule,
         "agent_numbering": _AGENT_NUMBERING,
         "cpu_ops": cpu_ops[list(CPU_OP_COLUMNS)],
-        "steps": _steps_frame(reading.frame("steps", step_ranges([], empty_src)), cpu_ops)})
+        "steps": _steps_frame(reading.frame("steps", lambda: step_ranges([], empty_src)), cpu_ops)})
     if columns is not None:
         out = out[[c for c in columns if c in out.columns]]
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)

@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-#: ``../shared`` beside the checkout (tests/rocprofv3_double -> tests -> repo -> ..)
-FRONTEND_DIR = HERE.parent.parent.parent / "shared" / "data" / "rocprofv3" / "frontend"
+#: ``../shared/data`` beside the checkout (tests/rocprofv3_double -> tests -> repo -> ..), or the
+#: folder GEMMPERF_SHARED_DATA names, as tests/conftest.py reads it
+FRONTEND_DIR = Path(os.environ.get("GEMMPERF_SHARED_DATA") or HERE.parent.parent.parent / "shared" / "data") \
+    / "rocprofv3" / "frontend"
 
 #: release folder -> (ROCm version written to .info/version and rocm_version, SDK version)
 RELEASES = {
