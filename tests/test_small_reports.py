@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pytest_gemmperf.analysis.intervals import sorted_group_codes
 from pytest_gemmperf.analysis.report_parts import decategorized
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_rows
 from pytest_gemmperf.report import data as D
@@ -357,9 +358,7 @@ def _key_column(rng: random.Random, kind: str, n: int):
     return pd.array([rng.choice(["b", "a", None, "é", "Z"]) for _ in range(n)], dtype="str")
 
 
-def test_sorted_group_ids_are_ngroup():
-    from pytest_gemmperf.analysis.overlap import sorted_group_ids
-
+def test_sorted_group_codes_are_ngroup_of_every_key_kind():
     rng = random.Random(12)
     kinds = ["cat", "Int64", "int", "float", "obj", "str"]
     for _ in range(600):
@@ -367,7 +366,7 @@ def test_sorted_group_ids_are_ngroup():
         keys = rng.sample(kinds, rng.randint(1, 3))
         df = pd.DataFrame({k: _key_column(rng, k, n) for k in keys})
         want = df.groupby(keys, observed=True, dropna=False, sort=True).ngroup().to_numpy()
-        assert np.array_equal(sorted_group_ids(df, keys), want), df
+        assert np.array_equal(sorted_group_codes(df, keys), want), df
 
 
 def _gemm_rows(rng: random.Random, n: int) -> pd.DataFrame:

@@ -153,6 +153,16 @@ def count_overlapping(qs, qe, start, end) -> np.ndarray:
 # grouped timelines
 
 
+def _key_codes(col: pd.Series, *, sort: bool) -> tuple[np.ndarray, int]:
+    """A key column's integer codes (-1 for a null) and how many values they number: a
+    categorical's own codes (its categories' order), else ``pd.factorize`` (first-seen order, or
+    sorted with ``sort``)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
+    codes, uniques = pd.factorize(col, sort=sort, use_na_sentinel=True)
+    return codes.astype(np.int64), len(uniques)
+
+
 def group_codes(df: pd.DataFrame, keys: Sequence[str] = GPU_KEYS) -> np.ndarray:
     """Dense 0-based code per row for the combination of ``keys`` present in ``df`` (NA is a
     value of its own), numbered in the order the rows first show them: ``groupby(keys,
@@ -168,12 +178,7 @@ def group_codes(df: pd.DataFrame, keys: Sequence[str] = GPU_KEYS) -> np.ndarray:
     combined = np.zeros(len(df), dtype=np.int64)
     size = 1
     for c in keys:
-        col = df[c]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
-        else:
-            codes, uniques = pd.factorize(col, use_na_sentinel=True)
-            codes, n = codes.astype(np.int64), len(uniques)
+        codes, n = _key_codes(df[c], sort=False)
         size *= n + 1
         if size >= 2**62:
             gid = df.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
@@ -193,12 +198,7 @@ def sorted_group_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
     combined = np.zeros(len(df), dtype=np.int64)
     size = 1
     for c in keys:
-        col = df[c]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
-        else:
-            codes, uniques = pd.factorize(col, sort=True, use_na_sentinel=True)
-            codes, n = codes.astype(np.int64), len(uniques)
+        codes, n = _key_codes(df[c], sort=True)
         size *= n + 1
         if size >= 2**62:
             return df.groupby(list(keys), dropna=False, observed=True, sort=True).ngroup().to_numpy()

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import (
-    GPU_KEYS, GroupedTimeline, count_overlapping, covered_length, group_codes, grouped_union,
+    GPU_KEYS, GroupedTimeline, count_overlapping, covered_length, group_codes, grouped_union, sorted_group_codes,
 )
 from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
 
@@ -145,7 +145,7 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
     if 0 < len(ov) <= _ONE_PASS_MAX_ROWS and all(
             isinstance(ov[c].dtype, np.dtype) and ov[c].dtype.kind == k
             for c, k in (("dur_ns", "i"), ("overlap_ns", "i"), ("overlap_fraction", "f"))):
-        gid = sorted_group_ids(ov, by) if all(plain_group_key(ov[c].dtype) for c in by) else None
+        gid = sorted_group_codes(ov, by) if all(plain_group_key(ov[c].dtype) for c in by) else None
         if gid is not None:  # no grouping at all: the keys' values from a row of each group
             _, first = np.unique(gid, return_index=True)
             fraction = ov["overlap_fraction"].to_numpy()
@@ -251,32 +251,10 @@ def group_medians(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def sorted_group_ids(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray | None:
-    """``df.groupby(keys, observed=True, dropna=False, sort=True).ngroup()`` as an int64 array,
-    without the grouping's fixed cost (milliseconds, the whole cost of a small table's): each
-    key's codes in pandas' own order (a categorical's codes: its categories' order; otherwise
-    ``pd.factorize(sort=True)``), missing values last, combined into one number per row whose
-    order is the keys' and numbered densely. None where the combined number would not fit."""
-    combined = np.zeros(len(df), dtype=np.int64)
-    size = 1
-    for c in keys:
-        col = df[c]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
-        else:
-            codes, uniques = pd.factorize(col, sort=True, use_na_sentinel=True)
-            codes, n = codes.astype(np.int64), len(uniques)
-        size *= n + 1
-        if size >= 2**62:
-            return None
-        combined = combined * (n + 1) + np.where(codes < 0, n, codes)  # missing after every value
-    return np.unique(combined, return_inverse=True)[1].astype(np.int64).reshape(-1)
-
-
 #: up to this many GEMM rows :func:`overlap_by_kernel` takes one grouping and NumPy's passes
 #: (fixed costs dominate a small table); above it pandas' grouped passes
 _ONE_PASS_MAX_ROWS = 10_000
 
 
 __all__ = ["category_mask", "display_names", "gemm_overlap", "gemm_overlap_ns", "group_medians", "grouped_mean",
-           "overlap_by_kernel", "overlap_fraction", "plain_group_key", "sorted_group_ids"]
+           "overlap_by_kernel", "overlap_fraction", "plain_group_key"]

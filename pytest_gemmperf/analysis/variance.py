@@ -20,9 +20,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge
+from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge, sorted_group_codes
 from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
-from pytest_gemmperf.analysis.overlap import category_mask, display_names, plain_group_key, sorted_group_ids
+from pytest_gemmperf.analysis.overlap import category_mask, display_names, plain_group_key
 
 AORTA_COLUMNS = ("threads", "channel", "rank", "kernel_name", "kernel_time_min_us",
                  "kernel_time_max_us", "time_diff_us")
@@ -244,11 +244,9 @@ def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
             not all(isinstance(d[c].dtype, np.dtype) and d[c].dtype.kind == "i" for c in ("dur_ns", "start_ns")) or \
             not all(plain_group_key(d[c].dtype) for c in by):
         return None
-    rows_gid = sorted_group_ids(d, by)
+    rows_gid = sorted_group_codes(d, by)
     cell = [c for c in by if c not in _KERNEL_KEYS]
-    rows_cell = sorted_group_ids(d, cell) if cell else np.zeros(len(d), dtype=np.int64)
-    if rows_gid is None or rows_cell is None:
-        return None
+    rows_cell = sorted_group_codes(d, cell) if cell else np.zeros(len(d), dtype=np.int64)
     order = np.argsort(d["start_ns"].to_numpy(), kind="stable")  # the rows in start order
     gid = rows_gid[order]
     count = np.bincount(gid)

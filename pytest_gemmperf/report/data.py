@@ -19,7 +19,8 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stats
-from pytest_gemmperf.analysis.overlap import group_medians, overlap_by_kernel, plain_group_key, sorted_group_ids
+from pytest_gemmperf.analysis.intervals import sorted_group_codes
+from pytest_gemmperf.analysis.overlap import group_medians, overlap_by_kernel, plain_group_key
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
                                                    CommRows, GemmRows, ReportParts, SweepReduction,
                                                    as_objects, collective_frame, decategorized, gemm_frame, merge_parts,
@@ -222,7 +223,7 @@ def box_stats(values: np.ndarray, gid: np.ndarray, n_groups: int) -> pd.DataFram
 def _grouped_boxes(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     if len(d) == 0:
         return pd.DataFrame(columns=by + list(BOX_COLUMNS))
-    gid = sorted_group_ids(d, by) if len(d) <= SMALL_TABLE_ROWS else None
+    gid = sorted_group_codes(d, by) if len(d) <= SMALL_TABLE_ROWS else None
     if gid is None:
         gid = d.groupby(by, dropna=False, observed=True, sort=True).ngroup().to_numpy()
     n = int(gid.max()) + 1
@@ -368,9 +369,7 @@ def _small_category_totals(totals: pd.DataFrame) -> pd.DataFrame | None:
             not all(isinstance(totals[c].dtype, np.dtype) and totals[c].dtype.kind == "i"
                     for c in ("n_dispatches", "total_ns")):
         return None
-    gid, cell_of_row = sorted_group_ids(totals, keys), sorted_group_ids(totals, keys[:2])
-    if gid is None or cell_of_row is None:
-        return None
+    gid, cell_of_row = sorted_group_codes(totals, keys), sorted_group_codes(totals, keys[:2])
     _, first = np.unique(gid, return_index=True)
     count = np.zeros(len(first), dtype=np.int64)
     total = np.zeros(len(first), dtype=np.int64)
@@ -604,7 +603,7 @@ def _overlap_table(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     dur = g["dur_ns"]
     exact = len(g) <= SMALL_TABLE_ROWS and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i" \
         and (len(g) == 0 or int(np.abs(dur.to_numpy()).max()) < 2**52)
-    gid = sorted_group_ids(g, keys) if exact and all(plain_group_key(g[c].dtype) for c in keys) else None
+    gid = sorted_group_codes(g, keys) if exact and all(plain_group_key(g[c].dtype) for c in keys) else None
     if gid is not None:  # integers below 2**52: the two middle values' mean is exact either way
         med = group_medians(gid, dur.to_numpy(np.float64), len(table))
     else:
