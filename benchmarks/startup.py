@@ -49,8 +49,13 @@ command imported a heavy package or failed.
 The commands run this checkout's code (``PYTHONPATH`` is set to it) through the ``gemmperf``
 script installed beside this interpreter, or, without one, the same two lines the script runs.
 
+``--instructions`` also counts each analysis's instructions once under valgrind (cachegrind), all
+threads and child processes included: the same to about 0.001 % from run to run, so a change's
+effect smaller than the CPU time's noise still shows, against ``--before``'s code.
+
 Usage: python benchmarks/startup.py [--repeat N] [--limit 1.5] [--session-limit 0.45] [--analyze-limit 0.5]
                                    [--only analyze] [--before CHECKOUT] [--gemmperf EXE] [--hta PYTHON]
+                                   [--instructions]
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ import datetime as _dt
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -115,6 +121,8 @@ class Command:
     cpu: list[float] = field(default_factory=list)
     heavy: list[str] = field(default_factory=list)
     error: str | None = None
+    #: instructions of one run under valgrind (``--instructions``), None when not counted
+    instructions: int | None = None
 
     @property
     def best(self) -> float:
@@ -328,6 +336,21 @@ def heavy_imports(cmd: Command) -> list[str]:
     return sorted(found)
 
 
+def count_instructions(cmd: Command, env: dict[str, str]) -> int | None:
+    """The instructions one run of ``cmd`` executes, all its threads and children included
+    (``valgrind --tool=cachegrind --cache-sim=no``'s "I refs"): the same to about 0.001 % run
+    after run, where one process's CPU time moves by 15 % on a shared virtual machine; None when
+    the run failed."""
+    if cmd.code is not None:
+        env = child_env(code=cmd.code)
+    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
+            "--cachegrind-out-file=/dev/null", *cmd.argv]
+    proc = subprocess.run(argv, env=env, cwd=cmd.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    refs = [int(line.rsplit(":", 1)[1].replace(",", "")) for line in proc.stderr.splitlines()
+            if line.split("==")[-1].strip().startswith("I") and "refs:" in line]
+    return sum(refs) if proc.returncode == 0 and refs else None
+
+
 def _load() -> str:
     """The 1-, 5- and 15-minute load averages (a shared machine's timings depend on them)."""
     try:
@@ -354,9 +377,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta", metavar="PYTHON",
                     help="an interpreter with HolisticTraceAnalysis installed: also time its kernel breakdown "
                          "of the small Kineto trace, as a reference (e.g. a venv of its own)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each analysis's instructions once under valgrind (cachegrind): a "
+                         "deterministic comparison of this checkout with --before's")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
+    if args.instructions and shutil.which("valgrind") is None:
+        ap.error("--instructions needs valgrind on PATH")
 
     load_before = _load()
     with tempfile.TemporaryDirectory(prefix="gemmperf-startup-") as tmp:
@@ -371,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
                 time_once(cmd, env)
         for cmd in cmds[1:]:
             cmd.heavy = heavy_imports(cmd)
+        if args.instructions:
+            for cmd in cmds:
+                if cmd.analysis:
+                    cmd.instructions = count_instructions(cmd, env)
 
     base = cmds[0]
     print(f"# gemmperf start-up, {_dt.date.today().isoformat()}, Python {sys.version.split()[0]}, "
@@ -413,6 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         ratio = cmd.best_cpu / oracle.best_cpu
         print(f"{cmd.label} / oracle: {ratio:.2f}x best CPU, +{cmd.best_cpu - oracle.best_cpu:.3f} CPU-s "
               f"(target <= {ORACLE_TARGET:.2f}: {'met' if ratio <= ORACLE_TARGET else 'not met'})")
+    counted = [c for c in analyses if c.instructions is not None]
+    if counted:
+        print(f"\n{'instructions of one run (valgrind cachegrind)':56s} {'G':>10s}  vs before")
+        for cmd in counted:
+            twin = next((c for c in counted if c.label == f"  before: {cmd.label}"), None)
+            versus = f"  {cmd.instructions / twin.instructions - 1:+.1%}" if twin is not None else ""
+            print(f"{cmd.label:56s} {cmd.instructions / 1e9:10.3f}{versus}")
     helps = [c for c in cmds[1:] if not c.session and not c.analysis]
     if helps:
         worst = max(max(c.best / base.best, c.median / base.median) for c in helps)
