@@ -268,7 +268,7 @@ def test_small_overlap_by_kernel_matches_the_grouped_passes_bit_for_bit(seed, mo
             df = df.sort_values(list(by), kind="stable") if t % 8 == 1 else df.assign(kernel="a", point="p1", rank=0)
         cases.append((df, by, [0.0, 0.1][t % 2]))
     one_pass = [O.overlap_by_kernel(None, overlap=df, by=by, threshold=thr) for df, by, thr in cases]
-    monkeypatch.setattr(O, "_ONE_PASS_MAX_ROWS", 0)  # every table through pandas' grouped passes
+    monkeypatch.setattr(O, "SMALL_TABLE_ROWS", 0)  # every table through pandas' grouped passes
     for (df, by, thr), got in zip(cases, one_pass):
         pd.testing.assert_frame_equal(got, O.overlap_by_kernel(None, overlap=df, by=by, threshold=thr),
                                       check_exact=True)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from pytest_gemmperf.analysis import kernel_stats as ks
-from pytest_gemmperf.analysis.intervals import sorted_group_codes
+from pytest_gemmperf.analysis.intervals import group_codes, sorted_group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.source_totals import TOTAL_COLUMNS
 from pytest_gemmperf.commands import analyze_impl
@@ -122,7 +122,7 @@ def test_a_totals_table_of_other_dtypes_or_size_takes_pandas_path(monkeypatch):
     t = _totals(0, 20)
     assert not _small_totals(t.astype({"point": object}))
     assert not _small_totals(t.iloc[:0])
-    monkeypatch.setattr(analyze_impl, "SMALL_TOTALS", 19)
+    monkeypatch.setattr(analyze_impl, "SMALL_TABLE_ROWS", 19)
     assert not _small_totals(t)
 
 
@@ -157,15 +157,24 @@ KEY_SETS = [["point", "rank", "kernel"], ["source", "point", "rank", "kernel"], 
             ["kernel", "source", "name", "point", "rank", "n"]]
 
 
+@pytest.mark.parametrize("numbering,sort", [(sorted_group_codes, True), (group_codes, False)],
+                         ids=["sorted", "first-seen"])
 @pytest.mark.parametrize("keys", KEY_SETS, ids=["-".join(k) for k in KEY_SETS])
 @pytest.mark.parametrize("n", [0, 1, 7, 200])
 @pytest.mark.parametrize("seed", range(3))
-def test_sorted_group_codes_equal_a_sorted_groupby_ngroup(keys, n, seed):
+def test_group_codes_equal_a_groupby_ngroup(keys, n, seed, numbering, sort):
     df = _keys(seed, n)
-    want = df.groupby(keys, dropna=False, observed=True, sort=True).ngroup().to_numpy()
-    got = sorted_group_codes(df, keys)
+    want = df.groupby(keys, dropna=False, observed=True, sort=sort).ngroup().to_numpy()
+    got = numbering(df, keys)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, want)
+
+
+def test_group_codes_of_too_many_combinations_take_the_groupby():
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame({c: rng.permutation(5_000) for c in "abcde"})
+    want = df.groupby(list("abcde"), sort=False).ngroup().to_numpy()
+    np.testing.assert_array_equal(group_codes(df, list("abcde")), want)
 
 
 def test_sorted_group_codes_too_many_combinations_take_the_groupby():
@@ -202,7 +211,7 @@ def test_the_small_kernel_table_equals_the_frame_by_frame_one(seed, object_point
     rows = _duration_rows(seed, n_keys=[1, 3, 12, 40, 200, 7][seed], n_rows=[0, 5, 60, 300, 2000, 9][seed],
                           object_point=object_point)
     got = analyze_impl.rows_kernel_table(rows, mixed=mixed)
-    monkeypatch.setattr(analyze_impl, "SMALL_KEYS", 0)
+    monkeypatch.setattr(analyze_impl, "SMALL_TABLE_ROWS", 0)
     want = analyze_impl.rows_kernel_table(DurationRows(rows.keys, rows.group, rows.dur_ns), mixed=mixed)
     _same_frame(got, want)
     assert got.to_csv() == want.to_csv()

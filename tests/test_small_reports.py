@@ -14,6 +14,7 @@ import pytest
 
 from pytest_gemmperf.analysis.intervals import sorted_group_codes
 from pytest_gemmperf.analysis.report_parts import decategorized
+from pytest_gemmperf.analysis import small_tables as S
 from pytest_gemmperf.analysis.timeline import PYTORCH_TYPES, tracelens_rows
 from pytest_gemmperf.report import data as D
 from pytest_gemmperf.report import excel as X
@@ -181,12 +182,12 @@ def test_scatter_points_are_the_grouped_ones(monkeypatch):
 
 
 def test_one_row_per_key():
-    assert P.one_row_per_key(pd.DataFrame({"a": ["x", "y"], "b": ["z", "z"]}), ("a", "b"))
-    assert not P.one_row_per_key(pd.DataFrame({"a": ["x", "x"], "b": ["z", "z"]}), ("a", "b"))
-    assert not P.one_row_per_key(pd.DataFrame({"a": ["x", None], "b": ["z", "z"]}), ("a", "b"))
-    assert not P.one_row_per_key(pd.DataFrame({"a": [1, 2], "b": ["z", "z"]}), ("a", "b"))
-    big = pd.DataFrame({"a": [str(i) for i in range(P.SMALL_TABLE_ROWS + 1)]})
-    assert not P.one_row_per_key(big, ("a",))  # pandas' grouping above the threshold
+    assert S.one_row_per_key(pd.DataFrame({"a": ["x", "y"], "b": ["z", "z"]}), ("a", "b"))
+    assert not S.one_row_per_key(pd.DataFrame({"a": ["x", "x"], "b": ["z", "z"]}), ("a", "b"))
+    assert not S.one_row_per_key(pd.DataFrame({"a": ["x", None], "b": ["z", "z"]}), ("a", "b"))
+    assert not S.one_row_per_key(pd.DataFrame({"a": [1, 2], "b": ["z", "z"]}), ("a", "b"))
+    big = pd.DataFrame({"a": [str(i) for i in range(S.SMALL_TABLE_ROWS + 1)]})
+    assert not S.one_row_per_key(big, ("a",))  # pandas' grouping above the threshold
 
 
 def _kernels_table(rng: random.Random, n: int, unique: bool) -> pd.DataFrame:
@@ -207,7 +208,7 @@ def test_kernel_overview_is_the_grouped_one(monkeypatch):
     for _ in range(200):
         report.kernels = _kernels_table(rng, rng.randint(1, 12), unique=rng.random() < 0.8)
         got = H._records(H._kernel_overview(report))
-        monkeypatch.setattr(P, "one_row_per_key", lambda df, keys: False)
+        monkeypatch.setattr(H, "one_row_per_key", lambda df, keys: False)
         want = H._records(H._kernel_overview(report))
         monkeypatch.undo()
         assert got == want
@@ -290,7 +291,7 @@ def test_category_times_of_one_sweep_are_the_pivoted_ones(monkeypatch):
                             "total_ns": np.array([rng.choice([0, 1000, 2000, rng.randint(0, 10**12)])
                                                   for _ in range(n)], dtype=np.int64)})
         got = X.category_times(cat, ["run"])
-        monkeypatch.setattr(X, "_SMALL_TABLE_ROWS", -1)
+        monkeypatch.setattr(X, "SMALL_TABLE_ROWS", -1)
         want = X.category_times(cat, ["run"])
         monkeypatch.undo()
         assert got[:2] == want[:2]
@@ -411,7 +412,7 @@ def test_small_top_variance_not_taken_for_text_keys_or_large_tables():
     assert V._small_top(d.assign(kernel=d["kernel"].astype(object)), 5, ["point", "rank", "kernel"]) is None
     assert V._small_top(d.assign(dur_ns=d["dur_ns"].astype(float)), 5, ["point", "rank", "kernel"]) is None
     assert V._small_top(d, 5, ["point", "rank"]) is None  # no kernel key
-    big = pd.concat([d] * (V._ONE_SORT_MAX_ROWS // 20 + 1), ignore_index=True)
+    big = pd.concat([d] * (V.SMALL_TABLE_ROWS // 20 + 1), ignore_index=True)
     assert V._small_top(big, 5, ["point", "rank", "kernel"]) is None
 
 
@@ -590,3 +591,12 @@ def test_boxes_of_one_sweep_are_those_of_its_concatenation():
     assert got.keys() == want.keys() and "threads" in got
     for axis in got:
         _same_frame(got[axis], want[axis])
+
+
+def test_descending_order_is_pandas_descending_sort():
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        v = rng.integers(0, 4, rng.integers(0, 40)) * rng.choice([1, 10**12])
+        s = pd.Series(v)
+        assert S.descending_order(v).tolist() == s.sort_values(ascending=False).index.tolist()
+        assert S.descending_order(v, kind="stable").tolist() == s.nlargest(len(v)).index.tolist()

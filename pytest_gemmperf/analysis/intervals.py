@@ -175,15 +175,10 @@ def group_codes(df: pd.DataFrame, keys: Sequence[str] = GPU_KEYS) -> np.ndarray:
     keys = [k for k in keys if k in df.columns]
     if not keys or len(df) == 0:
         return np.zeros(len(df), dtype=np.int64)
-    combined = np.zeros(len(df), dtype=np.int64)
-    size = 1
-    for c in keys:
-        codes, n = _key_codes(df[c], sort=False)
-        size *= n + 1
-        if size >= 2**62:
-            gid = df.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
-            return pd.factorize(gid)[0].astype(np.int64)
-        combined = combined * (n + 1) + (codes + 1)  # null (-1) becomes 0
+    combined = _combined_codes(df, keys, sort=False)
+    if combined is None:
+        gid = df.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+        return pd.factorize(gid)[0].astype(np.int64)
     return pd.factorize(combined)[0].astype(np.int64)
 
 
@@ -195,15 +190,25 @@ def sorted_group_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
     and that is numbered by ``np.unique``; ``groupby.ngroup`` where it would not fit in int64."""
     if len(df) == 0:
         return np.zeros(0, dtype=np.int64)
+    combined = _combined_codes(df, keys, sort=True)
+    if combined is None:
+        return df.groupby(list(keys), dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    return np.unique(combined, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _combined_codes(df: pd.DataFrame, keys: Sequence[str], *, sort: bool) -> np.ndarray | None:
+    """One int64 per row standing for its combination of ``keys``' codes (:func:`_key_codes`,
+    a null after every value), ordered as the keys are lexicographically; None where the
+    combinations would not fit in int64."""
     combined = np.zeros(len(df), dtype=np.int64)
     size = 1
     for c in keys:
-        codes, n = _key_codes(df[c], sort=True)
+        codes, n = _key_codes(df[c], sort=sort)
         size *= n + 1
         if size >= 2**62:
-            return df.groupby(list(keys), dropna=False, observed=True, sort=True).ngroup().to_numpy()
-        combined = combined * (n + 1) + np.where(codes < 0, n, codes)  # null (-1) last
-    return np.unique(combined, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            return None
+        combined = combined * (n + 1) + np.where(codes < 0, n, codes)
+    return combined
 
 
 @dataclass

@@ -17,6 +17,7 @@ from pytest_gemmperf.analysis.intervals import (
     GPU_KEYS, GroupedTimeline, count_overlapping, covered_length, group_codes, grouped_union, sorted_group_codes,
 )
 from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS
 
 
 
@@ -142,7 +143,7 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
           else gemm_overlap(dispatches, gemm_mask, comm_mask, keys=keys, names=False))
     by = [c for c in by if c in ov.columns]
     is_ov = (ov["overlap_fraction"] > threshold).to_numpy(dtype=bool, na_value=False)
-    if 0 < len(ov) <= _ONE_PASS_MAX_ROWS and all(
+    if 0 < len(ov) <= SMALL_TABLE_ROWS and all(
             isinstance(ov[c].dtype, np.dtype) and ov[c].dtype.kind == k
             for c, k in (("dur_ns", "i"), ("overlap_ns", "i"), ("overlap_fraction", "f"))):
         gid = sorted_group_codes(ov, by) if all(plain_group_key(ov[c].dtype) for c in by) else None
@@ -249,11 +250,6 @@ def group_medians(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     out[g[first]] = sorted_quantile(v, first, np.diff(np.r_[first, len(g)]), 0.5)
     return out
-
-
-#: up to this many GEMM rows :func:`overlap_by_kernel` takes one grouping and NumPy's passes
-#: (fixed costs dominate a small table); above it pandas' grouped passes
-_ONE_PASS_MAX_ROWS = 10_000
 
 
 __all__ = ["category_mask", "display_names", "gemm_overlap", "gemm_overlap_ns", "group_medians", "grouped_mean",

@@ -22,6 +22,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge, sorted_group_codes
 from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS
 from pytest_gemmperf.analysis.overlap import category_mask, display_names, plain_group_key
 
 AORTA_COLUMNS = ("threads", "channel", "rank", "kernel_name", "kernel_time_min_us",
@@ -36,9 +37,6 @@ PROCESS_KEYS = ("point", "host", "pid", "rank", "run")
 _MAD_TO_SIGMA = 1.4826
 _IQR_TO_SIGMA = 1.349
 _KERNEL_KEYS = ("kernel", "kernel_short")
-#: up to this many rows :func:`_stats` sorts once in NumPy (fixed costs dominate a small table);
-#: above it pandas' grouped passes are faster (measured: even near 20,000 rows, 5x slower at 1 M)
-_ONE_SORT_MAX_ROWS = 10_000
 
 
 def select_samples(dispatches: pd.DataFrame, *, category: str | None = "gemm",
@@ -67,7 +65,7 @@ def _stats(d: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     frame = d[by + ["dur_ns", "start_ns"]].sort_values("start_ns", kind="stable")
     grp = frame.groupby(by, observed=True, dropna=False, sort=True)["dur_ns"]
     dur = frame["dur_ns"]
-    if 0 < len(frame) <= _ONE_SORT_MAX_ROWS and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i" \
+    if 0 < len(frame) <= SMALL_TABLE_ROWS and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i" \
             and frame.index.dtype.kind == "i":
         return _stats_sorted(grp.size(), grp.ngroup().to_numpy(), dur.to_numpy(np.int64), frame.index.to_numpy())
     return _stats_pandas(frame, by, grp)
@@ -240,7 +238,7 @@ def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
     pandas' grouped passes give (each costs milliseconds whatever the size). None where it does
     not apply: a large table, no kernel key, a key of another kind, durations not integers."""
     kernel_col = next((c for c in _KERNEL_KEYS if c in by), None)
-    if not 0 < len(d) <= _ONE_SORT_MAX_ROWS or kernel_col is None or d.index.dtype.kind != "i" or \
+    if not 0 < len(d) <= SMALL_TABLE_ROWS or kernel_col is None or d.index.dtype.kind != "i" or \
             not all(isinstance(d[c].dtype, np.dtype) and d[c].dtype.kind == "i" for c in ("dur_ns", "start_ns")) or \
             not all(plain_group_key(d[c].dtype) for c in by):
         return None

@@ -36,6 +36,7 @@ from pytest_gemmperf.analysis.kernel_stats import DurationRows, kernel_stats, ro
 from pytest_gemmperf.analysis.source_totals import (AGENT_COLUMNS, TOTAL_COLUMNS, dispatch_totals, recategorize,
                                                      reduce_or_read)
 from pytest_gemmperf.analysis.report_parts import SweepReduction
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order
 
 
 STAT_COLUMNS = ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns",
@@ -250,15 +251,9 @@ def rows_kernel_table(rows: DurationRows, *, mixed: bool) -> pd.DataFrame:
     by = ("source",) + KEYS if mixed else KEYS
     # the same rows: the reports' statistics of them (nulls kept) reuse these (kernel_stats)
     filled = DurationRows(_fill_keys(rows.keys), rows.group, rows.dur_ns, rows.stats_cache)
-    if 0 < len(rows) and len(rows.keys) <= SMALL_KEYS:
+    if 0 < len(rows) and len(rows.keys) <= SMALL_TABLE_ROWS:
         return _small_kernel_table(filled, by)
     return _ordered(_restore_keys(rows_kernel_stats(filled, by=by)), by, rows.keys)
-
-
-#: duration rows of at most this many keys (one per source and kernel) take
-#: :func:`_small_kernel_table`: on a few kernels the table's frame operations (the statistics'
-#: frame, the keys restored, the columns reordered, the sort) are most of its cost
-SMALL_KEYS = 10_000
 
 
 def _small_kernel_table(filled: DurationRows, by: tuple[str, ...]) -> pd.DataFrame:
@@ -386,16 +381,10 @@ def _summary_groups(t: pd.DataFrame) -> tuple[list[dict], dict[str, int]]:
     return per_rows, {str(k): int(v) for k, v in by_source.items()}
 
 
-#: dispatch totals of at most this many rows (one per source and kernel) take
-#: :func:`_small_summary_groups`: pandas' grouped aggregations cost milliseconds each in fixed
-#: costs, most of a small analysis' summary; larger tables take pandas' path
-SMALL_TOTALS = 10_000
-
-
 def _small_totals(t: pd.DataFrame) -> bool:
     """Whether ``t`` takes :func:`_small_summary_groups`: a few rows, with the canonical key
     dtypes (categorical point, category and source, nullable integer rank)."""
-    return (0 < len(t) <= SMALL_TOTALS and str(t["rank"].dtype) == "Int64"
+    return (0 < len(t) <= SMALL_TABLE_ROWS and str(t["rank"].dtype) == "Int64"
             and all(isinstance(t[c].dtype, pd.CategoricalDtype) for c in ("point", "category", "source")))
 
 
@@ -464,8 +453,7 @@ def _small_by_source(source: pd.Series, n: np.ndarray) -> dict[str, int]:
     if not (codes == len(names) - 1).any():  # a null group only where a row has no source
         labels.pop()
     sums = sums[:len(labels)]
-    order = np.arange(len(sums))[::-1][sums[::-1].argsort(kind="quicksort")][::-1]
-    return {labels[i]: int(sums[i]) for i in order.tolist()}
+    return {labels[i]: int(sums[i]) for i in descending_order(sums).tolist()}
 
 
 def _same(col: pd.Series, value: Any) -> pd.Series:

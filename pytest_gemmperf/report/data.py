@@ -20,6 +20,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.intervals import sorted_group_codes
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order, one_row_per_key
 from pytest_gemmperf.analysis.overlap import group_medians, overlap_by_kernel, plain_group_key
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
                                                    CommRows, GemmRows, ReportParts, SweepReduction,
@@ -49,11 +50,6 @@ HTML_MAX_ROWS = 3000
 
 #: the label of a single sweep nobody named (a pytest session, `gemmperf analyze`)
 DEFAULT_LABEL = "run"
-
-#: up to this many rows a report table is computed without pandas' groupings where their result
-#: is known without them (one row per key, group numbers from the keys' codes): a grouping's
-#: fixed cost, milliseconds, is the whole cost of a small report's table
-SMALL_TABLE_ROWS = 10_000
 
 BOX_COLUMNS = ("count", "min_us", "p05_us", "q1_us", "median_us", "q3_us", "p95_us", "max_us")
 
@@ -303,10 +299,10 @@ def _one_cell_per_kernel(k: pd.DataFrame) -> tuple[list[str], list[str], dict[st
     """Kernel names, categories and the numbers of ``k`` (per-cell statistics) where each kernel
     name has one cell (one point and rank: a single trace), every name and category text and
     every number a NumPy number; else None."""
-    if not 0 < len(k) <= SMALL_TABLE_ROWS:
+    if not len(k) or not one_row_per_key(k, ("kernel",)):
         return None
-    names, cats = k["kernel"].astype(object).tolist(), k["category"].astype(object).tolist()
-    if not all(isinstance(x, str) for x in names + cats) or len(set(names)) != len(names):
+    names, cats = k["kernel"].tolist(), k["category"].astype(object).tolist()
+    if not all(isinstance(x, str) for x in cats):
         return None
     numbers = {c: k[c] for c in _SUMMARY_NUMBERS}
     if not all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "iuf" for s in numbers.values()):
@@ -421,7 +417,7 @@ def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
     if len(d) <= KERNEL_DETAILS_TOP and _plain_index(d) and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i":
         # every row, longest first (nlargest's stable descending sort), built as one frame
         v = dur.to_numpy()
-        order = np.arange(len(v))[::-1][v[::-1].argsort(kind="stable")][::-1]
+        order = descending_order(v, kind="stable")
         columns: dict[str, Any] = {}
         for c in cols:
             columns[c] = taken(d[c], order, text=True)
@@ -654,13 +650,11 @@ def _kernels_by_time(g: pd.DataFrame) -> list[str]:
     quicksort descending: ties as it leaves them). One row per kernel (a single trace): the
     rows' own totals, sorted by name as the grouping sorts them and then by the same NumPy call
     pandas' sort makes."""
-    names, total = g["kernel"].tolist(), g["total_ns"]
-    if len(g) <= SMALL_TABLE_ROWS and isinstance(total.dtype, np.dtype) and total.dtype.kind == "i" and \
-            all(isinstance(k, str) for k in names) and len(set(names)) == len(names):
+    total = g["total_ns"]
+    if isinstance(total.dtype, np.dtype) and total.dtype.kind == "i" and one_row_per_key(g, ("kernel",)):
+        names = g["kernel"].tolist()
         by_name = sorted(range(len(names)), key=names.__getitem__)
-        v = total.to_numpy()[by_name]
-        order = np.arange(len(v))[::-1][v[::-1].argsort(kind="quicksort")][::-1]
-        return [names[by_name[i]] for i in order]
+        return [names[by_name[i]] for i in descending_order(total.to_numpy()[by_name])]
     return list(g.groupby("kernel")["total_ns"].sum().sort_values(ascending=False).index.astype(str))
 
 

@@ -30,13 +30,11 @@ from pytest_gemmperf.safe_io import write_bytes
 from pytest_gemmperf.report.data import report_kernel_labels
 from pytest_gemmperf.analysis.variance import parse_point_axes
 from pytest_gemmperf.analysis.report_parts import object_values
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order
 
 DEFAULT_MAX_ROWS = 50_000
 #: Excel's hard limit is 1,048,576 rows; cap well below to bound size and write time
 _EXCEL_ROW_LIMIT = 1_048_000
-#: up to this many rows a one-sweep table is summed without pandas' grouping (its fixed cost is
-#: the whole cost of a small report's table)
-_SMALL_TABLE_ROWS = 10_000
 
 @dataclass
 class _Col:
@@ -248,7 +246,7 @@ def category_times(cat: pd.DataFrame, labels: list[str]) -> tuple[list[Any], lis
     each sweep, largest first in the first sweep (pandas' sort: a quicksort, ties as it leaves
     them). One sweep's small table is summed in Python (integers: exact) and sorted by the same
     NumPy call pandas makes; otherwise pandas' grouping and pivot."""
-    one = len(labels) == 1 and len(cat) <= _SMALL_TABLE_ROWS and isinstance(cat["total_ns"].dtype, np.dtype) \
+    one = len(labels) == 1 and len(cat) <= SMALL_TABLE_ROWS and isinstance(cat["total_ns"].dtype, np.dtype) \
         and cat["total_ns"].dtype.kind == "i"
     names = cat["category"].tolist() if one else []
     if one and all(isinstance(x, str) for x in names) and set(cat["label"].tolist()) == {labels[0]}:
@@ -257,8 +255,7 @@ def category_times(cat: pd.DataFrame, labels: list[str]) -> tuple[list[Any], lis
             sums[name] = sums.get(name, 0) + total
         keys = sorted(sums)
         ms = np.asarray([sums[k] for k in keys], dtype=np.int64) / 1e6
-        # DataFrame.sort_values(ascending=False)'s order: the reversed values' quicksort, reversed
-        order = np.arange(len(keys))[::-1][ms[::-1].argsort(kind="quicksort")][::-1]
+        order = descending_order(ms)  # as DataFrame.sort_values(ascending=False) orders them
         return [keys[i] for i in order], [labels[0]], [[v] for v in ms[order].tolist()]
     agg = cat.groupby(["label", "category"], sort=True)["total_ns"].sum().reset_index()
     wide = agg.pivot(index="category", columns="label", values="total_ns").fillna(0) / 1e6

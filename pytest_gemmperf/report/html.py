@@ -21,6 +21,7 @@ from markupsafe import Markup
 
 from pytest_gemmperf.version import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
+from pytest_gemmperf.analysis.small_tables import one_row_per_key
 from pytest_gemmperf.analysis.variance import parse_point_axes
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.headline import change_text, headline, notable, raw_detail
@@ -262,7 +263,7 @@ def _kernel_totals(k: pd.DataFrame) -> pd.DataFrame:
     stats = ("count", "total_ns", "median_ns", "p95_ns", "cv")
     kinds = [k[c].dtype.kind if isinstance(k[c].dtype, np.dtype) else "" for c in stats]
     if kinds[:2] in (["i", "i"], ["i", "f"]) and kinds[2:] == ["f"] * 3 and k["category"].dtype == object \
-            and plots.one_row_per_key(k, ("label", "kernel")):
+            and one_row_per_key(k, ("label", "kernel")):
         # one cell per kernel (one point and rank): its sums and medians are the cell's values
         category = k["category"].to_numpy(dtype=object, copy=True)
         category[k["category"].isna().to_numpy(dtype=bool)] = np.nan  # first(): no value -> NaN

@@ -16,6 +16,7 @@ import pandas as pd
 from markupsafe import Markup
 from markupsafe import escape as _markup_escape
 
+from pytest_gemmperf.analysis.small_tables import one_row_per_key
 from pytest_gemmperf.gate.metrics import DUR_NS
 from pytest_gemmperf.gate.verdict import shorten_kernel
 from pytest_gemmperf.textsafe import printable_lines
@@ -346,23 +347,6 @@ def stacked_timeline(tp: pd.DataFrame, *, multi: bool, width: int = 900) -> Mark
             x += w
     _x_axis(svg, x0, x1, top + row_h * len(rows) + 4, 0, total, "time (ms)")
     return svg.markup()
-
-
-#: up to this many rows a table whose keys are all distinct skips pandas' grouping (its fixed
-#: cost, milliseconds, is the whole cost of a small report's table)
-SMALL_TABLE_ROWS = 10_000
-
-
-def one_row_per_key(df: pd.DataFrame, keys: Sequence[str]) -> bool:
-    """Whether each of ``df``'s (at most :data:`SMALL_TABLE_ROWS`) rows has a text key of its
-    own in ``keys`` (none missing, none repeated): grouped by them, each group is one row, whose
-    sum, mean, median or first value is the row's own value."""
-    if len(df) > SMALL_TABLE_ROWS:
-        return False
-    columns = [df[k].tolist() for k in keys]
-    if not all(isinstance(v, str) for col in columns for v in col):
-        return False
-    return len(set(zip(*columns))) == len(df)
 
 
 def _scatter_points(overlap: pd.DataFrame) -> pd.DataFrame:
