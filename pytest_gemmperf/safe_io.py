@@ -156,10 +156,7 @@ def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
     which makes the writer quote such cells; other tables keep ``\\n``. Numbers as
     :func:`~pytest_gemmperf.numbers.tidy_frame` writes them (no float noise, ns as integers)."""
     kwargs.setdefault("index", False)
-    safe = neutralise_frame(tidy_frame(df))
-    if "lineterminator" not in kwargs and _has_cr(safe):
-        kwargs["lineterminator"] = "\r\n"
-    return safe.to_csv(**kwargs)
+    return _safe_csv(neutralise_frame(tidy_frame(df)), kwargs)
 
 
 def csv_texts(df: pd.DataFrame, column_sets: list[list[int]], **kwargs: Any) -> list[str]:
@@ -168,14 +165,15 @@ def csv_texts(df: pd.DataFrame, column_sets: list[list[int]], **kwargs: Any) -> 
     in every table holding it); each table's own CRs decide its row ends."""
     kwargs.setdefault("index", False)
     safe = neutralise_frame(tidy_frame(df))
-    texts = []
-    for positions in column_sets:
-        part = safe.iloc[:, list(positions)]
-        own = dict(kwargs)
-        if "lineterminator" not in own and _has_cr(part):
-            own["lineterminator"] = "\r\n"
-        texts.append(part.to_csv(**own))
-    return texts
+    return [_safe_csv(safe.iloc[:, list(positions)], kwargs) for positions in column_sets]
+
+
+def _safe_csv(safe: pd.DataFrame, kwargs: dict[str, Any]) -> str:
+    """``safe.to_csv(**kwargs)`` (cells already neutralised), with CRLF row ends where a text
+    cell holds a CR and no row end was given (:func:`csv_text`)."""
+    if "lineterminator" not in kwargs and _has_cr(safe):
+        kwargs = {**kwargs, "lineterminator": "\r\n"}
+    return safe.to_csv(**kwargs)
 
 
 def _has_cr(df: pd.DataFrame) -> bool:
