@@ -33,8 +33,8 @@ heavy-import check is scipy and torch only (the analysis needs pandas, numpy and
 statistics of the gate do not run). Beside them, in the same rounds, an oracle per trace and
 mode: a process that only imports what any analysis on this project's stack must (pandas,
 which loads numpy and pyarrow; with reports also XlsxWriter and Jinja2, the reports' writers),
-with the cyclic collector paused and one OpenBLAS thread while it imports, as ``gemmperf``
-does, parses the file
+with the cyclic collector paused and one OpenBLAS thread while it imports and what it holds
+spared the collector's shutdown passes, as ``gemmperf`` does, parses the file
 (``json.load``; ``pyarrow.csv.read_csv``) and writes the command's output files (copied from
 this checkout's own, made once before the timed rounds): the least any such method pays. The
 script prints each analysis's CPU time over its oracle's (target: at most 1 / 0.9 of it).
@@ -89,8 +89,8 @@ BASELINE = "import pytest"
 CSV_NAME = "5358_kernel_trace.csv"
 #: label of the oracle rows: a process that imports what any analysis built on this project's
 #: stack must (pandas, which loads numpy and pyarrow; with reports also the writers the reports
-#: are made with, XlsxWriter and Jinja2), with the cyclic collector paused while it imports as
-#: ours does, parses the file and writes the command's output files (copies of this checkout's
+#: are made with, XlsxWriter and Jinja2), with the cyclic collector paused while it imports and
+#: at shutdown as ours is, parses the file and writes the command's output files (copies of this checkout's
 #: own, made once before the timed rounds): a floor for any method, not a method itself
 ORACLE = "oracle: imports + parse + write"
 #: each analysis against its oracle (the same input, with or without reports): at most 1 / 0.9
@@ -99,7 +99,10 @@ ORACLE_TARGET = 1 / 0.9
 HTA_CODE = ("import sys; from hta.trace_analysis import TraceAnalysis; "
             "TraceAnalysis(trace_dir=sys.argv[1]).get_gpu_kernel_breakdown(visualize=False)")
 #: what the installed ``gemmperf`` script runs, for an interpreter without one
-SCRIPT = "import sys; from pytest_gemmperf.cli import main; sys.exit(main())"
+SCRIPT = "import sys; from pytest_gemmperf.cli import console_main; sys.exit(console_main())"
+#: what ``--before``'s checkout runs: its own program entry (older code has ``main`` alone)
+BEFORE_SCRIPT = ("import sys; from pytest_gemmperf import cli; "
+                 "sys.exit(getattr(cli, 'console_main', cli.main)())")
 
 
 @dataclass
@@ -255,19 +258,22 @@ def analyze_commands(gemmperf: list[str], work: Path, before: Path | None = None
             out.append(Command(name, argv, cwd=work, analysis=True, held=report and label == "Kineto",
                                forbidden=ANALYZE_HEAVY))
             if before is not None:
-                out.append(Command(f"  before: {name}", argv, cwd=work, analysis=True,
+                before_argv = [sys.executable, "-c", BEFORE_SCRIPT, *argv[len(gemmperf):]]
+                out.append(Command(f"  before: {name}", before_argv, cwd=work, analysis=True,
                                    forbidden=ANALYZE_HEAVY, code=before))
     return out
 
 
 def oracle_code(parse: str, ref: Path, out: Path, report: bool) -> str:
     """The oracle's program: the stack's imports (collector paused, one OpenBLAS thread, as
-    ``gemmperf`` imports them), ``parse``, then every file of ``ref`` written under ``out``."""
+    ``gemmperf`` imports them), ``parse``, then every file of ``ref`` written under ``out``; what
+    it holds is spared the collector's shutdown passes, as ``gemmperf``'s is."""
     writers = ", xlsxwriter, jinja2" if report else ""
     return ("import os; os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')\n"
             f"import gc; gc.disable(); import pandas, pyarrow{writers}; gc.enable()\n{parse}\n"
             f"import pathlib; out = pathlib.Path({str(out)!r}); out.mkdir(exist_ok=True)\n"
-            f"for f in pathlib.Path({str(ref)!r}).iterdir(): (out / f.name).write_bytes(f.read_bytes())\n")
+            f"for f in pathlib.Path({str(ref)!r}).iterdir(): (out / f.name).write_bytes(f.read_bytes())\n"
+            "gc.freeze()\n")
 
 
 def commands(gemmperf: list[str], session_dir: Path, only: str | None = None,

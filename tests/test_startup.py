@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -408,3 +409,47 @@ def test_a_thread_count_the_user_chose_is_kept(monkeypatch):
     with one_blas_thread():
         assert "OPENBLAS_NUM_THREADS" not in os.environ
     assert os.environ["OMP_NUM_THREADS"] == "4"
+
+
+#: run in a fresh interpreter as the ``gemmperf`` program runs: argv[1] the entry (``console_main``
+#: or ``main``), argv[2] a trace, argv[3] an output directory; prints the exit status, the objects
+#: the collector's shutdown passes would walk, those frozen out of them, and whether it is on
+EXIT_CHILD = r"""
+import contextlib, gc, io, json, sys
+from pytest_gemmperf import cli
+entry = getattr(cli, sys.argv[1])
+sys.argv = ["gemmperf", "analyze", sys.argv[2], "--out", sys.argv[3], "--no-report"]
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = entry()
+print(json.dumps([rc, len(gc.get_objects()), gc.get_freeze_count(), gc.isenabled()]))
+"""
+
+
+def _run_as_program(tmp_path: Path, entry: str) -> list:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    trace = ROOT / "tests" / "fixtures" / "torch" / "rocm_sdk_rank3.pt.trace.json"
+    proc = subprocess.run([sys.executable, "-c", EXIT_CHILD, entry, str(trace), str(tmp_path / entry)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_program_leaves_what_it_imported_out_of_the_shutdown_collections(tmp_path):
+    """``gemmperf`` run as a program ends without the cyclic collector walking the objects pandas,
+    pyarrow and numpy made (interpreter shutdown's full passes cost more CPU than a small
+    analysis's own work): after ``console_main`` almost everything alive is frozen, and the
+    result is ``main``'s. ``main``, which in-process callers (a pytest session) use, leaves
+    nothing frozen: what they make later stays collectable."""
+    rc, tracked, frozen, enabled = _run_as_program(tmp_path, "console_main")
+    assert rc == 0 and enabled
+    assert frozen > 50_000 and tracked < frozen / 20, (tracked, frozen)
+    rc, tracked, frozen, enabled = _run_as_program(tmp_path, "main")
+    assert rc == 0 and enabled and frozen == 0 and tracked > 50_000, (tracked, frozen)
+    assert (tmp_path / "console_main" / "kernels.csv").read_bytes() == (tmp_path / "main" / "kernels.csv").read_bytes()
+
+
+def test_the_installed_program_is_console_main():
+    """The ``gemmperf`` script pip installs calls ``console_main`` (``main`` is the in-process API)."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["gemmperf"] == "pytest_gemmperf.cli:console_main"
