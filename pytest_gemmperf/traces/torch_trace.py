@@ -123,6 +123,9 @@ class _Reading:
         self.activity: Counter = Counter()  # device categories (see _refuse_device_activity)
         self.parts: dict[str, list[pd.DataFrame]] = {"gpu": [], "rt": [], "cpu": [], "ann_pid": [],
                                                      "steps": []}
+        #: per frame of ``parts`` (GPU events, runtime calls, operators) the category rank of
+        #: each row (:func:`_ranked`): kept beside the frames, as a column set on one copies it
+        self.ranks: dict[str, list[np.ndarray]] = {"gpu": [], "rt": [], "cpu": []}
         self.runtime_names: dict[str, list[str]] = {}  # first names per category (flavor_of)
         self.grid_errors: dict[int, GemmperfInputError] = {}  # by event index
         self.grid_error_rank: dict[int, int] = {}  # the category rank of each of those events
@@ -162,7 +165,7 @@ class _Reading:
             if slim:
                 self.pids["cpu"].add(ops["pid"], cpu_rank)
             else:
-                self.parts["cpu"].append(ops.assign(_rank=cpu_rank))
+                self._keep("cpu", ops, cpu_rank)
         if not self.gpu:
             return
         runtime, rt_rank = _ranked(by_cat, RUNTIME_CATS)
@@ -171,7 +174,7 @@ class _Reading:
             if slim:
                 self.rt_runs.add(rt, rt_rank)
             else:
-                self.parts["rt"].append(rt.assign(_rank=rt_rank))
+                self._keep("rt", rt, rt_rank)
             self._runtime_names(by_cat)
         annotations = _pick(by_cat, ANNOTATION_CATS)
         if annotations:
@@ -183,8 +186,6 @@ class _Reading:
         if gpu:
             df = _gpu_frame(gpu, src)
             self._refuse_collectives(df)
-            if not slim:  # a slim reading keeps the ranks beside its columns
-                df["_rank"] = gpu_rank
             over = np.flatnonzero(grid_overflow(df))
             if len(over):
                 index = {id(e): i for i, e in enumerate(src.events)}
@@ -197,7 +198,7 @@ class _Reading:
             if slim:
                 self.gpu_runs.add(df, gpu_rank)
             else:
-                self.parts["gpu"].append(df)
+                self._keep("gpu", df, gpu_rank)
         if annotations:
             steps = step_ranges(annotations, src)  # checked (and counted) in a slim read too
             if not slim:
@@ -228,6 +229,10 @@ class _Reading:
         if annotations:  # the steps' times checked and counted
             _times(src, [e for e in annotations if STEP_RE.match(e.name)])
 
+    def _keep(self, kind: str, frame: pd.DataFrame, rank: np.ndarray) -> None:
+        self.parts[kind].append(frame)
+        self.ranks[kind].append(rank)
+
     def _runtime_names(self, by_cat: dict[str, list[_Event]]) -> None:
         """The first runtime calls' names per category (``flavor_of``)."""
         for cat, events in by_cat.items():
@@ -257,16 +262,17 @@ class _Reading:
         if coll and len(parts) > 1 and len({tuple(p.columns) for p in parts}) > 1:
             parts = [with_coll_columns(p) for p in parts]  # concat would fill NaN, not None
         df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        ranks = self.ranks.pop(kind, [])
         self.parts[kind] = []
         if coll:
             df = with_coll_columns(df)
-        if "_rank" in df.columns:
-            rank = df.pop("_rank").to_numpy()
-            if len(rank) and rank.min() != rank.max():
-                # a whole-file read takes the events category by category (sorted), each in
-                # file order
-                df = df.iloc[np.argsort(rank, kind="stable")]
-        return df.reset_index(drop=True)
+        rank = ranks[0] if len(ranks) == 1 else np.concatenate(ranks) if ranks else None
+        if rank is not None and len(rank) and rank.min() != rank.max():
+            # a whole-file read takes the events category by category (sorted), each in
+            # file order
+            df = df.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
+        # else a run's frame (torch_frames._frame) or the runs' concat has the default index
+        return df
 
     def src(self) -> _Src:
         src = _Src(self.path, [])
