@@ -214,13 +214,24 @@ def _coerce(columns: dict[str, pd.Series], index: pd.Index, schema: dict[str, st
                 s = s.astype(dtype)
         except (ValueError, TypeError) as exc:
             raise GemmperfInputError(path, f"column {col!r} cannot be read as {dtype}: {exc}") from None
-        out[col] = s
+        out[col] = _unwrapped(s, index)
     # readers may carry extra provenance columns; kept after the canon, in the one constructor
     # (a column inserted afterwards costs a block copy each)
     for c, s in columns.items():
         if c not in schema:
-            out[c] = s
+            out[c] = _unwrapped(s, index)
     return pd.DataFrame(out, index=index, copy=False).reset_index(drop=True)
+
+
+def _unwrapped(s: Any, index: pd.Index) -> Any:
+    """A column for :func:`_coerce`'s frame: a Series on ``index`` as its array where the frame
+    takes that as it is (an extension array, or numpy values other than object, which a frame
+    would infer to ``str``): a frame of tens of Series costs several times one of arrays."""
+    if not isinstance(s, pd.Series) or s.index is not index:
+        return s  # an array, or a Series the frame aligns on ``index``
+    if isinstance(s.dtype, np.dtype):
+        return s if s.dtype == object else s.to_numpy()
+    return s.array
 
 
 def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool = False,
