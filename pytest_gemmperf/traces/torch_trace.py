@@ -54,7 +54,8 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, finalize_dispatches,
+from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, constant_column,
+                                           finalize_dispatch_columns, finalize_dispatches,
                                            repeated_category, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
@@ -334,8 +335,10 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     # the table's columns, set and dropped as on a frame but made into one once: on a frame
     # each column set costs a copy of its blocks, most of the read of a trace of tens of kernels
     df: dict[str, Any] = {c: gpu[c] for c in gpu.columns}
-    df.update(pid=pid, host=host, rank=rank, source=repeated_category("torch", len(gpu)),
-              file=repeated_category(path, len(gpu)))
+    n = len(gpu)
+    df.update(pid=constant_column(pid, INT, n), host=constant_column(host, STR, n),
+              rank=constant_column(rank, INT, n), source=repeated_category("torch", n),
+              file=repeated_category(path, n))
 
     rt_row = lookup(gpu["correlation_id"], rt["correlation"])
     rt_ext = take(rt["external_id"], rt_row)
@@ -358,7 +361,7 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
         df["gpu_arch"] = gpu["agent"].map(arch).astype(object)
     # Kineto has no queue column; a stream runs in order like a queue, and dispatches on
     # different streams overlap legitimately, so the in-order check is per stream.
-    out = finalize_dispatches(pd.DataFrame(df, index=gpu.index), path, in_order="stream")
+    out = finalize_dispatch_columns(df, gpu.index, path, in_order="stream")
     out = _order_extra_columns(out, ops_categorical=True)
 
     meta = _trace_meta(reading, doc, path, n_events, flavor, rank, host, pid, {
