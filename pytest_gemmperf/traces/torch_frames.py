@@ -191,7 +191,7 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
         "start_ns": start,
         "end_ns": end,
         "_ext": _idarray(src, gpu, [a.external_id for a in args], "args.External id"),
-        "_is_kernel": np.array([e.cat in ("kernel", "Kernel") for e in gpu], dtype=bool),
+        "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
     }
     grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
     block = _dim3(src, gpu, [a.block for a in args], "args.block")
@@ -276,7 +276,7 @@ def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
         "ts_ns": _us_field(src, runtime, "ts")[0],
         "correlation": _idarray(src, runtime, [a.correlation for a in args], "args.correlation"),
         "external_id": _idarray(src, runtime, [a.external_id for a in args], "args.External id"),
-        "has_grid": np.array([a.grid is not None for a in args], dtype=bool),
+        "has_grid": [a.grid is not None for a in args],
     }, len(runtime), ("name",))
 
 

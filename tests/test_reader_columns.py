@@ -1,0 +1,101 @@
+"""Readers that collect their columns make each table once, and the short way equals the long one.
+
+A small trace's read is mostly pandas' fixed cost per operation: a frame made of Series aligns
+their indexes first, and a reader's columns made into a frame only to be taken apart again by
+``finalize_dispatches`` cost a frame build and a pass over its columns. The shortcuts
+(``finalize_dispatch_columns`` of the columns themselves, ``constant_column`` for pid, host and
+rank, the Kineto frames made of arrays on one index) must give what the long way gave, dtypes
+and categories included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pytest_gemmperf.traces.schema import (INT, STR, constant_column, finalize_dispatch_columns,
+                                           finalize_dispatches)
+from pytest_gemmperf.traces.torch_frames import _frame
+
+
+def _same_table(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a, b, check_exact=True, check_categorical=True)
+    assert list(a.columns) == list(b.columns)
+    for c in a.columns:
+        assert a[c].dtype == b[c].dtype, c
+        if isinstance(a[c].dtype, pd.CategoricalDtype):
+            assert a[c].cat.categories.dtype == b[c].cat.categories.dtype, c
+            assert list(a[c].cat.codes) == list(b[c].cat.codes), c
+
+
+def _columns(rng: np.random.Generator, n: int) -> dict:
+    """A reader's columns of every kind it passes: numpy, nullable ints, categoricals, object
+    text (None included), Series on a default index of their own."""
+    start = rng.integers(0, 10 ** 12, size=n)
+    kernels = np.array(["gemm_a", "Cijk_x<int>(a, b)", "Memcpy HtoD (Host -> Device)", None],
+                       dtype=object)[rng.integers(0, 4, size=n)]
+    kernels[0] = "k0"  # start and end need a kernel; some rows keep None
+    missing = rng.random(n) < 0.3
+    return {
+        "start_ns": start,
+        "end_ns": start + rng.integers(0, 5000, size=n),
+        "kernel": pd.Series(kernels, dtype=object),
+        "agent": pd.arrays.IntegerArray(rng.integers(0, 4, size=n), missing.copy()),
+        "stream": pd.Series(pd.arrays.IntegerArray(rng.integers(0, 3, size=n), missing[::-1].copy())),
+        "queue": pd.Series(rng.integers(0, 3, size=n)),  # int64, coerced to Int64
+        "host": pd.Series(["node-a"] * n, dtype="str"),
+        "source": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=["torch"]),
+        "extra_text": pd.Series(kernels, dtype=object),  # not in the schema: kept after it
+        "extra_flag": rng.random(n) < 0.5,
+    }
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40])
+@pytest.mark.parametrize("seed", range(3))
+def test_finalizing_columns_equals_finalizing_the_frame_of_them(n, seed):
+    cols = _columns(np.random.default_rng(seed), n)
+    index = pd.RangeIndex(n)
+    frame = pd.DataFrame(dict(cols), index=index)
+    _same_table(finalize_dispatch_columns(dict(cols), index, "/x/t.json"),
+                finalize_dispatches(frame, "/x/t.json"))
+
+
+def test_finalizing_columns_reports_what_the_frame_reports():
+    cols = _columns(np.random.default_rng(0), 5)
+    cols["end_ns"] = cols["start_ns"] - 1
+    cols["dispatch_id"] = pd.arrays.IntegerArray(np.arange(5), np.zeros(5, dtype=bool))
+    errors = []
+    for call in (lambda: finalize_dispatch_columns(dict(cols), pd.RangeIndex(5), "p"),
+                 lambda: finalize_dispatches(pd.DataFrame(dict(cols)), "p")):
+        with pytest.raises(Exception) as info:
+            call()
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and "dispatch_id 0" in errors[0]
+
+
+@pytest.mark.parametrize("value, dtype", [(5, INT), (2 ** 62, INT), (None, INT), ("node-a", STR),
+                                          ("", STR), ("nan", STR), (None, STR)])
+@pytest.mark.parametrize("n", [1, 6])
+def test_constant_column_equals_the_coerced_broadcast_scalar(value, dtype, n):
+    # the torch reader once passed pid, host and rank as scalars for the frame to broadcast
+    index = pd.RangeIndex(n)
+    base = {"start_ns": np.arange(n), "end_ns": np.arange(n) + 1, "kernel": pd.Series(["k"] * n, dtype=object)}
+    col = "pid" if dtype == INT else "host"
+    long = finalize_dispatches(pd.DataFrame({**base, col: value}, index=index), None)
+    short = finalize_dispatch_columns({**base, col: constant_column(value, dtype, n)}, index, None)
+    _same_table(short, long)
+
+
+@pytest.mark.parametrize("n", [0, 1, 9])
+def test_a_frame_made_of_arrays_on_one_index_equals_one_made_of_series(n):
+    rng = np.random.default_rng(n)
+    names = [f"aten::op{i % 3}" if i % 4 else None for i in range(n)]
+    ids = pd.arrays.IntegerArray(rng.integers(0, 9, size=n), rng.random(n) < 0.3)
+    coll = np.full(n, None, dtype=object)
+    made = _frame({"name": list(names), "pid": ids.copy(), "ts_ns": np.arange(n), "coll": coll.copy(),
+                   "flag": [True] * n}, n, ("name",))
+    long = pd.DataFrame({"name": pd.Series(names, dtype=object), "pid": pd.Series(ids.copy()),
+                         "ts_ns": np.arange(n), "coll": coll.copy(), "flag": [True] * n})
+    _same_table(made, long)
+    assert made["name"].dtype == object
