@@ -21,7 +21,7 @@ from pytest_gemmperf.traces.torch_frames import _frame
 
 def _same_table(a: pd.DataFrame, b: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(a, b, check_exact=True, check_categorical=True)
-    assert list(a.columns) == list(b.columns)
+    assert list(a.columns) == list(b.columns) and type(a.index) is type(b.index)
     for c in a.columns:
         assert a[c].dtype == b[c].dtype, c
         if isinstance(a[c].dtype, pd.CategoricalDtype):
@@ -99,3 +99,33 @@ def test_a_frame_made_of_arrays_on_one_index_equals_one_made_of_series(n):
                          "ts_ns": np.arange(n), "coll": coll.copy(), "flag": [True] * n})
     _same_table(made, long)
     assert made["name"].dtype == object
+
+
+def _steps_the_long_way(annotated: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
+    names = list(annotated["name"]) + list(old["name"])
+    old_start = old["ts_ns"].to_numpy(dtype=np.int64)
+    df = pd.DataFrame({
+        "name": pd.Series(names, dtype=object),
+        "step": pd.Series([int(n.split("#")[1]) for n in names], dtype="int64"),
+        "start_ns": np.concatenate([annotated["start_ns"].to_numpy(dtype=np.int64), old_start]),
+        "end_ns": np.concatenate([annotated["end_ns"].to_numpy(dtype=np.int64),
+                                  old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
+    })
+    return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("n_ann, n_old", [(0, 0), (1, 0), (0, 2), (5, 4), (12, 0)])
+@pytest.mark.parametrize("seed", range(3))
+def test_steps_frame_equals_the_sorted_frame(n_ann, n_old, seed):
+    from pytest_gemmperf.traces.torch_frames import _steps_frame
+
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, 6, size=n_ann)  # ties: a stable sort keeps their order
+    annotated = pd.DataFrame({"name": pd.Series([f"ProfilerStep#{i}" for i in rng.permutation(n_ann)], dtype=object),
+                              "start_ns": starts, "end_ns": starts + 3})
+    ops_names = [f"ProfilerStep#{100 + i}" for i in range(n_old)] + ["aten::mm", "ProfilerStep#x"]
+    ts = rng.integers(0, 6, size=len(ops_names))
+    cpu_ops = pd.DataFrame({"name": pd.Series(ops_names, dtype=object),
+                            "ts_ns": pd.array(ts, dtype=INT), "dur_ns": pd.array(ts * 0 + 2, dtype=INT)})
+    old = cpu_ops.iloc[:n_old]
+    _same_table(_steps_frame(annotated, cpu_ops), _steps_the_long_way(annotated, old))

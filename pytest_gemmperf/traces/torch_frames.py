@@ -424,11 +424,10 @@ def _steps_frame(annotated: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame
         old = old[old["name"].astype(str).str.match(STEP_RE.pattern)]
     old_start = old["ts_ns"].to_numpy(dtype=np.int64)
     names = list(annotated["name"]) + list(old["name"])
-    df = pd.DataFrame({
-        "name": pd.Series(names, dtype=object),
-        "step": pd.Series([int(STEP_RE.match(n).group(1)) for n in names], dtype="int64"),
-        "start_ns": np.concatenate([annotated["start_ns"].to_numpy(dtype=np.int64), old_start]),
-        "end_ns": np.concatenate([annotated["end_ns"].to_numpy(dtype=np.int64),
-                                  old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
-    })
-    return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    start = np.concatenate([annotated["start_ns"].to_numpy(dtype=np.int64), old_start])
+    end = np.concatenate([annotated["end_ns"].to_numpy(dtype=np.int64),
+                          old_start + old["dur_ns"].to_numpy(dtype=np.int64)])
+    step = np.array([int(STEP_RE.match(n).group(1)) for n in names], dtype=np.int64)
+    order = np.argsort(start, kind="stable")  # by start, as a stable sort of the frame would
+    return _frame({"name": [names[i] for i in order.tolist()], "step": step[order],
+                   "start_ns": start[order], "end_ns": end[order]}, len(names), ("name",))
