@@ -252,20 +252,23 @@ class _Reading:
         then (``torch_frames.with_coll_columns``), and the full table's would not all be null."""
         self._refuse_collectives_if(any(c in frame.columns for c in COLL_COLUMNS))
 
-    def frame(self, kind: str, empty: Callable[[], pd.DataFrame] | None = None) -> pd.DataFrame:
+    def frame(self, kind: str, empty: Callable[[], pd.DataFrame] | None = None, *,
+              all_columns: bool = True) -> pd.DataFrame:
         """The runs' frames of one kind as one frame, in a whole-file read's row order (none:
-        ``empty()``'s frame)."""
+        ``empty()``'s frame). ``all_columns`` False: a GPU or operator frame holds the
+        collective columns only where a run's events carried collective metadata (the caller
+        adds them, or reads them only then)."""
         parts = self.parts[kind]
         coll = kind in ("gpu", "cpu")  # frames that leave all-None collective columns out
         if not parts:
             out = empty() if empty is not None else pd.DataFrame()
-            return with_coll_columns(out) if coll else out
+            return with_coll_columns(out) if coll and all_columns else out
         if coll and len(parts) > 1 and len({tuple(p.columns) for p in parts}) > 1:
             parts = [with_coll_columns(p) for p in parts]  # concat would fill NaN, not None
         df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
         ranks = self.ranks.pop(kind, [])
         self.parts[kind] = []
-        if coll:
+        if coll and all_columns:
             df = with_coll_columns(df)
         rank = ranks[0] if len(ranks) == 1 else np.concatenate(ranks) if ranks else None
         if rank is not None and len(rank) and rank.min() != rank.max():
@@ -325,17 +328,22 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
         return _slim_trace(reading, doc, path, n_events, columns, coded)
     empty_src = _Src(path, [])
     # each kind's frame of no events made only where no run held one (most traces hold each)
-    cpu_ops = reading.frame("cpu", lambda: _cpu_ops_frame([], empty_src))
+    # the operators' collective columns are read only where one is a record_param_comms, and
+    # then its run's frame holds them (_fill_collectives)
+    cpu_ops = reading.frame("cpu", lambda: _cpu_ops_frame([], empty_src), all_columns=False)
     rt = runtime_by_correlation(reading.frame("rt", lambda: _runtime_frame([], empty_src)))
     ann_pid = reading.frame("ann_pid", lambda: pd.DataFrame({"pid": pd.array([], dtype=INT)}))["pid"]
 
     pid = process_pid(rt["pid"], cpu_ops["pid"], ann_pid)
     host, rank, flavor, agents = _process_facts(reading, doc, path, pid)
-    gpu = reading.frame("gpu")
+    gpu = reading.frame("gpu", all_columns=False)
     # the table's columns, set and dropped as on a frame but made into one once: on a frame
     # each column set costs a copy of its blocks, most of the read of a trace of tens of kernels
     df: dict[str, Any] = {c: gpu[c] for c in gpu.columns}
     n = len(gpu)
+    for col in COLL_COLUMNS:  # all None where no event carried collective metadata
+        if col not in df:
+            df[col] = pd.Series(np.full(n, None, dtype=object), index=gpu.index, dtype=object)
     df.update(pid=constant_column(pid, INT, n), host=constant_column(host, STR, n),
               rank=constant_column(rank, INT, n), source=repeated_category("torch", n),
               file=repeated_category(path, n))
