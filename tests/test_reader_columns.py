@@ -129,3 +129,49 @@ def test_steps_frame_equals_the_sorted_frame(n_ann, n_old, seed):
                             "ts_ns": pd.array(ts, dtype=INT), "dur_ns": pd.array(ts * 0 + 2, dtype=INT)})
     old = cpu_ops.iloc[:n_old]
     _same_table(_steps_frame(annotated, cpu_ops), _steps_the_long_way(annotated, old))
+
+
+def _runtime_the_long_way(rt: pd.DataFrame) -> pd.DataFrame:
+    rt = rt[rt["correlation"].notna()]
+    rt = rt.sort_values("has_grid", ascending=False, kind="stable")
+    return rt.drop_duplicates("correlation", keep="first").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 9, 60])
+@pytest.mark.parametrize("seed", range(4))
+def test_runtime_by_correlation_equals_filter_sort_and_drop(n, seed):
+    from pytest_gemmperf.traces.torch_frames import runtime_by_correlation
+
+    rng = np.random.default_rng(seed)
+    corr = pd.arrays.IntegerArray(rng.integers(0, max(n // 2, 1), size=n) + 2 ** 60, rng.random(n) < 0.2)
+    rt = _frame({"name": [f"hipLaunch{i}" for i in range(n)], "pid": corr.copy(), "ts_ns": np.arange(n),
+                 "correlation": corr, "has_grid": list(rng.random(n) < 0.5)}, n, ("name",))
+    _same_table(runtime_by_correlation(rt), _runtime_the_long_way(rt))
+
+
+def _lookup_the_long_way(keys: pd.Series, table_keys: pd.Series) -> np.ndarray:
+    if len(table_keys) == 0:
+        return np.full(len(keys), -1, dtype=np.int64)
+    k = keys.astype("Int64")
+    out = pd.Index(table_keys.astype("int64")).get_indexer(k.to_numpy(dtype=np.int64, na_value=0)).astype(np.int64)
+    out[k.isna().to_numpy()] = -1
+    return out
+
+
+@pytest.mark.parametrize("n_keys, n_table", [(0, 0), (3, 0), (0, 4), (1, 1), (20, 7), (50, 50)])
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", ["Int64", "int64", "object"])
+def test_lookup_equals_the_index_lookup(n_keys, n_table, seed, dtype):
+    from pytest_gemmperf.traces.torch_link import lookup
+
+    rng = np.random.default_rng(seed)
+    big = 2 ** 62  # beyond float64's exact integers: neighbours must not collide
+    table = pd.Series(rng.permutation(3 * n_table)[:n_table] + big, dtype="Int64")
+    raw = rng.integers(0, 3 * max(n_table, 1), size=n_keys) + big
+    missing = rng.random(n_keys) < 0.25 if dtype != "int64" else np.zeros(n_keys, dtype=bool)
+    keys = pd.Series(pd.arrays.IntegerArray(raw, missing))
+    if dtype != "Int64":
+        keys = keys.astype(object) if dtype == "object" else keys.astype("int64")
+    got = lookup(keys, table)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, _lookup_the_long_way(keys, table))

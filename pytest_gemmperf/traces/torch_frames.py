@@ -334,10 +334,13 @@ def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
     """One runtime call per correlation id. ROCm Kineto can emit two records per id (e.g. a
     spurious hipArray3DCreate beside hipMemsetAsync); the one carrying launch dimensions wins.
     Calls without a correlation id link nothing and are dropped."""
-    rt = rt[rt["correlation"].notna()]
-    rt = rt.sort_values("has_grid", ascending=False, kind="stable")
-    rt = rt.drop_duplicates("correlation", keep="first")
-    return rt.reset_index(drop=True)
+    has_id = rt["correlation"].notna().to_numpy()
+    grid = rt["has_grid"].to_numpy(dtype=bool)
+    # those with launch dimensions first, each group in event order (a stable sort, descending)
+    order = np.concatenate([np.flatnonzero(has_id & grid), np.flatnonzero(has_id & ~grid)])
+    _, first = np.unique(rt["correlation"].to_numpy(dtype=np.int64, na_value=0)[order], return_index=True)
+    # one take of the first call per id, in that order (a filter, sort and drop each copied the frame)
+    return rt.iloc[order[np.sort(first)]].reset_index(drop=True)
 
 
 def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.DataFrame:
