@@ -175,3 +175,29 @@ def test_lookup_equals_the_index_lookup(n_keys, n_table, seed, dtype):
     got = lookup(keys, table)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, _lookup_the_long_way(keys, table))
+
+
+@pytest.mark.parametrize("in_order", ["queue", "stream"])
+@pytest.mark.parametrize("n", [1, 2, 30])
+@pytest.mark.parametrize("seed", range(3))
+def test_queue_overlap_made_before_the_table_equals_the_tables_own(in_order, n, seed):
+    from pytest_gemmperf.traces.schema import flag_queue_overlap
+
+    rng = np.random.default_rng(seed)
+    cols = _columns(rng, n)
+    cols["start_ns"] = rng.integers(0, 50, size=n)  # overlapping: the flags are not all False
+    cols["end_ns"] = cols["start_ns"] + rng.integers(0, 20, size=n)
+    cols["pid"] = pd.arrays.IntegerArray(rng.integers(0, 2, size=n), rng.random(n) < 0.2)
+    got = finalize_dispatch_columns(dict(cols), pd.RangeIndex(n), "f", in_order=in_order)
+    np.testing.assert_array_equal(got["queue_overlap"].to_numpy(), flag_queue_overlap(got, in_order))
+    assert got["queue_overlap"].dtype == bool and list(got.columns)[-1] == "extra_flag"
+
+
+def test_a_column_on_other_rows_is_aligned_as_a_frame_aligns_it():
+    rng = np.random.default_rng(5)
+    n = 12
+    cols = _columns(rng, n)
+    cols["queue"] = pd.Series(rng.integers(0, 3, size=n), index=pd.RangeIndex(n)[::-1])
+    index = pd.RangeIndex(n)
+    _same_table(finalize_dispatch_columns(dict(cols), index, "f"),
+                finalize_dispatches(pd.DataFrame(dict(cols), index=index), "f"))

@@ -196,6 +196,18 @@ def _coerce(columns: dict[str, Any], index: pd.Index, schema: dict[str, str],
             path: str | None) -> pd.DataFrame:
     """:func:`coerce_columns` of a frame given as its ``columns`` (each indexed by ``index``,
     or an array of its length as the frame would hold it), made into a frame once."""
+    return _frame_of(_coerced(columns, index, schema, path), index)
+
+
+def _frame_of(columns: dict[str, Any], index: pd.Index) -> pd.DataFrame:
+    """The table of :func:`_coerced` columns, on the default index."""
+    return pd.DataFrame(columns, index=index, copy=False).reset_index(drop=True)
+
+
+def _coerced(columns: dict[str, Any], index: pd.Index, schema: dict[str, str],
+             path: str | None) -> dict[str, Any]:
+    """:func:`_coerce`'s columns before its frame: the schema's in its order and dtypes, then
+    the others, each as the frame takes it (:func:`_unwrapped`)."""
     n = len(index)
     out: dict[str, Any] = {}
     for col, dtype in schema.items():
@@ -220,7 +232,7 @@ def _coerce(columns: dict[str, Any], index: pd.Index, schema: dict[str, str],
     for c, s in columns.items():
         if c not in schema:
             out[c] = _unwrapped(s, index)
-    return pd.DataFrame(out, index=index, copy=False).reset_index(drop=True)
+    return out
 
 
 def _unwrapped(s: Any, index: pd.Index) -> Any:
@@ -293,11 +305,18 @@ def finalize_dispatch_columns(columns: dict[str, Any], index: pd.Index, path: st
     given = "zero_dur" in cols  # a reader's own flags are coerced, then replaced
     if not given:
         cols["zero_dur"] = dur == 0
-    out = _coerce(cols, index, DISPATCH_SCHEMA, path)
+    out = _coerced(cols, index, DISPATCH_SCHEMA, path)
     if given:
-        out["zero_dur"] = out["dur_ns"].to_numpy() == 0
-    out["queue_overlap"] = flag_queue_overlap(out, in_order)
-    return out
+        out["zero_dur"] = dur == 0
+    lanes = {c: out[c] for c in ("file", "pid", "agent", in_order, "stream") if c in out}
+    if any(isinstance(v, pd.Series) for v in lanes.values()):  # aligned by the frame first
+        table = _frame_of(out, index)
+        table["queue_overlap"] = flag_queue_overlap(table, in_order)
+        return table
+    # the flags made before the table (a column set on it costs a copy of its blocks)
+    out["queue_overlap"] = (np.zeros(len(index), dtype=bool) if len(index) < 2 else overlap_in_lanes(
+        _lane_ids({c: pd.Series(v) for c, v in lanes.items()}, len(index), in_order), start, end))
+    return _frame_of(out, index)
 
 
 def _as_series(values: Any, index: pd.Index) -> pd.Series:
@@ -371,12 +390,16 @@ def lane_ids(df: pd.DataFrame, in_order: str = "queue") -> np.ndarray:
     ``file``, ``pid``, ``agent`` and ``queue`` (else ``stream``) together; ``in_order``
     another column than ``queue`` (a reader whose format has no queues: Kineto's ``stream``)
     is the in-order unit alone, with no fallback."""
-    n = len(df)
-    codes = [_lane_codes(df[c]) for c in ("file", "pid", "agent") if c in df.columns]
+    return _lane_ids(df, len(df), in_order)
+
+
+def _lane_ids(df: pd.DataFrame | dict[str, pd.Series], n: int, in_order: str) -> np.ndarray:
+    """:func:`lane_ids` of a frame or of its columns by name (``n`` rows)."""
+    codes = [_lane_codes(df[c]) for c in ("file", "pid", "agent") if c in df]
     # the in-order unit is the hardware queue; sources without queues (torch) order by stream
-    if in_order in df.columns:
+    if in_order in df:
         queue = _lane_codes(df[in_order], na=-1)
-        if in_order == "queue" and "stream" in df.columns and (queue < 0).any():
+        if in_order == "queue" and "stream" in df and (queue < 0).any():
             queue = np.where(queue >= 0, queue, -1 - _lane_codes(df["stream"]))
             queue = queue - queue.min()
         codes.append(np.maximum(queue, 0))
