@@ -367,6 +367,10 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     if len(agents):
         arch = dict(zip(agents["gpu_index"].dropna().astype(int), agents["gpu_arch"]))
         df["gpu_arch"] = gpu["agent"].map(arch).astype(object)
+    # the table's columns in _order_extra_columns' order, without the working ones (_*)
+    extras = (*OP_COLUMNS, *COLL_COLUMNS)
+    df = {**{c: v for c, v in df.items() if not c.startswith("_") and c not in extras},
+          **{c: df[c] for c in extras}}
     # Kineto has no queue column; a stream runs in order like a queue, and dispatches on
     # different streams overlap legitimately, so the in-order check is per stream.
     out = finalize_dispatch_columns(df, gpu.index, path, in_order="stream")
@@ -564,7 +568,9 @@ def _order_extra_columns(df: pd.DataFrame, ops_categorical: bool = False) -> pd.
     """``df`` without its working columns (``_*``), the launching op's and the collective
     columns last, the op's as categories (``ops_categorical``: made so by the caller)."""
     extras = list(OP_COLUMNS) + list(COLL_COLUMNS)
-    df = df[[c for c in df.columns if not c.startswith("_") and c not in extras] + extras]
+    order = [c for c in df.columns if not c.startswith("_") and c not in extras] + extras
+    if order != list(df.columns):  # else made in this order (read_torch_trace): no copy
+        df = df[order]
     if not ops_categorical:
         for c in OP_COLUMNS:
             df[c] = as_category(df[c])
