@@ -56,7 +56,7 @@ import pandas as pd
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, constant_column,
                                            finalize_dispatch_columns, finalize_dispatches,
-                                           repeated_category, shorten_names)
+                                           missing_array, repeated_category, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
 from pytest_gemmperf.traces.torch_decode import checked as is_checked
@@ -341,9 +341,9 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     # each column set costs a copy of its blocks, most of the read of a trace of tens of kernels
     df: dict[str, Any] = {c: gpu[c] for c in gpu.columns}
     n = len(gpu)
-    for col in COLL_COLUMNS:  # all None where no event carried collective metadata
-        if col not in df:
-            df[col] = pd.Series(np.full(n, None, dtype=object), index=gpu.index, dtype=object)
+    absent = [c for c in COLL_COLUMNS if c not in df]  # no event carried collective metadata
+    for col in absent:
+        df[col] = pd.Series(np.full(n, None, dtype=object), index=gpu.index, dtype=object)
     df.update(pid=constant_column(pid, INT, n), host=constant_column(host, STR, n),
               rank=constant_column(rank, INT, n), source=repeated_category("torch", n),
               file=repeated_category(path, n))
@@ -362,7 +362,7 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole
     short = shorten_names(kernel).astype(object)
     df["kernel_short"] = short.where(df.pop("_is_kernel").to_numpy(), kernel.astype(object))
-    _fill_collectives(df, cpu_ops, rt, rt_row, op_row)
+    _fill_collectives(df, cpu_ops, rt, rt_row, op_row, absent)
 
     if len(agents):
         arch = dict(zip(agents["gpu_index"].dropna().astype(int), agents["gpu_arch"]))
@@ -511,9 +511,10 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
 # --------------------------------------------------------------------------- collectives
 
 def _fill_collectives(df: dict[str, Any], ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
-                      op_row: np.ndarray) -> None:
+                      op_row: np.ndarray, absent: Sequence[str] = ()) -> None:
     """Collective metadata from kernel args (already in ``df``, the dispatches' columns), else
-    from the enclosing ``record_param_comms``."""
+    from the enclosing ``record_param_comms``. ``absent``: the columns no GPU event carried
+    (all None in ``df``)."""
     is_coll = (df["category"].astype(object) == "collective").to_numpy()
     need = is_coll & df["coll_name"].isna().to_numpy()
     if need.any() and len(ops):
@@ -526,8 +527,12 @@ def _fill_collectives(df: dict[str, Any], ops: pd.DataFrame, rt: pd.DataFrame, r
             for col in COLL_COLUMNS:
                 filled = take(ops[col].astype(object), src)
                 df[col] = df[col].where(df[col].notna(), filled)
+            absent = ()
     for col, dtype in COLL_COLUMNS.items():
-        df[col] = _coll_ints(list(df[col])) if dtype == INT else as_category(df[col])
+        if col in absent:  # still all None: what the casts below make of no values
+            df[col] = missing_array(dtype, len(is_coll))
+        else:
+            df[col] = _coll_ints(list(df[col])) if dtype == INT else as_category(df[col])
 
 
 def _apply_grid_semantics(df: dict[str, Any], gpu: pd.DataFrame, flavor: str, launch_api: pd.Series,
