@@ -179,6 +179,12 @@ def _lane(src: _Src, events: list[_Event], own: list, field: str, event: list,
 
 
 def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
+    return gpu_frame_and_overflow(gpu, src)[0]
+
+
+def gpu_frame_and_overflow(gpu: list[_Event], src: _Src) -> tuple[pd.DataFrame, np.ndarray]:
+    """The GPU events' frame, and its rows whose launch dimensions overflow
+    (:func:`grid_overflow`, found on the columns before the frame is made of them)."""
     args = [e.args or _NO_ARGS for e in gpu]
     start, end = _times(src, gpu)
     names = src.shared([e.name or e.cat for e in gpu])
@@ -198,11 +204,13 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
     for i, ax in enumerate("xyz"):
         cols[f"_grid_{ax}"] = grid[i]
         cols[f"_block_{ax}"] = block[i]
+    over = dims_overflow(grid, block)
     # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
     if carrying:  # else all None: left out while the runs are held (with_coll_columns)
         cols.update(_coll_values(src, gpu, args, carrying))
-    return _frame(cols, len(gpu), ("kernel",))  # once: a column set on a frame costs a block copy per run
+    # once: a column set on a frame costs a block copy per run
+    return _frame(cols, len(gpu), ("kernel",)), over
 
 
 def _coll_values(src: _Src, events: list[_Event], args: list[_Args],
@@ -222,10 +230,14 @@ def _coll_values(src: _Src, events: list[_Event], args: list[_Args],
 def grid_overflow(df: pd.DataFrame) -> np.ndarray:
     """Rows whose ``args.grid * args.block`` leaves int64 in some axis (each factor is below
     2**32, so the uint64 product is exact; the Int64 product would wrap silently)."""
-    over = np.zeros(len(df), dtype=bool)
-    for a in "xyz":
-        prod = (df[f"_grid_{a}"].to_numpy(np.uint64, na_value=0)
-                * df[f"_block_{a}"].to_numpy(np.uint64, na_value=0))
+    return dims_overflow([df[f"_grid_{a}"] for a in "xyz"], [df[f"_block_{a}"] for a in "xyz"])
+
+
+def dims_overflow(grid: list, block: list) -> np.ndarray:
+    """:func:`grid_overflow` of the x, y, z columns (Int64 arrays or Series) of both."""
+    over = np.zeros(len(grid[0]), dtype=bool)
+    for g, b in zip(grid, block):
+        prod = g.to_numpy(np.uint64, na_value=0) * b.to_numpy(np.uint64, na_value=0)
         over |= prod > np.uint64(INT64_MAX)
     return over
 

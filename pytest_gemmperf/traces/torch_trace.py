@@ -61,10 +61,11 @@ from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, b
                                                  decode_stream)
 from pytest_gemmperf.traces.torch_decode import checked as is_checked
 from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, STEP_RE, _coll_ints,
-                                                 _cpu_ops_frame, _gpu_frame, _idcol, _runtime_frame,
+                                                 _cpu_ops_frame, _idcol, _runtime_frame,
                                                  _Src, _steps_frame, _times, checked_cpu_pids,
                                                  checked_gpu_columns, checked_ids,
-                                                 checked_runtime_columns, grid_overflow, with_coll_columns,
+                                                 checked_runtime_columns, gpu_frame_and_overflow,
+                                                 grid_overflow, with_coll_columns,
                                                  runtime_by_correlation, step_ranges)
 from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
                                                take, enclosing_ops, group_codes, self_times)
@@ -185,9 +186,9 @@ class _Reading:
             else:
                 self.parts["ann_pid"].append(pd.DataFrame({"pid": ann_pid}))
         if gpu:
-            df = _gpu_frame(gpu, src)
+            df, over = gpu_frame_and_overflow(gpu, src)
             self._refuse_collectives(df)
-            over = np.flatnonzero(grid_overflow(df))
+            over = np.flatnonzero(over)
             if len(over):
                 index = {id(e): i for i, e in enumerate(src.events)}
                 ev = np.array([src.first + index[id(gpu[i])] for i in range(len(gpu))])
