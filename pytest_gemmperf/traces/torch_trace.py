@@ -123,6 +123,7 @@ class _Reading:
         self.n_gpu = 0
         self.n_cpu = 0
         self.activity: Counter = Counter()  # device categories (see _refuse_device_activity)
+        #: frames of each kind of event (the annotations' pids: Series)
         self.parts: dict[str, list[pd.DataFrame]] = {"gpu": [], "rt": [], "cpu": [], "ann_pid": [],
                                                      "steps": []}
         #: per frame of ``parts`` (GPU events, runtime calls, operators) the category rank of
@@ -184,7 +185,7 @@ class _Reading:
             if slim:
                 self.pids["ann"].add(ann_pid)
             else:
-                self.parts["ann_pid"].append(pd.DataFrame({"pid": ann_pid}))
+                self.parts["ann_pid"].append(ann_pid)  # a Series: only its values are read
         if gpu:
             df, over = gpu_frame_and_overflow(gpu, src)
             self._refuse_collectives(df)
@@ -333,7 +334,7 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     # then its run's frame holds them (_fill_collectives)
     cpu_ops = reading.frame("cpu", lambda: _cpu_ops_frame([], empty_src), all_columns=False)
     rt = runtime_by_correlation(reading.frame("rt", lambda: _runtime_frame([], empty_src)))
-    ann_pid = reading.frame("ann_pid", lambda: pd.DataFrame({"pid": pd.array([], dtype=INT)}))["pid"]
+    ann_pid = reading.frame("ann_pid", lambda: pd.Series(pd.array([], dtype=INT)))
 
     pid = process_pid(rt["pid"], cpu_ops["pid"], ann_pid)
     host, rank, flavor, agents = _process_facts(reading, doc, path, pid)
