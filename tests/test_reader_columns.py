@@ -129,6 +129,8 @@ def test_steps_frame_equals_the_sorted_frame(n_ann, n_old, seed):
                             "ts_ns": pd.array(ts, dtype=INT), "dur_ns": pd.array(ts * 0 + 2, dtype=INT)})
     old = cpu_ops.iloc[:n_old]
     _same_table(_steps_frame(annotated, cpu_ops), _steps_the_long_way(annotated, old))
+    if n_ann == 0:  # a trace without annotations passes none
+        _same_table(_steps_frame(None, cpu_ops), _steps_the_long_way(annotated, old))
 
 
 def _runtime_the_long_way(rt: pd.DataFrame) -> pd.DataFrame:

@@ -425,23 +425,28 @@ def step_ranges(annotations: list[_Event], src: _Src) -> pd.DataFrame:
     return _frame({"name": [e.name for e in steps], "start_ns": start, "end_ns": end}, len(steps), ("name",))
 
 
-def _steps_frame(annotated: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
-    """Profiler steps: the annotated ranges (:func:`step_ranges`), then those some older traces
-    record as cpu_op, ordered by start."""
+def _steps_frame(annotated: pd.DataFrame | None, cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """Profiler steps: the annotated ranges (:func:`step_ranges`; None: the trace has no
+    annotations), then those some older traces record as cpu_op, ordered by start."""
+    names: list = []
+    starts, ends = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    if annotated is not None:
+        names += list(annotated["name"])
+        starts.append(annotated["start_ns"].to_numpy(dtype=np.int64))
+        ends.append(annotated["end_ns"].to_numpy(dtype=np.int64))
     # the pattern tested on the names that hold its literal part only (usually none: a pass of
     # substring tests instead of a string column made of every operator's name)
-    names = cpu_ops["name"].to_numpy(dtype=object)
-    maybe = np.fromiter((_STEP_TEXT in (n if isinstance(n, str) else str(n)) for n in names), dtype=bool,
-                        count=len(names))
-    old = cpu_ops.iloc[:0]
+    op_names = cpu_ops["name"].to_numpy(dtype=object)
+    maybe = np.fromiter((_STEP_TEXT in (n if isinstance(n, str) else str(n)) for n in op_names), dtype=bool,
+                        count=len(op_names))
     if maybe.any():
         old = cpu_ops[maybe]
         old = old[old["name"].astype(str).str.match(STEP_RE.pattern)]
-    old_start = old["ts_ns"].to_numpy(dtype=np.int64)
-    names = list(annotated["name"]) + list(old["name"])
-    start = np.concatenate([annotated["start_ns"].to_numpy(dtype=np.int64), old_start])
-    end = np.concatenate([annotated["end_ns"].to_numpy(dtype=np.int64),
-                          old_start + old["dur_ns"].to_numpy(dtype=np.int64)])
+        old_start = old["ts_ns"].to_numpy(dtype=np.int64)
+        names += list(old["name"])
+        starts.append(old_start)
+        ends.append(old_start + old["dur_ns"].to_numpy(dtype=np.int64))
+    start, end = np.concatenate(starts), np.concatenate(ends)
     step = np.array([int(STEP_RE.match(n).group(1)) for n in names], dtype=np.int64)
     order = np.argsort(start, kind="stable")  # by start, as a stable sort of the frame would
     return _frame({"name": [names[i] for i in order.tolist()], "step": step[order],

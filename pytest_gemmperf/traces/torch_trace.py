@@ -382,7 +382,7 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
         "grid_semantics": grid_rule,
         "agent_numbering": _AGENT_NUMBERING,
         "cpu_ops": cpu_ops[list(CPU_OP_COLUMNS)],
-        "steps": _steps_frame(reading.frame("steps", lambda: step_ranges([], empty_src)), cpu_ops)})
+        "steps": _steps_frame(reading.frame("steps") if reading.parts["steps"] else None, cpu_ops)})
     if columns is not None:
         out = out[[c for c in columns if c in out.columns]]
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
