@@ -203,3 +203,13 @@ def test_a_column_on_other_rows_is_aligned_as_a_frame_aligns_it():
     index = pd.RangeIndex(n)
     _same_table(finalize_dispatch_columns(dict(cols), index, "f"),
                 finalize_dispatches(pd.DataFrame(dict(cols), index=index), "f"))
+
+
+def test_a_frame_on_other_labels_is_finalized_by_position():
+    # a reader's filtered frame (labels 3, 9, 1, ...): the table comes on the default index
+    cols = _columns(np.random.default_rng(7), 9)
+    frame = pd.DataFrame(dict(cols), index=pd.RangeIndex(9))
+    shuffled = frame.set_axis(pd.Index([3, 9, 1, 12, 4, 0, 7, 8, 20]), axis=0)
+    got = finalize_dispatches(shuffled, "f")
+    assert isinstance(got.index, pd.RangeIndex) and got.index.start == 0
+    _same_table(got, finalize_dispatches(frame, "f"))

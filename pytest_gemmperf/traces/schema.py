@@ -209,7 +209,9 @@ def _coerce(columns: dict[str, Any], index: pd.Index, schema: dict[str, str],
 
 def _frame_of(columns: dict[str, Any], index: pd.Index) -> pd.DataFrame:
     """The table of :func:`_coerced` columns, on the default index."""
-    return pd.DataFrame(columns, index=index, copy=False).reset_index(drop=True)
+    if any(isinstance(v, pd.Series) for v in columns.values()):  # aligned on ``index`` first
+        return pd.DataFrame(columns, index=index, copy=False).reset_index(drop=True)
+    return pd.DataFrame(columns, index=pd.RangeIndex(len(index)), copy=False)  # arrays: by position
 
 
 def _coerced(columns: dict[str, Any], index: pd.Index, schema: dict[str, str],
