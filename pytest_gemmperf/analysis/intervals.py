@@ -159,24 +159,31 @@ def _key_codes(col: pd.Series, *, sort: bool) -> tuple[np.ndarray, int]:
     """A key column's integer codes (-1 for a null) and how many values they number: a
     categorical's own codes (its categories' order), else ``pd.factorize`` (first-seen order, or
     sorted with ``sort``). A categorical's codes are read off its array (the ``.cat`` accessor
-    costs more than the few codes), and a small integer column is numbered by ``np.unique``
-    (ascending: ``pd.factorize(sort=True)``'s numbers, a tenth of its fixed cost; for
-    ``sort=False`` only which rows share a value matters, see :func:`group_codes`)."""
+    costs more than the few codes), and a small integer or text column is numbered by
+    ``np.unique`` (ascending: ``pd.factorize(sort=True)``'s numbers, at a fraction of its fixed
+    cost; for ``sort=False`` only which rows share a value matters, see :func:`group_codes`)."""
     dtype = col.dtype
     if isinstance(dtype, pd.CategoricalDtype):
         return col.array.codes.astype(np.int64), len(dtype.categories)
-    if len(col) <= SMALL_TABLE_ROWS and _signed_integers(dtype):
-        values = col.array
-        data = np.asarray(values.to_numpy(dtype=np.int64, na_value=0))
-        missing = np.asarray(values.isna(), dtype=bool)
-        if not missing.any():
-            uniques, codes = np.unique(data, return_inverse=True)
-            return codes.reshape(-1).astype(np.int64), len(uniques)
-        codes = np.full(len(data), -1, dtype=np.int64)
-        uniques, codes[~missing] = np.unique(data[~missing], return_inverse=True)
-        return codes, len(uniques)
+    if len(col) <= SMALL_TABLE_ROWS:
+        if _signed_integers(dtype):
+            return _unique_codes(np.asarray(col.array.to_numpy(dtype=np.int64, na_value=0)),
+                                 np.asarray(col.array.isna(), dtype=bool))
+        if isinstance(dtype, pd.StringDtype):  # text: sorted by code point, as pandas sorts it
+            return _unique_codes(col.to_numpy(dtype=object, na_value=""), np.asarray(col.isna(), dtype=bool))
     codes, uniques = pd.factorize(col, sort=sort, use_na_sentinel=True)
     return codes.astype(np.int64), len(uniques)
+
+
+def _unique_codes(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each of ``values``' index among its sorted distinct values, -1 where ``missing``, and how
+    many distinct values there are (the missing ones' placeholders not counted)."""
+    if not missing.any():
+        uniques, codes = np.unique(values, return_inverse=True)
+        return codes.reshape(-1).astype(np.int64), len(uniques)
+    codes = np.full(len(values), -1, dtype=np.int64)
+    uniques, codes[~missing] = np.unique(values[~missing], return_inverse=True)
+    return codes, len(uniques)
 
 
 #: pandas' nullable signed integer dtypes (values and a mask: NumPy integers where not missing)
