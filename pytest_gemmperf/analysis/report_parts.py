@@ -43,7 +43,7 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, packed
-from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap_ns, overlap_fraction
+from pytest_gemmperf.analysis.overlap import category_mask, display_values, gemm_overlap_ns, overlap_fraction
 from pytest_gemmperf.analysis.small_tables import object_values, taken
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.variance import select_samples
@@ -167,7 +167,7 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     if part.has_comm:
         ci = np.flatnonzero(cm)
         part.comm = CommRows(gpu=packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
-                             name=_text_categorical(_display_values(d, ci)), row=packed(ci.astype(np.int64)))
+                             name=_text_categorical(display_values(d, ci)), row=packed(ci.astype(np.int64)))
     return part
 
 
@@ -177,24 +177,12 @@ def _numbered(index: pd.Index) -> bool:
 
 
 def _text_categorical(values: np.ndarray) -> pd.Categorical:
-    """Text values (an object array, None for missing) as a categorical of their sorted distinct
+    """Text values (an object array, missing ones null) as a categorical of their sorted distinct
     values as objects: each name travels once. Built from ``pd.factorize``'s codes: inferring a
     text dtype for the categories costs ten times as much, and only the values are read back."""
     codes, uniques = pd.factorize(values, sort=True)
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(uniques, dtype=object)),
                                      validate=False)
-
-
-def _display_values(d: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """``overlap.display_names`` of ``rows`` of ``d`` as an object array (None for missing),
-    from the two columns' values (no frame of the rows on the way)."""
-    names = object_values(d["kernel"], rows)  # the rows alone converted, not the column
-    if "kernel_short" not in d.columns:
-        return names
-    short = object_values(d["kernel_short"], rows)
-    gone = np.fromiter((v is None for v in short.tolist()), dtype=bool, count=len(short))
-    short[gone] = names[gone]
-    return short
 
 
 # ------------------------------------------------------------------------------ short kernels
