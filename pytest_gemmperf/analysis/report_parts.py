@@ -195,9 +195,10 @@ def short_part(d: pd.DataFrame, threshold_us: float) -> tuple[pd.DataFrame, np.n
     names = d["kernel"]
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
-    # per-name sums over category codes: no string grouping over millions of rows
-    codes = names.cat.codes.to_numpy()[short]
-    cats = np.asarray(names.cat.categories, dtype=object)
+    # per-name sums over category codes: no string grouping over millions of rows (read off the
+    # array: the ``.cat`` accessor costs more than a small table's sums)
+    codes = names.array.codes[short]
+    cats = np.asarray(names.dtype.categories, dtype=object)
     keep = codes >= 0
     codes, sdur = codes[keep], dur[short][keep]
     count = np.bincount(codes, minlength=len(cats))
@@ -283,8 +284,10 @@ def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def decategorized(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its categorical columns as object columns (None for missing): text is what
     the reports show, and categoricals of different tables have different categories."""
-    # the dtypes in one pass: a column taken out of the frame per name costs far more
-    cats = [c for c, dtype in zip(df.columns, df.dtypes) if isinstance(dtype, pd.CategoricalDtype)]
+    # the dtypes in one pass as plain lists: a column taken out of the frame per name, or an
+    # iteration over the dtypes Series or a text column index, costs far more
+    cats = [c for c, dtype in zip(df.columns.tolist(), df.dtypes.to_numpy().tolist())
+            if isinstance(dtype, pd.CategoricalDtype)]
     if not cats:
         return df
     df = df.copy()
@@ -387,8 +390,8 @@ def _values(col: pd.Series) -> list:
     """A column's values as Python objects, every null as None (a categorical's through its
     codes: its ``tolist`` converts the whole column first)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = col.cat.categories.tolist()
-        return [cats[i] if i >= 0 else None for i in col.cat.codes.tolist()]
+        cats = col.dtype.categories.tolist()
+        return [cats[i] if i >= 0 else None for i in col.array.codes.tolist()]
     return [None if _null(v) else v for v in col.tolist()]
 
 

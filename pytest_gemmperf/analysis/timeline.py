@@ -53,8 +53,8 @@ def timeline_classes(dispatches: pd.DataFrame, *, comm_pattern: str = COMM_PATTE
     mem_rx = re.compile(memcpy_pattern)
     per_name = np.asarray(
         [MEMCPY if mem_rx.search(str(n)) else COMM if comm_rx.search(str(n)) else COMP
-         for n in cat.cat.categories] + [COMP], dtype=np.int8)
-    out = per_name[cat.cat.codes.to_numpy()]
+         for n in cat.dtype.categories] + [COMP], dtype=np.int8)
+    out = per_name[cat.array.codes]  # the codes off the array: the ``.cat`` accessor costs more
     for col in TORCH_CAT_COLUMNS:
         if col in dispatches.columns:
             out = np.where((dispatches[col] == "gpu_memcpy").to_numpy(dtype=bool, na_value=False),
