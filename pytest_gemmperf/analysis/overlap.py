@@ -24,7 +24,11 @@ from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS
 def category_mask(dispatches: pd.DataFrame, mask, category: str) -> np.ndarray:
     """``mask`` as a bool array, or ``category == <category>`` when ``mask`` is None."""
     if mask is None:
-        return (dispatches["category"] == category).to_numpy(dtype=bool, na_value=False)
+        col = dispatches["category"]
+        if isinstance(col.dtype, pd.CategoricalDtype):  # one code compared (a missing value's is -1)
+            cats = col.dtype.categories
+            return col.array.codes == cats.get_loc(category) if category in cats else np.zeros(len(col), bool)
+        return (col == category).to_numpy(dtype=bool, na_value=False)
     arr = np.asarray(mask.to_numpy() if isinstance(mask, pd.Series) else mask)
     if arr.dtype != bool or arr.shape != (len(dispatches),):
         raise ValueError(f"mask must be a boolean array of length {len(dispatches)}")
