@@ -322,7 +322,6 @@ def test_details_part_is_the_decategorized_selection():
         d = _dispatches(rng, n)
         top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
         want = d[[c for c in DETAIL_COLUMNS if c in d.columns]].iloc[top].reset_index(drop=True)
-        want["_row"] = top.astype(np.int64)
         _same_frame(_details_part(d), decategorized(want))
 
 

@@ -170,7 +170,7 @@ def _key_codes(col: pd.Series, *, sort: bool) -> tuple[np.ndarray, int]:
             return _unique_codes(np.asarray(col.array.to_numpy(dtype=np.int64, na_value=0)),
                                  np.asarray(col.array.isna(), dtype=bool))
         if isinstance(dtype, pd.StringDtype):  # text: sorted by code point, as pandas sorts it
-            return _unique_codes(col.to_numpy(dtype=object, na_value=""), np.asarray(col.isna(), dtype=bool))
+            return _unique_codes(col.to_numpy(dtype=object, na_value=""), np.asarray(col.array.isna(), dtype=bool))
     codes, uniques = pd.factorize(col, sort=sort, use_na_sentinel=True)
     return codes.astype(np.int64), len(uniques)
 

@@ -61,8 +61,6 @@ DETAIL_COLUMNS = ("point", "rank", "run", "host", "pid", "agent", "queue", "stre
                   "wg_x", "wg_y", "wg_z")
 #: the keys of a GEMM dispatch's statistics (top variance, overlap, boxes)
 GEMM_KEYS = ("point", "rank", "kernel")
-#: the row column a part's kernel details carry while they travel
-_ROW = "_row"
 
 
 @dataclass
@@ -108,7 +106,7 @@ class ReportPart:
     short: pd.DataFrame                   # name, count, sum_ns of the short dispatches
     short_hist: np.ndarray                # their count per bin
     total_ns: int                         # duration sum of every dispatch
-    details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS + _ROW, row order
+    details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS, row order
                                           # (text columns as text: :func:`decategorized`)
     warmup: int                           # GEMM dispatches dropped per GPU group and kernel
     short_us: float                       # the short-kernel threshold
@@ -220,16 +218,15 @@ def short_edges(threshold_us: float) -> np.ndarray:
 
 def _details_part(d: pd.DataFrame) -> pd.DataFrame:
     """The source's :data:`KERNEL_DETAILS_TOP` longest dispatches (ties: the earlier row), in
-    row order, with their row numbers (``d`` numbered ``0 .. n-1``), text as text
-    (:func:`decategorized`). One frame built from the picked values of each column: a column
-    set, a row selection or a conversion of a small frame costs as much as building it."""
+    row order, text as text (:func:`decategorized`): the sources' details joined in input order
+    are in the sweep's row order, which decides its ties. One frame built from the picked values
+    of each column: a column set, a row selection or a conversion of a small frame costs as much
+    as building it."""
     if len(d) <= KERNEL_DETAILS_TOP:
         top = np.arange(len(d), dtype=np.int64)  # every dispatch is among the longest
     else:
         top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
-    columns = {c: taken(d[c], top, text=True) for c in DETAIL_COLUMNS if c in d.columns}
-    columns[_ROW] = top.astype(np.int64)
-    return pd.DataFrame(columns)
+    return pd.DataFrame({c: taken(d[c], top, text=True) for c in DETAIL_COLUMNS if c in d.columns})
 
 
 # ------------------------------------------------------------------------------ merging
@@ -259,15 +256,13 @@ def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
         raise ValueError("report parts reduced with different warm-ups or short-kernel thresholds")
     rows = np.cumsum([0] + [p.n_dispatches for p in parts])
     gpus = np.cumsum([0] + [p.n_gpu_groups for p in parts])
-    short = pd.concat([p.short for p in parts], ignore_index=True)
-    short = short.groupby("name", sort=True).sum().reset_index() if len(parts) > 1 else short
-    details = _joined([p.details.assign(**{_ROW: p.details[_ROW].to_numpy() + rows[i]}) if i else p.details
-                       for i, p in enumerate(parts)])
+    short = parts[0].short if len(parts) == 1 else \
+        pd.concat([p.short for p in parts], ignore_index=True).groupby("name", sort=True).sum().reset_index()
     gemm = _merge_gemm([(p.gemm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.gemm is not None])
     comm = _merge_comm([(p.comm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.comm is not None])
     return ReportParts(n_dispatches=int(rows[-1]), short=short,
                        short_hist=np.sum([p.short_hist for p in parts], axis=0),
-                       total_ns=sum(p.total_ns for p in parts), details=details.drop(columns=_ROW),
+                       total_ns=sum(p.total_ns for p in parts), details=_joined([p.details for p in parts]),
                        timeline=_joined([p.timeline for p in parts]),
                        gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts),
                        warmup=parts[0].warmup, short_us=parts[0].short_us)

@@ -54,7 +54,7 @@ def object_values(s: pd.Series, rows: np.ndarray | None = None) -> np.ndarray:
     if rows is not None:
         s = s.iloc[rows]
     values = s.to_numpy(dtype=object, copy=True)  # never a view of the column itself
-    values[s.isna().to_numpy(dtype=bool)] = None
+    values[np.asarray(s.array.isna(), dtype=bool)] = None  # the array's own mask: no Series of it
     return values
 
 
