@@ -44,7 +44,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, packed
 from pytest_gemmperf.analysis.overlap import category_mask, display_values, gemm_overlap_ns, overlap_fraction
-from pytest_gemmperf.analysis.small_tables import object_values, taken
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order, object_values, taken
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.variance import select_samples
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
@@ -222,10 +222,14 @@ def _details_part(d: pd.DataFrame) -> pd.DataFrame:
     are in the sweep's row order, which decides its ties. One frame built from the picked values
     of each column: a column set, a row selection or a conversion of a small frame costs as much
     as building it."""
+    dur = d["dur_ns"]
     if len(d) <= KERNEL_DETAILS_TOP:
         top = np.arange(len(d), dtype=np.int64)  # every dispatch is among the longest
+    elif len(d) <= SMALL_TABLE_ROWS and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i":
+        # nlargest's pick (ties: the earlier row) from one stable sort, without its fixed costs
+        top = np.sort(descending_order(dur.to_numpy(), kind="stable")[:KERNEL_DETAILS_TOP])
     else:
-        top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
+        top = np.sort(dur.nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
     return pd.DataFrame({c: taken(d[c], top, text=True) for c in DETAIL_COLUMNS if c in d.columns})
 
 
