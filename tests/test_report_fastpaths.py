@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from pytest_gemmperf.analysis.report_parts import as_objects
@@ -108,3 +109,41 @@ def test_pivot_first_is_pandas_pivot_table():
         for j in range(1, want.shape[1]):
             assert got.iloc[:, j].dtype == want.iloc[:, j].dtype == np.float64
             assert np.array_equal(got.iloc[:, j].to_numpy(), want.iloc[:, j].to_numpy(), equal_nan=True), df
+
+
+DTYPES = [*(s.dtype for s in SERIES.values()), np.dtype("timedelta64[ns]"), np.dtype("complex128"),
+          np.dtype("float16"), np.dtype("uint8"), np.dtype("U3"), np.dtype("S2"), np.dtype("V4"),
+          np.dtype("datetime64[s]"), pd.StringDtype(), pd.StringDtype("pyarrow"), pd.Float32Dtype(),
+          pd.UInt16Dtype(), pd.BooleanDtype(), pd.CategoricalDtype([1, 2]), pd.PeriodDtype("D"),
+          pd.DatetimeTZDtype(tz="UTC"), pd.IntervalDtype("int64"), pd.SparseDtype(np.float64),
+          pd.SparseDtype(bool), pd.ArrowDtype(pa.int32()),
+          pd.ArrowDtype(pa.bool_()), pd.ArrowDtype(pa.float64())]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_workbook_column_kind_is_pandas_dtype_checks(dtype):
+    """The workbook's number kind of a column (NumPy dtypes by their kind letter) is what
+    pandas' ``is_bool_dtype`` / ``is_numeric_dtype`` / ``is_integer_dtype`` say."""
+    from pytest_gemmperf.report.excel import _dtype_kind
+
+    types = pd.api.types
+    if types.is_bool_dtype(dtype):
+        want = "bool"
+    elif not types.is_numeric_dtype(dtype):
+        want = "text"
+    else:
+        want = "int" if types.is_integer_dtype(dtype) else "float"
+    assert _dtype_kind(dtype) == want
+
+
+def test_column_runs_cover_each_position_once():
+    from pytest_gemmperf.report.excel import _runs
+
+    assert _runs([]) == []
+    assert _runs([10, 10, 60, 10, 28, 28, 28]) == [(0, 1, 10), (2, 2, 60), (3, 3, 10), (4, 6, 28)]
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        values = rng.integers(0, 3, rng.integers(0, 12)).tolist()
+        runs = _runs(values)
+        assert [v for first, last, v in runs for _ in range(first, last + 1)] == values
+        assert all(a[2] != b[2] for a, b in zip(runs, runs[1:]))
