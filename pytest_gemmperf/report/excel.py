@@ -129,19 +129,30 @@ class _Book:
               start_col: int = 0, ws=None, first_row: int = 0, filter_: bool = True,
               widths: dict[str, int] | None = None, hide: tuple[str, ...] = ()):
         """Write ``df`` with a description row, a frozen header row and an autofilter; columns
-        named in ``hide`` are left out (:func:`_hidden`)."""
+        named in ``hide`` are left out (:func:`_hidden`). Returns the sheet, the header's row
+        and each shown column's name and :class:`_Col`."""
+        # each column taken out of the frame once (a column lookup costs more than its few
+        # cells); a hidden one passed over here instead of a frame without it made first
+        named = [(c, s) for c, s in df.items() if c not in hide]
+        return self.columns(name, named, len(df), description, csv_hint=csv_hint, start_col=start_col,
+                            ws=ws, first_row=first_row, filter_=filter_, widths=widths)
+
+    def columns(self, name: str, named: list[tuple[Any, pd.Series]], rows: int, description: str, *,
+                csv_hint: str | None = None, start_col: int = 0, ws=None, first_row: int = 0,
+                filter_: bool = True, widths: dict[str, int] | None = None):
+        """:meth:`table` of a table given as its ``(name, column)`` pairs, each column ``rows``
+        long: a table made only to be written here needs no frame (a few tenths of a
+        millisecond to build and to take apart again, whatever its size)."""
         ws = ws or self.wb.add_worksheet(name)
-        total = len(df)
-        shown = df if total <= self.max_rows else df.iloc[: self.max_rows]
+        shown = min(rows, self.max_rows)
+        if shown < rows:
+            named = [(c, s.iloc[:shown]) for c, s in named]
         note = description
-        if total > len(shown):
-            note += (f" - showing the first {len(shown):,} of {total:,} rows"
+        if rows > shown:
+            note += (f" - showing the first {shown:,} of {rows:,} rows"
                      + (f"; all rows are in {csv_hint}" if csv_hint else ""))
         ws.write_string(first_row, start_col, note, self.fmt["note"])
         hdr = first_row + 1
-        # each column taken out of the frame once (a column lookup costs more than its few
-        # cells); a hidden one passed over here instead of a frame without it made first
-        named = [(c, s) for c, s in shown.items() if c not in hide]
         cols = [(c, _column(str(c), s)) for c, s in named]
         for j, (_, spec) in enumerate(cols):
             ws.write_string(hdr, start_col + j, spec.header, self.fmt["header"])
@@ -159,7 +170,7 @@ class _Book:
         if first_row == 0 and start_col == 0:
             ws.freeze_panes(hdr + 1, 0)
         if filter_ and len(cols):
-            ws.autofilter(hdr, start_col, hdr + max(len(shown), 1), start_col + len(cols) - 1)
+            ws.autofilter(hdr, start_col, hdr + max(shown, 1), start_col + len(cols) - 1)
         return ws, hdr, cols
 
     def _write_column(self, ws, row0: int, col: int, s: pd.Series, spec: _Col) -> None:
@@ -426,13 +437,14 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
                "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
                "process-GPU groups (ranks) of the config")
     for name, value, column in (("Pivot_Time_ms", "time ms", "time (ms)"), ("Pivot_Percent", "percent", "percent (%)")):
-        if len(all_data):
-            piv = pivot_first(all_data, "type", "full_config", column)
-            piv.columns = [str(c) if c == "type" else f"{c} ({'ms' if value == 'time ms' else '%'})"
-                           for c in piv.columns]
-        else:
-            piv = pd.DataFrame(columns=["type"])
-        book.table(name, piv, f"aorta {name}: index type, columns full_config, values {value}")
+        description = f"aorta {name}: index type, columns full_config, values {value}"
+        if not len(all_data):
+            book.table(name, pd.DataFrame(columns=["type"]), description)
+            continue
+        keys, piv = pivot_columns(all_data, "type", "full_config", column)
+        unit = "ms" if value == "time ms" else "%"
+        book.columns(name, [(str(c) if c == "type" else f"{c} ({unit})", s) for c, s in zip(keys, piv)],
+                     len(piv[0]), description)
     sdf = pd.DataFrame(summ)
     ws, hdr, cols = book.table("Summary_By_Config", sdf, "aorta Summary_By_Config: per config, mean over "
                                "ranks (ms); computation + exposed comm + exposed memcpy + idle = total")
@@ -453,9 +465,18 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
 
 def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.DataFrame:
     """``df.pivot_table(index=index, columns=columns, values=value, aggfunc="first",
-    sort=False).reset_index()`` of a float ``value`` column, from one pass over the rows (pandas'
-    groupby and unstack cost some milliseconds a sheet, whatever its size): each cell the first
-    non-missing value of its (index, column) pair, rows and columns without any value left out.
+    sort=False).reset_index()`` of a float ``value`` column: :func:`pivot_columns` as a frame."""
+    keys, table = pivot_columns(df, index, columns, value)
+    out = pd.DataFrame(dict(enumerate(table)))
+    out.columns = keys  # by position: a column key may equal the index's name
+    return out
+
+
+def pivot_columns(df: pd.DataFrame, index: str, columns: str,
+                  value: str) -> tuple[list[Any], list[pd.Series]]:
+    """The column names and the columns of :func:`pivot_first` (what the pivot sheets write),
+    from one pass over the rows (pandas' groupby and unstack cost some milliseconds a sheet,
+    whatever its size): each cell the first non-missing value of its (index, column) pair, rows and columns without any value left out.
     Their order is pandas': each key in the order it first appears in its own column where every
     such key keeps a value, else in the order of the first appearance of the pairs that keep one."""
     first: dict[tuple[Any, Any], float] = {}
@@ -476,12 +497,10 @@ def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.Da
     by_pair = (list(dict.fromkeys(r for r, _ in kept)), list(dict.fromkeys(c for _, c in kept)))
     kept_rows = list(rows) if len(by_pair[0]) == len(rows) else by_pair[0]
     kept_cols = list(cols) if len(by_pair[1]) == len(cols) else by_pair[1]
-    table = {0: pd.Series(kept_rows, dtype=df[index].dtype)}
-    for j, c in enumerate(kept_cols, start=1):
-        table[j] = pd.Series([first.get((r, c), np.nan) for r in kept_rows], dtype=np.float64)
-    out = pd.DataFrame(table)
-    out.columns = [index, *kept_cols]  # by position: a column key may equal the index's name
-    return out
+    table = [pd.Series(kept_rows, dtype=df[index].dtype)]
+    for c in kept_cols:
+        table.append(pd.Series([first.get((r, c), np.nan) for r in kept_rows], dtype=np.float64))
+    return [index, *kept_cols], table
 
 
 def _missing(x: Any) -> bool:
