@@ -147,3 +147,42 @@ def test_column_runs_cover_each_position_once():
         runs = _runs(values)
         assert [v for first, last, v in runs for _ in range(first, last + 1)] == values
         assert all(a[2] != b[2] for a, b in zip(runs, runs[1:]))
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and (a == b or (a != a and b != b) or (a is pd.NA and b is pd.NA))
+
+
+@pytest.mark.parametrize("plain", [True, False])
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_timeline_records_are_to_dict_records(rows, plain):
+    """The workbook's records of a small frame: ``to_dict("records")``, value for value and
+    type for type, for frames of NumPy numbers and text (read from the columns) and of any
+    other dtype (pandas' own path)."""
+    from pytest_gemmperf.report.excel import _records
+
+    rng = np.random.default_rng(rows)
+    cols = {}
+    for name, s in SERIES.items():
+        if name.startswith("categorical") or name in ("empty", "datetime") \
+                or (plain and name not in ("str", "bool", "int64", "uint64", "int8", "float64", "float32")):
+            continue
+        values = s.tolist()
+        cols[name] = pd.Series([values[i % len(values)] for i in range(rows)], dtype=s.dtype)
+    cols["str with nan"] = pd.Series(["a", None, "c"][:rows], dtype="str")
+    cols["python strings"] = pd.Series(["a", None, "c"][:rows], dtype=pd.StringDtype("python", np.nan))
+    if not plain:
+        cols["strings, NA"] = pd.Series(["a", None, "c"][:rows], dtype=pd.StringDtype("python"))
+    cols["float nan"] = pd.Series(rng.choice([np.nan, 1.5, -2.25], rows))
+    cols["ints"] = pd.Series(rng.integers(0, 9, rows))
+    cols["bools"] = pd.Series(rng.integers(0, 2, rows).astype(bool))
+    df = pd.DataFrame(cols)
+    assert any(dt == object or isinstance(dt, pd.api.extensions.ExtensionDtype)
+               and not (isinstance(dt, pd.StringDtype) and dt.na_value is np.nan)
+               for dt in df.dtypes) != plain
+    want = df.to_dict("records")
+    got = _records(df)
+    assert len(got) == len(want) == rows
+    for g, w in zip(got, want):
+        assert list(g) == list(w)
+        assert all(_same(g[k], w[k]) for k in w), (g, w)

@@ -408,7 +408,7 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
     tp = data.timeline_by_point
     rows = []
     summ = []
-    records = tp.to_dict("records")
+    records = _records(tp)
     points = [_point_text(r.get("point")) for r in records]
     axes_of = _points_axes(points)
     for r, point in zip(records, points):
@@ -461,6 +461,26 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
         chart.set_title({"name": "kernel time per config"})
         chart.set_y_axis({"name": "time (ms)"})
         ws.insert_chart(hdr + n + 3, 0, chart, {"x_scale": 1.5, "y_scale": 1.2})
+
+
+def _records(df: pd.DataFrame) -> list[dict[Any, Any]]:
+    """``df.to_dict("records")``. A frame of NumPy number and text columns (the timeline's) is
+    read from its columns as they iterate, which is what pandas reads, without its ``iloc`` per
+    column and its boxing pass (which changes none of these values)."""
+    series = [s for _, s in df.items()]
+    if not df.columns.is_unique or not all(_plain(s.dtype) for s in series):
+        return df.to_dict("records")
+    names = df.columns.tolist()
+    return [dict(zip(names, row)) for row in zip(*series)]
+
+
+def _plain(dtype: Any) -> bool:
+    """A column dtype whose values iterate as Python scalars (``to_dict`` leaves them as they
+    are): a NumPy bool or number, or pandas' text with NaN for missing (``str``; the ``pd.NA``
+    variant's missing cells ``to_dict`` makes None)."""
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in "biuf"
+    return isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA
 
 
 def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.DataFrame:
