@@ -186,3 +186,30 @@ def test_timeline_records_are_to_dict_records(rows, plain):
     for g, w in zip(got, want):
         assert list(g) == list(w)
         assert all(_same(g[k], w[k]) for k in w), (g, w)
+
+
+def test_timeline_columns_are_the_frames_columns():
+    """The timeline sheets' columns, each inferred from its own values: what
+    ``pd.DataFrame(rows, columns=names)`` holds, dtype, values and their types, for random rows
+    of what those sheets hold (ints or None, floats or NaN, text or None, NumPy scalars, bools,
+    mixtures) and for no rows."""
+    import random
+
+    from pytest_gemmperf.report.excel import _columns_of
+
+    rng = random.Random(11)
+    pool = [None, 1, 2, 2**62, 1.5, -0.0, float("nan"), "a", "4thread", True, np.int64(3),
+            np.float64(2.5), np.nan]
+    names = ["full_config", "threads_num", "time (ms)", "x"]
+    for _ in range(400):
+        n = rng.randint(0, 9)
+        kinds = {k: rng.sample(pool, rng.randint(1, 3)) for k in names}
+        rows = [{k: rng.choice(kinds[k]) for k in names} for _ in range(n)]
+        want = pd.DataFrame(rows, columns=names)
+        got = _columns_of(rows, names)
+        assert [k for k, _ in got] == names
+        for k, s in got:
+            w = want[k]
+            assert s.dtype == w.dtype, (rows, k)
+            assert [type(v) for v in s.tolist()] == [type(v) for v in w.tolist()], (rows, k)
+            pd.testing.assert_series_equal(s, w, check_names=False, check_index_type=False)

@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -430,25 +430,25 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
                      "exposed_memcpy_time_ms": r["exposed_memcpy_time_ms"],
                      "busy_time_ms": r["busy_time_ms"], "idle_time_ms": r["idle_time_ms"],
                      "total_time_ms": r["total_time_ms"]})
-    # built with the sheet's headers (no rename on the way)
-    all_data = pd.DataFrame(rows, columns=["full_config", "threads_num", "thread_config", "channels_num",
-                                           "channel_config", "num_ranks", "type", "time (ms)", "percent (%)"])
-    book.table("gpu_timeline", all_data,
-               "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
-               "process-GPU groups (ranks) of the config")
+    # built with the sheet's headers (no rename on the way), as columns: no frame for a few rows
+    all_data = dict(_columns_of(rows, ["full_config", "threads_num", "thread_config", "channels_num",
+                                       "channel_config", "num_ranks", "type", "time (ms)", "percent (%)"]))
+    book.columns("gpu_timeline", list(all_data.items()), len(rows),
+                 "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
+                 "process-GPU groups (ranks) of the config")
     for name, value, column in (("Pivot_Time_ms", "time ms", "time (ms)"), ("Pivot_Percent", "percent", "percent (%)")):
         description = f"aorta {name}: index type, columns full_config, values {value}"
-        if not len(all_data):
+        if not rows:
             book.table(name, pd.DataFrame(columns=["type"]), description)
             continue
         keys, piv = pivot_columns(all_data, "type", "full_config", column)
         unit = "ms" if value == "time ms" else "%"
         book.columns(name, [(str(c) if c == "type" else f"{c} ({unit})", s) for c, s in zip(keys, piv)],
                      len(piv[0]), description)
-    sdf = pd.DataFrame(summ)
-    ws, hdr, cols = book.table("Summary_By_Config", sdf, "aorta Summary_By_Config: per config, mean over "
-                               "ranks (ms); computation + exposed comm + exposed memcpy + idle = total")
-    n = len(sdf)
+    ws, hdr, cols = book.columns("Summary_By_Config", _columns_of(summ, list(summ[0]) if summ else []),
+                                 len(summ), "aorta Summary_By_Config: per config, mean over ranks (ms); "
+                                 "computation + exposed comm + exposed memcpy + idle = total")
+    n = len(summ)
     if n:
         chart = book.wb.add_chart({"type": "column", "subtype": "stacked"})
         for name, colour in (("computation_time_ms", "#4472C4"), ("exposed_comm_time_ms", "#ED7D31"),
@@ -461,6 +461,15 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
         chart.set_title({"name": "kernel time per config"})
         chart.set_y_axis({"name": "time (ms)"})
         ws.insert_chart(hdr + n + 3, 0, chart, {"x_scale": 1.5, "y_scale": 1.2})
+
+
+def _columns_of(rows: list[dict[str, Any]], names: list[str]) -> list[tuple[str, pd.Series]]:
+    """The columns of ``pd.DataFrame(rows, columns=names)`` (``rows`` each holding every name):
+    each inferred from its own values, as the frame infers it (ints with None as floats, only
+    None as objects, text as ``str``), without the frame around them."""
+    if not rows:
+        return [(k, pd.Series([], dtype=object)) for k in names]
+    return [(k, pd.Series([r[k] for r in rows])) for k in names]
 
 
 def _records(df: pd.DataFrame) -> list[dict[Any, Any]]:
@@ -492,7 +501,7 @@ def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.Da
     return out
 
 
-def pivot_columns(df: pd.DataFrame, index: str, columns: str,
+def pivot_columns(df: pd.DataFrame | Mapping[str, pd.Series], index: str, columns: str,
                   value: str) -> tuple[list[Any], list[pd.Series]]:
     """The column names and the columns of :func:`pivot_first` (what the pivot sheets write),
     from one pass over the rows (pandas' groupby and unstack cost some milliseconds a sheet,
@@ -545,10 +554,12 @@ def _points_axes(points: list[str | None]) -> dict[str | None, dict[str, int | N
 
 
 def _environment_sheet(book: _Book, data: ReportData) -> None:
-    rows = [{"key": k, "value": v} for k, v in _flatten(data.meta).items()]
-    book.table("environment", pd.DataFrame(rows, columns=["key", "value"]),
-               "run metadata: hardware, software versions, commit, inputs",
-               widths={"key": 36, "value": 100})
+    flat = _flatten(data.meta)
+    # text columns (their values are all text): no frame, nor its type inference, for them
+    book.columns("environment", [("key", pd.Series(list(flat), dtype=object)),
+                                 ("value", pd.Series(list(flat.values()), dtype=object))], len(flat),
+                 "run metadata: hardware, software versions, commit, inputs",
+                 widths={"key": 36, "value": 100})
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
