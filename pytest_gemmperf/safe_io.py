@@ -191,7 +191,12 @@ def _has_cr(df: pd.DataFrame) -> bool:
     for c in _text_columns(df):
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
-            s = pd.Series(s.cat.categories, dtype=object)
+            categories = s.dtype.categories
+            if len(categories) <= _SHORT_TEXT:  # its text is its categories': scanned as they are
+                if any(isinstance(v, str) and "\r" in v for v in categories.tolist()):
+                    return True
+                continue
+            s = pd.Series(categories, dtype=object)
         values = _short_object_values(s)
         if values is not None:
             if any(isinstance(v, str) and "\r" in v for v in values):
@@ -273,6 +278,8 @@ def _map_strings(df: pd.DataFrame, pattern: re.Pattern, fix, fix_name) -> pd.Dat
     for c in _text_columns(df):
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
+            if _no_category_matches(s.dtype.categories, pattern):
+                continue  # no cell can match: the column as it is, without its text made
             s = s.astype(object)
         values = _short_object_values(s)
         if values is not None:
@@ -297,6 +304,15 @@ def _map_strings(df: pd.DataFrame, pattern: re.Pattern, fix, fix_name) -> pd.Dat
         res = res.copy(deep=False) if res is df else res
         res.columns = names
     return res
+
+
+def _no_category_matches(categories: pd.Index, pattern: re.Pattern) -> bool:
+    """Whether no text category matches ``pattern``, so that no cell of the column can (the
+    cells are scanned as objects, with Python's ``re``, short or long). False where one does,
+    or where the categories are many: its cells decide."""
+    if len(categories) > _SHORT_TEXT:
+        return False
+    return not any(isinstance(v, str) and pattern.match(v) is not None for v in categories.tolist())
 
 
 def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:

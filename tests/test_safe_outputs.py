@@ -403,3 +403,19 @@ def test_no_free_temporary_name_is_an_error_naming_the_target(tmp_path, monkeypa
         safe_io.write_text(tmp_path / "out.csv", "x")
     assert str(tmp_path / "out.csv") in str(info.value)
     assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("rows", [0, 3, 1500])
+@pytest.mark.parametrize("categories", [["a", "b"], ["a", "=b"], ["a", "x\ry"], ["=a", "b\r"], [1, 2]])
+def test_categorical_columns_are_scanned_by_their_categories(rows, categories, monkeypatch):
+    """A categorical column is passed over when none of its categories is a formula (or holds
+    a CR): the same frame, row ends and text as its cells scanned one by one, with categories
+    used, unused (a formula or CR among them, no cell holding it) and missing cells."""
+    values = [categories[0] if i % 3 else None for i in range(rows)]
+    df = pd.DataFrame({"k": pd.Categorical(values, categories=categories), "n": range(rows)})
+    got = (neutralise_frame(df), safe_io._has_cr(df), safe_io.csv_text(df))
+    monkeypatch.setattr(safe_io, "_SHORT_TEXT", -1)  # the categories' shortcut off: every cell
+    want = (neutralise_frame(df), safe_io._has_cr(df), safe_io.csv_text(df))
+    pd.testing.assert_frame_equal(got[0], want[0], check_exact=True)
+    assert got[1:] == want[1:]
+    assert got[0] is df or not ({"a", "b", "x\ry", 1, 2} >= set(categories))
