@@ -104,12 +104,40 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str = "ut
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = str(target)  # write(2) and fsync(2) name no file: say which one failed
+        _failed(tmp, target, exc)
         raise
     _fsync_dir(target.parent)
+
+
+def _write_whole(path: str | os.PathLike, data: bytes) -> Path:
+    """``data`` written to ``path`` as :func:`atomic_open` writes a file (a new temporary file,
+    ``fsync``-ed, renamed into place, the directory ``fsync``-ed), by plain system calls: a text
+    written at once needs no file object (its set-up, buffer and their system calls)."""
+    target = Path(path)
+    fd, tmp = _create_temp(target)
+    try:
+        try:
+            view = memoryview(data)
+            while view:  # write(2) may take less than it was given
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        _failed(tmp, target, exc)
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def _failed(tmp: str, target: Path, exc: BaseException) -> None:
+    """After a failed write: the temporary file removed (``target`` is as it was), and an
+    ``OSError`` that names no file (write(2), fsync(2)) naming ``target``."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(target)  # write(2) and fsync(2) name no file: say which one failed
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -127,17 +155,14 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_text(path: str | os.PathLike, text: str, *, encoding: str = "utf-8") -> Path:
-    """Atomically write ``text`` to ``path`` (see :func:`atomic_open`)."""
-    with atomic_open(path, "w", encoding=encoding, newline="") as fh:
-        fh.write(text)
-    return Path(path)
+    """Atomically write ``text`` to ``path`` (see :func:`atomic_open`): its characters as they
+    are (no newline translation), encoded."""
+    return _write_whole(path, text.encode(encoding))
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Atomically write ``data`` to ``path`` (see :func:`atomic_open`)."""
-    with atomic_open(path, "wb") as fh:
-        fh.write(data)
-    return Path(path)
+    return _write_whole(path, data)
 
 
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike, **kwargs: Any) -> Path:

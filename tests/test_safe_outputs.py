@@ -419,3 +419,30 @@ def test_categorical_columns_are_scanned_by_their_categories(rows, categories, m
     pd.testing.assert_frame_equal(got[0], want[0], check_exact=True)
     assert got[1:] == want[1:]
     assert got[0] is df or not ({"a", "b", "x\ry", 1, 2} >= set(categories))
+
+
+@pytest.mark.parametrize("writer", ["text", "bytes"])
+def test_whole_writes_survive_short_writes_and_fail_cleanly(tmp_path, monkeypatch, writer):
+    """write_text / write_bytes: every byte written where write(2) takes a few at a time (text
+    with CRs, CRLFs and non-ASCII kept as given); a failing write leaves the old file, no
+    temporary file, and an error naming the file."""
+    import errno
+
+    text = "a,b\r\nç,\"x\ny\"\r\n" * 50
+    write = (lambda p: safe_io.write_text(p, text)) if writer == "text" else \
+        (lambda p: safe_io.write_bytes(p, text.encode()))
+    real_write = os.write
+    monkeypatch.setattr(safe_io.os, "write", lambda fd, data: real_write(fd, bytes(data[:7])))
+    target = tmp_path / "out.csv"
+    assert write(target) == target
+    assert target.read_bytes() == text.encode()
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safe_io.os, "write", full)
+    with pytest.raises(OSError) as info:
+        write(target)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(target)
+    assert target.read_bytes() == text.encode()
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
