@@ -6,11 +6,11 @@ CI workspace, a report directory uploaded as an artefact):
 * **No write follows a link we did not make.** Every file is written to a fresh temporary file
   in the target's own directory (an unpredictable name opened with
   ``O_CREAT | O_EXCL | O_NOFOLLOW``, as ``tempfile.mkstemp`` opens one, so neither a planted
-  name nor a planted link is ever opened), flushed, ``fsync``-ed and then ``os.replace``-d over the target. ``rename(2)``
-  replaces a symbolic link standing at the target *itself* instead of writing through it, so a
-  planted ``report.html -> ~/.bashrc`` leaves ``~/.bashrc`` untouched; readers never see a
-  half-written file either. Append-only logs are opened with ``O_NOFOLLOW`` and refused, with
-  one clear line, when a link stands at their name.
+  name nor a planted link is ever opened), flushed, ``fsync``-ed and then ``os.replace``-d
+  over the target. ``rename(2)`` replaces a symbolic link standing at the target *itself*
+  instead of writing through it, so a planted ``report.html -> ~/.bashrc`` leaves
+  ``~/.bashrc`` untouched; readers never see a half-written file either. Append-only logs are
+  opened with ``O_NOFOLLOW`` and refused, with one clear line, when a link stands at their name.
 * **No CSV cell is a formula.** Spreadsheets evaluate a cell that begins with ``=``, ``+``,
   ``-``, ``@``, TAB or CR (CSV/formula injection). Following OWASP's rule, every *string* cell
   (and header) that begins with one of them gets a leading ``'``, which spreadsheets show as

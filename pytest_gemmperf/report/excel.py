@@ -505,9 +505,10 @@ def pivot_columns(df: pd.DataFrame | Mapping[str, pd.Series], index: str, column
                   value: str) -> tuple[list[Any], list[pd.Series]]:
     """The column names and the columns of :func:`pivot_first` (what the pivot sheets write),
     from one pass over the rows (pandas' groupby and unstack cost some milliseconds a sheet,
-    whatever its size): each cell the first non-missing value of its (index, column) pair, rows and columns without any value left out.
-    Their order is pandas': each key in the order it first appears in its own column where every
-    such key keeps a value, else in the order of the first appearance of the pairs that keep one."""
+    whatever its size): each cell the first non-missing value of its (index, column) pair, rows
+    and columns without any value left out. Their order is pandas': each key in the order it
+    first appears in its own column where every such key keeps a value, else in the order of the
+    first appearance of the pairs that keep one."""
     first: dict[tuple[Any, Any], float] = {}
     seen: dict[tuple[Any, Any], None] = {}  # every pair, in order of first appearance
     rows: dict[Any, None] = {}
