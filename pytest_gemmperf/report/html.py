@@ -160,7 +160,7 @@ def _records(df: pd.DataFrame, limit: int = HTML_MAX_ROWS) -> list[dict]:
     """The first ``limit`` rows as dicts of Python values, None for missing: what
     ``df.astype(object).where(df.notna(), None).to_dict("records")`` gives, from one object
     array (pandas' ``where`` on an object frame alone costs more than this whole function)."""
-    head = df.head(limit)
+    head = df.head(limit) if len(df) > limit else df  # head() copies even a frame it keeps whole
     values = head.to_numpy(dtype=object, copy=True)  # a single object block would be a read-only view
     values[head.isna().to_numpy(dtype=bool)] = None
     columns = head.columns.tolist()

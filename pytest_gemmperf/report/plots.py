@@ -125,6 +125,12 @@ def _x_axis(svg: _Svg, x0: float, x1: float, y: float, lo: float, hi: float, lab
     svg.text((x0 + x1) / 2, y + 30, label, anchor="middle")
 
 
+def _rows(df: pd.DataFrame) -> list[dict]:
+    """``df``'s rows as dicts of the values ``iterrows`` gives per cell (the frame's values, one
+    array for all its columns: numbers as Python numbers, text as text), without a Series per row."""
+    return [dict(zip(df.columns.tolist(), row)) for row in df.to_numpy().tolist()]
+
+
 def empty_note(message: str) -> Markup:
     return Markup(f'<p class="empty">{escape(message)}</p>')
 
@@ -165,7 +171,7 @@ def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
         v = min(max(v, lo_s), hi_s)
         return x0 + (v - lo_s) / (hi_s - lo_s) * (x1 - x0)
 
-    for i, r in rows.iterrows():
+    for i, r in enumerate(_rows(rows)):
         y = top + i * row_h + row_h / 2
         label = " ".join(str(r[c]) if c != "rank" else f"rank {r[c]}" for c in group_cols)
         label = label.replace("threads ", "th").strip()
@@ -333,7 +339,7 @@ def stacked_timeline(tp: pd.DataFrame, *, multi: bool, width: int = 900) -> Mark
         svg.rect(lx, 8, 10, 10, colour, stroke="#999")
         svg.text(lx + 14, 17, name)
         lx += 30 + 7 * len(name)
-    for i, r in rows.iterrows():
+    for i, r in enumerate(_rows(rows)):
         y = top + i * row_h
         point = r["point"] if isinstance(r["point"], str) else "all"
         label = f"{r['label']}: {point}" if multi else point
@@ -392,7 +398,7 @@ def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 34
         svg.text(x0 - 6, y + 4, f"{t:.2f}", anchor="end")
     svg.text(14, (y0 + y1) / 2, "mean overlap fraction", anchor="middle", rotate=True)
     labels = list(dict.fromkeys(g["label"]))
-    for _, r in g.iterrows():
+    for r in _rows(g):
         x = x0 + (math.log10(r["dur"]) - lo) / (hi - lo) * (x1 - x0)
         frac = float(r["frac"]) if math.isfinite(r["frac"]) else 0.0
         y = y0 + frac * (y1 - y0)

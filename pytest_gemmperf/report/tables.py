@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import islice
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -28,7 +30,7 @@ from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
 from pytest_gemmperf.safe_io import csv_text, csv_texts, write_csv, write_text
 from pytest_gemmperf.textsafe import printable
-from pytest_gemmperf.report.data import report_kernel_labels
+from pytest_gemmperf.report.data import report_kernel_labels, unlabelled
 
 VARIANCE_CSV = "top5_gemm_kernels_time_variance.csv"
 #: robust columns appended after aorta's (aorta ignores extra columns)
@@ -50,6 +52,9 @@ def public(df: pd.DataFrame, data: ReportData) -> pd.DataFrame:
     """Drop the ``label`` column of a single-sweep report."""
     if data.multi or "label" not in df.columns:
         return df
+    plain = unlabelled(df)
+    if plain is not None:  # a report table as built, its label column not taken off again
+        return plain
     names = df.columns.tolist()
     if names[0] == "label" and names.count("label") == 1:
         # every report table has it first (``data._with_label``): a positional slice costs
@@ -224,7 +229,8 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     if len(top):
         lines += [f"Top GEMM kernels by time variance (max - min, top {data.top_k} per cell):", "",
                   "| point | rank | kernel | min µs | max µs | diff µs | robust CV |", "|---|---|---|---|---|---|---|"]
-        for r in top.head(5).itertuples(index=False):
+        for r in _first_rows(top, 5, ("point", "rank", "kernel_name", "kernel_time_min_us",
+                                      "kernel_time_max_us", "time_diff_us", "mad_cv")):
             lines.append(f"| {md_code(r.point if isinstance(r.point, str) else '-')} | "
                          f"{'-' if pd.isna(r.rank) else int(r.rank)} | "
                          f"{md_code(labels.get(str(r.kernel_name)) or shorten_kernel(r.kernel_name, 80))} | "
@@ -236,6 +242,15 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     if report_name:
         lines.append(f"Full report: `{report_name}` (HTML), `report.xlsx`, CSVs beside it.")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _first_rows(df: pd.DataFrame, n: int, columns: tuple[str, ...]) -> list[SimpleNamespace]:
+    """The first ``n`` rows of ``df`` as ``itertuples`` gives them (each cell as iterating its
+    column gives it), read from the named columns only: itertuples reads every column."""
+    if df.columns.has_duplicates:  # a name is then a frame, not a column: pandas' own way
+        return list(df.head(n).itertuples(index=False))
+    cells = [islice(df[c], n) for c in columns]
+    return [SimpleNamespace(**dict(zip(columns, row))) for row in zip(*cells)]
 
 
 def _telemetry_md(data: ReportData) -> list[str]:
