@@ -376,20 +376,21 @@ def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 34
     """Per GEMM kernel: mean overlap fraction with collectives vs median duration (log x)."""
     if len(overlap) == 0:
         return empty_note("no GEMM dispatches")
-    g = _scatter_points(overlap)
-    g = g[np.isfinite(g["dur"]) & (g["dur"] > 0)]
+    points = _scatter_points(overlap)
+    dur = points["dur"].to_numpy(dtype=np.float64)
+    g = [r for r, ok in zip(_rows(points), (np.isfinite(dur) & (dur > 0)).tolist()) if ok]
     if len(g) == 0:
         return empty_note("no GEMM durations")
     if len(g) == 1:  # one point is no chart: said in words
-        r = g.iloc[0]
+        r = g[0]
         frac = float(r["frac"]) if math.isfinite(r["frac"]) else 0.0
-        who = f"{r['label']}: " if g["label"].nunique() > 1 or r["label"] != "run" else ""
+        who = f"{r['label']}: " if r["label"] != "run" else ""
         return Markup('<p class="note">') + escape(
             f"One GEMM kernel ({who}{r['kernel']}): median {r['dur']:.3g} µs over {int(r['count'])} dispatch(es), "
             + ("never overlapping a collective." if frac == 0 else
                f"on average {100 * frac:.0f} % of each dispatch overlapping a collective.")) + Markup("</p>")
     left, right, top, bottom = 60, 20, 20, 50
-    lo, hi = math.log10(g["dur"].min()) - 0.1, math.log10(g["dur"].max()) + 0.1
+    lo, hi = math.log10(min(r["dur"] for r in g)) - 0.1, math.log10(max(r["dur"] for r in g)) + 0.1
     svg = _Svg(width, height, "GEMM overlap with collectives vs duration")
     x0, x1, y0, y1 = left, width - right, height - bottom, top
     for t in (0, 0.25, 0.5, 0.75, 1.0):
@@ -397,8 +398,8 @@ def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 34
         svg.line(x0, y, x1, y, stroke="#e5e5e5")
         svg.text(x0 - 6, y + 4, f"{t:.2f}", anchor="end")
     svg.text(14, (y0 + y1) / 2, "mean overlap fraction", anchor="middle", rotate=True)
-    labels = list(dict.fromkeys(g["label"]))
-    for r in _rows(g):
+    labels = list(dict.fromkeys(r["label"] for r in g))
+    for r in g:
         x = x0 + (math.log10(r["dur"]) - lo) / (hi - lo) * (x1 - x0)
         frac = float(r["frac"]) if math.isfinite(r["frac"]) else 0.0
         y = y0 + frac * (y1 - y0)
