@@ -105,7 +105,7 @@ def test_plot_rows_hold_what_iterrows_gives():
         t = _table(rng, n)
         for frame in (t, t[["dur_ns", "v"]], t[["dur_ns"]], t[["s", "v"]]):
             frame = frame.reset_index(drop=True)
-            got = P._rows(frame)
+            got = P.frame_rows(frame)
             want = [dict(r) for _, r in frame.iterrows()]
             assert len(got) == len(want)
             for g, w in zip(got, want):
@@ -140,3 +140,25 @@ def test_tidied_float_columns_short_and_long_alike(n):
     assert [repr(x) for x in got["x_us"].tolist()] == [repr(x) for x in want]
     assert got["x_us"].dtype == np.float64 and got["y"].dtype == np.float64
     assert np.isnan(got["y"].to_numpy()).all()
+
+
+def test_per_kernel_rows_draw_the_per_kernel_frames():
+    from pytest_gemmperf.report import html as H
+
+    rng = random.Random(17)
+    for _ in range(100):
+        n = rng.randint(1, 8)
+        kernels = [f"k{i}" for i in range(n)] if rng.random() < 0.7 else [rng.choice(["a", "b"]) for _ in range(n)]
+        boxes = pd.DataFrame({"kernel": pd.array(kernels, dtype=object),
+                              "label": [rng.choice(["run", "b"]) for _ in range(n)],
+                              "rank": [rng.randint(0, 3) for _ in range(n)],
+                              "count": [rng.randint(1, 9) for _ in range(n)],
+                              **{c: [rng.choice([rng.random(), np.nan, 2.0]) for _ in range(n)]
+                                 for c in D.BOX_COLUMNS[1:]}},
+                             index=rng.sample(range(50), n))
+        for cols in (["label"], ["rank"], ["label", "rank"]):
+            got = H._per_kernel_rows(boxes, cols)
+            want = H._per_kernel(boxes, cols)
+            assert [k for k, _ in got] == [k for k, _ in want]
+            for (k, rows), (_, frame) in zip(got, want):
+                assert P.box_rows_panel(rows, cols, k, label="x") == P.box_panel(frame, cols, k, label="x")

@@ -234,8 +234,8 @@ def _distribution_panels(data: ReportData, short: dict[str, str] | None = None) 
             b = b.assign(channel=["ch" + str(int(x)) for x in b["channel"]])
         if axis == "rank":
             b = b.assign(rank=[int(x) for x in b["rank"]])
-        panels = [plots.box_panel(grp, group_cols, str(kernel), label=short.get(str(kernel)))
-                  for kernel, grp in _per_kernel(b, group_cols)]
+        panels = [plots.box_rows_panel(rows, group_cols, str(kernel), label=short.get(str(kernel)))
+                  for kernel, rows in _per_kernel_rows(b, group_cols)]
         sections.append({"title": titles[axis], "panels": panels})
     return sections
 
@@ -247,6 +247,15 @@ def _per_kernel(boxes: pd.DataFrame, group_cols: list[str]) -> list[tuple[Any, p
     if all(isinstance(k, str) for k in kernels) and len(set(kernels)) == len(kernels):
         return [(k, boxes.iloc[i:i + 1]) for i, k in enumerate(kernels)]
     return [(k, grp.sort_values(group_cols)) for k, grp in boxes.groupby("kernel", sort=False)]
+
+
+def _per_kernel_rows(boxes: pd.DataFrame, group_cols: list[str]) -> list[tuple[Any, list[dict]]]:
+    """:func:`_per_kernel` with each kernel's boxes as rows (``plots.frame_rows``): one row a
+    kernel, the rows of the whole frame read at once, no frame per kernel."""
+    kernels = boxes["kernel"].tolist()
+    if all(isinstance(k, str) for k in kernels) and len(set(kernels)) == len(kernels):
+        return [(k, [row]) for k, row in zip(kernels, plots.frame_rows(boxes))]
+    return [(k, plots.frame_rows(grp)) for k, grp in _per_kernel(boxes, group_cols)]
 
 
 def _kernel_overview(data: ReportData, limit: int = 60) -> pd.DataFrame:
