@@ -162,3 +162,16 @@ def test_per_kernel_rows_draw_the_per_kernel_frames():
             assert [k for k, _ in got] == [k for k, _ in want]
             for (k, rows), (_, frame) in zip(got, want):
                 assert P.box_rows_panel(rows, cols, k, label="x") == P.box_panel(frame, cols, k, label="x")
+
+
+def test_head_records_are_what_clean_reads_of_to_dict():
+    from pytest_gemmperf.jsonsafe import clean
+
+    rng = random.Random(18)
+    columns = ("label", "s", "rank", "kernel", "v", "missing", "dur_ns", "text")
+    for n in (0, 1, 3, 25):
+        t = _table(rng, n).reset_index(drop=True)
+        t.insert(0, "label", ["run"] * n)
+        for k in (1, 20):
+            want = t.reindex(columns=list(columns)).head(k).to_dict("records")
+            assert clean(T._head_records(t, columns, k)) == clean(want)

@@ -147,14 +147,24 @@ def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict
         "points": sorted({str(p) for p in data.kernels.get("point", pd.Series(dtype=object)).dropna()}),
         "n_kernels": int(data.kernels["kernel"].nunique()) if "kernel" in data.kernels else 0,
         "timeline_by_point_ms": tl.to_dict("records") if len(tl) else [],
-        "top_variance": data.top_variance.reindex(
-            columns=["label", "point", "rank", "kernel_name", "time_diff_us", "mad_cv"]).head(20)
-            .to_dict("records"),
+        "top_variance": _head_records(data.top_variance,
+                                      ("label", "point", "rank", "kernel_name", "time_diff_us", "mad_cv"), 20),
         "short_kernel_threshold_us": data.short_kernel_us,
         "meta": data.meta,
         "notes": data.notes,
         "files": {k: str(p) for k, p in (files or {}).items()},
     })
+
+
+def _head_records(df: pd.DataFrame, columns: tuple[str, ...], n: int) -> list[dict]:
+    """``df.reindex(columns=columns).head(n).to_dict("records")`` as :func:`clean` reads it
+    (each cell as iterating its column gives it, a column ``df`` lacks as NaN), read from
+    those columns' first rows only: no frame of them is built."""
+    if df.columns.has_duplicates:  # a name is then a frame, not a column: pandas' own way
+        return df.reindex(columns=list(columns)).head(n).to_dict("records")
+    rows = min(n, len(df))
+    cells = [list(islice(df[c], rows)) if c in df.columns else [math.nan] * rows for c in columns]
+    return [dict(zip(columns, row)) for row in zip(*cells)]
 
 
 def write_summary_json(data: ReportData, path: Path, files: dict[str, Path] | None = None) -> Path:
