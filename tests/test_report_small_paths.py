@@ -85,18 +85,19 @@ def test_short_kernels_are_sorted_as_pandas_sorts_them(monkeypatch):
         _same_frame(got_hist, want_hist)
 
 
-def test_first_rows_are_itertuples():
+def test_head_records_are_itertuples():
     rng = random.Random(13)
     columns = ("kernel", "rank", "v", "text", "dur_ns")
     for n in (0, 1, 3, 9):
         t = _table(rng, n)
-        got = T._first_rows(t, 5, columns)
-        want = list(t.head(5).itertuples(index=False))
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            for c in columns:
-                a, b = getattr(g, c), getattr(w, c)
-                assert type(a) is type(b) and (a is b or a == b or (a != a and b != b)), (c, a, b)
+        for frame in (t, pd.concat([t, t[["v"]].rename(columns={"v": "kernel"})], axis=1)):  # a repeated name
+            got = T._head_records(frame, columns, 5)
+            want = list(frame.head(5).itertuples(index=False))
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                for c in columns:
+                    a, b = g[c], getattr(w, c)
+                    assert type(a) is type(b) and (a is b or a == b or (a != a and b != b)), (c, a, b)
 
 
 def test_plot_rows_hold_what_iterrows_gives():

@@ -16,7 +16,6 @@ import json
 import math
 from itertools import islice
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -157,13 +156,17 @@ def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict
 
 
 def _head_records(df: pd.DataFrame, columns: tuple[str, ...], n: int) -> list[dict]:
-    """``df.reindex(columns=columns).head(n).to_dict("records")`` as :func:`clean` reads it
-    (each cell as iterating its column gives it, a column ``df`` lacks as NaN), read from
-    those columns' first rows only: no frame of them is built."""
-    if df.columns.has_duplicates:  # a name is then a frame, not a column: pandas' own way
-        return df.reindex(columns=list(columns)).head(n).to_dict("records")
+    """The first ``n`` rows of ``df``'s ``columns`` as dicts, each cell as iterating its column
+    gives it (what ``itertuples`` yields, and ``to_dict("records")`` as :func:`clean` reads it);
+    a column ``df`` lacks as NaN (``reindex``), of a repeated name the first. Read from those
+    columns' first rows only: no frame of them, no row object for every column."""
     rows = min(n, len(df))
-    cells = [list(islice(df[c], rows)) if c in df.columns else [math.nan] * rows for c in columns]
+    first: dict[str, int] = {}
+    for i, c in enumerate(df.columns.tolist()):
+        first.setdefault(c, i)
+    plain = not df.columns.has_duplicates
+    cells = [list(islice(df[c] if plain else df.iloc[:, first[c]], rows)) if c in first else [math.nan] * rows
+             for c in columns]
     return [dict(zip(columns, row)) for row in zip(*cells)]
 
 
@@ -239,28 +242,19 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     if len(top):
         lines += [f"Top GEMM kernels by time variance (max - min, top {data.top_k} per cell):", "",
                   "| point | rank | kernel | min µs | max µs | diff µs | robust CV |", "|---|---|---|---|---|---|---|"]
-        for r in _first_rows(top, 5, ("point", "rank", "kernel_name", "kernel_time_min_us",
-                                      "kernel_time_max_us", "time_diff_us", "mad_cv")):
-            lines.append(f"| {md_code(r.point if isinstance(r.point, str) else '-')} | "
-                         f"{'-' if pd.isna(r.rank) else int(r.rank)} | "
-                         f"{md_code(labels.get(str(r.kernel_name)) or shorten_kernel(r.kernel_name, 80))} | "
-                         f"{r.kernel_time_min_us:.2f} | {r.kernel_time_max_us:.2f} | {r.time_diff_us:.2f} | "
-                         f"{r.mad_cv:.3f} |")
+        for r in _head_records(top, ("point", "rank", "kernel_name", "kernel_time_min_us",
+                                     "kernel_time_max_us", "time_diff_us", "mad_cv"), 5):
+            lines.append(f"| {md_code(r['point'] if isinstance(r['point'], str) else '-')} | "
+                         f"{'-' if pd.isna(r['rank']) else int(r['rank'])} | "
+                         f"{md_code(labels.get(str(r['kernel_name'])) or shorten_kernel(r['kernel_name'], 80))} | "
+                         f"{r['kernel_time_min_us']:.2f} | {r['kernel_time_max_us']:.2f} | {r['time_diff_us']:.2f} | "
+                         f"{r['mad_cv']:.3f} |")
         lines.append("")
     for note in data.notes:
         lines.append(f"> {md_text(note)}")
     if report_name:
         lines.append(f"Full report: `{report_name}` (HTML), `report.xlsx`, CSVs beside it.")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _first_rows(df: pd.DataFrame, n: int, columns: tuple[str, ...]) -> list[SimpleNamespace]:
-    """The first ``n`` rows of ``df`` as ``itertuples`` gives them (each cell as iterating its
-    column gives it), read from the named columns only: itertuples reads every column."""
-    if df.columns.has_duplicates:  # a name is then a frame, not a column: pandas' own way
-        return list(df.head(n).itertuples(index=False))
-    cells = [islice(df[c], n) for c in columns]
-    return [SimpleNamespace(**dict(zip(columns, row))) for row in zip(*cells)]
 
 
 def _telemetry_md(data: ReportData) -> list[str]:
