@@ -11,6 +11,7 @@ Units are part of the column names (``*_ns``, ``*_us``, ``*_ms``); conversions h
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -163,10 +164,29 @@ def verdict_counts(verdicts: pd.DataFrame | None) -> dict[str, int]:
 # helpers
 
 
+#: each table :func:`_with_label` made, by its id: (a weak reference to it, the table without
+#: its label); an entry goes with its table
+_UNLABELLED: dict[int, tuple[weakref.ref, pd.DataFrame]] = {}
+
+
 def _with_label(df: pd.DataFrame, label: str) -> pd.DataFrame:
-    df = df.reset_index(drop=True)
-    df.insert(0, "label", label)
-    return df
+    plain = df.reset_index(drop=True)
+    out = plain.copy(deep=False)  # the label goes into this one; ``plain`` stays as it is
+    out.insert(0, "label", label)
+    key = id(out)
+    _UNLABELLED[key] = (weakref.ref(out, lambda _, key=key: _UNLABELLED.pop(key, None)), plain)
+    return out
+
+
+def unlabelled(df: pd.DataFrame) -> pd.DataFrame | None:
+    """``df`` without the label column :func:`_with_label` put first (the table it was given,
+    numbered from 0), a frame of its own (a shallow copy: setting a column of it changes
+    nothing else); None for a table made otherwise. Slicing the column off costs some
+    0.1 ms a table, a report's writers ask for a dozen."""
+    hit = _UNLABELLED.get(id(df))
+    if hit is None or hit[0]() is not df:
+        return None
+    return hit[1].copy(deep=False)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -397,15 +417,24 @@ def _short_kernels(parts: ReportParts, threshold_us: float) -> tuple[pd.DataFram
     sk = parts.short
     sums = sk["sum_ns"].to_numpy(np.int64).astype(np.float64)  # integers below 2**53: exact
     count = sk["count"].to_numpy(np.int64)
-    summary = pd.DataFrame({
-        "name": sk["name"].to_numpy(dtype=object).astype(str),
+    names = sk["name"].to_numpy(dtype=object).astype(str)
+    columns = {
+        "name": names,
         "Short Kernel count": count,
         "Short Kernel duration (µs) sum": sums / 1e3,
         "Short Kernel duration (µs) mean": sums / count / 1e3,
         "Short Kernel duration (µs) percent of total time": sums / total * 100,
-    }).sort_values(["Short Kernel duration (µs) sum", "name"], ascending=[False, True], kind="stable")
+    }
     edges = short_edges(threshold_us)
     hist = pd.DataFrame({"bin_start_us": edges[:-1], "bin_end_us": edges[1:], "count": parts.short_hist})
+    if len(names) <= SMALL_TABLE_ROWS:
+        # the sort below, in Python: largest sum first, then by name, ties as they came (no NaN:
+        # the sums are of integers)
+        key, text = (-columns["Short Kernel duration (µs) sum"]).tolist(), names.tolist()
+        order = sorted(range(len(text)), key=lambda i: (key[i], text[i]))
+        return pd.DataFrame({c: v[order] for c, v in columns.items()}), hist
+    summary = pd.DataFrame(columns).sort_values(["Short Kernel duration (µs) sum", "name"],
+                                                ascending=[False, True], kind="stable")
     return summary.reset_index(drop=True), hist
 
 
@@ -832,7 +861,17 @@ def _kernel_labels(data: ReportData) -> dict[str, str]:
         if df is not None and c in df.columns:
             cols.append(df[c])
     cols += [b["kernel"] for b in data.boxes.values() if b is not None and "kernel" in b.columns]
-    return page_kernel_labels([pd.unique(c.dropna().astype(str)) for c in cols])
+    return page_kernel_labels([_present_text(c) for c in cols])
+
+
+def _present_text(col: pd.Series) -> list:
+    """``col``'s values that are not missing, for :func:`page_kernel_labels` (which makes text of
+    them and keeps each once): a column of text (object, string or categorical) read as Python
+    values once; any other through pandas' ``dropna().astype(str)``, as its text is written."""
+    if isinstance(col.dtype, np.dtype) and col.dtype != object:
+        return list(pd.unique(col.dropna().astype(str)))
+    # ``x == x``: false for NaN and NaT; pd.NA, which has no truth value, is checked first
+    return [x for x in col.tolist() if x is not None and x is not pd.NA and x == x]
 
 
 __all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",
