@@ -3,7 +3,6 @@ value for value, on random tables (NaN, NA, None, categoricals, ties, empty, one
 
 from __future__ import annotations
 
-import gc
 import math
 import random
 from types import SimpleNamespace
@@ -51,18 +50,6 @@ def test_public_of_a_labelled_table_is_the_table_it_was_made_from():
         _same_frame(T.public(labelled, single), want)
         assert list(labelled.columns) == ["label", *t.columns]
     assert T.public(labelled, SimpleNamespace(multi=True)) is labelled
-
-
-def test_a_labelled_tables_entry_goes_with_it():
-    before = len(D._UNLABELLED)
-    labelled = D._with_label(pd.DataFrame({"a": [1, 2]}), "run")
-    assert D.unlabelled(labelled) is not None and len(D._UNLABELLED) == before + 1
-    copy = labelled.copy()  # another frame (it may be changed): not the table as built
-    assert D.unlabelled(copy) is None
-    _same_frame(T.public(copy, SimpleNamespace(multi=False)), labelled.iloc[:, 1:])
-    del labelled
-    gc.collect()
-    assert len(D._UNLABELLED) == before
 
 
 def _short_parts(rng: random.Random, n: int) -> SimpleNamespace:

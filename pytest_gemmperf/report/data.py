@@ -11,7 +11,6 @@ Units are part of the column names (``*_ns``, ``*_us``, ``*_ms``); conversions h
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -164,29 +163,10 @@ def verdict_counts(verdicts: pd.DataFrame | None) -> dict[str, int]:
 # helpers
 
 
-#: each table :func:`_with_label` made, by its id: (a weak reference to it, the table without
-#: its label); an entry goes with its table
-_UNLABELLED: dict[int, tuple[weakref.ref, pd.DataFrame]] = {}
-
-
 def _with_label(df: pd.DataFrame, label: str) -> pd.DataFrame:
-    plain = df.reset_index(drop=True)
-    out = plain.copy(deep=False)  # the label goes into this one; ``plain`` stays as it is
-    out.insert(0, "label", label)
-    key = id(out)
-    _UNLABELLED[key] = (weakref.ref(out, lambda _, key=key: _UNLABELLED.pop(key, None)), plain)
-    return out
-
-
-def unlabelled(df: pd.DataFrame) -> pd.DataFrame | None:
-    """``df`` without the label column :func:`_with_label` put first (the table it was given,
-    numbered from 0), a frame of its own (a shallow copy: setting a column of it changes
-    nothing else); None for a table made otherwise. Slicing the column off costs some
-    0.1 ms a table, a report's writers ask for a dozen."""
-    hit = _UNLABELLED.get(id(df))
-    if hit is None or hit[0]() is not df:
-        return None
-    return hit[1].copy(deep=False)
+    df = df.reset_index(drop=True)
+    df.insert(0, "label", label)
+    return df
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

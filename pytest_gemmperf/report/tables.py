@@ -29,7 +29,7 @@ from pytest_gemmperf.report.data import ReportData, sweep_fact, verdict_counts
 from pytest_gemmperf.report.telemetry import gpu_seen, sampled_points
 from pytest_gemmperf.safe_io import csv_text, csv_texts, write_csv, write_text
 from pytest_gemmperf.textsafe import printable
-from pytest_gemmperf.report.data import report_kernel_labels, unlabelled
+from pytest_gemmperf.report.data import report_kernel_labels
 
 VARIANCE_CSV = "top5_gemm_kernels_time_variance.csv"
 #: robust columns appended after aorta's (aorta ignores extra columns)
@@ -51,9 +51,6 @@ def public(df: pd.DataFrame, data: ReportData) -> pd.DataFrame:
     """Drop the ``label`` column of a single-sweep report."""
     if data.multi or "label" not in df.columns:
         return df
-    plain = unlabelled(df)
-    if plain is not None:  # a report table as built, its label column not taken off again
-        return plain
     names = df.columns.tolist()
     if names[0] == "label" and names.count("label") == 1:
         # every report table has it first (``data._with_label``): a positional slice costs
