@@ -98,6 +98,13 @@ def _tidy_floats(s: "pd.Series", name: object, np: Any, pd: Any) -> "pd.Series":
         if np.all(np.abs(arr[finite]) < 2.0 ** 62):
             ints = np.where(finite, np.rint(np.where(finite, arr, 0.0)), 0).astype(np.int64)
             return pd.Series(pd.arrays.IntegerArray(ints, ~finite), index=s.index, name=s.name)
+    if s.dtype == np.float64 and len(s) <= _SMALL_COLUMN:
+        # a short float64 column, value by value (NaN is its only missing value): the same
+        # text and parse as below, without NumPy's masks and copies
+        values = s.to_numpy().tolist()
+        if not any(map(math.isfinite, values)):
+            return s
+        return pd.Series(np.array([tidy_float(x) for x in values], dtype=np.float64), index=s.index, name=s.name)
     arr = s.to_numpy(dtype=np.float64, na_value=np.nan)
     finite = np.isfinite(arr)
     if not finite.any():

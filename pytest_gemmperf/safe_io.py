@@ -4,13 +4,13 @@ Two promises, both about files that may sit in directories other people can writ
 CI workspace, a report directory uploaded as an artefact):
 
 * **No write follows a link we did not make.** Every file is written to a fresh temporary file
-  in the target's own directory (``tempfile.mkstemp``: an unpredictable name opened with
-  ``O_CREAT | O_EXCL | O_NOFOLLOW``, so neither a planted name nor a planted link is ever
-  opened), flushed, ``fsync``-ed and then ``os.replace``-d over the target. ``rename(2)``
-  replaces a symbolic link standing at the target *itself* instead of writing through it, so a
-  planted ``report.html -> ~/.bashrc`` leaves ``~/.bashrc`` untouched; readers never see a
-  half-written file either. Append-only logs are opened with ``O_NOFOLLOW`` and refused, with
-  one clear line, when a link stands at their name.
+  in the target's own directory (an unpredictable name opened with
+  ``O_CREAT | O_EXCL | O_NOFOLLOW``, as ``tempfile.mkstemp`` opens one, so neither a planted
+  name nor a planted link is ever opened), flushed, ``fsync``-ed and then ``os.replace``-d
+  over the target. ``rename(2)`` replaces a symbolic link standing at the target *itself*
+  instead of writing through it, so a planted ``report.html -> ~/.bashrc`` leaves
+  ``~/.bashrc`` untouched; readers never see a half-written file either. Append-only logs are
+  opened with ``O_NOFOLLOW`` and refused, with one clear line, when a link stands at their name.
 * **No CSV cell is a formula.** Spreadsheets evaluate a cell that begins with ``=``, ``+``,
   ``-``, ``@``, TAB or CR (CSV/formula injection). Following OWASP's rule, every *string* cell
   (and header) that begins with one of them gets a leading ``'``, which spreadsheets show as
@@ -29,7 +29,6 @@ import functools
 import io
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Iterator
 
@@ -56,19 +55,27 @@ def _prefixed() -> re.Pattern[str]:
     return re.compile(rf"'(?!{_NUMBER_RE}\Z){_FORMULA_RE}")
 
 
-def _umask() -> int:
-    """The process umask. Linux shows it in /proc; elsewhere it can only be read by setting it
-    (restored at once), which is racy only against another thread creating a file."""
-    try:
-        with open("/proc/self/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+#: how the temporary file is opened: a new name only (``O_EXCL``), never through a link
+_TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+    | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+#: names tried before giving up (each a fresh random one; a clash means someone planted it)
+_TEMP_TRIES = 100
+
+
+def _create_temp(target: Path) -> tuple[int, str]:
+    """A new temporary file beside ``target``: its descriptor and name (``mkstemp``'s open, with
+    mode 0666 instead of 0600). The kernel then gives it what a plain ``open`` gives, 0666 minus
+    the umask in force at this moment (or what a directory's default ACL says), with no umask of
+    ours to read (Linux shows it only in /proc: a file read per output) and none to go stale
+    when the program changes its umask between two writes."""
+    directory = os.path.abspath(target.parent)  # as mkstemp names it (in an error message too)
+    for _ in range(_TEMP_TRIES):
+        tmp = os.path.join(directory, f".{target.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o666), tmp
+        except FileExistsError:  # a planted name or link: the next one
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(target))
 
 
 @contextlib.contextmanager
@@ -76,18 +83,17 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str = "ut
                 newline: str | None = None) -> Iterator[IO[Any]]:
     """Write ``path`` through a private temporary file, then rename it into place.
 
-    ``mode`` is ``"w"`` (text) or ``"wb"``. The temporary file is created by ``mkstemp`` in the
-    same directory (same file system, so the rename is atomic), gets the permissions a normal
-    ``open`` would give (0666 minus umask), is ``fsync``-ed, and replaces ``path`` with
-    ``os.replace``; a symbolic link at ``path`` is replaced, never followed. On any error the
+    ``mode`` is ``"w"`` (text) or ``"wb"``. The temporary file is created in the same directory
+    (same file system, so the rename is atomic) with the permissions a normal ``open`` would give
+    (0666 minus the umask at that moment, :func:`_create_temp`), is ``fsync``-ed, and replaces
+    ``path`` with ``os.replace``; a symbolic link at ``path`` is replaced, never followed. On any error the
     temporary file is removed and ``path`` is unchanged.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _create_temp(target)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
         if mode == "wb":
             fh: IO[Any] = os.fdopen(fd, "wb")
         else:
@@ -98,12 +104,40 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str = "ut
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = str(target)  # write(2) and fsync(2) name no file: say which one failed
+        _failed(tmp, target, exc)
         raise
     _fsync_dir(target.parent)
+
+
+def _write_whole(path: str | os.PathLike, data: bytes) -> Path:
+    """``data`` written to ``path`` as :func:`atomic_open` writes a file (a new temporary file,
+    ``fsync``-ed, renamed into place, the directory ``fsync``-ed), by plain system calls: a text
+    written at once needs no file object (its set-up, buffer and their system calls)."""
+    target = Path(path)
+    fd, tmp = _create_temp(target)
+    try:
+        try:
+            view = memoryview(data)
+            while view:  # write(2) may take less than it was given
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        _failed(tmp, target, exc)
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def _failed(tmp: str, target: Path, exc: BaseException) -> None:
+    """After a failed write: the temporary file removed (``target`` is as it was), and an
+    ``OSError`` that names no file (write(2), fsync(2)) naming ``target``."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(target)  # write(2) and fsync(2) name no file: say which one failed
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -121,17 +155,14 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_text(path: str | os.PathLike, text: str, *, encoding: str = "utf-8") -> Path:
-    """Atomically write ``text`` to ``path`` (see :func:`atomic_open`)."""
-    with atomic_open(path, "w", encoding=encoding, newline="") as fh:
-        fh.write(text)
-    return Path(path)
+    """Atomically write ``text`` to ``path`` (see :func:`atomic_open`): its characters as they
+    are (no newline translation), encoded."""
+    return _write_whole(path, text.encode(encoding))
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Atomically write ``data`` to ``path`` (see :func:`atomic_open`)."""
-    with atomic_open(path, "wb") as fh:
-        fh.write(data)
-    return Path(path)
+    return _write_whole(path, data)
 
 
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike, **kwargs: Any) -> Path:
@@ -185,7 +216,12 @@ def _has_cr(df: pd.DataFrame) -> bool:
     for c in _text_columns(df):
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
-            s = pd.Series(s.cat.categories, dtype=object)
+            categories = s.dtype.categories
+            if len(categories) <= _SHORT_TEXT:  # its text is its categories': scanned as they are
+                if any(isinstance(v, str) and "\r" in v for v in categories.tolist()):
+                    return True
+                continue
+            s = pd.Series(categories, dtype=object)
         values = _short_object_values(s)
         if values is not None:
             if any(isinstance(v, str) and "\r" in v for v in values):
@@ -267,6 +303,8 @@ def _map_strings(df: pd.DataFrame, pattern: re.Pattern, fix, fix_name) -> pd.Dat
     for c in _text_columns(df):
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
+            if _no_category_matches(s.dtype.categories, pattern):
+                continue  # no cell can match: the column as it is, without its text made
             s = s.astype(object)
         values = _short_object_values(s)
         if values is not None:
@@ -291,6 +329,15 @@ def _map_strings(df: pd.DataFrame, pattern: re.Pattern, fix, fix_name) -> pd.Dat
         res = res.copy(deep=False) if res is df else res
         res.columns = names
     return res
+
+
+def _no_category_matches(categories: pd.Index, pattern: re.Pattern) -> bool:
+    """Whether no text category matches ``pattern``, so that no cell of the column can (the
+    cells are scanned as objects, with Python's ``re``, short or long). False where one does,
+    or where the categories are many: its cells decide."""
+    if len(categories) > _SHORT_TEXT:
+        return False
+    return not any(isinstance(v, str) and pattern.match(v) is not None for v in categories.tolist())
 
 
 def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from pytest_gemmperf.analysis.report_parts import as_objects
@@ -108,3 +109,107 @@ def test_pivot_first_is_pandas_pivot_table():
         for j in range(1, want.shape[1]):
             assert got.iloc[:, j].dtype == want.iloc[:, j].dtype == np.float64
             assert np.array_equal(got.iloc[:, j].to_numpy(), want.iloc[:, j].to_numpy(), equal_nan=True), df
+
+
+DTYPES = [*(s.dtype for s in SERIES.values()), np.dtype("timedelta64[ns]"), np.dtype("complex128"),
+          np.dtype("float16"), np.dtype("uint8"), np.dtype("U3"), np.dtype("S2"), np.dtype("V4"),
+          np.dtype("datetime64[s]"), pd.StringDtype(), pd.StringDtype("pyarrow"), pd.Float32Dtype(),
+          pd.UInt16Dtype(), pd.BooleanDtype(), pd.CategoricalDtype([1, 2]), pd.PeriodDtype("D"),
+          pd.DatetimeTZDtype(tz="UTC"), pd.IntervalDtype("int64"), pd.SparseDtype(np.float64),
+          pd.SparseDtype(bool), pd.ArrowDtype(pa.int32()),
+          pd.ArrowDtype(pa.bool_()), pd.ArrowDtype(pa.float64())]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_workbook_column_kind_is_pandas_dtype_checks(dtype):
+    """The workbook's number kind of a column (NumPy dtypes by their kind letter) is what
+    pandas' ``is_bool_dtype`` / ``is_numeric_dtype`` / ``is_integer_dtype`` say."""
+    from pytest_gemmperf.report.excel import _dtype_kind
+
+    types = pd.api.types
+    if types.is_bool_dtype(dtype):
+        want = "bool"
+    elif not types.is_numeric_dtype(dtype):
+        want = "text"
+    else:
+        want = "int" if types.is_integer_dtype(dtype) else "float"
+    assert _dtype_kind(dtype) == want
+
+
+def test_column_runs_cover_each_position_once():
+    from pytest_gemmperf.report.excel import _runs
+
+    assert _runs([]) == []
+    assert _runs([10, 10, 60, 10, 28, 28, 28]) == [(0, 1, 10), (2, 2, 60), (3, 3, 10), (4, 6, 28)]
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        values = rng.integers(0, 3, rng.integers(0, 12)).tolist()
+        runs = _runs(values)
+        assert [v for first, last, v in runs for _ in range(first, last + 1)] == values
+        assert all(a[2] != b[2] for a, b in zip(runs, runs[1:]))
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and (a == b or (a != a and b != b) or (a is pd.NA and b is pd.NA))
+
+
+@pytest.mark.parametrize("plain", [True, False])
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_timeline_records_are_to_dict_records(rows, plain):
+    """The workbook's records of a small frame: ``to_dict("records")``, value for value and
+    type for type, for frames of NumPy numbers and text (read from the columns) and of any
+    other dtype (pandas' own path)."""
+    from pytest_gemmperf.report.excel import _records
+
+    rng = np.random.default_rng(rows)
+    cols = {}
+    for name, s in SERIES.items():
+        if name.startswith("categorical") or name in ("empty", "datetime") \
+                or (plain and name not in ("str", "bool", "int64", "uint64", "int8", "float64", "float32")):
+            continue
+        values = s.tolist()
+        cols[name] = pd.Series([values[i % len(values)] for i in range(rows)], dtype=s.dtype)
+    cols["str with nan"] = pd.Series(["a", None, "c"][:rows], dtype="str")
+    cols["python strings"] = pd.Series(["a", None, "c"][:rows], dtype=pd.StringDtype("python", np.nan))
+    if not plain:
+        cols["strings, NA"] = pd.Series(["a", None, "c"][:rows], dtype=pd.StringDtype("python"))
+    cols["float nan"] = pd.Series(rng.choice([np.nan, 1.5, -2.25], rows))
+    cols["ints"] = pd.Series(rng.integers(0, 9, rows))
+    cols["bools"] = pd.Series(rng.integers(0, 2, rows).astype(bool))
+    df = pd.DataFrame(cols)
+    assert any(dt == object or isinstance(dt, pd.api.extensions.ExtensionDtype)
+               and not (isinstance(dt, pd.StringDtype) and dt.na_value is np.nan)
+               for dt in df.dtypes) != plain
+    want = df.to_dict("records")
+    got = _records(df)
+    assert len(got) == len(want) == rows
+    for g, w in zip(got, want):
+        assert list(g) == list(w)
+        assert all(_same(g[k], w[k]) for k in w), (g, w)
+
+
+def test_timeline_columns_are_the_frames_columns():
+    """The timeline sheets' columns, each inferred from its own values: what
+    ``pd.DataFrame(rows, columns=names)`` holds, dtype, values and their types, for random rows
+    of what those sheets hold (ints or None, floats or NaN, text or None, NumPy scalars, bools,
+    mixtures) and for no rows."""
+    import random
+
+    from pytest_gemmperf.report.excel import _columns_of
+
+    rng = random.Random(11)
+    pool = [None, 1, 2, 2**62, 1.5, -0.0, float("nan"), "a", "4thread", True, np.int64(3),
+            np.float64(2.5), np.nan]
+    names = ["full_config", "threads_num", "time (ms)", "x"]
+    for _ in range(400):
+        n = rng.randint(0, 9)
+        kinds = {k: rng.sample(pool, rng.randint(1, 3)) for k in names}
+        rows = [{k: rng.choice(kinds[k]) for k in names} for _ in range(n)]
+        want = pd.DataFrame(rows, columns=names)
+        got = _columns_of(rows, names)
+        assert [k for k, _ in got] == names
+        for k, s in got:
+            w = want[k]
+            assert s.dtype == w.dtype, (rows, k)
+            assert [type(v) for v in s.tolist()] == [type(v) for v in w.tolist()], (rows, k)
+            pd.testing.assert_series_equal(s, w, check_names=False, check_index_type=False)

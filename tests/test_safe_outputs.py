@@ -354,3 +354,95 @@ def test_lock_files_refuse_planted_links(tmp_path, victim):
     with pytest.raises(OSError):
         merge_verdicts(test_dir, "p1", pd.DataFrame({"point": ["p1"], "kernel": ["k"]}))
     assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("writer", ["text", "bytes"])
+def test_written_files_follow_the_umask_in_force_at_each_write(tmp_path, writer):
+    """Each file gets what a plain ``open`` would give under the umask of that moment: the
+    umask is never read once and kept (a program may change it between two writes)."""
+    write = (lambda p: safe_io.write_text(p, "x")) if writer == "text" else \
+        (lambda p: safe_io.write_bytes(p, b"x"))
+    old = os.umask(0o077)
+    try:
+        modes = []
+        for i, mask in enumerate((0o077, 0o022, 0o002, 0o027, 0o077)):
+            os.umask(mask)
+            write(tmp_path / f"f{i}")
+            plain = tmp_path / f"plain{i}"
+            with open(plain, "w"):
+                pass
+            modes.append((stat.S_IMODE((tmp_path / f"f{i}").stat().st_mode),
+                          stat.S_IMODE(plain.stat().st_mode), 0o666 & ~mask))
+        # a replaced file takes the new file's mode, not the old one's
+        os.umask(0o022)
+        write(tmp_path / "f0")
+        assert stat.S_IMODE((tmp_path / "f0").stat().st_mode) == 0o644
+    finally:
+        os.umask(old)
+    assert all(got == plain == want for got, plain, want in modes), modes
+
+
+def test_a_planted_temporary_name_is_skipped_not_opened(tmp_path, victim, monkeypatch):
+    """The temporary file's name is random; where a link or file already stands at the drawn
+    name (planted, or a clash), that name is never opened and the next one is drawn."""
+    draws = iter([b"\x00" * 6, b"\x00" * 6, b"\x01" * 6])
+    monkeypatch.setattr(safe_io.os, "urandom", lambda n: next(draws))
+    target = tmp_path / "out.csv"
+    planted = tmp_path / f".out.csv.{'00' * 6}.tmp"
+    planted.symlink_to(victim)
+    safe_io.write_text(target, "new\n")
+    assert target.read_text() == "new\n" and not target.is_symlink()
+    assert victim.read_text() == "precious\n" and planted.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [planted.name, "out.csv", "victim"]
+
+
+def test_no_free_temporary_name_is_an_error_naming_the_target(tmp_path, monkeypatch):
+    monkeypatch.setattr(safe_io.os, "urandom", lambda n: b"\x07" * n)
+    (tmp_path / f".out.csv.{'07' * 6}.tmp").write_text("someone else's")
+    with pytest.raises(FileExistsError) as info:
+        safe_io.write_text(tmp_path / "out.csv", "x")
+    assert str(tmp_path / "out.csv") in str(info.value)
+    assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("rows", [0, 3, 1500])
+@pytest.mark.parametrize("categories", [["a", "b"], ["a", "=b"], ["a", "x\ry"], ["=a", "b\r"], [1, 2]])
+def test_categorical_columns_are_scanned_by_their_categories(rows, categories, monkeypatch):
+    """A categorical column is passed over when none of its categories is a formula (or holds
+    a CR): the same frame, row ends and text as its cells scanned one by one, with categories
+    used, unused (a formula or CR among them, no cell holding it) and missing cells."""
+    values = [categories[0] if i % 3 else None for i in range(rows)]
+    df = pd.DataFrame({"k": pd.Categorical(values, categories=categories), "n": range(rows)})
+    got = (neutralise_frame(df), safe_io._has_cr(df), safe_io.csv_text(df))
+    monkeypatch.setattr(safe_io, "_SHORT_TEXT", -1)  # the categories' shortcut off: every cell
+    want = (neutralise_frame(df), safe_io._has_cr(df), safe_io.csv_text(df))
+    pd.testing.assert_frame_equal(got[0], want[0], check_exact=True)
+    assert got[1:] == want[1:]
+    assert got[0] is df or not ({"a", "b", "x\ry", 1, 2} >= set(categories))
+
+
+@pytest.mark.parametrize("writer", ["text", "bytes"])
+def test_whole_writes_survive_short_writes_and_fail_cleanly(tmp_path, monkeypatch, writer):
+    """write_text / write_bytes: every byte written where write(2) takes a few at a time (text
+    with CRs, CRLFs and non-ASCII kept as given); a failing write leaves the old file, no
+    temporary file, and an error naming the file."""
+    import errno
+
+    text = "a,b\r\nç,\"x\ny\"\r\n" * 50
+    write = (lambda p: safe_io.write_text(p, text)) if writer == "text" else \
+        (lambda p: safe_io.write_bytes(p, text.encode()))
+    real_write = os.write
+    monkeypatch.setattr(safe_io.os, "write", lambda fd, data: real_write(fd, bytes(data[:7])))
+    target = tmp_path / "out.csv"
+    assert write(target) == target
+    assert target.read_bytes() == text.encode()
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safe_io.os, "write", full)
+    with pytest.raises(OSError) as info:
+        write(target)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(target)
+    assert target.read_bytes() == text.encode()
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]

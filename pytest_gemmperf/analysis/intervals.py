@@ -17,6 +17,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS
+
 Union_ = tuple[np.ndarray, np.ndarray]
 
 #: Columns that make one process-GPU timeline ("same GPU"). point/rank/run/pass are constant
@@ -156,30 +158,63 @@ def count_overlapping(qs, qe, start, end) -> np.ndarray:
 def _key_codes(col: pd.Series, *, sort: bool) -> tuple[np.ndarray, int]:
     """A key column's integer codes (-1 for a null) and how many values they number: a
     categorical's own codes (its categories' order), else ``pd.factorize`` (first-seen order, or
-    sorted with ``sort``)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
+    sorted with ``sort``). A categorical's codes are read off its array (the ``.cat`` accessor
+    costs more than the few codes), and a small integer or text column is numbered by
+    ``np.unique`` (ascending: ``pd.factorize(sort=True)``'s numbers, at a fraction of its fixed
+    cost; for ``sort=False`` only which rows share a value matters, see :func:`group_codes`)."""
+    dtype = col.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        return col.array.codes.astype(np.int64), len(dtype.categories)
+    if len(col) <= SMALL_TABLE_ROWS:
+        if _signed_integers(dtype):
+            return _unique_codes(np.asarray(col.array.to_numpy(dtype=np.int64, na_value=0)),
+                                 np.asarray(col.array.isna(), dtype=bool))
+        if isinstance(dtype, pd.StringDtype):  # text: sorted by code point, as pandas sorts it
+            return _unique_codes(col.to_numpy(dtype=object, na_value=""), np.asarray(col.array.isna(), dtype=bool))
     codes, uniques = pd.factorize(col, sort=sort, use_na_sentinel=True)
     return codes.astype(np.int64), len(uniques)
 
 
-def group_codes(df: pd.DataFrame, keys: Sequence[str] = GPU_KEYS) -> np.ndarray:
+def _unique_codes(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each of ``values``' index among its sorted distinct values, -1 where ``missing``, and how
+    many distinct values there are (the missing ones' placeholders not counted)."""
+    if not missing.any():
+        uniques, codes = np.unique(values, return_inverse=True)
+        return codes.reshape(-1).astype(np.int64), len(uniques)
+    codes = np.full(len(values), -1, dtype=np.int64)
+    uniques, codes[~missing] = np.unique(values[~missing], return_inverse=True)
+    return codes, len(uniques)
+
+
+#: pandas' nullable signed integer dtypes (values and a mask: NumPy integers where not missing)
+_NULLABLE_SIGNED = (pd.Int8Dtype, pd.Int16Dtype, pd.Int32Dtype, pd.Int64Dtype)
+
+
+def _signed_integers(dtype) -> bool:
+    """A NumPy or nullable signed integer dtype: its values fit in int64 as they are."""
+    return (isinstance(dtype, np.dtype) and dtype.kind == "i") or isinstance(dtype, _NULLABLE_SIGNED)
+
+
+def group_codes(df: pd.DataFrame, keys: Sequence[str] = GPU_KEYS, rows: np.ndarray | None = None) -> np.ndarray:
     """Dense 0-based code per row for the combination of ``keys`` present in ``df`` (NA is a
     value of its own), numbered in the order the rows first show them: ``groupby(keys,
-    sort=False, dropna=False).ngroup()``.
+    sort=False, dropna=False).ngroup()``. ``rows``: of those positions alone, as of
+    ``df.iloc[rows]`` (without making that frame).
 
     The columns' own integer codes (a categorical's codes, ``pd.factorize`` otherwise) are
     combined into one number per row and that is factorized: a groupby over eight key columns
     costs some ten times as much in fixed overhead at one trace file's size; ``groupby.ngroup``
     where the combined number would not fit in int64."""
     keys = [k for k in keys if k in df.columns]
-    if not keys or len(df) == 0:
-        return np.zeros(len(df), dtype=np.int64)
+    n = len(df) if rows is None else len(rows)
+    if not keys or n == 0:
+        return np.zeros(n, dtype=np.int64)
     combined = _combined_codes(df, keys, sort=False)
     if combined is None:
-        gid = df.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+        sub = df if rows is None else df.iloc[rows]
+        gid = sub.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
         return pd.factorize(gid)[0].astype(np.int64)
-    return pd.factorize(combined)[0].astype(np.int64)
+    return pd.factorize(combined if rows is None else combined[rows])[0].astype(np.int64)
 
 
 def sorted_group_codes(df: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import group_codes, sorted_group_codes
+from pytest_gemmperf.analysis.small_tables import taken
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
 
 #: the unit whose dispatch sequence warm-up removal restarts in (ARCHITECTURE "process unit")
@@ -243,18 +244,16 @@ def _stats_frame(keys: pd.DataFrame, rep: np.ndarray, by: list[str], stats: dict
     """The statistics table: the ``by`` keys and ``category`` of ``keys``' rows ``rep`` (one
     per group, in group order) beside ``stats``, made into a frame once (each column set on a
     frame copies its blocks: most of the cost where there are a few groups)."""
-    taken = keys[[*by, "category"] if "category" in keys.columns and "category" not in by else by]
-    taken = taken.iloc[rep].reset_index(drop=True)
-    cols: dict[str, object] = {c: taken[c] for c in by}
+    cols: dict[str, object] = {c: taken(keys[c], rep) for c in by}  # no frame of the picked rows
     for c in ("count", "total_ns", "mean_ns", "median_ns", "std_ns", "min_ns", "max_ns", "p05_ns",
               "p95_ns", "iqr_ns", "mad_ns", "cv"):
         cols[c] = stats[c]
     cols["range_ns"] = stats["max_ns"] - stats["min_ns"]
     cols["n_outliers"] = stats["n_outliers"]
-    if "category" in taken.columns:
-        cols["category"] = taken["category"]
+    if "category" in keys.columns:
+        cols["category"] = taken(keys["category"], rep)
     else:
-        cols["category"] = pd.Series([pd.NA] * len(taken), dtype="category")
+        cols["category"] = pd.Series([pd.NA] * len(rep), dtype="category")
     # in the table's column order: ``by``, then STATS_COLUMNS (``category`` where ``by`` puts it)
     return pd.DataFrame(cols)
 
@@ -300,7 +299,8 @@ def duration_rows(d: pd.DataFrame, keys: Sequence[str]) -> DurationRows:
     # a key's first row is where its code first appears: codes are numbered as they appear
     seen = np.maximum.accumulate(np.concatenate(([-1], group[:-1])))
     first = np.flatnonzero(group > seen)
-    return DurationRows(d[cols].iloc[first].reset_index(drop=True), packed(group), packed(dur))
+    # the keys' frame built once from each column's picked values (no frame of the rows on the way)
+    return DurationRows(pd.DataFrame({c: taken(d[c], first) for c in cols}), packed(group), packed(dur))
 
 
 def packed(values: np.ndarray) -> np.ndarray:

@@ -24,7 +24,11 @@ from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS
 def category_mask(dispatches: pd.DataFrame, mask, category: str) -> np.ndarray:
     """``mask`` as a bool array, or ``category == <category>`` when ``mask`` is None."""
     if mask is None:
-        return (dispatches["category"] == category).to_numpy(dtype=bool, na_value=False)
+        col = dispatches["category"]
+        if isinstance(col.dtype, pd.CategoricalDtype):  # one code compared (a missing value's is -1)
+            cats = col.dtype.categories
+            return col.array.codes == cats.get_loc(category) if category in cats else np.zeros(len(col), bool)
+        return (col == category).to_numpy(dtype=bool, na_value=False)
     arr = np.asarray(mask.to_numpy() if isinstance(mask, pd.Series) else mask)
     if arr.dtype != bool or arr.shape != (len(dispatches),):
         raise ValueError(f"mask must be a boolean array of length {len(dispatches)}")
@@ -37,6 +41,24 @@ def display_names(dispatches: pd.DataFrame, name_col: str = "kernel_short") -> p
         return dispatches["kernel"].astype("object")
     short = dispatches[name_col].astype("object")
     return short.where(short.notna(), dispatches["kernel"].astype("object"))
+
+
+def display_values(dispatches: pd.DataFrame, rows: np.ndarray, name_col: str = "kernel_short") -> np.ndarray:
+    """``display_names(dispatches.iloc[rows], name_col).to_numpy(dtype=object)``, from the two
+    columns' values at ``rows`` (a frame of the rows, its object copies and ``where`` cost a
+    millisecond whatever the size)."""
+    names = _objects_at(dispatches["kernel"], rows)
+    if name_col not in dispatches.columns:
+        return names
+    short = _objects_at(dispatches[name_col], rows)
+    gone = pd.isna(short)
+    short[gone] = names[gone]
+    return short
+
+
+def _objects_at(col: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """``col.iloc[rows].astype("object")``'s values as a new object array."""
+    return np.array(col.array.take(rows), dtype=object)
 
 
 def _name_sets(gs: np.ndarray, ge: np.ndarray, tl: GroupedTimeline, codes: np.ndarray,
@@ -142,17 +164,22 @@ def overlap_by_kernel(dispatches: pd.DataFrame, gemm_mask=None, comm_mask=None, 
     ov = (overlap if overlap is not None
           else gemm_overlap(dispatches, gemm_mask, comm_mask, keys=keys, names=False))
     by = [c for c in by if c in ov.columns]
-    is_ov = (ov["overlap_fraction"] > threshold).to_numpy(dtype=bool, na_value=False)
+    cols = {c: ov[c] for c in (*by, "dur_ns", "overlap_ns", "overlap_fraction")}  # each taken out once
+    fraction = cols["overlap_fraction"]
+    if isinstance(fraction.dtype, np.dtype) and fraction.dtype.kind == "f":
+        is_ov = fraction.to_numpy() > threshold  # NaN: not overlapped, as pandas compares it
+    else:
+        is_ov = (fraction > threshold).to_numpy(dtype=bool, na_value=False)
     if 0 < len(ov) <= SMALL_TABLE_ROWS and all(
-            isinstance(ov[c].dtype, np.dtype) and ov[c].dtype.kind == k
+            isinstance(cols[c].dtype, np.dtype) and cols[c].dtype.kind == k
             for c, k in (("dur_ns", "i"), ("overlap_ns", "i"), ("overlap_fraction", "f"))):
-        gid = sorted_group_codes(ov, by) if all(plain_group_key(ov[c].dtype) for c in by) else None
+        gid = sorted_group_codes(ov, by) if all(plain_group_key(cols[c].dtype) for c in by) else None
         if gid is not None:  # no grouping at all: the keys' values from a row of each group
             _, first = np.unique(gid, return_index=True)
-            fraction = ov["overlap_fraction"].to_numpy()
-            table = _by_kernel_arrays(np.bincount(gid), gid, is_ov, ov["dur_ns"].to_numpy(),
-                                      ov["overlap_ns"].to_numpy(), grouped_mean(gid, fraction, len(first)))
-            return pd.DataFrame({**{c: ov[c].array.take(first) for c in by}, **table})
+            table = _by_kernel_arrays(np.bincount(gid), gid, is_ov, cols["dur_ns"].to_numpy(),
+                                      cols["overlap_ns"].to_numpy(),
+                                      grouped_mean(gid, fraction.to_numpy(), len(first)))
+            return pd.DataFrame({**{c: cols[c].array.take(first) for c in by}, **table})
         grp = ov[by + ["overlap_fraction"]].groupby(by, observed=True, dropna=False, sort=True)
         # the mean is pandas' own: its float sum's algorithm depends on the rows' order
         return _by_kernel_one_pass(grp.size(), grp.ngroup().to_numpy(), is_ov, ov["dur_ns"].to_numpy(),
@@ -252,5 +279,5 @@ def group_medians(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-__all__ = ["category_mask", "display_names", "gemm_overlap", "gemm_overlap_ns", "group_medians", "grouped_mean",
+__all__ = ["category_mask", "display_names", "display_values", "gemm_overlap", "gemm_overlap_ns", "group_medians", "grouped_mean",
            "overlap_by_kernel", "overlap_fraction", "plain_group_key"]

@@ -43,7 +43,8 @@ import pandas as pd
 
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, packed
-from pytest_gemmperf.analysis.overlap import category_mask, gemm_overlap_ns, overlap_fraction
+from pytest_gemmperf.analysis.overlap import category_mask, display_values, gemm_overlap_ns, overlap_fraction
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order, object_values, taken
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.variance import select_samples
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
@@ -60,8 +61,6 @@ DETAIL_COLUMNS = ("point", "rank", "run", "host", "pid", "agent", "queue", "stre
                   "wg_x", "wg_y", "wg_z")
 #: the keys of a GEMM dispatch's statistics (top variance, overlap, boxes)
 GEMM_KEYS = ("point", "rank", "kernel")
-#: the row column a part's kernel details carry while they travel
-_ROW = "_row"
 
 
 @dataclass
@@ -107,7 +106,7 @@ class ReportPart:
     short: pd.DataFrame                   # name, count, sum_ns of the short dispatches
     short_hist: np.ndarray                # their count per bin
     total_ns: int                         # duration sum of every dispatch
-    details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS + _ROW, row order
+    details: pd.DataFrame                 # the longest dispatches, DETAIL_COLUMNS, row order
                                           # (text columns as text: :func:`decategorized`)
     warmup: int                           # GEMM dispatches dropped per GPU group and kernel
     short_us: float                       # the short-kernel threshold
@@ -127,19 +126,20 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
                 short_us: float = DEFAULT_SHORT_KERNEL_US) -> ReportPart:
     """The reports' reduction of the dispatches ``d`` (one source, or a whole sweep read in
     full; ``category`` as the reports use it)."""
-    d = d.reset_index(drop=True)  # row numbers are the labels every part refers to
+    if not _numbered(d.index):
+        d = d.reset_index(drop=True)  # row numbers are the labels every part refers to
     dur = d["dur_ns"].to_numpy(np.int64)
     start = d["start_ns"].to_numpy(np.int64)
     end = d["end_ns"].to_numpy(np.int64)
     codes = group_codes(d, GPU_KEYS)
     short, hist = short_part(d, short_us)
-    timeline = gpu_timeline(d, codes=codes)
     # the tables travel with their text as text: the parent joins them with one pd.concat (joining
     # categoricals of many small tables costs a fixed price per table and column), and the
     # reports show them as text
+    timeline = gpu_timeline(d, codes=codes, text=True)
     part = ReportPart(n_dispatches=len(d), short=short, short_hist=hist, total_ns=int(dur.sum()),
                       details=_details_part(d), warmup=int(warmup), short_us=float(short_us),
-                      timeline=decategorized(timeline), gpu_groups=gpu_group_keys(timeline))
+                      timeline=timeline, gpu_groups=gpu_group_keys(timeline))
     if "coll_name" in d.columns and d["coll_name"].notna().any():
         part.needs_full.append("collective metadata (cross-rank matching)")
     gm = category_mask(d, None, "gemm")
@@ -148,35 +148,39 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
     if not gm.any():
         return part
     gi = np.flatnonzero(gm)
-    # the columns the warm-up reads, not every column of every GEMM row
-    narrow = d[[c for c in (*GPU_KEYS, "kernel", "start_ns", "category") if c in d.columns]]
-    warm = np.zeros(len(d), dtype=bool)
-    warm[select_samples(narrow, category="gemm", warmup=warmup).index.to_numpy()] = True
+    if warmup > 0:
+        # the columns the warm-up reads, not every column of every GEMM row
+        narrow = d[[c for c in (*GPU_KEYS, "kernel", "start_ns", "category") if c in d.columns]]
+        warm = np.zeros(len(d), dtype=bool)
+        warm[select_samples(narrow, category="gemm", warmup=warmup).index.to_numpy()] = True
+    else:
+        warm = gm  # no warm-up: every GEMM dispatch is a sample
     keys = [c for c in GEMM_KEYS if c in d.columns]
-    group = group_codes(d[keys].iloc[gi], keys)
-    first = np.unique(group, return_index=True)[1]
-    part.gemm = GemmRows(keys=d[keys].iloc[gi[first]].reset_index(drop=True), group=packed(group),
+    group = group_codes(d, keys, rows=gi)
+    first = gi[np.unique(group, return_index=True)[1]]
+    part.gemm = GemmRows(keys=pd.DataFrame({c: taken(d[c], first) for c in keys}), group=packed(group),
                          dur_ns=packed(dur[gi]), start_ns=start[gi],
                          overlap_ns=packed(gemm_overlap_ns(codes, start, end, gm, cm)), warm=warm[gi],
                          gpu=packed(codes[gi]), row=packed(gi.astype(np.int64)))
     if part.has_comm:
         ci = np.flatnonzero(cm)
         part.comm = CommRows(gpu=packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
-                             name=pd.Series(_display_values(d, ci), dtype=object).astype("category").array,
-                             row=packed(ci.astype(np.int64)))
+                             name=_text_categorical(display_values(d, ci)), row=packed(ci.astype(np.int64)))
     return part
 
 
-def _display_values(d: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """``overlap.display_names`` of ``rows`` of ``d`` as an object array (None for missing),
-    from the two columns' values (no frame of the rows on the way)."""
-    names = object_values(d["kernel"].iloc[rows])  # the rows alone converted, not the column
-    if "kernel_short" not in d.columns:
-        return names
-    short = object_values(d["kernel_short"].iloc[rows])
-    gone = np.fromiter((v is None for v in short.tolist()), dtype=bool, count=len(short))
-    short[gone] = names[gone]
-    return short
+def _numbered(index: pd.Index) -> bool:
+    """Whether ``index`` numbers the rows ``0 .. n-1`` as ``reset_index(drop=True)`` does."""
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+
+
+def _text_categorical(values: np.ndarray) -> pd.Categorical:
+    """Text values (an object array, missing ones null) as a categorical of their sorted distinct
+    values as objects: each name travels once. Built from ``pd.factorize``'s codes: inferring a
+    text dtype for the categories costs ten times as much, and only the values are read back."""
+    codes, uniques = pd.factorize(values, sort=True)
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(uniques, dtype=object)),
+                                     validate=False)
 
 
 # ------------------------------------------------------------------------------ short kernels
@@ -189,9 +193,10 @@ def short_part(d: pd.DataFrame, threshold_us: float) -> tuple[pd.DataFrame, np.n
     names = d["kernel"]
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
-    # per-name sums over category codes: no string grouping over millions of rows
-    codes = names.cat.codes.to_numpy()[short]
-    cats = np.asarray(names.cat.categories, dtype=object)
+    # per-name sums over category codes: no string grouping over millions of rows (read off the
+    # array: the ``.cat`` accessor costs more than a small table's sums)
+    codes = names.array.codes[short]
+    cats = np.asarray(names.dtype.categories, dtype=object)
     keep = codes >= 0
     codes, sdur = codes[keep], dur[short][keep]
     count = np.bincount(codes, minlength=len(cats))
@@ -213,27 +218,19 @@ def short_edges(threshold_us: float) -> np.ndarray:
 
 def _details_part(d: pd.DataFrame) -> pd.DataFrame:
     """The source's :data:`KERNEL_DETAILS_TOP` longest dispatches (ties: the earlier row), in
-    row order, with their row numbers (``d`` numbered ``0 .. n-1``), text as text
-    (:func:`decategorized`). One frame built from the picked values of each column: a column
-    set, a row selection or a conversion of a small frame costs as much as building it."""
+    row order, text as text (:func:`decategorized`): the sources' details joined in input order
+    are in the sweep's row order, which decides its ties. One frame built from the picked values
+    of each column: a column set, a row selection or a conversion of a small frame costs as much
+    as building it."""
+    dur = d["dur_ns"]
     if len(d) <= KERNEL_DETAILS_TOP:
         top = np.arange(len(d), dtype=np.int64)  # every dispatch is among the longest
+    elif len(d) <= SMALL_TABLE_ROWS and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i":
+        # nlargest's pick (ties: the earlier row) from one stable sort, without its fixed costs
+        top = np.sort(descending_order(dur.to_numpy(), kind="stable")[:KERNEL_DETAILS_TOP])
     else:
-        top = np.sort(d["dur_ns"].nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
-    columns = {c: taken(d[c], top, text=True) for c in DETAIL_COLUMNS if c in d.columns}
-    columns[_ROW] = top.astype(np.int64)
-    return pd.DataFrame(columns)
-
-
-def taken(col: pd.Series, rows: np.ndarray, *, text: bool = False) -> pd.Series | Any:
-    """``col``'s values at the positions ``rows``, of its dtype, to build a frame from (numbered
-    ``0 ..``); ``text``: a categorical as objects (:func:`as_objects`). An object column stays
-    one (a frame built from its bare values would read its text as strings)."""
-    if text and isinstance(col.dtype, pd.CategoricalDtype):
-        return pd.Series(object_values(col.iloc[rows]), dtype=object)  # the rows' codes alone converted
-    if col.dtype == object:
-        return pd.Series(col.to_numpy()[rows], dtype=object)
-    return col.array.take(rows)
+        top = np.sort(dur.nlargest(KERNEL_DETAILS_TOP).index.to_numpy())
+    return pd.DataFrame({c: taken(d[c], top, text=True) for c in DETAIL_COLUMNS if c in d.columns})
 
 
 # ------------------------------------------------------------------------------ merging
@@ -263,15 +260,13 @@ def merge_parts(parts: Sequence[ReportPart]) -> ReportParts:
         raise ValueError("report parts reduced with different warm-ups or short-kernel thresholds")
     rows = np.cumsum([0] + [p.n_dispatches for p in parts])
     gpus = np.cumsum([0] + [p.n_gpu_groups for p in parts])
-    short = pd.concat([p.short for p in parts], ignore_index=True)
-    short = short.groupby("name", sort=True).sum().reset_index() if len(parts) > 1 else short
-    details = _joined([p.details.assign(**{_ROW: p.details[_ROW].to_numpy() + rows[i]}) if i else p.details
-                       for i, p in enumerate(parts)])
+    short = parts[0].short if len(parts) == 1 else \
+        pd.concat([p.short for p in parts], ignore_index=True).groupby("name", sort=True).sum().reset_index()
     gemm = _merge_gemm([(p.gemm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.gemm is not None])
     comm = _merge_comm([(p.comm, rows[i], gpus[i]) for i, p in enumerate(parts) if p.comm is not None])
     return ReportParts(n_dispatches=int(rows[-1]), short=short,
                        short_hist=np.sum([p.short_hist for p in parts], axis=0),
-                       total_ns=sum(p.total_ns for p in parts), details=details.drop(columns=_ROW),
+                       total_ns=sum(p.total_ns for p in parts), details=_joined([p.details for p in parts]),
                        timeline=_joined([p.timeline for p in parts]),
                        gemm=gemm, comm=comm, has_comm=any(p.has_comm for p in parts),
                        warmup=parts[0].warmup, short_us=parts[0].short_us)
@@ -288,8 +283,10 @@ def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def decategorized(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its categorical columns as object columns (None for missing): text is what
     the reports show, and categoricals of different tables have different categories."""
-    # the dtypes in one pass: a column taken out of the frame per name costs far more
-    cats = [c for c, dtype in zip(df.columns, df.dtypes) if isinstance(dtype, pd.CategoricalDtype)]
+    # the dtypes in one pass as plain lists: a column taken out of the frame per name, or an
+    # iteration over the dtypes Series or a text column index, costs far more
+    cats = [c for c, dtype in zip(df.columns.tolist(), df.dtypes.to_numpy().tolist())
+            if isinstance(dtype, pd.CategoricalDtype)]
     if not cats:
         return df
     df = df.copy()
@@ -302,22 +299,6 @@ def as_objects(s: pd.Series) -> pd.Series:
     """``s.astype(object).where(s.notna(), None)``: Python objects, None for missing
     (:func:`object_values` as a Series of ``s``'s index and name)."""
     return pd.Series(object_values(s), index=s.index, name=s.name, dtype=object)
-
-
-def object_values(s: pd.Series) -> np.ndarray:
-    """``s.astype(object).where(s.notna(), None)``'s values in one object array. A categorical's
-    categories are converted once and picked by code; any other column is converted and its
-    missing cells set to None in place (pandas' ``where`` on an object column alone costs a
-    millisecond, and a small report converts some hundred columns)."""
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        cat = s.array
-        table = np.empty(len(cat.categories) + 1, dtype=object)
-        table[:-1] = cat.categories.to_numpy(dtype=object)
-        table[-1] = None  # code -1: missing
-        return table[cat.codes]
-    values = s.to_numpy(dtype=object, copy=True)  # never a view of the column itself
-    values[s.isna().to_numpy(dtype=bool)] = None
-    return values
 
 
 def _widened(arrays: list[np.ndarray], offsets: list[int]) -> np.ndarray:
@@ -408,8 +389,8 @@ def _values(col: pd.Series) -> list:
     """A column's values as Python objects, every null as None (a categorical's through its
     codes: its ``tolist`` converts the whole column first)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = col.cat.categories.tolist()
-        return [cats[i] if i >= 0 else None for i in col.cat.codes.tolist()]
+        cats = col.dtype.categories.tolist()
+        return [cats[i] if i >= 0 else None for i in col.array.codes.tolist()]
     return [None if _null(v) else v for v in col.tolist()]
 
 
@@ -424,36 +405,43 @@ def gemm_frame(gemm: GemmRows) -> pd.DataFrame:
     """The GEMM dispatches as a table (``point, rank, kernel, dur_ns, start_ns, end_ns,
     overlap_ns, overlap_fraction, gpu``) indexed by their row numbers: what the top-variance,
     overlap and box views read of the sweep's dispatches."""
-    out = gemm.keys.iloc[gemm.group].reset_index(drop=True)
+    group = gemm.group.astype(np.intp)
     dur = gemm.dur_ns.astype(np.int64)
     start = gemm.start_ns.astype(np.int64)
-    out["dur_ns"] = dur
-    out["start_ns"] = start
-    out["end_ns"] = start + dur
     overlap = gemm.overlap_ns.astype(np.int64)
-    out["overlap_ns"] = overlap
-    out["overlap_fraction"] = overlap_fraction(overlap, dur)
-    out["gpu"] = gemm.gpu.astype(np.int64)
-    out.index = pd.Index(gemm.row.astype(np.int64))
-    return out
+    # made into a frame once: each column set on a frame copies its blocks
+    return pd.DataFrame({**{c: taken(col, group) for c, col in gemm.keys.items()},
+                         "dur_ns": dur, "start_ns": start, "end_ns": start + dur, "overlap_ns": overlap,
+                         "overlap_fraction": overlap_fraction(overlap, dur), "gpu": gemm.gpu.astype(np.int64)},
+                        index=pd.Index(gemm.row.astype(np.int64)))
 
 
 def collective_frame(gemm: pd.DataFrame, comm: CommRows | None) -> tuple[pd.DataFrame, np.ndarray]:
     """The GEMM rows ``gemm`` (a :func:`gemm_frame`) and the collectives beside them (None:
     none) as one table indexed by row number, with the mask of its collective rows: what
-    ``variance.with_collective_overlap`` reads (keys ``("gpu",)``, names in ``kernel_short``)."""
+    ``variance.with_collective_overlap`` reads (keys ``("gpu",)``, names in ``kernel_short``).
+    Built as one frame from the two sides' arrays (no frame of either side on the way)."""
     if comm is None:
         comm = CommRows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
                         pd.Categorical([]), np.empty(0, np.int64))
-    names = np.asarray(comm.name, dtype=object)
-    c = pd.DataFrame({"gpu": comm.gpu.astype(np.int64), "start_ns": comm.start_ns, "end_ns": comm.end_ns,
-                      "kernel_short": names, "kernel": names}, index=pd.Index(comm.row.astype(np.int64)))
-    g = gemm[["gpu", "start_ns", "end_ns"]].assign(kernel_short=None, kernel=None)
-    both = pd.concat([g, c])
-    mask = np.zeros(len(both), dtype=bool)
-    mask[len(g):] = True
-    order = np.argsort(both.index.to_numpy(), kind="stable")  # the sweep's row order
-    return both.iloc[order], mask[order]
+    n = len(gemm)
+    rows = np.concatenate([gemm.index.to_numpy(np.int64), comm.row.astype(np.int64)])
+    order = np.argsort(rows, kind="stable")  # the sweep's row order
+
+    def joined(g: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return np.concatenate([g, c])[order]
+
+    names = np.empty(n + len(comm), dtype=object)  # None on the GEMM rows
+    names[n:] = np.asarray(comm.name, dtype=object)
+    names = names[order]
+    mask = np.zeros(len(rows), dtype=bool)
+    mask[n:] = True
+    both = pd.DataFrame({"gpu": joined(gemm["gpu"].to_numpy(np.int64), comm.gpu.astype(np.int64)),
+                         "start_ns": joined(gemm["start_ns"].to_numpy(np.int64), comm.start_ns.astype(np.int64)),
+                         "end_ns": joined(gemm["end_ns"].to_numpy(np.int64), comm.end_ns.astype(np.int64)),
+                         "kernel_short": pd.Series(names, dtype=object), "kernel": pd.Series(names.copy(), dtype=object)})
+    both.index = pd.Index(rows[order])
+    return both, mask[order]
 
 
 __all__ = ["CommRows", "DEFAULT_SHORT_KERNEL_US", "DETAIL_COLUMNS", "GemmRows", "KERNEL_DETAILS_TOP",

@@ -24,6 +24,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.intervals import (
     GPU_KEYS, GroupedTimeline, group_codes, grouped_union, merge, sweep,
 )
+from pytest_gemmperf.analysis.small_tables import taken
 
 #: TraceLens's communication rule (case-insensitive search in the kernel name).
 COMM_PATTERN = r"nccl|rccl|cross_device_reduce"
@@ -52,8 +53,8 @@ def timeline_classes(dispatches: pd.DataFrame, *, comm_pattern: str = COMM_PATTE
     mem_rx = re.compile(memcpy_pattern)
     per_name = np.asarray(
         [MEMCPY if mem_rx.search(str(n)) else COMM if comm_rx.search(str(n)) else COMP
-         for n in cat.cat.categories] + [COMP], dtype=np.int8)
-    out = per_name[cat.cat.codes.to_numpy()]
+         for n in cat.dtype.categories] + [COMP], dtype=np.int8)
+    out = per_name[cat.array.codes]  # the codes off the array: the ``.cat`` accessor costs more
     for col in TORCH_CAT_COLUMNS:
         if col in dispatches.columns:
             out = np.where((dispatches[col] == "gpu_memcpy").to_numpy(dtype=bool, na_value=False),
@@ -65,22 +66,23 @@ def timeline_classes(dispatches: pd.DataFrame, *, comm_pattern: str = COMM_PATTE
 
 
 def _group_frame(d: pd.DataFrame, codes: np.ndarray, keys: Sequence[str],
-                 values: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
-    """Per group its keys (from its first row), ``n_dispatches`` and the columns ``values``,
-    built as one frame (a column set on a small frame costs as much as building it)."""
-    cols = [k for k in keys if k in d.columns]
+                 values: dict[str, np.ndarray] | None = None, *, text: bool = False) -> pd.DataFrame:
+    """Per group its keys (from its first row; ``text``: categoricals as objects, None for
+    missing), ``n_dispatches`` and the columns ``values``, built as one frame from the picked
+    values of each key column (a column set, a row selection or a conversion of a small frame
+    costs as much as building it)."""
     _, first = np.unique(codes, return_index=True)
-    groups = d[cols].iloc[first].reset_index(drop=True)
-    return pd.DataFrame({**{c: groups[c] for c in cols},
-                         "n_dispatches": np.bincount(codes, minlength=len(first)), **(values or {})},
-                        index=groups.index)
+    return pd.DataFrame({**{c: taken(d[c], first, text=text) for c in keys if c in d.columns},
+                         "n_dispatches": np.bincount(codes, minlength=len(first)), **(values or {})})
 
 
 def gpu_timeline(dispatches: pd.DataFrame, *, keys: Sequence[str] = GPU_KEYS,
                  comm_pattern: str = COMM_PATTERN, memcpy_pattern: str = MEMCPY_PATTERN,
-                 memcpy_mask: np.ndarray | None = None, codes: np.ndarray | None = None) -> pd.DataFrame:
+                 memcpy_mask: np.ndarray | None = None, codes: np.ndarray | None = None,
+                 text: bool = False) -> pd.DataFrame:
     """TraceLens PyTorch-mode timeline, one row per process-GPU group (``*_time_ns`` int64).
-    ``codes``: the rows' ``group_codes(dispatches, keys)`` where the caller has them."""
+    ``codes``: the rows' ``group_codes(dispatches, keys)`` where the caller has them; ``text``:
+    categorical keys as objects (None for missing), as the reports show them."""
     d = dispatches
     if len(d) == 0:
         raise ValueError("gpu_timeline needs at least one dispatch")
@@ -106,7 +108,7 @@ def gpu_timeline(dispatches: pd.DataFrame, *, keys: Sequence[str] = GPU_KEYS,
         "total_time_ns": total,
         "idle_time_ns": total - busy,
         "total_comm_time_ns": length((m & 2) != 0),
-        "total_memcpy_time_ns": length((m & 4) != 0)})
+        "total_memcpy_time_ns": length((m & 4) != 0)}, text=text)
 
 
 def rocprof_timeline(dispatches: pd.DataFrame, init_ns: int | None = None,

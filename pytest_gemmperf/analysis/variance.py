@@ -23,7 +23,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes, merge, sorted_group_codes
 from pytest_gemmperf.analysis.kernel_stats import sorted_quantile
 from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS
-from pytest_gemmperf.analysis.overlap import category_mask, display_names, plain_group_key
+from pytest_gemmperf.analysis.overlap import category_mask, display_values, plain_group_key
 
 AORTA_COLUMNS = ("threads", "channel", "rank", "kernel_name", "kernel_time_min_us",
                  "kernel_time_max_us", "time_diff_us")
@@ -238,17 +238,19 @@ def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
     pandas' grouped passes give (each costs milliseconds whatever the size). None where it does
     not apply: a large table, no kernel key, a key of another kind, durations not integers."""
     kernel_col = next((c for c in _KERNEL_KEYS if c in by), None)
-    if not 0 < len(d) <= SMALL_TABLE_ROWS or kernel_col is None or d.index.dtype.kind != "i" or \
-            not all(isinstance(d[c].dtype, np.dtype) and d[c].dtype.kind == "i" for c in ("dur_ns", "start_ns")) or \
-            not all(plain_group_key(d[c].dtype) for c in by):
+    if not 0 < len(d) <= SMALL_TABLE_ROWS or kernel_col is None or d.index.dtype.kind != "i":
+        return None
+    cols = {c: d[c] for c in (*by, "dur_ns", "start_ns")}  # each taken out of the frame once
+    if not all(isinstance(cols[c].dtype, np.dtype) and cols[c].dtype.kind == "i" for c in ("dur_ns", "start_ns")) or \
+            not all(plain_group_key(cols[c].dtype) for c in by):
         return None
     rows_gid = sorted_group_codes(d, by)
     cell = [c for c in by if c not in _KERNEL_KEYS]
     rows_cell = sorted_group_codes(d, cell) if cell else np.zeros(len(d), dtype=np.int64)
-    order = np.argsort(d["start_ns"].to_numpy(), kind="stable")  # the rows in start order
+    order = np.argsort(cols["start_ns"].to_numpy(), kind="stable")  # the rows in start order
     gid = rows_gid[order]
     count = np.bincount(gid)
-    st = _sorted_stats(count, gid, d["dur_ns"].to_numpy(np.int64)[order], d.index.to_numpy()[order])
+    st = _sorted_stats(count, gid, cols["dur_ns"].to_numpy(np.int64)[order], d.index.to_numpy()[order])
     _, first_row = np.unique(rows_gid, return_index=True)  # a row of each group: its keys
     diff = (st["max_ns"] - st["min_ns"]) / 1e3
     ranked = np.argsort(-diff, kind="stable")  # sort_values(ascending=False, kind="stable")
@@ -259,15 +261,17 @@ def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
     nth[by_cell] = np.arange(len(cells)) - np.maximum.accumulate(np.where(new, np.arange(len(cells)), 0))
     keep = ranked[nth < k]
     rows = first_row[keep]
-    keys = {c: d[c].array.take(rows) for c in by}
-    na = pd.array([pd.NA] * len(keep), dtype="Int64")
-    if "point" in keys:
-        parsed = parse_point_axes(pd.Series(keys["point"]))
-        threads, channel = parsed["threads"].array, parsed["channel"].array
-    else:
-        threads, channel = na, na.copy()
-    out = {"threads": threads, "channel": channel, "rank": keys["rank"] if "rank" in keys else na.copy(),
-           "kernel_name": pd.Series(keys[kernel_col]).astype("object"),  # a Series: kept as object
+    keys = {c: cols[c].array.take(rows) for c in by}
+
+    def missing() -> pd.api.extensions.ExtensionArray:
+        return pd.array([pd.NA] * len(keep), dtype="Int64")
+
+    threads, channel = _point_axes(keys["point"]) if "point" in keys else (missing(), missing())
+    names = keys[kernel_col]
+    out = {"threads": threads, "channel": channel, "rank": keys["rank"] if "rank" in keys else missing(),
+           # a Series: kept as object; a categorical's values as its astype(object) gives them
+           "kernel_name": pd.Series(np.asarray(names, dtype=object), dtype=object)
+           if isinstance(names, pd.Categorical) else pd.Series(names).astype("object"),
            "kernel_time_min_us": st["min_ns"][keep] / 1e3, "kernel_time_max_us": st["max_ns"][keep] / 1e3,
            "time_diff_us": diff[keep]}
     if "point" in keys:
@@ -277,6 +281,17 @@ def _small_top(d: pd.DataFrame, k: int, by: list[str]) -> pd.DataFrame | None:
     out.update({c: keys[c] for c in by if c not in out and c != kernel_col})
     out.update({"min_row": st["min_row"][keep], "max_row": st["max_row"][keep]})
     return pd.DataFrame(out)
+
+
+def _point_axes(points) -> tuple[pd.api.extensions.ExtensionArray, pd.api.extensions.ExtensionArray]:
+    """:func:`parse_point_axes`' ``threads`` and ``channel`` of the point ids ``points`` (an
+    array) as arrays, without the frame where the ids are text (:func:`_parse_text_axes`)."""
+    series = pd.Series(points)
+    parsed = _parse_text_axes(series)
+    if parsed is None:
+        frame = parse_point_axes(series)
+        return frame["threads"].array, frame["channel"].array
+    return pd.array(parsed["threads"], dtype="Int64"), pd.array(parsed["channel"], dtype="Int64")
 
 
 def with_timestamps(top: pd.DataFrame, dispatches: pd.DataFrame) -> pd.DataFrame:
@@ -355,7 +370,7 @@ def collective_overlap_columns(top: pd.DataFrame, dispatches: pd.DataFrame, comm
     c_code = codes[ci]
     c_s = d["start_ns"].to_numpy(np.int64)[ci]
     c_e = d["end_ns"].to_numpy(np.int64)[ci]
-    c_name = display_names(d.iloc[ci], name_col).to_numpy(dtype=object)
+    c_name = display_values(d, ci, name_col)
     order = np.lexsort((c_s, c_code))
     c_code, c_s, c_e, c_name = c_code[order], c_s[order], c_e[order], c_name[order]
     longest = int((c_e - c_s).max()) if len(c_s) else 0

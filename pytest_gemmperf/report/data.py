@@ -397,15 +397,24 @@ def _short_kernels(parts: ReportParts, threshold_us: float) -> tuple[pd.DataFram
     sk = parts.short
     sums = sk["sum_ns"].to_numpy(np.int64).astype(np.float64)  # integers below 2**53: exact
     count = sk["count"].to_numpy(np.int64)
-    summary = pd.DataFrame({
-        "name": sk["name"].to_numpy(dtype=object).astype(str),
+    names = sk["name"].to_numpy(dtype=object).astype(str)
+    columns = {
+        "name": names,
         "Short Kernel count": count,
         "Short Kernel duration (µs) sum": sums / 1e3,
         "Short Kernel duration (µs) mean": sums / count / 1e3,
         "Short Kernel duration (µs) percent of total time": sums / total * 100,
-    }).sort_values(["Short Kernel duration (µs) sum", "name"], ascending=[False, True], kind="stable")
+    }
     edges = short_edges(threshold_us)
     hist = pd.DataFrame({"bin_start_us": edges[:-1], "bin_end_us": edges[1:], "count": parts.short_hist})
+    if len(names) <= SMALL_TABLE_ROWS:
+        # the sort below, in Python: largest sum first, then by name, ties as they came (no NaN:
+        # the sums are of integers)
+        key, text = (-columns["Short Kernel duration (µs) sum"]).tolist(), names.tolist()
+        order = sorted(range(len(text)), key=lambda i: (key[i], text[i]))
+        return pd.DataFrame({c: v[order] for c, v in columns.items()}), hist
+    summary = pd.DataFrame(columns).sort_values(["Short Kernel duration (µs) sum", "name"],
+                                                ascending=[False, True], kind="stable")
     return summary.reset_index(drop=True), hist
 
 
@@ -832,7 +841,17 @@ def _kernel_labels(data: ReportData) -> dict[str, str]:
         if df is not None and c in df.columns:
             cols.append(df[c])
     cols += [b["kernel"] for b in data.boxes.values() if b is not None and "kernel" in b.columns]
-    return page_kernel_labels([pd.unique(c.dropna().astype(str)) for c in cols])
+    return page_kernel_labels([_present_text(c) for c in cols])
+
+
+def _present_text(col: pd.Series) -> list:
+    """``col``'s values that are not missing, for :func:`page_kernel_labels` (which makes text of
+    them and keeps each once): a column of text (object, string or categorical) read as Python
+    values once; any other through pandas' ``dropna().astype(str)``, as its text is written."""
+    if isinstance(col.dtype, np.dtype) and col.dtype != object:
+        return list(pd.unique(col.dropna().astype(str)))
+    # ``x == x``: false for NaN and NaT; pd.NA, which has no truth value, is checked first
+    return [x for x in col.tolist() if x is not None and x is not pd.NA and x == x]
 
 
 __all__ = ["BOX_COLUMNS", "DEFAULT_LABEL", "DEFAULT_SHORT_KERNEL_US", "ReportData", "box_stats",

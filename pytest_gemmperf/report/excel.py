@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -45,9 +45,9 @@ class _Col:
 
 def _column(name: str, series: pd.Series) -> _Col:
     """Header with unit and number kind for one DataFrame column."""
-    is_num = pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)
-    if not is_num:
-        return _Col(name, 1.0, "bool" if pd.api.types.is_bool_dtype(series.dtype) else "text")
+    kind = _dtype_kind(series.dtype)
+    if kind in ("bool", "text"):
+        return _Col(name, 1.0, kind)
     if name in ("start_ns", "end_ns"):
         return _Col(name[:-3] + " (ns)", 1.0, "int")
     metric = M.REGISTRY.get(name)
@@ -74,9 +74,25 @@ def _column(name: str, series: pd.Series) -> _Col:
     if name in ("cv", "mad_cv", "iqr_cv", "mean_overlap_fraction",
                 "overlapped_share", "cu_utilization", "threshold") or name.endswith("_fraction"):
         return _Col(name + (" (fraction)" if name == "threshold" else ""), 1.0, "float")
-    if pd.api.types.is_integer_dtype(series.dtype):
-        return _Col(name, 1.0, "int")
-    return _Col(name, 1.0, "float")
+    return _Col(name, 1.0, kind)
+
+
+#: a NumPy dtype's kind letter: booleans, integers, other numbers (timedelta ``m`` is text here,
+#: as pandas' ``is_numeric_dtype`` leaves it out)
+_NUMPY_KIND = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "float"}
+
+
+def _dtype_kind(dtype: Any) -> str:
+    """``bool``, ``text`` (not a number), ``int`` or ``float`` (another number) for a column's
+    dtype, as pandas' ``is_bool_dtype``, ``is_numeric_dtype`` and ``is_integer_dtype`` class it;
+    a NumPy dtype by its kind letter (the same answers, without their dispatch per column)."""
+    if isinstance(dtype, np.dtype):
+        return _NUMPY_KIND.get(dtype.kind, "text")
+    if pd.api.types.is_bool_dtype(dtype):
+        return "bool"
+    if not pd.api.types.is_numeric_dtype(dtype):
+        return "text"
+    return "int" if pd.api.types.is_integer_dtype(dtype) else "float"
 
 
 class _Book:
@@ -111,33 +127,50 @@ class _Book:
 
     def table(self, name: str, df: pd.DataFrame, description: str, *, csv_hint: str | None = None,
               start_col: int = 0, ws=None, first_row: int = 0, filter_: bool = True,
-              widths: dict[str, int] | None = None):
-        """Write ``df`` with a description row, a frozen header row and an autofilter."""
+              widths: dict[str, int] | None = None, hide: tuple[str, ...] = ()):
+        """Write ``df`` with a description row, a frozen header row and an autofilter; columns
+        named in ``hide`` are left out (:func:`_hidden`). Returns the sheet, the header's row
+        and each shown column's name and :class:`_Col`."""
+        # each column taken out of the frame once (a column lookup costs more than its few
+        # cells); a hidden one passed over here instead of a frame without it made first
+        named = [(c, s) for c, s in df.items() if c not in hide]
+        return self.columns(name, named, len(df), description, csv_hint=csv_hint, start_col=start_col,
+                            ws=ws, first_row=first_row, filter_=filter_, widths=widths)
+
+    def columns(self, name: str, named: list[tuple[Any, pd.Series]], rows: int, description: str, *,
+                csv_hint: str | None = None, start_col: int = 0, ws=None, first_row: int = 0,
+                filter_: bool = True, widths: dict[str, int] | None = None):
+        """:meth:`table` of a table given as its ``(name, column)`` pairs, each column ``rows``
+        long: a table made only to be written here needs no frame (a few tenths of a
+        millisecond to build and to take apart again, whatever its size)."""
         ws = ws or self.wb.add_worksheet(name)
-        total = len(df)
-        shown = df if total <= self.max_rows else df.iloc[: self.max_rows]
+        shown = min(rows, self.max_rows)
+        if shown < rows:
+            named = [(c, s.iloc[:shown]) for c, s in named]
         note = description
-        if total > len(shown):
-            note += (f" - showing the first {len(shown):,} of {total:,} rows"
+        if rows > shown:
+            note += (f" - showing the first {shown:,} of {rows:,} rows"
                      + (f"; all rows are in {csv_hint}" if csv_hint else ""))
         ws.write_string(first_row, start_col, note, self.fmt["note"])
         hdr = first_row + 1
-        # each column taken out of the frame once (a column lookup costs more than its few cells)
-        series = [s for _, s in shown.items()]
-        cols = [(c, _column(str(c), s)) for c, s in zip(shown.columns, series)]
+        cols = [(c, _column(str(c), s)) for c, s in named]
         for j, (_, spec) in enumerate(cols):
             ws.write_string(hdr, start_col + j, spec.header, self.fmt["header"])
-        for j, ((c, spec), s) in enumerate(zip(cols, series)):
+        col_widths = []
+        for j, ((c, spec), (_, s)) in enumerate(zip(cols, named)):
             self._write_column(ws, hdr + 1, start_col + j, s, spec)
             width = (widths or {}).get(str(c))
             if width is None:
                 width = 60 if spec.kind == "text" and str(c) in ("kernel", "name", "kernel_name", "note") \
                     else max(10, min(28, len(spec.header) + 2))
-            ws.set_column(start_col + j, start_col + j, width)
+            col_widths.append(width)
+        for first, last, width in _runs(col_widths):
+            # a run of equal widths in one call: the same width stored for each of its columns
+            ws.set_column(start_col + first, start_col + last, width)
         if first_row == 0 and start_col == 0:
             ws.freeze_panes(hdr + 1, 0)
         if filter_ and len(cols):
-            ws.autofilter(hdr, start_col, hdr + max(len(shown), 1), start_col + len(cols) - 1)
+            ws.autofilter(hdr, start_col, hdr + max(shown, 1), start_col + len(cols) - 1)
         return ws, hdr, cols
 
     def _write_column(self, ws, row0: int, col: int, s: pd.Series, spec: _Col) -> None:
@@ -155,14 +188,36 @@ class _Book:
         arr = _float64(s)
         if spec.scale != 1.0:
             arr = arr * spec.scale
-        # Python floats of one tolist(): a NumPy scalar per cell costs more than writing it
-        for i, x in enumerate(arr.tolist()):
-            if math.isfinite(x):
-                # ns shown in µs: 9436846.9 ns * 1e-3 must read 9436.8469, not 9436.846899999999
+        # Python floats of one tolist(): a NumPy scalar per cell costs more than writing it;
+        # ns shown in µs: 9436846.9 ns * 1e-3 must read 9436.8469, not 9436.846899999999
+        values = arr.tolist()
+        if all(map(math.isfinite, values)):
+            # the cells of write_number, in one call (write_column writes a float as write_number)
+            ws.write_column(row0, col, [tidy_float(x) for x in values], fmt)
+            return
+        for i, x in enumerate(values):
+            if math.isfinite(x):  # a missing value is an empty cell
                 ws.write_number(row0 + i, col, tidy_float(x), fmt)
 
     def close(self) -> None:
         self.wb.close()
+
+
+def _runs(values: list) -> list[tuple[int, int, Any]]:
+    """``(first, last, value)`` of each run of equal neighbours in ``values`` (positions)."""
+    runs: list[tuple[int, int, Any]] = []
+    for j, v in enumerate(values):
+        if runs and runs[-1][2] == v:
+            runs[-1] = (runs[-1][0], j, v)
+        else:
+            runs.append((j, j, v))
+    return runs
+
+
+def _hidden(data: ReportData) -> tuple[str, ...]:
+    """The columns :meth:`_Book.table` leaves out of a report table: the label of a single-sweep
+    report (what ``tables.public`` drops, without a frame made for it)."""
+    return () if data.multi else ("label",)
 
 
 def _float64(s: pd.Series) -> np.ndarray:
@@ -326,14 +381,13 @@ def _verdict_units(v: pd.DataFrame) -> pd.DataFrame:
 
 
 def _short_kernels_sheet(book: _Book, data: ReportData) -> None:
-    df = public(data.short_kernels, data)
     ws, hdr, cols = book.table(
-        "short_kernels", df, f"kernels shorter than {data.short_kernel_us:g} µs (TraceLens "
-        "short-kernel study, durations in µs); histogram and chart on the right")
-    hist = public(data.short_histogram, data)
+        "short_kernels", data.short_kernels, f"kernels shorter than {data.short_kernel_us:g} µs (TraceLens "
+        "short-kernel study, durations in µs); histogram and chart on the right", hide=_hidden(data))
+    hist = data.short_histogram
     c0 = len(cols) + 1
     _, hh, hcols = book.table("short_kernels", hist, "duration histogram of short kernels (µs)",
-                              ws=ws, start_col=c0, filter_=False)
+                              ws=ws, start_col=c0, filter_=False, hide=_hidden(data))
     n = len(hist) if not data.multi else len(hist[hist["label"] == data.labels[0]])
     if n:
         jc = _col_index(hcols, "count")
@@ -354,7 +408,7 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
     tp = data.timeline_by_point
     rows = []
     summ = []
-    records = tp.to_dict("records")
+    records = _records(tp)
     points = [_point_text(r.get("point")) for r in records]
     axes_of = _points_axes(points)
     for r, point in zip(records, points):
@@ -376,24 +430,25 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
                      "exposed_memcpy_time_ms": r["exposed_memcpy_time_ms"],
                      "busy_time_ms": r["busy_time_ms"], "idle_time_ms": r["idle_time_ms"],
                      "total_time_ms": r["total_time_ms"]})
-    # built with the sheet's headers (no rename on the way)
-    all_data = pd.DataFrame(rows, columns=["full_config", "threads_num", "thread_config", "channels_num",
-                                           "channel_config", "num_ranks", "type", "time (ms)", "percent (%)"])
-    book.table("gpu_timeline", all_data,
-               "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
-               "process-GPU groups (ranks) of the config")
+    # built with the sheet's headers (no rename on the way), as columns: no frame for a few rows
+    all_data = dict(_columns_of(rows, ["full_config", "threads_num", "thread_config", "channels_num",
+                                       "channel_config", "num_ranks", "type", "time (ms)", "percent (%)"]))
+    book.columns("gpu_timeline", list(all_data.items()), len(rows),
+                 "aorta All_Data: TraceLens PyTorch-mode GPU timeline per config, mean over the "
+                 "process-GPU groups (ranks) of the config")
     for name, value, column in (("Pivot_Time_ms", "time ms", "time (ms)"), ("Pivot_Percent", "percent", "percent (%)")):
-        if len(all_data):
-            piv = pivot_first(all_data, "type", "full_config", column)
-            piv.columns = [str(c) if c == "type" else f"{c} ({'ms' if value == 'time ms' else '%'})"
-                           for c in piv.columns]
-        else:
-            piv = pd.DataFrame(columns=["type"])
-        book.table(name, piv, f"aorta {name}: index type, columns full_config, values {value}")
-    sdf = pd.DataFrame(summ)
-    ws, hdr, cols = book.table("Summary_By_Config", sdf, "aorta Summary_By_Config: per config, mean over "
-                               "ranks (ms); computation + exposed comm + exposed memcpy + idle = total")
-    n = len(sdf)
+        description = f"aorta {name}: index type, columns full_config, values {value}"
+        if not rows:
+            book.table(name, pd.DataFrame(columns=["type"]), description)
+            continue
+        keys, piv = pivot_columns(all_data, "type", "full_config", column)
+        unit = "ms" if value == "time ms" else "%"
+        book.columns(name, [(str(c) if c == "type" else f"{c} ({unit})", s) for c, s in zip(keys, piv)],
+                     len(piv[0]), description)
+    ws, hdr, cols = book.columns("Summary_By_Config", _columns_of(summ, list(summ[0]) if summ else []),
+                                 len(summ), "aorta Summary_By_Config: per config, mean over ranks (ms); "
+                                 "computation + exposed comm + exposed memcpy + idle = total")
+    n = len(summ)
     if n:
         chart = book.wb.add_chart({"type": "column", "subtype": "stacked"})
         for name, colour in (("computation_time_ms", "#4472C4"), ("exposed_comm_time_ms", "#ED7D31"),
@@ -408,13 +463,52 @@ def _timeline_sheets(book: _Book, data: ReportData) -> None:
         ws.insert_chart(hdr + n + 3, 0, chart, {"x_scale": 1.5, "y_scale": 1.2})
 
 
+def _columns_of(rows: list[dict[str, Any]], names: list[str]) -> list[tuple[str, pd.Series]]:
+    """The columns of ``pd.DataFrame(rows, columns=names)`` (``rows`` each holding every name):
+    each inferred from its own values, as the frame infers it (ints with None as floats, only
+    None as objects, text as ``str``), without the frame around them."""
+    if not rows:
+        return [(k, pd.Series([], dtype=object)) for k in names]
+    return [(k, pd.Series([r[k] for r in rows])) for k in names]
+
+
+def _records(df: pd.DataFrame) -> list[dict[Any, Any]]:
+    """``df.to_dict("records")``. A frame of NumPy number and text columns (the timeline's) is
+    read from its columns as they iterate, which is what pandas reads, without its ``iloc`` per
+    column and its boxing pass (which changes none of these values)."""
+    series = [s for _, s in df.items()]
+    if not df.columns.is_unique or not all(_plain(s.dtype) for s in series):
+        return df.to_dict("records")
+    names = df.columns.tolist()
+    return [dict(zip(names, row)) for row in zip(*series)]
+
+
+def _plain(dtype: Any) -> bool:
+    """A column dtype whose values iterate as Python scalars (``to_dict`` leaves them as they
+    are): a NumPy bool or number, or pandas' text with NaN for missing (``str``; the ``pd.NA``
+    variant's missing cells ``to_dict`` makes None)."""
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in "biuf"
+    return isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA
+
+
 def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.DataFrame:
     """``df.pivot_table(index=index, columns=columns, values=value, aggfunc="first",
-    sort=False).reset_index()`` of a float ``value`` column, from one pass over the rows (pandas'
-    groupby and unstack cost some milliseconds a sheet, whatever its size): each cell the first
-    non-missing value of its (index, column) pair, rows and columns without any value left out.
-    Their order is pandas': each key in the order it first appears in its own column where every
-    such key keeps a value, else in the order of the first appearance of the pairs that keep one."""
+    sort=False).reset_index()`` of a float ``value`` column: :func:`pivot_columns` as a frame."""
+    keys, table = pivot_columns(df, index, columns, value)
+    out = pd.DataFrame(dict(enumerate(table)))
+    out.columns = keys  # by position: a column key may equal the index's name
+    return out
+
+
+def pivot_columns(df: pd.DataFrame | Mapping[str, pd.Series], index: str, columns: str,
+                  value: str) -> tuple[list[Any], list[pd.Series]]:
+    """The column names and the columns of :func:`pivot_first` (what the pivot sheets write),
+    from one pass over the rows (pandas' groupby and unstack cost some milliseconds a sheet,
+    whatever its size): each cell the first non-missing value of its (index, column) pair, rows
+    and columns without any value left out. Their order is pandas': each key in the order it
+    first appears in its own column where every such key keeps a value, else in the order of the
+    first appearance of the pairs that keep one."""
     first: dict[tuple[Any, Any], float] = {}
     seen: dict[tuple[Any, Any], None] = {}  # every pair, in order of first appearance
     rows: dict[Any, None] = {}
@@ -433,12 +527,10 @@ def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.Da
     by_pair = (list(dict.fromkeys(r for r, _ in kept)), list(dict.fromkeys(c for _, c in kept)))
     kept_rows = list(rows) if len(by_pair[0]) == len(rows) else by_pair[0]
     kept_cols = list(cols) if len(by_pair[1]) == len(cols) else by_pair[1]
-    table = {0: pd.Series(kept_rows, dtype=df[index].dtype)}
-    for j, c in enumerate(kept_cols, start=1):
-        table[j] = pd.Series([first.get((r, c), np.nan) for r in kept_rows], dtype=np.float64)
-    out = pd.DataFrame(table)
-    out.columns = [index, *kept_cols]  # by position: a column key may equal the index's name
-    return out
+    table = [pd.Series(kept_rows, dtype=df[index].dtype)]
+    for c in kept_cols:
+        table.append(pd.Series([first.get((r, c), np.nan) for r in kept_rows], dtype=np.float64))
+    return [index, *kept_cols], table
 
 
 def _missing(x: Any) -> bool:
@@ -463,10 +555,12 @@ def _points_axes(points: list[str | None]) -> dict[str | None, dict[str, int | N
 
 
 def _environment_sheet(book: _Book, data: ReportData) -> None:
-    rows = [{"key": k, "value": v} for k, v in _flatten(data.meta).items()]
-    book.table("environment", pd.DataFrame(rows, columns=["key", "value"]),
-               "run metadata: hardware, software versions, commit, inputs",
-               widths={"key": 36, "value": 100})
+    flat = _flatten(data.meta)
+    # text columns (their values are all text): no frame, nor its type inference, for them
+    book.columns("environment", [("key", pd.Series(list(flat), dtype=object)),
+                                 ("value", pd.Series(list(flat.values()), dtype=object))], len(flat),
+                 "run metadata: hardware, software versions, commit, inputs",
+                 widths={"key": 36, "value": 100})
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
@@ -488,21 +582,21 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
 def _collective_sheets(book: _Book, data: ReportData) -> None:
     """aorta's ``nccl_master_all_configs`` (its columns and units: µs, ms, MB = 2**20 B,
     GB/s = 2**30 B/s) and our per-(point, collective, size) summary with the straggler table."""
-    book.table("nccl_master_all_configs", public(data.nccl_master, data),
+    book.table("nccl_master_all_configs", data.nccl_master,
                "aorta nccl_master_all_configs: collectives matched across ranks per point; latencies "
                "and skews in µs, Total comm latency in ms, MB = 2^20 bytes, GB/s = 2^30 bytes/s "
-               "(TraceLens units)", widths={"Collective name": 24, "source_file": 40})
+               "(TraceLens units)", widths={"Collective name": 24, "source_file": 40}, hide=_hidden(data))
     ws, hdr, cols = book.table(
-        "collectives", public(data.collectives, data),
+        "collectives", data.collectives,
         "per point, collective and message-size bucket over matched collectives: latency = fastest "
         "rank's kernel (µs), start/end skew (µs), algorithm and bus bandwidth (GB/s, GB = 2^30 B)",
-        widths={"coll_name": 24})
+        widths={"coll_name": 24}, hide=_hidden(data))
     if len(data.stragglers):
         first = hdr + 1 + min(len(data.collectives), book.max_rows) + 2
-        book.table("collectives", public(data.stragglers, data),
+        book.table("collectives", data.stragglers,
                    "per point and rank: time waiting for the last rank to arrive (µs) and how often "
                    "the rank arrived last / first (straggler summary)", ws=ws, first_row=first,
-                   filter_=False)
+                   filter_=False, hide=_hidden(data))
 
 
 def write_excel(data: ReportData, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> Path:
@@ -527,28 +621,29 @@ def write_book(path: Path, max_rows: int, fill: Callable[["_Book"], None]) -> Pa
 def _fill(book: "_Book", data: ReportData) -> None:
     _summary_sheet(book, data)
     _verdicts_sheet(book, data)
-    book.table("kernels", public(data.kernels, data),
+    book.table("kernels", data.kernels,
                "duration statistics per point, rank and kernel (µs; std sample, quantiles type 7)",
-               csv_hint="kernels.csv")
-    book.table("kernel_summary", public(data.kernel_summary, data),
+               csv_hint="kernels.csv", hide=_hidden(data))
+    book.table("kernel_summary", data.kernel_summary,
                "TraceLens kernel_summary per kernel name, in true µs/ms (TraceLens's rocprof mode "
-               "prints ns under µs labels); cumulative share computed after sorting")
-    book.table("by_category", public(data.by_category, data),
-               "kernel time per point, rank and category (all dispatches)")
+               "prints ns under µs labels); cumulative share computed after sorting", hide=_hidden(data))
+    book.table("by_category", data.by_category,
+               "kernel time per point, rank and category (all dispatches)", hide=_hidden(data))
     _short_kernels_sheet(book, data)
-    book.table("kernel_details", public(data.kernel_details, data),
-               "the 100 longest dispatches (TraceLens kernel_details)")
-    book.table("top_variance", public(data.top_variance, data),
+    book.table("kernel_details", data.kernel_details,
+               "the 100 longest dispatches (TraceLens kernel_details)", hide=_hidden(data))
+    book.table("top_variance", data.top_variance,
                f"aorta top-{data.top_k} GEMM kernels by max - min per (point, rank), with timestamps "
                "(trace clock, ms), collective overlap of the max instance and robust CVs",
-               csv_hint="top5_gemm_kernels_time_variance_with_collective_overlap.csv")
-    book.table("overlap", public(data.overlap, data),
-               "GEMM dispatches overlapping collectives on the same GPU, per point, rank and kernel")
+               csv_hint="top5_gemm_kernels_time_variance_with_collective_overlap.csv", hide=_hidden(data))
+    book.table("overlap", data.overlap,
+               "GEMM dispatches overlapping collectives on the same GPU, per point, rank and kernel",
+               hide=_hidden(data))
     _timeline_sheets(book, data)
     if len(data.counters) and len(data.counters.columns) > 1:
-        book.table("counters", public(data.counters, data),
+        book.table("counters", data.counters,
                    "hardware counters: median per point and kernel (raw counter units; "
-                   "cu_utilization is a fraction of the CUs)")
+                   "cu_utilization is a fraction of the CUs)", hide=_hidden(data))
     else:
         ws = book.wb.add_worksheet("counters")
         ws.write_string(0, 0, "no hardware counters in the inputs (run a counter pass: "

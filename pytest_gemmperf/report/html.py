@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from pytest_gemmperf.version import __version__
 from pytest_gemmperf.analysis.kernel_names import short_names
-from pytest_gemmperf.analysis.small_tables import one_row_per_key
+from pytest_gemmperf.analysis.small_tables import descending_order, one_row_per_key
 from pytest_gemmperf.analysis.variance import parse_point_axes
 from pytest_gemmperf.gate import metrics as M
 from pytest_gemmperf.gate.headline import change_text, headline, notable, raw_detail
@@ -160,7 +160,7 @@ def _records(df: pd.DataFrame, limit: int = HTML_MAX_ROWS) -> list[dict]:
     """The first ``limit`` rows as dicts of Python values, None for missing: what
     ``df.astype(object).where(df.notna(), None).to_dict("records")`` gives, from one object
     array (pandas' ``where`` on an object frame alone costs more than this whole function)."""
-    head = df.head(limit)
+    head = df.head(limit) if len(df) > limit else df  # head() copies even a frame it keeps whole
     values = head.to_numpy(dtype=object, copy=True)  # a single object block would be a read-only view
     values[head.isna().to_numpy(dtype=bool)] = None
     columns = head.columns.tolist()
@@ -234,8 +234,8 @@ def _distribution_panels(data: ReportData, short: dict[str, str] | None = None) 
             b = b.assign(channel=["ch" + str(int(x)) for x in b["channel"]])
         if axis == "rank":
             b = b.assign(rank=[int(x) for x in b["rank"]])
-        panels = [plots.box_panel(grp, group_cols, str(kernel), label=short.get(str(kernel)))
-                  for kernel, grp in _per_kernel(b, group_cols)]
+        panels = [plots.box_rows_panel(rows, group_cols, str(kernel), label=short.get(str(kernel)))
+                  for kernel, rows in _per_kernel_rows(b, group_cols)]
         sections.append({"title": titles[axis], "panels": panels})
     return sections
 
@@ -249,32 +249,57 @@ def _per_kernel(boxes: pd.DataFrame, group_cols: list[str]) -> list[tuple[Any, p
     return [(k, grp.sort_values(group_cols)) for k, grp in boxes.groupby("kernel", sort=False)]
 
 
+def _per_kernel_rows(boxes: pd.DataFrame, group_cols: list[str]) -> list[tuple[Any, list[dict]]]:
+    """:func:`_per_kernel` with each kernel's boxes as rows (``plots.frame_rows``): one row a
+    kernel, the rows of the whole frame read at once, no frame per kernel."""
+    kernels = boxes["kernel"].tolist()
+    if all(isinstance(k, str) for k in kernels) and len(set(kernels)) == len(kernels):
+        return [(k, [row]) for k, row in zip(kernels, plots.frame_rows(boxes))]
+    return [(k, plots.frame_rows(grp)) for k, grp in _per_kernel(boxes, group_cols)]
+
+
 def _kernel_overview(data: ReportData, limit: int = 60) -> pd.DataFrame:
     """Per sweep and kernel, over all points and ranks: the kernels table of the page."""
     k = data.kernels
     if len(k) == 0:
         return k
-    return _kernel_totals(k).sort_values("total_ns", ascending=False).head(limit)
+    cells = _one_cell_totals(k)
+    if cells is None:
+        return _kernel_totals(k).sort_values("total_ns", ascending=False).head(limit)
+    total = cells["total_ns"]
+    if total.dtype.kind == "f" and np.isnan(total).any():  # pandas sorts NaN last: its own way
+        return pd.DataFrame(cells).sort_values("total_ns", ascending=False).head(limit)
+    order = descending_order(total)[:limit]  # sort_values' order, its first ``limit`` rows
+    return pd.DataFrame({c: v[order] for c, v in cells.items()})
+
+
+_TOTALS = ("count", "total_ns", "median_ns", "p95_ns", "cv")
 
 
 def _kernel_totals(k: pd.DataFrame) -> pd.DataFrame:
     """Per (label, kernel), in order of appearance: category, dispatches, time and the median
     cell's median, p95 and CV."""
-    stats = ("count", "total_ns", "median_ns", "p95_ns", "cv")
-    kinds = [k[c].dtype.kind if isinstance(k[c].dtype, np.dtype) else "" for c in stats]
-    if kinds[:2] in (["i", "i"], ["i", "f"]) and kinds[2:] == ["f"] * 3 and k["category"].dtype == object \
-            and one_row_per_key(k, ("label", "kernel")):
-        # one cell per kernel (one point and rank): its sums and medians are the cell's values
-        category = k["category"].to_numpy(dtype=object, copy=True)
-        category[k["category"].isna().to_numpy(dtype=bool)] = np.nan  # first(): no value -> NaN
-        return pd.DataFrame({"label": k["label"].to_numpy(), "kernel": k["kernel"].to_numpy(),
-                             "category": category, **{c: k[c].to_numpy() for c in stats},
-                             "cells": np.ones(len(k), dtype=np.int64)})
+    cells = _one_cell_totals(k)
+    if cells is not None:
+        return pd.DataFrame(cells)
     g = k.groupby(["label", "kernel"], sort=False)
     return pd.DataFrame({"category": g["category"].first(), "count": g["count"].sum(),
                          "total_ns": g["total_ns"].sum(), "median_ns": g["median_ns"].median(),
                          "p95_ns": g["p95_ns"].median(), "cv": g["cv"].median(),
                          "cells": g.size()}).reset_index()
+
+
+def _one_cell_totals(k: pd.DataFrame) -> dict[str, np.ndarray] | None:
+    """:func:`_kernel_totals`'s columns where each (label, kernel) has one cell (one point and
+    rank): its sums and medians are the cell's values; None otherwise."""
+    kinds = [k[c].dtype.kind if isinstance(k[c].dtype, np.dtype) else "" for c in _TOTALS]
+    if kinds[:2] not in (["i", "i"], ["i", "f"]) or kinds[2:] != ["f"] * 3 or k["category"].dtype != object \
+            or not one_row_per_key(k, ("label", "kernel")):
+        return None
+    category = k["category"].to_numpy(dtype=object, copy=True)
+    category[k["category"].isna().to_numpy(dtype=bool)] = np.nan  # first(): no value -> NaN
+    return {"label": k["label"].to_numpy(), "kernel": k["kernel"].to_numpy(), "category": category,
+            **{c: k[c].to_numpy() for c in _TOTALS}, "cells": np.ones(len(k), dtype=np.int64)}
 
 
 def _collective_context(data: ReportData) -> dict[str, Any]:

@@ -125,6 +125,12 @@ def _x_axis(svg: _Svg, x0: float, x1: float, y: float, lo: float, hi: float, lab
     svg.text((x0 + x1) / 2, y + 30, label, anchor="middle")
 
 
+def frame_rows(df: pd.DataFrame) -> list[dict]:
+    """``df``'s rows as dicts of the values ``iterrows`` gives per cell (the frame's values, one
+    array for all its columns: numbers as Python numbers, text as text), without a Series per row."""
+    return [dict(zip(df.columns.tolist(), row)) for row in df.to_numpy().tolist()]
+
+
 def empty_note(message: str) -> Markup:
     return Markup(f'<p class="empty">{escape(message)}</p>')
 
@@ -141,16 +147,21 @@ def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
     ``label`` the short distinguishing name shown as the heading (``short_names``), else
     the full name elided in the middle.
     """
-    if len(boxes) == 0:
+    return box_rows_panel(frame_rows(boxes), group_cols, title, width=width, label=label)
+
+
+def box_rows_panel(rows: list[dict], group_cols: Sequence[str], title: str, *,
+                   width: int = 560, label: str | None = None) -> Markup:
+    """:func:`box_panel` of the boxes' rows as :func:`frame_rows` gives them."""
+    if len(rows) == 0:
         return empty_note("no data")
-    rows = boxes.reset_index(drop=True)
     left, right, top = 150, 20, 26
     row_h = 22
     height = top + row_h * len(rows) + 44
-    lo = float(np.nanmin(rows["min_us"]))
-    hi = float(np.nanmax(rows["max_us"]))
-    p_lo = float(np.nanmin(rows["p05_us"]))
-    p_hi = float(np.nanmax(rows["p95_us"]))
+    lo = float(np.nanmin([r["min_us"] for r in rows]))
+    hi = float(np.nanmax([r["max_us"] for r in rows]))
+    p_lo = float(np.nanmin([r["p05_us"] for r in rows]))
+    p_hi = float(np.nanmax([r["p95_us"] for r in rows]))
     # outliers far out would squash the boxes: scale to the whiskers, clip min/max markers
     span = max(p_hi - p_lo, 1e-9)
     lo_s, hi_s = max(lo, p_lo - 0.15 * span), min(hi, p_hi + 0.15 * span)
@@ -165,7 +176,7 @@ def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
         v = min(max(v, lo_s), hi_s)
         return x0 + (v - lo_s) / (hi_s - lo_s) * (x1 - x0)
 
-    for i, r in rows.iterrows():
+    for i, r in enumerate(rows):
         y = top + i * row_h + row_h / 2
         label = " ".join(str(r[c]) if c != "rank" else f"rank {r[c]}" for c in group_cols)
         label = label.replace("threads ", "th").strip()
@@ -333,7 +344,7 @@ def stacked_timeline(tp: pd.DataFrame, *, multi: bool, width: int = 900) -> Mark
         svg.rect(lx, 8, 10, 10, colour, stroke="#999")
         svg.text(lx + 14, 17, name)
         lx += 30 + 7 * len(name)
-    for i, r in rows.iterrows():
+    for i, r in enumerate(frame_rows(rows)):
         y = top + i * row_h
         point = r["point"] if isinstance(r["point"], str) else "all"
         label = f"{r['label']}: {point}" if multi else point
@@ -370,20 +381,21 @@ def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 34
     """Per GEMM kernel: mean overlap fraction with collectives vs median duration (log x)."""
     if len(overlap) == 0:
         return empty_note("no GEMM dispatches")
-    g = _scatter_points(overlap)
-    g = g[np.isfinite(g["dur"]) & (g["dur"] > 0)]
+    points = _scatter_points(overlap)
+    dur = points["dur"].to_numpy(dtype=np.float64)
+    g = [r for r, ok in zip(frame_rows(points), (np.isfinite(dur) & (dur > 0)).tolist()) if ok]
     if len(g) == 0:
         return empty_note("no GEMM durations")
     if len(g) == 1:  # one point is no chart: said in words
-        r = g.iloc[0]
+        r = g[0]
         frac = float(r["frac"]) if math.isfinite(r["frac"]) else 0.0
-        who = f"{r['label']}: " if g["label"].nunique() > 1 or r["label"] != "run" else ""
+        who = f"{r['label']}: " if r["label"] != "run" else ""
         return Markup('<p class="note">') + escape(
             f"One GEMM kernel ({who}{r['kernel']}): median {r['dur']:.3g} µs over {int(r['count'])} dispatch(es), "
             + ("never overlapping a collective." if frac == 0 else
                f"on average {100 * frac:.0f} % of each dispatch overlapping a collective.")) + Markup("</p>")
     left, right, top, bottom = 60, 20, 20, 50
-    lo, hi = math.log10(g["dur"].min()) - 0.1, math.log10(g["dur"].max()) + 0.1
+    lo, hi = math.log10(min(r["dur"] for r in g)) - 0.1, math.log10(max(r["dur"] for r in g)) + 0.1
     svg = _Svg(width, height, "GEMM overlap with collectives vs duration")
     x0, x1, y0, y1 = left, width - right, height - bottom, top
     for t in (0, 0.25, 0.5, 0.75, 1.0):
@@ -391,8 +403,8 @@ def overlap_scatter(overlap: pd.DataFrame, *, width: int = 900, height: int = 34
         svg.line(x0, y, x1, y, stroke="#e5e5e5")
         svg.text(x0 - 6, y + 4, f"{t:.2f}", anchor="end")
     svg.text(14, (y0 + y1) / 2, "mean overlap fraction", anchor="middle", rotate=True)
-    labels = list(dict.fromkeys(g["label"]))
-    for _, r in g.iterrows():
+    labels = list(dict.fromkeys(r["label"] for r in g))
+    for r in g:
         x = x0 + (math.log10(r["dur"]) - lo) / (hi - lo) * (x1 - x0)
         frac = float(r["frac"]) if math.isfinite(r["frac"]) else 0.0
         y = y0 + frac * (y1 - y0)
@@ -573,5 +585,5 @@ def heat_map(cells: pd.DataFrame, title: str, *, value_label: str, col_label: st
     return svg.markup()
 
 
-__all__ = ["bandwidth_panel", "before_after_panel", "box_panel", "empty_note", "forest_plot", "hbar", "heat_map",
+__all__ = ["bandwidth_panel", "before_after_panel", "box_panel", "box_rows_panel", "empty_note", "forest_plot", "hbar", "heat_map",
            "interaction_plot", "overlap_scatter", "stacked_timeline"]

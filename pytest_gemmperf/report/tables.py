@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -142,14 +143,28 @@ def summary_dict(data: ReportData, files: dict[str, Path] | None = None) -> dict
         "points": sorted({str(p) for p in data.kernels.get("point", pd.Series(dtype=object)).dropna()}),
         "n_kernels": int(data.kernels["kernel"].nunique()) if "kernel" in data.kernels else 0,
         "timeline_by_point_ms": tl.to_dict("records") if len(tl) else [],
-        "top_variance": data.top_variance.reindex(
-            columns=["label", "point", "rank", "kernel_name", "time_diff_us", "mad_cv"]).head(20)
-            .to_dict("records"),
+        "top_variance": _head_records(data.top_variance,
+                                      ("label", "point", "rank", "kernel_name", "time_diff_us", "mad_cv"), 20),
         "short_kernel_threshold_us": data.short_kernel_us,
         "meta": data.meta,
         "notes": data.notes,
         "files": {k: str(p) for k, p in (files or {}).items()},
     })
+
+
+def _head_records(df: pd.DataFrame, columns: tuple[str, ...], n: int) -> list[dict]:
+    """The first ``n`` rows of ``df``'s ``columns`` as dicts, each cell as iterating its column
+    gives it (what ``itertuples`` yields, and ``to_dict("records")`` as :func:`clean` reads it);
+    a column ``df`` lacks as NaN (``reindex``), of a repeated name the first. Read from those
+    columns' first rows only: no frame of them, no row object for every column."""
+    rows = min(n, len(df))
+    first: dict[str, int] = {}
+    for i, c in enumerate(df.columns.tolist()):
+        first.setdefault(c, i)
+    plain = not df.columns.has_duplicates
+    cells = [list(islice(df[c] if plain else df.iloc[:, first[c]], rows)) if c in first else [math.nan] * rows
+             for c in columns]
+    return [dict(zip(columns, row)) for row in zip(*cells)]
 
 
 def write_summary_json(data: ReportData, path: Path, files: dict[str, Path] | None = None) -> Path:
@@ -224,12 +239,13 @@ def summary_markdown(data: ReportData, report_name: str | None = "report.html") 
     if len(top):
         lines += [f"Top GEMM kernels by time variance (max - min, top {data.top_k} per cell):", "",
                   "| point | rank | kernel | min µs | max µs | diff µs | robust CV |", "|---|---|---|---|---|---|---|"]
-        for r in top.head(5).itertuples(index=False):
-            lines.append(f"| {md_code(r.point if isinstance(r.point, str) else '-')} | "
-                         f"{'-' if pd.isna(r.rank) else int(r.rank)} | "
-                         f"{md_code(labels.get(str(r.kernel_name)) or shorten_kernel(r.kernel_name, 80))} | "
-                         f"{r.kernel_time_min_us:.2f} | {r.kernel_time_max_us:.2f} | {r.time_diff_us:.2f} | "
-                         f"{r.mad_cv:.3f} |")
+        for r in _head_records(top, ("point", "rank", "kernel_name", "kernel_time_min_us",
+                                     "kernel_time_max_us", "time_diff_us", "mad_cv"), 5):
+            lines.append(f"| {md_code(r['point'] if isinstance(r['point'], str) else '-')} | "
+                         f"{'-' if pd.isna(r['rank']) else int(r['rank'])} | "
+                         f"{md_code(labels.get(str(r['kernel_name'])) or shorten_kernel(r['kernel_name'], 80))} | "
+                         f"{r['kernel_time_min_us']:.2f} | {r['kernel_time_max_us']:.2f} | {r['time_diff_us']:.2f} | "
+                         f"{r['mad_cv']:.3f} |")
         lines.append("")
     for note in data.notes:
         lines.append(f"> {md_text(note)}")

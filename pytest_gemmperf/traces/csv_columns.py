@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from pytest_gemmperf.errors import GemmperfInputError
 from pytest_gemmperf.traces.csv_parse import _DICT, _Source, _at_row
-from pytest_gemmperf.traces.schema import no_categories
+from pytest_gemmperf.traces.schema import INT, constant_column, no_categories
 
 #: the ``source`` value of every table read from a rocprofv3 CSV: its kind's name
 SOURCE = "rocprof-csv"
@@ -42,9 +42,7 @@ def _const_cat(value: Any, n: int) -> pd.Categorical:
 
 
 def _const_int(value: int | None, n: int) -> pd.api.extensions.ExtensionArray:
-    if value is None:
-        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
-    return pd.arrays.IntegerArray(np.full(n, value, dtype=np.int64), np.zeros(n, dtype=bool))
+    return constant_column(value, INT, n)
 
 
 def _int_col(col: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:

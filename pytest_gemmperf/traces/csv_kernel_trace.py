@@ -34,7 +34,7 @@ from pytest_gemmperf.traces.schema import (
     NoDispatches,
     Trace,
     empty,
-    finalize_dispatches,
+    finalize_dispatch_columns,
     short_name,
 )
 from pytest_gemmperf.traces.categories import category_of
@@ -68,8 +68,7 @@ def _finish_dispatches(cols: dict[str, Any], n: int, path: str, host: str | None
     """Fill every canonical column with a cheap, correctly typed array, then finalize."""
     cols = _typed_columns(cols, n, path, host, pid)
     order = [c for c in DISPATCH_SCHEMA if c in cols] + [c for c in cols if c not in DISPATCH_SCHEMA]
-    df = pd.DataFrame({c: cols[c] for c in order}, copy=False)
-    return finalize_dispatches(df, path)
+    return finalize_dispatch_columns({c: cols[c] for c in order}, pd.RangeIndex(n), path)
 
 
 def _typed_columns(cols: dict[str, Any], n: int, path: str, host: str | None, pid: int | None,

@@ -15,7 +15,6 @@ no GPU work (the launcher) from a broken file by the error's type, never by its 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
@@ -118,17 +117,26 @@ AGENT_SCHEMA: dict[str, str] = {
 AGENT_COLUMNS = tuple(AGENT_SCHEMA)
 
 
-@dataclass
-class Trace:
-    """What one reader returns for one input file (or one rocprofv3 output prefix)."""
+#: a :class:`Trace` argument not given
+_UNSET: Any = object()
 
-    dispatches: pd.DataFrame
-    counters: pd.DataFrame = field(default_factory=lambda: empty(COUNTER_SCHEMA))
-    agents: pd.DataFrame = field(default_factory=lambda: empty(AGENT_SCHEMA))
-    files: list[str] = field(default_factory=list)
-    #: free-form facts about the input: format version, rocprofv3 version guess, command line,
-    #: recorded environment, torch ops (``meta["cpu_ops"]`` DataFrame for torch traces), ...
-    meta: dict[str, Any] = field(default_factory=dict)
+
+class Trace:
+    """What one reader returns for one input file (or one rocprofv3 output prefix): its
+    ``dispatches``, ``counters`` and ``agents`` tables (empty ones where not given), its
+    ``files``, and ``meta``: free-form facts about the input (format version, rocprofv3
+    version guess, command line, recorded environment, torch ops: ``meta["cpu_ops"]``
+    DataFrame for torch traces, ...). A plain class: as a dataclass it cost half a millisecond
+    to make, in every program that imports the readers' schema."""
+
+    def __init__(self, dispatches: pd.DataFrame, counters: pd.DataFrame = _UNSET,
+                 agents: pd.DataFrame = _UNSET, files: list[str] = _UNSET,
+                 meta: dict[str, Any] = _UNSET) -> None:
+        self.dispatches = dispatches
+        self.counters = empty(COUNTER_SCHEMA) if counters is _UNSET else counters
+        self.agents = empty(AGENT_SCHEMA) if agents is _UNSET else agents
+        self.files = [] if files is _UNSET else files
+        self.meta = {} if meta is _UNSET else meta
 
 
 def empty(schema: dict[str, str]) -> pd.DataFrame:
@@ -192,35 +200,67 @@ def coerce_columns(df: pd.DataFrame, schema: dict[str, str], path: str | None) -
     return _coerce({c: df[c] for c in df.columns}, df.index, schema, path)
 
 
-def _coerce(columns: dict[str, pd.Series], index: pd.Index, schema: dict[str, str],
+def _coerce(columns: dict[str, Any], index: pd.Index, schema: dict[str, str],
             path: str | None) -> pd.DataFrame:
-    """:func:`coerce_columns` of a frame given as its ``columns`` (each indexed by ``index``),
-    made into a frame once."""
+    """:func:`coerce_columns` of a frame given as its ``columns`` (each indexed by ``index``,
+    or an array of its length as the frame would hold it), made into a frame once."""
+    return _frame_of(_coerced(columns, index, schema, path), index)
+
+
+def _frame_of(columns: dict[str, Any], index: pd.Index) -> pd.DataFrame:
+    """The table of :func:`_coerced` columns, on the default index."""
+    if any(isinstance(v, pd.Series) for v in columns.values()):  # aligned on ``index`` first
+        return pd.DataFrame(columns, index=index, copy=False).reset_index(drop=True)
+    return pd.DataFrame(columns, index=pd.RangeIndex(len(index)), copy=False)  # arrays: by position
+
+
+def _coerced(columns: dict[str, Any], index: pd.Index, schema: dict[str, str],
+             path: str | None) -> dict[str, Any]:
+    """:func:`_coerce`'s columns before its frame: the schema's in its order and dtypes, then
+    the others, each as the frame takes it (:func:`_unwrapped`)."""
     n = len(index)
     out: dict[str, Any] = {}
     for col, dtype in schema.items():
-        if col in columns:
-            s = columns[col]
-        else:
-            s = pd.Series(missing_array(dtype, n), index=index)
+        if col not in columns:  # all missing, in its dtype already: nothing to coerce
+            out[col] = missing_array(dtype, n)
+            continue
+        s = columns[col]
         try:
             if dtype == STR:
                 if not isinstance(s.dtype, pd.CategoricalDtype):
-                    s = as_category(s)
+                    s = as_category(_as_series(s, index))
             elif dtype == INT:
                 if str(s.dtype) != INT:
-                    s = pd.to_numeric(s, errors="raise").astype(INT)
+                    s = pd.to_numeric(_as_series(s, index), errors="raise").astype(INT)
             elif str(s.dtype) != dtype:
-                s = s.astype(dtype)
+                s = _as_series(s, index).astype(dtype)
         except (ValueError, TypeError) as exc:
             raise GemmperfInputError(path, f"column {col!r} cannot be read as {dtype}: {exc}") from None
-        out[col] = s
+        out[col] = _unwrapped(s, index)
     # readers may carry extra provenance columns; kept after the canon, in the one constructor
     # (a column inserted afterwards costs a block copy each)
     for c, s in columns.items():
         if c not in schema:
-            out[c] = s
-    return pd.DataFrame(out, index=index, copy=False).reset_index(drop=True)
+            out[c] = _unwrapped(s, index)
+    return out
+
+
+def _unwrapped(s: Any, index: pd.Index) -> Any:
+    """A column for :func:`_coerce`'s frame: a Series on ``index`` as its array where the frame
+    takes that as it is (an extension array, or numpy values other than object, which a frame
+    would infer to ``str``): a frame of tens of Series costs several times one of arrays."""
+    if not isinstance(s, pd.Series) or not _same_rows(s.index, index):
+        return s  # an array, or a Series the frame aligns on ``index``
+    if isinstance(s.dtype, np.dtype):
+        return s if s.dtype == object else s.to_numpy()
+    return s.array
+
+
+def _same_rows(own: pd.Index, index: pd.Index) -> bool:
+    """Whether a Series on ``own`` is aligned on ``index`` as it stands (the index itself, or
+    the same range: a reader's columns made apart, each with its own default index)."""
+    return own is index or (isinstance(own, pd.RangeIndex) and isinstance(index, pd.RangeIndex)
+                            and own.equals(index))
 
 
 def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool = False,
@@ -231,44 +271,77 @@ def finalize_dispatches(df: pd.DataFrame, path: str | None, *, allow_empty: bool
     and the flags are derived here when absent. ``in_order``: the column naming the in-order
     unit of ``queue_overlap`` (:func:`lane_ids`).
     """
-    if len(df) == 0 and not allow_empty:
+    return finalize_dispatch_columns(dict(df.items()), df.index, path, allow_empty=allow_empty,
+                                     categorize_fn=categorize_fn, in_order=in_order)
+
+
+def finalize_dispatch_columns(columns: dict[str, Any], index: pd.Index, path: str | None, *,
+                              allow_empty: bool = False, categorize_fn=None,
+                              in_order: str = "queue") -> pd.DataFrame:
+    """:func:`finalize_dispatches` of a reader's ``columns`` (Series on ``index``, or arrays of
+    its length, each as a frame would hold it) before any frame is made of them: a reader
+    that collects its columns makes the table once instead of a frame of them first."""
+    if len(index) == 0 and not allow_empty:
         raise NoDispatches(path, "no kernel dispatches found")
     for col in ("start_ns", "end_ns", "kernel"):
-        if col not in df.columns:
+        if col not in columns:
             raise GemmperfInputError(path, f"missing required column {col!r}")
-    if df["start_ns"].isna().any() or df["end_ns"].isna().any():
-        bad = int(np.flatnonzero((df["start_ns"].isna() | df["end_ns"].isna()).to_numpy())[0])
+    start_na, end_na = pd.isna(columns["start_ns"]), pd.isna(columns["end_ns"])
+    if start_na.any() or end_na.any():
+        bad = int(np.flatnonzero(np.asarray(start_na) | np.asarray(end_na))[0])
         raise GemmperfInputError(path, "missing timestamp", record=f"dispatch row {bad + 1}")
     # the columns set here are made into the table once (coerce_columns' frame): on a frame
     # each column set costs a copy of its blocks, most of the cost on a table of tens of rows
-    cols = dict(df.items())
-    start = exact_ns(df["start_ns"], path, "start_ns")
-    end = exact_ns(df["end_ns"], path, "end_ns")
+    cols = dict(columns)
+    start = exact_ns(cols["start_ns"], path, "start_ns")
+    end = exact_ns(cols["end_ns"], path, "end_ns")
     dur = end - start
     negative = dur < 0
     if negative.any():
         i = int(np.flatnonzero(negative)[0])
-        has_id = "dispatch_id" in df.columns and pd.notna(df["dispatch_id"].iloc[i])
-        refuse_negative_durations(path, int(negative.sum()), i, df["dispatch_id"].iloc[i] if has_id else None,
+        ids = _as_series(cols["dispatch_id"], index) if "dispatch_id" in cols else None
+        has_id = ids is not None and pd.notna(ids.iloc[i])
+        refuse_negative_durations(path, int(negative.sum()), i, ids.iloc[i] if has_id else None,
                                   start[i], end[i])
-    for col, values in (("start_ns", start), ("end_ns", end), ("dur_ns", dur)):
-        cols[col] = pd.Series(values, index=df.index)
+    cols.update(start_ns=start, end_ns=end, dur_ns=dur)
     if "kernel_short" not in cols:
-        cols["kernel_short"] = shorten_names(df["kernel"])
+        cols["kernel_short"] = shorten_names(_as_series(cols["kernel"], index))
     if "category" not in cols:
         if categorize_fn is None:
             categorize_fn = categorize
-        cols["category"] = categorize_fn(df["kernel"])
+        cols["category"] = categorize_fn(_as_series(cols["kernel"], index))
     if path is not None and "file" not in cols:
-        cols["file"] = _constant_categorical(str(path), len(df))
+        cols["file"] = _constant_categorical(str(path), len(index))
     given = "zero_dur" in cols  # a reader's own flags are coerced, then replaced
     if not given:
-        cols["zero_dur"] = pd.Series(dur == 0, index=df.index)
-    out = _coerce(cols, df.index, DISPATCH_SCHEMA, path)
+        cols["zero_dur"] = dur == 0
+    out = _coerced(cols, index, DISPATCH_SCHEMA, path)
     if given:
-        out["zero_dur"] = out["dur_ns"].to_numpy() == 0
-    out["queue_overlap"] = flag_queue_overlap(out, in_order)
-    return out
+        out["zero_dur"] = dur == 0
+    lanes = {c: out[c] for c in ("file", "pid", "agent", in_order, "stream") if c in out}
+    if any(isinstance(v, pd.Series) for v in lanes.values()):  # aligned by the frame first
+        table = _frame_of(out, index)
+        table["queue_overlap"] = flag_queue_overlap(table, in_order)
+        return table
+    # the flags made before the table (a column set on it costs a copy of its blocks)
+    out["queue_overlap"] = (np.zeros(len(index), dtype=bool) if len(index) < 2 else overlap_in_lanes(
+        _lane_ids({c: pd.Series(v) for c, v in lanes.items()}, len(index), in_order), start, end))
+    return _frame_of(out, index)
+
+
+def _as_series(values: Any, index: pd.Index) -> pd.Series:
+    """A column as a Series on ``index``: an array as a frame of it would hold it."""
+    return values if isinstance(values, pd.Series) else pd.Series(values, index=index)
+
+
+def constant_column(value: Any, dtype: str, n: int) -> Any:
+    """``value`` ``n`` times (``n`` >= 1) in ``dtype`` (``INT`` or ``STR``), as
+    :func:`_coerce` makes such a column of a frame (None: all missing)."""
+    if value is None:
+        return missing_array(dtype, n)
+    if dtype == INT:
+        return pd.arrays.IntegerArray(np.full(n, value, dtype=np.int64), np.zeros(n, dtype=bool))
+    return repeated_category(value, n)
 
 
 def refuse_negative_durations(path: str | None, count: int, row: int, dispatch_id: Any,
@@ -289,7 +362,7 @@ def exact_ns(s: pd.Series, path: str | None, col: str) -> np.ndarray:
     ``astype`` would truncate fractions and turn ``inf`` into INT64_MIN with a RuntimeWarning.
     Object columns must hold Python/NumPy integers.
     """
-    values = s.to_numpy()
+    values = s if isinstance(s, np.ndarray) else s.to_numpy()
     if values.dtype.kind in "iu" and values.dtype != np.uint64:
         return values.astype(np.int64, copy=False)
     if values.dtype.kind == "f":
@@ -327,12 +400,16 @@ def lane_ids(df: pd.DataFrame, in_order: str = "queue") -> np.ndarray:
     ``file``, ``pid``, ``agent`` and ``queue`` (else ``stream``) together; ``in_order``
     another column than ``queue`` (a reader whose format has no queues: Kineto's ``stream``)
     is the in-order unit alone, with no fallback."""
-    n = len(df)
-    codes = [_lane_codes(df[c]) for c in ("file", "pid", "agent") if c in df.columns]
+    return _lane_ids(df, len(df), in_order)
+
+
+def _lane_ids(df: pd.DataFrame | dict[str, pd.Series], n: int, in_order: str) -> np.ndarray:
+    """:func:`lane_ids` of a frame or of its columns by name (``n`` rows)."""
+    codes = [_lane_codes(df[c]) for c in ("file", "pid", "agent") if c in df]
     # the in-order unit is the hardware queue; sources without queues (torch) order by stream
-    if in_order in df.columns:
+    if in_order in df:
         queue = _lane_codes(df[in_order], na=-1)
-        if in_order == "queue" and "stream" in df.columns and (queue < 0).any():
+        if in_order == "queue" and "stream" in df and (queue < 0).any():
             queue = np.where(queue >= 0, queue, -1 - _lane_codes(df["stream"]))
             queue = queue - queue.min()
         codes.append(np.maximum(queue, 0))

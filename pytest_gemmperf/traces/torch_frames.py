@@ -135,33 +135,68 @@ def _times(src: _Src, events: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
     return start, end
 
 
-def _idcol(src: _Src, events: list[_Event], values: list, field: str,
-           labels_ok: bool = False) -> pd.Series:
-    """Nullable Int64 ids, exact; a value that is not an int64 JSON integer is an error."""
+def _ids(src: _Src, events: list[_Event], values: list, field: str,
+         labels_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """int64 ids and their missing mask, exact; a value that is not an int64 JSON integer is
+    an error."""
     v, missing, status = exact_ints(values, labels_ok)
     i = first_problem(status)
     if i is not None:
         raise src.error(events[i], f"{field} {PROBLEMS[int(status[i])]}: {show(values[i])}")
-    return pd.Series(pd.arrays.IntegerArray(v, missing))
+    return v, missing
+
+
+def _idarray(src: _Src, events: list[_Event], values: list, field: str,
+             labels_ok: bool = False) -> pd.arrays.IntegerArray:
+    """Nullable Int64 ids (:func:`_ids`) as a column of a frame made by :func:`_frame`."""
+    return pd.arrays.IntegerArray(*_ids(src, events, values, field, labels_ok))
+
+
+def _idcol(src: _Src, events: list[_Event], values: list, field: str,
+           labels_ok: bool = False) -> pd.Series:
+    """Nullable Int64 ids, exact; a value that is not an int64 JSON integer is an error."""
+    return pd.Series(_idarray(src, events, values, field, labels_ok))
+
+
+def _frame(cols: dict[str, Any], n: int, objects: tuple[str, ...]) -> pd.DataFrame:
+    """A frame of ``n`` rows made once from arrays and lists; the ``objects`` columns (lists or
+    arrays) stay ``object`` (a bare array of strings would be inferred to ``str``). Every
+    column shares one index: a frame made of Series with their own indexes aligns them first,
+    which costs as much as the rest of the build on a table of tens of rows."""
+    index = pd.RangeIndex(n)
+    for c in objects:
+        cols[c] = pd.Series(cols[c], dtype=object, index=index)
+    return pd.DataFrame(cols, index=index)
+
+
+def _lane(src: _Src, events: list[_Event], own: list, field: str, event: list,
+          event_field: str) -> pd.arrays.IntegerArray:
+    """Ids from the events' ``args`` (``own``), else from the event itself (a GPU event's pid
+    or tid, labels read as missing); both checked, the args' first."""
+    v, missing = _ids(src, events, own, field)
+    v2, missing2 = _ids(src, events, event, event_field, labels_ok=True)
+    return pd.arrays.IntegerArray(np.where(missing, v2, v), missing & missing2)
 
 
 def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
+    return gpu_frame_and_overflow(gpu, src)[0]
+
+
+def gpu_frame_and_overflow(gpu: list[_Event], src: _Src) -> tuple[pd.DataFrame, np.ndarray]:
+    """The GPU events' frame, and its rows whose launch dimensions overflow
+    (:func:`grid_overflow`, found on the columns before the frame is made of them)."""
     args = [e.args or _NO_ARGS for e in gpu]
     start, end = _times(src, gpu)
     names = src.shared([e.name or e.cat for e in gpu])
-    dev = _idcol(src, gpu, [a.device for a in args], "args.device")
     # GPU events carry the device in pid and the stream in tid when args lack them
-    dev = dev.fillna(_idcol(src, gpu, [e.pid for e in gpu], "pid", labels_ok=True))
-    stream = _idcol(src, gpu, [a.stream for a in args], "args.stream").fillna(
-        _idcol(src, gpu, [e.tid for e in gpu], "tid", labels_ok=True))
     cols = {
-        "agent": dev,
-        "stream": stream,
-        "correlation_id": _idcol(src, gpu, [a.correlation for a in args], "args.correlation"),
-        "kernel": pd.Series(names, dtype=object),
+        "agent": _lane(src, gpu, [a.device for a in args], "args.device", [e.pid for e in gpu], "pid"),
+        "stream": _lane(src, gpu, [a.stream for a in args], "args.stream", [e.tid for e in gpu], "tid"),
+        "correlation_id": _idarray(src, gpu, [a.correlation for a in args], "args.correlation"),
+        "kernel": names,
         "start_ns": start,
         "end_ns": end,
-        "_ext": _idcol(src, gpu, [a.external_id for a in args], "args.External id"),
+        "_ext": _idarray(src, gpu, [a.external_id for a in args], "args.External id"),
         "_is_kernel": [e.cat in ("kernel", "Kernel") for e in gpu],
     }
     grid = _dim3(src, gpu, [a.grid for a in args], "args.grid")
@@ -169,11 +204,13 @@ def _gpu_frame(gpu: list[_Event], src: _Src) -> pd.DataFrame:
     for i, ax in enumerate("xyz"):
         cols[f"_grid_{ax}"] = grid[i]
         cols[f"_block_{ax}"] = block[i]
+    over = dims_overflow(grid, block)
     # collective metadata a kernel carries itself (NCCL/RCCL kernels of newer PyTorch)
     carrying = [i for i, a in enumerate(args) if a.coll_name is not None or a.pg_name is not None]
     if carrying:  # else all None: left out while the runs are held (with_coll_columns)
         cols.update(_coll_values(src, gpu, args, carrying))
-    return pd.DataFrame(cols)  # once: a column set on a frame costs a block copy per run
+    # once: a column set on a frame costs a block copy per run
+    return _frame(cols, len(gpu), ("kernel",)), over
 
 
 def _coll_values(src: _Src, events: list[_Event], args: list[_Args],
@@ -193,10 +230,14 @@ def _coll_values(src: _Src, events: list[_Event], args: list[_Args],
 def grid_overflow(df: pd.DataFrame) -> np.ndarray:
     """Rows whose ``args.grid * args.block`` leaves int64 in some axis (each factor is below
     2**32, so the uint64 product is exact; the Int64 product would wrap silently)."""
-    over = np.zeros(len(df), dtype=bool)
-    for a in "xyz":
-        prod = (df[f"_grid_{a}"].to_numpy(np.uint64, na_value=0)
-                * df[f"_block_{a}"].to_numpy(np.uint64, na_value=0))
+    return dims_overflow([df[f"_grid_{a}"] for a in "xyz"], [df[f"_block_{a}"] for a in "xyz"])
+
+
+def dims_overflow(grid: list, block: list) -> np.ndarray:
+    """:func:`grid_overflow` of the x, y, z columns (Int64 arrays or Series) of both."""
+    over = np.zeros(len(grid[0]), dtype=bool)
+    for g, b in zip(grid, block):
+        prod = g.to_numpy(np.uint64, na_value=0) * b.to_numpy(np.uint64, na_value=0)
         over |= prod > np.uint64(INT64_MAX)
     return over
 
@@ -204,7 +245,7 @@ def grid_overflow(df: pd.DataFrame) -> np.ndarray:
 _DIM_MAX = 2 ** 32 - 1  # launch APIs and AQL packets hold each dimension in 32 bits
 
 
-def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.Series]:
+def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.arrays.IntegerArray]:
     """x, y, z columns of ``[x, y, z]`` launch dimensions (shorter lists pad with 1).
 
     Fast path (every real trace): lists of three JSON integers, checked by C-level ``map``
@@ -222,8 +263,7 @@ def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.
         if arr is not None and not ((arr < 0) | (arr > _DIM_MAX)).any():
             full = np.zeros((n, 3), dtype=np.int64)
             full[~none] = arr
-            return [pd.Series(pd.arrays.IntegerArray(full[:, i].copy(), none.copy()))
-                    for i in range(3)]
+            return [pd.arrays.IntegerArray(full[:, i].copy(), none.copy()) for i in range(3)]
     rows: list[Any] = []
     for ev, v in zip(events, values):
         if v is None or v == []:
@@ -234,23 +274,22 @@ def _dim3(src: _Src, events: list[_Event], values: list, field: str) -> list[pd.
         else:
             raise src.error(ev, f"{field} is not a list of 1-3 integers in [0, 2**32): {show(v)}")
     arr = pd.DataFrame(rows, columns=["x", "y", "z"], dtype=object)
-    return [arr[c].astype(INT) for c in ("x", "y", "z")]
+    return [arr[c].astype(INT).array for c in ("x", "y", "z")]
 
 
 def _runtime_frame(runtime: list[_Event], src: _Src) -> pd.DataFrame:
     """Runtime calls in event order (:func:`runtime_by_correlation` keeps one per correlation
     id once every run of events is in)."""
     args = [e.args or _NO_ARGS for e in runtime]
-    rt = pd.DataFrame({
-        "name": pd.Series(src.shared([e.name for e in runtime]), dtype=object),
-        "pid": _idcol(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
-        "tid": _idcol(src, runtime, [e.tid for e in runtime], "tid", labels_ok=True),
+    return _frame({
+        "name": src.shared([e.name for e in runtime]),
+        "pid": _idarray(src, runtime, [e.pid for e in runtime], "pid", labels_ok=True),
+        "tid": _idarray(src, runtime, [e.tid for e in runtime], "tid", labels_ok=True),
         "ts_ns": _us_field(src, runtime, "ts")[0],
-        "correlation": _idcol(src, runtime, [a.correlation for a in args], "args.correlation"),
-        "external_id": _idcol(src, runtime, [a.external_id for a in args], "args.External id"),
+        "correlation": _idarray(src, runtime, [a.correlation for a in args], "args.correlation"),
+        "external_id": _idarray(src, runtime, [a.external_id for a in args], "args.External id"),
         "has_grid": [a.grid is not None for a in args],
-    })
-    return rt
+    }, len(runtime), ("name",))
 
 
 # --------------------------------------------------------------------------- checked runs
@@ -307,10 +346,13 @@ def runtime_by_correlation(rt: pd.DataFrame) -> pd.DataFrame:
     """One runtime call per correlation id. ROCm Kineto can emit two records per id (e.g. a
     spurious hipArray3DCreate beside hipMemsetAsync); the one carrying launch dimensions wins.
     Calls without a correlation id link nothing and are dropped."""
-    rt = rt[rt["correlation"].notna()]
-    rt = rt.sort_values("has_grid", ascending=False, kind="stable")
-    rt = rt.drop_duplicates("correlation", keep="first")
-    return rt.reset_index(drop=True)
+    has_id = rt["correlation"].notna().to_numpy()
+    grid = rt["has_grid"].to_numpy(dtype=bool)
+    # those with launch dimensions first, each group in event order (a stable sort, descending)
+    order = np.concatenate([np.flatnonzero(has_id & grid), np.flatnonzero(has_id & ~grid)])
+    _, first = np.unique(rt["correlation"].to_numpy(dtype=np.int64, na_value=0)[order], return_index=True)
+    # one take of the first call per id, in that order (a filter, sort and drop each copied the frame)
+    return rt.iloc[order[np.sort(first)]].reset_index(drop=True)
 
 
 def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.DataFrame:
@@ -320,22 +362,22 @@ def _cpu_ops_frame(cpu: list[_Event], src: _Src, shapes: bool = True) -> pd.Data
     start, end = _times(src, cpu)
     names = src.shared([e.name for e in cpu])
     cols = {
-        "name": pd.Series(names, dtype=object),
-        "pid": _idcol(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
-        "tid": _idcol(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
-        "ts_ns": pd.array(start, dtype=INT),
-        "dur_ns": pd.array(end - start, dtype=INT),
-        **({"input_dims": pd.Series(src.shapes([a.input_dims for a in args]), dtype=object),
-            "input_types": pd.Series(src.shapes([a.input_type for a in args]), dtype=object)}
+        "name": names,
+        "pid": _idarray(src, cpu, [e.pid for e in cpu], "pid", labels_ok=True),
+        "tid": _idarray(src, cpu, [e.tid for e in cpu], "tid", labels_ok=True),
+        "ts_ns": pd.arrays.IntegerArray(start, np.zeros(len(start), dtype=bool)),
+        "dur_ns": pd.arrays.IntegerArray(end - start, np.zeros(len(start), dtype=bool)),
+        **({"input_dims": src.shapes([a.input_dims for a in args]),
+            "input_types": src.shapes([a.input_type for a in args])}
            if shapes else {}),
-        "external_id": _idcol(src, cpu, [a.external_id for a in args], "args.External id"),
-        "correlation": _idcol(src, cpu, [a.correlation for a in args], "args.correlation"),
+        "external_id": _idarray(src, cpu, [a.external_id for a in args], "args.External id"),
+        "correlation": _idarray(src, cpu, [a.correlation for a in args], "args.correlation"),
     }
     # collective metadata lives on record_param_comms ops only
     comms = [i for i, n in enumerate(names) if n == PARAM_COMMS_OP]
     if comms:  # else all None: left out while the runs are held (with_coll_columns)
         cols.update(_coll_values(src, cpu, args, comms))
-    return pd.DataFrame(cols)
+    return _frame(cols, len(cpu), ("name", "input_dims", "input_types") if shapes else ("name",))
 
 
 def with_coll_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -380,29 +422,32 @@ def step_ranges(annotations: list[_Event], src: _Src) -> pd.DataFrame:
     """``ProfilerStep#N`` user annotations: name, start_ns, end_ns."""
     steps = [e for e in annotations if STEP_RE.match(e.name)]
     start, end = _times(src, steps)
-    return pd.DataFrame({"name": pd.Series([e.name for e in steps], dtype=object),
-                         "start_ns": start, "end_ns": end})
+    return _frame({"name": [e.name for e in steps], "start_ns": start, "end_ns": end}, len(steps), ("name",))
 
 
-def _steps_frame(annotated: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
-    """Profiler steps: the annotated ranges (:func:`step_ranges`), then those some older traces
-    record as cpu_op, ordered by start."""
+def _steps_frame(annotated: pd.DataFrame | None, cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """Profiler steps: the annotated ranges (:func:`step_ranges`; None: the trace has no
+    annotations), then those some older traces record as cpu_op, ordered by start."""
+    names: list = []
+    starts, ends = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    if annotated is not None:
+        names += list(annotated["name"])
+        starts.append(annotated["start_ns"].to_numpy(dtype=np.int64))
+        ends.append(annotated["end_ns"].to_numpy(dtype=np.int64))
     # the pattern tested on the names that hold its literal part only (usually none: a pass of
     # substring tests instead of a string column made of every operator's name)
-    names = cpu_ops["name"].to_numpy(dtype=object)
-    maybe = np.fromiter((_STEP_TEXT in (n if isinstance(n, str) else str(n)) for n in names), dtype=bool,
-                        count=len(names))
-    old = cpu_ops.iloc[:0]
+    op_names = cpu_ops["name"].to_numpy(dtype=object)
+    maybe = np.fromiter((_STEP_TEXT in (n if isinstance(n, str) else str(n)) for n in op_names), dtype=bool,
+                        count=len(op_names))
     if maybe.any():
         old = cpu_ops[maybe]
         old = old[old["name"].astype(str).str.match(STEP_RE.pattern)]
-    old_start = old["ts_ns"].to_numpy(dtype=np.int64)
-    names = list(annotated["name"]) + list(old["name"])
-    df = pd.DataFrame({
-        "name": pd.Series(names, dtype=object),
-        "step": pd.Series([int(STEP_RE.match(n).group(1)) for n in names], dtype="int64"),
-        "start_ns": np.concatenate([annotated["start_ns"].to_numpy(dtype=np.int64), old_start]),
-        "end_ns": np.concatenate([annotated["end_ns"].to_numpy(dtype=np.int64),
-                                  old_start + old["dur_ns"].to_numpy(dtype=np.int64)]),
-    })
-    return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
+        old_start = old["ts_ns"].to_numpy(dtype=np.int64)
+        names += list(old["name"])
+        starts.append(old_start)
+        ends.append(old_start + old["dur_ns"].to_numpy(dtype=np.int64))
+    start, end = np.concatenate(starts), np.concatenate(ends)
+    step = np.array([int(STEP_RE.match(n).group(1)) for n in names], dtype=np.int64)
+    order = np.argsort(start, kind="stable")  # by start, as a stable sort of the frame would
+    return _frame({"name": [names[i] for i in order.tolist()], "step": step[order],
+                   "start_ns": start[order], "end_ns": end[order]}, len(names), ("name",))

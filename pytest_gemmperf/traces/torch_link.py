@@ -17,13 +17,17 @@ def lookup(keys: pd.Series, table_keys: pd.Series) -> np.ndarray:
     """Row index in ``table_keys`` (unique) for each key; -1 when absent or key is null."""
     if len(table_keys) == 0:
         return np.full(len(keys), -1, dtype=np.int64)
-    idx = pd.Index(table_keys.astype("int64"))
     # int64 all the way: ids above 2**53 would collide after a float detour
-    k = keys.astype("Int64")
-    null = k.isna().to_numpy()
-    out = idx.get_indexer(k.to_numpy(dtype=np.int64, na_value=0)).astype(np.int64)
-    out[null] = -1
-    return out
+    table = table_keys.to_numpy(dtype=np.int64)
+    k = keys if str(keys.dtype) == INT else keys.astype(INT)
+    values = k.to_numpy(dtype=np.int64, na_value=0)
+    # a binary search of the sorted keys: an index's hash table costs more to build on the few
+    # ids of a small trace, and about as much as the sort on many
+    order = np.argsort(table, kind="stable")
+    ordered = table[order]
+    at = np.minimum(np.searchsorted(ordered, values), len(table) - 1)
+    found = (ordered[at] == values) & ~k.isna().to_numpy()
+    return np.where(found, order[at], -1).astype(np.int64)
 
 
 def take(col: pd.Series, rows: np.ndarray) -> pd.Series:

@@ -54,16 +54,18 @@ import numpy as np
 import pandas as pd
 
 from pytest_gemmperf.errors import GemmperfInputError
-from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, finalize_dispatches,
-                                           repeated_category, shorten_names)
+from pytest_gemmperf.traces.schema import (INT, STR, NoGpuEvents, Trace, as_category, constant_column,
+                                           finalize_dispatch_columns, finalize_dispatches,
+                                           missing_array, repeated_category, shorten_names)
 from pytest_gemmperf.traces.torch_decode import (_VERSION_KEYS, _Event, _pick, bucket_events,
                                                  decode_stream)
 from pytest_gemmperf.traces.torch_decode import checked as is_checked
 from pytest_gemmperf.traces.torch_frames import (COLL_COLUMNS, PARAM_COMMS_OP, STEP_RE, _coll_ints,
-                                                 _cpu_ops_frame, _gpu_frame, _idcol, _runtime_frame,
+                                                 _cpu_ops_frame, _idcol, _runtime_frame,
                                                  _Src, _steps_frame, _times, checked_cpu_pids,
                                                  checked_gpu_columns, checked_ids,
-                                                 checked_runtime_columns, grid_overflow, with_coll_columns,
+                                                 checked_runtime_columns, gpu_frame_and_overflow,
+                                                 grid_overflow, with_coll_columns,
                                                  runtime_by_correlation, step_ranges)
 from pytest_gemmperf.traces.torch_link import (innermost_enclosing, link_ops, lookup,  # noqa: F401
                                                take, enclosing_ops, group_codes, self_times)
@@ -121,8 +123,12 @@ class _Reading:
         self.n_gpu = 0
         self.n_cpu = 0
         self.activity: Counter = Counter()  # device categories (see _refuse_device_activity)
+        #: frames of each kind of event (the annotations' pids: Series)
         self.parts: dict[str, list[pd.DataFrame]] = {"gpu": [], "rt": [], "cpu": [], "ann_pid": [],
                                                      "steps": []}
+        #: per frame of ``parts`` (GPU events, runtime calls, operators) the category rank of
+        #: each row (:func:`_ranked`): kept beside the frames, as a column set on one copies it
+        self.ranks: dict[str, list[np.ndarray]] = {"gpu": [], "rt": [], "cpu": []}
         self.runtime_names: dict[str, list[str]] = {}  # first names per category (flavor_of)
         self.grid_errors: dict[int, GemmperfInputError] = {}  # by event index
         self.grid_error_rank: dict[int, int] = {}  # the category rank of each of those events
@@ -162,7 +168,7 @@ class _Reading:
             if slim:
                 self.pids["cpu"].add(ops["pid"], cpu_rank)
             else:
-                self.parts["cpu"].append(ops.assign(_rank=cpu_rank))
+                self._keep("cpu", ops, cpu_rank)
         if not self.gpu:
             return
         runtime, rt_rank = _ranked(by_cat, RUNTIME_CATS)
@@ -171,7 +177,7 @@ class _Reading:
             if slim:
                 self.rt_runs.add(rt, rt_rank)
             else:
-                self.parts["rt"].append(rt.assign(_rank=rt_rank))
+                self._keep("rt", rt, rt_rank)
             self._runtime_names(by_cat)
         annotations = _pick(by_cat, ANNOTATION_CATS)
         if annotations:
@@ -179,13 +185,11 @@ class _Reading:
             if slim:
                 self.pids["ann"].add(ann_pid)
             else:
-                self.parts["ann_pid"].append(pd.DataFrame({"pid": ann_pid}))
+                self.parts["ann_pid"].append(ann_pid)  # a Series: only its values are read
         if gpu:
-            df = _gpu_frame(gpu, src)
+            df, over = gpu_frame_and_overflow(gpu, src)
             self._refuse_collectives(df)
-            if not slim:  # a slim reading keeps the ranks beside its columns
-                df["_rank"] = gpu_rank
-            over = np.flatnonzero(grid_overflow(df))
+            over = np.flatnonzero(over)
             if len(over):
                 index = {id(e): i for i, e in enumerate(src.events)}
                 ev = np.array([src.first + index[id(gpu[i])] for i in range(len(gpu))])
@@ -197,7 +201,7 @@ class _Reading:
             if slim:
                 self.gpu_runs.add(df, gpu_rank)
             else:
-                self.parts["gpu"].append(df)
+                self._keep("gpu", df, gpu_rank)
         if annotations:
             steps = step_ranges(annotations, src)  # checked (and counted) in a slim read too
             if not slim:
@@ -228,6 +232,10 @@ class _Reading:
         if annotations:  # the steps' times checked and counted
             _times(src, [e for e in annotations if STEP_RE.match(e.name)])
 
+    def _keep(self, kind: str, frame: pd.DataFrame, rank: np.ndarray) -> None:
+        self.parts[kind].append(frame)
+        self.ranks[kind].append(rank)
+
     def _runtime_names(self, by_cat: dict[str, list[_Event]]) -> None:
         """The first runtime calls' names per category (``flavor_of``)."""
         for cat, events in by_cat.items():
@@ -246,27 +254,31 @@ class _Reading:
         then (``torch_frames.with_coll_columns``), and the full table's would not all be null."""
         self._refuse_collectives_if(any(c in frame.columns for c in COLL_COLUMNS))
 
-    def frame(self, kind: str, empty: Callable[[], pd.DataFrame] | None = None) -> pd.DataFrame:
+    def frame(self, kind: str, empty: Callable[[], pd.DataFrame] | None = None, *,
+              all_columns: bool = True) -> pd.DataFrame:
         """The runs' frames of one kind as one frame, in a whole-file read's row order (none:
-        ``empty()``'s frame)."""
+        ``empty()``'s frame). ``all_columns`` False: a GPU or operator frame holds the
+        collective columns only where a run's events carried collective metadata (the caller
+        adds them, or reads them only then)."""
         parts = self.parts[kind]
         coll = kind in ("gpu", "cpu")  # frames that leave all-None collective columns out
         if not parts:
             out = empty() if empty is not None else pd.DataFrame()
-            return with_coll_columns(out) if coll else out
+            return with_coll_columns(out) if coll and all_columns else out
         if coll and len(parts) > 1 and len({tuple(p.columns) for p in parts}) > 1:
             parts = [with_coll_columns(p) for p in parts]  # concat would fill NaN, not None
         df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        ranks = self.ranks.pop(kind, [])
         self.parts[kind] = []
-        if coll:
+        if coll and all_columns:
             df = with_coll_columns(df)
-        if "_rank" in df.columns:
-            rank = df.pop("_rank").to_numpy()
-            if len(rank) and rank.min() != rank.max():
-                # a whole-file read takes the events category by category (sorted), each in
-                # file order
-                df = df.iloc[np.argsort(rank, kind="stable")]
-        return df.reset_index(drop=True)
+        rank = ranks[0] if len(ranks) == 1 else np.concatenate(ranks) if ranks else None
+        if rank is not None and len(rank) and rank.min() != rank.max():
+            # a whole-file read takes the events category by category (sorted), each in
+            # file order
+            df = df.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
+        # else a run's frame (torch_frames._frame) or the runs' concat has the default index
+        return df
 
     def src(self) -> _Src:
         src = _Src(self.path, [])
@@ -318,18 +330,25 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
         return _slim_trace(reading, doc, path, n_events, columns, coded)
     empty_src = _Src(path, [])
     # each kind's frame of no events made only where no run held one (most traces hold each)
-    cpu_ops = reading.frame("cpu", lambda: _cpu_ops_frame([], empty_src))
+    # the operators' collective columns are read only where one is a record_param_comms, and
+    # then its run's frame holds them (_fill_collectives)
+    cpu_ops = reading.frame("cpu", lambda: _cpu_ops_frame([], empty_src), all_columns=False)
     rt = runtime_by_correlation(reading.frame("rt", lambda: _runtime_frame([], empty_src)))
-    ann_pid = reading.frame("ann_pid", lambda: pd.DataFrame({"pid": pd.array([], dtype=INT)}))["pid"]
+    ann_pid = reading.frame("ann_pid", lambda: pd.Series(pd.array([], dtype=INT)))
 
     pid = process_pid(rt["pid"], cpu_ops["pid"], ann_pid)
     host, rank, flavor, agents = _process_facts(reading, doc, path, pid)
-    gpu = reading.frame("gpu")
+    gpu = reading.frame("gpu", all_columns=False)
     # the table's columns, set and dropped as on a frame but made into one once: on a frame
     # each column set costs a copy of its blocks, most of the read of a trace of tens of kernels
     df: dict[str, Any] = {c: gpu[c] for c in gpu.columns}
-    df.update(pid=pid, host=host, rank=rank, source=repeated_category("torch", len(gpu)),
-              file=repeated_category(path, len(gpu)))
+    n = len(gpu)
+    absent = [c for c in COLL_COLUMNS if c not in df]  # no event carried collective metadata
+    for col in absent:
+        df[col] = pd.Series(np.full(n, None, dtype=object), index=gpu.index, dtype=object)
+    df.update(pid=constant_column(pid, INT, n), host=constant_column(host, STR, n),
+              rank=constant_column(rank, INT, n), source=repeated_category("torch", n),
+              file=repeated_category(path, n))
 
     rt_row = lookup(gpu["correlation_id"], rt["correlation"])
     rt_ext = take(rt["external_id"], rt_row)
@@ -345,21 +364,25 @@ def read_torch_trace(path: str | os.PathLike, columns: Sequence[str] | None = No
     # memcpy/memset names ("Memcpy HtoD (Host -> Device)") are not C++ signatures: keep them whole
     short = shorten_names(kernel).astype(object)
     df["kernel_short"] = short.where(df.pop("_is_kernel").to_numpy(), kernel.astype(object))
-    _fill_collectives(df, cpu_ops, rt, rt_row, op_row)
+    _fill_collectives(df, cpu_ops, rt, rt_row, op_row, absent)
 
     if len(agents):
         arch = dict(zip(agents["gpu_index"].dropna().astype(int), agents["gpu_arch"]))
         df["gpu_arch"] = gpu["agent"].map(arch).astype(object)
+    # the table's columns in _order_extra_columns' order, without the working ones (_*)
+    extras = (*OP_COLUMNS, *COLL_COLUMNS)
+    df = {**{c: v for c, v in df.items() if not c.startswith("_") and c not in extras},
+          **{c: df[c] for c in extras}}
     # Kineto has no queue column; a stream runs in order like a queue, and dispatches on
     # different streams overlap legitimately, so the in-order check is per stream.
-    out = finalize_dispatches(pd.DataFrame(df, index=gpu.index), path, in_order="stream")
+    out = finalize_dispatch_columns(df, gpu.index, path, in_order="stream")
     out = _order_extra_columns(out, ops_categorical=True)
 
     meta = _trace_meta(reading, doc, path, n_events, flavor, rank, host, pid, {
         "grid_semantics": grid_rule,
         "agent_numbering": _AGENT_NUMBERING,
         "cpu_ops": cpu_ops[list(CPU_OP_COLUMNS)],
-        "steps": _steps_frame(reading.frame("steps", lambda: step_ranges([], empty_src)), cpu_ops)})
+        "steps": _steps_frame(reading.frame("steps") if reading.parts["steps"] else None, cpu_ops)})
     if columns is not None:
         out = out[[c for c in columns if c in out.columns]]
     return Trace(dispatches=out, agents=agents, files=[path], meta=meta)
@@ -490,9 +513,10 @@ def read_torch_cpu_trace(path: str | os.PathLike) -> Trace:
 # --------------------------------------------------------------------------- collectives
 
 def _fill_collectives(df: dict[str, Any], ops: pd.DataFrame, rt: pd.DataFrame, rt_row: np.ndarray,
-                      op_row: np.ndarray) -> None:
+                      op_row: np.ndarray, absent: Sequence[str] = ()) -> None:
     """Collective metadata from kernel args (already in ``df``, the dispatches' columns), else
-    from the enclosing ``record_param_comms``."""
+    from the enclosing ``record_param_comms``. ``absent``: the columns no GPU event carried
+    (all None in ``df``)."""
     is_coll = (df["category"].astype(object) == "collective").to_numpy()
     need = is_coll & df["coll_name"].isna().to_numpy()
     if need.any() and len(ops):
@@ -505,8 +529,12 @@ def _fill_collectives(df: dict[str, Any], ops: pd.DataFrame, rt: pd.DataFrame, r
             for col in COLL_COLUMNS:
                 filled = take(ops[col].astype(object), src)
                 df[col] = df[col].where(df[col].notna(), filled)
+            absent = ()
     for col, dtype in COLL_COLUMNS.items():
-        df[col] = _coll_ints(list(df[col])) if dtype == INT else as_category(df[col])
+        if col in absent:  # still all None: what the casts below make of no values
+            df[col] = missing_array(dtype, len(is_coll))
+        else:
+            df[col] = _coll_ints(list(df[col])) if dtype == INT else as_category(df[col])
 
 
 def _apply_grid_semantics(df: dict[str, Any], gpu: pd.DataFrame, flavor: str, launch_api: pd.Series,
@@ -547,7 +575,9 @@ def _order_extra_columns(df: pd.DataFrame, ops_categorical: bool = False) -> pd.
     """``df`` without its working columns (``_*``), the launching op's and the collective
     columns last, the op's as categories (``ops_categorical``: made so by the caller)."""
     extras = list(OP_COLUMNS) + list(COLL_COLUMNS)
-    df = df[[c for c in df.columns if not c.startswith("_") and c not in extras] + extras]
+    order = [c for c in df.columns if not c.startswith("_") and c not in extras] + extras
+    if order != list(df.columns):  # else made in this order (read_torch_trace): no copy
+        df = df[order]
     if not ops_categorical:
         for c in OP_COLUMNS:
             df[c] = as_category(df[c])
