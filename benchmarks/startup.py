@@ -50,8 +50,10 @@ The commands run this checkout's code (``PYTHONPATH`` is set to it) through the 
 script installed beside this interpreter, or, without one, the same two lines the script runs.
 
 ``--instructions`` also counts each analysis's instructions once under valgrind (cachegrind), all
-threads and child processes included: the same to about 0.001 % from run to run, so a change's
-effect smaller than the CPU time's noise still shows, against ``--before``'s code.
+threads and child processes included, with Python's hash seed fixed (``PYTHONHASHSEED=0``: a
+set's or dict's order, and so some code paths, follow the seed): the same to about 0.1 % from
+run to run, so a change's effect smaller than the CPU time's noise still shows, against
+``--before``'s code.
 
 Usage: python benchmarks/startup.py [--repeat N] [--limit 1.5] [--session-limit 0.45] [--analyze-limit 0.5]
                                    [--only analyze] [--before CHECKOUT] [--gemmperf EXE] [--hta PYTHON]
@@ -344,11 +346,12 @@ def heavy_imports(cmd: Command) -> list[str]:
 
 def count_instructions(cmd: Command, env: dict[str, str]) -> int | None:
     """The instructions one run of ``cmd`` executes, all its threads and children included
-    (``valgrind --tool=cachegrind --cache-sim=no``'s "I refs"): the same to about 0.001 % run
-    after run, where one process's CPU time moves by 15 % on a shared virtual machine; None when
-    the run failed."""
+    (``valgrind --tool=cachegrind --cache-sim=no``'s "I refs"), the hash seed fixed: the same to
+    about 0.1 % run after run, where one process's CPU time moves by 15 % on a shared virtual
+    machine; None when the run failed."""
     if cmd.code is not None:
         env = child_env(code=cmd.code)
+    env = {**env, "PYTHONHASHSEED": "0"}
     argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
             "--cachegrind-out-file=/dev/null", *cmd.argv]
     proc = subprocess.run(argv, env=env, cwd=cmd.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -384,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="an interpreter with HolisticTraceAnalysis installed: also time its kernel breakdown "
                          "of the small Kineto trace, as a reference (e.g. a venv of its own)")
     ap.add_argument("--instructions", action="store_true",
-                    help="also count each analysis's instructions once under valgrind (cachegrind): a "
-                         "deterministic comparison of this checkout with --before's")
+                    help="also count each analysis's instructions once under valgrind (cachegrind, "
+                         "hash seed fixed): a steady comparison of this checkout with --before's")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
