@@ -216,13 +216,13 @@ def _has_cr(df: pd.DataFrame) -> bool:
     for c in _text_columns(df):
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
+            # its text is its categories': a few scanned as they are, many as a column of them
             categories = s.dtype.categories
-            if len(categories) <= _SHORT_TEXT:  # its text is its categories': scanned as they are
-                if any(isinstance(v, str) and "\r" in v for v in categories.tolist()):
-                    return True
-                continue
-            s = pd.Series(categories, dtype=object)
-        values = _short_object_values(s)
+            values = categories.tolist() if len(categories) <= _SHORT_TEXT else None
+            if values is None:
+                s = pd.Series(categories, dtype=object)
+        else:
+            values = _short_object_values(s)
         if values is not None:
             if any(isinstance(v, str) and "\r" in v for v in values):
                 return True

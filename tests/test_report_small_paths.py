@@ -130,28 +130,6 @@ def test_tidied_float_columns_short_and_long_alike(n):
     assert np.isnan(got["y"].to_numpy()).all()
 
 
-def test_per_kernel_rows_draw_the_per_kernel_frames():
-    from pytest_gemmperf.report import html as H
-
-    rng = random.Random(17)
-    for _ in range(100):
-        n = rng.randint(1, 8)
-        kernels = [f"k{i}" for i in range(n)] if rng.random() < 0.7 else [rng.choice(["a", "b"]) for _ in range(n)]
-        boxes = pd.DataFrame({"kernel": pd.array(kernels, dtype=object),
-                              "label": [rng.choice(["run", "b"]) for _ in range(n)],
-                              "rank": [rng.randint(0, 3) for _ in range(n)],
-                              "count": [rng.randint(1, 9) for _ in range(n)],
-                              **{c: [rng.choice([rng.random(), np.nan, 2.0]) for _ in range(n)]
-                                 for c in D.BOX_COLUMNS[1:]}},
-                             index=rng.sample(range(50), n))
-        for cols in (["label"], ["rank"], ["label", "rank"]):
-            got = H._per_kernel_rows(boxes, cols)
-            want = H._per_kernel(boxes, cols)
-            assert [k for k, _ in got] == [k for k, _ in want]
-            for (k, rows), (_, frame) in zip(got, want):
-                assert P.box_rows_panel(rows, cols, k, label="x") == P.box_panel(frame, cols, k, label="x")
-
-
 def test_head_records_are_what_clean_reads_of_to_dict():
     from pytest_gemmperf.jsonsafe import clean
 

@@ -519,21 +519,42 @@ def test_small_category_totals_are_the_grouped_ones(monkeypatch):
         _same_frame(got, want)
 
 
+def _random_boxes(rng: random.Random, n: int, numbers) -> pd.DataFrame:
+    """Box rows of ``n`` kernels, each its own or one of two names repeated, on a shuffled index."""
+    kernels = [f"k{i}" for i in range(n)] if rng.random() < 0.7 else [rng.choice(["a", "b"]) for _ in range(n)]
+    return pd.DataFrame({"kernel": pd.array(kernels, dtype=object),
+                         "label": [rng.choice(["run", "b"]) for _ in range(n)], **numbers},
+                        index=rng.sample(range(50), n))
+
+
 def test_per_kernel_boxes_are_the_grouped_ones():
     rng = random.Random(19)
     for _ in range(100):
         n = rng.randint(1, 8)
-        kernels = [f"k{i}" for i in range(n)] if rng.random() < 0.7 else [rng.choice(["a", "b"]) for _ in range(n)]
-        boxes = pd.DataFrame({"kernel": pd.array(kernels, dtype=object),
-                              "label": [rng.choice(["run", "b"]) for _ in range(n)],
-                              **{c: [rng.random() for _ in range(n)] for c in D.BOX_COLUMNS}},
-                             index=rng.sample(range(50), n))
+        boxes = _random_boxes(rng, n, {c: [rng.random() for _ in range(n)] for c in D.BOX_COLUMNS})
         got = H._per_kernel(boxes, ["label"])
         want = [(k, g.sort_values(["label"])) for k, g in boxes.groupby("kernel", sort=False)]
         assert [k for k, _ in got] == [k for k, _ in want]
         for (k, a), (_, b) in zip(got, want):
             _same_frame(a, b)
-            assert P.box_panel(a, ["label"], k) == P.box_panel(b, ["label"], k)
+            assert P.box_rows_panel(P.frame_rows(a), ["label"], k) == P.box_rows_panel(P.frame_rows(b), ["label"], k)
+
+
+def test_per_kernel_rows_draw_the_per_kernel_frames():
+    rng = random.Random(17)
+    for _ in range(100):
+        n = rng.randint(1, 8)
+        boxes = _random_boxes(rng, n, {"rank": [rng.randint(0, 3) for _ in range(n)],
+                                       "count": [rng.randint(1, 9) for _ in range(n)],
+                                       **{c: [rng.choice([rng.random(), np.nan, 2.0]) for _ in range(n)]
+                                          for c in D.BOX_COLUMNS[1:]}})
+        for cols in (["label"], ["rank"], ["label", "rank"]):
+            got = H._per_kernel_rows(boxes, cols)
+            want = H._per_kernel(boxes, cols)
+            assert [k for k, _ in got] == [k for k, _ in want]
+            for (k, rows), (_, frame) in zip(got, want):
+                assert P.box_rows_panel(rows, cols, k, label="x") == \
+                    P.box_rows_panel(P.frame_rows(frame), cols, k, label="x")
 
 
 def test_variance_csvs_are_each_tables_csv():

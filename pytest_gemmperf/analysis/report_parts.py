@@ -44,7 +44,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.intervals import GPU_KEYS, group_codes
 from pytest_gemmperf.analysis.kernel_stats import DurationRows, packed
 from pytest_gemmperf.analysis.overlap import category_mask, display_values, gemm_overlap_ns, overlap_fraction
-from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order, object_values, taken
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order, object_values, plain_index, taken
 from pytest_gemmperf.analysis.timeline import gpu_timeline
 from pytest_gemmperf.analysis.variance import select_samples
 from pytest_gemmperf.traces.schema import DISPATCH_SCHEMA, concat_tables
@@ -126,7 +126,7 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
                 short_us: float = DEFAULT_SHORT_KERNEL_US) -> ReportPart:
     """The reports' reduction of the dispatches ``d`` (one source, or a whole sweep read in
     full; ``category`` as the reports use it)."""
-    if not _numbered(d.index):
+    if not plain_index(d):
         d = d.reset_index(drop=True)  # row numbers are the labels every part refers to
     dur = d["dur_ns"].to_numpy(np.int64)
     start = d["start_ns"].to_numpy(np.int64)
@@ -167,11 +167,6 @@ def report_part(d: pd.DataFrame, *, warmup: int = 0,
         part.comm = CommRows(gpu=packed(codes[ci]), start_ns=start[ci], end_ns=end[ci],
                              name=_text_categorical(display_values(d, ci)), row=packed(ci.astype(np.int64)))
     return part
-
-
-def _numbered(index: pd.Index) -> bool:
-    """Whether ``index`` numbers the rows ``0 .. n-1`` as ``reset_index(drop=True)`` does."""
-    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
 def _text_categorical(values: np.ndarray) -> pd.Categorical:

@@ -27,6 +27,13 @@ def descending_order(values: np.ndarray, kind: str = "quicksort") -> np.ndarray:
     return np.arange(n)[::-1][np.asarray(values)[::-1].argsort(kind=kind)][::-1]
 
 
+def plain_index(df: pd.DataFrame) -> bool:
+    """Whether ``df``'s index is an unnamed ``0 .. n-1``: what ``reset_index(drop=True)`` and
+    ``ignore_index`` give, so neither needs making again."""
+    index = df.index
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
+
+
 def one_row_per_key(df: pd.DataFrame, keys: Sequence[str]) -> bool:
     """Whether each of ``df``'s (at most :data:`SMALL_TABLE_ROWS`) rows has a text key of its
     own in ``keys`` (none missing, none repeated): grouped by them, each group is one row, whose

@@ -20,7 +20,7 @@ import pandas as pd
 from pytest_gemmperf.analysis.kernel_names import short_names
 from pytest_gemmperf.analysis.kernel_stats import kernel_stats, rows_kernel_stats
 from pytest_gemmperf.analysis.intervals import sorted_group_codes
-from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order, one_row_per_key
+from pytest_gemmperf.analysis.small_tables import SMALL_TABLE_ROWS, descending_order, one_row_per_key, plain_index
 from pytest_gemmperf.analysis.overlap import group_medians, overlap_by_kernel, plain_group_key
 from pytest_gemmperf.analysis.report_parts import (DEFAULT_SHORT_KERNEL_US, DETAIL_COLUMNS, KERNEL_DETAILS_TOP,
                                                    CommRows, GemmRows, ReportParts, SweepReduction,
@@ -175,15 +175,9 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.DataFrame({"label": pd.Series(dtype=object)})
     # categoricals of different sweeps have different categories; text is what reports need
     frames = [decategorized(f) for f in frames]
-    if len(frames) == 1 and _plain_index(frames[0]):
+    if len(frames) == 1 and plain_index(frames[0]):
         return frames[0]  # one sweep's table is already what concat would copy it to
     return pd.concat(frames, ignore_index=True)
-
-
-def _plain_index(df: pd.DataFrame) -> bool:
-    """Whether ``df``'s index is an unnamed ``0 .. n-1`` (what ``ignore_index`` gives)."""
-    index = df.index
-    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
 
 
 def _object_keys(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -423,7 +417,7 @@ def _kernel_details(d: pd.DataFrame) -> pd.DataFrame:
     ``ReportParts.details``), ties in row order."""
     cols = [c for c in DETAIL_COLUMNS if c in d.columns]
     dur = d["dur_ns"]
-    if len(d) <= KERNEL_DETAILS_TOP and _plain_index(d) and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i":
+    if len(d) <= KERNEL_DETAILS_TOP and plain_index(d) and isinstance(dur.dtype, np.dtype) and dur.dtype.kind == "i":
         # every row, longest first (nlargest's stable descending sort), built as one frame
         v = dur.to_numpy()
         order = descending_order(v, kind="stable")
@@ -592,7 +586,7 @@ def gemm_views(gemm: GemmRows, comm: CommRows | None, has_comm: bool, top_k: int
 def _top_table(top: pd.DataFrame, added: dict[str, Any]) -> pd.DataFrame:
     """The report's top-variance table: ``top`` with the ``added`` columns, without its row
     labels, text as objects (:func:`decategorized`), numbered from 0, built as one frame."""
-    if not _plain_index(top) or top.columns.has_duplicates:
+    if not plain_index(top) or top.columns.has_duplicates:
         return decategorized(with_columns(top, added).drop(columns=["min_row", "max_row"])).reset_index(drop=True)
     columns = {c: as_objects(s) if isinstance(s.dtype, pd.CategoricalDtype) else s
                for c, s in top.items() if c not in ("min_row", "max_row")}

@@ -492,19 +492,11 @@ def _plain(dtype: Any) -> bool:
     return isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA
 
 
-def pivot_first(df: pd.DataFrame, index: str, columns: str, value: str) -> pd.DataFrame:
-    """``df.pivot_table(index=index, columns=columns, values=value, aggfunc="first",
-    sort=False).reset_index()`` of a float ``value`` column: :func:`pivot_columns` as a frame."""
-    keys, table = pivot_columns(df, index, columns, value)
-    out = pd.DataFrame(dict(enumerate(table)))
-    out.columns = keys  # by position: a column key may equal the index's name
-    return out
-
-
 def pivot_columns(df: pd.DataFrame | Mapping[str, pd.Series], index: str, columns: str,
                   value: str) -> tuple[list[Any], list[pd.Series]]:
-    """The column names and the columns of :func:`pivot_first` (what the pivot sheets write),
-    from one pass over the rows (pandas' groupby and unstack cost some milliseconds a sheet,
+    """The column names and the columns of ``df.pivot_table(index=index, columns=columns,
+    values=value, aggfunc="first", sort=False).reset_index()`` of a float ``value`` column (what
+    the pivot sheets write), from one pass over the rows (pandas' groupby and unstack cost some milliseconds a sheet,
     whatever its size): each cell the first non-missing value of its (index, column) pair, rows
     and columns without any value left out. Their order is pandas': each key in the order it
     first appears in its own column where every such key keeps a value, else in the order of the
@@ -659,4 +651,4 @@ def _fill(book: "_Book", data: ReportData) -> None:
                    "point's telemetry.parquet")
 
 
-__all__ = ["DEFAULT_MAX_ROWS", "pivot_first", "write_book", "write_excel"]
+__all__ = ["DEFAULT_MAX_ROWS", "pivot_columns", "write_book", "write_excel"]

@@ -252,9 +252,8 @@ def _per_kernel(boxes: pd.DataFrame, group_cols: list[str]) -> list[tuple[Any, p
 def _per_kernel_rows(boxes: pd.DataFrame, group_cols: list[str]) -> list[tuple[Any, list[dict]]]:
     """:func:`_per_kernel` with each kernel's boxes as rows (``plots.frame_rows``): one row a
     kernel, the rows of the whole frame read at once, no frame per kernel."""
-    kernels = boxes["kernel"].tolist()
-    if all(isinstance(k, str) for k in kernels) and len(set(kernels)) == len(kernels):
-        return [(k, [row]) for k, row in zip(kernels, plots.frame_rows(boxes))]
+    if one_row_per_key(boxes, ("kernel",)):
+        return [(k, [row]) for k, row in zip(boxes["kernel"].tolist(), plots.frame_rows(boxes))]
     return [(k, plots.frame_rows(grp)) for k, grp in _per_kernel(boxes, group_cols)]
 
 

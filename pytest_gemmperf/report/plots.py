@@ -138,21 +138,15 @@ def empty_note(message: str) -> Markup:
 # ---------------------------------------------------------------------------------------------
 
 
-def box_panel(boxes: pd.DataFrame, group_cols: Sequence[str], title: str, *,
-              width: int = 560, label: str | None = None) -> Markup:
+def box_rows_panel(rows: list[dict], group_cols: Sequence[str], title: str, *,
+                   width: int = 560, label: str | None = None) -> Markup:
     """Horizontal box plots (whiskers p05-p95, box Q1-Q3, median line, min/max dots) of one
-    kernel, one row per group.
+    kernel, one row per group: ``rows`` the boxes as :func:`frame_rows` gives them.
 
     ``title`` is the full kernel name (the SVG ``<title>`` and the heading's tooltip);
     ``label`` the short distinguishing name shown as the heading (``short_names``), else
     the full name elided in the middle.
     """
-    return box_rows_panel(frame_rows(boxes), group_cols, title, width=width, label=label)
-
-
-def box_rows_panel(rows: list[dict], group_cols: Sequence[str], title: str, *,
-                   width: int = 560, label: str | None = None) -> Markup:
-    """:func:`box_panel` of the boxes' rows as :func:`frame_rows` gives them."""
     if len(rows) == 0:
         return empty_note("no data")
     left, right, top = 150, 20, 26
@@ -585,5 +579,5 @@ def heat_map(cells: pd.DataFrame, title: str, *, value_label: str, col_label: st
     return svg.markup()
 
 
-__all__ = ["bandwidth_panel", "before_after_panel", "box_panel", "box_rows_panel", "empty_note", "forest_plot", "hbar", "heat_map",
+__all__ = ["bandwidth_panel", "before_after_panel", "box_rows_panel", "empty_note", "forest_plot", "hbar", "heat_map",
            "interaction_plot", "overlap_scatter", "stacked_timeline"]

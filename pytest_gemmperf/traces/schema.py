@@ -324,8 +324,8 @@ def finalize_dispatch_columns(columns: dict[str, Any], index: pd.Index, path: st
         table["queue_overlap"] = flag_queue_overlap(table, in_order)
         return table
     # the flags made before the table (a column set on it costs a copy of its blocks)
-    out["queue_overlap"] = (np.zeros(len(index), dtype=bool) if len(index) < 2 else overlap_in_lanes(
-        _lane_ids({c: pd.Series(v) for c, v in lanes.items()}, len(index), in_order), start, end))
+    out["queue_overlap"] = _queue_overlap({c: pd.Series(v) for c, v in lanes.items()}, len(index), start, end,
+                                          in_order)
     return _frame_of(out, index)
 
 
@@ -389,10 +389,16 @@ def flag_queue_overlap(df: pd.DataFrame, in_order: str = "queue") -> np.ndarray:
     A hardware queue executes in order, so such pairs are timestamp artefacts (real 7.x data
     shows 1-568 ns), not concurrency. Vectorized: one stable sort, one shifted compare.
     """
-    n = len(df)
+    return _queue_overlap(df, len(df), df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), in_order)
+
+
+def _queue_overlap(columns: pd.DataFrame | dict[str, pd.Series], n: int, start: np.ndarray, end: np.ndarray,
+                   in_order: str) -> np.ndarray:
+    """:func:`flag_queue_overlap` of a frame or of its columns by name (``n`` rows, their
+    ``start`` and ``end``)."""
     if n < 2:
         return np.zeros(n, dtype=bool)
-    return overlap_in_lanes(lane_ids(df, in_order), df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
+    return overlap_in_lanes(_lane_ids(columns, n, in_order), start, end)
 
 
 def lane_ids(df: pd.DataFrame, in_order: str = "queue") -> np.ndarray:
