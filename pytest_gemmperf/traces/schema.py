@@ -126,8 +126,8 @@ class Trace:
     ``dispatches``, ``counters`` and ``agents`` tables (empty ones where not given), its
     ``files``, and ``meta``: free-form facts about the input (format version, rocprofv3
     version guess, command line, recorded environment, torch ops: ``meta["cpu_ops"]``
-    DataFrame for torch traces, ...). A plain class: as a dataclass it cost half a millisecond
-    to make, in every program that imports the readers' schema."""
+    DataFrame for torch traces, ...). A plain class: a dataclass of these fields costs about
+    half a millisecond to make, in every program that imports the readers' schema."""
 
     def __init__(self, dispatches: pd.DataFrame, counters: pd.DataFrame = _UNSET,
                  agents: pd.DataFrame = _UNSET, files: list[str] = _UNSET,
